@@ -1,0 +1,277 @@
+// Package job parses and validates the job bodies producers send to
+// POST /v1/tenants/{tenant}/jobs (DESIGN §6) and turns them into the canonical
+// JSON Sluice stores. It does no I/O.
+package job
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Types of job.
+const (
+	TypeWebhook = "webhook"
+	TypeHTTP    = "http"
+	TypeTask    = "task"
+)
+
+// Limits on fields, beyond the byte limits of the config.
+const (
+	MaxEventLen       = 256
+	MaxTaskTypeLen    = 256
+	MaxIdemKeyLen     = 255
+	MaxAttemptsLimit  = 100
+	MaxHeaders        = 64
+	DefaultTaskQueue  = "default"
+	MaxDelay          = 366 * 24 * time.Hour
+	maxHeaderValueLen = 8 << 10
+)
+
+// Methods an http job may use.
+var Methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// Spec is one job as a producer sends it. Fields not of its Type must be
+// absent. The zero value is not valid.
+type Spec struct {
+	Type string `json:"type"`
+
+	// webhook
+	Event string `json:"event,omitempty"`
+	// webhook and task: any JSON value
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// webhook and http: absolute http(s) URL
+	URL string `json:"url,omitempty"`
+
+	// http
+	Method     string            `json:"method,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 *string           `json:"body_base64,omitempty"`
+
+	// task
+	TaskType string `json:"task_type,omitempty"`
+	Queue    string `json:"queue,omitempty"`
+
+	// all
+	Cost        *int64 `json:"cost,omitempty"`         // tokens, default 1
+	Delay       string `json:"delay,omitempty"`        // Go duration ≥ 0
+	RunAt       string `json:"run_at,omitempty"`       // RFC 3339
+	MaxAttempts *int   `json:"max_attempts,omitempty"` // overrides the policy's retry.max_attempts
+
+	// batch items only
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Rules are the deployment's limits a Spec is checked against.
+type Rules struct {
+	// TaskQueues is the allow-list of asynq queues for task jobs.
+	TaskQueues []string
+	// MaxCost is the largest cost the tenant's policy admits (min(burst, admit.burst)).
+	MaxCost int64
+}
+
+// FieldError says which field is wrong and why. Validate returns all of them
+// joined with errors.Join.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Parse decodes one job object strictly (unknown fields are errors).
+func Parse(data []byte) (Spec, error) {
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, fmt.Errorf("decode job: %w", err)
+	}
+	return s, nil
+}
+
+// Validate checks s against r and returns every problem at once, as
+// *FieldError values joined by errors.Join; nil when s is valid.
+func (s *Spec) Validate(r Rules) error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch s.Type {
+	case TypeWebhook:
+		s.validateWebhook(add)
+	case TypeHTTP:
+		s.validateHTTP(add)
+	case TypeTask:
+		s.validateTask(r, add)
+	case "":
+		add("type", "required: webhook, http or task")
+	default:
+		add("type", "unknown type %q: want webhook, http or task", s.Type)
+	}
+	s.validateCommon(r, add)
+	return errors.Join(errs...)
+}
+
+type adder func(field, format string, args ...any)
+
+func (s *Spec) validateWebhook(add adder) {
+	checkURL(s.URL, add)
+	if s.Event == "" || len(s.Event) > MaxEventLen {
+		add("event", "required, 1 to %d bytes", MaxEventLen)
+	}
+	s.forbid(add, "method", s.Method != "", "headers", s.Headers != nil, "body", s.Body != nil,
+		"body_base64", s.BodyBase64 != nil, "task_type", s.TaskType != "", "queue", s.Queue != "")
+}
+
+func (s *Spec) validateHTTP(add adder) {
+	checkURL(s.URL, add)
+	if !slices.Contains(Methods, s.Method) {
+		add("method", "%q is not one of %v", s.Method, Methods)
+	}
+	if len(s.Headers) > MaxHeaders {
+		add("headers", "%d headers, at most %d", len(s.Headers), MaxHeaders)
+	}
+	for name, value := range s.Headers {
+		if !validHeaderName(name) {
+			add("headers", "header name %q is not a valid token", name)
+		}
+		if strings.ContainsAny(value, "\r\n\x00") || len(value) > maxHeaderValueLen {
+			add("headers", "value of header %q holds CR, LF or NUL or is longer than %d bytes", name, maxHeaderValueLen)
+		}
+	}
+	if s.Body != nil && s.BodyBase64 != nil {
+		add("body", "give body or body_base64, not both")
+	}
+	if s.BodyBase64 != nil {
+		if _, err := base64.StdEncoding.DecodeString(*s.BodyBase64); err != nil {
+			add("body_base64", "not standard base64: %v", err)
+		}
+	}
+	s.forbid(add, "event", s.Event != "", "payload", s.Payload != nil, "task_type", s.TaskType != "", "queue", s.Queue != "")
+}
+
+func (s *Spec) validateTask(r Rules, add adder) {
+	if s.TaskType == "" || len(s.TaskType) > MaxTaskTypeLen {
+		add("task_type", "required, 1 to %d bytes", MaxTaskTypeLen)
+	}
+	if s.Queue == "" {
+		s.Queue = DefaultTaskQueue
+	}
+	if !slices.Contains(r.TaskQueues, s.Queue) {
+		add("queue", "%q is not in the task_queues allow-list %v", s.Queue, r.TaskQueues)
+	}
+	s.forbid(add, "url", s.URL != "", "event", s.Event != "", "method", s.Method != "", "headers", s.Headers != nil,
+		"body", s.Body != nil, "body_base64", s.BodyBase64 != nil)
+}
+
+func (s *Spec) validateCommon(r Rules, add adder) {
+	if s.Cost == nil {
+		one := int64(1)
+		s.Cost = &one
+	}
+	switch {
+	case *s.Cost < 1:
+		add("cost", "must be at least 1, got %d", *s.Cost)
+	case r.MaxCost > 0 && *s.Cost > r.MaxCost:
+		add("cost", "%d exceeds the tenant's min(burst, admit.burst) = %d and could never be admitted", *s.Cost, r.MaxCost)
+	}
+	if s.Delay != "" && s.RunAt != "" {
+		add("delay", "give delay or run_at, not both")
+	}
+	if s.Delay != "" {
+		d, err := time.ParseDuration(s.Delay)
+		switch {
+		case err != nil:
+			add("delay", "not a Go duration: %q", s.Delay)
+		case d < 0:
+			add("delay", "must not be negative, got %s", s.Delay)
+		case d > MaxDelay:
+			add("delay", "at most %s", MaxDelay)
+		}
+	}
+	if s.RunAt != "" {
+		if _, err := time.Parse(time.RFC3339Nano, s.RunAt); err != nil {
+			add("run_at", "not an RFC 3339 time: %q", s.RunAt)
+		}
+	}
+	if s.MaxAttempts != nil && (*s.MaxAttempts < 1 || *s.MaxAttempts > MaxAttemptsLimit) {
+		add("max_attempts", "must be 1 to %d, got %d", MaxAttemptsLimit, *s.MaxAttempts)
+	}
+	if len(s.IdempotencyKey) > MaxIdemKeyLen {
+		add("idempotency_key", "at most %d bytes", MaxIdemKeyLen)
+	}
+}
+
+// forbid adds an error for each (name, present) pair that is present: a
+// field that does not belong to the job's type.
+func (s *Spec) forbid(add adder, pairs ...any) {
+	for i := 0; i < len(pairs); i += 2 {
+		if pairs[i+1].(bool) {
+			add(pairs[i].(string), "not a field of %s jobs", s.Type)
+		}
+	}
+}
+
+// RunAtTime is when the job may first run: now + delay, run_at, or the zero
+// time for "as soon as the rate allows". s must be valid.
+func (s *Spec) RunAtTime(now time.Time) time.Time {
+	if s.Delay != "" {
+		d, _ := time.ParseDuration(s.Delay)
+		if d > 0 {
+			return now.Add(d)
+		}
+	}
+	if s.RunAt != "" {
+		t, _ := time.Parse(time.RFC3339Nano, s.RunAt)
+		if t.After(now) {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// Canonical is the JSON Sluice stores for the job: the spec with defaults
+// filled in, without the scheduling and idempotency fields (they live in the
+// job record). s must be valid.
+func (s *Spec) Canonical() []byte {
+	c := *s
+	c.Delay, c.RunAt, c.IdempotencyKey, c.Cost = "", "", "", nil
+	b, _ := json.Marshal(c) // cannot fail: plain fields and valid RawMessage
+	return b
+}
+
+func checkURL(raw string, add adder) {
+	if raw == "" {
+		add("url", "required, an absolute http or https URL")
+		return
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		add("url", "%q is not an absolute http or https URL", raw)
+		return
+	}
+	if u.User != nil {
+		add("url", "credentials in the URL are not allowed; use headers")
+	}
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,131 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var rules = Rules{TaskQueues: []string{"default", "mail"}, MaxCost: 5}
+
+// fields returns the names of the fields Validate complains about, sorted.
+func fields(err error) []string {
+	var out []string
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			var fe *FieldError
+			if errors.As(e, &fe) {
+				out = append(out, fe.Field)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		body string
+		want []string // fields in error; nil = valid
+	}{
+		{"webhook", `{"type":"webhook","url":"https://example.com/hook","event":"invoice.paid","payload":{"a":1}}`, nil},
+		{"http", `{"type":"http","method":"POST","url":"http://api.example.com/v1","headers":{"X-A":"b"},"body":"hi"}`, nil},
+		{"http base64", `{"type":"http","method":"PUT","url":"https://x.io","body_base64":"aGk="}`, nil},
+		{"task default queue", `{"type":"task","task_type":"email:send","payload":{}}`, nil},
+		{"task other queue", `{"type":"task","task_type":"email:send","queue":"mail"}`, nil},
+		{"cost delay max_attempts", `{"type":"task","task_type":"t","cost":5,"delay":"1.5s","max_attempts":3}`, nil},
+		{"run_at", `{"type":"task","task_type":"t","run_at":"2026-11-29T10:00:00Z"}`, nil},
+		{"no type", `{"url":"https://x.io"}`, []string{"type"}},
+		{"unknown type", `{"type":"email"}`, []string{"type"}},
+		{"relative url", `{"type":"webhook","url":"/hook","event":"e"}`, []string{"url"}},
+		{"ftp url", `{"type":"webhook","url":"ftp://x.io/a","event":"e"}`, []string{"url"}},
+		{"url with credentials", `{"type":"webhook","url":"https://u:p@x.io/a","event":"e"}`, []string{"url"}},
+		{"webhook without event", `{"type":"webhook","url":"https://x.io"}`, []string{"event"}},
+		{"webhook with method", `{"type":"webhook","url":"https://x.io","event":"e","method":"GET"}`, []string{"method"}},
+		{"bad method", `{"type":"http","method":"TRACE","url":"https://x.io"}`, []string{"method"}},
+		{"CRLF in header value", `{"type":"http","method":"GET","url":"https://x.io","headers":{"X-A":"a\r\nX-B: c"}}`, []string{"headers"}},
+		{"bad header name", `{"type":"http","method":"GET","url":"https://x.io","headers":{"X A":"a"}}`, []string{"headers"}},
+		{"body and base64", `{"type":"http","method":"POST","url":"https://x.io","body":"a","body_base64":"YQ=="}`, []string{"body"}},
+		{"bad base64", `{"type":"http","method":"POST","url":"https://x.io","body_base64":"%%"}`, []string{"body_base64"}},
+		{"task without type", `{"type":"task"}`, []string{"task_type"}},
+		{"queue not allowed", `{"type":"task","task_type":"t","queue":"secret"}`, []string{"queue"}},
+		{"zero cost", `{"type":"task","task_type":"t","cost":0}`, []string{"cost"}},
+		{"cost above max", `{"type":"task","task_type":"t","cost":6}`, []string{"cost"}},
+		{"negative delay", `{"type":"task","task_type":"t","delay":"-1s"}`, []string{"delay"}},
+		{"delay and run_at", `{"type":"task","task_type":"t","delay":"1s","run_at":"2026-11-29T10:00:00Z"}`, []string{"delay"}},
+		{"bad run_at", `{"type":"task","task_type":"t","run_at":"tomorrow"}`, []string{"run_at"}},
+		{"max_attempts 0", `{"type":"task","task_type":"t","max_attempts":0}`, []string{"max_attempts"}},
+		{"every problem at once", `{"type":"http","method":"X","url":"x","cost":-1,"delay":"soon"}`, []string{"cost", "delay", "method", "url"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Parse([]byte(tc.body))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			got := fields(s.Validate(rules))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("fields in error = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseRejectsUnknownFields(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(`{"type":"task","task_type":"t","colour":"red"}`))
+	if err == nil || !strings.Contains(err.Error(), "colour") {
+		t.Fatalf("Parse with unknown field: err = %v, want it named", err)
+	}
+}
+
+func TestCanonicalFillsDefaultsAndDropsScheduling(t *testing.T) {
+	t.Parallel()
+	s, _ := Parse([]byte(`{"type":"task","task_type":"t","delay":"2s","idempotency_key":"k","payload":{"x":1}}`))
+	if err := s.Validate(rules); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(s.Canonical(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["queue"] != "default" {
+		t.Errorf("queue = %v, want the default filled in", got["queue"])
+	}
+	for _, k := range []string{"delay", "idempotency_key", "cost", "run_at"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("canonical JSON keeps %q: %v", k, got)
+		}
+	}
+	if *s.Cost != 1 {
+		t.Errorf("cost default = %d, want 1", *s.Cost)
+	}
+}
+
+func TestRunAtTime(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		delay, runAt string
+		want         time.Time
+	}{
+		{"", "", time.Time{}},
+		{"0s", "", time.Time{}},
+		{"90s", "", now.Add(90 * time.Second)},
+		{"", "2026-11-29T13:00:00Z", now.Add(time.Hour)},
+		{"", "2026-11-29T11:00:00Z", time.Time{}}, // in the past: as soon as possible
+	}
+	for _, tc := range cases {
+		s := Spec{Delay: tc.delay, RunAt: tc.runAt}
+		if got := s.RunAtTime(now); !got.Equal(tc.want) {
+			t.Errorf("delay %q run_at %q: RunAtTime = %v, want %v", tc.delay, tc.runAt, got, tc.want)
+		}
+	}
+}
