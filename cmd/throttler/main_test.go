@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestThrottlerServesChecksAndStopsGracefully(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	cfg := `
+listen: 127.0.0.1:0
+redis: {prefix: ` + redistest.Prefix(t) + `}
+auth:
+  keys:
+    - {name: dev, key: dev-key, tenants: ["*"], limits: [search]}
+limits:
+  search: {algorithm: gcra, rate: 1/m, burst: 2}
+log: {format: json}
+`
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrCh := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--config", cfgPath}, func(k string) string { return env[k] }, &logs, func(a string) { addrCh <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("run ended before listening: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("throttler did not start listening within 20s")
+	}
+
+	statuses := make([]int, 3)
+	for i := range statuses {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/limits/search/check", strings.NewReader(`{"key":"k","cost":1}`))
+		req.Header.Set("Authorization", "Bearer dev-key")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		statuses[i] = resp.StatusCode
+	}
+	if statuses[0] != 200 || statuses[1] != 200 || statuses[2] != 429 {
+		t.Errorf("burst 2 then refusal: statuses %v, want [200 200 429]", statuses)
+	}
+	if strings.Contains(logs.String(), "dev-key") {
+		t.Error("the plaintext API key appears in the logs")
+	}
+	if !strings.Contains(logs.String(), "plaintext") {
+		t.Error("no warning about a plaintext API key")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("throttler did not stop within 15s of the signal")
+	}
+	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
+		t.Errorf("no stopped log line:\n%s", logs.String())
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Error("still accepting connections after shutdown")
+	}
+}
+
+func TestThrottlerRefusesBadConfigListingEveryProblem(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := "limits:\n  search: {algorithm: gcra, rate: 0/s, burst: 0}\nredis: {shards: 0, colour: red}\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"--config", path}, func(string) string { return "" }, &syncBuffer{}, nil)
+	if err == nil {
+		t.Fatal("run accepted a bad config")
+	}
+	for _, want := range []string{"colour", "rate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q: %v", want, err)
+		}
+	}
+}

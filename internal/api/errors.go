@@ -1,0 +1,109 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// Error codes of DESIGN §4.3. Each maps to one HTTP status.
+const (
+	CodeMalformed         = "malformed"
+	CodeUnauthorized      = "unauthorized"
+	CodeForbidden         = "forbidden"
+	CodeNotFound          = "not_found"
+	CodeConflict          = "conflict"
+	CodeTooLarge          = "too_large"
+	CodeUnsupportedMedia  = "unsupported_media_type"
+	CodeInvalid           = "invalid"
+	CodeIdempotencyMismat = "idempotency_mismatch"
+	CodeRateLimited       = "rate_limited"
+	CodeBacklogFull       = "backlog_full"
+	CodeUnavailable       = "unavailable"
+)
+
+// Error is an API error: the status, a stable code and a message for people.
+// Handlers return it; writeError renders it as {"error": {"code", "message"}}.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter, when > 0, is sent as the Retry-After header (seconds).
+	RetryAfter int64
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError renders err. Anything that is not an *Error is a 500 whose cause
+// is not shown to the client (the caller logs it).
+func writeError(w http.ResponseWriter, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfter, 10))
+	}
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decodeJSON reads one JSON object from r's body into v: the Content-Type must
+// be application/json (415), the body at most limit bytes, read without
+// buffering more than that (413), no unknown fields and nothing after the
+// object (400).
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json")
+	}
+	if r.ContentLength > limit {
+		return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body is %d bytes, the limit is %d", r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, limit)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, CodeMalformed, "body holds more than one JSON value")
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err == nil {
+		return errorf(http.StatusBadRequest, CodeMalformed, "body holds more than one JSON value")
+	}
+	return nil
+}
+
+func decodeError(err error, limit int64) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body exceeds %d bytes", limit)
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "field %q: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	}
+	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+}

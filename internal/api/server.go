@@ -1,0 +1,219 @@
+// Package api is Sluice's HTTP API: authentication by API key, the API's own
+// rate limiter, the rate-limit headers, JSON errors, and the routes of
+// DESIGN §6 (rate limiting as a service; health, readiness and metrics).
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// MaxBodyBytesDefault bounds a request body when Options.MaxBodyBytes is 0.
+const MaxBodyBytesDefault = 1 << 20
+
+// Route classes and what one call costs against the API's own limiter.
+const (
+	CostRead  = 1 // GET routes
+	CostWrite = 1 // one job, a check, a cancel
+	CostBatch = 10
+)
+
+// ReservedLimit is the name of the API's own limiter; it cannot be checked.
+const ReservedLimit = config.APILimitName
+
+// Options configure a Server. Redis, Registry and Logger are required.
+type Options struct {
+	// Keys are the API keys by the hex SHA-256 of the key
+	// (config.AuthConfig.ByHash).
+	Keys map[string]config.KeyConfig
+	// APILimiter is the API's own limiter, keyed by API key name. Nil: none.
+	APILimiter bucket.Allower
+	APILimit   bucket.Limit
+	// APIFailOpen lets requests through when the API limiter cannot reach
+	// Redis (false: answer 503).
+	APIFailOpen bool
+	// Limits are the limits served by POST /v1/limits/{name}/check.
+	Limits map[string]Limit
+	// Redis is pinged by /readyz.
+	Redis redis.UniversalClient
+	// Registry serves /metrics and receives the API's metrics.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	// MaxBodyBytes bounds a JSON body (default MaxBodyBytesDefault).
+	MaxBodyBytes int64
+}
+
+// Limit is one checkable limit: the limiter and its parameters (for headers).
+type Limit struct {
+	Limiter bucket.Allower
+	Limit   bucket.Limit
+}
+
+// Server is the HTTP API. It is safe for concurrent use.
+type Server struct {
+	opts    Options
+	keys    keyring
+	metrics *Metrics
+	mux     *http.ServeMux
+	// apiFailing is set while the API limiter cannot reach Redis, so the
+	// fail-open log line is written once per episode.
+	apiFailing atomic.Bool
+}
+
+// New builds the server and registers its routes and metrics.
+func New(opts Options) (*Server, error) {
+	if opts.Redis == nil || opts.Registry == nil || opts.Logger == nil {
+		return nil, errors.New("api: Options.Redis, Registry and Logger are required")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	s := &Server{
+		opts:    opts,
+		keys:    keyring(opts.Keys),
+		metrics: NewMetrics(opts.Registry),
+		mux:     http.NewServeMux(),
+	}
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the server's root handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) routes() {
+	s.mux.Handle("GET /healthz", s.plain(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	s.mux.Handle("GET /readyz", s.plain(s.readyz))
+	s.mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}).ServeHTTP))
+	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(CostWrite, s.check))
+	s.mux.Handle("/v1/", s.v1(CostRead, func(*http.Request, *call) (int, any, error) {
+		return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no such route")
+	}))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.opts.Redis.Ping(ctx).Err(); err != nil {
+		s.metrics.RedisErrors.WithLabelValues("ping").Inc()
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "Redis is not reachable", RetryAfter: 1})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// call is what a /v1 handler knows about its request beyond *http.Request.
+type call struct {
+	key     *config.KeyConfig
+	applied []bucket.Applied // limits decided on the way, written as headers
+	w       http.ResponseWriter
+}
+
+// handler is a /v1 route: it returns a status and a JSON body, or an error.
+type handler func(r *http.Request, c *call) (int, any, error)
+
+// plain wraps a non-/v1 route with latency metrics.
+func (s *Server) plain(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		h(rec, r)
+		s.metrics.Latency.WithLabelValues(r.Pattern, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
+	})
+}
+
+// v1 wraps a /v1 route: authenticate, charge the API limiter cost tokens,
+// run h, then write the rate-limit headers of every limit that applied and
+// the body or error.
+func (s *Server) v1(cost int64, h handler) http.Handler {
+	return s.plain(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{w: w}
+		status, body, err := s.serveV1(r, c, cost, h)
+		bucket.WriteHeaders(w.Header(), c.applied)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				s.opts.Logger.ErrorContext(r.Context(), "request failed", "route", r.Pattern, "err", err)
+			}
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+func (s *Server) serveV1(r *http.Request, c *call, cost int64, h handler) (int, any, error) {
+	key, err := s.keys.authenticate(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.key = key
+	apiApplied, err := s.chargeAPI(r.Context(), key, cost)
+	if err != nil {
+		if apiApplied != nil {
+			c.applied = append(c.applied, *apiApplied)
+		}
+		return 0, nil, err
+	}
+	status, body, err := h(r, c)
+	if apiApplied != nil { // the route's own limits first, then the API's
+		c.applied = append(c.applied, *apiApplied)
+	}
+	return status, body, err
+}
+
+// chargeAPI applies the API's own limiter. It returns the applied limit for
+// the headers (nil when there is no limiter or it failed open) and, when the
+// request may not proceed, a 429 (with the applied limit) or a 503.
+func (s *Server) chargeAPI(ctx context.Context, key *config.KeyConfig, cost int64) (*bucket.Applied, error) {
+	if s.opts.APILimiter == nil {
+		return nil, nil
+	}
+	d, err := s.opts.APILimiter.Allow(ctx, key.Name, min(cost, s.opts.APILimit.Capacity()))
+	if err != nil {
+		s.metrics.RedisErrors.WithLabelValues("api_limit").Inc()
+		if !s.opts.APIFailOpen {
+			return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "rate limiter unavailable", RetryAfter: 1}
+		}
+		s.metrics.FailOpen.Inc()
+		if !s.apiFailing.Swap(true) {
+			s.opts.Logger.WarnContext(ctx, "API limiter failing open: Redis unreachable", "err", err)
+		}
+		return nil, nil
+	}
+	if s.apiFailing.Swap(false) {
+		s.opts.Logger.InfoContext(ctx, "API limiter recovered")
+	}
+	s.metrics.Decisions.WithLabelValues(ReservedLimit, outcome(d.Allowed)).Inc()
+	a := &bucket.Applied{Name: ReservedLimit, Limit: s.opts.APILimit, Decision: d}
+	if !d.Allowed {
+		return a, errorf(http.StatusTooManyRequests, CodeRateLimited, "API key %q exceeded the %q limit", key.Name, ReservedLimit)
+	}
+	return a, nil
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,229 @@
+// Package config is Sluice's configuration contract (DESIGN §7): the YAML
+// file both binaries read, its defaults, environment overrides and
+// validation.
+//
+// Binaries call FromFlags (--config PATH, else $SLUICE_CONFIG, else no file);
+// $SLUICE_REDIS_URL and $SLUICE_LISTEN override the file. With no file at all
+// every value is its default, which is a safe local setup: Redis at
+// redis://127.0.0.1:6379/0, the API on 127.0.0.1:8080 and no API keys (every
+// /v1 request is refused until keys are configured). Unknown keys are errors,
+// and validation reports every problem at once, each named by its path
+// ("limits.search.burst: must be at least 1, got 0").
+//
+// Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m" or "N/h",
+// sizes "1MiB" (see policy.ByteSize). A zero or absent value means the
+// default, as documented on each field.
+package config
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Config is the whole configuration. Load (or FromFlags) returns it with
+// defaults applied, plaintext keys hashed and every value validated; a
+// Config changed or built in code afterwards is not re-validated.
+type Config struct {
+	// Listen is the API's listen address, host:port; default ListenDefault.
+	// $SLUICE_LISTEN overrides it.
+	Listen string `yaml:"listen"`
+	// Redis locates Redis and Sluice's keys in it.
+	Redis RedisConfig `yaml:"redis"`
+	// Auth lists the API keys.
+	Auth AuthConfig `yaml:"auth"`
+	// Defaults are the policy overrides every tenant gets (the `*` field of
+	// the policy hash), merged over policy.Builtin.
+	Defaults policy.Overrides `yaml:"defaults"`
+	// Tenants holds per-tenant policy overrides, merged over Defaults; keys
+	// are tenant ids (policy.ValidTenantID).
+	Tenants map[string]policy.Overrides `yaml:"tenants"`
+	// Limits are named rate limits: APILimitName is the API's own limiter per
+	// API key, the others serve POST /v1/limits/{name}/check. Names are 1–64
+	// characters of [A-Za-z0-9_.-]. When `api` is absent it is
+	// DefaultAPILimit().
+	Limits map[string]LimitConfig `yaml:"limits"`
+	// Dispatch tunes the dispatcher loops.
+	Dispatch DispatchConfig `yaml:"dispatch"`
+	// Throttle tunes reactions to upstream pushback.
+	Throttle ThrottleConfig `yaml:"throttle"`
+	// Retention bounds how long finished work is kept.
+	Retention RetentionConfig `yaml:"retention"`
+	// LimitsBytes bounds request and job sizes.
+	LimitsBytes LimitsBytesConfig `yaml:"limits_bytes"`
+	// TaskQueues are the asynq queues `task` jobs may name; default
+	// [TaskQueueDefault]. Names are non-empty, unique and hold no braces.
+	TaskQueues []string `yaml:"task_queues"`
+	// Egress opens address ranges the SSRF guard would refuse.
+	Egress EgressConfig `yaml:"egress"`
+	// Worker tunes the worker binary.
+	Worker WorkerConfig `yaml:"worker"`
+	// Log selects the log format and level.
+	Log LogConfig `yaml:"log"`
+}
+
+// Defaults of the top-level fields and of RedisConfig.
+const (
+	ListenDefault      = "127.0.0.1:8080"
+	RedisURLDefault    = "redis://127.0.0.1:6379/0"
+	RedisPrefixDefault = "sluice"
+	ShardsDefault      = 16
+	MaxShards          = 1024
+	TaskQueueDefault   = "default"
+)
+
+// RedisConfig locates Redis. Shards and Prefix are fixed in <prefix>:meta on
+// first start; changing them later is an offline command.
+type RedisConfig struct {
+	// URL is a go-redis URL (redis://, rediss:// or unix://); default
+	// RedisURLDefault. $SLUICE_REDIS_URL overrides it. With Addrs set it
+	// supplies only credentials and TLS, and its database must be 0.
+	URL string `yaml:"url"`
+	// Addrs, when not empty, selects Redis Cluster with these host:port seed
+	// addresses.
+	Addrs []string `yaml:"addrs"`
+	// Prefix starts every Sluice key; 1–64 characters of [A-Za-z0-9_.-];
+	// default RedisPrefixDefault.
+	Prefix string `yaml:"prefix"`
+	// Shards is the number of shards, 1…MaxShards; default ShardsDefault.
+	Shards int `yaml:"shards"`
+}
+
+// Defaults of DispatchConfig.
+const (
+	LeadDefault          = 100 * time.Millisecond
+	MinLeadDefault       = 50 * time.Millisecond
+	ToleranceDefault     = 2 * time.Millisecond
+	GraceDefault         = time.Second
+	MaxPromotionsDefault = 1000
+	MaxTenantsDefault    = 256
+)
+
+// DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and
+// symbols"). Lead and MinLead are fixed in <prefix>:meta once written.
+type DispatchConfig struct {
+	// Lead is D, the release window: jobs whose slot is ≤ now + D may be
+	// handed to asynq; ≥ 2 × MinLead; default LeadDefault.
+	Lead time.Duration `yaml:"lead"`
+	// MinLead is L, the minimum lead a released job gets; ≥ 1.5 ×
+	// Worker.TaskCheckInterval; default MinLeadDefault.
+	MinLead time.Duration `yaml:"min_lead"`
+	// Tolerance is ε, the claim tolerance around a slot; default
+	// ToleranceDefault.
+	Tolerance time.Duration `yaml:"tolerance"`
+	// Grace is the lease slack of a released job past its slot; ≥ Tolerance;
+	// default GraceDefault.
+	Grace time.Duration `yaml:"grace"`
+	// MaxPromotions is P, the most jobs promoted per pass; default
+	// MaxPromotionsDefault.
+	MaxPromotions int `yaml:"max_promotions"`
+	// MaxTenants is K, the most tenants visited per pass; default
+	// MaxTenantsDefault.
+	MaxTenants int `yaml:"max_tenants"`
+}
+
+// Defaults of ThrottleConfig.
+const (
+	DefaultPauseDefault  = 30 * time.Second
+	MaxPauseDefault      = time.Hour
+	AdaptiveFloorDefault = 0.05
+)
+
+// ThrottleConfig tunes reactions to "slow down" from upstream (DESIGN §4.2).
+type ThrottleConfig struct {
+	// DefaultPause is the pause after a 429 without Retry-After; default
+	// DefaultPauseDefault.
+	DefaultPause time.Duration `yaml:"default_pause"`
+	// MaxPause caps any upstream-requested pause; ≥ DefaultPause; default
+	// MaxPauseDefault.
+	MaxPause time.Duration `yaml:"max_pause"`
+	// AdaptiveFloor is the lowest fraction of its rate an adaptive tenant is
+	// cut to; 0 < x ≤ 1; default AdaptiveFloorDefault.
+	AdaptiveFloor float64 `yaml:"adaptive_floor"`
+}
+
+// Defaults of RetentionConfig.
+const (
+	SucceededRetentionDefault   = 24 * time.Hour
+	CanceledRetentionDefault    = 24 * time.Hour
+	DeadRetentionDefault        = 168 * time.Hour
+	DeadMaxPerTenantDefault     = 10_000
+	AttemptLogDefault           = 20
+	IdempotencyRetentionDefault = 24 * time.Hour
+)
+
+// RetentionConfig bounds how long finished work is kept (DESIGN §3
+// "Expiry").
+type RetentionConfig struct {
+	// Succeeded keeps a succeeded job's hash; default SucceededRetentionDefault.
+	Succeeded time.Duration `yaml:"succeeded"`
+	// Canceled keeps a canceled job's hash; default CanceledRetentionDefault.
+	Canceled time.Duration `yaml:"canceled"`
+	// Dead keeps dead letters; default DeadRetentionDefault.
+	Dead time.Duration `yaml:"dead"`
+	// DeadMaxPerTenant caps a tenant's dead set; default
+	// DeadMaxPerTenantDefault.
+	DeadMaxPerTenant int `yaml:"dead_max_per_tenant"`
+	// AttemptLog is how many attempt log entries a job keeps; default
+	// AttemptLogDefault.
+	AttemptLog int `yaml:"attempt_log"`
+	// Idempotency keeps an idempotency key past its job's terminal time;
+	// default IdempotencyRetentionDefault.
+	Idempotency time.Duration `yaml:"idempotency"`
+}
+
+// Defaults of LimitsBytesConfig.
+const (
+	MaxJobBytesDefault   = policy.MiB
+	MaxBatchBytesDefault = 16 * policy.MiB
+)
+
+// LimitsBytesConfig bounds request and job sizes.
+type LimitsBytesConfig struct {
+	// MaxJobBytes bounds one job's body; default MaxJobBytesDefault.
+	MaxJobBytes policy.ByteSize `yaml:"max_job_bytes"`
+	// MaxBatchBytes bounds a batch request's body; ≥ MaxJobBytes; default
+	// MaxBatchBytesDefault.
+	MaxBatchBytes policy.ByteSize `yaml:"max_batch_bytes"`
+}
+
+// EgressConfig opens ranges for outgoing requests.
+type EgressConfig struct {
+	// Allow lists CIDR prefixes ("10.1.0.0/16", "::1/128") the SSRF guard
+	// lets through; default none. See Prefixes.
+	Allow []string `yaml:"allow"`
+}
+
+// Defaults of WorkerConfig.
+const (
+	WorkerConcurrencyDefault = 100
+	TaskCheckIntervalDefault = 20 * time.Millisecond
+	ShutdownTimeoutDefault   = 20 * time.Second
+)
+
+// WorkerConfig tunes the worker binary's asynq server.
+type WorkerConfig struct {
+	// Concurrency is the jobs one worker process runs at once; default
+	// WorkerConcurrencyDefault.
+	Concurrency int `yaml:"concurrency"`
+	// TaskCheckInterval is asynq's idle poll interval (TCI); default
+	// TaskCheckIntervalDefault.
+	TaskCheckInterval time.Duration `yaml:"task_check_interval"`
+	// ShutdownTimeout bounds the drain at shutdown; default
+	// ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Defaults of LogConfig.
+const (
+	LogFormatDefault = "text"
+	LogLevelDefault  = "info"
+)
+
+// LogConfig selects logging.
+type LogConfig struct {
+	// Format is "text" or "json"; default LogFormatDefault.
+	Format string `yaml:"format"`
+	// Level is "debug", "info", "warn" or "error"; default LogLevelDefault.
+	Level string `yaml:"level"`
+}

@@ -1,0 +1,95 @@
+package config
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+)
+
+// WithDefaults returns a copy of c with every zero field set to its default
+// (see the field docs), the `api` limit added when absent and its FailOpen
+// set when unset. c is not modified, and the copy shares no slice or map
+// with it (elements are copied shallowly). Invalid values (negative
+// durations, an unknown algorithm) are kept for Validate to report.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.Redis.Addrs = slices.Clone(c.Redis.Addrs)
+	out.Auth.Keys = slices.Clone(c.Auth.Keys)
+	out.Tenants = maps.Clone(c.Tenants)
+	out.TaskQueues = slices.Clone(c.TaskQueues)
+	out.Egress.Allow = slices.Clone(c.Egress.Allow)
+	out.Listen = cmp.Or(c.Listen, ListenDefault)
+	out.Redis = out.Redis.withDefaults()
+	out.Limits = limitsWithDefaults(c.Limits)
+	out.Dispatch = c.Dispatch.withDefaults()
+	out.Throttle = c.Throttle.withDefaults()
+	out.Retention = c.Retention.withDefaults()
+	out.LimitsBytes = LimitsBytesConfig{
+		MaxJobBytes:   cmp.Or(c.LimitsBytes.MaxJobBytes, MaxJobBytesDefault),
+		MaxBatchBytes: cmp.Or(c.LimitsBytes.MaxBatchBytes, MaxBatchBytesDefault),
+	}
+	if len(c.TaskQueues) == 0 {
+		out.TaskQueues = []string{TaskQueueDefault}
+	}
+	out.Worker = WorkerConfig{
+		Concurrency:       cmp.Or(c.Worker.Concurrency, WorkerConcurrencyDefault),
+		TaskCheckInterval: cmp.Or(c.Worker.TaskCheckInterval, TaskCheckIntervalDefault),
+		ShutdownTimeout:   cmp.Or(c.Worker.ShutdownTimeout, ShutdownTimeoutDefault),
+	}
+	out.Log = LogConfig{
+		Format: cmp.Or(c.Log.Format, LogFormatDefault),
+		Level:  cmp.Or(c.Log.Level, LogLevelDefault),
+	}
+	return &out
+}
+
+func (r RedisConfig) withDefaults() RedisConfig {
+	r.URL = cmp.Or(r.URL, RedisURLDefault)
+	r.Prefix = cmp.Or(r.Prefix, RedisPrefixDefault)
+	r.Shards = cmp.Or(r.Shards, ShardsDefault)
+	return r
+}
+
+func limitsWithDefaults(limits map[string]LimitConfig) map[string]LimitConfig {
+	out := maps.Clone(limits)
+	if out == nil {
+		out = make(map[string]LimitConfig, 1)
+	}
+	api, ok := out[APILimitName]
+	switch {
+	case !ok:
+		out[APILimitName] = DefaultAPILimit()
+	case api.FailOpen == nil:
+		failOpen := FailOpenDefault
+		api.FailOpen = &failOpen
+		out[APILimitName] = api
+	}
+	return out
+}
+
+func (d DispatchConfig) withDefaults() DispatchConfig {
+	d.Lead = cmp.Or(d.Lead, LeadDefault)
+	d.MinLead = cmp.Or(d.MinLead, MinLeadDefault)
+	d.Tolerance = cmp.Or(d.Tolerance, ToleranceDefault)
+	d.Grace = cmp.Or(d.Grace, GraceDefault)
+	d.MaxPromotions = cmp.Or(d.MaxPromotions, MaxPromotionsDefault)
+	d.MaxTenants = cmp.Or(d.MaxTenants, MaxTenantsDefault)
+	return d
+}
+
+func (t ThrottleConfig) withDefaults() ThrottleConfig {
+	t.DefaultPause = cmp.Or(t.DefaultPause, DefaultPauseDefault)
+	t.MaxPause = cmp.Or(t.MaxPause, MaxPauseDefault)
+	t.AdaptiveFloor = cmp.Or(t.AdaptiveFloor, AdaptiveFloorDefault)
+	return t
+}
+
+func (r RetentionConfig) withDefaults() RetentionConfig {
+	r.Succeeded = cmp.Or(r.Succeeded, SucceededRetentionDefault)
+	r.Canceled = cmp.Or(r.Canceled, CanceledRetentionDefault)
+	r.Dead = cmp.Or(r.Dead, DeadRetentionDefault)
+	r.DeadMaxPerTenant = cmp.Or(r.DeadMaxPerTenant, DeadMaxPerTenantDefault)
+	r.AttemptLog = cmp.Or(r.AttemptLog, AttemptLogDefault)
+	r.Idempotency = cmp.Or(r.Idempotency, IdempotencyRetentionDefault)
+	return r
+}

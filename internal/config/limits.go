@@ -1,0 +1,128 @@
+package config
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+)
+
+// APILimitName is the reserved limit name of the API's own per-key limiter.
+// It cannot be checked through /v1/limits/{name}/check.
+const APILimitName = "api"
+
+// Defaults of the `api` limit when the file has none.
+const (
+	APIAlgorithmDefault   = bucket.SlidingWindow
+	APILimitTokensDefault = 1000
+	APIWindowDefault      = time.Minute
+	FailOpenDefault       = true
+)
+
+// LimitConfig is one named limit. Window algorithms (fixed_window,
+// sliding_log, sliding_window) take Limit and Window; bucket algorithms
+// (token_bucket, gcra) take Rate and Burst. No field has a default except
+// FailOpen.
+type LimitConfig struct {
+	// Algorithm is one of bucket.Algorithms.
+	Algorithm bucket.Algorithm `yaml:"algorithm"`
+	// Limit is the tokens per window (window algorithms), ≥ 1.
+	Limit int64 `yaml:"limit"`
+	// Window is the window length (window algorithms), ≥ 1ms.
+	Window time.Duration `yaml:"window"`
+	// Rate is the refill or emission rate (bucket algorithms).
+	Rate bucket.Rate `yaml:"rate"`
+	// Burst is the capacity or burst tolerance in tokens (bucket
+	// algorithms), ≥ 1.
+	Burst int64 `yaml:"burst"`
+	// FailOpen, for the `api` limit only, admits requests while Redis is
+	// unreachable; default FailOpenDefault. Setting it on another limit is
+	// an error.
+	FailOpen *bool `yaml:"fail_open"`
+}
+
+// DefaultAPILimit returns the `api` limit used when the file has none:
+// sliding_window, 1000 per 1m, fail open.
+func DefaultAPILimit() LimitConfig {
+	failOpen := FailOpenDefault
+	return LimitConfig{
+		Algorithm: APIAlgorithmDefault,
+		Limit:     APILimitTokensDefault,
+		Window:    APIWindowDefault,
+		FailOpen:  &failOpen,
+	}
+}
+
+// Bucket returns l as the bucket package's Limit.
+func (l LimitConfig) Bucket() bucket.Limit {
+	return bucket.Limit{Algorithm: l.Algorithm, Limit: l.Limit, Window: l.Window, Rate: l.Rate, Burst: l.Burst}
+}
+
+// FailsOpen reports whether the limit admits requests while Redis is
+// unreachable: FailOpen, or FailOpenDefault when unset.
+func (l LimitConfig) FailsOpen() bool {
+	if l.FailOpen == nil {
+		return FailOpenDefault
+	}
+	return *l.FailOpen
+}
+
+// validateLimits checks every limit by name, naming the offending field; a
+// limit whose fields pass is also checked with bucket.Limit.Validate.
+func validateLimits(p *problems, limits map[string]LimitConfig) {
+	for _, name := range slices.Sorted(maps.Keys(limits)) {
+		at := "limits." + pathKey(name)
+		if !validName(name) {
+			p.add(at, "name %s", nameRule)
+		}
+		l := limits[name]
+		before := len(p.errs)
+		if l.FailOpen != nil && name != APILimitName {
+			p.add(at+".fail_open", "only the %s limit takes fail_open", APILimitName)
+		}
+		switch {
+		case l.Algorithm == "":
+			p.add(at+".algorithm", "must be set, one of %v", bucket.Algorithms)
+		case !l.Algorithm.Valid():
+			p.add(at+".algorithm", "%q is not one of %v", l.Algorithm, bucket.Algorithms)
+		case l.Algorithm.Windowed():
+			validateWindowed(p, at, l)
+		default:
+			validateBucket(p, at, l)
+		}
+		if len(p.errs) == before {
+			p.addErr(at, l.Bucket().Validate())
+		}
+	}
+}
+
+func validateWindowed(p *problems, at string, l LimitConfig) {
+	if l.Limit < 1 {
+		p.add(at+".limit", "must be at least 1, got %d", l.Limit)
+	}
+	if l.Window < time.Millisecond || l.Window%time.Microsecond != 0 {
+		p.add(at+".window", "must be at least 1ms in whole microseconds, got %s", dur(l.Window))
+	}
+	if !l.Rate.IsZero() {
+		p.add(at+".rate", "not used by %s, which takes limit and window", l.Algorithm)
+	}
+	if l.Burst != 0 {
+		p.add(at+".burst", "not used by %s, which takes limit and window", l.Algorithm)
+	}
+}
+
+func validateBucket(p *problems, at string, l LimitConfig) {
+	if l.Rate.IntervalMicros() < 1 {
+		p.add(at+".rate", "must be set (N/s, N/m or N/h)")
+	}
+	if l.Burst < 1 {
+		p.add(at+".burst", "must be at least 1, got %d", l.Burst)
+	}
+	if l.Limit != 0 {
+		p.add(at+".limit", "not used by %s, which takes rate and burst", l.Algorithm)
+	}
+	if l.Window != 0 {
+		p.add(at+".window", "not used by %s, which takes rate and burst", l.Algorithm)
+	}
+}

@@ -1,0 +1,283 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// loadString loads content as a config file.
+func loadString(t *testing.T, content string) (*Config, error) {
+	t.Helper()
+	return Load(writeFile(t, content), nil)
+}
+
+func TestSeveralProblemsReportedAtOnce(t *testing.T) {
+	_, err := loadString(t, `
+listen: localhost
+redis: {url: "ftp://x", prefix: "a:b", shards: 2000}
+auth:
+  keys:
+    - {name: "bad name", sha256: "xyz"}
+defaults: {burst: 0, retry: {max_attempts: 0}}
+tenants:
+  "a/b": {weight: 1}
+  acme: {concurrency: -1, webhook_secrets: ["whsec_nope"]}
+limits:
+  search: {algorithm: token_bucket, rate: 5/s, burst: 0}
+dispatch: {lead: 60ms, min_lead: 50ms, tolerance: 2s, grace: 1s}
+throttle: {adaptive_floor: 1.5}
+retention: {dead_max_per_tenant: -1}
+limits_bytes: {max_job_bytes: 2MiB, max_batch_bytes: 1MiB}
+task_queues: ["{q}"]
+egress: {allow: ["10.0.0.1", "fd00::/8"]}
+worker: {concurrency: -5}
+log: {format: xml, level: loud}
+`)
+	want := []string{
+		"auth.keys[0].name", "auth.keys[0].sha256",
+		"defaults.burst", "defaults.retry.max_attempts",
+		"dispatch.grace", "dispatch.lead",
+		"egress.allow[0]",
+		"limits.search.burst",
+		"limits_bytes.max_batch_bytes",
+		"listen",
+		"log.format", "log.level",
+		"redis.prefix", "redis.shards", "redis.url",
+		"retention.dead_max_per_tenant",
+		"task_queues[0]",
+		`tenants."a/b"`,
+		"tenants.acme.concurrency", "tenants.acme.webhook_secrets[0]",
+		"throttle.adaptive_floor",
+		"worker.concurrency",
+	}
+	if got := problemFields(t, err); !slices.Equal(got, want) {
+		t.Errorf("problems\n%v\nin\n%v\nwant\n%v", got, err, want)
+	}
+	for _, msg := range []string{
+		"limits.search.burst: must be at least 1, got 0",
+		"dispatch.lead: must be at least 2 × dispatch.min_lead (100ms), got 60ms",
+		"dispatch.grace: must be at least dispatch.tolerance (2s), got 1s",
+		"redis.shards: must be from 1 to 1024, got 2000",
+	} {
+		if !strings.Contains(err.Error(), msg) {
+			t.Errorf("error\n%v\ndoes not contain %q", err, msg)
+		}
+	}
+}
+
+func TestUnknownKeysRejected(t *testing.T) {
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"top level":       {"listen: :1\nbogus: 1\n", "line 2: field bogus not found in type config.Config"},
+		"redis":           {"redis: {url: redis://x:1/0, database: 1}\n", "field database not found in type config.RedisConfig"},
+		"auth key":        {"auth: {keys: [{name: a, key: k, role: admin}]}\n", "field role not found in type config.KeyConfig"},
+		"defaults":        {"defaults: {rate: 5/s, max_rate: 6/s}\n", "field max_rate not found in type policy.Overrides"},
+		"defaults retry":  {"defaults: {retry: {attempts: 3}}\n", "field attempts not found in type policy.RetryOverrides"},
+		"defaults admit":  {"defaults: {admit: {capacity: 3}}\n", "field capacity not found in type policy.AdmitOverrides"},
+		"tenant":          {"tenants: {acme: {secrets: []}}\n", "field secrets not found in type policy.Overrides"},
+		"limit":           {"limits: {s: {algorithm: gcra, rate: 1/s, burst: 1, cost: 2}}\n", "field cost not found in type config.LimitConfig"},
+		"dispatch":        {"dispatch: {lead_time: 1s}\n", "field lead_time not found in type config.DispatchConfig"},
+		"egress":          {"egress: {deny: []}\n", "field deny not found in type config.EgressConfig"},
+		"log":             {"log: {output: stderr}\n", "field output not found in type config.LogConfig"},
+		"misspelled case": {"Listen: :1\n", "field Listen not found"},
+	} {
+		_, err := loadString(t, tc.yaml)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, tc.want)
+		}
+	}
+}
+
+// Decoding problems (unknown keys, bad values) are listed together, by line.
+func TestDecodeProblemsListedTogether(t *testing.T) {
+	_, err := loadString(t, `
+bogus: 1
+redis: {shards: many}
+limits:
+  s: {algorithm: gcra, rate: 5/fortnight, burst: 1}
+dispatch: {lead: soon}
+defaults: {timeout: 15, max_backlog_bytes: 1MB}
+`)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{
+		"line 2: field bogus not found",
+		"line 3: cannot unmarshal !!str `many` into int",
+		`line 5: rate "5/fortnight"`,
+		"line 6: cannot unmarshal !!str `soon` into time.Duration",
+		`line 7: duration "15"`,
+		`line 7: size "1MB"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\ndoes not contain %q", err, want)
+		}
+	}
+}
+
+func TestMoreThanOneDocument(t *testing.T) {
+	_, err := loadString(t, "listen: :1\n---\nlisten: :2\n")
+	if err == nil || !strings.Contains(err.Error(), "want one document") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestBadTenantIDs(t *testing.T) {
+	for _, id := range []string{`"."`, `".."`, `"a b"`, `"a:b"`, `"{s1}"`, `"*"`, `"é"`, `"` + strings.Repeat("x", 129) + `"`, `""`} {
+		_, err := loadString(t, "tenants:\n  "+id+": {burst: 2}\n")
+		fields := problemFields(t, err)
+		if len(fields) != 1 || !strings.HasPrefix(fields[0], "tenants.") || !errors.Is(err, policy.ErrInvalidTenantID) {
+			t.Errorf("tenant %s: problems %v in %v", id, fields, err)
+		}
+	}
+	cfg, err := loadString(t, "tenants:\n  A-z_0.9@x: {burst: 2}\n  '...': {}\n")
+	if err != nil || len(cfg.Tenants) != 2 {
+		t.Errorf("valid tenant ids: %v", err)
+	}
+}
+
+// A tenant's overrides are checked merged with the defaults too.
+func TestTenantMergedWithDefaults(t *testing.T) {
+	_, err := loadString(t, `
+defaults: {retry: {min_backoff: 10m}}
+tenants:
+  acme: {retry: {max_backoff: 1m}}
+  globex: {retry: {max_backoff: 20m}}
+`)
+	got := problemFields(t, err)
+	if !slices.Equal(got, []string{"tenants.acme.retry.max_backoff"}) {
+		t.Errorf("problems %v in %v", got, err)
+	}
+	// The defaults alone merged over the built-in max_backoff (1h).
+	_, err = loadString(t, "defaults: {retry: {min_backoff: 2h}}\n")
+	if got := problemFields(t, err); !slices.Equal(got, []string{"defaults.retry.max_backoff"}) {
+		t.Errorf("problems %v in %v", got, err)
+	}
+}
+
+func TestBadLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name, limit string
+		want        []string
+	}{
+		{"valid window", "{algorithm: sliding_window, limit: 10, window: 1s}", nil},
+		{"valid bucket", "{algorithm: gcra, rate: 10/m, burst: 3}", nil},
+		{"no algorithm", "{limit: 10, window: 1s}", []string{"limits.x.algorithm"}},
+		{"unknown algorithm", "{algorithm: leaky, rate: 1/s, burst: 1}", []string{"limits.x.algorithm"}},
+		{"window algorithm with rate", "{algorithm: fixed_window, limit: 10, window: 1s, rate: 5/s}", []string{"limits.x.rate"}},
+		{"window algorithm with burst only", "{algorithm: sliding_log, burst: 5}", []string{"limits.x.burst", "limits.x.limit", "limits.x.window"}},
+		{"window too short", "{algorithm: sliding_window, limit: 1, window: 500us}", []string{"limits.x.window"}},
+		{"window not whole µs", "{algorithm: fixed_window, limit: 1, window: 1000001ns}", []string{"limits.x.window"}},
+		{"bucket algorithm with window", "{algorithm: token_bucket, rate: 5/s, burst: 1, window: 1s, limit: 3}", []string{"limits.x.limit", "limits.x.window"}},
+		{"bucket without rate", "{algorithm: gcra, burst: 1}", []string{"limits.x.rate"}},
+		{"zero burst", "{algorithm: token_bucket, rate: 5/s}", []string{"limits.x.burst"}},
+		{"fail_open off api", "{algorithm: gcra, rate: 5/s, burst: 1, fail_open: false}", []string{"limits.x.fail_open"}},
+	} {
+		_, err := loadString(t, "limits:\n  x: "+tc.limit+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.name, got, tc.want, err)
+		}
+	}
+	for name, want := range map[string]string{`"a:b"`: `limits."a:b"`, `"{x}"`: `limits."{x}"`, strings.Repeat("n", 65): "limits." + strings.Repeat("n", 65)} {
+		_, err := loadString(t, "limits:\n  "+name+": {algorithm: gcra, rate: 1/s, burst: 1}\n")
+		if got := problemFields(t, err); !slices.Equal(got, []string{want}) {
+			t.Errorf("limit name %s: problems %v", name, got)
+		}
+	}
+	// The api entry given in full replaces the default, and is validated.
+	_, err := loadString(t, "limits: {api: {algorithm: sliding_window, limit: 0, window: 1m}}\n")
+	if got := problemFields(t, err); !slices.Equal(got, []string{"limits.api.limit"}) {
+		t.Errorf("api limit 0: problems %v", got)
+	}
+}
+
+func TestBadAuth(t *testing.T) {
+	valid := "b178fa90e990aca0a826ca217e51f66a59125ddb4d95bae230006bde38722829"
+	for _, tc := range []struct {
+		name, keys string
+		want       []string
+	}{
+		{"valid", `[{name: a, sha256: ` + valid + `, tenants: ["*"], limits: [search]}]`, nil},
+		{"neither", `[{name: a}]`, []string{"auth.keys[0]"}},
+		{"both", `[{name: a, sha256: ` + valid + `, key: k}]`, []string{"auth.keys[0]"}},
+		{"short hash", `[{name: a, sha256: abc}]`, []string{"auth.keys[0].sha256"}},
+		{"non-hex hash", `[{name: a, sha256: ` + strings.Repeat("g", 64) + `}]`, []string{"auth.keys[0].sha256"}},
+		{"no name", `[{key: k}]`, []string{"auth.keys[0].name"}},
+		{"duplicate name", `[{name: a, key: k1}, {name: a, key: k2}]`, []string{"auth.keys[1].name"}},
+		{"same key twice", `[{name: a, key: producer-key}, {name: b, sha256: ` + strings.ToUpper(valid) + `}]`, []string{"auth.keys[1]"}},
+		{"bad glob", `[{name: a, key: k, tenants: ["acme-[", ""]}]`, []string{"auth.keys[0].tenants[0]", "auth.keys[0].tenants[1]"}},
+		{"unknown limit", `[{name: a, key: k, limits: [geo]}]`, []string{"auth.keys[0].limits[0]"}},
+		{"api limit", `[{name: a, key: k, limits: [api]}]`, []string{"auth.keys[0].limits[0]"}},
+	} {
+		_, err := loadString(t, "limits: {search: {algorithm: gcra, rate: 1/s, burst: 1}}\nauth:\n  keys: "+tc.keys+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.name, got, tc.want, err)
+		}
+	}
+	_, err := loadString(t, "auth: {keys: [{name: a, sha256: "+valid+", key: very-secret-plaintext}]}\n")
+	if err == nil || strings.Contains(err.Error(), "very-secret-plaintext") {
+		t.Errorf("error reveals the plaintext key: %v", err)
+	}
+}
+
+func TestKeyPermissions(t *testing.T) {
+	k := KeyConfig{Tenants: []string{"acme-*", "globex"}, Limits: []string{"search"}}
+	for id, want := range map[string]bool{"acme-eu": true, "acme-": true, "globex": true, "globex2": false, "acme": false} {
+		if got := k.AllowsTenant(id); got != want {
+			t.Errorf("AllowsTenant(%q) = %v, want %v", id, got, want)
+		}
+	}
+	if (KeyConfig{Admin: true}).AllowsTenant("acme") {
+		t.Error("an admin key without tenant patterns allows a tenant")
+	}
+	for _, tc := range []struct {
+		key  KeyConfig
+		name string
+		want bool
+	}{
+		{k, "search", true}, {k, "geo", false}, {k, "api", false},
+		{KeyConfig{Admin: true}, "geo", true}, {KeyConfig{Admin: true, Limits: []string{"api"}}, "api", false},
+	} {
+		if got := tc.key.AllowsLimit(tc.name); got != tc.want {
+			t.Errorf("%+v.AllowsLimit(%q) = %v, want %v", tc.key, tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestTimingConstraints(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"lead exactly 2 × min_lead", "dispatch: {lead: 100ms, min_lead: 50ms}", nil},
+		{"lead below 2 × min_lead", "dispatch: {lead: 99ms, min_lead: 50ms}", []string{"dispatch.lead"}},
+		{"min_lead below 1.5 × TCI", "dispatch: {lead: 200ms, min_lead: 50ms}\nworker: {task_check_interval: 40ms}", []string{"dispatch.min_lead"}},
+		{"grace equal to tolerance", "dispatch: {tolerance: 5ms, grace: 5ms}", nil},
+		{"negative grace", "dispatch: {grace: -1s}", []string{"dispatch.grace"}},
+		{"max_pause below default_pause", "throttle: {default_pause: 2h}", []string{"throttle.max_pause"}},
+		{"floor 1", "throttle: {adaptive_floor: 1}", nil},
+		{"negative floor", "throttle: {adaptive_floor: -0.1}", []string{"throttle.adaptive_floor"}},
+		{"negative retention", "retention: {succeeded: -1h, attempt_log: -1}", []string{"retention.attempt_log", "retention.succeeded"}},
+		{"duplicate queue", "task_queues: [a, b, a, '']", []string{"task_queues[2]", "task_queues[3]"}},
+		{"negative sizes", "limits_bytes: {max_job_bytes: 0, max_batch_bytes: 1KiB}", []string{"limits_bytes.max_batch_bytes"}},
+		{"cluster needs db 0", "redis: {url: redis://x:1/3, addrs: [a:1, b]}", []string{"redis.addrs[1]", "redis.url"}},
+	} {
+		_, err := loadString(t, tc.yaml+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.name, got, tc.want, err)
+		}
+	}
+}
+
+func TestRedisURLErrorHidesPassword(t *testing.T) {
+	_, err := Load("", env{EnvRedisURL: "redis://user:hunter2@host:notaport/0"}.get)
+	if got := problemFields(t, err); !slices.Equal(got, []string{"redis.url"}) {
+		t.Fatalf("problems %v in %v", got, err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error reveals the password: %v", err)
+	}
+}

@@ -1,0 +1,119 @@
+// Package policy holds a tenant's policy (DESIGN §1, §7): its dispatch rate
+// and burst, concurrency cap, weight, admission bucket, backlog caps, retry
+// curve, per-attempt timeout, adaptive flag and webhook signing secrets.
+//
+// Overrides is the sparse form the configuration's defaults and tenant
+// entries and the API's PUT body hold; Resolve merges layers of it over
+// Builtin into a Policy with every field set. The package has no I/O: Redis
+// storage, HTTP handlers and configuration loading live elsewhere.
+package policy
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+)
+
+// Built-in defaults: what a tenant gets when neither the configuration's
+// defaults nor its own overrides set a field.
+const (
+	RateDefaultTokens       = 10 // per RateDefaultPer: 10/s
+	RateDefaultPer          = time.Second
+	BurstDefault            = 1
+	ConcurrencyDefault      = 10
+	WeightDefault           = 1
+	AdmitRateDefaultTokens  = 100 // per AdmitRateDefaultPer: 100/s
+	AdmitRateDefaultPer     = time.Second
+	AdmitBurstDefault       = 1000
+	MaxBacklogDefault       = 100_000
+	MaxBacklogBytesDefault  = 256 * MiB
+	MaxAttemptsDefault      = 8
+	MinBackoffDefault       = time.Second
+	MaxBackoffDefault       = time.Hour
+	MaxDoublingsDefault     = 5
+	MaxRetryDurationDefault = 24 * time.Hour
+	TimeoutDefault          = 15 * time.Second
+	AdaptiveDefault         = true
+)
+
+// Bounds enforced by Validate beyond "at least 1".
+const (
+	// MaxBurst bounds burst and admit.burst so that burst × emission interval
+	// (at most 3.6e9 µs for 1/h) stays within int64 microseconds.
+	MaxBurst = 1_000_000_000
+	// MaxTimeout bounds the per-attempt timeout.
+	MaxTimeout = time.Hour
+)
+
+// Policy is a tenant's resolved policy: every field set. Build one with
+// Resolve (or Builtin) and check it with Validate. Rates and bounds are in
+// tokens (sums of job costs). A Policy is a value; copies share only the
+// WebhookSecrets backing array, which Resolve allocates afresh.
+//
+// MarshalJSON emits the View (no secrets); store Overrides, not Policy.
+type Policy struct {
+	Rate            bucket.Rate   // dispatch rate r; default 10/s
+	Burst           int64         // dispatch burst b in tokens, 1 = perfectly even spacing; default 1
+	Concurrency     int64         // jobs running at once, claim → finish; default 10
+	Weight          int64         // share of worker capacity under overload; default 1
+	Admit           Admit         // enqueue token bucket; default {100/s, 1000}
+	MaxBacklog      int64         // jobs queued + scheduled + retrying + released; default 100000
+	MaxBacklogBytes int64         // bytes of those jobs; default 256 MiB
+	Retry           Retry         // retry curve and limits; defaults on Retry
+	Timeout         time.Duration // bounds one attempt; default 15s, at most MaxTimeout
+	Adaptive        bool          // cut the rate on upstream pushback, recover on success; default true
+	// WebhookSecrets sign webhook deliveries; default none.
+	WebhookSecrets Secrets
+}
+
+// Admit is the admission token bucket checked at enqueue: capacity Burst,
+// refilled at Rate.
+type Admit struct {
+	Rate  bucket.Rate // default 100/s
+	Burst int64       // default 1000
+}
+
+// Retry is the retry policy, with Google Cloud Tasks' names and curve (see
+// Backoff).
+type Retry struct {
+	// MaxAttempts is the most attempts a job gets, counting the first; ≥ 1,
+	// default 8.
+	MaxAttempts int
+	// MinBackoff is the wait after the first failure; > 0, default 1s.
+	MinBackoff time.Duration
+	// MaxBackoff caps every wait; ≥ MinBackoff, default 1h.
+	MaxBackoff time.Duration
+	// MaxDoublings is how many times the wait doubles before growing
+	// linearly; ≥ 0, default 5.
+	MaxDoublings int
+	// MaxRetryDuration bounds retrying, measured from the first attempt in
+	// Redis time; 0 means no bound; default 24h.
+	MaxRetryDuration time.Duration
+}
+
+// Builtin returns the built-in defaults (the XxxDefault constants).
+func Builtin() Policy {
+	return Policy{
+		Rate:            bucket.Rate{Tokens: RateDefaultTokens, Per: RateDefaultPer},
+		Burst:           BurstDefault,
+		Concurrency:     ConcurrencyDefault,
+		Weight:          WeightDefault,
+		Admit:           Admit{Rate: bucket.Rate{Tokens: AdmitRateDefaultTokens, Per: AdmitRateDefaultPer}, Burst: AdmitBurstDefault},
+		MaxBacklog:      MaxBacklogDefault,
+		MaxBacklogBytes: int64(MaxBacklogBytesDefault),
+		Retry: Retry{
+			MaxAttempts:      MaxAttemptsDefault,
+			MinBackoff:       MinBackoffDefault,
+			MaxBackoff:       MaxBackoffDefault,
+			MaxDoublings:     MaxDoublingsDefault,
+			MaxRetryDuration: MaxRetryDurationDefault,
+		},
+		Timeout:  TimeoutDefault,
+		Adaptive: AdaptiveDefault,
+	}
+}
+
+// MaxCost is the largest cost one job may have under p: min(Burst,
+// Admit.Burst). A larger cost could never be admitted or dispatched, so the
+// enqueue is refused (422).
+func (p Policy) MaxCost() int64 { return min(p.Burst, p.Admit.Burst) }

@@ -1,0 +1,82 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestViewJSONIsStable(t *testing.T) {
+	p := Builtin()
+	p.WebhookSecrets = Secrets{secretA, secretB}
+	got, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,` +
+		`"admit":{"rate":"100/s","burst":1000},"max_backlog":100000,"max_backlog_bytes":"256MiB",` +
+		`"retry":{"max_attempts":8,"min_backoff":"1s","max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},` +
+		`"timeout":"15s","adaptive":true,"webhook_secrets_count":2}`
+	if string(got) != want {
+		t.Errorf("json.Marshal(policy) =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// The view's values read back as Overrides, so a client may edit what it got.
+func TestViewReadsBackAsOverrides(t *testing.T) {
+	p := Resolve(fullOverrides())
+	b, err := json.Marshal(p.View())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`,"webhook_secrets_count":2`), nil, 1)
+	o, err := DecodeJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	o.WebhookSecrets = p.WebhookSecrets
+	if back := Resolve(o); back.View() != p.View() {
+		t.Errorf("view read back as overrides resolves to %+v, want %+v", back.View(), p.View())
+	}
+}
+
+func TestSecretsNeverInViewsOrLogs(t *testing.T) {
+	p := Resolve(fullOverrides())
+	wrapped := struct {
+		Policy  Policy  `json:"policy"`
+		Pointer *Policy `json:"pointer"`
+	}{p, &p}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("policy", "p", p, "secrets", p.WebhookSecrets)
+
+	outputs := map[string]string{
+		"fmt %v":  fmt.Sprintf("%v", p),
+		"fmt %+v": fmt.Sprintf("%+v", p),
+		"fmt %#v": fmt.Sprintf("%#v", p),
+		"fmt %s":  fmt.Sprintf("%s", p.WebhookSecrets),
+		"slog":    logs.String(),
+	}
+	for name, v := range map[string]any{"policy": p, "pointer": &p, "view": p.View(), "wrapped": wrapped} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		outputs["json "+name] = string(b)
+	}
+	for name, out := range outputs {
+		for _, s := range p.WebhookSecrets {
+			if strings.Contains(out, strings.TrimPrefix(s, SecretPrefix)) {
+				t.Errorf("%s reveals a secret: %s", name, out)
+			}
+		}
+	}
+	if !strings.Contains(outputs["json policy"], `"webhook_secrets_count":2`) {
+		t.Errorf("json policy lacks the secrets count: %s", outputs["json policy"])
+	}
+	if !strings.Contains(outputs["fmt %v"], "[2 secrets]") {
+		t.Errorf("fmt %%v lacks the secrets count: %s", outputs["fmt %v"])
+	}
+}
