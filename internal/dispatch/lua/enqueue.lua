@@ -1,0 +1,151 @@
+-- enqueue.lua — admit and store up to 1000 jobs of one tenant (DESIGN §2.1).
+--
+-- KEYS[1]  <p>:{sN}:ready
+-- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
+-- ARGV[3]  tenant                    ARGV[4]  n, the number of items
+-- ARGV[5…] n items of 8 values each:
+--          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
+--          idempotency key ('' = none), fingerprint (hex), body
+-- Reply:   {'ok', now, woke (0|1), r1, …, rn}, one ri per item, in order:
+--          {'accepted',  id, state ('queued'|'scheduled'), eta µs}
+--          {'duplicate', id, state ('' when the record expired), eta µs}
+--          {'refused',   code, retry_after µs (0 = never by waiting), detail}
+--          code: 'idempotency_mismatch' | 'invalid' | 'rate_limited' | 'backlog_full'
+--
+-- Per item, in order: idempotency → cost fits min(burst, admit_burst) →
+-- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
+-- → store the job → backlog (RPUSH) or delayed set (run_at in the future) →
+-- counters. Then once: reschedule(tenant), tenant expiry, and a PUBLISH on the
+-- wake channel when the shard's earliest time moved earlier. A refused item
+-- writes nothing (no idempotency key either); a call that accepts nothing
+-- writes nothing at all.
+--
+-- eta is a lower bound on the job's slot: with Q tokens queued ahead of it,
+-- eta = max(run_at, now, max(TAT, now) + (Q − (b − cost))·T). Each token
+-- ahead moves TAT by T at least, and the job's slot is TAT − (b − cost)·T.
+
+local tn = ARGV[3]
+local n = tonumber(ARGV[4])
+if not n or n < 1 or #ARGV ~= 4 + 8 * n then
+  return redis.error_reply('ERR sluice enqueue: want 8 values per item')
+end
+
+local items = {}
+for i = 1, n do
+  local o = 4 + (i - 1) * 8
+  local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
+    run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
+    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8]}
+  if not it.cost or it.cost < 1 or not it.run_at or not it.delay then
+    return redis.error_reply('ERR sluice enqueue: bad cost, run_at or delay in item ' .. i)
+  end
+  items[i] = it
+end
+
+-- Read phase.
+local p = load_policy(tn)
+local t = load_tenant(tn, p)
+local before = shard_earliest()
+for _, it in ipairs(items) do
+  if it.idem ~= '' then
+    local v = redis.call('GET', k_idem(tn, it.idem))
+    if v then
+      it.prev_fp, it.prev_id = string.match(v, '^(%S+) (%S+)$')
+      if it.prev_id then
+        local j = redis.call('HMGET', k_job(it.prev_id), 'state', 'eta')
+        it.prev_state, it.prev_eta = j[1] or '', tonumber(j[2]) or 0
+      end
+    end
+  end
+end
+rescale_tat(t, p, NOW)
+refill(t, p, NOW)
+
+local claimed = {} -- idempotency key → the item of this call that stored it
+
+local function idempotency(it)
+  if it.idem == '' then return nil end
+  local prev = claimed[it.idem]
+  if not prev and it.prev_id then
+    prev = {fp = it.prev_fp, id = it.prev_id, state = it.prev_state, eta = it.prev_eta}
+  end
+  if not prev then return nil end
+  if prev.fp == it.fp then return {'duplicate', prev.id, prev.state, prev.eta} end
+  return {'refused', 'idempotency_mismatch', 0, 'idempotency key was used with another request'}
+end
+
+-- drain_wait estimates when `jobs` more jobs will have left the backlog at the
+-- dispatch rate: the wait for the next slot (or the end of a pause), then T
+-- per job.
+local function drain_wait(jobs)
+  local next_at = math.max(t.tat - (p.burst - 1) * p.rate_us, t.paused_until)
+  return math.max(0, next_at - NOW) + jobs * p.rate_us
+end
+
+local function caps(it)
+  local size = #it.body
+  if it.cost > math.min(p.burst, p.admit_burst) then
+    return {'refused', 'invalid', 0, 'cost ' .. istr(it.cost) .. ' exceeds min(burst, admit_burst) = '
+      .. istr(math.min(p.burst, p.admit_burst))}
+  end
+  if size > p.max_backlog_bytes then
+    return {'refused', 'invalid', 0, 'body of ' .. istr(size) .. ' bytes exceeds max_backlog_bytes'}
+  end
+  local wait = admit_wait(t, p, it.cost, NOW)
+  if wait > 0 then return {'refused', 'rate_limited', wait, 'admission rate exceeded'} end
+  if t.live + 1 > p.max_backlog then
+    return {'refused', 'backlog_full', drain_wait(t.live + 1 - p.max_backlog), 'max_backlog reached'}
+  end
+  if t.bytes + size > p.max_backlog_bytes then
+    local avg = math.max(1, math.floor(t.bytes / math.max(1, t.live)))
+    local jobs = math.ceil((t.bytes + size - p.max_backlog_bytes) / avg)
+    return {'refused', 'backlog_full', drain_wait(jobs), 'max_backlog_bytes reached'}
+  end
+  return nil
+end
+
+local function store(it)
+  local run_at = it.run_at
+  if it.delay > 0 then run_at = NOW + it.delay end
+  local eta = math.max(NOW, math.max(t.tat, NOW) + (t.qtok - p.burst + it.cost) * p.rate_us)
+  local state = 'queued'
+  if run_at > NOW then
+    state = 'scheduled'
+    eta = math.max(eta, run_at)
+    redis.call('ZADD', K_DELAYED, run_at, it.id)
+  else
+    redis.call('RPUSH', k_queue(tn), it.id)
+    t.qtok = t.qtok + it.cost
+  end
+  redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', it.cost,
+    'bytes', #it.body, 'body', it.body, 'state', state, 'gen', 0, 'attempt', 0,
+    'created', NOW, 'run_at', run_at, 'eta', eta, 'idem', it.idem)
+  if it.idem ~= '' then
+    redis.call('SET', k_idem(tn, it.idem), it.fp .. ' ' .. it.id)
+    claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}
+  end
+  t.atok = t.atok - it.cost
+  t.live = t.live + 1
+  t.bytes = t.bytes + #it.body
+  return {'accepted', it.id, state, eta}
+end
+
+-- Decide and write, item by item.
+local reply = {'ok', NOW, 0}
+local accepted = 0
+for _, it in ipairs(items) do
+  local r = idempotency(it) or caps(it)
+  if not r then
+    r = store(it)
+    accepted = accepted + 1
+  end
+  reply[#reply + 1] = r
+end
+
+if accepted > 0 then
+  save_tenant(tn, t)
+  reschedule(tn, t, p, NOW)
+  expire_tenant(tn, t, p, NOW)
+  reply[3] = wake(before)
+end
+return reply

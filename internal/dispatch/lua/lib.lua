@@ -1,0 +1,209 @@
+-- lib.lua — shared prologue of every dispatch script (DESIGN §3).
+--
+-- Assembled at init (scripts.go) as:  BUILTIN table, this file, the script.
+--
+-- Conventions every script follows:
+--   KEYS[1]  the shard's ready set "<p>:{sN}:ready" — the script's shard key
+--   ARGV[1]  the shard base "<p>:{sN}:"; KEYS[1] must equal ARGV[1] .. "ready".
+--            Every other key is built from it by the key builders below, so
+--            each key a script touches carries the shard's hash tag.
+--   ARGV[2]  now in µs; "0" means Redis TIME (production). Tests pass a fake now.
+--   ARGV[3…] the script's own arguments.
+-- Replies are arrays whose first element is a status: "ok" or an error code
+-- ("not_found", "conflict", "version_mismatch", "invalid") that the Go runner
+-- maps to a typed error. Numbers cross the boundary as integers only; numbers
+-- turned into strings go through istr (Lua's tostring would print 1.7e+15).
+-- Scripts parse and validate their arguments and read the policy, the tenant
+-- and the records they decide on before their first write, so a refusal or
+-- an error leaves nothing half-done. The reads that follow writes are
+-- reschedule's (the head of the tenant's lists, the head job's cost), the
+-- wake check's (the first scores of ready and delayed) and pop's tombstone
+-- skipping: keys of the script's own slot, reads that cannot fail.
+
+local BASE = ARGV[1]
+if KEYS[1] ~= BASE .. 'ready' then
+  return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+end
+
+local function istr(n) return string.format('%d', n) end
+
+local function clock()
+  local n = tonumber(ARGV[2])
+  if n and n > 0 then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local NOW = clock()
+
+-- Key builders: the Lua twin of keys.go.
+local K_READY = KEYS[1]
+local K_DELAYED = BASE .. 'delayed'
+local K_LEASES = BASE .. 'leases'
+local K_POLICY = BASE .. 'policy'
+local K_WAKE = BASE .. 'wake'
+local function k_tenant(tn) return BASE .. 't:' .. tn end
+local function k_queue(tn) return BASE .. 't:' .. tn .. ':q' end
+local function k_head(tn) return BASE .. 't:' .. tn .. ':head' end
+local function k_job(id) return BASE .. 'j:' .. id end
+local function k_idem(tn, key) return BASE .. 'idem:' .. tn .. ':' .. key end
+
+-- Policy: BUILTIN ← field "*" ← field <tenant>, merged on every call, so a
+-- policy write is effective on the very next decision. Returns the effective
+-- params and the tenant overrides' version (0 when none).
+-- decode_policy decodes one stored entry; absent is {}. A corrupt entry
+-- raises an error, which is safe: it happens in the read phase.
+local function decode_policy(raw)
+  if not raw then return {} end
+  local ok, v = pcall(cjson.decode, raw)
+  if not ok or type(v) ~= 'table' then
+    error({err = 'ERR sluice: corrupt policy entry in ' .. K_POLICY})
+  end
+  return v
+end
+
+local function merge_policy(defaults, overrides)
+  local p = {}
+  for k, v in pairs(BUILTIN) do p[k] = v end
+  for _, layer in ipairs({defaults, overrides}) do
+    for k, v in pairs(layer) do
+      if BUILTIN[k] ~= nil and type(v) == 'number' then p[k] = v end
+    end
+  end
+  return p
+end
+
+local function load_policy(tn)
+  local raw = redis.call('HMGET', K_POLICY, '*', tn)
+  local o = decode_policy(raw[2])
+  return merge_policy(decode_policy(raw[1]), o), tonumber(o.version) or 0
+end
+
+-- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for
+-- the first time starts with a full admission bucket.
+local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
+  'running', 'released', 'hseq', 'paused_until', 'admin_paused', 'disabled'}
+
+local function load_tenant(tn, p)
+  local raw = redis.call('HMGET', k_tenant(tn), unpack(T_FIELDS))
+  local t = {}
+  for i, f in ipairs(T_FIELDS) do t[f] = tonumber(raw[i]) or 0 end
+  if not raw[4] then t.atok = p.admit_burst; t.ats = NOW end
+  return t
+end
+
+local function save_tenant(tn, t)
+  local args = {}
+  for _, f in ipairs(T_FIELDS) do args[#args + 1] = f; args[#args + 1] = t[f] end
+  redis.call('HSET', k_tenant(tn), unpack(args))
+end
+
+-- rescale_tat applies a rate or burst change to the GCRA state (DESIGN §3):
+-- TAT′ = now + max(0, TAT − now)·T′/T, capped at now + b′·T′. tat_t and tat_b
+-- remember the T and b the TAT was computed with, so a change of the shard
+-- defaults is applied lazily, at the tenant's next decision. The product is
+-- split so that it stays exact within doubles (error below 1 µs).
+local function rescale_tat(t, p, now)
+  if t.tat_t == p.rate_us and t.tat_b == p.burst then return end
+  if t.tat_t > 0 and t.tat > now then
+    local d = t.tat - now
+    local q = math.floor(d / t.tat_t)
+    local nd = q * p.rate_us + math.floor((d - q * t.tat_t) * p.rate_us / t.tat_t)
+    t.tat = now + math.min(nd, p.burst * p.rate_us)
+  end
+  t.tat_t, t.tat_b = p.rate_us, p.burst
+end
+
+-- refill brings the admission bucket (capacity admit_burst, one token per
+-- admit_us) up to now in whole tokens; ats keeps the partial progress.
+local function refill(t, p, now)
+  local cap, iv = p.admit_burst, p.admit_us
+  if t.atok < cap and now > t.ats then
+    local n = math.floor((now - t.ats) / iv)
+    t.atok = t.atok + n
+    t.ats = t.ats + n * iv
+  end
+  if t.atok >= cap then
+    t.atok = cap
+    if now > t.ats then t.ats = now end
+  end
+end
+
+-- admit_wait is the time until cost tokens exist (> 0 when refused now).
+local function admit_wait(t, p, cost, now)
+  if t.atok >= cost then return 0 end
+  return math.max(1, (cost - t.atok) * p.admit_us - (now - t.ats))
+end
+
+-- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T).
+local function earliest(t, p, c, now)
+  return math.max(now, t.tat - (p.burst - c) * p.rate_us)
+end
+
+-- head_job is the tenant's next job: the head lane first, then the backlog.
+local function head_job(tn)
+  local id = redis.call('ZRANGE', k_head(tn), 0, 0)[1]
+  if not id then id = redis.call('LINDEX', k_queue(tn), 0) end
+  if not id then return nil, 0 end
+  return id, tonumber(redis.call('HGET', k_job(id), 'cost')) or 1
+end
+
+-- reschedule(tenant) — the one routine every script that changes a tenant
+-- calls last (DESIGN §2.2): score in ready = max(earliest slot for the head
+-- job's cost, paused_until); removed when the tenant has no queued job, is
+-- disabled or admin-paused, or has released + running ≥ concurrency.
+-- First version: the dispatcher issue adds the release cap. Returns the
+-- score, or nil when removed.
+local function reschedule(tn, t, p, now)
+  if t.disabled == 1 or t.admin_paused == 1 or t.running + t.released >= p.concurrency then
+    redis.call('ZREM', K_READY, tn)
+    return nil
+  end
+  local id, cost = head_job(tn)
+  if not id then
+    redis.call('ZREM', K_READY, tn)
+    return nil
+  end
+  local score = math.max(earliest(t, p, cost, now), t.paused_until)
+  redis.call('ZADD', K_READY, score, tn)
+  return score
+end
+
+-- expire_tenant: the tenant hash expires only when it holds no job and is
+-- neither disabled nor admin-paused, and not before its TAT, pause and
+-- admission refill have all run out (so expiry never hands out free tokens).
+local function expire_tenant(tn, t, p, now)
+  local key = k_tenant(tn)
+  if t.live > 0 or t.running > 0 or t.disabled == 1 or t.admin_paused == 1 then
+    redis.call('PERSIST', key)
+    return
+  end
+  local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
+  local until_us = math.max(t.tat, t.paused_until, full_at) - now
+  redis.call('PEXPIRE', key, math.floor(math.max(0, until_us) / 1000) + 1000)
+end
+
+-- shard_earliest is the shard's earliest due time: min of the first ready
+-- score and the first delayed score, nil when both sets are empty.
+local function shard_earliest()
+  local best = nil
+  for _, key in ipairs({K_READY, K_DELAYED}) do
+    local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local s = tonumber(r[2])
+    if s and (best == nil or s < best) then best = s end
+  end
+  return best
+end
+
+-- wake publishes the new earliest time on the shard's wake channel when it
+-- moved earlier than before (or appeared). Returns 1 when it published.
+local function wake(before)
+  local after = shard_earliest()
+  if after and (before == nil or after < before) then
+    redis.call('PUBLISH', K_WAKE, istr(after))
+    return 1
+  end
+  return 0
+end
+
+-- Job states (DESIGN §2).
+local LIVE = {scheduled = true, queued = true, released = true, retrying = true}

@@ -1,0 +1,56 @@
+-- policy_put.lua — replace one entry of the shard's policy hash (DESIGN §3).
+--
+-- KEYS[1]  <p>:{sN}:ready
+-- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
+-- ARGV[3]  field: a tenant, or '*' for the shard's defaults
+-- ARGV[4]  the entry as a JSON object of integer fields, without "version"
+-- ARGV[5]  If-Match version: the write happens only when the entry's current
+--          version equals it (0 = the entry must not exist); -1 = always
+-- Reply:   {'ok', new version} | {'version_mismatch', current version}
+--
+-- The stored entry is the given object plus "version" = current + 1. For a
+-- tenant entry whose tenant has state, the change is applied at once: the
+-- bucket is brought to now under the old policy, TAT is rescaled to the new
+-- T and b (lib.lua rescale_tat), admission tokens are kept, capped at the new
+-- admit_burst; then reschedule(tenant), expiry and the wake check. A change of
+-- '*' reaches each tenant lazily, at its next decision (rescale_tat).
+
+local field = ARGV[3]
+local ok, entry = pcall(cjson.decode, ARGV[4])
+local if_version = tonumber(ARGV[5])
+if not ok or type(entry) ~= 'table' or not if_version then
+  return redis.error_reply('ERR sluice policy_put: want a JSON object and a version')
+end
+
+-- Read phase.
+local raw = redis.call('HMGET', K_POLICY, '*', field)
+local defaults = decode_policy(raw[1])
+local current = decode_policy(raw[2])
+local version = tonumber(current.version) or 0
+if if_version >= 0 and if_version ~= version then return {'version_mismatch', version} end
+entry.version = version + 1
+local encoded = cjson.encode(entry)
+if field == '*' then
+  redis.call('HSET', K_POLICY, '*', encoded)
+  return {'ok', entry.version}
+end
+
+local has_state = redis.call('EXISTS', k_tenant(field)) == 1
+local before = shard_earliest()
+local old = merge_policy(defaults, current)
+local new = merge_policy(defaults, entry)
+local t = load_tenant(field, old)
+rescale_tat(t, old, NOW)
+refill(t, old, NOW)
+rescale_tat(t, new, NOW)
+refill(t, new, NOW)
+
+-- Write phase.
+redis.call('HSET', K_POLICY, field, encoded)
+if has_state then
+  save_tenant(field, t)
+  reschedule(field, t, new, NOW)
+  expire_tenant(field, t, new, NOW)
+  wake(before)
+end
+return {'ok', entry.version}

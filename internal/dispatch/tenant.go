@@ -1,0 +1,68 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// TenantState is a snapshot of one tenant, as its next decision would see it.
+//
+// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times:
+//
+//	tat, tat_t, tat_b   GCRA TAT and the T and b it was computed with
+//	atok, ats           admission tokens, and the time of the last whole-token refill
+//	live, bytes         jobs counting toward the backlog (scheduled, queued,
+//	                    released, retrying) and their body bytes
+//	qtok                tokens (sum of costs) of the queued jobs
+//	running, released   jobs in those states
+//	hseq                head-lane sequence (the dispatcher issue uses it)
+//	paused_until, admin_paused, disabled
+type TenantState struct {
+	Now         time.Time // the script's now
+	Exists      bool      // the tenant hash exists
+	Backlog     int64     // jobs counting toward max_backlog
+	Bytes       int64     // their body bytes
+	Queued      int64     // jobs in the backlog list and head lane
+	QueuedCost  int64     // their tokens
+	Running     int64
+	Released    int64
+	AdmitTokens int64     // admission tokens available now
+	NextAt      time.Time // score in the shard's ready set: next eligible time; zero when not in it
+	TAT         time.Time // GCRA TAT; zero before the first release
+	PausedUntil time.Time // zero when not paused
+	AdminPaused bool
+	Disabled    bool
+	Version     int64  // the tenant's policy overrides version (0: none)
+	Policy      Params // the effective policy, as the scripts merged it
+}
+
+// TenantState reads tenant's state in one read-only script.
+func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, error) {
+	if err := checkTenant(tenant); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	d, err := s.run(ctx, scriptTenantState, s.keys.shardOf(tenant), tenant)
+	if err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	st := TenantState{
+		Now: microsTime(d.int(1)), Exists: d.int(2) == 1,
+		Backlog: d.int(3), Bytes: d.int(4), Queued: d.int(5), QueuedCost: d.int(6),
+		Running: d.int(7), Released: d.int(8), AdmitTokens: d.int(9),
+		TAT: microsTime(d.int(11)), PausedUntil: microsTime(d.int(12)),
+		AdminPaused: d.int(13) == 1, Disabled: d.int(14) == 1, Version: d.int(15),
+	}
+	if score := d.int(10); score >= 0 {
+		st.NextAt = microsTime(score)
+	}
+	policy := d.str(16)
+	if err := d.Err(); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	if err := json.Unmarshal([]byte(policy), &st.Policy); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w: policy %q: %w", tenant, ErrProtocol, policy, err)
+	}
+	return st, nil
+}
