@@ -10,15 +10,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -29,6 +32,8 @@ import (
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // shutdownTimeout bounds the graceful drain of in-flight HTTP requests.
@@ -71,12 +76,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer batcher.Close()
 
+	store, err := dispatch.NewStore(rdb, dispatch.Config{
+		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
+	})
+	if err != nil {
+		return err
+	}
+	if err := seedPolicies(ctx, store, cfg, log); err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts, err := apiOptions(cfg, rdb, batcher, reg, log)
 	if err != nil {
 		return err
 	}
+	opts.Store = store
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
@@ -87,12 +103,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 // apiOptions builds one limiter per configured limit, all sharing batcher.
 func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.Batcher, reg *prometheus.Registry, log *slog.Logger) (api.Options, error) {
 	opts := api.Options{
-		Keys:         cfg.Auth.ByHash(),
-		Limits:       map[string]api.Limit{},
-		Redis:        rdb,
-		Registry:     reg,
-		Logger:       log,
-		MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
+		Keys:          cfg.Auth.ByHash(),
+		Limits:        map[string]api.Limit{},
+		Redis:         rdb,
+		Registry:      reg,
+		Logger:        log,
+		MaxBodyBytes:  int64(cfg.LimitsBytes.MaxBatchBytes),
+		TaskQueues:    cfg.TaskQueues,
+		Defaults:      cfg.Defaults,
+		MaxJobBytes:   int64(cfg.LimitsBytes.MaxJobBytes),
+		MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
 	}
 	for name, lc := range cfg.Limits {
 		lim, err := bucket.NewLimiter(rdb, cfg.Redis.Prefix, name, lc.Bucket(), bucket.WithBatcher(batcher))
@@ -106,6 +126,54 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket()}
 	}
 	return opts, nil
+}
+
+// seedPolicies writes the configuration's policy to Redis (DESIGN §3): the
+// defaults to every shard's "*" entry, on every start (the file is their
+// only source), and each configured tenant's overrides only when the tenant
+// has none yet (If-Match version 0), so a restart never reverts a change
+// made through PUT /v1/tenants/{tenant}/policy; a tenant whose stored
+// overrides differ from the file is logged and left as stored.
+func seedPolicies(ctx context.Context, store *dispatch.Store, cfg *config.Config, log *slog.Logger) error {
+	defaults := dispatch.ParamsFromPolicy(policy.Resolve(cfg.Defaults))
+	if err := store.SeedDefaults(ctx, defaults); err != nil {
+		return err
+	}
+	view, _ := json.Marshal(defaults.View()) // cannot fail: plain fields
+	log.Info("seeded policy defaults", "shards", store.Shards(), "policy", string(view))
+	for _, tenant := range slices.Sorted(maps.Keys(cfg.Tenants)) {
+		o := dispatch.OverridesFromPolicy(cfg.Tenants[tenant])
+		version, err := store.PutTenantPolicy(ctx, tenant, o, 0)
+		switch {
+		case err == nil:
+			log.Info("seeded tenant policy", "tenant", tenant, "version", version)
+		case errors.Is(err, dispatch.ErrVersionMismatch):
+			if err := compareTenantPolicy(ctx, store, tenant, o, log); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("seed policy of tenant %q: %w", tenant, err)
+		}
+	}
+	return nil
+}
+
+// compareTenantPolicy logs a warning when tenant's stored overrides differ
+// from the configuration's.
+func compareTenantPolicy(ctx context.Context, store *dispatch.Store, tenant string, file dispatch.Overrides, log *slog.Logger) error {
+	rec, err := store.TenantPolicy(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("compare policy of tenant %q: %w", tenant, err)
+	}
+	stored, _ := json.Marshal(rec.Overrides) // cannot fail: plain fields
+	want, _ := json.Marshal(file)
+	if string(stored) != string(want) {
+		log.Warn("tenant policy in Redis differs from the configuration file; keeping Redis's (change it with PUT /v1/tenants/{tenant}/policy)",
+			"tenant", tenant, "version", rec.Version, "redis", string(stored), "file", string(want))
+		return nil
+	}
+	log.Info("tenant policy already seeded", "tenant", tenant, "version", rec.Version)
+	return nil
 }
 
 // serve runs the HTTP server on addr until ctx is done, then stops

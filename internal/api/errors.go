@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -94,6 +95,32 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 		return errorf(http.StatusBadRequest, CodeMalformed, "body holds more than one JSON value")
 	}
 	return nil
+}
+
+// readJSONBody returns r's raw body after the checks decodeJSON makes on
+// the way in: Content-Type application/json (415), at most limit bytes, read
+// without buffering more (413), one well-formed JSON value (400). The raw
+// bytes are kept for fingerprints and for strict decoding by the caller.
+func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json")
+	}
+	if r.ContentLength > limit {
+		return nil, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body is %d bytes, the limit is %d", r.ContentLength, limit)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body exceeds %d bytes", limit)
+		}
+		return nil, errorf(http.StatusBadRequest, CodeMalformed, "reading the body: %s", err.Error())
+	}
+	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
+		return nil, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+	}
+	return raw, nil
 }
 
 func decodeError(err error, limit int64) error {

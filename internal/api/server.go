@@ -18,6 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // MaxBodyBytesDefault bounds a request body when Options.MaxBodyBytes is 0.
@@ -53,6 +55,18 @@ type Options struct {
 	Logger   *slog.Logger
 	// MaxBodyBytes bounds a JSON body (default MaxBodyBytesDefault).
 	MaxBodyBytes int64
+	// Store holds tenant backlogs, jobs and policies. Nil: the job and
+	// tenant routes are not served (404).
+	Store *dispatch.Store
+	// TaskQueues is the allow-list of asynq queues `task` jobs may name
+	// (config.Config.TaskQueues).
+	TaskQueues []string
+	// Defaults are the configuration's policy defaults; a PUT of a tenant's
+	// policy is validated merged over them.
+	Defaults policy.Overrides
+	// MaxJobBytes bounds one job's body, MaxBatchBytes a batch request's
+	// body (defaults config.MaxJobBytesDefault, config.MaxBatchBytesDefault).
+	MaxJobBytes, MaxBatchBytes int64
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -80,6 +94,12 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = MaxBodyBytesDefault
 	}
+	if opts.MaxJobBytes <= 0 {
+		opts.MaxJobBytes = int64(config.MaxJobBytesDefault)
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = int64(config.MaxBatchBytesDefault)
+	}
 	s := &Server{
 		opts:    opts,
 		keys:    keyring(opts.Keys),
@@ -100,6 +120,14 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /readyz", s.plain(s.readyz))
 	s.mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}).ServeHTTP))
 	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(CostWrite, s.check))
+	if s.opts.Store != nil {
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(CostWrite, s.enqueue))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(CostBatch, s.enqueueBatch))
+		s.mux.Handle("GET /v1/jobs/{id}", s.v1(CostRead, s.getJob))
+		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(CostWrite, s.cancelJob))
+		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(CostRead, s.getTenant))
+		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(CostWrite, s.putPolicy))
+	}
 	s.mux.Handle("/v1/", s.v1(CostRead, func(*http.Request, *call) (int, any, error) {
 		return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no such route")
 	}))

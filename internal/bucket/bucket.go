@@ -199,7 +199,10 @@ type Decision struct {
 	// (> 0); 0 when allowed.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the limiter is back to full capacity
-	// (bucket algorithms) or the current window ends (window algorithms).
+	// (bucket algorithms) or the current window ends (window algorithms: the
+	// fixed window's end; for the sliding log, when its newest token leaves
+	// the window; for the sliding window counter, when the weighted count
+	// reaches 0 — in every case, when full capacity is admissible again).
 	ResetAfter time.Duration
 }
 

@@ -78,6 +78,24 @@ type Result struct {
 	Code       Code
 	RetryAfter time.Duration
 	Detail     string
+	// Admit is the tenant's admission bucket right after this item's
+	// decision (every outcome), for the "admit" rate-limit headers.
+	Admit Admission
+}
+
+// Admission is the state of a tenant's admission token bucket (capacity
+// Burst, one token per Interval) at one decision of an Enqueue call.
+type Admission struct {
+	// Tokens is the whole tokens left, 0 … Burst.
+	Tokens int64
+	// FullIn is the time until the bucket is full again; 0 when it is full.
+	FullIn time.Duration
+	// Interval is the refill interval of the effective policy (admit_us),
+	// the same for every item of one call.
+	Interval time.Duration
+	// Burst is the bucket's capacity (admit_burst), the same for every item
+	// of one call.
+	Burst int64
 }
 
 // Enqueue admits and stores items for tenant in one script on the tenant's
@@ -99,11 +117,13 @@ func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Res
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
 	results := make([]Result, len(items))
-	if d.Len() != 3+len(items) {
+	if d.Len() != 5+len(items) {
 		d.fail("%d elements for %d items", d.Len(), len(items))
 	}
+	interval, burst := time.Duration(d.int(3))*time.Microsecond, d.int(4)
 	for i := range results {
-		results[i] = decodeResult(d.list(3 + i))
+		results[i] = decodeResult(d.list(5 + i))
+		results[i].Admit.Interval, results[i].Admit.Burst = interval, burst
 	}
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
@@ -161,20 +181,23 @@ func (it Item) check() error {
 	return nil
 }
 
-// decodeResult reads one item's reply (see lua/enqueue.lua).
+// decodeResult reads one item's reply (see lua/enqueue.lua); Admit.Interval
+// and Admit.Burst come from the call's header and are set by the caller.
 func decodeResult(d decoder) Result {
+	var r Result
 	switch kind := d.str(0); kind {
 	case "accepted", "duplicate":
-		r := Result{Outcome: Accepted, ID: d.str(1), State: State(d.str(2)), ETA: microsTime(d.int(3))}
+		r = Result{Outcome: Accepted, ID: d.str(1), State: State(d.str(2)), ETA: microsTime(d.int(3))}
 		if kind == "duplicate" {
 			r.Outcome = Duplicate
 		}
-		return r
 	case "refused":
-		return Result{Outcome: Refused, Code: Code(d.str(1)),
+		r = Result{Outcome: Refused, Code: Code(d.str(1)),
 			RetryAfter: time.Duration(d.int(2)) * time.Microsecond, Detail: d.str(3)}
 	default:
 		d.fail("item outcome %q", kind)
 		return Result{}
 	}
+	r.Admit.Tokens, r.Admit.FullIn = d.int(4), time.Duration(d.int(5))*time.Microsecond
+	return r
 }

@@ -39,8 +39,9 @@ const (
 // Bounds enforced by Validate beyond "at least 1".
 const (
 	// MaxBurst bounds burst and admit.burst so that burst × emission interval
-	// (at most 3.6e9 µs for 1/h) stays within int64 microseconds.
-	MaxBurst = 1_000_000_000
+	// (at most 3.6e9 µs for 1/h) and now + b·T stay exact in the Lua scripts'
+	// doubles (the dispatch package stores the same bound).
+	MaxBurst = 1_000_000
 	// MaxTimeout bounds the per-attempt timeout.
 	MaxTimeout = time.Hour
 )

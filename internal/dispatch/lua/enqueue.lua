@@ -6,11 +6,14 @@
 -- ARGV[5…] n items of 8 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
 --          idempotency key ('' = none), fingerprint (hex), body
--- Reply:   {'ok', now, woke (0|1), r1, …, rn}, one ri per item, in order:
---          {'accepted',  id, state ('queued'|'scheduled'), eta µs}
---          {'duplicate', id, state ('' when the record expired), eta µs}
---          {'refused',   code, retry_after µs (0 = never by waiting), detail}
+-- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
+--          effective admission policy, then one ri per item, in order:
+--          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
+--          {'duplicate', id, state ('' when the record expired), eta µs, atok, full_in µs}
+--          {'refused',   code, retry_after µs (0 = never by waiting), detail, atok, full_in µs}
 --          code: 'idempotency_mismatch' | 'invalid' | 'rate_limited' | 'backlog_full'
+--          atok, full_in: the admission bucket right after the item's decision —
+--          whole tokens left and the time until it is full again (0 = full).
 --
 -- Per item, in order: idempotency → cost fits min(burst, admit_burst) →
 -- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
@@ -130,8 +133,16 @@ local function store(it)
   return {'accepted', it.id, state, eta}
 end
 
+-- with_admission appends the admission bucket's state after a decision.
+local function with_admission(r)
+  local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
+  r[#r + 1] = t.atok
+  r[#r + 1] = math.max(0, full_at - NOW)
+  return r
+end
+
 -- Decide and write, item by item.
-local reply = {'ok', NOW, 0}
+local reply = {'ok', NOW, 0, p.admit_us, p.admit_burst}
 local accepted = 0
 for _, it in ipairs(items) do
   local r = idempotency(it) or caps(it)
@@ -139,7 +150,7 @@ for _, it in ipairs(items) do
     r = store(it)
     accepted = accepted + 1
   end
-  reply[#reply + 1] = r
+  reply[#reply + 1] = with_admission(r)
 end
 
 if accepted > 0 then

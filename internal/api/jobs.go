@@ -1,0 +1,477 @@
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/job"
+)
+
+// AdmitLimit is the policy name of a tenant's admission bucket in the
+// rate-limit headers of enqueue responses.
+const AdmitLimit = "admit"
+
+// HeaderIdempotencyKey and HeaderReplayed are the idempotency headers of
+// POST /v1/tenants/{tenant}/jobs.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+)
+
+// maxRunAt is the latest run_at the store takes (2⁵² µs after 1970, in
+// 2112, where sums of times stay exact in the scripts' doubles).
+var maxRunAt = time.UnixMicro(1 << 52).UTC()
+
+// timeLayout is RFC 3339 in UTC with milliseconds, the API's time format.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// jobRef is the body of a 202 enqueue answer (and of each accepted batch
+// item): the job's id, tenant, state and eta, a lower bound of its first
+// slot (null when unknown: a replay whose job record has expired).
+type jobRef struct {
+	ID     string  `json:"id"`
+	Tenant string  `json:"tenant"`
+	State  string  `json:"state"`
+	ETA    *string `json:"eta"`
+}
+
+// enqueue is POST /v1/tenants/{tenant}/jobs: one job, optionally under an
+// Idempotency-Key header, fingerprinted by the SHA-256 of the raw body.
+// 202 with a jobRef (a replay also sets Idempotent-Replayed: true); 429
+// rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch or
+// invalid. Every answer from the store carries the "admit" headers.
+func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
+	tenant, err := tenantOf(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		return 0, nil, err
+	}
+	raw, err := readJSONBody(c.w, r, s.opts.MaxJobBytes)
+	if err != nil {
+		return 0, nil, err
+	}
+	spec, err := parseJob(raw)
+	if err != nil {
+		return 0, nil, err
+	}
+	if spec.IdempotencyKey != "" {
+		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
+			"idempotency_key: only batch items carry it; send the Idempotency-Key header")
+	}
+	it, err := s.itemOf(&spec)
+	if err != nil {
+		return 0, nil, err
+	}
+	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
+	res, err := s.storeEnqueue(r, tenant, []dispatch.Item{it})
+	if err != nil {
+		return 0, nil, err
+	}
+	out := resultOf(0, tenant, res[0])
+	c.applied = append(c.applied, admitApplied(res[0].Admit, out.retry))
+	switch {
+	case out.Error != nil:
+		return 0, nil, &Error{Status: out.Status, Code: out.Error.Code, Message: out.Error.Message, RetryAfter: out.RetryAfter}
+	case out.Replayed:
+		c.w.Header().Set(HeaderReplayed, "true")
+	}
+	return out.Status, out.jobRef, nil
+}
+
+// batchRequest is the body of POST /v1/tenants/{tenant}/jobs:batch.
+type batchRequest struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// batchResponse answers a batch: one result per item, in order; on a
+// non-202 answer also the first refusal's error.
+type batchResponse struct {
+	Error   *errorDetail  `json:"error,omitempty"`
+	Results []batchResult `json:"results"`
+}
+
+// batchResult is one item's result: {index, status, id, tenant, state, eta
+// [, idempotent_replayed]} when accepted or replayed (status 202), else
+// {index, status, error {code, message} [, retry_after seconds]}.
+type batchResult struct {
+	Index   int `json:"index"`
+	Status  int `json:"status"`
+	*jobRef     // nil when refused
+	// Replayed is set on the replay of an earlier item or request.
+	Replayed   bool         `json:"idempotent_replayed,omitempty"`
+	Error      *errorDetail `json:"error,omitempty"`
+	RetryAfter int64        `json:"retry_after,omitempty"` // whole seconds, ≥ 1, on 429s
+	retry      time.Duration
+}
+
+// enqueueBatch is POST /v1/tenants/{tenant}/jobs:batch: 1–dispatch.MaxBatch
+// jobs, each parsed and validated on its own (a bad item gets its own 422 or
+// 413 result and stays out of the store); the valid ones go to the store in
+// one Enqueue call. 202 when any item was accepted or replayed, else the
+// first refusal's status, error and Retry-After, with the results.
+func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
+	tenant, err := tenantOf(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	if r.Header.Get(HeaderIdempotencyKey) != "" {
+		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed,
+			"%s applies to single jobs; give batch items an idempotency_key", HeaderIdempotencyKey)
+	}
+	jobs, err := s.readBatch(c.w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	results := make([]batchResult, len(jobs))
+	var items []dispatch.Item
+	var index []int
+	for i, raw := range jobs {
+		it, err := s.batchItem(raw)
+		if err != nil {
+			results[i] = failedResult(i, err)
+			continue
+		}
+		items, index = append(items, it), append(index, i)
+	}
+	if len(items) == 0 {
+		return batchAnswer(results)
+	}
+	res, err := s.storeEnqueue(r, tenant, items)
+	if err != nil {
+		return 0, nil, err
+	}
+	for k, rr := range res {
+		results[index[k]] = resultOf(index[k], tenant, rr)
+	}
+	status, body, _ := batchAnswer(results)
+	var retry time.Duration // a 429's wait, shown as the admit limit's t and Retry-After
+	if status == http.StatusTooManyRequests {
+		retry = results[0].retry
+	}
+	c.applied = append(c.applied, admitApplied(res[len(res)-1].Admit, retry))
+	return status, body, nil
+}
+
+// batchAnswer is 202 when any item was accepted or replayed; else the first
+// refusal's status and error, with every result.
+func batchAnswer(results []batchResult) (int, any, error) {
+	for _, br := range results {
+		if br.Error == nil {
+			return http.StatusAccepted, batchResponse{Results: results}, nil
+		}
+	}
+	first := results[0]
+	return first.Status, batchResponse{Error: first.Error, Results: results}, nil
+}
+
+// readBatch reads and decodes a batch body (415, 413, 400; 422 for unknown
+// fields, wrong types and a count outside 1 … dispatch.MaxBatch).
+func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessage, error) {
+	raw, err := readJSONBody(w, r, s.opts.MaxBatchBytes)
+	if err != nil {
+		return nil, err
+	}
+	var req batchRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, invalidJSON(err)
+	}
+	if n := len(req.Jobs); n < 1 || n > dispatch.MaxBatch {
+		return nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "jobs: %d items, want 1 to %d", n, dispatch.MaxBatch)
+	}
+	return req.Jobs, nil
+}
+
+// batchItem parses and validates one batch item. Its fingerprint is the
+// SHA-256 of its canonical JSON with the scheduling fields (cost, delay,
+// run_at), so items differing only in those are different requests.
+func (s *Server) batchItem(raw json.RawMessage) (dispatch.Item, error) {
+	spec, err := parseJob(raw)
+	if err != nil {
+		return dispatch.Item{}, err
+	}
+	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
+		return dispatch.Item{}, err
+	}
+	it, err := s.itemOf(&spec)
+	if err != nil {
+		return dispatch.Item{}, err
+	}
+	if n := int64(len(it.Body)); n > s.opts.MaxJobBytes {
+		return dispatch.Item{}, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
+	}
+	fp, _ := json.Marshal(struct { // cannot fail: plain fields and valid JSON
+		Job     json.RawMessage `json:"job"`
+		Cost    int64           `json:"cost"`
+		RunAtUS int64           `json:"run_at_us"`
+		DelayUS int64           `json:"delay_us"`
+	}{it.Body, it.Cost, it.RunAt.UnixMicro(), it.Delay.Microseconds()})
+	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, sha256.Sum256(fp)
+	return it, nil
+}
+
+// parseJob decodes one job strictly: 400 for malformed JSON, 422 naming
+// the field for an unknown field or a wrong type.
+func parseJob(raw []byte) (job.Spec, error) {
+	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
+		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON: %s", err.Error())
+	}
+	spec, err := job.Parse(raw)
+	if err != nil {
+		return job.Spec{}, invalidJSON(err)
+	}
+	return spec, nil
+}
+
+// invalidJSON is the 422 for well-formed JSON that does not decode into
+// its type (an unknown field, a wrong type).
+func invalidJSON(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		want := typeErr.Type.String()
+		if typeErr.Type.Kind() == reflect.Struct {
+			want = "a JSON object"
+		}
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s: want %s, got JSON %s", cmp.Or(typeErr.Field, "body"), want, typeErr.Value)
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "json: "); i >= 0 {
+		msg = msg[i+len("json: "):]
+	}
+	return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", msg)
+}
+
+// itemOf validates spec (every problem in one 422) and builds its Item;
+// IdemKey and Fingerprint are left to the caller.
+func (s *Server) itemOf(spec *job.Spec) (dispatch.Item, error) {
+	errs := []error{spec.Validate(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: dispatch.MaxBurst})}
+	it := dispatch.Item{Type: spec.Type, Cost: 1}
+	if spec.Cost != nil {
+		it.Cost = *spec.Cost
+	}
+	if d, err := time.ParseDuration(spec.Delay); err == nil && spec.Delay != "" {
+		it.Delay = d
+		if maxDelay := dispatch.MaxDurationUS * time.Microsecond; d > maxDelay && d <= job.MaxDelay {
+			errs = append(errs, &job.FieldError{Field: "delay", Msg: fmt.Sprintf("at most %s", maxDelay)})
+		}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, spec.RunAt); err == nil && spec.RunAt != "" {
+		switch {
+		case t.After(maxRunAt):
+			errs = append(errs, &job.FieldError{Field: "run_at", Msg: "must be before " + maxRunAt.Format(time.RFC3339)})
+		case t.UnixMicro() > 0: // a run_at at or before 1970 runs as soon as the rate allows
+			it.RunAt = t
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return dispatch.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
+	}
+	it.Body = spec.Canonical()
+	return it, nil
+}
+
+// storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was stored).
+func (s *Server) storeEnqueue(r *http.Request, tenant string, items []dispatch.Item) ([]dispatch.Result, error) {
+	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
+	if err != nil {
+		return nil, s.storeError(r, "enqueue", err)
+	}
+	for _, rr := range res {
+		switch {
+		case rr.Outcome == dispatch.Accepted:
+			s.metrics.Decisions.WithLabelValues(AdmitLimit, outcome(true)).Inc()
+		case rr.Code == dispatch.CodeRateLimited:
+			s.metrics.Decisions.WithLabelValues(AdmitLimit, outcome(false)).Inc()
+		}
+	}
+	return res, nil
+}
+
+// resultOf maps one store result to its HTTP status and body.
+func resultOf(index int, tenant string, r dispatch.Result) batchResult {
+	if r.Outcome == dispatch.Accepted || r.Outcome == dispatch.Duplicate {
+		ref := &jobRef{ID: r.ID, Tenant: tenant, State: string(r.State), ETA: timeString(r.ETA)}
+		return batchResult{Index: index, Status: http.StatusAccepted, jobRef: ref, Replayed: r.Outcome == dispatch.Duplicate}
+	}
+	br := batchResult{Index: index, Status: http.StatusUnprocessableEntity, Error: &errorDetail{Code: string(r.Code), Message: r.Detail}}
+	switch r.Code {
+	case dispatch.CodeRateLimited, dispatch.CodeBacklogFull:
+		br.Status, br.retry = http.StatusTooManyRequests, r.RetryAfter
+		br.RetryAfter = max(1, int64((r.RetryAfter+time.Second-1)/time.Second))
+	case dispatch.CodeIdempotencyMismatch, dispatch.CodeInvalid:
+	default:
+		br.Error.Code = CodeInvalid
+	}
+	return br
+}
+
+// failedResult is the result of an item refused before the store.
+func failedResult(index int, err error) batchResult {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", err.Error())
+	}
+	return batchResult{Index: index, Status: e.Status, Error: &errorDetail{Code: e.Code, Message: e.Message}}
+}
+
+// admitApplied is the "admit" limit for the headers: q = the admission
+// burst, w = ⌈burst × interval⌉ s, r = tokens left, t = seconds until full;
+// when the answer is a 429 (retry > 0), t = Retry-After = retry.
+func admitApplied(a dispatch.Admission, retry time.Duration) bucket.Applied {
+	return bucket.Applied{
+		Name:  AdmitLimit,
+		Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Rate: bucket.Rate{Tokens: 1, Per: a.Interval}, Burst: a.Burst},
+		Decision: bucket.Decision{Allowed: retry <= 0, Limit: a.Burst, Remaining: a.Tokens,
+			RetryAfter: max(retry, 0), ResetAfter: a.FullIn},
+	}
+}
+
+// jobView is a job as GET and DELETE /v1/jobs/{id} show it. Times are
+// RFC 3339 UTC with milliseconds, null when unset; job is the job as
+// stored (its canonical JSON), null once canceled.
+type jobView struct {
+	ID             string          `json:"id"`
+	Tenant         string          `json:"tenant"`
+	Type           string          `json:"type"`
+	State          string          `json:"state"`
+	Cost           int64           `json:"cost"`
+	Created        *string         `json:"created"`
+	RunAt          *string         `json:"run_at"`
+	ETA            *string         `json:"eta"`
+	Ended          *string         `json:"ended"`
+	AttemptCount   int64           `json:"attempt_count"`
+	Attempts       []attemptView   `json:"attempts"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Job            json.RawMessage `json:"job"`
+	// CanceledFrom is the state a DELETE canceled the job in.
+	CanceledFrom string `json:"canceled_from,omitempty"`
+}
+
+// attemptView is one entry of a job's attempt log.
+type attemptView struct {
+	At        *string `json:"at"`
+	Status    int     `json:"status"` // HTTP status, 0 when none (timeout, connection error)
+	LatencyMS int64   `json:"latency_ms"`
+	Error     string  `json:"error,omitempty"`
+}
+
+func viewOf(j dispatch.Job) jobView {
+	v := jobView{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
+		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
+		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey}
+	if json.Valid(j.Body) {
+		v.Job = j.Body
+	}
+	for _, a := range j.Attempts {
+		v.Attempts = append(v.Attempts, attemptView{At: timeString(a.At), Status: a.Status, LatencyMS: a.Latency.Milliseconds(), Error: a.Error})
+	}
+	return v
+}
+
+// getJob is GET /v1/jobs/{id}: 200 with the job; 404 when there is none;
+// 403 when the key may not act on the job's tenant.
+func (s *Server) getJob(r *http.Request, c *call) (int, any, error) {
+	j, err := s.jobFor(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, viewOf(j), nil
+}
+
+// cancelJob is DELETE /v1/jobs/{id}: 200 with the canceled job (and the
+// state it left); 409 when it is running or already terminal; 404; 403.
+func (s *Server) cancelJob(r *http.Request, c *call) (int, any, error) {
+	if _, err := s.jobFor(r, c); err != nil {
+		return 0, nil, err
+	}
+	j, from, err := s.opts.Store.Cancel(r.Context(), r.PathValue("id"))
+	var conflict *dispatch.ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		return 0, nil, errorf(http.StatusConflict, CodeConflict, "job %s is %s and can no longer be canceled", conflict.ID, conflict.State)
+	case err != nil:
+		return 0, nil, s.storeError(r, "cancel", err)
+	}
+	v := viewOf(j)
+	v.CanceledFrom = string(from)
+	return http.StatusOK, v, nil
+}
+
+// jobFor reads the job of the path's {id} and checks that c's key may act
+// on its tenant.
+func (s *Server) jobFor(r *http.Request, c *call) (dispatch.Job, error) {
+	j, err := s.opts.Store.GetJob(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return dispatch.Job{}, s.storeError(r, "get_job", err)
+	}
+	if !c.key.AllowsTenant(j.Tenant) {
+		return dispatch.Job{}, errorf(http.StatusForbidden, CodeForbidden, "API key %q may not act on tenant %q", c.key.Name, j.Tenant)
+	}
+	return j, nil
+}
+
+// idempotencyKey reads the Idempotency-Key header: absent is "", else 1–255
+// printable ASCII characters (400 otherwise).
+func idempotencyKey(h http.Header) (string, error) {
+	vals := h.Values(HeaderIdempotencyKey)
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+		if vals[0] == "" {
+			return "", errorf(http.StatusBadRequest, CodeMalformed, "%s: empty; want 1 to %d printable ASCII characters", HeaderIdempotencyKey, dispatch.MaxIdemKeyLen)
+		}
+		return vals[0], checkIdemKey(HeaderIdempotencyKey, vals[0], http.StatusBadRequest, CodeMalformed)
+	default:
+		return "", errorf(http.StatusBadRequest, CodeMalformed, "%s given %d times", HeaderIdempotencyKey, len(vals))
+	}
+}
+
+// checkIdemKey checks an idempotency key ("" = none): at most
+// dispatch.MaxIdemKeyLen printable ASCII characters.
+func checkIdemKey(name, key string, status int, code string) error {
+	if len(key) > dispatch.MaxIdemKeyLen {
+		return errorf(status, code, "%s: %d bytes, at most %d", name, len(key), dispatch.MaxIdemKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return errorf(status, code, "%s: byte %d is not printable ASCII", name, i)
+		}
+	}
+	return nil
+}
+
+// timeString formats t as RFC 3339 UTC with milliseconds; nil for zero.
+func timeString(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(timeLayout)
+	return &s
+}
+
+// joinMessages renders the errors of an errors.Join tree as "a; b; c".
+func joinMessages(err error) string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts := make([]string, 0, len(j.Unwrap()))
+		for _, e := range j.Unwrap() {
+			parts = append(parts, joinMessages(e))
+		}
+		return strings.Join(parts, "; ")
+	}
+	return err.Error()
+}

@@ -1,0 +1,181 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// tenantView is the body of GET /v1/tenants/{tenant}: the effective policy
+// in user units (no secrets: they are not in the store) and the tenant's
+// state as its next decision would see it.
+type tenantView struct {
+	Tenant  string              `json:"tenant"`
+	Version int64               `json:"version"` // of the tenant's overrides; 0: none
+	Policy  dispatch.ParamsView `json:"policy"`
+	// Backlog counts the jobs toward max_backlog (scheduled, queued,
+	// released, retrying); BacklogBytes their body bytes.
+	Backlog      int64 `json:"backlog"`
+	BacklogBytes int64 `json:"backlog_bytes"`
+	Queued       int64 `json:"queued"`
+	QueuedTokens int64 `json:"queued_tokens"`
+	Running      int64 `json:"running"`
+	Released     int64 `json:"released"`
+	// AdmitTokens is the admission bucket's whole tokens now.
+	AdmitTokens int64 `json:"admit_tokens"`
+	// NextEligibleAt is when the tenant's next job may leave; null when
+	// nothing is queued or the tenant cannot send (paused, disabled, at cap).
+	NextEligibleAt *string `json:"next_eligible_at"`
+	PausedUntil    *string `json:"paused_until"` // null when not paused
+	AdminPaused    bool    `json:"admin_paused"`
+	Disabled       bool    `json:"disabled"`
+}
+
+// policyResponse answers PUT /v1/tenants/{tenant}/policy.
+type policyResponse struct {
+	Tenant  string              `json:"tenant"`
+	Version int64               `json:"version"`
+	Policy  dispatch.ParamsView `json:"policy"` // effective, user units
+}
+
+// getTenant is GET /v1/tenants/{tenant}; its ETag is the policy version.
+func (s *Server) getTenant(r *http.Request, c *call) (int, any, error) {
+	tenant, err := tenantOf(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, err := s.opts.Store.TenantState(r.Context(), tenant)
+	if err != nil {
+		return 0, nil, s.storeError(r, "tenant_state", err)
+	}
+	v := tenantView{Tenant: tenant, Version: st.Version, Policy: st.Policy.View(),
+		Backlog: st.Backlog, BacklogBytes: st.Bytes, Queued: st.Queued, QueuedTokens: st.QueuedCost,
+		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
+		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled}
+	if st.PausedUntil.After(st.Now) {
+		v.PausedUntil = timeString(st.PausedUntil)
+	}
+	c.w.Header().Set("ETag", etag(st.Version))
+	return http.StatusOK, v, nil
+}
+
+// putPolicy is PUT /v1/tenants/{tenant}/policy (admin keys): the body
+// replaces the tenant's overrides (policy.Overrides JSON). Optional If-Match:
+// the version ("3" or 3; 0 = the tenant has no overrides yet; * = any); a
+// stale one is a 409. Every problem of the merged policy is listed in one
+// 422. webhook_secrets are refused (422): they are configured in the file.
+// 200 with the new version (also as the ETag) and the effective policy.
+func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
+	if !c.key.Admin {
+		return 0, nil, errorf(http.StatusForbidden, CodeForbidden, "API key %q is not an admin key", c.key.Name)
+	}
+	tenant, err := tenantOf(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	ifVersion, err := ifMatch(r.Header)
+	if err != nil {
+		return 0, nil, err
+	}
+	o, err := s.readPolicy(c.w, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ov := dispatch.OverridesFromPolicy(o)
+	version, err := s.opts.Store.PutTenantPolicy(r.Context(), tenant, ov, ifVersion)
+	var stale *dispatch.VersionMismatchError
+	switch {
+	case errors.As(err, &stale):
+		return 0, nil, errorf(http.StatusConflict, CodeConflict, "If-Match: the policy of tenant %q is at version %d, not %d", tenant, stale.Current, stale.Want)
+	case err != nil:
+		return 0, nil, s.storeError(r, "put_policy", err)
+	}
+	rec, err := s.opts.Store.TenantPolicy(r.Context(), tenant)
+	if err != nil {
+		return 0, nil, s.storeError(r, "get_policy", err)
+	}
+	effective := ov.Apply(rec.Defaults.Apply(dispatch.DefaultParams()))
+	c.w.Header().Set("ETag", etag(version))
+	return http.StatusOK, policyResponse{Tenant: tenant, Version: version, Policy: effective.View()}, nil
+}
+
+// readPolicy reads and validates a policy body: 415, 413, 400 as for every
+// body; 422 for an unknown field or a bad value, and for every problem of
+// the overrides merged over Options.Defaults (policy rules and the store's
+// bounds), all listed in one message.
+func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Overrides, error) {
+	raw, err := readJSONBody(w, r, s.opts.MaxBodyBytes)
+	if err != nil {
+		return policy.Overrides{}, err
+	}
+	o, err := policy.DecodeJSON(bytes.NewReader(raw))
+	if err != nil {
+		return policy.Overrides{}, invalidJSON(err)
+	}
+	merged := policy.Resolve(s.opts.Defaults, o)
+	errs := []error{merged.Validate(), dispatch.CheckStorable(merged)}
+	if o.WebhookSecrets != nil {
+		errs = append(errs, &policy.FieldError{Field: "webhook_secrets", Err: errors.New(
+			"not stored by the API for now: configure them in the configuration file (tenants.<id>.webhook_secrets)")})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return policy.Overrides{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid policy: %s", joinMessages(err))
+	}
+	return o, nil
+}
+
+// ifMatch reads the If-Match header as a policy version: absent or "*" is
+// dispatch.AnyVersion; otherwise a non-negative integer, quoted or not (400
+// otherwise; weak tags never match).
+func ifMatch(h http.Header) (int64, error) {
+	v := strings.TrimSpace(h.Get("If-Match"))
+	if v == "" || v == "*" {
+		return dispatch.AnyVersion, nil
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want a policy version such as "3", got %q`, h.Get("If-Match"))
+	}
+	return n, nil
+}
+
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// tenantOf returns the path's {tenant}: 422 when it is not a valid tenant
+// id, 403 when c's key may not act on it.
+func tenantOf(r *http.Request, c *call) (string, error) {
+	tenant := r.PathValue("tenant")
+	if err := policy.ValidTenantID(tenant); err != nil {
+		return "", errorf(http.StatusUnprocessableEntity, CodeInvalid, "tenant: %s", err.Error())
+	}
+	if !c.key.AllowsTenant(tenant) {
+		return "", errorf(http.StatusForbidden, CodeForbidden, "API key %q may not act on tenant %q", c.key.Name, tenant)
+	}
+	return tenant, nil
+}
+
+// storeError maps a Store error: no such job → 404; bad input the API's
+// checks missed → 422; a reply of the wrong shape → 500 (a bug, logged by
+// the caller's wrapper); anything else is Redis failing → 503 with
+// Retry-After: 1, counted under op and logged.
+func (s *Server) storeError(r *http.Request, op string, err error) error {
+	switch {
+	case errors.Is(err, dispatch.ErrNotFound):
+		return errorf(http.StatusNotFound, CodeNotFound, "no job %q", r.PathValue("id"))
+	case errors.Is(err, dispatch.ErrInvalid):
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", err.Error())
+	case errors.Is(err, dispatch.ErrProtocol):
+		return err
+	}
+	s.metrics.RedisErrors.WithLabelValues(op).Inc()
+	s.opts.Logger.WarnContext(r.Context(), "store unavailable", "op", op, "err", err)
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "storage unavailable, retry later", RetryAfter: 1}
+}
