@@ -11,6 +11,8 @@ import (
 // scriptParams), and replies {allowed, remaining, retry_after_us,
 // reset_after_us}. The contract is in each file's header.
 var (
+	//go:embed prelude.lua
+	preludeLua string
 	//go:embed fixed_window.lua
 	fixedWindowLua string
 	//go:embed sliding_log.lua
@@ -30,7 +32,9 @@ type script struct {
 	sha  string // hex SHA-1 of src
 }
 
+// newScript prepends prelude.lua to src.
 func newScript(name, src string) *script {
+	src = preludeLua + src
 	sum := sha1.Sum([]byte(src))
 	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
 }

@@ -17,12 +17,7 @@
 -- sets the TTL to W (ms, rounded up). A refusal writes nothing. Reads happen
 -- before writes. The key's clock never goes back: now is raised to the newest
 -- score, which keeps members unique.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[2])
+-- now (µs) and cost come from prelude.lua, prepended at init.
 local W = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 

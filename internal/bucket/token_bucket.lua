@@ -16,12 +16,7 @@
 -- a TTL of the time until the bucket is full again (ms, rounded up): when the
 -- key expires the bucket is full, exactly as a missing key reads.
 -- A refusal writes nothing. Reads happen before writes.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[2])
+-- now (µs) and cost come from prelude.lua, prepended at init.
 local T = tonumber(ARGV[3])
 local burst = tonumber(ARGV[4])
 

@@ -1,14 +1,13 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // limitYAML mirrors LimitConfig with a Rate that reports a bad value as a
@@ -28,7 +27,7 @@ type limitYAML struct {
 func (l *LimitConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	var m limitYAML
 	if err := unmarshal(&m); err != nil {
-		return renameType(err, "config.limitYAML", "config.LimitConfig")
+		return policy.RenameYAMLType(err, "config.limitYAML", "config.LimitConfig")
 	}
 	*l = LimitConfig{
 		Algorithm: m.Algorithm,
@@ -54,16 +53,3 @@ func (r *yamlRate) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// renameType replaces a mirror type's name in yaml's messages by the public
-// type's.
-func renameType(err error, mirror, public string) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	out := &yaml.TypeError{Errors: make([]string, len(te.Errors))}
-	for i, e := range te.Errors {
-		out.Errors[i] = strings.ReplaceAll(e, mirror, public)
-	}
-	return out
-}

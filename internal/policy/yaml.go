@@ -34,7 +34,7 @@ type overridesYAML struct {
 func (o *Overrides) UnmarshalYAML(unmarshal func(any) error) error {
 	var m overridesYAML
 	if err := unmarshal(&m); err != nil {
-		return renameType(err, "policy.overridesYAML", "policy.Overrides")
+		return RenameYAMLType(err, "policy.overridesYAML", "policy.Overrides")
 	}
 	*o = Overrides{
 		Rate:            (*bucket.Rate)(m.Rate),
@@ -62,7 +62,7 @@ type admitYAML struct {
 func (a *AdmitOverrides) UnmarshalYAML(unmarshal func(any) error) error {
 	var m admitYAML
 	if err := unmarshal(&m); err != nil {
-		return renameType(err, "policy.admitYAML", "policy.AdmitOverrides")
+		return RenameYAMLType(err, "policy.admitYAML", "policy.AdmitOverrides")
 	}
 	*a = AdmitOverrides{Rate: (*bucket.Rate)(m.Rate), Burst: m.Burst}
 	return nil
@@ -78,7 +78,7 @@ func (r *yamlRate) UnmarshalYAML(n *yaml.Node) error {
 
 // renameType replaces a mirror type's name in yaml's messages by the public
 // type's, so messages name what the reader knows.
-func renameType(err error, mirror, public string) error {
+func RenameYAMLType(err error, mirror, public string) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return err
