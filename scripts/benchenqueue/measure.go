@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// stats is what one cell measured.
+type stats struct {
+	requests, accepted, refused, limited, errors int64
+	firstErr                                     string
+	elapsed                                      time.Duration
+	lat                                          []time.Duration // per request, sorted
+	cpu                                          map[string]float64
+	redisUsec, redisCalls                        int64 // script commands over the cell
+}
+
+func (s stats) perSec(n int64) float64 { return float64(n) / s.elapsed.Seconds() }
+
+// quantile returns the q-quantile of the request latencies (0 when none).
+func (s stats) quantile(q float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return s.lat[min(len(s.lat)-1, int(q*float64(len(s.lat))))]
+}
+
+// measure runs e.o.producers producers on c for e.o.duration, or until the
+// cell's jobs reach e.o.maxJobs, each producer cycling over c.tenants.
+func measure(ctx context.Context, e *env, c cell) (stats, error) {
+	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return stats{}, fmt.Errorf("config resetstat: %w", err)
+	}
+	cpu0 := cpuTimes(e.pids)
+	var (
+		st     stats
+		issued atomic.Int64
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+	)
+	budget := e.o.maxJobs
+	if c.jobs == 0 {
+		budget = 0 // not an enqueue: bounded by time only
+	}
+	start := time.Now()
+	stop := start.Add(e.o.duration)
+	for g := range e.o.producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local stats
+			for i := 0; time.Now().Before(stop); i++ {
+				if budget > 0 && issued.Add(int64(c.jobs)) > budget {
+					break
+				}
+				t0 := time.Now()
+				out := c.do(ctx, c.tenants[(g*7919+i)%len(c.tenants)])
+				local.lat = append(local.lat, time.Since(t0))
+				local.add(out)
+			}
+			mu.Lock()
+			st.merge(local)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	st.elapsed = time.Since(start)
+	st.cpu = cpuShare(cpu0, cpuTimes(e.pids), st.elapsed)
+	slices.Sort(st.lat)
+	usec, calls, err := scriptStats(ctx, e)
+	if err != nil {
+		return stats{}, err
+	}
+	st.redisUsec, st.redisCalls = usec, calls
+	return st, nil
+}
+
+func (s *stats) add(o outcome) {
+	s.requests++
+	s.accepted += int64(o.accepted)
+	s.refused += int64(o.refused)
+	if o.limited {
+		s.limited++
+	}
+	if o.err != nil {
+		s.errors++
+		if s.firstErr == "" {
+			s.firstErr = o.err.Error()
+		}
+	}
+}
+
+func (s *stats) merge(o stats) {
+	s.requests += o.requests
+	s.accepted += o.accepted
+	s.refused += o.refused
+	s.limited += o.limited
+	s.errors += o.errors
+	if s.firstErr == "" {
+		s.firstErr = o.firstErr
+	}
+	s.lat = append(s.lat, o.lat...)
+}
+
+// scriptStats sums calls and usec of the script commands (EVAL, EVALSHA and
+// their _RO forms) in INFO commandstats, reset at the start of the cell: the
+// time Redis spent running scripts, the commands they call included (those
+// are also listed on their own, so they are not added again), not counting
+// network I/O.
+func scriptStats(ctx context.Context, e *env) (usec, calls int64, err error) {
+	info, err := e.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("info commandstats: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch name {
+		case "cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro":
+		default:
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch {
+			case !ok:
+			case k == "calls":
+				calls += n
+			case k == "usec":
+				usec += n
+			}
+		}
+	}
+	return usec, calls, nil
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
+// 100 on every Linux this runs on.
+const clockTicks = 100
+
+// cpuTimes returns user+system CPU seconds of each named process and of this
+// one ("loadgen"); a process that cannot be read is left out.
+func cpuTimes(pids map[string]int) map[string]float64 {
+	out := map[string]float64{}
+	all := map[string]int{"loadgen": os.Getpid()}
+	for k, v := range pids {
+		all[k] = v
+	}
+	if busy, ok := machineBusy(); ok {
+		out[machine] = busy
+	}
+	for name, pid := range all {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name "(…)": state is the first, utime
+		// and stime the 12th and 13th (fields 14 and 15 of proc(5)).
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(f[11], 10, 64)
+		st, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			out[name] = float64(ut+st) / clockTicks
+		}
+	}
+	return out
+}
+
+// machineBusy is the CPU seconds all cores spent busy since boot (not idle
+// nor waiting for I/O), from the first line of /proc/stat.
+func machineBusy() (float64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest times are in user already
+			busy += n
+		}
+	}
+	return float64(busy) / clockTicks, true
+}
+
+// cpuShare returns each process's CPU use over d as a fraction of one core,
+// and as "other" the rest of the machine's busy time: load this benchmark
+// did not make, which disturbs it.
+func cpuShare(before, after map[string]float64, d time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for name, b := range before {
+		if a, ok := after[name]; ok {
+			out[name] = (a - b) / d.Seconds()
+		}
+	}
+	if m0, ok := before[machine]; ok {
+		other := (after[machine] - m0) / d.Seconds()
+		for name, v := range out {
+			if name != machine {
+				other -= v
+			}
+		}
+		delete(out, machine)
+		out["other"] = max(0, other)
+	}
+	return out
+}
+
+// machine is the key of the machine's busy time in cpuTimes' map.
+const machine = "(machine)"
+
+func parsePids(s string) map[string]int {
+	out := map[string]int{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if n, err := strconv.Atoi(v); ok && err == nil && n > 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
