@@ -117,8 +117,8 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 		}
 		return nil, errorf(http.StatusBadRequest, CodeMalformed, "reading the body: %s", err.Error())
 	}
-	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
-		return nil, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+	if !json.Valid(raw) { // a scan only: the callers' decoders then name the problem
+		return nil, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", syntaxError(raw))
 	}
 	return raw, nil
 }
@@ -133,4 +133,12 @@ func decodeError(err error, limit int64) error {
 		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "field %q: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
 	}
 	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+}
+
+// syntaxError describes why raw is not valid JSON (raw is known to be invalid).
+func syntaxError(raw []byte) string {
+	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
+		return err.Error()
+	}
+	return "invalid JSON"
 }

@@ -196,13 +196,11 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 	return req.Jobs, nil
 }
 
-// batchItem parses and validates one batch item. Its fingerprint is the
-// SHA-256 of its canonical JSON with the scheduling fields (cost, delay,
-// run_at), so items differing only in those are different requests.
+// batchItem parses and validates one batch item (see itemFingerprint).
 func (s *Server) batchItem(raw json.RawMessage) (dispatch.Item, error) {
-	spec, err := parseJob(raw)
+	spec, err := job.Parse(raw) // raw is valid JSON: it came out of the batch body
 	if err != nil {
-		return dispatch.Item{}, err
+		return dispatch.Item{}, invalidJSON(err)
 	}
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
 		return dispatch.Item{}, err
@@ -214,21 +212,27 @@ func (s *Server) batchItem(raw json.RawMessage) (dispatch.Item, error) {
 	if n := int64(len(it.Body)); n > s.opts.MaxJobBytes {
 		return dispatch.Item{}, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
 	}
-	fp, _ := json.Marshal(struct { // cannot fail: plain fields and valid JSON
-		Job     json.RawMessage `json:"job"`
-		Cost    int64           `json:"cost"`
-		RunAtUS int64           `json:"run_at_us"`
-		DelayUS int64           `json:"delay_us"`
-	}{it.Body, it.Cost, it.RunAt.UnixMicro(), it.Delay.Microseconds()})
-	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, sha256.Sum256(fp)
+	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, itemFingerprint(it)
 	return it, nil
+}
+
+// itemFingerprint identifies a batch item under its idempotency key: the
+// SHA-256 of its canonical JSON and its cost and schedule, so items that
+// differ only in cost, delay or run_at are different requests.
+func itemFingerprint(it dispatch.Item) [32]byte {
+	h := sha256.New()
+	h.Write(it.Body)
+	fmt.Fprintf(h, "\x00cost=%d\x00run_at_us=%d\x00delay_us=%d", it.Cost, it.RunAt.UnixMicro(), it.Delay.Microseconds())
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // parseJob decodes one job strictly: 400 for malformed JSON, 422 naming
 // the field for an unknown field or a wrong type.
 func parseJob(raw []byte) (job.Spec, error) {
-	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
-		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON: %s", err.Error())
+	if !json.Valid(raw) {
+		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON: %s", syntaxError(raw))
 	}
 	spec, err := job.Parse(raw)
 	if err != nil {
