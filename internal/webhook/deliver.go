@@ -1,0 +1,171 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/job"
+)
+
+// ErrInvalidJob is wrapped by Deliver's error when the job cannot be turned
+// into a request (wrong type, bad URL or method, bad body_base64).
+// Classify treats it as a permanent failure.
+var ErrInvalidJob = errors.New("invalid job")
+
+// Response body limits of Deliver.
+const (
+	// ExcerptBytes is the most of a response body kept in Result.Excerpt.
+	ExcerptBytes = 4 << 10
+	// DrainBytes is the most read and discarded after the excerpt so the
+	// connection can be reused; a longer body closes the connection.
+	DrainBytes = 64 << 10
+)
+
+// UserAgentDefault is sent when Request.UserAgent is empty.
+const UserAgentDefault = "Sluice/dev"
+
+// Request is one attempt of one job.
+type Request struct {
+	// ID is the job id, sent as webhook-id (the same on every attempt).
+	ID string
+	// Job is the stored job (job.Spec.Canonical, parsed); Type must be
+	// job.TypeWebhook or job.TypeHTTP.
+	Job job.Spec
+	// Secrets are the tenant's decoded signing keys (policy.Secrets.Keys);
+	// webhook jobs carry one signature per key, none when empty. Unused for
+	// http jobs.
+	Secrets [][]byte
+	// UserAgent is the User-Agent header, "Sluice/<version>"; empty means
+	// UserAgentDefault. An http job's own User-Agent header wins over it.
+	UserAgent string
+	// Now is the attempt's time, signed as webhook-timestamp; zero means
+	// time.Now().
+	Now time.Time
+	// EventTime is the webhook body's "timestamp" (when the event happened,
+	// the same on every attempt when the caller passes the job's creation
+	// time); zero means Now.
+	EventTime time.Time
+}
+
+// Result is what one attempt saw.
+type Result struct {
+	// Status is the HTTP status code; 0 when no response arrived.
+	Status int
+	// Header is the response header (nil when no response); Classify reads
+	// Retry-After and the rate-limit headers from it.
+	Header http.Header
+	// Excerpt is the first ExcerptBytes (at most) of the response body.
+	Excerpt []byte
+	// Truncated is set when the body was longer than Excerpt.
+	Truncated bool
+	// Latency runs from sending the request to the response headers (or
+	// the failure).
+	Latency time.Duration
+	// Err is nil when a response arrived. Otherwise it is the cause, wrapped:
+	// ErrInvalidJob, an *EgressError, a context or net timeout, a
+	// connection error.
+	Err error
+}
+
+// Outcome classifies r (see Classify) into the report Store.Finish takes.
+// A success with a non-zero Pause asks the caller to pause the tenant
+// pre-emptively for that long (the upstream said its quota is spent).
+func (r Result) Outcome(now time.Time) dispatch.AttemptOutcome {
+	kind, pause, reason := Classify(r.Status, r.Header, r.Err, now)
+	return dispatch.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause}
+}
+
+// Deliver sends one attempt of req with client (normally NewClient's) and
+// reads at most ExcerptBytes + DrainBytes of the response body. The
+// attempt's timeout is ctx's deadline; Deliver sets no other. It never
+// panics and returns a Result whose Err says why no response arrived.
+//
+// A webhook job is a POST of EventBody(Event, EventTime, Payload) with
+// Content-Type: application/json, the User-Agent, and the Standard Webhooks
+// headers (Headers). An http job uses its method, URL and headers, and its
+// body or body_base64 (decoded) when given; Go ignores a Host header.
+func Deliver(ctx context.Context, client *http.Client, req Request) Result {
+	if req.Now.IsZero() {
+		req.Now = time.Now()
+	}
+	hreq, err := buildRequest(ctx, req)
+	if err != nil {
+		return Result{Err: err}
+	}
+	start := time.Now()
+	resp, err := client.Do(hreq)
+	latency := time.Since(start)
+	if err != nil {
+		return Result{Latency: latency, Err: fmt.Errorf("send job %s: %w", req.ID, err)}
+	}
+	defer resp.Body.Close()
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, ExcerptBytes))
+	drained, _ := io.CopyN(io.Discard, resp.Body, DrainBytes)
+	return Result{
+		Status:    resp.StatusCode,
+		Header:    resp.Header,
+		Excerpt:   excerpt,
+		Truncated: drained > 0,
+		Latency:   latency,
+	}
+}
+
+// buildRequest turns req into an *http.Request bound to ctx.
+func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
+	spec := &req.Job
+	var err error
+	ua := req.UserAgent
+	if ua == "" {
+		ua = UserAgentDefault
+	}
+	var method string
+	var body []byte
+	header := make(http.Header)
+	header.Set("User-Agent", ua)
+	switch spec.Type {
+	case job.TypeWebhook:
+		method = http.MethodPost
+		evt := req.EventTime
+		if evt.IsZero() {
+			evt = req.Now
+		}
+		body = EventBody(spec.Event, evt, spec.Payload)
+		header.Set("Content-Type", "application/json")
+		Headers(header, req.Secrets, req.ID, req.Now, body)
+	case job.TypeHTTP:
+		method = spec.Method
+		for name, value := range spec.Headers {
+			header.Set(name, value)
+		}
+		switch {
+		case spec.Body != nil:
+			body = []byte(*spec.Body)
+		case spec.BodyBase64 != nil:
+			if body, err = base64.StdEncoding.DecodeString(*spec.BodyBase64); err != nil {
+				return nil, fmt.Errorf("%w: job %s: body_base64: %w", ErrInvalidJob, req.ID, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: job %s: type %q cannot be delivered over HTTP", ErrInvalidJob, req.ID, spec.Type)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, method, spec.URL, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: job %s: %w", ErrInvalidJob, req.ID, err)
+	}
+	if u := hreq.URL; (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: job %s: url is not an absolute http(s) URL", ErrInvalidJob, req.ID)
+	}
+	hreq.Header = header
+	return hreq, nil
+}

@@ -1,0 +1,213 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/job"
+)
+
+// captured is what a receiver saw of one request.
+type captured struct {
+	method, path string
+	header       http.Header
+	body         []byte
+}
+
+// capturing returns a receiver that sends every request it sees on a
+// channel and answers with respond.
+func capturing(t *testing.T, respond http.HandlerFunc) (*counting, <-chan captured) {
+	ch := make(chan captured, 8)
+	rcv := newCounting(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ch <- captured{r.Method, r.URL.RequestURI(), r.Header.Clone(), body}
+		respond(w, r)
+	})
+	return rcv, ch
+}
+
+func deliver(t *testing.T, c *http.Client, req Request) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return Deliver(ctx, c, req)
+}
+
+func TestDeliverWebhook(t *testing.T) {
+	rcv, seen := capturing(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "thanks") })
+	c := direct(t, loopback4)
+	keys := [][]byte{mustKey(t, vectorSecret), mustKey(t, rotatedSecret)}
+	now := time.Unix(1_780_000_000, 0)
+	created := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	res := deliver(t, c, Request{
+		ID:        "j7_01J9ZZZ",
+		Job:       job.Spec{Type: job.TypeWebhook, URL: rcv.URL + "/hooks?x=1", Event: "order.shipped", Payload: json.RawMessage(`{"order":17}`)},
+		Secrets:   keys,
+		UserAgent: "Sluice/1.4.2",
+		Now:       now,
+		EventTime: created,
+	})
+	if res.Err != nil || res.Status != http.StatusOK || string(res.Excerpt) != "thanks" || res.Truncated || res.Latency <= 0 {
+		t.Fatalf("result = %+v", res)
+	}
+	got := <-seen
+	want := `{"type":"order.shipped","timestamp":"2026-05-01T10:00:00Z","data":{"order":17}}`
+	if got.method != http.MethodPost || got.path != "/hooks?x=1" || string(got.body) != want {
+		t.Fatalf("request %s %s %s, want POST /hooks?x=1 %s", got.method, got.path, got.body, want)
+	}
+	for name, v := range map[string]string{
+		"Content-Type": "application/json", "User-Agent": "Sluice/1.4.2",
+		"Webhook-Id": "j7_01J9ZZZ", "Webhook-Timestamp": "1780000000",
+		"Webhook-Signature": Sign(keys, "j7_01J9ZZZ", now, []byte(want)),
+	} {
+		if got.header.Get(name) != v {
+			t.Errorf("header %s = %q, want %q", name, got.header.Get(name), v)
+		}
+	}
+	for _, s := range []string{vectorSecret, rotatedSecret} {
+		wh, _ := standardwebhooks.NewWebhook(s)
+		if err := wh.VerifyIgnoringTimestamp(got.body, got.header); err != nil {
+			t.Errorf("official verify with %s…: %v", s[:10], err)
+		}
+	}
+}
+
+func TestDeliverHTTPJob(t *testing.T) {
+	rcv, seen := capturing(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	c := direct(t, loopback4)
+	text, raw := "name=a&b=c", []byte{0, 1, 2, 0xff}
+	b64 := base64.StdEncoding.EncodeToString(raw)
+	for _, tc := range []struct {
+		name     string
+		spec     job.Spec
+		wantBody []byte
+		wantUA   string
+	}{
+		{"text body", job.Spec{Type: job.TypeHTTP, Method: "PUT", URL: rcv.URL + "/v1/items/9",
+			Headers: map[string]string{"Authorization": "Bearer t0k", "content-type": "application/x-www-form-urlencoded"}, Body: &text},
+			[]byte(text), "Sluice/dev"},
+		{"base64 body and own user agent", job.Spec{Type: job.TypeHTTP, Method: "PATCH", URL: rcv.URL + "/v1/items/9",
+			Headers: map[string]string{"User-Agent": "acme-sync/2"}, BodyBase64: &b64}, raw, "acme-sync/2"},
+		{"no body", job.Spec{Type: job.TypeHTTP, Method: "DELETE", URL: rcv.URL + "/v1/items/9"}, []byte{}, "Sluice/dev"},
+	} {
+		res := deliver(t, c, Request{ID: "j1_h", Job: tc.spec})
+		if res.Err != nil || res.Status != http.StatusAccepted {
+			t.Fatalf("%s: result %+v", tc.name, res)
+		}
+		got := <-seen
+		if got.method != tc.spec.Method || got.path != "/v1/items/9" || !bytes.Equal(got.body, tc.wantBody) || got.header.Get("User-Agent") != tc.wantUA {
+			t.Errorf("%s: saw %s %s body %q UA %q", tc.name, got.method, got.path, got.body, got.header.Get("User-Agent"))
+		}
+		for k, v := range tc.spec.Headers {
+			if got.header.Get(k) != v {
+				t.Errorf("%s: header %s = %q, want %q", tc.name, k, got.header.Get(k), v)
+			}
+		}
+		if got.header.Get(HeaderSignature) != "" {
+			t.Errorf("%s: an http job was signed", tc.name)
+		}
+	}
+}
+
+func TestDeliverInvalidJobSendsNothing(t *testing.T) {
+	rcv := newCounting(t, noContent)
+	c := direct(t, loopback4)
+	bad := "%%%"
+	for name, spec := range map[string]job.Spec{
+		"task type":      {Type: job.TypeTask, TaskType: "x"},
+		"ftp url":        {Type: job.TypeWebhook, URL: "ftp://127.0.0.1:" + rcv.port + "/", Event: "e"},
+		"relative url":   {Type: job.TypeWebhook, URL: "/in", Event: "e"},
+		"bad base64":     {Type: job.TypeHTTP, Method: "POST", URL: rcv.URL, BodyBase64: &bad},
+		"invalid method": {Type: job.TypeHTTP, Method: "GE T", URL: rcv.URL},
+	} {
+		res := deliver(t, c, Request{ID: "j1_bad", Job: spec})
+		kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
+		if !errors.Is(res.Err, ErrInvalidJob) || kind != dispatch.FinishPermanent || reason != ReasonInvalidJob {
+			t.Errorf("%s: err %v, Classify %v %q; want ErrInvalidJob, permanent", name, res.Err, kind, reason)
+		}
+	}
+	if rcv.conns.Load() != 0 {
+		t.Fatalf("invalid jobs opened %d connections", rcv.conns.Load())
+	}
+}
+
+// TestDeliverBodyCap: the excerpt stops at ExcerptBytes; a body within
+// ExcerptBytes+DrainBytes is drained so the connection is reused, a longer
+// one closes it.
+func TestDeliverBodyCap(t *testing.T) {
+	for _, tc := range []struct {
+		size      int
+		wantConns int64
+	}{
+		{ExcerptBytes + DrainBytes/2, 1},
+		{ExcerptBytes + 4*DrainBytes, 2},
+	} {
+		body := strings.Repeat("x", tc.size)
+		rcv := newCounting(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })
+		c := direct(t, loopback4)
+		for range 2 {
+			res := deliver(t, c, Request{ID: "j1", Job: job.Spec{Type: job.TypeHTTP, Method: "GET", URL: rcv.URL}})
+			if res.Status != 200 || len(res.Excerpt) != ExcerptBytes || !res.Truncated {
+				t.Fatalf("size %d: status %d, excerpt %d bytes, truncated %v", tc.size, res.Status, len(res.Excerpt), res.Truncated)
+			}
+		}
+		if got := rcv.conns.Load(); got != tc.wantConns {
+			t.Errorf("body of %d bytes: %d connections for 2 requests, want %d", tc.size, got, tc.wantConns)
+		}
+	}
+}
+
+// TestDeliverTimeout: the attempt's deadline comes from ctx and a receiver
+// that never answers yields a retryable timeout.
+func TestDeliverTimeout(t *testing.T) {
+	release := make(chan struct{})
+	rcv := newCounting(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	c := direct(t, loopback4)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res := Deliver(ctx, c, Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: rcv.URL, Event: "e"}})
+	kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
+	if res.Status != 0 || kind != dispatch.FinishRetry || reason != ReasonTimeout {
+		t.Fatalf("status %d err %v: Classify %v %q, want retry timeout", res.Status, res.Err, kind, reason)
+	}
+	if res.Latency < 50*time.Millisecond {
+		t.Fatalf("latency %v shorter than the deadline", res.Latency)
+	}
+}
+
+func TestDeliverConnectionRefusedIsRetryable(t *testing.T) {
+	rcv := newCounting(t, noContent)
+	url := rcv.URL
+	rcv.Close() // nothing listens on the port any more
+	res := deliver(t, direct(t, loopback4), Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: url, Event: "e"}})
+	if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != dispatch.FinishRetry || reason != ReasonConnection {
+		t.Fatalf("err %v: Classify %v %q, want retry connection_error", res.Err, kind, reason)
+	}
+}
+
+func TestResultOutcome(t *testing.T) {
+	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	r := Result{Status: 429, Header: http.Header{"Retry-After": {"7"}}, Latency: 3 * time.Millisecond}
+	got := r.Outcome(now)
+	want := dispatch.AttemptOutcome{Kind: dispatch.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
+	if got != want {
+		t.Fatalf("Outcome = %+v, want %+v", got, want)
+	}
+}
