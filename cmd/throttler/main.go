@@ -102,7 +102,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 // apiOptions builds one limiter per configured limit, all sharing batcher.
 func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.Batcher, reg *prometheus.Registry, log *slog.Logger) (api.Options, error) {
+	allow, err := cfg.Egress.Prefixes()
+	if err != nil {
+		return api.Options{}, err
+	}
 	opts := api.Options{
+		EgressAllow:   allow,
 		Keys:          cfg.Auth.ByHash(),
 		Limits:        map[string]api.Limit{},
 		Redis:         rdb,

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // AdmitLimit is the policy name of a tenant's admission bucket in the
@@ -279,6 +280,11 @@ func (s *Server) itemOf(spec *job.Spec) (dispatch.Item, error) {
 			errs = append(errs, &job.FieldError{Field: "run_at", Msg: "must be before " + maxRunAt.Format(time.RFC3339)})
 		case t.UnixMicro() > 0: // a run_at at or before 1970 runs as soon as the rate allows
 			it.RunAt = t
+		}
+	}
+	if spec.URL != "" {
+		if err := webhook.CheckLiteral(spec.URL, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
+			errs = append(errs, &job.FieldError{Field: "url", Msg: "refused by the egress guard: " + err.Error()})
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -418,6 +419,10 @@ func TestEnqueueBadInputChangesNothing(t *testing.T) {
 		{"max_attempts 0", jobs, producerToken, `{"type":"webhook","url":"https://x.example","event":"e","max_attempts":0}`, nil, 422, CodeInvalid, "max_attempts"},
 		{"idempotency_key in a single job", jobs, producerToken, `{"type":"webhook","url":"https://x.example","event":"e","idempotency_key":"k"}`, nil, 422, CodeInvalid, "Idempotency-Key"},
 		{"every problem listed", jobs, producerToken, `{"type":"webhook","cost":0,"max_attempts":0}`, nil, 422, CodeInvalid, "url"},
+		{"SSRF literal loopback", jobs, producerToken, `{"type":"webhook","url":"http://127.0.0.1:9/h","event":"e"}`, nil, 422, CodeInvalid, "egress"},
+		{"SSRF metadata address", jobs, producerToken, `{"type":"http","method":"GET","url":"http://169.254.169.254/latest/meta-data"}`, nil, 422, CodeInvalid, "egress"},
+		{"SSRF decimal-encoded loopback", jobs, producerToken, `{"type":"webhook","url":"http://2130706433/h","event":"e"}`, nil, 422, CodeInvalid, "url"},
+		{"SSRF mapped IPv6 private", jobs, producerToken, `{"type":"webhook","url":"http://[::ffff:10.0.0.1]/h","event":"e"}`, nil, 422, CodeInvalid, "egress"},
 		{"batch: no jobs", bat, producerToken, `{"jobs":[]}`, nil, 422, CodeInvalid, "jobs"},
 		{"batch: too many", bat, producerToken, batch(strings.Repeat(`{},`, 1000) + `{}`), nil, 422, CodeInvalid, "jobs"},
 		{"batch: unknown field", bat, producerToken, `{"jobs":[` + webhookJob + `],"x":1}`, nil, 422, CodeInvalid, "x"},
@@ -494,5 +499,18 @@ func TestCancelOverHTTP(t *testing.T) {
 		if r := f.send(t, "DELETE", path, producerToken, nil); r.status != http.StatusNotFound {
 			t.Errorf("DELETE %s: %d, want 404", path, r.status)
 		}
+	}
+}
+
+func TestEgressAllowOpensLoopbackAtEnqueue(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) {
+		o.EgressAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	})
+	r := f.post(t, "/v1/tenants/acme-local/jobs", producerToken, `{"type":"webhook","url":"http://127.0.0.1:9/h","event":"e"}`)
+	requireAccepted(t, r, "acme-local", "queued")
+	r = f.post(t, "/v1/tenants/acme-local/jobs", producerToken, `{"type":"webhook","url":"http://10.0.0.1/h","event":"e"}`)
+	if r.status != 422 || errorCode(r) != CodeInvalid {
+		t.Errorf("10.0.0.1 outside the allow-list: %d %v, want 422", r.status, r.body)
 	}
 }

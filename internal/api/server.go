@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,10 @@ type Options struct {
 	// TaskQueues is the allow-list of asynq queues `task` jobs may name
 	// (config.Config.TaskQueues).
 	TaskQueues []string
+	// EgressAllow opens address ranges the SSRF guard refuses: a job whose
+	// URL host is a literal refused address outside them gets 422 at enqueue
+	// (config.EgressConfig.Prefixes).
+	EgressAllow []netip.Prefix
 	// Defaults are the configuration's policy defaults; a PUT of a tenant's
 	// policy is validated merged over them.
 	Defaults policy.Overrides
@@ -80,7 +85,7 @@ type Server struct {
 	opts    Options
 	keys    keyring
 	metrics *Metrics
-	mux     *http.ServeMux
+	mux     *routeMux
 	// apiFailing is set while the API limiter cannot reach Redis, so the
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
@@ -104,7 +109,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		keys:    keyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
-		mux:     http.NewServeMux(),
+		mux:     &routeMux{ServeMux: http.NewServeMux()},
 	}
 	s.routes()
 	return s, nil
@@ -119,6 +124,7 @@ func (s *Server) routes() {
 	}))
 	s.mux.Handle("GET /readyz", s.plain(s.readyz))
 	s.mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}).ServeHTTP))
+	s.mux.Handle("GET /openapi.json", s.plain(serveOpenAPI))
 	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(CostWrite, s.check))
 	if s.opts.Store != nil {
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(CostWrite, s.enqueue))
@@ -245,3 +251,15 @@ func (r *statusRecorder) WriteHeader(code int) {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// routeMux is the server's ServeMux, recording each pattern registered so a
+// test can compare the routes served with the OpenAPI document.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
