@@ -1,6 +1,7 @@
-// Command throttler is Sluice's API server: it reads the configuration,
-// connects to Redis, serves the HTTP API and /metrics, and shuts down
-// gracefully on SIGTERM or SIGINT.
+// Command throttler is Sluice's API server and dispatcher: it reads the
+// configuration, connects to Redis, serves the HTTP API and /metrics, runs
+// the dispatch loops (internal/dispatcher) and shuts down gracefully on
+// SIGTERM or SIGINT.
 //
 //	throttler [--config PATH]
 //
@@ -25,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -33,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -97,7 +100,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	disp, err := newDispatcher(cfg, rdb, store, reg, log)
+	if err != nil {
+		return err
+	}
+	// The dispatcher starts once the API is built and stops after the HTTP
+	// drain, before Redis is closed (deferred above, so it runs later).
+	if err := disp.Start(ctx); err != nil {
+		return err
+	}
+	defer disp.Stop()
 	return serve(ctx, cfg.Listen, srv.Handler(), log, ready)
+}
+
+// newDispatcher builds the dispatch loops (DESIGN §2.2) from the dispatch
+// timing and the retention the sweep applies to jobs it retires.
+func newDispatcher(cfg *config.Config, rdb redis.UniversalClient, store *dispatch.Store, reg *prometheus.Registry, log *slog.Logger) (*dispatcher.Dispatcher, error) {
+	return dispatcher.New(dispatcher.Config{
+		Store:  store,
+		Asynq:  asynq.NewClientFromRedisClient(rdb),
+		Redis:  rdb,
+		Prefix: cfg.Redis.Prefix,
+		Pass: dispatch.PassConfig{
+			Lead:             cfg.Dispatch.Lead,
+			MinLead:          cfg.Dispatch.MinLead,
+			Grace:            cfg.Dispatch.Grace,
+			MaxPromotions:    cfg.Dispatch.MaxPromotions,
+			MaxTenants:       cfg.Dispatch.MaxTenants,
+			DeadRetention:    cfg.Retention.Dead,
+			DeadMaxPerTenant: cfg.Retention.DeadMaxPerTenant,
+			AttemptLog:       cfg.Retention.AttemptLog,
+		},
+		Registerer: reg,
+		Logger:     log.With("component", "dispatcher"),
+	})
 }
 
 // apiOptions builds one limiter per configured limit, all sharing batcher.

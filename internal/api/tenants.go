@@ -33,7 +33,10 @@ type tenantView struct {
 	NextEligibleAt *string `json:"next_eligible_at"`
 	PausedUntil    *string `json:"paused_until"` // null when not paused
 	AdminPaused    bool    `json:"admin_paused"`
-	Disabled       bool    `json:"disabled"`
+	// AdminPausedUntil ends an operator's timed pause; null when none.
+	AdminPausedUntil *string `json:"admin_paused_until"`
+	Disabled         bool    `json:"disabled"`
+	DeadLetters      int64   `json:"dead_letters"`
 }
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.
@@ -49,6 +52,11 @@ func (s *Server) getTenant(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	return s.tenantResponse(r, c, tenant)
+}
+
+// tenantResponse is the 200 tenant view with the policy version as ETag.
+func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, any, error) {
 	st, err := s.opts.Store.TenantState(r.Context(), tenant)
 	if err != nil {
 		return 0, nil, s.storeError(r, "tenant_state", err)
@@ -56,7 +64,11 @@ func (s *Server) getTenant(r *http.Request, c *call) (int, any, error) {
 	v := tenantView{Tenant: tenant, Version: st.Version, Policy: st.Policy.View(),
 		Backlog: st.Backlog, BacklogBytes: st.Bytes, Queued: st.Queued, QueuedTokens: st.QueuedCost,
 		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
-		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled}
+		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled,
+		DeadLetters: st.DeadLetters}
+	if st.AdminUntil.After(st.Now) {
+		v.AdminPausedUntil = timeString(st.AdminUntil)
+	}
 	if st.PausedUntil.After(st.Now) {
 		v.PausedUntil = timeString(st.PausedUntil)
 	}

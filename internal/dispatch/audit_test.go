@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -23,7 +24,14 @@ import (
 //     from its hash, an idempotency key from its live job;
 //   - every member of a set or list is a record in the matching state, and
 //     every key carries the hash tag of its tenant's or job's shard;
-//   - the tenant counters equal what the job records say.
+//   - released and running records carry what their state needs (gen ≥ 1,
+//     a slot, a claim time) and their lease is not before the slot;
+//   - the tenant counters equal what the job records say;
+//   - ready holds exactly the tenants that can use it (DESIGN §2.2): each
+//     has a queued job and is neither disabled, admin-paused, at its
+//     concurrency cap nor at its release cap; every tenant with a queued job
+//     and none of those blockers is in ready (else it would be stuck), at a
+//     score no earlier than its pauses.
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
@@ -35,6 +43,7 @@ func auditKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards
 	ks.checkJobs()
 	ks.checkSets()
 	ks.checkTenants()
+	ks.checkReadyComplete()
 	ks.checkIdem()
 	return ks.problems, nil
 }
@@ -63,9 +72,11 @@ type keyspaceSnapshot struct {
 	jobs      map[string]map[string]string // id → fields
 	tenants   map[string]map[string]string // tenant → fields
 	tenantTTL map[string]time.Duration
-	lists     map[string][]string // q and head keys → members
-	sets      map[string][]string // ready/delayed/leases/dead keys → members
-	idem      map[string]string   // key → value
+	lists     map[string][]string           // q and head keys → members
+	sets      map[string][]string           // ready/delayed/leases/dead keys → members
+	scores    map[string]map[string]float64 // ready and leases keys → member → score
+	policies  map[int]map[string]string     // shard → policy hash
+	idem      map[string]string             // key → value
 	problems  []string
 }
 
@@ -79,7 +90,8 @@ func loadKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards 
 	ks := &keyspaceSnapshot{prefix: prefix, shards: shards, keys: map[string]auditedKey{},
 		jobs: map[string]map[string]string{}, tenants: map[string]map[string]string{},
 		tenantTTL: map[string]time.Duration{},
-		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{}}
+		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
+		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{}}
 	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		if err := ks.load(ctx, rdb, iter.Val()); err != nil {
@@ -91,6 +103,9 @@ func loadKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards 
 
 // load reads one key into the snapshot according to its name.
 func (ks *keyspaceSnapshot) load(ctx context.Context, rdb *redis.Client, key string) error {
+	if key == ks.prefix+":workers" {
+		return nil // worker heartbeats (workers_test.go checks them)
+	}
 	m := keyPattern.FindStringSubmatch(strings.TrimPrefix(key, ks.prefix+":"))
 	if m == nil {
 		ks.problem("unknown key %s", key)
@@ -101,15 +116,31 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb *redis.Client, key str
 	if err != nil {
 		return err
 	}
+	if ttl == -2 { // expired since the SCAN (TTLs run in real time)
+		return nil
+	}
 	ks.keys[key] = auditedKey{shard: shard, ttl: ttl}
 	rest := m[2]
 	switch {
-	case rest == "ready" || rest == "delayed" || rest == "leases" || strings.HasSuffix(rest, ":dead"):
+	case rest == "ready" || rest == "leases" || rest == "delayed":
+		var zs []redis.Z
+		zs, err = rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		ks.scores[key] = map[string]float64{}
+		for _, z := range zs {
+			ks.sets[key] = append(ks.sets[key], z.Member.(string))
+			ks.scores[key][z.Member.(string)] = z.Score
+		}
+	case strings.HasSuffix(rest, ":dead"):
 		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
+	case rest == "vclock":
+		if v, gerr := rdb.Get(ctx, key).Int64(); gerr != nil || v < 0 || ttl >= 0 {
+			ks.problem("vclock %s: %d (%v), ttl %s", key, v, gerr, ttl)
+		}
 	case rest == "policy":
 		if ttl >= 0 {
 			ks.problem("policy hash %s has a TTL", key)
 		}
+		ks.policies[shard], err = rdb.HGetAll(ctx, key).Result()
 	case strings.HasSuffix(rest, ":q"):
 		ks.lists[key], err = rdb.LRange(ctx, key, 0, -1).Result()
 	case strings.HasSuffix(rest, ":head"):
@@ -178,6 +209,41 @@ func (ks *keyspaceSnapshot) checkJobs() {
 		if found != 1 {
 			ks.problem("job %s (%s) found %d times in %v", id, state, found, homes)
 		}
+		ks.checkRecord(shard, id, job)
+	}
+}
+
+// checkRecord: a record carries what its state needs; a delayed job's
+// score is its due time.
+func (ks *keyspaceSnapshot) checkRecord(shard int, id string, job map[string]string) {
+	state := State(job["state"])
+	delayed := int64(ks.scores[ks.keyOf(shard, "delayed")][id])
+	switch state {
+	case StateDead:
+		if num(job, "ended") == 0 {
+			ks.problem("dead job %s has no ended time", id)
+		}
+		return
+	case StateScheduled, StateRetrying:
+		due := map[State]string{StateScheduled: "run_at", StateRetrying: "due"}[state]
+		if delayed != num(job, due) {
+			ks.problem("%s job %s: delayed at %d, its %s is %s", state, id, delayed, due, job[due])
+		}
+		return
+	case StateReleased, StateRunning:
+	default:
+		return
+	}
+	lease, ok := ks.scores[ks.keyOf(shard, "leases")][id]
+	switch {
+	case num(job, "gen") < 1:
+		ks.problem("%s job %s has gen %s", state, id, job["gen"])
+	case num(job, "slot") == 0:
+		ks.problem("%s job %s has no slot", state, id)
+	case ok && int64(lease) < num(job, "slot"):
+		ks.problem("%s job %s: lease %d before its slot %s", state, id, int64(lease), job["slot"])
+	case state == StateRunning && (num(job, "claimed") == 0 || num(job, "attempt") < 1 || num(job, "first") == 0):
+		ks.problem("running job %s lacks its claim (claimed %q, attempt %q, first %q)", id, job["claimed"], job["attempt"], job["first"])
 	}
 }
 
@@ -221,14 +287,81 @@ func (ks *keyspaceSnapshot) checkSets() {
 	}
 }
 
-// checkReady: every tenant in ready has a queued job.
+// checkReady: every tenant in ready has a queued job and can use its score.
 func (ks *keyspaceSnapshot) checkReady(key string, tenants []string) {
 	shard := ks.keys[key].shard
 	for _, tn := range tenants {
-		if len(ks.lists[ks.keyOf(shard, "t:"+tn+":q")])+len(ks.lists[ks.keyOf(shard, "t:"+tn+":head")]) == 0 {
+		cost, ok := ks.headCost(shard, tn)
+		if !ok {
 			ks.problem("%s holds tenant %q, which has no queued job", key, tn)
+			continue
+		}
+		if why := ks.blocked(shard, tn, cost); why != "" {
+			ks.problem("%s holds tenant %q, which is %s", key, tn, why)
+		}
+		h := ks.tenants[tn]
+		if score := int64(ks.scores[key][tn]); score < max(num(h, "paused_until"), num(h, "admin_until")) {
+			ks.problem("%s holds tenant %q at %d, before its pause ends", key, tn, score)
 		}
 	}
+}
+
+// checkReadyComplete: a tenant with a queued job that nothing blocks is in
+// ready — otherwise no pass would ever visit it.
+func (ks *keyspaceSnapshot) checkReadyComplete() {
+	for tn := range ks.tenants {
+		shard := ShardOf(tn, ks.shards)
+		cost, ok := ks.headCost(shard, tn)
+		if !ok || ks.blocked(shard, tn, cost) != "" {
+			continue
+		}
+		if _, in := ks.scores[ks.keyOf(shard, "ready")][tn]; !in {
+			ks.problem("tenant %q has queued jobs, nothing blocks it, but it is not in ready: stuck", tn)
+		}
+	}
+}
+
+// headCost is the cost of tenant's next job (head lane first, then the
+// backlog); false when it has none.
+func (ks *keyspaceSnapshot) headCost(shard int, tn string) (int64, bool) {
+	for _, kind := range []string{":head", ":q"} {
+		if l := ks.lists[ks.keyOf(shard, "t:"+tn+kind)]; len(l) > 0 {
+			return num(ks.jobs[l[0]], "cost"), true
+		}
+	}
+	return 0, false
+}
+
+// blocked says why tenant cannot use a ready score, "" when nothing blocks it.
+func (ks *keyspaceSnapshot) blocked(shard int, tn string, cost int64) string {
+	h, p := ks.tenants[tn], ks.policy(shard, tn)
+	rtok, rcap := num(h, "rtok"), (num(h, "lead")+p.RateUS-1)/p.RateUS+p.Burst
+	switch {
+	case num(h, "disabled") == 1:
+		return "disabled"
+	case num(h, "admin_paused") == 1:
+		return "admin-paused"
+	case num(h, "running")+num(h, "released") >= p.Concurrency:
+		return "at its concurrency cap"
+	case rtok > 0 && rtok+cost > rcap:
+		return "at its release cap"
+	}
+	return ""
+}
+
+// policy is tenant's effective policy: DefaultParams ← "*" ← tenant.
+func (ks *keyspaceSnapshot) policy(shard int, tn string) Params {
+	p := DefaultParams()
+	for _, field := range []string{"*", tn} {
+		var o Overrides
+		if raw, ok := ks.policies[shard][field]; ok {
+			if err := json.Unmarshal([]byte(raw), &o); err != nil {
+				ks.problem("policy %q on shard %d: %v", field, shard, err)
+			}
+		}
+		p = o.Apply(p)
+	}
+	return p
 }
 
 func mergeMaps(a, b map[string][]string) map[string][]string {
@@ -244,7 +377,7 @@ func mergeMaps(a, b map[string][]string) map[string][]string {
 
 // checkTenants: counters match the records; expiry per DESIGN §3.
 func (ks *keyspaceSnapshot) checkTenants() {
-	type counts struct{ live, bytes, qtok, running, released int64 }
+	type counts struct{ live, bytes, qtok, running, released, rtok int64 }
 	want := map[string]*counts{}
 	for _, job := range ks.jobs {
 		c := want[job["tenant"]]
@@ -261,16 +394,20 @@ func (ks *keyspaceSnapshot) checkTenants() {
 		case StateScheduled, StateRetrying:
 			c.live, c.bytes = c.live+1, c.bytes+size
 		case StateReleased:
-			c.live, c.bytes, c.released = c.live+1, c.bytes+size, c.released+1
+			c.live, c.bytes, c.released, c.rtok = c.live+1, c.bytes+size, c.released+1, c.rtok+cost
 		case StateRunning:
 			c.running++
 		}
 	}
 	for tn, c := range want {
 		h := ks.tenants[tn]
-		got := counts{num(h, "live"), num(h, "bytes"), num(h, "qtok"), num(h, "running"), num(h, "released")}
+		got := counts{num(h, "live"), num(h, "bytes"), num(h, "qtok"), num(h, "running"), num(h, "released"), num(h, "rtok")}
 		if got != *c {
 			ks.problem("tenant %q counters %+v, records say %+v", tn, got, *c)
+		}
+		head := ks.lists[ks.keyOf(ShardOf(tn, ks.shards), "t:"+tn+":head")]
+		if h != nil && num(h, "hlen") != int64(len(head)) {
+			ks.problem("tenant %q hlen %d, head lane holds %d", tn, num(h, "hlen"), len(head))
 		}
 	}
 	for tn, h := range ks.tenants {
@@ -319,6 +456,9 @@ func TestAuditFindsProblems(t *testing.T) {
 	e.rdb.HSet(e.ctx, key, "state", "scheduled")
 	e.rdb.Set(e.ctx, e.store.keys.idem("acme", "lost"), "ab j0_01KJMMA2G0WAAKMBBJK9MDDZKB", 0)
 	e.rdb.HSet(e.ctx, e.store.keys.tenant("other"), "live", 0)
+	e.enqueueOne("globex", item(`{}`))
+	e.rdb.ZRem(e.ctx, e.store.keys.ready(e.store.keys.shardOf("globex")), "globex")
+	e.rdb.HSet(e.ctx, e.store.keys.tenant("globex"), "hlen", 1)
 	problems, err := auditKeyspace(e.ctx, e.rdb, e.prefix, e.store.Shards())
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +470,8 @@ func TestAuditFindsProblems(t *testing.T) {
 		`tenant "acme" counters`,                     // qtok no longer matches
 		"idempotency key " + e.store.keys.idem("acme", "lost"),
 		`tenant "other" is idle but has no TTL`,
+		`tenant "globex" has queued jobs, nothing blocks it, but it is not in ready: stuck`,
+		`tenant "globex" hlen 1, head lane holds 0`,
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("audit missed %q; found:\n%s", want, all)

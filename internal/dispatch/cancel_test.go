@@ -18,8 +18,8 @@ func (e *env) cancel(id string) (Job, State) {
 	return j, from
 }
 
-// toHeadLane moves a queued job from the backlog to the head lane, as the
-// dispatcher's return path will (test helper; no script does it yet).
+// toHeadLane moves a queued job from the backlog to the head lane at
+// sequence seq (test helper: the scripts put returned and retried jobs there).
 func (e *env) toHeadLane(tenant, id string, seq float64) {
 	e.t.Helper()
 	if err := e.rdb.LRem(e.ctx, e.store.keys.tenantQueue(tenant), 1, id).Err(); err != nil {
@@ -28,19 +28,9 @@ func (e *env) toHeadLane(tenant, id string, seq float64) {
 	if err := e.rdb.ZAdd(e.ctx, e.store.keys.tenantHead(tenant), redisZ(seq, id)).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-}
-
-// markRunning turns a released job into a running one, as the claim script
-// of a later issue will (test helper).
-func (e *env) markRunning(tenant, id string) {
-	e.t.Helper()
-	key, _ := e.store.keys.job(id)
-	e.rdb.HSet(e.ctx, key, "state", "running")
-	e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "released", -1)
-	e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "running", 1)
-	e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "live", -1)
-	bytes := e.job(id).Bytes
-	e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "bytes", -bytes)
+	if err := e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "hlen", 1).Err(); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func TestCancelEachCancelableState(t *testing.T) {
@@ -88,10 +78,11 @@ func TestCancelConflictsAndMisses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rs := e.enqueue("acme", item(`1`), item(`2`))
-	if _, ok := e.pop("acme", 0); !ok {
-		t.Fatal("pop: nothing due")
+	rel, ok := e.pop("acme", 0)
+	if !ok || rel.ID != rs[0].ID {
+		t.Fatalf("pop: %+v %v", rel, ok)
 	}
-	e.markRunning("acme", rs[0].ID)
+	e.claimAt(rel)
 	e.cancel(rs[1].ID)
 	e.requireConsistent()
 
@@ -114,9 +105,9 @@ func TestCancelConflictsAndMisses(t *testing.T) {
 	e.requireConsistent()
 }
 
-// Cancel and Pop race on the same jobs: every job ends canceled or released,
-// never both, never popped after its cancel, and the counters agree.
-func TestCancelRacesPop(t *testing.T) {
+// Cancel and Pass race on the same jobs: every job ends canceled or released,
+// never both, never released after its cancel, and the counters agree.
+func TestCancelRacesPass(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const n = 300
@@ -132,15 +123,18 @@ func TestCancelRacesPop(t *testing.T) {
 	popped := map[string]int{}
 	canceledFrom := map[string]State{}
 	var wg sync.WaitGroup
+	shard := e.store.keys.shardOf("acme")
 	for range 4 {
 		wg.Go(func() {
 			for {
-				rel, ok, err := e.store.Pop(e.ctx, "acme", time.Hour, time.Minute)
-				if err != nil || !ok {
+				res, err := e.store.Pass(e.ctx, shard, PassConfig{Lead: time.Hour, Grace: time.Minute, Capacity: 7})
+				if err != nil || len(res.Released) == 0 {
 					return
 				}
 				mu.Lock()
-				popped[rel.ID]++
+				for _, rel := range res.Released {
+					popped[rel.ID]++
+				}
 				mu.Unlock()
 			}
 		})

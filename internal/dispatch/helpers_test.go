@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"crypto/sha256"
+	"flag"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,7 +13,20 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain runs the package's tests against a real Redis. Property tests run
+// rapidChecksDefault cases unless -rapid.checks says otherwise: one case of
+// the dispatch properties is hundreds of scripts.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if !set {
+		_ = flag.Set("rapid.checks", strconv.Itoa(rapidChecksDefault))
+	}
+	redistest.Main(m)
+}
+
+const rapidChecksDefault = 25
 
 // epoch is the fake clock's start: a realistic present-day Redis time, so
 // µs values have their production magnitude (≈1.77·10¹⁵).
@@ -30,6 +44,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.t
 }
 
+// Set moves the clock to t, which must not be earlier (Redis time is monotone).
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.t) {
+		c.t = t
+	}
+}
+
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -38,7 +61,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // env is one test's Store on a private prefix with a fake clock at epoch.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	rdb    *redis.Client
 	prefix string
@@ -46,11 +69,13 @@ type env struct {
 	clock  *fakeClock
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }
+
+func newEnvShards(t testing.TB, shards int) *env {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
 	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: shards, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,13 +133,63 @@ func (e *env) job(id string) Job {
 	return j
 }
 
+// pop releases at most one job of tenant's shard, due by now + lead, at its
+// GCRA slot (L = 0): a one-tenant stand-in for a dispatcher pass.
 func (e *env) pop(tenant string, lead time.Duration) (Release, bool) {
 	e.t.Helper()
-	r, ok, err := e.store.Pop(e.ctx, tenant, lead, time.Second)
-	if err != nil {
-		e.t.Fatal(err)
+	res := e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: max(lead, time.Microsecond),
+		MinLead: -1, Grace: time.Second, Capacity: 1})
+	if len(res.Released) == 0 {
+		return Release{}, false
 	}
-	return r, ok
+	return res.Released[0], true
+}
+
+// pass runs one pass on shard with cfg.
+func (e *env) pass(shard int, cfg PassConfig) PassResult {
+	e.t.Helper()
+	res, err := e.store.Pass(e.ctx, shard, cfg)
+	if err != nil {
+		e.t.Fatalf("pass on shard %d: %v", shard, err)
+	}
+	return res
+}
+
+// passTenant runs one unlimited pass on tenant's shard with D = lead,
+// L = minLead (< 0: none), grace 1s.
+func (e *env) passTenant(tenant string, lead, minLead time.Duration) []Release {
+	e.t.Helper()
+	return e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: lead, MinLead: minLead,
+		Grace: time.Second, Capacity: -1}).Released
+}
+
+func (e *env) claim(id string, gen int64) Claim {
+	e.t.Helper()
+	c, err := e.store.Claim(e.ctx, id, gen, 2*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		e.t.Fatalf("claim %s@%d: %v", id, gen, err)
+	}
+	return c
+}
+
+// claimAt sets the clock to the release's slot and claims it, requiring ok.
+func (e *env) claimAt(r Release) ClaimedJob {
+	e.t.Helper()
+	e.clock.Set(r.Slot)
+	c := e.claim(r.ID, r.Gen)
+	if c.Outcome != ClaimOK {
+		e.t.Fatalf("claim %s@%d at its slot: %+v", r.ID, r.Gen, c)
+	}
+	return c.Job
+}
+
+func (e *env) finish(id string, gen int64, o AttemptOutcome, cfg FinishConfig) State {
+	e.t.Helper()
+	st, err := e.store.Finish(e.ctx, id, gen, o, cfg)
+	if err != nil {
+		e.t.Fatalf("finish %s@%d: %v", id, gen, err)
+	}
+	return st
 }
 
 // item is a webhook job whose body is body.
@@ -128,8 +203,6 @@ func idemItem(key, body string) Item {
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256([]byte(body))
 	return it
 }
-
-func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 
 func ids(rs []Result) []string {
 	var out []string

@@ -2,9 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,15 +31,28 @@ func (s State) Terminal() bool {
 }
 
 // Job is a job record (hash j:<id>). Times are Redis time.
+//
+// Record fields: tenant, type, cost, bytes, body, state, gen, attempt,
+// created, run_at, eta, idem, slot, ended (as below), and
+//
+//	reslot   1 when the current delivery was re-slotted by a late claim
+//	grace    the lease slack the pass gave the current delivery (µs); the
+//	         claim keeps it for the running lease
+//	claimed  the last claim's time (µs)
+//	first    the first attempt's claim time (µs), for max_retry_duration
+//	due      a retrying job's due time (µs)
+//	log      the attempt log: one JSON object a line, newest last, the last
+//	         N kept (FinishConfig.AttemptLog)
+//	logged   attempts ever logged
 type Job struct {
 	ID      string
 	Tenant  string
 	Type    string // as given at enqueue: webhook, http, task
 	Cost    int64  // tokens
 	Bytes   int64  // body size at enqueue
-	Body    []byte // the job as the API stored it; nil once canceled (tombstone)
+	Body    []byte // the job as the API stored it; nil once succeeded or canceled
 	State   State
-	Gen     int64     // generation, bumped by every pop (DESIGN §1)
+	Gen     int64     // generation, bumped by every pop, re-slot, sweep, return, replay (DESIGN §1)
 	Attempt int64     // attempts used
 	Created time.Time // enqueue time
 	RunAt   time.Time // requested run_at (or now + delay); zero when none
@@ -45,17 +60,25 @@ type Job struct {
 	Slot    time.Time // the slot of the last release; zero before the first
 	Ended   time.Time // terminal time; zero while live
 	IdemKey string    // idempotency key, "" when none
-	// Attempts is the attempt log (time, status, latency, error). Placeholder:
-	// the finish script of a later issue writes it; it is empty for now.
+	Claimed time.Time // the last claim; zero before the first
+	First   time.Time // the first attempt's claim; zero before it
+	Due     time.Time // when retrying: the next attempt's earliest time
+	// Attempts is the attempt log, oldest first: the last
+	// FinishConfig.AttemptLog attempts; Logged counts all of them.
 	Attempts []Attempt
+	Logged   int64
 }
 
 // Attempt is one entry of a job's attempt log.
 type Attempt struct {
-	At      time.Time
-	Status  int // HTTP status, 0 when none (timeout, connection error)
-	Latency time.Duration
+	At      time.Time     // when the outcome was recorded
+	Gen     int64         // the generation it was claimed at
+	Number  int64         // the attempt number at the time (attempts used, this one included)
+	Outcome string        // a FinishKind's String, or "lease_expired" (the sweep)
+	Status  int           // HTTP status, 0 when none (timeout, connection error)
+	Latency time.Duration // request time
 	Error   string
+	Stale   bool // reported by a Finish whose gen was no longer current
 }
 
 // GetJob returns the record of job id. ErrNotFound when there is none (a
@@ -146,6 +169,10 @@ func parseJob(id string, m map[string]string) (Job, error) {
 		Slot:    p.micros("slot"),
 		Ended:   p.micros("ended"),
 		IdemKey: m["idem"],
+		Claimed: p.micros("claimed"),
+		First:   p.micros("first"),
+		Due:     p.micros("due"),
+		Logged:  p.int("logged"),
 	}
 	if body, ok := m["body"]; ok {
 		j.Body = []byte(body)
@@ -153,7 +180,42 @@ func parseJob(id string, m map[string]string) (Job, error) {
 	if p.err != nil {
 		return Job{}, p.err
 	}
+	attempts, err := parseLog(m["log"])
+	if err != nil {
+		return Job{}, err
+	}
+	j.Attempts = attempts
 	return j, nil
+}
+
+// logEntry is one line of the attempt log as lib.lua log_attempt writes it.
+type logEntry struct {
+	At        int64  `json:"at"`
+	Gen       int64  `json:"gen"`
+	Attempt   int64  `json:"attempt"`
+	Outcome   string `json:"outcome"`
+	Status    int    `json:"status"`
+	LatencyUS int64  `json:"latency_us"`
+	Error     string `json:"error"`
+	Stale     bool   `json:"stale"`
+}
+
+// parseLog parses the log field; "" is an empty log.
+func parseLog(s string) ([]Attempt, error) {
+	if s == "" {
+		return nil, nil
+	}
+	lines := strings.Split(s, "\n")
+	out := make([]Attempt, 0, len(lines))
+	for _, line := range lines {
+		var e logEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return nil, fmt.Errorf("%w: attempt log line %q: %w", ErrProtocol, line, err)
+		}
+		out = append(out, Attempt{At: microsTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
+			Status: e.Status, Latency: us(e.LatencyUS), Error: e.Error, Stale: e.Stale})
+	}
+	return out, nil
 }
 
 // fieldParser parses optional integer fields of a hash; absent reads as 0,

@@ -13,16 +13,18 @@ import (
 // Key layout (DESIGN §3). Every key of a shard carries the hash tag {s<shard>},
 // so one shard is one Redis Cluster slot:
 //
+//	<p>:workers                    HASH   worker id → "<concurrency> <expiry µs>" (not shard-tagged)
 //	<p>:{s7}:ready                 ZSET   tenant → next useful time (µs)
 //	<p>:{s7}:delayed               ZSET   job id → due time (scheduled, retrying)
 //	<p>:{s7}:leases                ZSET   job id → lease deadline (released, running)
 //	<p>:{s7}:policy                HASH   "*" → defaults, <tenant> → overrides (JSON)
 //	<p>:{s7}:wake                  channel the shard's new earliest time (µs, decimal)
+//	<p>:{s7}:vclock                STRING the shard's virtual clock for weighted fairness (Pass)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
 //	<p>:{s7}:t:<tenant>:dead       ZSET   dead letters
-//	<p>:{s7}:j:<id>                HASH   job record
+//	<p>:{s7}:j:<id>                HASH   job record (fields: see Job), attempt log included
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //
 // The Go functions below are the only place Go code builds these names. The
@@ -51,6 +53,10 @@ func (k keyspace) delayed(shard int) string { return k.base(shard) + "delayed" }
 func (k keyspace) leases(shard int) string  { return k.base(shard) + "leases" }
 func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
+func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
+
+// workers is the workers' heartbeat hash, one for all shards.
+func (k keyspace) workers() string { return k.prefix + ":workers" }
 
 func (k keyspace) tenant(tenant string) string {
 	return k.base(k.shardOf(tenant)) + "t:" + tenant

@@ -26,6 +26,8 @@ func TestKeyLayout(t *testing.T) {
 		k.leases(6):           "sluice:{s6}:leases",
 		k.policy(6):           "sluice:{s6}:policy",
 		k.wake(6):             "sluice:{s6}:wake",
+		k.vclock(6):           "sluice:{s6}:vclock",
+		k.workers():           "sluice:workers",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",
 		k.tenantQueue(tn):     "sluice:{s6}:t:123456789:q",
 		k.tenantHead(tn):      "sluice:{s6}:t:123456789:head",

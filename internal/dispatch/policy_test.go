@@ -78,9 +78,11 @@ func TestPolicyChangeRescalesTAT(t *testing.T) {
 		e.enqueueOne("acme", item(`{}`))
 	}
 	for range 5 { // burst 10: five slots at now, TAT = now + 5T
-		if _, ok := e.pop("acme", 0); !ok {
+		rel, ok := e.pop("acme", 0)
+		if !ok {
 			t.Fatal("pop: nothing due")
 		}
+		e.cancel(rel.ID) // out of the release cap, which burst 2 would exceed
 	}
 	tatAfter := func(o Overrides) time.Duration {
 		t.Helper()
@@ -146,7 +148,8 @@ func TestPolicyChangeKeepsAdmissionTokens(t *testing.T) {
 	e.requireConsistent()
 }
 
-// New defaults reach a tenant at its next decision, rescaling its TAT then.
+// New defaults reach a tenant at its next decision, rescaling its TAT then:
+// its ready score stays where the old rate put it until a pass visits it.
 func TestSeedDefaultsRescalesLazily(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -161,7 +164,10 @@ func TestSeedDefaultsRescalesLazily(t *testing.T) {
 	if got := st.TAT.Sub(epoch); got != 50*time.Millisecond {
 		t.Fatalf("TAT = now + %s, want +50ms under the new default", got)
 	}
-	rel, ok := e.pop("acme", 50*time.Millisecond)
+	if rel, ok := e.pop("acme", 50*time.Millisecond); ok {
+		t.Fatalf("pop: %+v, want nothing before the stale ready score +100ms", rel)
+	}
+	rel, ok := e.pop("acme", 100*time.Millisecond)
 	if !ok || !rel.Slot.Equal(epoch.Add(50*time.Millisecond)) {
 		t.Fatalf("pop: %+v %v, want slot +50ms", rel, ok)
 	}

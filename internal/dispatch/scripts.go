@@ -12,16 +12,32 @@ import (
 
 // The scripts. Each file opens with its KEYS/ARGV/reply contract; lib.lua
 // holds the shared prologue (key builders, clock, policy merge, tenant state,
-// reschedule). They are assembled once, at init: built-in defaults, lib, script.
+// reschedule), lifecycle.lua the job lifecycle helpers (head lane, attempt
+// log, retry curve, dead letters, tenant cache). They are assembled once, at
+// init: built-in defaults, lib, lifecycle, script.
 var (
 	//go:embed lua/lib.lua
 	luaLib string
+	//go:embed lua/lifecycle.lua
+	luaLifecycle string
 	//go:embed lua/enqueue.lua
 	luaEnqueue string
 	//go:embed lua/cancel.lua
 	luaCancel string
-	//go:embed lua/pop.lua
-	luaPop string
+	//go:embed lua/pass.lua
+	luaPass string
+	//go:embed lua/claim.lua
+	luaClaim string
+	//go:embed lua/finish.lua
+	luaFinish string
+	//go:embed lua/admin.lua
+	luaAdmin string
+	//go:embed lua/replay.lua
+	luaReplay string
+	//go:embed lua/dead_letters.lua
+	luaDeadLetters string
+	//go:embed lua/workers.lua
+	luaWorkers string
 	//go:embed lua/policy_put.lua
 	luaPolicyPut string
 	//go:embed lua/tenant_state.lua
@@ -37,14 +53,21 @@ type script struct {
 var (
 	scriptEnqueue     = assemble("enqueue", luaEnqueue)
 	scriptCancel      = assemble("cancel", luaCancel)
-	scriptPop         = assemble("pop", luaPop)
+	scriptPass        = assemble("pass", luaPass)
+	scriptClaim       = assemble("claim", luaClaim)
+	scriptFinish      = assemble("finish", luaFinish)
+	scriptAdmin       = assemble("admin", luaAdmin)
+	scriptReplay      = assemble("replay", luaReplay)
+	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
+	// scriptWorkers stands alone: its key is not shard-tagged (no lib.lua).
+	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaWorkers)}
 	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
 	scriptTenantState = assemble("tenant_state", luaTenantState)
 )
 
-// assemble prepends the built-in defaults and lib.lua to body.
+// assemble prepends the built-in defaults, lib.lua and lifecycle.lua to body.
 func assemble(name, body string) *script {
-	src := "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaLib + "\n" + body
+	src := "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaLib + "\n" + luaLifecycle + "\n" + body
 	return &script{name: name, lua: redis.NewScript(src)}
 }
 
@@ -62,10 +85,20 @@ const (
 // returns a decoder over the reply. A reply whose status is not "ok" is also
 // returned as a *statusReply error, which callers turn into their typed error.
 func (s *Store) run(ctx context.Context, sc *script, shard int, args ...any) (decoder, error) {
+	return s.runKeys(ctx, sc, []string{s.keys.ready(shard)}, s.argv(shard, args...)...)
+}
+
+// argv is the conventional ARGV of a shard script: the shard base, now, args.
+func (s *Store) argv(shard int, args ...any) []any {
 	argv := make([]any, 0, 2+len(args))
 	argv = append(argv, s.keys.base(shard), s.nowArg())
-	argv = append(argv, args...)
-	v, err := sc.lua.Run(ctx, s.rdb, []string{s.keys.ready(shard)}, argv...).Result()
+	return append(argv, args...)
+}
+
+// runKeys executes sc with keys and argv as they are and decodes the reply
+// as run does.
+func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...any) (decoder, error) {
+	v, err := sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return decoder{}, fmt.Errorf("script %s: %w: nil reply", sc.name, ErrProtocol)

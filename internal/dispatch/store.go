@@ -1,8 +1,10 @@
 // Package dispatch is Sluice's Redis layer for tenant backlogs (DESIGN §2–§3):
 // job records, the per-tenant backlog and head lane, the shard's ready,
 // delayed and lease sets, per-tenant policies, and the scripts that change
-// them atomically — enqueue with token-bucket admission, cancel, and a first,
-// minimal pop.
+// them atomically — enqueue with token-bucket admission, cancel, the
+// dispatcher's pass (promotion, lease sweep, paced release), the workers'
+// claim and finish, the admin pause/resume, dead letters and replay — and
+// the workers' capacity heartbeats.
 //
 // Every operation on a tenant or a job is one Lua script on one shard (one
 // Redis Cluster slot). The clock is Redis TIME read inside the scripts, in
@@ -13,6 +15,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"time"
 
@@ -75,6 +78,9 @@ type Store struct {
 	keys      keyspace
 	retention time.Duration
 	clock     func() time.Time
+	// seed draws the retry jitter seed of each finish and pass; tests
+	// replace it to make the jitter deterministic.
+	seed func() uint64
 }
 
 // NewStore returns a Store on rdb (a plain client or a Cluster client; the
@@ -89,6 +95,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
 		retention: cfg.CanceledRetention,
 		clock:     cfg.Clock,
+		seed:      rand.Uint64,
 	}, nil
 }
 

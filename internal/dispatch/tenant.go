@@ -17,25 +17,41 @@ import (
 //	                    released, retrying) and their body bytes
 //	qtok                tokens (sum of costs) of the queued jobs
 //	running, released   jobs in those states
-//	hseq                head-lane sequence (the dispatcher issue uses it)
-//	paused_until, admin_paused, disabled
+//	rtok                tokens of the released jobs (the release cap counts them)
+//	hseq                head-lane sequence: the score of the last job put in the head lane
+//	hlen                jobs in the head lane (spares reading an empty lane)
+//	paused_until        upstream pause (throttled outcomes): no slot before it
+//	admin_paused        1: paused by an operator until Resume (out of ready)
+//	admin_until         timed operator pause: no slot before it
+//	disabled            1: an upstream answered 410; out of ready until Resume
+//	vt                  weighted virtual time (Pass: fairness under overload)
+//	lead                D of the last pass that released a job of the tenant:
+//	                    the release cap ⌈D/T⌉ + b every script's reschedule applies
+//
+// Counters by job state: scheduled, queued, released and retrying jobs count
+// in live and bytes; queued ones in qtok; released ones in released and rtok;
+// running ones in running only.
 type TenantState struct {
-	Now         time.Time // the script's now
-	Exists      bool      // the tenant hash exists
-	Backlog     int64     // jobs counting toward max_backlog
-	Bytes       int64     // their body bytes
-	Queued      int64     // jobs in the backlog list and head lane
-	QueuedCost  int64     // their tokens
-	Running     int64
-	Released    int64
-	AdmitTokens int64     // admission tokens available now
-	NextAt      time.Time // score in the shard's ready set: next eligible time; zero when not in it
-	TAT         time.Time // GCRA TAT; zero before the first release
-	PausedUntil time.Time // zero when not paused
-	AdminPaused bool
-	Disabled    bool
-	Version     int64  // the tenant's policy overrides version (0: none)
-	Policy      Params // the effective policy, as the scripts merged it
+	Now          time.Time // the script's now
+	Exists       bool      // the tenant hash exists
+	Backlog      int64     // jobs counting toward max_backlog
+	Bytes        int64     // their body bytes
+	Queued       int64     // jobs in the backlog list and head lane
+	QueuedCost   int64     // their tokens
+	Running      int64
+	Released     int64
+	ReleasedCost int64     // tokens of the released jobs
+	AdmitTokens  int64     // admission tokens available now
+	NextAt       time.Time // score in the shard's ready set: next eligible time; zero when not in it
+	TAT          time.Time // GCRA TAT; zero before the first release
+	PausedUntil  time.Time // zero when not paused
+	AdminPaused  bool      // paused by an operator until Resume
+	AdminUntil   time.Time // a timed operator pause's end; zero when none
+	Disabled     bool
+	VT           int64  // weighted virtual time (Pass)
+	DeadLetters  int64  // entries in the tenant's dead set
+	Version      int64  // the tenant's policy overrides version (0: none)
+	Policy       Params // the effective policy, as the scripts merged it
 }
 
 // TenantState reads tenant's state in one read-only script.
@@ -54,6 +70,7 @@ func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, er
 		TAT: microsTime(d.int(11)), PausedUntil: microsTime(d.int(12)),
 		AdminPaused: d.int(13) == 1, Disabled: d.int(14) == 1, Version: d.int(15),
 	}
+	st.ReleasedCost, st.AdminUntil, st.VT, st.DeadLetters = d.int(17), microsTime(d.int(18)), d.int(19), d.int(20)
 	if score := d.int(10); score >= 0 {
 		st.NextAt = microsTime(score)
 	}

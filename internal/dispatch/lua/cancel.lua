@@ -31,12 +31,13 @@ rescale_tat(t, p, NOW)
 -- Write phase.
 if state == 'queued' then
   if redis.call('LREM', k_queue(tn), 1, id) == 0 then
-    redis.call('ZREM', k_head(tn), id)
+    t.hlen = t.hlen - redis.call('ZREM', k_head(tn), id)
   end
   t.qtok = t.qtok - cost
 elseif state == 'released' then
   redis.call('ZREM', K_LEASES, id)
   t.released = t.released - 1
+  t.rtok = t.rtok - cost
 else
   redis.call('ZREM', K_DELAYED, id)
 end

@@ -81,7 +81,7 @@ end
 -- dispatch rate: the wait for the next slot (or the end of a pause), then T
 -- per job.
 local function drain_wait(jobs)
-  local next_at = math.max(t.tat - (p.burst - 1) * p.rate_us, t.paused_until)
+  local next_at = math.max(t.tat - (p.burst - 1) * p.rate_us, gate(t))
   return math.max(0, next_at - NOW) + jobs * p.rate_us
 end
 

@@ -1,6 +1,7 @@
 -- lib.lua — shared prologue of every dispatch script (DESIGN §3).
 --
--- Assembled at init (scripts.go) as:  BUILTIN table, this file, the script.
+-- Assembled at init (scripts.go) as:  BUILTIN table, this file,
+-- lifecycle.lua, the script.
 --
 -- Conventions every script follows:
 --   KEYS[1]  the shard's ready set "<p>:{sN}:ready" — the script's shard key
@@ -17,8 +18,11 @@
 -- and the records they decide on before their first write, so a refusal or
 -- an error leaves nothing half-done. The reads that follow writes are
 -- reschedule's (the head of the tenant's lists, the head job's cost), the
--- wake check's (the first scores of ready and delayed) and pop's tombstone
--- skipping: keys of the script's own slot, reads that cannot fail.
+-- wake check's (the first scores of ready and delayed), the attempt log's,
+-- the dead-set trim's, and the pass's release loop (the next job of each
+-- tenant, tombstones skipped) and next-wake reads: keys of the script's own
+-- slot, plain reads that cannot fail. (The pass reads every policy and
+-- tenant it may touch before its first write.)
 
 local BASE = ARGV[1]
 if KEYS[1] ~= BASE .. 'ready' then
@@ -41,9 +45,11 @@ local K_DELAYED = BASE .. 'delayed'
 local K_LEASES = BASE .. 'leases'
 local K_POLICY = BASE .. 'policy'
 local K_WAKE = BASE .. 'wake'
+local K_VCLOCK = BASE .. 'vclock'
 local function k_tenant(tn) return BASE .. 't:' .. tn end
 local function k_queue(tn) return BASE .. 't:' .. tn .. ':q' end
 local function k_head(tn) return BASE .. 't:' .. tn .. ':head' end
+local function k_dead(tn) return BASE .. 't:' .. tn .. ':dead' end
 local function k_job(id) return BASE .. 'j:' .. id end
 local function k_idem(tn, key) return BASE .. 'idem:' .. tn .. ':' .. key end
 
@@ -72,29 +78,63 @@ local function merge_policy(defaults, overrides)
   return p
 end
 
+-- load_policy caches per script call: the shard defaults ("*") are read and
+-- decoded once, and tenants without overrides share one merged table. The
+-- returned tables are read-only.
+local POLICY_DEFAULTS, POLICY_SHARED = nil, nil
 local function load_policy(tn)
-  local raw = redis.call('HMGET', K_POLICY, '*', tn)
-  local o = decode_policy(raw[2])
-  return merge_policy(decode_policy(raw[1]), o), tonumber(o.version) or 0
+  local raw
+  if POLICY_DEFAULTS == nil then
+    local r = redis.call('HMGET', K_POLICY, '*', tn)
+    POLICY_DEFAULTS, raw = decode_policy(r[1]), r[2]
+  else
+    raw = redis.call('HGET', K_POLICY, tn)
+  end
+  if not raw then
+    POLICY_SHARED = POLICY_SHARED or merge_policy(POLICY_DEFAULTS, {})
+    return POLICY_SHARED, 0
+  end
+  local o = decode_policy(raw)
+  return merge_policy(POLICY_DEFAULTS, o), tonumber(o.version) or 0
 end
 
 -- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for
--- the first time starts with a full admission bucket.
+-- the first time starts with a full admission bucket. Fields: see tenant.go.
+-- load_tenant remembers the stored values (T_STORED) so that save_tenant
+-- writes only the fields that changed, and whether the tenant was busy
+-- (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
-  'running', 'released', 'hseq', 'paused_until', 'admin_paused', 'disabled'}
+  'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
+  'disabled', 'vt', 'lead'}
+local T_STORED, T_BUSY = {}, {}
+local busy
 
 local function load_tenant(tn, p)
   local raw = redis.call('HMGET', k_tenant(tn), unpack(T_FIELDS))
   local t = {}
-  for i, f in ipairs(T_FIELDS) do t[f] = tonumber(raw[i]) or 0 end
+  for i, f in ipairs(T_FIELDS) do
+    local v = tonumber(raw[i])
+    raw[i] = v
+    t[f] = v or 0
+  end
   if not raw[4] then t.atok = p.admit_burst; t.ats = NOW end
+  T_STORED[t], T_BUSY[t] = raw, busy(t)
   return t
 end
 
 local function save_tenant(tn, t)
+  local stored = T_STORED[t] or {}
   local args = {}
-  for _, f in ipairs(T_FIELDS) do args[#args + 1] = f; args[#args + 1] = t[f] end
-  redis.call('HSET', k_tenant(tn), unpack(args))
+  for i, f in ipairs(T_FIELDS) do
+    local v = t[f]
+    if v ~= stored[i] then
+      args[#args + 1] = f
+      args[#args + 1] = v
+      stored[i] = v
+    end
+  end
+  T_STORED[t] = stored
+  if #args > 0 then redis.call('HSET', k_tenant(tn), unpack(args)) end
 end
 
 -- rescale_tat applies a rate or burst change to the GCRA state (DESIGN §3):
@@ -139,31 +179,62 @@ local function earliest(t, p, c, now)
   return math.max(now, t.tat - (p.burst - c) * p.rate_us)
 end
 
--- head_job is the tenant's next job: the head lane first, then the backlog.
-local function head_job(tn)
-  local id = redis.call('ZRANGE', k_head(tn), 0, 0)[1]
+-- head_job is the tenant's next job: the head lane first (read only when
+-- its length hlen says it holds any), then the backlog.
+local function head_job(tn, t)
+  local id = nil
+  if t.hlen > 0 then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
   if not id then id = redis.call('LINDEX', k_queue(tn), 0) end
   if not id then return nil, 0 end
   return id, tonumber(redis.call('HGET', k_job(id), 'cost')) or 1
 end
 
+-- gate is the end of the tenant's timed pauses (upstream and admin): no slot
+-- may be earlier.
+local function gate(t) return math.max(t.paused_until, t.admin_until) end
+
+-- release_cap is the most tokens the tenant may have released and unclaimed
+-- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b, with D the lead of the last pass that
+-- released one of its jobs (field lead; 0 before the first: no cap needed,
+-- nothing is released).
+local function release_cap(t, p)
+  return math.ceil(t.lead / p.rate_us) + p.burst
+end
+
+-- blocked names what keeps the tenant from releasing any job whatever its
+-- slot, or nil: disabled, admin-paused (indefinitely), at its concurrency
+-- cap (released + running ≥ concurrency).
+local function blocked(t, p)
+  if t.disabled == 1 then return 'disabled' end
+  if t.admin_paused == 1 then return 'paused' end
+  if t.running + t.released >= p.concurrency then return 'concurrency' end
+  return nil
+end
+
 -- reschedule(tenant) — the one routine every script that changes a tenant
 -- calls last (DESIGN §2.2): score in ready = max(earliest slot for the head
--- job's cost, paused_until); removed when the tenant has no queued job, is
--- disabled or admin-paused, or has released + running ≥ concurrency.
--- First version: the dispatcher issue adds the release cap. Returns the
--- score, or nil when removed.
-local function reschedule(tn, t, p, now)
-  if t.disabled == 1 or t.admin_paused == 1 or t.running + t.released >= p.concurrency then
+-- job's cost, paused_until, admin_until); removed when the tenant has no
+-- queued job, is disabled or admin-paused indefinitely, has released +
+-- running ≥ concurrency, or would exceed its release cap with the head job
+-- (claim, finish and sweep re-add it). Returns the score, or nil when removed.
+-- A caller that has just read the head job may pass it (head = {id, cost},
+-- or false when the tenant has none) to save the reads.
+local function reschedule(tn, t, p, now, head)
+  if blocked(t, p) then
     redis.call('ZREM', K_READY, tn)
     return nil
   end
-  local id, cost = head_job(tn)
-  if not id then
+  local id, cost
+  if head == nil then
+    id, cost = head_job(tn, t)
+  elseif head then
+    id, cost = head[1], head[2]
+  end
+  if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
     redis.call('ZREM', K_READY, tn)
     return nil
   end
-  local score = math.max(earliest(t, p, cost, now), t.paused_until)
+  local score = math.max(earliest(t, p, cost, now), gate(t))
   redis.call('ZADD', K_READY, score, tn)
   return score
 end
@@ -171,14 +242,19 @@ end
 -- expire_tenant: the tenant hash expires only when it holds no job and is
 -- neither disabled nor admin-paused, and not before its TAT, pause and
 -- admission refill have all run out (so expiry never hands out free tokens).
+-- A hash that was busy when loaded has no TTL already (every script that
+-- leaves a tenant busy persists it), so only a change to busy persists.
+busy = function(t)
+  return t.live > 0 or t.running > 0 or t.disabled == 1 or t.admin_paused == 1
+end
 local function expire_tenant(tn, t, p, now)
   local key = k_tenant(tn)
-  if t.live > 0 or t.running > 0 or t.disabled == 1 or t.admin_paused == 1 then
-    redis.call('PERSIST', key)
+  if busy(t) then
+    if not T_BUSY[t] then redis.call('PERSIST', key) end
     return
   end
   local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = math.max(t.tat, t.paused_until, full_at) - now
+  local until_us = math.max(t.tat, gate(t), full_at) - now
   redis.call('PEXPIRE', key, math.floor(math.max(0, until_us) / 1000) + 1000)
 end
 
@@ -192,6 +268,18 @@ local function shard_earliest()
     if s and (best == nil or s < best) then best = s end
   end
   return best
+end
+
+-- wake_at publishes score when it is now the shard's earliest time: for a
+-- script that has just put a tenant back in ready at score. Returns 1 when
+-- it published.
+local function wake_at(score)
+  local after = shard_earliest()
+  if after and after >= score then
+    redis.call('PUBLISH', K_WAKE, istr(score))
+    return 1
+  end
+  return 0
 end
 
 -- wake publishes the new earliest time on the shard's wake channel when it

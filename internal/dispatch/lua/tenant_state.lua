@@ -6,7 +6,8 @@
 -- Reply:   {'ok', now, exists (0|1), live, bytes, queued jobs, queued tokens,
 --           running, released, admission tokens now, ready score (-1 = not
 --           in ready), TAT, paused_until, admin_paused, disabled,
---           overrides version, effective policy as JSON}
+--           overrides version, effective policy as JSON,
+--           released tokens, admin_until, vt, dead letters}
 --
 -- Admission tokens and TAT are reported as the next decision would see them
 -- (refilled to now, rescaled to the current policy), without writing back.
@@ -20,4 +21,5 @@ refill(t, p, NOW)
 local queued = redis.call('LLEN', k_queue(tn)) + redis.call('ZCARD', k_head(tn))
 local score = tonumber(redis.call('ZSCORE', K_READY, tn)) or -1
 return {'ok', NOW, exists, t.live, t.bytes, queued, t.qtok, t.running, t.released,
-  t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p)}
+  t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p),
+  t.rtok, t.admin_until, t.vt, redis.call('ZCARD', k_dead(tn))}

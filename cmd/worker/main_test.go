@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/webhook"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const secret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
+// TestWorkerDeliversSignedWebhooksServesMetricsAndStops runs the binary's
+// run with a configuration file: a job released by a dispatcher on the same
+// prefix reaches a loopback receiver signed with the tenant's secret, the
+// metrics are served, and cancelling the context stops the worker cleanly.
+func TestWorkerDeliversSignedWebhooksServesMetricsAndStops(t *testing.T) {
+	t.Parallel()
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	got := make(chan delivery, 1)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- delivery{r.Header.Clone(), body}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+
+	prefix := redistest.Prefix(t)
+	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
+	cfg := `
+redis: {prefix: ` + prefix + `, shards: 2}
+tenants:
+  acme: {webhook_secrets: ["` + secret + `"]}
+egress: {allow: ["127.0.0.0/8"]}
+worker: {concurrency: 5, shutdown_timeout: 1s}
+log: {format: json, level: debug}
+`
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--config", cfgPath, "--metrics-listen", "127.0.0.1:0"},
+			func(k string) string { return env[k] }, &logs, func(addr string) { ready <- addr })
+	}()
+	var metricsAddr string
+	select {
+	case metricsAddr = <-ready:
+	case err := <-done:
+		t.Fatalf("run ended early: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker not ready within 20s")
+	}
+	if !strings.Contains(logs.String(), "worker.shutdown_timeout raised") {
+		t.Errorf("a 1s shutdown timeout was not raised:\n%s", logs.String())
+	}
+
+	// A dispatcher on the same Redis and prefix releases one job to it.
+	rdb, _ := redistest.New(t)
+	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := job.Spec{Type: job.TypeWebhook, URL: recv.URL + "/hook", Event: "invoice.paid", Payload: json.RawMessage(`{"n":7}`)}
+	rs, err := store.Enqueue(ctx, "acme", []dispatch.Item{{Type: job.TypeWebhook, Body: spec.Canonical()}})
+	if err != nil || rs[0].Outcome != dispatch.Accepted {
+		t.Fatalf("enqueue: %+v, %v", rs, err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{Store: store, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+
+	var del delivery
+	select {
+	case del = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no delivery within 10s\n%s", logs.String())
+	}
+	if id := del.header.Get("webhook-id"); id != rs[0].ID {
+		t.Fatalf("webhook-id %q, want %q", id, rs[0].ID)
+	}
+	ts, _ := strconv.ParseInt(del.header.Get("webhook-timestamp"), 10, 64)
+	keys, _ := policy.Secrets{secret}.Keys()
+	if want := webhook.Sign(keys, rs[0].ID, time.Unix(ts, 0), del.body); del.header.Get("webhook-signature") != want || want == "" {
+		t.Fatalf("signature %q, want %q", del.header.Get("webhook-signature"), want)
+	}
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{`sluice_worker_claims_total{outcome="ok"} 1`, "sluice_worker_send_lateness_seconds_count 1", "go_goroutines"} {
+		if !bytes.Contains(body, []byte(name)) {
+			t.Errorf("metrics lack %q", name)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker did not stop within 20s")
+	}
+	if n, err := store.Capacity(context.Background()); err != nil || n != 0 {
+		t.Fatalf("capacity after stop: %d, %v; want the heartbeat withdrawn", n, err)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	_, addr, err := parseFlags(nil, env(nil))
+	if err != nil || addr != metricsListenDefault {
+		t.Fatalf("defaults: %q, %v", addr, err)
+	}
+	_, addr, err = parseFlags(nil, env(map[string]string{envMetricsListen: "off"}))
+	if err != nil || addr != "" {
+		t.Fatalf("env off: %q, %v", addr, err)
+	}
+	_, addr, err = parseFlags([]string{"--metrics-listen", "127.0.0.1:0"}, env(map[string]string{envMetricsListen: "off"}))
+	if err != nil || addr != "127.0.0.1:0" {
+		t.Fatalf("flag over env: %q, %v", addr, err)
+	}
+	if _, _, err := parseFlags([]string{"--nope"}, env(nil)); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+	if _, _, err := parseFlags([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	if _, _, err := parseFlags([]string{"extra"}, env(nil)); err == nil {
+		t.Fatal("positional argument accepted")
+	}
+}

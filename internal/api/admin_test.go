@@ -1,0 +1,104 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+)
+
+func TestPauseAndResumeOverHTTP(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	requireAccepted(t, f.post(t, "/v1/tenants/acme-p/jobs", producerToken, hook(1)), "acme-p", "queued")
+
+	if r := f.post(t, "/v1/tenants/acme-p/pause", producerToken, ""); r.status != http.StatusForbidden {
+		t.Errorf("pause by a non-admin key: %d, want 403", r.status)
+	}
+	r := f.post(t, "/v1/tenants/acme-p/pause", adminToken, "")
+	if r.status != 200 || r.body["admin_paused"] != true || r.body["next_eligible_at"] != nil {
+		t.Fatalf("pause: %d %v, want 200 admin_paused and no next eligible time", r.status, r.body)
+	}
+	untilT := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	until := untilT.Format(time.RFC3339)
+	r = f.post(t, "/v1/tenants/acme-p/pause", adminToken, `{"until":"`+until+`"}`)
+	if r.status != 200 || r.body["admin_paused_until"] == nil || nextAt(t, r).Before(untilT) {
+		t.Errorf("timed pause: %d %v, want admin_paused_until set and nothing eligible before it", r.status, r.body)
+	}
+	if r := f.post(t, "/v1/tenants/acme-p/pause", adminToken, `{"until":"soon"}`); r.status != 422 {
+		t.Errorf("pause until garbage: %d, want 422", r.status)
+	}
+	r = f.post(t, "/v1/tenants/acme-p/resume", adminToken, "")
+	if r.status != 200 || r.body["admin_paused"] != false || r.body["admin_paused_until"] != nil || r.body["next_eligible_at"] == nil {
+		t.Errorf("resume: %d %v, want unpaused and eligible again", r.status, r.body)
+	}
+	if r.body["backlog"] != 1.0 {
+		t.Errorf("backlog after pause and resume = %v, want the 1 job kept", r.body["backlog"])
+	}
+}
+
+// killJob drives one job to the dead set through the dispatch protocol:
+// release, claim, a permanent failure.
+func killJob(t *testing.T, store *dispatch.Store, shard int) string {
+	t.Helper()
+	ctx := context.Background()
+	pass, err := store.Pass(ctx, shard, dispatch.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
+	if err != nil || len(pass.Released) != 1 {
+		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
+	}
+	rel := pass.Released[0]
+	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour, time.Hour)
+	if err != nil || cl.Outcome != dispatch.ClaimOK {
+		t.Fatalf("claim: %v %+v", err, cl)
+	}
+	st, err := store.Finish(ctx, rel.ID, cl.Job.Gen, dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Error: "http_404"}, dispatch.FinishConfig{})
+	if err != nil || st != dispatch.StateDead {
+		t.Fatalf("finish: %v state %q, want dead", err, st)
+	}
+	return rel.ID
+}
+
+func TestDeadLettersAndReplayOverHTTP(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-d/jobs", producerToken, hook(1)), "acme-d", "queued")
+	if r := f.post(t, "/v1/jobs/"+id+"/replay", producerToken, ""); r.status != http.StatusConflict {
+		t.Errorf("replay of a queued job: %d, want 409", r.status)
+	}
+	shard, _ := dispatch.ShardOfJobID(id)
+	killJob(t, f.srv.opts.Store, shard)
+
+	r := f.get(t, "/v1/tenants/acme-d/dead", producerToken)
+	jobs, _ := r.body["jobs"].([]any)
+	if r.status != 200 || len(jobs) != 1 || jobs[0].(map[string]any)["id"] != id || r.body["next_cursor"] != nil {
+		t.Fatalf("dead letters: %d %v, want the one job and no next page", r.status, r.body)
+	}
+	if attempts := jobs[0].(map[string]any)["attempts"].([]any); len(attempts) != 1 || attempts[0].(map[string]any)["status"] != 404.0 {
+		t.Errorf("dead job's attempt log = %v, want one 404 attempt", attempts)
+	}
+	if r := f.get(t, "/v1/tenants/acme-d/dead?limit=0", producerToken); r.status != 422 {
+		t.Errorf("limit=0: %d, want 422", r.status)
+	}
+	r = f.post(t, "/v1/jobs/"+id+"/replay", producerToken, "")
+	if r.status != 200 || r.body["state"] != "queued" || r.body["attempt_count"] != 1.0 {
+		t.Fatalf("replay: %d %v, want queued with its attempt kept", r.status, r.body)
+	}
+	if r := f.get(t, "/v1/tenants/acme-d/dead", producerToken); len(r.body["jobs"].([]any)) != 0 {
+		t.Errorf("dead set after replay: %v, want empty", r.body)
+	}
+	if r := f.post(t, "/v1/jobs/"+id+"/replay", producerToken, ""); r.status != http.StatusConflict {
+		t.Errorf("second replay: %d, want 409", r.status)
+	}
+}
+
+func nextAt(t *testing.T, r response) time.Time {
+	t.Helper()
+	s, _ := r.body["next_eligible_at"].(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("next_eligible_at %q: %v", s, err)
+	}
+	return at
+}

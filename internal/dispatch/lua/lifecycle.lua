@@ -1,0 +1,190 @@
+-- lifecycle.lua — job lifecycle helpers shared by the dispatch scripts
+-- (DESIGN §2), assembled after lib.lua, whose names it uses.
+--
+-- Used by pass, claim, finish and the admin scripts. Callers keep the
+-- tenant counters (see tenant.go) and call reschedule last.
+
+local function ms(us) return math.max(1, math.floor(us / 1000)) end
+
+-- J_FIELDS are the record fields the lifecycle scripts decide on.
+local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
+  'reslot', 'idem', 'type', 'grace', 'logged'}
+
+-- load_job reads a record's decision fields; nil when there is none.
+local function load_job(id)
+  local r = redis.call('HMGET', k_job(id), unpack(J_FIELDS))
+  if not r[1] then return nil end
+  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
+    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, reslot = tonumber(r[9]) or 0,
+    idem = r[10] or '', type = r[11] or '', grace = tonumber(r[12]), logged = tonumber(r[13]) or 0}
+end
+
+-- to_head queues a job in its tenant's head lane, behind the jobs already
+-- there (score: the tenant's next head sequence), gen + bump.
+local function to_head(j, t, bump)
+  t.hseq = t.hseq + 1
+  t.hlen = t.hlen + 1
+  t.qtok = t.qtok + j.cost
+  j.gen = j.gen + bump
+  redis.call('ZADD', k_head(j.tenant), t.hseq, j.id)
+  redis.call('HSET', k_job(j.id), 'state', 'queued', 'gen', j.gen)
+end
+
+-- unrelease and unrun take a job out of the released or running counters.
+local function unrelease(j, t)
+  t.released = t.released - 1
+  t.rtok = t.rtok - j.cost
+end
+local function unrun(j, t)
+  t.running = t.running - 1
+  t.live = t.live + 1 -- back to a backlog state; to_dead and to_succeeded undo it
+  t.bytes = t.bytes + j.bytes
+end
+
+-- log_attempt appends one entry to the job's attempt log (field log: JSON
+-- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
+-- it in field logged (so the log holds min(logged, n) lines). Integers are
+-- formatted here: cjson would print µs times with 14 significant digits.
+-- e.outcome is one of the fixed outcome names (no escaping needed).
+local function log_attempt(j, n, e)
+  local err = '""'
+  if e.err and e.err ~= '' then err = cjson.encode(e.err) end
+  local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
+    .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0)
+    .. ',"latency_us":' .. istr(e.latency or 0) .. ',"error":' .. err
+    .. (e.stale and ',"stale":true' or '') .. '}'
+  local jk = k_job(j.id)
+  local s = entry
+  if j.logged > 0 then
+    s = (redis.call('HGET', jk, 'log') or '') .. '\n' .. entry
+    if j.logged >= n then -- at the cap: count the lines (n may have changed)
+      local _, nl = string.gsub(s, '\n', '')
+      for _ = n, nl do s = string.sub(s, string.find(s, '\n', 1, true) + 1) end
+    end
+  end
+  j.logged = j.logged + 1
+  redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+end
+
+-- jitter is a fraction in [0, 1) drawn from the caller's seed and the job:
+-- deterministic for one seed (tests), spread across jobs and generations.
+local function jitter(seed, j)
+  return tonumber(string.sub(redis.sha1hex(seed .. ':' .. j.id .. ':' .. istr(j.gen)), 1, 8), 16)
+    / 4294967296
+end
+
+-- backoff is the delay before retry k (k ≥ 1, after the k-th attempt), the
+-- Google Cloud Tasks curve: min_backoff doubled k − 1 times while k − 1 ≤
+-- max_doublings, then growing linearly by min_backoff·2^max_doublings per
+-- retry, capped at max_backoff; then ±10 % jitter (frac ∈ [0, 1)).
+local function backoff(p, k, frac)
+  local lo, d = p.min_backoff_us, p.max_doublings
+  local b
+  if k - 1 <= d then b = lo * 2 ^ (k - 1) else b = lo * 2 ^ d * (k - d) end
+  b = math.min(b, p.max_backoff_us)
+  return math.floor(b + b * (frac * 0.2 - 0.1))
+end
+
+-- retry_expired: max_retry_duration (0 = none) has run out since the first attempt.
+local function retry_expired(j, p, now)
+  return p.max_retry_duration_us > 0 and j.first > 0 and now - j.first >= p.max_retry_duration_us
+end
+
+-- to_dead makes j a dead letter: state dead, ended = now, in the tenant's
+-- dead set (score now), the record kept without a TTL (body included, for a
+-- replay), its idempotency key expiring after the dead retention. Undoes
+-- unrun's live and bytes.
+local function to_dead(j, t, now, cfg)
+  local jk = k_job(j.id)
+  redis.call('HSET', jk, 'state', 'dead', 'ended', now)
+  redis.call('PERSIST', jk)
+  redis.call('ZADD', k_dead(j.tenant), now, j.id)
+  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(cfg.dead_ret)) end
+  t.live = t.live - 1
+  t.bytes = t.bytes - j.bytes
+  cfg.trim[j.tenant] = true
+end
+
+-- to_succeeded: state succeeded, ended = now, body dropped, the record and
+-- its idempotency key expiring after the retention. Undoes unrun's counts.
+local function to_succeeded(j, t, now, ret_us)
+  local jk = k_job(j.id)
+  redis.call('HSET', jk, 'state', 'succeeded', 'ended', now)
+  redis.call('HDEL', jk, 'body')
+  redis.call('PEXPIRE', jk, ms(ret_us))
+  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(ret_us)) end
+  t.live = t.live - 1
+  t.bytes = t.bytes - j.bytes
+end
+
+-- retry_or_dead follows a failed attempt (already counted in j.attempt, j
+-- already unrun): dead when attempt ≥ max_attempts or the retry duration has
+-- run out, else retrying in the delayed set at now + backoff (field due).
+local function retry_or_dead(j, t, p, now, cfg)
+  if j.attempt >= p.max_attempts or retry_expired(j, p, now) then
+    to_dead(j, t, now, cfg)
+    return 'dead'
+  end
+  local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
+  redis.call('ZADD', K_DELAYED, due, j.id)
+  redis.call('HSET', k_job(j.id), 'state', 'retrying', 'due', due)
+  return 'retrying'
+end
+
+-- trim_dead drops the tenant's dead letters older than the retention, then
+-- the oldest beyond max — at most 1000 of each per call — deleting their
+-- records and the idempotency keys that still name them. Returns the count.
+local function trim_dead(tn, now, cfg)
+  local key = k_dead(tn)
+  local n = redis.call('ZCARD', key)
+  if n == 0 then return 0 end
+  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
+  local over = n - #ids - cfg.dead_max
+  if over > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', key, #ids, #ids + math.min(over, 1000) - 1)) do
+      ids[#ids + 1] = id
+    end
+  end
+  for _, id in ipairs(ids) do
+    local jk = k_job(id)
+    local idem = redis.call('HGET', jk, 'idem')
+    if idem and idem ~= '' then
+      local ik = k_idem(tn, idem)
+      local v = redis.call('GET', ik)
+      if v and string.sub(v, -#id - 1) == ' ' .. id then redis.call('DEL', ik) end
+    end
+    redis.call('DEL', jk)
+  end
+  if #ids > 0 then redis.call('ZREM', key, unpack(ids)) end
+  return #ids
+end
+
+-- Tenant cache for scripts that touch several tenants (pass): each loaded
+-- once (policy, state, TAT rescaled), saved, rescheduled and expired once.
+local TENANTS, TENANT_ORDER = {}, {}
+local function tenant(tn)
+  local c = TENANTS[tn]
+  if not c then
+    local p = load_policy(tn)
+    local t = load_tenant(tn, p)
+    rescale_tat(t, p, NOW)
+    c = {p = p, t = t}
+    TENANTS[tn] = c
+    TENANT_ORDER[#TENANT_ORDER + 1] = tn
+  end
+  return c.t, c.p
+end
+
+-- flush_tenants saves, reschedules (with the head job the caller may have
+-- left in the cache entry's head) and expires every cached tenant, and trims
+-- the dead sets that grew.
+local function flush_tenants(cfg)
+  for _, tn in ipairs(TENANT_ORDER) do
+    local c = TENANTS[tn]
+    save_tenant(tn, c.t)
+    reschedule(tn, c.t, c.p, NOW, c.head)
+    expire_tenant(tn, c.t, c.p, NOW)
+    if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
+  end
+end

@@ -1,0 +1,258 @@
+-- pass.lua — one dispatcher pass over one shard (DESIGN §2.2).
+--
+-- KEYS[1]  <p>:{sN}:ready
+-- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
+-- ARGV[3]  D: lead µs                ARGV[4]  L: min lead µs
+-- ARGV[5]  grace µs                  ARGV[6]  P: most promotions, and most sweeps
+-- ARGV[7]  K: most tenants           ARGV[8]  capacity: most jobs released (-1 = no limit)
+-- ARGV[9]  jitter seed               ARGV[10] dead retention µs
+-- ARGV[11] dead letters per tenant   ARGV[12] attempt log length
+-- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
+--           promoted, swept, tenants visited,
+--           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type}, …}
+--
+-- 1. Promote due delayed jobs (at most P, by due time): scheduled → the
+--    backlog's tail, retrying → the head lane (next head sequence).
+-- 2. Sweep expired leases (at most P): released → head lane, gen + 1, no
+--    attempt used; running (past claim + timeout + grace) → gen + 1, attempt
+--    logged as lease_expired, retrying after the backoff or dead.
+-- 3. Release: the tenants with a ready score ≤ now + D (at most K, by score)
+--    and those touched by 1–2 are visited in order of weighted virtual time
+--    (vt, lifted to the shard's vclock first), one job at a time: the tenant
+--    with the smallest vt releases its head job (head lane first, tombstones
+--    dropped) when it is not blocked, its pauses end by now + D, released +
+--    running < concurrency, its released tokens stay within ⌈D/T⌉ + b, and
+--    the job's GCRA slot ≤ now + D; slot = max(earliest, now + L, pause end),
+--    TAT ← max(TAT, slot) + cost·T, gen + 1, lease slot + grace,
+--    vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot release leaves the
+--    round; the pass stops when none is left or the capacity is used.
+-- 4. Every visited tenant: save, reschedule, expiry, dead-set trim.
+-- more: P or K cut the work short. capacity reached: the capacity ran out
+-- while visited tenants were still in the round. next wake = min(first ready
+-- score − D, first delayed due time, first lease deadline).
+
+local D, L, GRACE = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local P, K, CAP = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local cfg = {seed = ARGV[9], dead_ret = tonumber(ARGV[10]), dead_max = tonumber(ARGV[11]),
+  log_n = tonumber(ARGV[12]), trim = {}}
+if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n) then
+  return redis.error_reply('ERR sluice pass: want 10 integer arguments')
+end
+local VT_SCALE = 1000000
+local HORIZON = NOW + D
+local more = 0
+
+-- Read phase: the due work, its records, every tenant concerned.
+local function bounded(ids, n)
+  if #ids > n then
+    more = 1
+    ids[#ids] = nil
+  end
+  return ids
+end
+local due = bounded(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local expired = bounded(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, K + 1)
+if #ready > 2 * K then
+  more = 1
+  ready[#ready], ready[#ready - 1] = nil, nil
+end
+
+local function load_all(ids)
+  local jobs = {}
+  for i, id in ipairs(ids) do
+    jobs[i] = load_job(id) or {id = id, state = ''}
+    if jobs[i].tenant then tenant(jobs[i].tenant) end
+  end
+  return jobs
+end
+local due_jobs, expired_jobs = load_all(due), load_all(expired)
+local scores = {}
+for i = 1, #ready, 2 do
+  tenant(ready[i])
+  scores[ready[i]] = tonumber(ready[i + 1])
+end
+local vclock = tonumber(redis.call('GET', K_VCLOCK)) or 0
+
+-- 1. Promotion.
+local promoted = 0
+for _, j in ipairs(due_jobs) do
+  redis.call('ZREM', K_DELAYED, j.id)
+  if j.state == 'scheduled' then
+    local t = tenant(j.tenant)
+    redis.call('RPUSH', k_queue(j.tenant), j.id)
+    redis.call('HSET', k_job(j.id), 'state', 'queued')
+    t.qtok = t.qtok + j.cost
+    promoted = promoted + 1
+  elseif j.state == 'retrying' then
+    to_head(j, tenant(j.tenant), 0)
+    promoted = promoted + 1
+  end -- any other record was not due here: only the stray member goes
+end
+
+-- 2. Sweep.
+local swept = 0
+for _, j in ipairs(expired_jobs) do
+  redis.call('ZREM', K_LEASES, j.id)
+  if j.state == 'released' then
+    local t = tenant(j.tenant)
+    unrelease(j, t)
+    to_head(j, t, 1)
+    swept = swept + 1
+  elseif j.state == 'running' then
+    local t, p = tenant(j.tenant)
+    unrun(j, t)
+    log_attempt(j, cfg.log_n, {at = NOW, outcome = 'lease_expired',
+      err = 'lease expired: no finish within timeout + grace'})
+    j.gen = j.gen + 1
+    redis.call('HSET', k_job(j.id), 'gen', j.gen)
+    retry_or_dead(j, t, p, NOW, cfg)
+    swept = swept + 1
+  end
+end
+
+-- 3. Release, by weighted virtual time. The heap orders (vt, ready score,
+-- tenant), so ties are broken by the oldest score, then by name.
+local heap = {}
+local function less(a, b)
+  if a.vt ~= b.vt then return a.vt < b.vt end
+  if a.score ~= b.score then return a.score < b.score end
+  return a.tn < b.tn
+end
+local function heap_push(x)
+  heap[#heap + 1] = x
+  local i = #heap
+  while i > 1 do
+    local up = math.floor(i / 2)
+    if not less(heap[i], heap[up]) then break end
+    heap[i], heap[up] = heap[up], heap[i]
+    i = up
+  end
+end
+local function heap_pop()
+  local top = heap[1]
+  heap[1] = heap[#heap]
+  heap[#heap] = nil
+  local i, n = 1, #heap
+  while true do
+    local m, l, r = i, 2 * i, 2 * i + 1
+    if l <= n and less(heap[l], heap[m]) then m = l end
+    if r <= n and less(heap[r], heap[m]) then m = r end
+    if m == i then break end
+    heap[i], heap[m] = heap[m], heap[i]
+    i = m
+  end
+  return top
+end
+
+-- peek returns the tenant's next queued job (head lane first), dropping
+-- tombstones and vanished records from the lane or the backlog on the way.
+local function drop(tn, c, id, from_head)
+  if from_head then
+    redis.call('ZREM', k_head(tn), id)
+    c.t.hlen = c.t.hlen - 1
+  else
+    redis.call('LPOP', k_queue(tn))
+  end
+end
+local function peek(tn, c)
+  while true do
+    local id, from_head = nil, c.t.hlen > 0
+    if from_head then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
+    if not id then
+      from_head = false
+      id = redis.call('LINDEX', k_queue(tn), 0)
+    end
+    if not id then return nil end
+    local r = redis.call('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    if r[1] == 'queued' then
+      return {id = id, from_head = from_head, cost = tonumber(r[2]) or 1, gen = tonumber(r[3]) or 0,
+        type = r[4] or ''}
+    end
+    drop(tn, c, id, from_head)
+  end
+end
+
+-- task_route reads a task job's asynq queue and task type from its body.
+local function task_route(id)
+  local ok, b = pcall(cjson.decode, redis.call('HGET', k_job(id), 'body') or '')
+  if not ok or type(b) ~= 'table' then return '', '' end
+  local q, tt = b.queue, b.task_type
+  return type(q) == 'string' and q or '', type(tt) == 'string' and tt or ''
+end
+
+local released = {}
+-- release_one releases tenant tn's next job if every rule allows it.
+-- c.head keeps the next job it saw but did not release, for reschedule.
+local function release_one(tn, c)
+  local t, p = c.t, c.p
+  local g = gate(t)
+  c.head = nil
+  if blocked(t, p) or g > HORIZON then return nil end
+  local j = peek(tn, c)
+  if not j then
+    c.head = false
+    return nil
+  end
+  c.head = {j.id, j.cost}
+  if t.rtok > 0 and t.rtok + j.cost > math.ceil(D / p.rate_us) + p.burst then return nil end
+  local e = earliest(t, p, j.cost, NOW)
+  if e > HORIZON then return nil end
+  c.head = nil
+  local slot = math.max(e, NOW + L, g)
+  drop(tn, c, j.id, j.from_head)
+  t.tat = math.max(t.tat, slot) + j.cost * p.rate_us
+  t.qtok = t.qtok - j.cost
+  t.released = t.released + 1
+  t.rtok = t.rtok + j.cost
+  t.lead = D
+  j.gen = j.gen + 1
+  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'reslot', 0,
+    'grace', GRACE)
+  redis.call('ZADD', K_LEASES, slot + GRACE, j.id)
+  local queue, task_type = '', ''
+  if j.type == 'task' then queue, task_type = task_route(j.id) end
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type}
+  return j.cost
+end
+
+local vmax = vclock
+for _, tn in ipairs(TENANT_ORDER) do
+  local t = TENANTS[tn].t
+  t.vt = math.max(t.vt, vclock)
+  heap_push({tn = tn, vt = t.vt, score = scores[tn] or NOW})
+end
+local visited, left, cap_reached = #heap, CAP, 0
+while #heap > 0 do
+  if left == 0 then
+    cap_reached = 1
+    break
+  end
+  local top = heap_pop()
+  local c = TENANTS[top.tn]
+  local cost = release_one(top.tn, c)
+  if cost then
+    vmax = math.max(vmax, c.t.vt)
+    c.t.vt = c.t.vt + math.floor(cost * VT_SCALE / c.p.weight)
+    top.vt = c.t.vt
+    heap_push(top)
+    if left > 0 then left = left - 1 end
+  end
+end
+
+-- 4. Save and reschedule every visited tenant.
+flush_tenants(cfg)
+if vmax > vclock then redis.call('SET', K_VCLOCK, istr(vmax)) end
+
+local next_wake = nil
+for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
+  local s = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+  if s then
+    if key == K_READY then s = s - D end
+    if next_wake == nil or s < next_wake then next_wake = s end
+  end
+end
+
+local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited}
+for _, r in ipairs(released) do reply[#reply + 1] = r end
+return reply

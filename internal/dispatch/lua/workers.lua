@@ -1,0 +1,46 @@
+-- workers.lua — worker heartbeats and the total worker capacity (DESIGN §2.2).
+-- A standalone script (no lib.lua): its one key is not shard-tagged.
+--
+-- KEYS[1]  <p>:workers (HASH worker id → "<concurrency> <expiry µs>")
+-- ARGV[1]  now µs (0 = Redis TIME)
+-- ARGV[2]  op: beat | sum
+-- ARGV[3…] beat: worker id, concurrency, ttl µs
+-- Reply:   beat → {'ok'}; sum → {'ok', total concurrency, live workers}
+--
+-- beat writes the entry with expiry now + ttl and keeps the hash alive at
+-- least that long. sum adds the concurrency of the entries not yet expired
+-- and deletes the expired ones.
+
+local function clock()
+  local n = tonumber(ARGV[1])
+  if n and n > 0 then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local NOW = clock()
+local key = KEYS[1]
+
+if ARGV[2] == 'beat' then
+  local conc, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+  if not conc or not ttl or ttl < 1 then
+    return redis.error_reply('ERR sluice workers: want worker, concurrency, ttl')
+  end
+  redis.call('HSET', key, ARGV[3], string.format('%d %d', conc, NOW + ttl))
+  local ttl_ms = math.ceil(ttl / 1000)
+  if redis.call('PTTL', key) < ttl_ms then redis.call('PEXPIRE', key, ttl_ms) end
+  return {'ok'}
+end
+if ARGV[2] ~= 'sum' then return redis.error_reply('ERR sluice workers: want beat|sum') end
+
+local total, live, gone = 0, 0, {}
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local conc, expiry = string.match(all[i + 1], '^(%d+) (%d+)$')
+  if conc and tonumber(expiry) > NOW then
+    total, live = total + tonumber(conc), live + 1
+  else
+    gone[#gone + 1] = all[i]
+  end
+end
+if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+return {'ok', total, live}

@@ -1,0 +1,56 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// budget is one Dispatcher's view of free worker capacity (DESIGN §2.2
+// "Back-pressure"): Capacity − InFlight as read from Redis at most every
+// refresh, less what this Dispatcher has released since. All shard loops of
+// the Dispatcher draw from it. Safe for concurrent use.
+//
+// Several Dispatchers (replicas owning different shards) each see the whole
+// free capacity, so together they can overshoot it by what they release
+// within one refresh; the next refresh corrects it, and an overshoot only
+// makes released jobs wait longer in asynq (the claim re-slots a late job).
+type budget struct {
+	store   Store
+	refresh time.Duration
+
+	mu   sync.Mutex
+	at   time.Time // local (monotonic) time of the last read; zero: never
+	free int       // free capacity, ≥ 0
+}
+
+// share returns the Capacity of one pass over one of owned shards:
+// ⌈free / owned⌉, at most free, and 0 when nothing is free. It reads Redis
+// when the last read is older than the refresh interval.
+func (b *budget) share(ctx context.Context, owned int) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.at.IsZero() || time.Since(b.at) >= b.refresh {
+		capacity, err := b.store.Capacity(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read worker capacity: %w", err)
+		}
+		inFlight, err := b.store.InFlight(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read jobs in flight: %w", err)
+		}
+		b.at, b.free = time.Now(), max(capacity-inFlight, 0)
+	}
+	owned = max(owned, 1)
+	return min((b.free+owned-1)/owned, b.free), nil
+}
+
+// spend takes n released jobs off the free capacity and reports whether any
+// is left.
+func (b *budget) spend(n int) (left bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.free = max(b.free-n, 0)
+	return b.free > 0
+}

@@ -1,0 +1,265 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+)
+
+// Error back-off of a shard loop: doubled from backoffMin up to backoffMax,
+// reset by a successful pass.
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+// shardLoop is the state of one shard's loop. Local times are monotonic.
+type shardLoop struct {
+	shard      int
+	owned      bool
+	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
+	validUntil time.Time // the lease surely held until then (owned)
+	backoff    time.Duration
+
+	// The anchor maps Redis time to local time: Redis's now of the last
+	// pass and the local instant it corresponds to (the call's midpoint).
+	anchorLocal time.Time
+	anchorRedis time.Time
+}
+
+// local converts a Redis time to the local instant; without an anchor (no
+// pass yet) every time is now.
+func (s *shardLoop) local(redisT time.Time) time.Time {
+	if s.anchorLocal.IsZero() {
+		return time.Now()
+	}
+	return s.anchorLocal.Add(redisT.Sub(s.anchorRedis))
+}
+
+// loop runs shard's passes until ctx is done, then gives up its lease.
+func (d *Dispatcher) loop(ctx context.Context, shard int) {
+	s := &shardLoop{shard: shard}
+	defer d.giveUp(ctx, s)
+	for ctx.Err() == nil {
+		if !d.own(ctx, s) {
+			d.wait(ctx, s, s.renewAt, false)
+			continue
+		}
+		next, again := d.pass(ctx, s)
+		if again {
+			continue
+		}
+		d.wait(ctx, s, next, true)
+	}
+}
+
+// own reports whether this Dispatcher may pass s's shard now, taking or
+// renewing the lease when due. A renewal that fails on a Redis error keeps
+// the lease until it could have expired.
+func (d *Dispatcher) own(ctx context.Context, s *shardLoop) bool {
+	if d.cfg.DisableLeases {
+		d.setOwned(s, true)
+		return true
+	}
+	now := time.Now()
+	if s.owned && now.Before(s.renewAt) {
+		return true
+	}
+	ttl := d.cfg.LeaseTTL
+	held, err := d.leases.hold(ctx, s.shard)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			d.metrics.passErrors.Inc()
+			d.cfg.Logger.Warn("shard lease", "shard", s.shard, "err", err)
+		}
+		s.renewAt = now.Add(min(ttl/10, backoffMax))
+		d.setOwned(s, s.owned && now.Before(s.validUntil))
+	case held:
+		s.renewAt, s.validUntil = now.Add(ttl/3), now.Add(ttl-ttl/10)
+		d.setOwned(s, true)
+	default:
+		s.renewAt = now.Add(ttl / 3)
+		d.setOwned(s, false)
+	}
+	return s.owned
+}
+
+func (d *Dispatcher) setOwned(s *shardLoop, owned bool) {
+	if owned == s.owned {
+		return
+	}
+	if owned {
+		d.owned.Add(1)
+		d.metrics.owned.Inc()
+		if !d.cfg.DisableLeases {
+			d.cfg.Logger.Info("shard lease taken", "shard", s.shard)
+		}
+	} else {
+		d.owned.Add(-1)
+		d.metrics.owned.Dec()
+		d.cfg.Logger.Warn("shard lease lost", "shard", s.shard)
+	}
+	s.owned = owned
+}
+
+// giveUp releases s's lease at the end of the loop.
+func (d *Dispatcher) giveUp(ctx context.Context, s *shardLoop) {
+	if !s.owned {
+		return
+	}
+	d.owned.Add(-1)
+	d.metrics.owned.Dec()
+	s.owned = false
+	if d.cfg.DisableLeases {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := d.leases.release(rctx, s.shard); err != nil {
+		d.cfg.Logger.Warn("release shard lease", "shard", s.shard, "err", err)
+	}
+}
+
+// pass runs one pass on s's shard and hands its releases to asynq. It
+// returns when the loop should run next and whether to run again at once.
+func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, again bool) {
+	capacity, err := d.budget.share(ctx, int(d.owned.Load()))
+	if err != nil {
+		return d.failed(ctx, s, err), false
+	}
+	cfg := d.cfg.Pass
+	cfg.Capacity = capacity
+	start := time.Now()
+	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)
+	if err != nil {
+		return d.failed(ctx, s, err), false
+	}
+	end := time.Now()
+	s.backoff = 0
+	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
+	left := d.budget.spend(len(res.Released))
+	d.handoff(ctx, res.Released)
+
+	d.metrics.passes.Inc()
+	d.metrics.passSeconds.Observe(time.Since(start).Seconds())
+	d.metrics.promoted.Add(float64(res.Promoted))
+	d.metrics.swept.Add(float64(res.Swept))
+
+	next = end.Add(d.cfg.MaxSleep)
+	if !res.NextWake.IsZero() {
+		next = minTime(next, s.local(res.NextWake))
+	}
+	// More: P or K stopped the pass: run again at once. CapacityReached:
+	// the shard's share ran out; run again only while free capacity is left.
+	again = res.More || (res.CapacityReached && left)
+	return next, again
+}
+
+// failed counts and logs a failed pass and returns when to retry.
+func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.Time {
+	if ctx.Err() != nil {
+		return time.Now()
+	}
+	d.metrics.passErrors.Inc()
+	s.backoff = min(max(2*s.backoff, backoffMin), backoffMax)
+	d.cfg.Logger.Warn("dispatch pass failed", "shard", s.shard, "retry_in", s.backoff, "err", err)
+	return time.Now().Add(s.backoff)
+}
+
+// wait sleeps until until, ctx's end or — when wakeable — a wake-up whose
+// time − D is earlier. Wake-ups that arrive while the shard is not owned are
+// dropped: the owner gets them.
+func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) {
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		case us := <-d.wakes[s.shard]:
+			if !wakeable {
+				continue
+			}
+			at := time.Now()
+			if us > 0 {
+				at = s.local(time.UnixMicro(us).Add(-d.cfg.Pass.Lead))
+			}
+			if !at.After(time.Now()) {
+				return
+			}
+			if at.Before(until) {
+				until = at
+				timer.Reset(time.Until(until))
+			}
+		}
+	}
+}
+
+// handoff enqueues the released jobs into asynq, up to EnqueueParallelism
+// at once. It runs to completion even when ctx ends (bounded by D): a job
+// released but not handed off would wait for the sweep.
+func (d *Dispatcher) handoff(ctx context.Context, rels []dispatch.Release) {
+	if len(rels) == 0 {
+		return
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Pass.Lead)
+	defer cancel()
+	n := min(len(rels), d.cfg.EnqueueParallelism)
+	if n == 1 {
+		for _, r := range rels {
+			d.enqueue(hctx, r)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(rels)); i = next.Add(1) - 1 {
+				d.enqueue(hctx, rels[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// enqueue hands one release to asynq. A task id conflict means the task is
+// already there (a pass raced with a retry of this one): fine. Any other
+// failure is repaired by the sweep after the job's grace.
+func (d *Dispatcher) enqueue(ctx context.Context, r dispatch.Release) {
+	d.metrics.released.WithLabelValues(typeLabel(r.Type)).Inc()
+	task, opts, err := d.taskFor(r)
+	if err == nil {
+		_, err = d.cfg.Asynq.EnqueueContext(ctx, task, opts...)
+	}
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		d.metrics.enqueueErrors.Inc()
+		d.cfg.Logger.Warn("hand released job to asynq", "job", r.ID, "gen", r.Gen, "err", err)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// parseMicros parses a decimal µs time; 0 when malformed.
+func parseMicros(s string) int64 {
+	us, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || us < 0 {
+		return 0
+	}
+	return us
+}

@@ -1,0 +1,161 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
+)
+
+var _ asynq.Handler = (*Worker)(nil)
+
+// ProcessTask is the asynq handler of webhook and http tasks (DESIGN §2.3):
+//
+//  1. decode the payload {id, gen, slot_us};
+//  2. sleep on the monotonic clock until ε/2 + RTT/2 before the slot (spin
+//     the last Spin), so that the claim reaches Redis at slot − ε/2 and is
+//     accepted (|now − slot| ≤ ε) even when it arrives up to 1.5ε late;
+//  3. claim with tolerance ε: early → wait the reply's Δ and claim again (a
+//     few times); re-slotted → wait for the new slot and claim with the new
+//     generation (once per delivery); stale, canceled or returned → done;
+//  4. wait (spinning) for the claimed slot itself, execute with the job's
+//     timeout (a panic is a retryable failure with reason "panic"), then
+//     finish with the outcome.
+//
+// It returns nil for every task it could decode, whatever happened: Sluice
+// owns retries, and a job this handler could not settle (Redis unavailable,
+// ctx ended) is recovered by the sweep. A malformed payload is returned as
+// an error, so asynq archives the task for inspection. Every wait ends with
+// ctx.
+func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	p, err := dispatcher.DecodePayload(t.Payload())
+	if err != nil {
+		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
+		return fmt.Errorf("process %s task: %w", t.Type(), err)
+	}
+	job, ok := w.claim(ctx, p)
+	if !ok {
+		return nil
+	}
+	_ = sleepUntil(ctx, w.clock.Local(job.Slot), w.cfg.Spin) // on ctx's end the attempt fails at once
+	w.attempt(ctx, job)
+	return nil
+}
+
+// claim waits for p's slot and claims the job. ok is false when there is
+// nothing to run (a duplicate, canceled, returned, ctx ended, Redis error).
+func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.ClaimedJob, ok bool) {
+	w.metrics.waiting.Inc()
+	defer w.metrics.waiting.Dec()
+	pickedUp := w.clock.Now()
+	gen, reslotted, early := p.Gen, false, 0
+	wait := w.claimAt(p.Slot())
+	for {
+		if err := sleepUntil(ctx, wait, w.cfg.Spin); err != nil {
+			return dispatch.ClaimedJob{}, false
+		}
+		c, err := w.cfg.Store.Claim(ctx, p.ID, gen, w.cfg.Tolerance, w.cfg.Lead)
+		if err != nil {
+			w.metrics.claims.WithLabelValues("error").Inc()
+			if ctx.Err() == nil {
+				w.cfg.Logger.Warn("claim failed; the sweep will return the job", "job", p.ID, "gen", gen, "err", err)
+			}
+			return dispatch.ClaimedJob{}, false
+		}
+		w.metrics.claims.WithLabelValues(outcomeLabel(c.Outcome)).Inc()
+		switch c.Outcome {
+		case dispatch.ClaimOK:
+			return c.Job, true
+		case dispatch.ClaimEarly:
+			if early++; early > maxEarlyClaims {
+				w.cfg.Logger.Warn("claim still early; leaving the job to the sweep", "job", p.ID, "gen", gen, "wait", c.Wait)
+				return dispatch.ClaimedJob{}, false
+			}
+			wait = time.Now().Add(c.Wait)
+		case dispatch.ClaimReslotted:
+			if reslotted {
+				w.cfg.Logger.Warn("late twice in one delivery; leaving the job to the sweep", "job", p.ID, "gen", c.Gen)
+				return dispatch.ClaimedJob{}, false
+			}
+			reslotted, gen = true, c.Gen
+			wait = w.claimAt(c.Slot)
+		case dispatch.ClaimReturned:
+			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", gen, "reason", c.Reason,
+				"lead_at_pickup", p.Slot().Sub(pickedUp))
+			return dispatch.ClaimedJob{}, false
+		default: // stale, canceled: nothing to do
+			return dispatch.ClaimedJob{}, false
+		}
+	}
+}
+
+// claimAt is the local instant to send the claim of a job slotted at slot
+// (Redis time): ε/2 plus half a round trip early, so that the script's now
+// is slot − ε/2, in the middle of the part of the claim window [slot − ε,
+// slot + ε] that a delayed claim can still hit.
+func (w *Worker) claimAt(slot time.Time) time.Time {
+	return w.clock.Local(slot).Add(-w.cfg.Tolerance/2 - w.clock.RTT()/2)
+}
+
+// attempt executes a claimed job and finishes it.
+func (w *Worker) attempt(ctx context.Context, job dispatch.ClaimedJob) {
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = w.cfg.DefaultTimeout
+	}
+	w.metrics.lateness.Observe(w.clock.Now().Sub(job.Slot).Seconds())
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	outcome := w.execute(actx, job)
+	cancel()
+	w.metrics.attempts.WithLabelValues(kindLabel(outcome.Kind)).Inc()
+
+	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancelFinish()
+	if _, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, w.cfg.Finish); err != nil {
+		w.metrics.finishErrors.Inc()
+		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)
+	}
+}
+
+// execute runs the Executor, turning a panic into a retryable failure.
+func (w *Worker) execute(ctx context.Context, job dispatch.ClaimedJob) (out dispatch.AttemptOutcome) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			w.cfg.Logger.Error("executor panicked", "job", job.ID, "gen", job.Gen, "panic", r)
+			out = dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Latency: time.Since(start), Error: "panic"}
+		}
+	}()
+	out = w.cfg.Executor.Execute(ctx, job)
+	if out.Kind == 0 {
+		out.Kind, out.Error = dispatch.FinishRetry, "executor returned no outcome"
+	}
+	return out
+}
+
+// sleepUntil blocks until the local instant at (compared on the monotonic
+// clock) or ctx's end: on a timer until spin before at, then spinning. It
+// returns ctx.Err() when ctx ended first.
+func sleepUntil(ctx context.Context, at time.Time, spin time.Duration) error {
+	if d := time.Until(at) - spin; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	for time.Now().Before(at) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,93 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+)
+
+// metrics are the worker's Prometheus series; every label set is bounded.
+type metrics struct {
+	claims       *prometheus.CounterVec // by outcome
+	attempts     *prometheus.CounterVec // by finish kind
+	lateness     prometheus.Histogram
+	waiting      prometheus.Gauge
+	finishErrors prometheus.Counter
+	rtt          prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_claims_total",
+			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, reslotted, error.",
+		}, []string{"outcome"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_attempts_total",
+			Help: "Attempts executed, by finish kind: success, retry, throttled, permanent, gone.",
+		}, []string{"kind"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_worker_send_lateness_seconds",
+			Help: "Send time minus slot, on the worker's estimate of Redis's clock (negative: early, within the claim tolerance).",
+			Buckets: []float64{-.002, -.001, -.0005, -.0002, 0, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5,
+				1},
+		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_worker_waiting",
+			Help: "Released jobs waiting for their slot in worker goroutines (each holds one unit of concurrency).",
+		}),
+		finishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_worker_finish_errors_total",
+			Help: "Finish calls that failed (the sweep retries those jobs).",
+		}),
+		rtt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_worker_redis_rtt_seconds",
+			Help: "Median Redis round-trip time of the last clock measurement.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.lateness, m.waiting, m.finishErrors, m.rtt} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register worker metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func outcomeLabel(o dispatch.ClaimOutcome) string {
+	switch o {
+	case dispatch.ClaimOK:
+		return "ok"
+	case dispatch.ClaimEarly:
+		return "early"
+	case dispatch.ClaimStale:
+		return "stale"
+	case dispatch.ClaimCanceled:
+		return "canceled"
+	case dispatch.ClaimReturned:
+		return "returned"
+	case dispatch.ClaimReslotted:
+		return "reslotted"
+	}
+	return "other"
+}
+
+func kindLabel(k dispatch.FinishKind) string {
+	switch k {
+	case dispatch.FinishSuccess:
+		return "success"
+	case dispatch.FinishRetry:
+		return "retry"
+	case dispatch.FinishThrottled:
+		return "throttled"
+	case dispatch.FinishPermanent:
+		return "permanent"
+	case dispatch.FinishGone:
+		return "gone"
+	}
+	return "other"
+}

@@ -1,0 +1,48 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/webhook"
+)
+
+// WebhookExecutor sends webhook and http jobs with internal/webhook: it
+// parses the stored job, delivers it (Standard Webhooks signed for webhook
+// jobs) and classifies the result (DESIGN §4.1, §4.2).
+type WebhookExecutor struct {
+	// Client sends every request: webhook.NewClient with the egress
+	// allow-list (SSRF-safe, no redirects, no proxies). Required.
+	Client *http.Client
+	// Secrets returns a tenant's decoded signing keys; nil or an empty
+	// result signs nothing.
+	Secrets func(tenant string) [][]byte
+	// UserAgent is "Sluice/<version>"; empty means webhook.UserAgentDefault.
+	UserAgent string
+}
+
+var _ Executor = (*WebhookExecutor)(nil)
+
+// Execute runs one attempt of job with ctx's deadline as its timeout. A job
+// body that does not parse is a permanent failure ("invalid_job").
+func (e *WebhookExecutor) Execute(ctx context.Context, cj dispatch.ClaimedJob) dispatch.AttemptOutcome {
+	spec, err := job.Parse(cj.Body)
+	if err != nil {
+		return dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Error: "invalid_job"}
+	}
+	var secrets [][]byte
+	if e.Secrets != nil {
+		secrets = e.Secrets(cj.Tenant)
+	}
+	res := webhook.Deliver(ctx, e.Client, webhook.Request{
+		ID:        cj.ID,
+		Job:       spec,
+		Secrets:   secrets,
+		UserAgent: e.UserAgent,
+		Now:       time.Now(),
+	})
+	return res.Outcome(time.Now())
+}

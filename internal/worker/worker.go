@@ -1,0 +1,327 @@
+// Package worker runs Sluice's webhook and http jobs inside an asynq.Server
+// (DESIGN §2.3). A Worker is the server's asynq.Handler for the queues
+// Queues() names: for each task it waits on the monotonic clock until the
+// job's slot (converted from Redis time through a Clock), spins the last
+// ~1 ms, claims the job (the claim is the go-check), executes it with the
+// job's timeout, and finishes it with the classified outcome. It always
+// returns nil to asynq once the job is settled: Sluice owns retries and
+// recovery, and asynq runs every task with MaxRetry(0).
+//
+// Besides the handler, a started Worker heartbeats its concurrency into
+// Redis (the dispatcher releases no more jobs than the live workers can
+// hold) and refreshes its Clock. It keeps no state outside Redis: killing it
+// at any moment loses nothing (the dispatcher's sweep returns its jobs).
+package worker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
+)
+
+// Store is what a Worker needs of *dispatch.Store.
+type Store interface {
+	Claim(ctx context.Context, id string, gen int64, tolerance, lead time.Duration) (dispatch.Claim, error)
+	Finish(ctx context.Context, id string, gen int64, o dispatch.AttemptOutcome, cfg dispatch.FinishConfig) (dispatch.State, error)
+	Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error
+}
+
+var _ Store = (*dispatch.Store)(nil)
+
+// Executor runs one attempt of a claimed job and classifies its outcome
+// (DESIGN §4.2). ctx carries the attempt's timeout; Execute must return
+// soon after ctx ends. It must be safe for concurrent use.
+type Executor interface {
+	Execute(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome
+}
+
+// ExecutorFunc adapts a function to Executor.
+type ExecutorFunc func(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome
+
+// Execute calls f.
+func (f ExecutorFunc) Execute(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome {
+	return f(ctx, job)
+}
+
+// Defaults of Config.
+const (
+	LeadDefault              = 100 * time.Millisecond // D
+	MinLeadDefault           = 50 * time.Millisecond  // L
+	ToleranceDefault         = 2 * time.Millisecond   // ε
+	TaskCheckIntervalDefault = 20 * time.Millisecond  // TCI
+	HeartbeatIntervalDefault = 3 * time.Second
+	ClockRefreshDefault      = 10 * time.Second
+	SpinDefault              = time.Millisecond
+	TimeoutDefault           = 15 * time.Second
+	finishTimeout            = 5 * time.Second // Finish after the attempt, even past the task's ctx
+	maxEarlyClaims           = 3               // early replies tolerated per delivery
+)
+
+// Config configures a Worker. Store, Redis and Executor are required, and
+// Concurrency ≥ 1; every other zero field takes its default.
+type Config struct {
+	Store    Store
+	Redis    redis.UniversalClient // Redis TIME for the Clock
+	Executor Executor
+	// Prefix is the key prefix; it names the queues (see Queues). Default
+	// dispatch.PrefixDefault.
+	Prefix string
+	// ID names this worker in the heartbeats; default
+	// "<hostname>-<pid>-<random>".
+	ID string
+	// Concurrency is the asynq server's Concurrency: what the heartbeat
+	// announces.
+	Concurrency int
+	// Lead (D, default LeadDefault) bounds how far away a re-slot may be;
+	// MinLead (L, default MinLeadDefault) is checked at Start against
+	// 1.5 × TaskCheckInterval + 2 RTT; Tolerance (ε, default
+	// ToleranceDefault) is the claim's window around the slot.
+	Lead, MinLead, Tolerance time.Duration
+	// TaskCheckInterval is the asynq server's TaskCheckInterval (TCI);
+	// default TaskCheckIntervalDefault.
+	TaskCheckInterval time.Duration
+	// Finish is passed to every Store.Finish.
+	Finish dispatch.FinishConfig
+	// HeartbeatInterval is how often the concurrency is announced (each
+	// announcement lives 3 intervals); default HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+	// ClockRefresh is how often the Clock is re-measured; ClockSamples the
+	// round trips per measurement. Defaults ClockRefreshDefault,
+	// ClockSamplesDefault.
+	ClockRefresh time.Duration
+	ClockSamples int
+	// Spin is the busy-wait before a slot; default SpinDefault.
+	Spin time.Duration
+	// DefaultTimeout is the attempt timeout of a job that carries none;
+	// default TimeoutDefault.
+	DefaultTimeout time.Duration
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger receives errors; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, dispatch.PrefixDefault)
+	if c.ID == "" {
+		c.ID = defaultID()
+	}
+	c.Lead = cmp.Or(c.Lead, LeadDefault)
+	c.MinLead = cmp.Or(c.MinLead, MinLeadDefault)
+	c.Tolerance = cmp.Or(c.Tolerance, ToleranceDefault)
+	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, TaskCheckIntervalDefault)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
+	c.ClockRefresh = cmp.Or(c.ClockRefresh, ClockRefreshDefault)
+	c.ClockSamples = cmp.Or(c.ClockSamples, ClockSamplesDefault)
+	c.Spin = cmp.Or(c.Spin, SpinDefault)
+	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, TimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Store == nil || c.Redis == nil || c.Executor == nil {
+		errs = append(errs, errors.New("Store, Redis and Executor are required"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency %d: want ≥ 1", c.Concurrency))
+	}
+	for _, d := range []time.Duration{c.Lead, c.MinLead, c.Tolerance, c.TaskCheckInterval, c.HeartbeatInterval, c.ClockRefresh, c.Spin, c.DefaultTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("negative duration %s", d))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func defaultID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Worker is the asynq handler of Sluice's webhook and http queues plus its
+// heartbeat and clock loops. Its methods are safe for concurrent use.
+type Worker struct {
+	cfg     Config
+	clock   *Clock
+	metrics *metrics
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks cfg, fills in its defaults and registers the metrics. The
+// handler works before Start, but on the local clock and without a
+// heartbeat: Start the Worker before the asynq server.
+func New(cfg Config) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	return &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), metrics: m}, nil
+}
+
+// Queues are the asynq queues the Worker serves, with equal priorities:
+// dispatcher.WebhookQueue(Prefix) and dispatcher.HTTPQueue(Prefix).
+func (w *Worker) Queues() map[string]int {
+	return map[string]int{dispatcher.WebhookQueue(w.cfg.Prefix): 1, dispatcher.HTTPQueue(w.cfg.Prefix): 1}
+}
+
+// ID is the worker's id in the heartbeats.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Clock is the Worker's estimate of Redis's clock.
+func (w *Worker) Clock() *Clock { return w.clock }
+
+// Start measures the Redis clock, checks L ≥ 1.5 × TCI + 2 RTT (with the
+// median RTT of a clock measurement; up to startMeasurements of them, so a
+// transient stall does not refuse the start), announces
+// the concurrency once, then keeps both fresh until Stop or ctx's end. It
+// fails when Redis cannot be reached, the check fails, or it was started
+// before.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done != nil {
+		return errors.New("start worker: already started")
+	}
+	if err := w.checkPickupBudget(ctx); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	w.metrics.rtt.Set(w.clock.RTT().Seconds())
+	if err := w.heartbeat(ctx, w.cfg.Concurrency); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	w.cancel, w.done = cancel, make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { w.every(runCtx, w.cfg.HeartbeatInterval, w.beat) })
+	wg.Go(func() { w.every(runCtx, w.cfg.ClockRefresh, w.sync) })
+	go func() {
+		wg.Wait()
+		w.withdraw(ctx)
+		close(w.done)
+	}()
+	w.cfg.Logger.Info("worker started", "id", w.cfg.ID, "concurrency", w.cfg.Concurrency,
+		"redis_rtt", w.clock.RTT(), "queues", w.Queues())
+	return nil
+}
+
+// Stop ends the heartbeat and clock loops and withdraws the heartbeat (the
+// dispatcher stops counting this worker's capacity). Stop the asynq server
+// first: tasks still running keep their claims, and an unfinished job is
+// recovered by the sweep. Stop is idempotent and may be called without
+// Start.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// startMeasurements bounds the clock measurements Start takes for its check.
+const startMeasurements = 3
+
+// checkPickupBudget syncs the clock until CheckPickupBudget passes with its
+// RTT, at most startMeasurements times, and returns the last refusal.
+func (w *Worker) checkPickupBudget(ctx context.Context) error {
+	var err error
+	for range startMeasurements {
+		if err = w.clock.Sync(ctx); err != nil {
+			return err
+		}
+		if err = CheckPickupBudget(w.cfg.MinLead, w.cfg.TaskCheckInterval, w.clock.RTT()); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// CheckPickupBudget reports an error unless minLead ≥ 1.5 × tci + 2 × rtt
+// (DESIGN §1: a released job must reach a worker before its slot, and asynq
+// picks up a task up to 1.5 × TaskCheckInterval after it was enqueued).
+func CheckPickupBudget(minLead, tci, rtt time.Duration) error {
+	need := tci*3/2 + 2*rtt
+	if minLead < need {
+		return fmt.Errorf("dispatch.min_lead %s is below 1.5 × worker.task_check_interval (%s) + 2 × Redis RTT (%s) = %s: raise min_lead (and lead ≥ 2 × min_lead) or lower task_check_interval",
+			minLead, tci, rtt, need)
+	}
+	return nil
+}
+
+// heartbeatTTL is how long one announcement lives.
+func (w *Worker) heartbeatTTL() time.Duration { return 3 * w.cfg.HeartbeatInterval }
+
+func (w *Worker) heartbeat(ctx context.Context, concurrency int) error {
+	if err := w.cfg.Store.Heartbeat(ctx, w.cfg.ID, concurrency, w.heartbeatTTL()); err != nil {
+		return fmt.Errorf("heartbeat worker %s: %w", w.cfg.ID, err)
+	}
+	return nil
+}
+
+func (w *Worker) beat(ctx context.Context) {
+	if err := w.heartbeat(ctx, w.cfg.Concurrency); err != nil && ctx.Err() == nil {
+		w.cfg.Logger.Warn("worker heartbeat failed", "err", err)
+	}
+}
+
+func (w *Worker) sync(ctx context.Context) {
+	if err := w.clock.Sync(ctx); err != nil {
+		if ctx.Err() == nil {
+			w.cfg.Logger.Warn("redis clock refresh failed; keeping the last estimate", "err", err)
+		}
+		return
+	}
+	w.metrics.rtt.Set(w.clock.RTT().Seconds())
+}
+
+// withdraw announces concurrency 0 with a short life at the end.
+func (w *Worker) withdraw(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := w.cfg.Store.Heartbeat(wctx, w.cfg.ID, 0, time.Second); err != nil {
+		w.cfg.Logger.Warn("withdraw worker heartbeat", "err", err)
+	}
+}
+
+// every calls f every interval until ctx ends.
+func (w *Worker) every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f(ctx)
+		}
+	}
+}
