@@ -79,6 +79,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer batcher.Close()
 
+	if _, err := dispatcher.EnsureMeta(ctx, rdb, dispatcher.Meta{
+		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
+	}); err != nil {
+		return err
+	}
 	store, err := dispatch.NewStore(rdb, dispatch.Config{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
 	})

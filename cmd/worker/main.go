@@ -6,7 +6,9 @@
 //	worker [--config PATH] [--metrics-listen ADDR]
 //
 // --config (or $SLUICE_CONFIG) is the same YAML file as the throttler's
-// (DESIGN §7); $SLUICE_REDIS_URL overrides redis.url. The worker uses
+// (DESIGN §7); $SLUICE_REDIS_URL overrides redis.url. The worker refuses to
+// start when redis.shards, dispatch.lead or dispatch.min_lead differ from
+// <prefix>:meta (written by the first process to start). The worker uses
 // worker.concurrency, worker.task_check_interval and worker.shutdown_timeout
 // (raised to 2·dispatch.lead + the largest configured timeout + 2 s when
 // smaller), the dispatch timing, throttle, retention, egress.allow and the
@@ -43,6 +45,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -80,6 +83,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer rdb.Close()
+	if _, err := dispatcher.EnsureMeta(ctx, rdb, dispatcher.Meta{
+		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
+	}); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log)

@@ -188,3 +188,25 @@ func TestFlags(t *testing.T) {
 		t.Fatal("positional argument accepted")
 	}
 }
+
+// TestWorkerRefusesAMetaMismatch: a worker configured with other shards
+// than <prefix>:meta records does not start.
+func TestWorkerRefusesAMetaMismatch(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	if _, err := dispatcher.EnsureMeta(context.Background(), rdb, dispatcher.Meta{
+		Prefix: prefix, Shards: 4, Lead: dispatch.LeadDefault, MinLead: dispatch.MinLeadDefault,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte("redis: {prefix: "+prefix+", shards: 8}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
+	err := run(context.Background(), []string{"--config", cfgPath, "--metrics-listen", "off"},
+		func(k string) string { return env[k] }, io.Discard, nil)
+	if !errors.Is(err, dispatcher.ErrMetaMismatch) {
+		t.Fatalf("run = %v, want ErrMetaMismatch", err)
+	}
+}

@@ -11,11 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Keys and channels this package uses (DESIGN §3). The lease key has no hash
-// tag: it is a single-key STRING, fine in any Cluster slot.
+// Keys and channels this package uses (DESIGN §3). The lease and meta keys
+// have no hash tag: single-key scripts, fine in any Cluster slot.
 //
+//	<p>:meta                     HASH    the deployment's fixed parameters (meta.go)
 //	<p>:dispatch:lease:<shard>   STRING  owner token of the shard's dispatcher, with a TTL
-//	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by enqueue
+//	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by
+//	                                     every script that moves it earlier
 func leaseKey(prefix string, shard int) string {
 	return prefix + ":dispatch:lease:" + strconv.Itoa(shard)
 }

@@ -151,9 +151,11 @@ func TestLateTaskIsReslottedNotSentLate(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d requests, want 1", len(got))
 	}
+	// The new slot is the tenant's next one, T after the old (later only
+	// when the claim itself came later than T on a starved machine).
 	j := h.jobOf(r.ID)
-	if j.Gen != r.Gen+1 || !j.Slot.Equal(r.Slot.Add(80*time.Millisecond)) {
-		t.Fatalf("job gen %d slot %s; want gen %d and the next slot %s", j.Gen, j.Slot, r.Gen+1, r.Slot.Add(80*time.Millisecond))
+	if j.Gen != r.Gen+1 || j.Slot.Before(r.Slot.Add(80*time.Millisecond)) {
+		t.Fatalf("job gen %d slot %s; want gen %d and at least the next slot %s", j.Gen, j.Slot, r.Gen+1, r.Slot.Add(80*time.Millisecond))
 	}
 	if off := got[0].redis.Sub(j.Slot); off < -3*time.Millisecond || off > sendBound() {
 		t.Fatalf("sent %s off its new slot, want within %s", off, sendBound())

@@ -282,11 +282,16 @@ func (h *harness) enqueue(tenant string, n int) []string {
 }
 
 // startDispatcher starts a Dispatcher on the harness's store; edit, when not
-// nil, changes its Config first.
+// nil, changes its Config first. Its grace is 3 s: a starved test machine
+// must not make the sweep recover jobs (noStall counts sweeps as stalls).
 func (h *harness) startDispatcher(edit func(*dispatcher.Config)) *dispatcher.Dispatcher {
 	h.t.Helper()
 	client := asynq.NewClientFromRedisClient(h.rdb)
-	cfg := dispatcher.Config{Store: h.store, Asynq: client, Redis: h.rdb, Prefix: h.prefix, Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg)}
+	cfg := dispatcher.Config{Store: h.store, Asynq: client, Redis: h.rdb, Prefix: h.prefix,
+		Pass:       dispatch.PassConfig{Grace: 3 * time.Second},
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
+		Logger:     testLogger(h.t).With("component", "dispatcher"),
+	}
 	if edit != nil {
 		edit(&cfg)
 	}
