@@ -21,8 +21,13 @@ func (c PassConfig) WithDefaults() PassConfig {
 	c.DeadRetention = cmp.Or(c.DeadRetention, DeadRetentionDefault)
 	c.DeadMaxPerTenant = cmp.Or(c.DeadMaxPerTenant, DeadMaxPerTenantDefault)
 	c.AttemptLog = cmp.Or(c.AttemptLog, AttemptLogDefault)
+	c.ClaimSpacing = cmp.Or(c.ClaimSpacing, ClaimSpacingDefault)
 	return c
 }
+
+// ClaimSpacingDefault is PassConfig.ClaimSpacing when zero: about one claim
+// script's Redis time, so a 2 ms claim tolerance fits several claims.
+const ClaimSpacingDefault = 250 * time.Microsecond
 
 func (c PassConfig) validate() error {
 	var errs []error
@@ -104,7 +109,8 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 	d, err := s.run(ctx, scriptPass, shard,
 		cfg.Lead.Microseconds(), max(cfg.MinLead, 0).Microseconds(), cfg.Grace.Microseconds(),
 		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),
-		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog)
+		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog,
+		max(cfg.ClaimSpacing, 0).Microseconds())
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}

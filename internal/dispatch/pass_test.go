@@ -12,7 +12,9 @@ import (
 const ms = time.Millisecond
 
 // prodPass is the production shape of a pass: D = 100ms, L = 50ms, grace 1s.
-var prodPass = PassConfig{Lead: 100 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: -1}
+// prodPass is the production timing without claim spacing, so slots are
+// the exact GCRA ones (TestPassSpacesClaims covers the spacing).
+var prodPass = PassConfig{Lead: 100 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: -1, ClaimSpacing: -1}
 
 func batchOf(n int, tag string) []Item {
 	items := make([]Item, n)
@@ -193,7 +195,8 @@ func TestPassTaskRoute(t *testing.T) {
 	task := Item{Type: "task", Body: []byte(`{"type":"task","task_type":"email:send","queue":"mail","payload":{"n":12345678901234567}}`)}
 	bad := Item{Type: "task", Body: []byte(`not json`)}
 	rs := e.enqueue("acme", task, bad, item(`{}`))
-	got := e.passTenant("acme", 100*ms, -1)
+	got := e.pass(e.store.keys.shardOf("acme"), PassConfig{Lead: 100 * ms, MinLead: -1, Grace: time.Second,
+		Capacity: -1, ClaimSpacing: -1}).Released
 	if len(got) != 3 {
 		t.Fatalf("released %d, want 3", len(got))
 	}
@@ -311,4 +314,38 @@ func TestPassPromotion(t *testing.T) {
 		t.Fatalf("release order %v, want %v", order, want)
 	}
 	e.requireConsistent()
+}
+
+// One pass spaces the slots it hands out by ClaimSpacing across tenants, so
+// the claims do not herd; slots only move later, and one pushed past now + D
+// waits for the next pass.
+func TestPassSpacesClaims(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 20_000, 1 }))
+	tenants := make([]string, 0, 30)
+	for i := range 30 {
+		tn := fmt.Sprintf("t%02d", i)
+		e.enqueue(tn, item(`{}`))
+		if e.store.keys.shardOf(tn) == e.store.keys.shardOf("t00") {
+			tenants = append(tenants, tn)
+		}
+	}
+	cfg := PassConfig{Lead: 2 * ms, MinLead: -1, Grace: time.Second, Capacity: -1, ClaimSpacing: 250 * time.Microsecond}
+	got := e.pass(e.store.keys.shardOf("t00"), cfg).Released
+	if len(got) == 0 || len(got) > 9 {
+		t.Fatalf("released %d of %d same-shard tenants, want 1…9 (slots within now + 2ms at 250µs apart)", len(got), len(tenants))
+	}
+	for i, r := range got {
+		if want := time.Duration(i) * 250 * time.Microsecond; r.Slot.Sub(epoch) != want {
+			t.Errorf("release %d at +%s, want +%s", i, r.Slot.Sub(epoch), want)
+		}
+	}
+	waiting := 0
+	for _, tn := range tenants {
+		waiting += int(e.state(tn).Queued)
+	}
+	if waiting != len(tenants)-len(got) {
+		t.Errorf("%d jobs still queued, want the %d not released", waiting, len(tenants)-len(got))
+	}
 }

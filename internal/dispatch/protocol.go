@@ -42,6 +42,13 @@ type PassConfig struct {
 	DeadRetention    time.Duration
 	DeadMaxPerTenant int
 	AttemptLog       int
+	// ClaimSpacing is the least gap between two slots handed out by one
+	// pass, across tenants, so that the workers' claims (one script each,
+	// ~0.2 ms of Redis time) do not arrive as a herd at one instant and miss
+	// the claim tolerance. Slots only move later, never earlier, so every
+	// tenant's rate bound holds; a job pushed past now + D waits for the
+	// next pass. Default ClaimSpacingDefault; < 0 means none.
+	ClaimSpacing time.Duration
 }
 
 // PassResult is what one pass did.

@@ -7,6 +7,7 @@
 -- ARGV[7]  K: most tenants           ARGV[8]  capacity: most jobs released (-1 = no limit)
 -- ARGV[9]  jitter seed               ARGV[10] dead retention µs
 -- ARGV[11] dead letters per tenant   ARGV[12] attempt log length
+-- ARGV[13] claim spacing µs (0 = none)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type}, …}
@@ -23,6 +24,9 @@
 --    dropped) when it is not blocked, its pauses end by now + D, released +
 --    running < concurrency, its released tokens stay within ⌈D/T⌉ + b, and
 --    the job's GCRA slot ≤ now + D; slot = max(earliest, now + L, pause end),
+--    moved later to the next instant at least the claim spacing S away from
+--    every slot this pass already handed out (and left for the next pass
+--    when that is past now + D),
 --    TAT ← max(TAT, slot) + cost·T, gen + 1, lease slot + grace,
 --    vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot release leaves the
 --    round; the pass stops when none is left or the capacity is used.
@@ -35,8 +39,9 @@ local D, L, GRACE = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local P, K, CAP = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local cfg = {seed = ARGV[9], dead_ret = tonumber(ARGV[10]), dead_max = tonumber(ARGV[11]),
   log_n = tonumber(ARGV[12]), trim = {}}
-if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n) then
-  return redis.error_reply('ERR sluice pass: want 10 integer arguments')
+local S = tonumber(ARGV[13])
+if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S) then
+  return redis.error_reply('ERR sluice pass: want 11 integer arguments')
 end
 local VT_SCALE = 1000000
 local HORIZON = NOW + D
@@ -182,6 +187,22 @@ local function task_route(id)
 end
 
 local released = {}
+-- taken holds the slots this pass handed out; spaced(x) is the earliest
+-- instant ≥ x at least S away from each of them (claims must not herd).
+local taken = {}
+local function spaced(x)
+  if S <= 0 then return x end
+  local moved = true
+  while moved do
+    moved = false
+    for _, t in ipairs(taken) do
+      if x > t - S and x < t + S then
+        x, moved = t + S, true
+      end
+    end
+  end
+  return x
+end
 -- release_one releases tenant tn's next job if every rule allows it.
 -- c.head keeps the next job it saw but did not release, for reschedule.
 local function release_one(tn, c)
@@ -198,8 +219,10 @@ local function release_one(tn, c)
   if t.rtok > 0 and t.rtok + j.cost > math.ceil(D / p.rate_us) + p.burst then return nil end
   local e = earliest(t, p, j.cost, NOW)
   if e > HORIZON then return nil end
+  local slot = spaced(math.max(e, NOW + L, g))
+  if slot > HORIZON then return nil end
   c.head = nil
-  local slot = math.max(e, NOW + L, g)
+  taken[#taken + 1] = slot
   drop(tn, c, j.id, j.from_head)
   t.tat = math.max(t.tat, slot) + j.cost * p.rate_us
   t.qtok = t.qtok - j.cost
