@@ -105,6 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(dispatcher.NewStateCollector(store, rdb, labeledTenants(cfg), sluiceQueues(cfg), log))
 	disp, err := newDispatcher(cfg, rdb, store, reg, log)
 	if err != nil {
 		return err
@@ -257,4 +258,16 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	<-served
 	log.Info("stopped")
 	return nil
+}
+
+// labeledTenants are the tenants the state metrics label: the configured
+// ones, sorted (the collector caps them at dispatcher.MaxLabeledTenants).
+func labeledTenants(cfg *config.Config) []string {
+	return slices.Sorted(maps.Keys(cfg.Tenants))
+}
+
+// sluiceQueues are the asynq queues Sluice feeds: webhook, http and the
+// task queues of the allow-list.
+func sluiceQueues(cfg *config.Config) []string {
+	return append([]string{dispatcher.WebhookQueue(cfg.Redis.Prefix), dispatcher.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
 }

@@ -113,12 +113,18 @@ func (w *Worker) attempt(ctx context.Context, job dispatch.ClaimedJob) {
 	outcome := w.execute(actx, job)
 	cancel()
 	w.metrics.attempts.WithLabelValues(kindLabel(outcome.Kind)).Inc()
+	w.metrics.delivery.WithLabelValues(kindLabel(outcome.Kind)).Observe(outcome.Latency.Seconds())
 
 	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancelFinish()
-	if _, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, w.cfg.Finish); err != nil {
+	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, w.cfg.Finish)
+	if err != nil {
 		w.metrics.finishErrors.Inc()
 		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)
+		return
+	}
+	if state == dispatch.StateDead {
+		w.metrics.dead.Inc()
 	}
 }
 

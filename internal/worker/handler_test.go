@@ -295,3 +295,22 @@ func TestClockTracksRedisTime(t *testing.T) {
 		t.Fatalf("Local(Now + 1s) is %s away", d)
 	}
 }
+
+func TestPermanentFailureCountsADeadLetterAndItsLatency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	w := h.newWorker(worker.ExecutorFunc(func(context.Context, dispatch.ClaimedJob) dispatch.AttemptOutcome {
+		return dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Latency: 3 * time.Millisecond, Error: "http_404"}
+	}), nil)
+	r, task := h.release("t1")
+	h.process(w, task)
+	if j := h.jobOf(r.ID); j.State != dispatch.StateDead {
+		t.Fatalf("job after a 404: %s, want dead", j.State)
+	}
+	if m := h.metrics("sluice_worker_dead_letters_total"); !strings.Contains(m, " 1\n") {
+		t.Errorf("dead letters metric:\n%s", m)
+	}
+	if m := h.metrics("sluice_worker_delivery_seconds"); !strings.Contains(m, `value:"permanent"] 1`) {
+		t.Errorf("delivery latency histogram:\n%s", m)
+	}
+}

@@ -10,8 +10,10 @@ import (
 
 // metrics are the worker's Prometheus series; every label set is bounded.
 type metrics struct {
-	claims       *prometheus.CounterVec // by outcome
-	attempts     *prometheus.CounterVec // by finish kind
+	claims       *prometheus.CounterVec   // by outcome
+	attempts     *prometheus.CounterVec   // by finish kind
+	delivery     *prometheus.HistogramVec // request latency by finish kind
+	dead         prometheus.Counter
 	lateness     prometheus.Histogram
 	waiting      prometheus.Gauge
 	finishErrors prometheus.Counter
@@ -28,6 +30,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_worker_attempts_total",
 			Help: "Attempts executed, by finish kind: success, retry, throttled, permanent, gone.",
 		}, []string{"kind"}),
+		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_worker_delivery_seconds",
+			Help:    "Delivery latency (request sent → response read or failure), by finish kind.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"kind"}),
+		dead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_worker_dead_letters_total",
+			Help: "Jobs this worker's finishes moved to a dead set (permanent failure or retries exhausted).",
+		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sluice_worker_send_lateness_seconds",
 			Help: "Send time minus slot, on the worker's estimate of Redis's clock (negative: early, within the claim tolerance).",
@@ -50,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.lateness, m.waiting, m.finishErrors, m.rtt} {
+	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.waiting, m.finishErrors, m.rtt} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}
