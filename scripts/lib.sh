@@ -40,3 +40,68 @@ ensure_redis_running() {
   echo "redis-server did not start; see $dir/redis.log" >&2
   return 1
 }
+
+# http_ok URL: true when an http:// URL answers 200 within a second (curl
+# when installed, else bash's /dev/tcp).
+http_ok() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -o /dev/null --max-time 1 "$1" 2>/dev/null
+    return
+  fi
+  local rest=${1#http://}
+  local hostport=${rest%%/*} path=/
+  [ "$rest" = "$hostport" ] || path=/${rest#*/}
+  (
+    exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}" || exit 1
+    printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$path" "$hostport" >&3
+    IFS= read -r -t 1 status <&3 || exit 1
+    [[ $status == HTTP/1.?" 200"* ]]
+  ) 2>/dev/null
+}
+
+# Background processes started by bg_start, stopped by bg_stop_all.
+BG_PIDS=()
+
+# bg_start LOG CMD...: runs CMD in the background with stdin from /dev/null
+# and stdout and stderr in LOG (truncated); sets BG_PID to its pid and adds
+# it to BG_PIDS.
+bg_start() {
+  local log=$1
+  shift
+  "$@" </dev/null >"$log" 2>&1 &
+  BG_PID=$!
+  BG_PIDS+=("$BG_PID")
+}
+
+# bg_stop_all [SECONDS]: sends SIGTERM to every process bg_start started,
+# waits up to SECONDS (default 30) for them to exit, then SIGKILLs the rest.
+bg_stop_all() {
+  local secs=${1:-30} pid alive
+  [ ${#BG_PIDS[@]} -gt 0 ] || return 0
+  for pid in "${BG_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq $((secs * 10))); do
+    alive=0
+    for pid in "${BG_PIDS[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then alive=1; fi
+    done
+    [ "$alive" -eq 1 ] || break
+    sleep 0.1
+  done
+  for pid in "${BG_PIDS[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  BG_PIDS=()
+}
+
+# wait_http URL PID SECONDS: waits until URL answers 200; fails when
+# process PID exits first or SECONDS pass.
+wait_http() {
+  local url=$1 pid=$2 secs=$3
+  for _ in $(seq $((secs * 10))); do
+    if http_ok "$url"; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
