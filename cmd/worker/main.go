@@ -284,5 +284,6 @@ func finishConfig(cfg *config.Config) dispatch.FinishConfig {
 		AttemptLog:         cfg.Retention.AttemptLog,
 		DefaultPause:       cfg.Throttle.DefaultPause,
 		MaxPause:           cfg.Throttle.MaxPause,
+		AdaptiveFloorPPM:   dispatch.PPM(cfg.Throttle.AdaptiveFloor),
 	}
 }

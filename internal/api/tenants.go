@@ -37,6 +37,12 @@ type tenantView struct {
 	AdminPausedUntil *string `json:"admin_paused_until"`
 	Disabled         bool    `json:"disabled"`
 	DeadLetters      int64   `json:"dead_letters"`
+	// EffectiveRate is the rate the tenant's jobs leave at now, tokens per
+	// second: the policy rate times RateFactor (DESIGN §4.2, adaptive).
+	EffectiveRate float64 `json:"effective_rate"`
+	// RateFactor is the adaptive rate factor as a fraction, 0 < f ≤ 1; 1
+	// when the policy is not adaptive.
+	RateFactor float64 `json:"rate_factor"`
 }
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.
@@ -65,7 +71,8 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 		Backlog: st.Backlog, BacklogBytes: st.Bytes, Queued: st.Queued, QueuedTokens: st.QueuedCost,
 		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
 		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled,
-		DeadLetters: st.DeadLetters}
+		DeadLetters: st.DeadLetters, EffectiveRate: st.EffectiveRate(),
+		RateFactor: float64(st.RateFactor) / dispatch.RateFactorFull}
 	if st.AdminUntil.After(st.Now) {
 		v.AdminPausedUntil = timeString(st.AdminUntil)
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -168,5 +169,35 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || errorCode(r) != CodeUnavailable || r.header.Get("Retry-After") != "1" {
 			t.Errorf("%s %s with Redis down: %d %q Retry-After %q, want 503 unavailable, 1", req.method, req.path, r.status, errorCode(r), r.header.Get("Retry-After"))
 		}
+	}
+}
+
+// The view shows the adaptive rate: the factor as a fraction and the
+// effective rate in tokens per second; a 5xx halves both (DESIGN §4.2).
+func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	if r := f.tenant(t, "acme-ad"); r["effective_rate"] != 10.0 || r["rate_factor"] != 1.0 {
+		t.Fatalf("fresh tenant: effective_rate %v, rate_factor %v; want 10, 1", r["effective_rate"], r["rate_factor"])
+	}
+	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-ad/jobs", producerToken, hook(1)), "acme-ad", "queued")
+	shard, _ := dispatch.ShardOfJobID(id)
+	ctx := context.Background()
+	store := f.srv.opts.Store
+	pass, err := store.Pass(ctx, shard, dispatch.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, Capacity: -1})
+	if err != nil || len(pass.Released) != 1 {
+		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
+	}
+	rel := pass.Released[0]
+	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour, time.Hour)
+	if err != nil || cl.Outcome != dispatch.ClaimOK {
+		t.Fatalf("claim: %v %+v", err, cl)
+	}
+	o := dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Status: 503, Error: "http_503"}
+	if _, err := store.Finish(ctx, rel.ID, cl.Job.Gen, o, dispatch.FinishConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.tenant(t, "acme-ad"); r["effective_rate"] != 5.0 || r["rate_factor"] != 0.5 {
+		t.Fatalf("after a 503: effective_rate %v, rate_factor %v; want 5, 0.5", r["effective_rate"], r["rate_factor"])
 	}
 }

@@ -52,4 +52,3 @@ func (r *yamlRate) UnmarshalYAML(n *yaml.Node) error {
 	}
 	return nil
 }
-

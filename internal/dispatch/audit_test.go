@@ -335,7 +335,8 @@ func (ks *keyspaceSnapshot) headCost(shard int, tn string) (int64, bool) {
 // blocked says why tenant cannot use a ready score, "" when nothing blocks it.
 func (ks *keyspaceSnapshot) blocked(shard int, tn string, cost int64) string {
 	h, p := ks.tenants[tn], ks.policy(shard, tn)
-	rtok, rcap := num(h, "rtok"), (num(h, "lead")+p.RateUS-1)/p.RateUS+p.Burst
+	iv := effectiveInterval(p, num(h, "rf"))
+	rtok, rcap := num(h, "rtok"), (num(h, "lead")+iv-1)/iv+p.Burst
 	switch {
 	case num(h, "disabled") == 1:
 		return "disabled"
@@ -375,7 +376,8 @@ func mergeMaps(a, b map[string][]string) map[string][]string {
 	return m
 }
 
-// checkTenants: counters match the records; expiry per DESIGN §3.
+// checkTenants: counters match the records; the rate factor is in range;
+// expiry per DESIGN §3.
 func (ks *keyspaceSnapshot) checkTenants() {
 	type counts struct{ live, bytes, qtok, running, released, rtok int64 }
 	want := map[string]*counts{}
@@ -411,6 +413,9 @@ func (ks *keyspaceSnapshot) checkTenants() {
 		}
 	}
 	for tn, h := range ks.tenants {
+		if rf := num(h, "rf"); rf < 0 || rf >= RateFactorFull {
+			ks.problem("tenant %q rate factor %d ppm: want 1 … %d, or 0 for full", tn, rf, RateFactorFull-1)
+		}
 		busy := num(h, "live")+num(h, "running") > 0 || num(h, "disabled") == 1 || num(h, "admin_paused") == 1
 		ttl := ks.tenantTTL[tn]
 		if busy && ttl >= 0 {
@@ -420,6 +425,15 @@ func (ks *keyspaceSnapshot) checkTenants() {
 			ks.problem("tenant %q is idle but has no TTL: orphan", tn)
 		}
 	}
+}
+
+// effectiveInterval is T_eff = ⌈T·10⁶ / f⌉ for a tenant of policy p whose
+// stored rate factor is rf (0: full), as lib.lua's interval computes it.
+func effectiveInterval(p Params, rf int64) int64 {
+	if p.Adaptive != 1 || rf <= 0 || rf >= RateFactorFull {
+		return p.RateUS
+	}
+	return (p.RateUS*RateFactorFull + rf - 1) / rf
 }
 
 func num(h map[string]string, f string) int64 {

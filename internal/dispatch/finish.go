@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -17,7 +18,23 @@ const (
 	AttemptLogDefault         = 20
 	DefaultPauseDefault       = 30 * time.Second
 	MaxPauseDefault           = time.Hour
+	AdaptiveFloorPPMDefault   = 50_000 // 0.05 of the policy rate
+	AdaptiveStepPPMDefault    = 50_000 // 5 % of the full rate per success
 )
+
+// RateFactorFull is the rate factor of a tenant at its full policy rate:
+// rate factors are in parts per million (DESIGN §4.2, adaptive).
+const RateFactorFull = 1_000_000
+
+// PPM turns a fraction (config throttle.adaptive_floor) into parts per
+// million, rounded to the nearest and clamped to 1 … RateFactorFull.
+func PPM(fraction float64) int64 {
+	return min(max(int64(math.Round(fraction*RateFactorFull)), 1), RateFactorFull)
+}
+
+// TimeoutReason is the AttemptOutcome.Error of an attempt that timed out
+// (the value of webhook.ReasonTimeout). See AttemptOutcome.Congested.
+const TimeoutReason = "timeout"
 
 // MaxErrorLen bounds AttemptOutcome.Error as stored, in bytes.
 const MaxErrorLen = 512
@@ -47,6 +64,16 @@ type FinishConfig struct {
 	DefaultPause time.Duration
 	// MaxPause caps any upstream pause. Default MaxPauseDefault.
 	MaxPause time.Duration
+	// AdaptiveFloorPPM is the lowest rate factor an adaptive tenant is cut
+	// to, in parts per million of its policy rate (config
+	// throttle.adaptive_floor: PPM(0.05) = 50 000); 1 … RateFactorFull.
+	// Default AdaptiveFloorPPMDefault.
+	AdaptiveFloorPPM int64
+	// AdaptiveStepPPM is the additive recovery of an adaptive tenant's rate
+	// factor per success, in parts per million; 1 … RateFactorFull.
+	// Default AdaptiveStepPPMDefault (full rate again after 19 successes
+	// from 0.05).
+	AdaptiveStepPPM int64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -57,6 +84,8 @@ func (c FinishConfig) WithDefaults() FinishConfig {
 	c.AttemptLog = cmp.Or(c.AttemptLog, AttemptLogDefault)
 	c.DefaultPause = cmp.Or(c.DefaultPause, DefaultPauseDefault)
 	c.MaxPause = cmp.Or(c.MaxPause, MaxPauseDefault)
+	c.AdaptiveFloorPPM = cmp.Or(c.AdaptiveFloorPPM, AdaptiveFloorPPMDefault)
+	c.AdaptiveStepPPM = cmp.Or(c.AdaptiveStepPPM, AdaptiveStepPPMDefault)
 	return c
 }
 
@@ -74,6 +103,10 @@ func (c FinishConfig) validate() error {
 	if c.DeadMaxPerTenant < 1 || c.AttemptLog < 1 || c.AttemptLog > 1000 {
 		errs = append(errs, invalidf("dead letters per tenant %d, attempt log %d: want ≥ 1 and 1 … 1000",
 			c.DeadMaxPerTenant, c.AttemptLog))
+	}
+	if c.AdaptiveFloorPPM < 1 || c.AdaptiveFloorPPM > RateFactorFull || c.AdaptiveStepPPM < 1 || c.AdaptiveStepPPM > RateFactorFull {
+		errs = append(errs, invalidf("adaptive floor %d ppm, step %d ppm: want 1 … %d",
+			c.AdaptiveFloorPPM, c.AdaptiveStepPPM, RateFactorFull))
 	}
 	return errors.Join(errs...)
 }
@@ -101,6 +134,20 @@ func (c FinishConfig) validate() error {
 //   - FinishPermanent → StateDead.
 //   - FinishGone → the tenant is disabled until Resume; the job returns to
 //     the head lane without using an attempt; its backlog is kept.
+//
+// An adaptive tenant (policy adaptive = 1, DESIGN §4.2) sends at a rate
+// factor f of its policy rate (TenantState.RateFactor; every slot is
+// spaced by T_eff = ⌈T·10⁶ / f⌉). When o.Congested(), Finish cuts f to
+// max(cfg.AdaptiveFloorPPM, ⌊f / 2⌋) once per episode: a cut starts an
+// episode that covers every attempt sent or released by then (it lasts
+// until TenantState.CutUntil = max(now, the pause's end, TAT) at the cut),
+// and only a congestion signal from an attempt slotted at or after
+// CutUntil cuts again. A FinishSuccess of such an attempt adds
+// cfg.AdaptiveStepPPM, up to RateFactorFull. TAT is rescaled to the new
+// interval T′ as for a rate change (TAT′ = now + max(0, TAT − now)·T′/T,
+// capped at now + b·T′) but never below TAT − T + T′, so the slots already
+// handed out keep T′ to the next. Other outcomes leave f as it is, and a
+// tenant that is not adaptive always has the full factor.
 //
 // An o.Pause > 0 with any other kind (a success that used up the upstream's
 // quota: X-RateLimit-Remaining 0 with a reset) pauses the tenant the same
@@ -139,7 +186,24 @@ func (s *Store) finishArgs(id string, gen int64, o AttemptOutcome, cfg FinishCon
 	return []any{id, gen, o.Kind.String(), o.Status,
 		o.Latency.Microseconds(), truncate(o.Error, MaxErrorLen), max(o.Pause, 0).Microseconds(),
 		cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant,
-		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg()}
+		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg(),
+		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM}
+}
+
+// Congested reports whether o tells an adaptive tenant to slow down (DESIGN
+// §4.2): FinishThrottled, or FinishRetry after a 5xx response or a timeout
+// (no status, Error TimeoutReason). Connection, TLS and DNS errors, 408 and
+// 425 are not congestion signals.
+func (o AttemptOutcome) Congested() bool {
+	switch {
+	case o.Kind == FinishThrottled:
+		return true
+	case o.Kind != FinishRetry:
+		return false
+	case o.Status >= 500 && o.Status <= 599:
+		return true
+	}
+	return o.Status == 0 && o.Error == TimeoutReason
 }
 
 func (o AttemptOutcome) check() error {

@@ -8,19 +8,22 @@ import (
 
 // sim drives one shard like production does, on the fake clock: dispatcher
 // passes at chosen times, and workers that claim every released job exactly
-// at its slot and finish it (success) after a hold time. Events run in time
-// order, so the clock only moves forward. It records every release.
+// at its slot and finish it (success, or what outcome says) after a hold
+// time. Events run in time order, so the clock only moves forward. It
+// records every release.
 type sim struct {
-	e        *env
-	shard    int
-	cfg      PassConfig
-	hold     func() time.Duration // how long a claimed job runs; nil = 0
-	check    func(at string)      // called after every event; nil = none
-	waiting  []Release            // released, not yet claimed, by slot
-	running  []simRun             // claimed, by finish time
-	released []Release            // every release, in order
-	claims   int
-	finished int
+	e         *env
+	shard     int
+	cfg       PassConfig
+	hold      func() time.Duration  // how long a claimed job runs; nil = 0
+	outcome   func() AttemptOutcome // each finish's outcome; nil = success
+	check     func(at string)       // called after every event; nil = none
+	waiting   []Release             // released, not yet claimed, by slot
+	running   []simRun              // claimed, by finish time
+	released  []Release             // every release, in order
+	claims    int
+	finished  int
+	succeeded int
 }
 
 type simRun struct {
@@ -69,7 +72,13 @@ func (s *sim) runUntil(at time.Time) {
 			r := s.running[0]
 			s.running = s.running[1:]
 			s.e.clock.Set(r.end)
-			s.e.finish(r.job.ID, r.job.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+			o := AttemptOutcome{Kind: FinishSuccess, Status: 200}
+			if s.outcome != nil {
+				o = s.outcome()
+			}
+			if s.e.finish(r.job.ID, r.job.Gen, o, FinishConfig{}) == StateSucceeded {
+				s.succeeded++
+			}
 			s.finished++
 			s.checkpoint("finish " + r.job.ID)
 		default:

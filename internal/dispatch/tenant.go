@@ -27,6 +27,15 @@ import (
 //	vt                  weighted virtual time (Pass: fairness under overload)
 //	lead                D of the last pass that released a job of the tenant:
 //	                    the release cap ⌈D/T⌉ + b every script's reschedule applies
+//	rf                  adaptive rate factor f, ppm of the policy rate; 0 (absent)
+//	                    = RateFactorFull. Every GCRA computation (slots, TAT, the
+//	                    release cap, eta) uses T_eff = ⌈T·10⁶ / f⌉ for T; tat_t
+//	                    holds the T_eff the TAT was computed with
+//	cut_until           end of the current adaptive episode: congestion signals
+//	                    from attempts slotted before it do not cut f again, and
+//	                    their successes do not recover it (see Store.Finish).
+//	                    rf and cut_until expire with the hash: an idle tenant
+//	                    starts again at its full rate
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;
@@ -52,6 +61,27 @@ type TenantState struct {
 	DeadLetters  int64  // entries in the tenant's dead set
 	Version      int64  // the tenant's policy overrides version (0: none)
 	Policy       Params // the effective policy, as the scripts merged it
+	// RateFactor is the adaptive rate factor f in parts per million of the
+	// policy rate, 1 … RateFactorFull; RateFactorFull for a tenant that is
+	// not adaptive or not cut (DESIGN §4.2).
+	RateFactor int64
+	// IntervalUS is the effective emission interval T_eff = ⌈T·10⁶ / f⌉ in
+	// µs per token, the interval every slot is spaced by now; Policy.RateUS
+	// at the full factor.
+	IntervalUS int64
+	// CutUntil ends the current adaptive episode (see Store.Finish); zero
+	// when none has been.
+	CutUntil time.Time
+}
+
+// EffectiveRate is the tenant's dispatch rate now in tokens per second,
+// 10⁶ / IntervalUS: the policy rate times RateFactor / RateFactorFull (up
+// to the rounding of T_eff to whole µs). 0 for a zero TenantState.
+func (st TenantState) EffectiveRate() float64 {
+	if st.IntervalUS <= 0 {
+		return 0
+	}
+	return 1e6 / float64(st.IntervalUS)
 }
 
 // TenantState reads tenant's state in one read-only script.
@@ -71,6 +101,7 @@ func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, er
 		AdminPaused: d.int(13) == 1, Disabled: d.int(14) == 1, Version: d.int(15),
 	}
 	st.ReleasedCost, st.AdminUntil, st.VT, st.DeadLetters = d.int(17), microsTime(d.int(18)), d.int(19), d.int(20)
+	st.RateFactor, st.IntervalUS, st.CutUntil = d.int(21), d.int(22), microsTime(d.int(23))
 	if score := d.int(10); score >= 0 {
 		st.NextAt = microsTime(score)
 	}

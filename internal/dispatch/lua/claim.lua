@@ -19,10 +19,11 @@
 -- attempt, the lease deadline becomes now + timeout + grace (grace: the
 -- pass's, field grace), and the job counts toward concurrency as running.
 -- Late (now > slot + ε), once per delivery: a new slot from the GCRA (TAT ←
--- max(TAT, slot′) + cost·T), gen + 1, lease slot′ + grace, when slot′ ≤ now
--- + D; else, or when the delivery was already re-slotted, back to the head
--- lane. Every change ends with reschedule(tenant). No wake-up is published:
--- the dispatcher passes at least every D/2.
+-- max(TAT, slot′) + cost·T, T the effective interval T_eff), gen + 1, lease
+-- slot′ + grace, when slot′ ≤ now + D; else, or when the delivery was
+-- already re-slotted, back to the head lane. Every change ends with
+-- reschedule(tenant). No wake-up is published: the dispatcher passes at
+-- least every D/2.
 
 local id, gen, eps, D = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if not (gen and eps and D) then
@@ -70,7 +71,7 @@ if NOW > j.slot + eps then
   if j.reslot == 1 then return give_back('late') end
   local slot = earliest(t, p, j.cost, NOW)
   if slot > NOW + D then return give_back('late') end
-  t.tat = math.max(t.tat, slot) + j.cost * p.rate_us
+  take(t, p, slot, j.cost)
   j.gen = j.gen + 1
   redis.call('HSET', k_job(id), 'gen', j.gen, 'slot', slot, 'reslot', 1)
   redis.call('ZADD', K_LEASES, slot + grace, id)

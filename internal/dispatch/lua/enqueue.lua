@@ -26,6 +26,8 @@
 -- eta is a lower bound on the job's slot: with Q tokens queued ahead of it,
 -- eta = max(run_at, now, max(TAT, now) + (Q − (b − cost))·T). Each token
 -- ahead moves TAT by T at least, and the job's slot is TAT − (b − cost)·T.
+-- T is the effective interval T_eff of an adaptive tenant (lib.lua
+-- interval), as in every GCRA computation.
 
 local tn = ARGV[3]
 local n = tonumber(ARGV[4])
@@ -81,8 +83,9 @@ end
 -- dispatch rate: the wait for the next slot (or the end of a pause), then T
 -- per job.
 local function drain_wait(jobs)
-  local next_at = math.max(t.tat - (p.burst - 1) * p.rate_us, gate(t))
-  return math.max(0, next_at - NOW) + jobs * p.rate_us
+  local iv = interval(t, p)
+  local next_at = math.max(t.tat - (p.burst - 1) * iv, gate(t))
+  return math.max(0, next_at - NOW) + jobs * iv
 end
 
 local function caps(it)
@@ -110,7 +113,7 @@ end
 local function store(it)
   local run_at = it.run_at
   if it.delay > 0 then run_at = NOW + it.delay end
-  local eta = math.max(NOW, math.max(t.tat, NOW) + (t.qtok - p.burst + it.cost) * p.rate_us)
+  local eta = math.max(NOW, math.max(t.tat, NOW) + (t.qtok - p.burst + it.cost) * interval(t, p))
   local state = 'queued'
   if run_at > NOW then
     state = 'scheduled'

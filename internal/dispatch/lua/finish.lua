@@ -9,7 +9,8 @@
 -- ARGV[10] succeeded retention µs    ARGV[11] dead retention µs
 -- ARGV[12] dead letters per tenant   ARGV[13] attempt log length
 -- ARGV[14] default pause µs          ARGV[15] max pause µs
--- ARGV[16] jitter seed
+-- ARGV[16] jitter seed               ARGV[17] congestion signal (0|1)
+-- ARGV[18] adaptive floor, ppm       ARGV[19] adaptive recovery step, ppm
 -- Reply:   {'ok', state after, stale (0|1)} | {'not_found'}
 --
 -- Requires running(gen); otherwise (stale) the attempt is only appended to
@@ -27,6 +28,11 @@
 --               way: the upstream's quota is used up, DESIGN §4.2)
 --   permanent → dead;
 --   gone      → the tenant is disabled; the attempt is not counted; head lane.
+-- Adaptive rate (policy adaptive = 1, DESIGN §4.2; see adapt below): a
+-- congestion signal (throttled, or a retry after a 5xx or a timeout: the
+-- caller says which, ARGV[17]) halves the tenant's rate factor once per
+-- episode, down to the floor; a success adds the step, up to full; then TAT
+-- is rescaled to the new effective interval (lib.lua refactor).
 -- Dead: see lib.lua to_dead. Each finish trims the tenant's dead set by age
 -- and count (lib.lua trim_dead), then reschedule(tenant); when the finish
 -- let a tenant at its concurrency cap back into ready at the shard's
@@ -37,9 +43,11 @@ local status, latency, err, pause = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8
 local cfg = {succ_ret = tonumber(ARGV[10]), dead_ret = tonumber(ARGV[11]), dead_max = tonumber(ARGV[12]),
   log_n = tonumber(ARGV[13]), def_pause = tonumber(ARGV[14]), max_pause = tonumber(ARGV[15]),
   seed = ARGV[16], trim = {}}
+local congested, floor, step = ARGV[17] == '1', tonumber(ARGV[18]), tonumber(ARGV[19])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
 if not (gen and KINDS[kind] and status and latency and pause and cfg.succ_ret and cfg.dead_ret
-    and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause) then
+    and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local entry = {at = NOW, outcome = kind, status = status, latency = latency, err = err}
@@ -72,6 +80,31 @@ if pause > 0 or kind == 'throttled' then -- throttled, or a pre-emptive pause (q
   local d = pause > 0 and pause or cfg.def_pause
   t.paused_until = math.max(t.paused_until, NOW + math.min(d, cfg.max_pause))
 end
+
+-- adapt applies the adaptive rate rule to an adaptive tenant. An episode
+-- begins with a cut: f ← max(floor, ⌊f / 2⌋) and cut_until ← max(now, end
+-- of the upstream pause, TAT), TAT taken before the cut: the episode covers
+-- every attempt already sent or released at the old rate. So a congestion
+-- signal cuts only when its attempt's slot is ≥ cut_until (it was sent after
+-- the episode began: the lower rate did not help); the others — requests in
+-- flight or released when the cut came — are the same episode, answered
+-- already. A success recovers additively, f ← min(full, f + step), also only
+-- for an attempt slotted ≥ cut_until (a reply to a request sent before the
+-- cut says nothing about the new rate). f = full is stored as 0 (absent).
+local function adapt()
+  if p.adaptive ~= 1 or j.slot < t.cut_until then return end
+  local f = factor(t, p)
+  if congested then
+    t.cut_until = math.max(NOW, t.paused_until, t.tat)
+    f = math.max(floor, math.floor(f / 2))
+  elseif kind == 'success' then
+    f = math.min(RF_FULL, f + step)
+  end
+  if f >= RF_FULL then f = 0 end
+  t.rf = f
+  refactor(t, p, NOW)
+end
+adapt()
 
 local state
 if kind == 'success' then

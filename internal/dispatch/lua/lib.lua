@@ -105,7 +105,7 @@ end
 -- (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead'}
+  'disabled', 'vt', 'lead', 'rf', 'cut_until'}
 local T_STORED, T_BUSY = {}, {}
 local busy
 
@@ -137,20 +137,69 @@ local function save_tenant(tn, t)
   if #args > 0 then redis.call('HSET', k_tenant(tn), unpack(args)) end
 end
 
--- rescale_tat applies a rate or burst change to the GCRA state (DESIGN §3):
--- TAT′ = now + max(0, TAT − now)·T′/T, capped at now + b′·T′. tat_t and tat_b
--- remember the T and b the TAT was computed with, so a change of the shard
--- defaults is applied lazily, at the tenant's next decision. The product is
--- split so that it stays exact within doubles (error below 1 µs).
+-- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
+-- sends at a fraction f of its policy rate, its rate factor, in parts per
+-- million: field rf, where 0 (absent) means RF_FULL. Every GCRA computation
+-- uses the effective emission interval T_eff = ⌈T·10⁶ / f⌉ (interval), so
+-- the rate bound holds with r_eff = r·f / 10⁶. finish.lua cuts and recovers
+-- f; a non-adaptive tenant's factor is always full (rescale_tat resets it).
+local RF_FULL = 1000000
+
+-- factor is the tenant's rate factor in ppm, 1 … RF_FULL.
+local function factor(t, p)
+  if p.adaptive ~= 1 or t.rf <= 0 or t.rf >= RF_FULL then return RF_FULL end
+  return t.rf
+end
+
+-- interval is T_eff = ⌈T·10⁶ / f⌉ in µs, computed in integers (T·10⁶ ≤
+-- 3.6·10¹⁵ is exact in doubles, as is q·f).
+local function interval(t, p)
+  local f = factor(t, p)
+  if f == RF_FULL then return p.rate_us end
+  local n = p.rate_us * RF_FULL
+  local q = math.floor(n / f)
+  if q * f < n then q = q + 1 end
+  return q
+end
+
+-- scale is d·to/from, rounded down; the product is split so that it stays
+-- exact within doubles (error below 1 µs).
+local function scale(d, from, to)
+  local q = math.floor(d / from)
+  return q * to + math.floor((d - q * from) * to / from)
+end
+
+-- rescale_tat applies a rate or burst change of the policy to the GCRA
+-- state (DESIGN §3): TAT′ = now + max(0, TAT − now)·T′/T, capped at now +
+-- b′·T′, with T and T′ the effective intervals before and after (lib.lua
+-- interval: a cut tenant's policy rate change keeps its factor). tat_t and
+-- tat_b remember the T_eff and b the TAT was computed with, so a change of
+-- the shard defaults is applied lazily, at the tenant's next decision. A
+-- tenant that is not adaptive (any more) gets its full rate back here (rf
+-- and cut_until cleared). A change of the rate factor alone goes through
+-- refactor instead.
 local function rescale_tat(t, p, now)
-  if t.tat_t == p.rate_us and t.tat_b == p.burst then return end
+  if p.adaptive ~= 1 and (t.rf ~= 0 or t.cut_until ~= 0) then t.rf, t.cut_until = 0, 0 end
+  local iv = interval(t, p)
+  if t.tat_t == iv and t.tat_b == p.burst then return end
   if t.tat_t > 0 and t.tat > now then
-    local d = t.tat - now
-    local q = math.floor(d / t.tat_t)
-    local nd = q * p.rate_us + math.floor((d - q * t.tat_t) * p.rate_us / t.tat_t)
-    t.tat = now + math.min(nd, p.burst * p.rate_us)
+    t.tat = now + math.min(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
   end
-  t.tat_t, t.tat_b = p.rate_us, p.burst
+  t.tat_t, t.tat_b = iv, p.burst
+end
+
+-- refactor applies a change of the rate factor (finish.lua adapt, after
+-- rescale_tat) to TAT like a rate change, TAT′ = now + max(0, TAT − now)·T′/T
+-- capped at now + b·T′, but never below TAT − T + T′: every slot already
+-- handed out (each ≤ TAT − T) keeps the new interval T′ to the next one,
+-- which the plain rescale would break on a recovery (T′ < T) or through
+-- its cap when released slots reach past now + b·T′.
+local function refactor(t, p, now)
+  local iv, old = interval(t, p), t.tat_t
+  if old > 0 and old ~= iv and t.tat > now then
+    t.tat = math.max(now + math.min(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
+  end
+  t.tat_t = iv
 end
 
 -- refill brings the admission bucket (capacity admit_burst, one token per
@@ -174,9 +223,16 @@ local function admit_wait(t, p, cost, now)
   return math.max(1, (cost - t.atok) * p.admit_us - (now - t.ats))
 end
 
--- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T).
+-- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T),
+-- T the effective interval.
 local function earliest(t, p, c, now)
-  return math.max(now, t.tat - (p.burst - c) * p.rate_us)
+  return math.max(now, t.tat - (p.burst - c) * interval(t, p))
+end
+
+-- take advances TAT past a slot given to a job of cost c: TAT ← max(TAT,
+-- slot) + c·T, T the effective interval.
+local function take(t, p, slot, c)
+  t.tat = math.max(t.tat, slot) + c * interval(t, p)
 end
 
 -- head_job is the tenant's next job: the head lane first (read only when
@@ -194,11 +250,11 @@ end
 local function gate(t) return math.max(t.paused_until, t.admin_until) end
 
 -- release_cap is the most tokens the tenant may have released and unclaimed
--- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b, with D the lead of the last pass that
--- released one of its jobs (field lead; 0 before the first: no cap needed,
--- nothing is released).
-local function release_cap(t, p)
-  return math.ceil(t.lead / p.rate_us) + p.burst
+-- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b (T the effective interval), with D the
+-- lead of the last pass that released one of its jobs (field lead; 0 before
+-- the first: no cap needed, nothing is released). pass.lua passes its own D.
+local function release_cap(t, p, lead)
+  return math.ceil((lead or t.lead) / interval(t, p)) + p.burst
 end
 
 -- blocked names what keeps the tenant from releasing any job whatever its

@@ -23,10 +23,11 @@
 --    with the smallest vt releases its head job (head lane first, tombstones
 --    dropped) when it is not blocked, its pauses end by now + D, released +
 --    running < concurrency, its released tokens stay within ⌈D/T⌉ + b, and
---    the job's GCRA slot ≤ now + D; slot = max(earliest, now + L, pause end),
---    moved later to the next instant at least the claim spacing S away from
---    every slot this pass already handed out (and left for the next pass
---    when that is past now + D),
+--    the job's GCRA slot ≤ now + D (T: the effective interval T_eff of an
+--    adaptive tenant, lib.lua interval); slot = max(earliest, now + L,
+--    pause end), moved later to the next instant at least the claim
+--    spacing S away from every slot this pass already handed out (and left
+--    for the next pass when that is past now + D),
 --    TAT ← max(TAT, slot) + cost·T, gen + 1, lease slot + grace,
 --    vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot release leaves the
 --    round; the pass stops when none is left or the capacity is used.
@@ -216,7 +217,7 @@ local function release_one(tn, c)
     return nil
   end
   c.head = {j.id, j.cost}
-  if t.rtok > 0 and t.rtok + j.cost > math.ceil(D / p.rate_us) + p.burst then return nil end
+  if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
   local e = earliest(t, p, j.cost, NOW)
   if e > HORIZON then return nil end
   local slot = spaced(math.max(e, NOW + L, g))
@@ -224,7 +225,7 @@ local function release_one(tn, c)
   c.head = nil
   taken[#taken + 1] = slot
   drop(tn, c, j.id, j.from_head)
-  t.tat = math.max(t.tat, slot) + j.cost * p.rate_us
+  take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
