@@ -65,12 +65,13 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_worker_delivery_seconds":      {kind: histogram, labels: []string{"kind"}, dir: "internal/worker"},
 	"sluice_worker_dead_letters_total":    {kind: counter, dir: "internal/worker"},
 
-	"sluice_tenant_backlog_jobs":    {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
-	"sluice_tenant_paused":          {kind: gauge, labels: []string{"tenant", "reason"}, dir: "internal/dispatcher", values: map[string][]string{"reason": {"admin", "upstream", "disabled"}}},
-	"sluice_tenant_rate_per_second": {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
-	"sluice_inflight_jobs":          {kind: gauge, dir: "internal/dispatcher"},
-	"sluice_worker_capacity":        {kind: gauge, dir: "internal/dispatcher"},
-	"sluice_asynq_queue_tasks":      {kind: gauge, labels: []string{"queue", "state"}, dir: "internal/dispatcher"},
+	"sluice_tenant_backlog_jobs":              {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
+	"sluice_tenant_paused":                    {kind: gauge, labels: []string{"tenant", "reason"}, dir: "internal/dispatcher", values: map[string][]string{"reason": {"admin", "upstream", "disabled"}}},
+	"sluice_tenant_rate_per_second":           {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
+	"sluice_inflight_jobs":                    {kind: gauge, dir: "internal/dispatcher"},
+	"sluice_tenant_effective_rate_per_second": {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
+	"sluice_worker_capacity":                  {kind: gauge, dir: "internal/dispatcher"},
+	"sluice_asynq_queue_tasks":                {kind: gauge, labels: []string{"queue", "state"}, dir: "internal/dispatcher"},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.

@@ -42,8 +42,8 @@ type StateCollector struct {
 	queues  []string
 	log     *slog.Logger
 
-	backlog, running, dead, paused, rate *prometheus.Desc
-	inflight, capacity, queueSize        *prometheus.Desc
+	backlog, running, dead, paused, rate, effRate *prometheus.Desc
+	inflight, capacity, queueSize                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*StateCollector)(nil)
@@ -62,6 +62,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, tenants, queu
 		dead:      prometheus.NewDesc("sluice_tenant_dead_letters", "Entries in the tenant's dead set, per labeled tenant.", t, nil),
 		paused:    prometheus.NewDesc("sluice_tenant_paused", "1 while the tenant cannot send: admin-paused, upstream-paused or disabled by a 410.", []string{"tenant", "reason"}, nil),
 		rate:      prometheus.NewDesc("sluice_tenant_rate_per_second", "The tenant's configured dispatch rate (policy rate), per labeled tenant.", t, nil),
+		effRate:   prometheus.NewDesc("sluice_tenant_effective_rate_per_second", "The tenant's effective dispatch rate: the configured rate times the adaptive rate factor.", t, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight_jobs", "Jobs released or running, over every shard.", nil, nil),
 		capacity:  prometheus.NewDesc("sluice_worker_capacity", "Sum of the live workers' concurrency (heartbeats).", nil, nil),
 		queueSize: prometheus.NewDesc("sluice_asynq_queue_tasks", "Tasks in the asynq queues Sluice feeds, by queue and state.", []string{"queue", "state"}, nil),
@@ -70,7 +71,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, tenants, queu
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.inflight, c.capacity, c.queueSize} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.inflight, c.capacity, c.queueSize} {
 		ch <- d
 	}
 }
@@ -108,6 +109,7 @@ func (c *StateCollector) tenantMetrics(ch chan<- prometheus.Metric, tn string, s
 	gauge(c.paused, b2f(st.Disabled), tn, "disabled")
 	if st.Policy.RateUS > 0 {
 		gauge(c.rate, 1e6/float64(st.Policy.RateUS), tn)
+		gauge(c.effRate, st.EffectiveRate(), tn)
 	}
 }
 

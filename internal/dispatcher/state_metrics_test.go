@@ -64,7 +64,13 @@ sluice_tenant_rate_per_second{tenant="globex"} 10
 # TYPE sluice_inflight_jobs gauge
 sluice_inflight_jobs 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_tenant_backlog_jobs", "sluice_tenant_paused", "sluice_tenant_rate_per_second", "sluice_inflight_jobs"); err != nil {
+	want += `# HELP sluice_tenant_effective_rate_per_second The tenant's effective dispatch rate: the configured rate times the adaptive rate factor.
+# TYPE sluice_tenant_effective_rate_per_second gauge
+sluice_tenant_effective_rate_per_second{tenant="acme"} 10
+sluice_tenant_effective_rate_per_second{tenant="globex"} 10
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_tenant_backlog_jobs", "sluice_tenant_paused",
+		"sluice_tenant_rate_per_second", "sluice_tenant_effective_rate_per_second", "sluice_inflight_jobs"); err != nil {
 		t.Error(err)
 	}
 	sizes := `
