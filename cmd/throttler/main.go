@@ -86,6 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	store, err := dispatch.NewStore(rdb, dispatch.Config{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
+		IdempotencyRetention: cfg.Retention.Idempotency,
 	})
 	if err != nil {
 		return err

@@ -278,12 +278,13 @@ func asynqLevel(level string) asynq.LogLevel {
 // finishConfig is what Store.Finish applies, from retention and throttle.
 func finishConfig(cfg *config.Config) dispatch.FinishConfig {
 	return dispatch.FinishConfig{
-		SucceededRetention: cfg.Retention.Succeeded,
-		DeadRetention:      cfg.Retention.Dead,
-		DeadMaxPerTenant:   cfg.Retention.DeadMaxPerTenant,
-		AttemptLog:         cfg.Retention.AttemptLog,
-		DefaultPause:       cfg.Throttle.DefaultPause,
-		MaxPause:           cfg.Throttle.MaxPause,
-		AdaptiveFloorPPM:   dispatch.PPM(cfg.Throttle.AdaptiveFloor),
+		SucceededRetention:   cfg.Retention.Succeeded,
+		IdempotencyRetention: cfg.Retention.Idempotency,
+		DeadRetention:        cfg.Retention.Dead,
+		DeadMaxPerTenant:     cfg.Retention.DeadMaxPerTenant,
+		AttemptLog:           cfg.Retention.AttemptLog,
+		DefaultPause:         cfg.Throttle.DefaultPause,
+		MaxPause:             cfg.Throttle.MaxPause,
+		AdaptiveFloorPPM:     dispatch.PPM(cfg.Throttle.AdaptiveFloor),
 	}
 }

@@ -17,8 +17,9 @@ import (
 // auditKeyspace checks every key under prefix against the data model
 // (DESIGN §2, §3) and returns the problems found, one line each:
 //
-//   - no orphans: every key either has a TTL (terminal job records, their
-//     idempotency keys, idle tenant hashes) or is reachable — a live job from
+//   - no orphans: every key either has a TTL (terminal job records — dead
+//     ones too, with their dead set —, their idempotency keys, idle tenant
+//     hashes) or is reachable — a live job from
 //     the one set its state says (backlog or head lane, delayed, leases, dead),
 //     a tenant hash that holds jobs or is disabled/paused, the tenant's lists
 //     from its hash, an idempotency key from its live job;
@@ -192,7 +193,7 @@ func (ks *keyspaceSnapshot) checkJobs() {
 		}
 		state := State(job["state"])
 		if ks.keys[key].ttl >= 0 {
-			if state != StateCanceled && state != StateSucceeded {
+			if state != StateCanceled && state != StateSucceeded && state != StateDead {
 				ks.problem("job %s is %s but has a TTL", id, state)
 			}
 			continue
@@ -269,7 +270,7 @@ func (ks *keyspaceSnapshot) checkSets() {
 			ks.checkReady(key, members)
 			continue
 		}
-		if ks.keys[key].ttl >= 0 {
+		if ks.keys[key].ttl >= 0 && kind != "dead" { // a dead set expires with its newest letter
 			ks.problem("%s has a TTL", key)
 		}
 		for _, id := range members {

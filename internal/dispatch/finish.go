@@ -47,9 +47,14 @@ var ErrStale = errors.New("stale generation")
 // FinishConfig is the retention and throttling configuration Finish applies.
 // Zero fields take the defaults above (WithDefaults).
 type FinishConfig struct {
-	// SucceededRetention is how long a succeeded job's record (and its
-	// idempotency key) is kept. Default SucceededRetentionDefault.
+	// SucceededRetention is how long a succeeded job's record is kept.
+	// Default SucceededRetentionDefault.
 	SucceededRetention time.Duration
+	// IdempotencyRetention is how long a finished job's idempotency key is
+	// kept after its terminal time, so a late retry of the producer's
+	// request is still answered with the original job; 0 means as long as
+	// the record (the succeeded or dead retention).
+	IdempotencyRetention time.Duration
 	// DeadRetention is how long a dead letter is kept; trimmed by age at
 	// each finish of the tenant. Default DeadRetentionDefault.
 	DeadRetention time.Duration
@@ -187,7 +192,8 @@ func (s *Store) finishArgs(id string, gen int64, o AttemptOutcome, cfg FinishCon
 		o.Latency.Microseconds(), truncate(o.Error, MaxErrorLen), max(o.Pause, 0).Microseconds(),
 		cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant,
 		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg(),
-		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM}
+		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM,
+		cfg.IdempotencyRetention.Microseconds()}
 }
 
 // Congested reports whether o tells an adaptive tenant to slow down (DESIGN

@@ -118,7 +118,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (Job, State, error) {
 	if err != nil {
 		return Job{}, "", fmt.Errorf("cancel job %q: %w", id, err)
 	}
-	d, err := s.run(ctx, scriptCancel, shard, id, s.retention.Microseconds())
+	d, err := s.run(ctx, scriptCancel, shard, id, s.retention.Microseconds(), max(s.idemRetention, 0).Microseconds())
 	if errors.Is(err, ErrConflict) {
 		state := State(d.str(1))
 		if derr := d.Err(); derr != nil {

@@ -41,6 +41,9 @@ type Config struct {
 	// CanceledRetention is how long a canceled job's tombstone and its
 	// idempotency key are kept, at least 1ms. Default CanceledRetentionDefault.
 	CanceledRetention time.Duration
+	// IdempotencyRetention is how long a canceled job's idempotency key is
+	// kept; 0 means as long as the tombstone (CanceledRetention).
+	IdempotencyRetention time.Duration
 	// Clock, when set, replaces Redis TIME as every script's now (tests).
 	// Nil in production: one clock, Redis's, for every host.
 	Clock func() time.Time
@@ -74,10 +77,11 @@ func (c Config) validate() error {
 // it holds no state of its own besides its configuration, so any number of
 // Stores in any number of processes may share one Redis.
 type Store struct {
-	rdb       redis.UniversalClient
-	keys      keyspace
-	retention time.Duration
-	clock     func() time.Time
+	rdb           redis.UniversalClient
+	keys          keyspace
+	retention     time.Duration
+	idemRetention time.Duration
+	clock         func() time.Time
 	// seed draws the retry jitter seed of each finish and pass; tests
 	// replace it to make the jitter deterministic.
 	seed func() uint64
@@ -93,9 +97,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{
 		rdb:       rdb,
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
-		retention: cfg.CanceledRetention,
-		clock:     cfg.Clock,
-		seed:      rand.Uint64,
+		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
+		clock: cfg.Clock,
+		seed:  rand.Uint64,
 	}, nil
 }
 

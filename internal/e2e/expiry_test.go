@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -140,8 +139,6 @@ func (c *cluster) enqueueOne(p *proc, tenant string, job map[string]any, idemKey
 // even when the tenant stays idle.
 func TestIdleTenantsDeadLettersExpire(t *testing.T) {
 	t.Parallel()
-	knownBug(t, "dead letters are trimmed only by a later finish of the same tenant (internal/dispatch/lua/lifecycle.lua trim_dead, called from finish.lua): "+
-		"an idle tenant keeps its dead set and dead job records without a TTL past retention.dead")
 	const tenant = "acme"
 	c := newCluster(t, options{
 		tenants: map[string]string{tenant: "{rate: 50/s, burst: 5}"},
@@ -170,8 +167,6 @@ func TestIdleTenantsDeadLettersExpire(t *testing.T) {
 // second time.
 func TestIdempotencyKeyOutlivesTheJobRecord(t *testing.T) {
 	t.Parallel()
-	knownBug(t, "retention.idempotency is validated but used nowhere (cmd/throttler, cmd/worker): "+
-		"an idempotency key expires with the job record, after retention.succeeded")
 	const tenant = "acme"
 	c := newCluster(t, options{
 		tenants:  map[string]string{tenant: "{rate: 50/s, burst: 5}"},
@@ -193,14 +188,5 @@ func TestIdempotencyKeyOutlivesTheJobRecord(t *testing.T) {
 	if st != http.StatusAccepted || again.ID != id || replayed != "true" {
 		t.Fatalf("the same request under the same key within retention.idempotency: status %d, id %q, Idempotent-Replayed %q; want 202, %q, true",
 			st, again.ID, replayed, id)
-	}
-}
-
-// knownBug skips t, naming the bug it shows, unless $SLUICE_E2E_KNOWN_BUGS
-// is set: such a test fails until the bug is fixed elsewhere.
-func knownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("SLUICE_E2E_KNOWN_BUGS") == "" {
-		t.Skipf("known bug (set SLUICE_E2E_KNOWN_BUGS=1 to run): %s", bug)
 	}
 }

@@ -3,6 +3,7 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  job id                    ARGV[4]  retention µs (≥ 1000)
+-- ARGV[5]  idempotency retention µs (0 = the tombstone's)
 -- Reply:   {'ok', prior state, field, value, …}  the record after the cancel
 --          {'not_found'}
 --          {'conflict', state}  the job is running or already terminal
@@ -16,6 +17,8 @@
 
 local id = ARGV[3]
 local retention_ms = math.floor(tonumber(ARGV[4]) / 1000)
+local idem_ms = math.floor((tonumber(ARGV[5]) or 0) / 1000)
+if idem_ms <= 0 then idem_ms = retention_ms end
 local jk = k_job(id)
 
 -- Read phase.
@@ -47,7 +50,7 @@ t.bytes = t.bytes - size
 redis.call('HSET', jk, 'state', 'canceled', 'ended', NOW)
 redis.call('HDEL', jk, 'body')
 redis.call('PEXPIRE', jk, retention_ms)
-if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), retention_ms) end
+if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), idem_ms) end
 
 save_tenant(tn, t)
 reschedule(tn, t, p, NOW)

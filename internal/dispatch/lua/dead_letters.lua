@@ -25,7 +25,8 @@ end
 local page = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
 local reply = {'ok', -1, ''}
 for i = 1, #page, 2 do
-  reply[#reply + 1] = {page[i], redis.call('HGETALL', k_job(page[i]))}
+  local h = redis.call('HGETALL', k_job(page[i]))
+  if #h > 0 then reply[#reply + 1] = {page[i], h} end -- an expired record is skipped
 end
 if #page == 2 * limit and redis.call('ZCARD', key) > start + limit then
   reply[2], reply[3] = tonumber(page[#page]), page[#page - 1]

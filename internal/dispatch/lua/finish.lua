@@ -11,6 +11,7 @@
 -- ARGV[14] default pause µs          ARGV[15] max pause µs
 -- ARGV[16] jitter seed               ARGV[17] congestion signal (0|1)
 -- ARGV[18] adaptive floor, ppm       ARGV[19] adaptive recovery step, ppm
+-- ARGV[20] idempotency retention µs (0 = the record's)
 -- Reply:   {'ok', state after, stale (0|1)} | {'not_found'}
 --
 -- Requires running(gen); otherwise (stale) the attempt is only appended to
@@ -42,7 +43,7 @@ local id, gen, kind = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local status, latency, err, pause = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 local cfg = {succ_ret = tonumber(ARGV[10]), dead_ret = tonumber(ARGV[11]), dead_max = tonumber(ARGV[12]),
   log_n = tonumber(ARGV[13]), def_pause = tonumber(ARGV[14]), max_pause = tonumber(ARGV[15]),
-  seed = ARGV[16], trim = {}}
+  seed = ARGV[16], idem_ret = tonumber(ARGV[20]), trim = {}}
 local congested, floor, step = ARGV[17] == '1', tonumber(ARGV[18]), tonumber(ARGV[19])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
 if not (gen and KINDS[kind] and status and latency and pause and cfg.succ_ret and cfg.dead_ret
@@ -108,7 +109,7 @@ adapt()
 
 local state
 if kind == 'success' then
-  to_succeeded(j, t, NOW, cfg.succ_ret)
+  to_succeeded(j, t, NOW, cfg)
   state = 'succeeded'
 elseif kind == 'retry' then
   state = retry_or_dead(j, t, p, NOW, cfg)

@@ -91,29 +91,41 @@ local function retry_expired(j, p, now)
   return p.max_retry_duration_us > 0 and j.first > 0 and now - j.first >= p.max_retry_duration_us
 end
 
+-- idem_ttl is how long an idempotency key outlives its job's terminal
+-- time: cfg.idem_ret when the caller passed one, else the record's own.
+local function idem_ttl(cfg, record_us)
+  if cfg.idem_ret and cfg.idem_ret > 0 then return cfg.idem_ret end
+  return record_us
+end
+
 -- to_dead makes j a dead letter: state dead, ended = now, in the tenant's
--- dead set (score now), the record kept without a TTL (body included, for a
--- replay), its idempotency key expiring after the dead retention. Undoes
--- unrun's live and bytes.
+-- dead set (score now), the record (body included, for a replay) expiring
+-- after the dead retention — so do the dead set (from its newest entry) and
+-- the idempotency key (after the idempotency retention): a tenant that goes
+-- quiet leaves nothing behind. trim_dead also drops letters by age and count
+-- at each finish. Undoes unrun's live and bytes.
 local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
+  local dk = k_dead(j.tenant)
   redis.call('HSET', jk, 'state', 'dead', 'ended', now)
-  redis.call('PERSIST', jk)
-  redis.call('ZADD', k_dead(j.tenant), now, j.id)
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(cfg.dead_ret)) end
+  redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
+  redis.call('ZADD', dk, now, j.id)
+  redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
+  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
   cfg.trim[j.tenant] = true
 end
 
--- to_succeeded: state succeeded, ended = now, body dropped, the record and
--- its idempotency key expiring after the retention. Undoes unrun's counts.
-local function to_succeeded(j, t, now, ret_us)
+-- to_succeeded: state succeeded, ended = now, body dropped, the record
+-- expiring after the succeeded retention and its idempotency key after the
+-- idempotency retention. Undoes unrun's counts.
+local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
   redis.call('HSET', jk, 'state', 'succeeded', 'ended', now)
   redis.call('HDEL', jk, 'body')
-  redis.call('PEXPIRE', jk, ms(ret_us))
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(ret_us)) end
+  redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
+  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
 end

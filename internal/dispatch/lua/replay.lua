@@ -11,7 +11,7 @@
 -- attempt log kept (a replayed job whose attempts or retry duration are used
 -- up gets exactly one more attempt), admission not charged and backlog caps
 -- not applied (an operator's decision). Out of the dead set, `ended` and
--- `due` cleared, the idempotency key persisted again; counters,
+-- `due` cleared, the record and the idempotency key persisted again; counters,
 -- reschedule(tenant), expiry and the wake check.
 
 local id = ARGV[3]
@@ -32,6 +32,7 @@ redis.call('ZREM', k_dead(tn), id)
 redis.call('RPUSH', k_queue(tn), id)
 redis.call('HSET', jk, 'state', 'queued', 'gen', j.gen + 1, 'reslot', 0)
 redis.call('HDEL', jk, 'ended', 'due')
+redis.call('PERSIST', jk)
 if j.idem ~= '' then redis.call('PERSIST', k_idem(tn, j.idem)) end
 t.live = t.live + 1
 t.bytes = t.bytes + j.bytes
