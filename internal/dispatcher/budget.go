@@ -54,3 +54,10 @@ func (b *budget) spend(n int) (left bool) {
 	b.free = max(b.free-n, 0)
 	return b.free > 0
 }
+
+// refreshAt is when share will next read the free capacity from Redis.
+func (b *budget) refreshAt() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.at.Add(b.refresh)
+}

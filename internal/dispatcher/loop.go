@@ -160,6 +160,12 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	// More: P or K stopped the pass: run again at once. CapacityReached:
 	// the shard's share ran out; run again only while free capacity is left.
 	again = res.More || (res.CapacityReached && left)
+	if res.CapacityReached && !left {
+		// The workers are full: tenants wait in ready at scores already due,
+		// so NextWake is now. Passing before the free capacity is read again
+		// would only spin on Redis; wait for the refresh (or a wake-up).
+		next = minTime(end.Add(d.cfg.MaxSleep), later(d.budget.refreshAt(), end))
+	}
 	return next, again
 }
 
@@ -262,4 +268,12 @@ func parseMicros(s string) int64 {
 		return 0
 	}
 	return us
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -58,7 +58,16 @@ local function bounded(ids, n)
 end
 local due = bounded(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, P + 1), P)
 local expired = bounded(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
-local ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, K + 1)
+-- With no capacity nothing can be released: the ready tenants are not even
+-- read (the pass only promotes and sweeps), so full workers cost one cheap
+-- pass per capacity refresh, whatever the number of tenants.
+local ready = {}
+local blocked_by_capacity = 0
+if CAP ~= 0 then
+  ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, K + 1)
+elseif redis.call('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
+  blocked_by_capacity = 1
+end
 if #ready > 2 * K then
   more = 1
   ready[#ready], ready[#ready - 1] = nil, nil
@@ -246,7 +255,7 @@ for _, tn in ipairs(TENANT_ORDER) do
   t.vt = math.max(t.vt, vclock)
   heap_push({tn = tn, vt = t.vt, score = scores[tn] or NOW})
 end
-local visited, left, cap_reached = #heap, CAP, 0
+local visited, left, cap_reached = #heap, CAP, blocked_by_capacity
 while #heap > 0 do
   if left == 0 then
     cap_reached = 1

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// counters are a few of the throttler's and the worker's Prometheus
+// counters, by series ("sluice_worker_claims_total{outcome=\"ok\"}"), read
+// at one instant.
+type counters struct {
+	at time.Time
+	v  map[string]float64
+}
+
+// counters reads the dispatcher's passes and releases and the worker's
+// claim outcomes.
+func (sl *sluice) counters(ctx context.Context) counters {
+	c := counters{at: time.Now(), v: map[string]float64{}}
+	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total"}
+	for _, base := range []string{sl.api, sl.metrics} {
+		if base == "" {
+			continue
+		}
+		for _, l := range sl.scrape(ctx, base+"/metrics", names) {
+			i := strings.LastIndexByte(l, ' ')
+			if i < 0 {
+				continue
+			}
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				c.v[l[:i]] = v
+			}
+		}
+	}
+	return c
+}
+
+// since describes what happened between b and c: dispatcher passes per
+// second, and the worker's claim outcomes.
+func (c counters) since(b counters) string {
+	d := c.at.Sub(b.at).Seconds()
+	delta := func(k string) float64 { return c.v[k] - b.v[k] }
+	var parts []string
+	if d > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f passes/s", delta("sluice_dispatch_passes_total")/d))
+	}
+	parts = append(parts, fmt.Sprintf("released %.0f", delta(`sluice_dispatch_released_total{type="webhook"}`)))
+	var claims []string
+	for _, o := range []string{"ok", "early", "reslotted", "returned", "stale", "canceled", "error", "other"} {
+		if n := delta(`sluice_worker_claims_total{outcome="` + o + `"}`); n > 0 {
+			claims = append(claims, fmt.Sprintf("%s %.0f", o, n))
+		}
+	}
+	if len(claims) > 0 {
+		parts = append(parts, "claims "+strings.Join(claims, ", "))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,208 @@
+// Command benchdispatch measures Sluice's dispatch path (DESIGN §1, §2.2,
+// §2.3, §5) end to end, at a receiver, side by side with asynq in one run,
+// and prints one table:
+//
+//   - precision: one tenant at r = 50/s, b = 1, a backlog of N webhook jobs
+//     enqueued at once through POST /v1/tenants/{t}/jobs:batch; inter-arrival
+//     error, long-run rate error and the most deliveries in any 1 s window at
+//     the receiver. Peer: plain asynq with the rate-limit pattern of asynq's
+//     wiki (an x/time/rate limiter in the handler, RateLimitError, IsFailure
+//     false, RetryDelayFunc), the same N tasks enqueued at once, bounded in
+//     time;
+//   - throughput: jobs/s end to end over many tenants with high rates against
+//     bare asynq (tasks enqueued directly, a handler that POSTs to the
+//     receiver) with the same worker concurrency;
+//   - isolation: a quiet tenant's p99 dispatch latency (receiver arrival −
+//     the job's slot from its record) alone and next to a noisy tenant with a
+//     large backlog;
+//   - scale: Redis commands and Redis CPU per dispatched job over a fixed
+//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants.
+//
+// Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
+// against the given Redis, which the program flushes before each run: use a
+// private redis-server. Run it through scripts/bench-dispatch.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line flags.
+type options struct {
+	redisURL  string // a private Redis: flushed before every run
+	throttler string // cmd/throttler binary
+	worker    string // cmd/worker binary
+	dir       string // configs and logs
+	parts     []string
+	quick     bool
+
+	// precision
+	precJobs    int
+	precRate    int
+	peerTime    time.Duration
+	peerForward time.Duration // asynq DelayedTaskCheckInterval of the peer; 0 = asynq's default (5 s)
+	peerRetry   string        // "wiki" (rand 0–9 s) or "limiter" (the limiter's own delay)
+	peerConc    int
+
+	// throughput
+	tputJobs    int
+	tputTenants int
+	concurrency int // worker concurrency of both Sluice and bare asynq
+	tputExtra   int // a further Sluice row at this worker concurrency; 0 = none
+
+	// isolation
+	isoNoisy     int
+	isoNoisyRate int
+	isoQuiet     int
+	isoQuietRate int
+	isoConc      int
+
+	// scale
+	scaleTenants []int
+	scaleWindow  int
+	scaleWarmup  int
+	scaleConc    int
+
+	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchdispatch:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "benchdispatch:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("benchdispatch", flag.ContinueOnError)
+	fs.StringVar(&o.redisURL, "redis", "", "a private Redis (flushed before every run)")
+	fs.StringVar(&o.throttler, "throttler", "", "the cmd/throttler binary")
+	fs.StringVar(&o.worker, "worker", "", "the cmd/worker binary")
+	fs.StringVar(&o.dir, "dir", "", "directory for configs and logs")
+	parts := fs.String("parts", "precision,throughput,isolation,scale", "parts to run, comma-separated")
+	fs.BoolVar(&o.quick, "quick", false, "a short run: 500 precision jobs, 30s peer, 5000 throughput jobs, "+
+		"20000 noisy jobs, scale window 5000 and 10,1000,20000 tenants (flags given explicitly win)")
+
+	fs.IntVar(&o.precJobs, "precision-jobs", 2000, "precision: jobs for the one tenant (and tasks for the peer)")
+	fs.IntVar(&o.precRate, "precision-rate", 50, "precision: the tenant's rate per second (burst 1)")
+	fs.DurationVar(&o.peerTime, "peer-time", 60*time.Second, "precision: how long the asynq wiki peer may run")
+	fs.DurationVar(&o.peerForward, "peer-forwarder", 100*time.Millisecond,
+		"precision: the peer's asynq DelayedTaskCheckInterval (0: asynq's default, 5s)")
+	fs.StringVar(&o.peerRetry, "peer-retry", "wiki", `precision: the peer's RetryIn: "wiki" (rand 0–9 s, as the wiki) or "limiter" (the limiter's delay)`)
+	fs.IntVar(&o.peerConc, "peer-concurrency", 10, "precision: the peer's asynq Concurrency (the wiki's 10)")
+
+	fs.IntVar(&o.tputJobs, "throughput-jobs", 20000, "throughput: jobs for each system")
+	fs.IntVar(&o.tputTenants, "throughput-tenants", 1000, "throughput: Sluice tenants the jobs are spread over")
+	fs.IntVar(&o.concurrency, "concurrency", 100, "throughput: worker concurrency of Sluice and of bare asynq")
+	fs.IntVar(&o.tputExtra, "throughput-extra-concurrency", 400, "throughput: one more Sluice row at this worker concurrency (0: none)")
+
+	fs.IntVar(&o.isoNoisy, "isolation-noisy-jobs", 100000, "isolation: the noisy tenant's backlog")
+	fs.IntVar(&o.isoNoisyRate, "isolation-noisy-rate", 500,
+		"isolation: the noisy tenant's rate per second (keep it within what the machine delivers: 2000/s overloads 2 cores)")
+	fs.IntVar(&o.isoQuiet, "isolation-quiet-jobs", 100, "isolation: the quiet tenant's jobs")
+	fs.IntVar(&o.isoQuietRate, "isolation-quiet-rate", 10, "isolation: the quiet tenant's rate per second")
+	fs.IntVar(&o.isoConc, "isolation-concurrency", 600, "isolation: worker concurrency (capacity must suffice: > noisy rate × D)")
+
+	scale := fs.String("scale-tenants", "10,1000,100000", "scale: tenant counts, comma-separated (the first is the base)")
+	fs.IntVar(&o.scaleWindow, "scale-window", 20000, "scale: deliveries measured per tenant count")
+	fs.IntVar(&o.scaleWarmup, "scale-warmup", 2000, "scale: deliveries before the window opens")
+	fs.IntVar(&o.scaleConc, "scale-concurrency", 100, "scale: worker concurrency")
+
+	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.quick {
+		quick := map[string]func(){
+			"precision-jobs":       func() { o.precJobs = 500 },
+			"peer-time":            func() { o.peerTime = 30 * time.Second },
+			"throughput-jobs":      func() { o.tputJobs = 5000 },
+			"isolation-noisy-jobs": func() { o.isoNoisy = 20000 },
+			"scale-window":         func() { o.scaleWindow = 5000 },
+			"scale-warmup":         func() { o.scaleWarmup = 1000 },
+			"scale-tenants":        func() { *scale = "10,1000,20000" },
+		}
+		for name, f := range quick {
+			if !set[name] {
+				f()
+			}
+		}
+	}
+	o.parts = strings.Split(*parts, ",")
+	for _, p := range o.parts {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale"}, p) {
+			return o, fmt.Errorf("unknown part %q", p)
+		}
+	}
+	for _, s := range strings.Split(*scale, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("scale-tenants: bad count %q", s)
+		}
+		o.scaleTenants = append(o.scaleTenants, n)
+	}
+	switch {
+	case o.redisURL == "" || o.throttler == "" || o.worker == "" || o.dir == "":
+		return o, fmt.Errorf("-redis, -throttler, -worker and -dir are required")
+	case o.precJobs < 2 || o.precRate < 1 || o.tputJobs < 2 || o.tputTenants < 1 || o.concurrency < 1:
+		return o, fmt.Errorf("bad precision or throughput flags")
+	case o.isoNoisy < 1 || o.isoQuiet < 2 || o.isoNoisyRate < 1 || o.isoQuietRate < 1 || o.isoConc < 1:
+		return o, fmt.Errorf("bad isolation flags")
+	case o.scaleWindow < 1 || o.scaleWarmup < 0 || o.scaleConc < 1:
+		return o, fmt.Errorf("bad scale flags")
+	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
+		return o, fmt.Errorf("-peer-retry: want wiki or limiter")
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, o options) error {
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	var t table
+	for _, p := range o.parts {
+		start := time.Now()
+		var err error
+		switch p {
+		case "precision":
+			err = precision(ctx, e, &t)
+		case "throughput":
+			err = throughput(ctx, e, &t)
+		case "isolation":
+			err = isolation(ctx, e, &t)
+		case "scale":
+			err = scale(ctx, e, &t)
+		}
+		if err != nil {
+			t.note("%s: FAILED: %v", p, err)
+		}
+		fmt.Fprintf(os.Stderr, "benchdispatch: %s done in %s\n", p, time.Since(start).Round(time.Second))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	t.print(os.Stdout)
+	return ctx.Err()
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// precisionRun is one system's precision measurement.
+type precisionRun struct {
+	p        pacing
+	want     int           // jobs enqueued
+	elapsed  time.Duration // from the start of delivery to the end of the run
+	bounded  bool          // stopped by the time bound
+	calls    int64         // Redis commands over the run
+	handlers int64         // handler calls (peer only)
+	cpu      cpuShares
+	ctr      string // dispatcher and worker counters (Sluice only)
+}
+
+func (r precisionRun) perJob(n int64) string {
+	if r.p.distinct == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(n)/float64(r.p.distinct))
+}
+
+// precision is part 1: one tenant at r/s, burst 1, a backlog of N jobs
+// enqueued at once, measured at the receiver; the asynq wiki pattern beside it.
+func precision(ctx context.Context, e *env, t *table) error {
+	s, err := precisionSluice(ctx, e, t)
+	if err != nil {
+		return err
+	}
+	peer, err := precisionPeer(ctx, e)
+	if err != nil {
+		t.note("precision: the asynq wiki peer failed: %v", err)
+	}
+	precisionRows(e, t, s, peer)
+	return nil
+}
+
+func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error) {
+	r, n := e.o.precRate, e.o.precJobs
+	sl, err := e.startSluice(ctx, setup{
+		name: "precision", defaultRate: "10/s", defaultConc: 10, workerConc: e.o.concurrency, startWorker: true,
+		tenants: map[string]string{"bench": fmt.Sprintf("{rate: %d/s, burst: 1, concurrency: 100}", r)},
+	})
+	if err != nil {
+		return precisionRun{}, err
+	}
+	defer sl.stop()
+	const run = "precision-sluice"
+	rec := e.rcv.start(run)
+	jobs := make([][]byte, n)
+	for i := range jobs {
+		jobs[i] = e.webhookJob(run, i)
+	}
+	rs0, err := e.redisStats(ctx)
+	if err != nil {
+		return precisionRun{}, err
+	}
+	meter, c0 := e.cpuMeter(ctx, sl), sl.counters(ctx)
+	start := time.Now()
+	ids, err := sl.enqueueHTTP(ctx, "bench", jobs)
+	if err != nil {
+		return precisionRun{}, err
+	}
+	limit := time.Duration(float64(n)/float64(r)*float64(time.Second)) + 30*time.Second
+	done := rec.waitDistinct(ctx, n, start.Add(limit))
+	rs1, err := e.redisStats(ctx)
+	if err != nil {
+		return precisionRun{}, err
+	}
+	res := precisionRun{p: pace(rec.snapshot(), float64(r)), want: n, elapsed: time.Since(start),
+		bounded: !done, calls: rs1.sub(rs0).calls, cpu: meter.stop(), ctr: sl.counters(ctx).since(c0)}
+	if !done {
+		missing := missingIDs(rec, ids)
+		t.note("precision: Sluice delivered %d of %d jobs within %s; %d missing. Diagnosis:\n%s",
+			res.p.distinct, n, limit, len(missing), sl.diagnose(ctx, []string{"bench"}, missing))
+	}
+	return res, nil
+}
+
+func precisionRows(e *env, t *table, s, peer precisionRun) {
+	r := float64(e.o.precRate)
+	T := time.Duration(float64(time.Second) / r)
+	const part = "1 precision"
+	peerName := fmt.Sprintf("asynq wiki pattern (Concurrency %d, forwarder %s, RetryIn %s)",
+		e.o.peerConc, orDefault(e.o.peerForward, "5s"), e.o.peerRetry)
+	t.row(part, fmt.Sprintf("one tenant, r = %d/s, b = 1, %d jobs at once", e.o.precRate, e.o.precJobs),
+		"Sluice", peerName, "", "", "")
+	delivered := func(x precisionRun) string {
+		if x.want == 0 {
+			return "-"
+		}
+		s := fmt.Sprintf("%d/%d in %.1f s", x.p.distinct, x.want, x.elapsed.Seconds())
+		if x.bounded {
+			s += " (time bound)"
+		}
+		return s
+	}
+	t.row(part, "delivered (distinct webhook-ids)", delivered(s), delivered(peer), "", "all", yes(s.p.distinct == s.want))
+	t.row(part, "duplicate deliveries", fmt.Sprint(s.p.delivered-s.p.distinct), fmt.Sprint(peer.p.delivered-peer.p.distinct), "", "0", yes(s.p.delivered == s.p.distinct))
+	sRate, pRate := rateOver(s), rateOver(peer)
+	t.row(part, "jobs/s delivered (all jobs ÷ run time)", fmt.Sprintf("%.2f", sRate), fmt.Sprintf("%.2f", pRate), div(sRate, pRate), "", "")
+	gap := func(x precisionRun, d time.Duration) string {
+		if x.p.distinct < 2 {
+			return "-"
+		}
+		return msf(d)
+	}
+	t.row(part, fmt.Sprintf("|gap − %s| p50", T), gap(s, s.p.gapP50), gap(peer, peer.p.gapP50), "", "", "")
+	t.row(part, fmt.Sprintf("|gap − %s| p99", T), gap(s, s.p.gapP99), gap(peer, peer.p.gapP99), "",
+		"≤ 5 ms (goal 2 ms)", yes(s.p.distinct > 1 && s.p.gapP99 <= 5*time.Millisecond))
+	t.row(part, fmt.Sprintf("|gap − %s| max", T), gap(s, s.p.gapMax), gap(peer, peer.p.gapMax), "", "", "")
+	rerr := func(x precisionRun) string {
+		if x.p.distinct < 2 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f %% (%.3f/s)", 100*x.p.rateErr, x.p.rate)
+	}
+	t.row(part, "long-run rate error, (N−1)/(t_last−t_first) vs r", rerr(s), rerr(peer), "",
+		"≤ 0.5 % (goal 0.1 %)", yes(s.p.distinct > 1 && s.p.rateErr <= 0.005))
+	bound := 1 + r*(1+2*s.p.gapP99.Seconds()) + 1
+	t.row(part, "most deliveries in any 1 s", fmt.Sprint(s.p.maxIn1s), fmt.Sprint(peer.p.maxIn1s), "",
+		fmt.Sprintf("≤ b + r(1 s + 2ε) + 1 = %.1f", bound), yes(float64(s.p.maxIn1s) <= bound))
+	t.row(part, "Redis commands / delivered job", s.perJob(s.calls), peer.perJob(peer.calls), "", "", "")
+	t.row(part, "handler calls / delivered job", "-", peer.perJob(peer.handlers), "", "", "")
+	t.row(part, "CPU, % of one core", s.cpu.format(cpuNames...), peer.cpu.format(cpuNames...), "", "", "")
+	t.row(part, "dispatcher and worker counters", s.ctr, "-", "", "", "")
+	t.gap()
+}
+
+// rateOver is the jobs delivered per second over the whole run.
+func rateOver(x precisionRun) float64 {
+	if x.elapsed <= 0 {
+		return 0
+	}
+	return float64(x.p.distinct) / x.elapsed.Seconds()
+}
+
+func orDefault(d time.Duration, def string) string {
+	if d == 0 {
+		return def
+	}
+	return d.String()
+}

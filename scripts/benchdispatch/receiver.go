@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// receiver is the webhook endpoint every run delivers to: an HTTP server on
+// 127.0.0.1 that records, per run (the path /r/<run>), each request's
+// arrival time, taken first thing in the handler, and its webhook-id header,
+// and answers 204.
+type receiver struct {
+	srv  *http.Server
+	base string
+
+	mu   sync.Mutex
+	runs map[string]*recording
+}
+
+// arrival is one request seen by the receiver.
+type arrival struct {
+	at time.Time // local wall clock (with monotonic reading)
+	id string    // webhook-id header
+}
+
+// recording is one run's arrivals, in the order the handler saw them.
+type recording struct {
+	mu       sync.Mutex
+	arrivals []arrival
+	ids      map[string]int // webhook-id → deliveries
+	change   chan struct{}  // closed and replaced on every arrival
+}
+
+func newReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	r := &receiver{base: "http://" + ln.Addr().String(), runs: map[string]*recording{}}
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+func (r *receiver) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+}
+
+// url is the endpoint of run.
+func (r *receiver) url(run string) string { return r.base + "/r/" + run }
+
+// start (re)creates run's recording and returns it.
+func (r *receiver) start(run string) *recording {
+	rec := &recording{ids: map[string]int{}, change: make(chan struct{})}
+	r.mu.Lock()
+	r.runs[run] = rec
+	r.mu.Unlock()
+	return rec
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	at := time.Now()
+	_, _ = io.Copy(io.Discard, req.Body)
+	run, ok := strings.CutPrefix(req.URL.Path, "/r/")
+	r.mu.Lock()
+	rec := r.runs[run]
+	r.mu.Unlock()
+	if !ok || rec == nil {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	rec.add(arrival{at: at, id: req.Header.Get("webhook-id")})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (rec *recording) add(a arrival) {
+	rec.mu.Lock()
+	rec.arrivals = append(rec.arrivals, a)
+	rec.ids[a.id]++
+	close(rec.change)
+	rec.change = make(chan struct{})
+	rec.mu.Unlock()
+}
+
+// count is the number of requests seen so far and of distinct webhook-ids.
+func (rec *recording) count() (requests, distinct int) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.arrivals), len(rec.ids)
+}
+
+// snapshot returns a copy of the arrivals so far.
+func (rec *recording) snapshot() []arrival {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]arrival(nil), rec.arrivals...)
+}
+
+// waitDistinct waits until n distinct webhook-ids arrived, ctx ended or
+// the deadline passed; it reports whether n arrived.
+func (rec *recording) waitDistinct(ctx context.Context, n int, deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		rec.mu.Lock()
+		got, change := len(rec.ids), rec.change
+		rec.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return false
+		case <-change:
+		}
+	}
+}

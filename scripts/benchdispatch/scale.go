@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// scaleRun is one tenant count's cost measurement.
+type scaleRun struct {
+	tenants, perTenant int
+	jobs               int     // deliveries inside the window
+	calls              float64 // Redis commands per delivery
+	cpuUS              float64 // Redis CPU (sys + user) µs per delivery
+	rate               float64 // deliveries/s inside the window
+	cpu                cpuShares
+	ctr                string
+}
+
+// scale is part 2: the Redis cost per dispatched job over a fixed window of
+// deliveries (after a warm-up) with 10, 1 000 and 100 000 backlogged
+// tenants, each with ≥ 2 jobs and a high rate; the first count is the base.
+func scale(ctx context.Context, e *env, t *table) error {
+	const part = "2 scale"
+	t.row(part, fmt.Sprintf("backlogged tenants, rate 1000/s each, window: deliveries %d…%d, worker concurrency %d",
+		e.o.scaleWarmup, e.o.scaleWarmup+e.o.scaleWindow, e.o.scaleConc), "Sluice", "", "÷ first row", "", "")
+	var base scaleRun
+	for i, n := range e.o.scaleTenants {
+		r, err := scaleOne(ctx, e, n)
+		if err != nil {
+			t.note("scale: %d tenants: %v", n, err)
+			continue
+		}
+		if i == 0 {
+			base = r
+		}
+		name := fmt.Sprintf("%d tenants × %d jobs", r.tenants, r.perTenant)
+		target, met, metCPU := "", "", ""
+		if i > 0 && base.jobs > 0 {
+			target = fmt.Sprintf("≤ 1.2 × %d tenants", base.tenants)
+			met, metCPU = yes(r.calls <= 1.2*base.calls), yes(r.cpuUS <= 1.2*base.cpuUS)
+		}
+		t.row(part, name+": Redis commands / job", fmt.Sprintf("%.1f", r.calls), "", div(r.calls, base.calls), target, met)
+		t.row(part, name+": Redis CPU µs / job", fmt.Sprintf("%.1f", r.cpuUS), "", div(r.cpuUS, base.cpuUS), target, metCPU)
+		t.row(part, name+": deliveries/s in the window", fmt.Sprintf("%.0f", r.rate), "", div(r.rate, base.rate), "", "")
+		t.row(part, name+": CPU, % of one core", r.cpu.format(cpuNames...), "", "", "", "")
+		t.row(part, name+": dispatcher and worker counters", r.ctr, "", "", "", "")
+	}
+	t.gap()
+	return nil
+}
+
+func scaleOne(ctx context.Context, e *env, n int) (scaleRun, error) {
+	need := (e.o.scaleWarmup + e.o.scaleWindow) * 6 / 5
+	per := max(2, (need+n-1)/n)
+	sl, err := e.startSluice(ctx, setup{name: fmt.Sprintf("scale-%d", n), defaultRate: "1000/s",
+		defaultConc: 100000, workerConc: e.o.scaleConc})
+	if err != nil {
+		return scaleRun{}, err
+	}
+	defer sl.stop()
+	run := fmt.Sprintf("scale-%d", n)
+	rec := e.rcv.start(run)
+	items, err := e.storeItems(run, per)
+	if err != nil {
+		return scaleRun{}, err
+	}
+	// The throttler seeded the policies; it is stopped while the backlog is
+	// stored, so that the dispatcher's passes do not compete with the load.
+	sl.throttler.stop(10 * time.Second)
+	t0 := time.Now()
+	if err := e.enqueueStore(ctx, tenantNames("s", n), items, 16); err != nil {
+		return scaleRun{}, fmt.Errorf("enqueue %d × %d jobs: %w", n, per, err)
+	}
+	e.logf("scale: %d tenants × %d jobs enqueued in %s", n, per, time.Since(t0).Round(time.Millisecond))
+	if err := sl.startThrottler(ctx); err != nil {
+		return scaleRun{}, err
+	}
+	start := time.Now()
+	if err := sl.startWorker(ctx); err != nil {
+		return scaleRun{}, err
+	}
+	deadline := start.Add(boundFor(e.o.scaleWarmup + e.o.scaleWindow))
+	mark := func(k int) (int, redisStats, time.Time, error) {
+		if !rec.waitDistinct(ctx, k, deadline) {
+			_, got := rec.count()
+			return 0, redisStats{}, time.Time{}, fmt.Errorf("%d of %d deliveries before the deadline (%w); diagnosis:\n%s",
+				got, k, errTimeout, sl.diagnose(ctx, tenantNames("s", 1), nil))
+		}
+		_, c0 := rec.count()
+		at := time.Now()
+		st, err := e.redisStats(ctx)
+		_, c1 := rec.count()
+		return (c0 + c1) / 2, st, at, err
+	}
+	c0, s0, at0, err := mark(max(e.o.scaleWarmup, 1))
+	if err != nil {
+		return scaleRun{}, err
+	}
+	meter, ctr0 := e.cpuMeter(ctx, sl), sl.counters(ctx)
+	c1, s1, at1, err := mark(e.o.scaleWarmup + e.o.scaleWindow)
+	if err != nil {
+		return scaleRun{}, err
+	}
+	cpu, ctr := meter.stop(), sl.counters(ctx).since(ctr0)
+	if extra := sl.problems(5); extra != "" {
+		e.logf("scale: log lines of the %d-tenant run:\n%s", n, extra)
+	}
+	d, jobs := s1.sub(s0), c1-c0
+	return scaleRun{tenants: n, perTenant: per, jobs: jobs, calls: float64(d.calls) / float64(jobs),
+		cpuUS: d.cpu * 1e6 / float64(jobs), rate: float64(jobs) / at1.Sub(at0).Seconds(), cpu: cpu, ctr: ctr}, nil
+}
