@@ -366,20 +366,14 @@ const envMetricsListen = "SLUICE_METRICS_LISTEN"
 func waitOK(t *testing.T, url string, within time.Duration) {
 	t.Helper()
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	deadline := time.Now().Add(within)
-	for {
+	redistest.Poll(t, within, url+" answers 200", func() bool {
 		resp, err := hc.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer 200 within %s: %v", url, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 // freeAddr returns a loopback address with a port free right now.

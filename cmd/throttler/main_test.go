@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestThrottlerServesChecksAndStopsGracefully(t *testing.T) {
 	t.Parallel()
@@ -56,7 +36,7 @@ log: {format: json}
 	defer cancel()
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs redistest.SyncBuffer
 	go func() {
 		done <- run(ctx, []string{"--config", cfgPath}, func(k string) string { return env[k] }, &logs, func(a string) { addrCh <- a })
 	}()
@@ -115,7 +95,7 @@ func TestThrottlerRefusesBadConfigListingEveryProblem(t *testing.T) {
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := run(context.Background(), []string{"--config", path}, func(string) string { return "" }, &syncBuffer{}, nil)
+	err := run(context.Background(), []string{"--config", path}, func(string) string { return "" }, &redistest.SyncBuffer{}, nil)
 	if err == nil {
 		t.Fatal("run accepted a bad config")
 	}

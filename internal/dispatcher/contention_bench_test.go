@@ -208,17 +208,10 @@ func benchBusy(b *testing.B, n int, leases bool) {
 	us0 := e.evalshaUS()
 	began := time.Now()
 	e.start()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, distinct := e.released(); distinct == tenants*perTenant {
-			break
-		}
-		if time.Now().After(deadline) {
-			total, distinct := e.released()
-			b.Fatalf("not every job released within 10s: %d releases of %d jobs", total, distinct)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+	redistest.PollMsg(b, 10*time.Second, func() (bool, string) {
+		total, distinct := e.released()
+		return distinct == tenants*perTenant, fmt.Sprintf("every job released: %d releases of %d jobs", total, distinct)
+	})
 	took := time.Since(began)
 	e.stop()
 	total, distinct := e.released()

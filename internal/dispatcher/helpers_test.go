@@ -108,16 +108,10 @@ func start(t *testing.T, cfg Config) *Dispatcher {
 	return d
 }
 
-// eventually polls cond every 5ms until it holds or within passes.
+// eventually is redistest.Poll.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an effect
-	}
+	redistest.Poll(t, within, what, cond)
 }
 
 // publish sends a wake-up for shard at us.

@@ -40,13 +40,8 @@ func TestLeasesGiveEachShardOneOwnerAndHandOverOnStop(t *testing.T) {
 	eventually(t, time.Second, "A passes every shard", allPassed(storeA))
 	b := start(t, cfgB)
 	// B tries each lease at once and again every LeaseTTL/3: give it two tries.
-	deadline := time.Now().Add(2 * cfgA.LeaseTTL / 3)
-	for time.Now().Before(deadline) {
-		if n := len(storeB.passes()); n > 0 {
-			t.Fatalf("B passed %d times while A held every lease", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Hold(t, 2*cfgA.LeaseTTL/3, "B passed while A held every lease",
+		func() bool { return len(storeB.passes()) == 0 })
 	if got := testutil.ToFloat64(b.metrics.owned); got != 0 {
 		t.Fatalf("B owns %v shards, want 0", got)
 	}
@@ -111,13 +106,8 @@ func TestPublishWakesTheShardLoop(t *testing.T) {
 
 	// A wake-up for a time an hour away causes no pass: the loop sleeps on.
 	publish(t, cfg.Redis, cfg.Prefix, 1, time.Now().Add(time.Hour).UnixMicro())
-	deadline := time.Now().Add(150 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if n := store.count(1); n != 1 {
-			t.Fatalf("shard 1 passed %d times after a far wake-up, want 1", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Hold(t, 150*time.Millisecond, "shard 1 passed again after a far wake-up",
+		func() bool { return store.count(1) == 1 })
 	// A wake-up for now − D or earlier wakes shard 1's loop at once, and
 	// only that loop.
 	sent := time.Now()
@@ -189,10 +179,8 @@ func TestMorePassesAgainAtOnce(t *testing.T) {
 	if d := p[3].at.Sub(p[0].at); d > 20*time.Millisecond {
 		t.Fatalf("4 passes took %s, want back to back", d)
 	}
-	time.Sleep(30 * time.Millisecond) // polling for an absence: no fifth pass without More
-	if n := store.count(0); n != 4 {
-		t.Fatalf("%d passes, want 4", n)
-	}
+	redistest.Hold(t, 30*time.Millisecond, "a fifth pass without More",
+		func() bool { return store.count(0) == 4 })
 }
 
 func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {

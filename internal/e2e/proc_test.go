@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // startTimeout bounds a process's start: config, Redis, readiness.
@@ -188,24 +190,14 @@ func (p *proc) waitReadyz(want int, within time.Duration) {
 	})
 }
 
-// pollInterval is how often poll checks its condition.
+// pollInterval is how often the receiver re-checks a waited-for condition.
 const pollInterval = 20 * time.Millisecond
 
-// poll calls cond every pollInterval until it reports done, and fails the
+// poll is redistest.PollMsg: it calls cond until it reports done, and fails the
 // test with cond's last message when within passes first.
 func poll(t *testing.T, within time.Duration, cond func() (done bool, msg string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		done, msg := cond()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, msg)
-		}
-		time.Sleep(pollInterval) // polling interval, not a wait for an effect
-	}
+	redistest.PollMsg(t, within, cond)
 }
 
 // freeAddr returns a loopback address with a port free at the time of the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -195,21 +196,14 @@ func TestTwoDispatchersDeliverEachJobOnce(t *testing.T) {
 // waitState polls until every job is in state.
 func waitState(t *testing.T, h *harness, ids []string, state dispatch.State) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range ids {
-		for {
+		redistest.Poll(t, 5*time.Second, fmt.Sprintf("job %s in state %s", id, state), func() bool {
 			j, err := h.store.GetJob(h.ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j.State == state {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s is %s, want %s", id, j.State, state)
-			}
-			time.Sleep(5 * time.Millisecond) // polling interval
-		}
+			return j.State == state
+		})
 	}
 }
 
