@@ -213,9 +213,10 @@ func (r *apiRate) UnmarshalJSON(b []byte) error {
 }
 
 // Claim outcomes of the worker (sluice_worker_claims_total) that forfeit a
-// job's slot: a claim later than the tolerance is re-slotted, a second late
-// one (or one at the tenant's concurrency cap) is returned unsent.
-var forfeitingOutcomes = []string{"reslotted", "returned"}
+// job's slot: a claim at the tenant's concurrency cap (or while it is
+// paused) is returned unsent. (A late claim forfeits nothing: it goes out
+// when the tenant's send schedule allows.)
+var forfeitingOutcomes = []string{"returned"}
 
 // forfeitedSlots reads the worker's /metrics at url and returns the sum of
 // sluice_worker_claims_total over forfeitingOutcomes.

@@ -33,9 +33,9 @@
 // delivery, until SIGINT or SIGTERM; otherwise the demo exits.
 //
 // --worker-metrics is the worker's /metrics URL: the summary then counts the
-// claims that came later than dispatch.tolerance during the run. Each
-// forfeits its slot (DESIGN §2.3: re-slotted, or returned unsent), which is
-// why a busy machine measures a little below the configured rates.
+// claims returned unsent during the run (a tenant at its concurrency cap or
+// paused). Each forfeits its slot, which is why such a run measures a
+// little below the configured rates.
 package main
 
 import (

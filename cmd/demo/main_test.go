@@ -54,7 +54,7 @@ const windowJitter = 30 * time.Millisecond
 // 50/s, 20/s and 10/s. Every job arrives once with a valid signature, the
 // chart is an SVG with one series per tenant, no window of arrivals runs
 // ahead of a tenant's token bucket, and each long-run rate is the
-// configured one but for jitter and the slots that late claims forfeited.
+// configured one but for jitter and the slots that returned claims forfeited.
 func TestDemoShort(t *testing.T) {
 	bin := buildBinaries(t)
 	dir := t.TempDir()
@@ -125,7 +125,7 @@ func checkWindows(t *testing.T, tenant string, a []time.Duration, rate float64, 
 
 // checkRate: the long-run rate after the burst, (n − b) / (a_n − a_b), is
 // r but for jitter and forfeited slots. The n − b deliveries after the b-th
-// take (n − b)/r, plus one interval per slot forfeited by a late claim (at
+// take (n − b)/r, plus one interval per slot forfeited by a returned claim (at
 // most forfeited: the worker's count over all tenants), ± windowJitter.
 func checkRate(t *testing.T, tenant string, a []time.Duration, rate float64, burst int64, forfeited int64) {
 	t.Helper()

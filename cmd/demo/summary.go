@@ -44,8 +44,8 @@ func printSummary(out io.Writer, rep *report, total int) {
 	}
 	fmt.Fprintf(out, "\nMeasured rate: (jobs − burst) / (last − burst-th arrival); windows allow %s of arrival jitter.\n", windowSlack)
 	if rep.Forfeited > 0 {
-		fmt.Fprintf(out, "The worker re-slotted or returned %d claims (later than dispatch.tolerance, or at a concurrency cap):\n"+
-			"each forfeits its slot, so a busy machine delivers a little below the configured rates.\n", rep.Forfeited)
+		fmt.Fprintf(out, "The worker returned %d claims unsent (a tenant at its concurrency cap or paused):\n"+
+			"each forfeits its slot, so the run delivers a little below the configured rates.\n", rep.Forfeited)
 	}
 	fmt.Fprintf(out, "Chart: %s\n", rep.Chart)
 }

@@ -154,7 +154,6 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		Executor:          &worker.WebhookExecutor{Client: client, Secrets: secrets},
 		Prefix:            cfg.Redis.Prefix,
 		Concurrency:       cfg.Worker.Concurrency,
-		Lead:              cfg.Dispatch.Lead,
 		MinLead:           cfg.Dispatch.MinLead,
 		Tolerance:         cfg.Dispatch.Tolerance,
 		TaskCheckInterval: cfg.Worker.TaskCheckInterval,

@@ -189,7 +189,7 @@ func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
 		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
 	}
 	rel := pass.Released[0]
-	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour, time.Hour)
+	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour)
 	if err != nil || cl.Outcome != dispatch.ClaimOK {
 		t.Fatalf("claim: %v %+v", err, cl)
 	}

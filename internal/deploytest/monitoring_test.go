@@ -55,7 +55,7 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_dispatch_shards_owned":         {kind: gauge, dir: "internal/dispatcher"},
 
 	"sluice_worker_claims_total": {kind: counter, labels: []string{"outcome"}, dir: "internal/worker",
-		values: map[string][]string{"outcome": {"ok", "early", "stale", "canceled", "returned", "reslotted", "error", "other"}}},
+		values: map[string][]string{"outcome": {"ok", "early", "stale", "canceled", "returned", "error", "other"}}},
 	"sluice_worker_attempts_total": {kind: counter, labels: []string{"kind"}, dir: "internal/worker",
 		values: map[string][]string{"kind": {"success", "retry", "throttled", "permanent", "gone", "other"}}},
 	"sluice_worker_send_lateness_seconds": {kind: histogram, dir: "internal/worker"},

@@ -322,9 +322,9 @@ func TestAdaptiveSlotsFollowTheEffectiveRate(t *testing.T) {
 	}
 }
 
-// The re-slot of a late claim, the enqueue's eta and the drain estimate
-// use T_eff too.
-func TestAdaptiveReslotAndETAUseTheEffectiveInterval(t *testing.T) {
+// The send schedule of a late claim, the enqueue's eta and the drain
+// estimate use T_eff too.
+func TestAdaptiveLateClaimAndETAUseTheEffectiveInterval(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // T = 100ms, b = 1
 	e.enqueue("acme", batchOf(1, "a")...)
@@ -345,13 +345,20 @@ func TestAdaptiveReslotAndETAUseTheEffectiveInterval(t *testing.T) {
 	if !ok || !rel.Slot.Equal(now.Add(200*ms)) {
 		t.Fatalf("pop: %+v %v, want the slot now + 200ms", rel, ok)
 	}
-	e.clock.Set(rel.Slot.Add(5 * ms)) // late; the re-slot window D = 1s holds T_eff
-	cl, err := e.store.Claim(e.ctx, rel.ID, rel.Gen, 2*ms, time.Second)
-	if err != nil || cl.Outcome != ClaimReslotted || !cl.Slot.Equal(rel.Slot.Add(200*ms)) {
-		t.Fatalf("late claim: %+v, want re-slotted T_eff = 200ms after the missed slot", cl)
+	e.clock.Set(rel.Slot.Add(5 * ms)) // late: it goes out now
+	cl, err := e.store.Claim(e.ctx, rel.ID, rel.Gen, 2*ms)
+	if err != nil || cl.Outcome != ClaimOK {
+		t.Fatalf("late claim: %+v %v, want claimed (nothing went out after its slot)", cl, err)
 	}
-	if tat := e.state("acme").TAT; !tat.Equal(cl.Slot.Add(200 * ms)) {
-		t.Fatalf("TAT %s after the new slot, want T_eff", tat.Sub(cl.Slot))
+	sent := e.clock.Now()
+	next, ok := e.pop("acme", 200*ms) // planned T_eff after the late one: it goes out T_eff after it
+	if !ok || !next.Slot.Equal(rel.Slot.Add(200*ms)) {
+		t.Fatalf("pop: %+v %v, want the slot T_eff after the first", next, ok)
+	}
+	e.clock.Set(next.Slot)
+	cl, err = e.store.Claim(e.ctx, next.ID, next.Gen, 2*ms)
+	if err != nil || cl.Outcome != ClaimEarly || !next.Slot.Add(cl.Wait).Equal(sent.Add(200*ms)) {
+		t.Fatalf("claim at the planned slot: %+v %v, want early until T_eff after the late send", cl, err)
 	}
 	e.requireConsistent()
 }

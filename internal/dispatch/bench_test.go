@@ -99,7 +99,7 @@ func (e *env) benchWork(rel []Release) {
 	e.t.Helper()
 	e.clock.Set(rel[0].Slot)
 	e.pipelined(scriptClaim, len(rel), func(i int) (int, []any) {
-		return 0, claimArgs(rel[i].ID, rel[i].Gen, 2*ms, 100*ms)
+		return 0, claimArgs(rel[i].ID, rel[i].Gen, 2*ms)
 	})
 	cfg := FinishConfig{}.WithDefaults()
 	ok := AttemptOutcome{Kind: FinishSuccess, Status: 200}

@@ -10,38 +10,41 @@ import (
 // (DESIGN §2.3 step 3). The job goes released(gen) → running(gen) only when
 // gen is current, the job is not canceled, its tenant is neither disabled
 // nor paused (admin or upstream) and has fewer running jobs than its
-// concurrency, and |now − slot| ≤ tolerance (ε) in Redis time. Outcomes:
+// concurrency, now ≥ slot − tolerance (ε) in Redis time, and the tenant's
+// send schedule allows it. Outcomes:
 //
 //   - ClaimOK: Job is set (body, attempt number = attempts used + 1,
 //     timeout). The job counts toward concurrency as running from now on;
 //     its lease deadline becomes now + timeout + grace, with the grace the
 //     pass gave the release (record field grace).
-//   - ClaimEarly: now < slot − ε; Wait = slot − now. Sleep and claim again.
+//   - ClaimEarly: now < slot − ε, or the send schedule does not allow the
+//     job yet; Wait says how long. Sleep and claim again.
 //   - ClaimStale: gen is not current, the job is not released, or its record
 //     is gone: a duplicate task; drop it.
 //   - ClaimCanceled: drop it.
 //   - ClaimReturned: back to the head lane unsent (gen + 1, no attempt used)
-//     because the tenant is disabled, paused or at its concurrency cap, or
-//     the job is late (Reason).
-//   - ClaimReslotted: now > slot + ε, once per delivery: a new slot from the
-//     GCRA (TAT advances from it) and gen + 1, when the slot is ≤ now + lead
-//     (D); wait until Slot and claim with Gen. A second late claim of the
-//     same delivery, or a new slot beyond D, is ClaimReturned with
-//     ReasonLate. Late jobs thus never go out in a clump.
+//     because the tenant is disabled, paused or at its concurrency cap
+//     (Reason).
+//
+// The send schedule is a GCRA over claim instants (tenant field stat, with
+// the tenant's rate, burst and effective interval): a late claim (the task
+// waited in asynq, Redis was slow) goes out at once unless a later job of
+// the tenant went out first, in which case it waits its turn. Late jobs thus
+// never go out in a clump, and a late claim forfeits no slot.
 //
 // Every change ends with reschedule(tenant); Claim publishes no wake-up (the
-// dispatcher passes at least every D/2). tolerance must be ≥ 0 and lead > 0.
+// dispatcher passes at least every D/2). tolerance must be ≥ 0.
 // ErrNotFound for an id that cannot exist in this Store; other errors are
 // Redis's, wrapped.
-func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance, lead time.Duration) (Claim, error) {
+func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (Claim, error) {
 	shard, err := s.jobShard(id)
-	if err == nil && (tolerance < 0 || lead <= 0) {
-		err = invalidf("tolerance %s, lead %s: want ≥ 0 and > 0", tolerance, lead)
+	if err == nil && tolerance < 0 {
+		err = invalidf("tolerance %s: want ≥ 0", tolerance)
 	}
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
-	d, err := s.run(ctx, scriptClaim, shard, claimArgs(id, gen, tolerance, lead)...)
+	d, err := s.run(ctx, scriptClaim, shard, claimArgs(id, gen, tolerance)...)
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
@@ -59,8 +62,6 @@ func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance, lead
 		c.Outcome = ClaimCanceled
 	case "returned":
 		c.Outcome, c.Reason = ClaimReturned, d.str(2)
-	case "reslotted":
-		c.Outcome, c.Slot, c.Gen = ClaimReslotted, microsTime(d.int(2)), d.int(3)
 	default:
 		d.fail("claim outcome %q", kind)
 	}
@@ -71,6 +72,6 @@ func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance, lead
 }
 
 // claimArgs is ARGV[3…] of claim.lua.
-func claimArgs(id string, gen int64, tolerance, lead time.Duration) []any {
-	return []any{id, gen, tolerance.Microseconds(), lead.Microseconds()}
+func claimArgs(id string, gen int64, tolerance time.Duration) []any {
+	return []any{id, gen, tolerance.Microseconds()}
 }

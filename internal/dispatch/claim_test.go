@@ -53,9 +53,9 @@ func TestClaimOK(t *testing.T) {
 func TestClaimEarlyStaleCanceled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.seed(params(func(p *Params) { p.Burst = 3 }))
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 50_000, 1 }))
 	e.enqueue("acme", item(`1`), item(`2`), item(`3`))
-	rel := e.passTenant("acme", time.Second, 50*ms)
+	rel := e.passTenant("acme", time.Second, 50*ms)[1:] // slots +50ms, +100ms
 	if c := e.claim(rel[0].ID, rel[0].Gen); c.Outcome != ClaimEarly || c.Wait != 50*ms {
 		t.Fatalf("claim 50ms early: %+v, want early, wait 50ms", c)
 	}
@@ -82,7 +82,7 @@ func TestClaimEarlyStaleCanceled(t *testing.T) {
 	if c := e.claim(rel[1].ID, rel[1].Gen); c.Outcome != ClaimCanceled {
 		t.Fatalf("claim of a canceled job: %+v", c)
 	}
-	if _, err := e.store.Claim(e.ctx, "nope", 1, 0, time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := e.store.Claim(e.ctx, "nope", 1, 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("malformed id: %v", err)
 	}
 	e.requireConsistent()
@@ -138,50 +138,58 @@ func TestClaimReturned(t *testing.T) {
 	}
 }
 
-// Late: re-slotted at most once per delivery, then back to the head lane.
+// Late: a late claim goes out at once when no later job of the tenant went
+// out in between (the plan follows the send schedule); after a later job
+// went out, it waits its turn: the send schedule never clumps.
 func TestClaimLate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // 10/s, burst 1: T = 100ms
 	rel := e.released("acme", 1)[0]
-	tatBefore := e.state("acme").TAT // slot + T
 
 	e.clock.Set(rel.Slot.Add(5 * ms))
-	c := e.claim(rel.ID, rel.Gen)
-	if c.Outcome != ClaimReslotted || !c.Slot.Equal(tatBefore) || c.Gen != rel.Gen+1 {
-		t.Fatalf("late claim: %+v, want re-slotted at TAT %s with gen %d", c, tatBefore.Sub(epoch), rel.Gen+1)
+	if c := e.claim(rel.ID, rel.Gen); c.Outcome != ClaimOK || c.Job.Attempt != 1 {
+		t.Fatalf("late claim: %+v, want claimed at once", c)
 	}
-	if st := e.state("acme"); !st.TAT.Equal(tatBefore.Add(100 * ms)) {
-		t.Fatalf("TAT +%s, want advanced by T from the new slot", st.TAT.Sub(epoch))
+	// The next job, planned T after the late one, goes out T after it: the
+	// lateness carries over to the backlog planned before it went out.
+	e.enqueue("acme", item(`{"1":1}`))
+	next := e.passTenant("acme", time.Second, -1)
+	if len(next) != 1 || !next[0].Slot.Equal(rel.Slot.Add(100*ms)) {
+		t.Fatalf("released %+v, want the next slot T after the first", next)
 	}
-	if got := e.claim(rel.ID, rel.Gen); got.Outcome != ClaimStale {
-		t.Fatalf("claim with the old gen: %+v", got)
+	e.clock.Set(next[0].Slot)
+	if c := e.claim(next[0].ID, next[0].Gen); c.Outcome != ClaimEarly || c.Wait != 5*ms {
+		t.Fatalf("claim at the planned slot: %+v, want early by the 5ms the first was late", c)
+	}
+	e.clock.Advance(5 * ms)
+	if c := e.claim(next[0].ID, next[0].Gen); c.Outcome != ClaimOK {
+		t.Fatalf("claim 5ms after the planned slot: %+v", c)
 	}
 	e.requireConsistent()
 
-	e.clock.Set(c.Slot.Add(3 * ms)) // late again
-	if got := e.claim(rel.ID, c.Gen); got.Outcome != ClaimReturned || got.Reason != ReasonLate {
-		t.Fatalf("second late claim: %+v, want returned (late)", got)
-	}
-	if j := e.job(rel.ID); j.State != StateQueued || j.Gen != c.Gen+1 || j.Attempt != 0 {
-		t.Fatalf("record %+v", j)
-	}
-	e.requireConsistent()
-
-	// No slot within D: straight back to the head lane, TAT untouched.
+	// Two released at s and s + T; the second goes out on time, then the
+	// first arrives late: it waits until T after the second.
 	e.clock.Advance(time.Second)
 	e.enqueue("acme", item(`{"2":1}`), item(`{"3":1}`))
-	rel3 := e.passTenant("acme", time.Second, -1) // the returned job, then two more at +T, +2T
-	if len(rel3) != 3 || rel3[0].ID != rel.ID {
-		t.Fatalf("released %+v, want the returned job first", rel3)
+	two := e.passTenant("acme", time.Second, -1)
+	if len(two) != 2 || !two[1].Slot.Equal(two[0].Slot.Add(100*ms)) {
+		t.Fatalf("released %+v, want two slots T apart", two)
 	}
-	tat := e.state("acme").TAT // slot₀ + 3T
-	e.clock.Set(rel3[0].Slot.Add(5 * ms))
-	if got := e.claim(rel.ID, rel3[0].Gen); got.Outcome != ClaimReturned || got.Reason != ReasonLate {
-		t.Fatalf("late with the next slot at +%s: %+v, want returned (late)", tat.Sub(e.clock.Now()), got)
+	e.clock.Set(two[1].Slot)
+	if c := e.claim(two[1].ID, two[1].Gen); c.Outcome != ClaimOK {
+		t.Fatalf("on-time claim of the second: %+v", c)
 	}
-	if st := e.state("acme"); !st.TAT.Equal(tat) {
-		t.Fatalf("TAT moved by a return: +%s, want +%s", st.TAT.Sub(epoch), tat.Sub(epoch))
+	e.clock.Advance(5 * ms)
+	c := e.claim(two[0].ID, two[0].Gen)
+	if c.Outcome != ClaimEarly || c.Wait != 95*ms {
+		t.Fatalf("late claim after a later send: %+v, want early with wait T − 5ms = 95ms", c)
 	}
-	e.claimAt(rel3[1]) // the others are on time
+	if j := e.job(two[0].ID); j.State != StateReleased || j.Gen != two[0].Gen || j.Attempt != 0 {
+		t.Fatalf("record after the early reply %+v: want unchanged", j)
+	}
+	e.clock.Advance(c.Wait)
+	if c := e.claim(two[0].ID, two[0].Gen); c.Outcome != ClaimOK {
+		t.Fatalf("claim after the wait: %+v", c)
+	}
 	e.requireConsistent()
 }

@@ -165,7 +165,7 @@ func (e *env) passTenant(tenant string, lead, minLead time.Duration) []Release {
 
 func (e *env) claim(id string, gen int64) Claim {
 	e.t.Helper()
-	c, err := e.store.Claim(e.ctx, id, gen, 2*time.Millisecond, 100*time.Millisecond)
+	c, err := e.store.Claim(e.ctx, id, gen, 2*time.Millisecond)
 	if err != nil {
 		e.t.Fatalf("claim %s@%d: %v", id, gen, err)
 	}

@@ -35,7 +35,7 @@ func (s State) Terminal() bool {
 // Record fields: tenant, type, cost, bytes, body, state, gen, attempt,
 // created, run_at, eta, idem, slot, ended (as below), and
 //
-//	reslot   1 when the current delivery was re-slotted by a late claim
+//	resv     the send instant an out-of-order claim reserved (µs; claim.lua), 0 = none
 //	grace    the lease slack the pass gave the current delivery (µs); the
 //	         claim keeps it for the running lease
 //	claimed  the last claim's time (µs)

@@ -128,6 +128,7 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 		res.Released[i] = Release{
 			ID: r.str(0), Tenant: r.str(1), Type: r.str(2), Cost: r.int(3), Gen: r.int(4),
 			Slot: microsTime(r.int(5)), Timeout: us(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
+			SendAt: microsTime(r.int(9)),
 		}
 	}
 	if err := d.Err(); err != nil {

@@ -23,8 +23,11 @@ const (
 // Capacity, whose zero means "release nothing".
 type PassConfig struct {
 	Lead time.Duration // D: release jobs whose slot is ≤ now + D. Default LeadDefault
-	// MinLead is L: a released job's slot is ≥ now + L; ≤ Lead. Default
-	// MinLeadDefault; < 0 means no minimum (slot = the GCRA slot; tools, tests).
+	// MinLead is L, the pickup horizon; ≤ Lead. A released job's slot is
+	// its GCRA slot: one at least L away is spaced from the pass's other
+	// such slots by ClaimSpacing (a worker surely holds the task by then and
+	// claims at the slot); a nearer one is claimed as soon as a worker picks
+	// the task up. Default MinLeadDefault; < 0 means 0 (every slot spaced).
 	MinLead time.Duration
 	// Grace is the lease slack past the slot (released) or past claim +
 	// timeout (running). Default GraceDefault.
@@ -79,7 +82,10 @@ type Release struct {
 	Type   string // webhook, http or task
 	Cost   int64
 	Gen    int64     // the job's generation after the release; the worker claims with it
-	Slot   time.Time // the instant the job may be sent (Redis time)
+	Slot   time.Time // the job's planned slot: the instant it may be sent (Redis time)
+	// SendAt is when the worker should claim it: Slot, or later by the
+	// lateness the tenant's send schedule carries (claim.lua).
+	SendAt time.Time
 	// Timeout is the tenant's per-attempt timeout at the release.
 	Timeout time.Duration
 	// Queue and TaskType are, for task jobs, the body's "queue" and
@@ -98,12 +104,11 @@ type ClaimOutcome uint8
 
 // Claim outcomes.
 const (
-	ClaimOK        ClaimOutcome = iota + 1 // running now: Job is set; send it
-	ClaimEarly                             // before slot − ε: wait Claim.Wait and claim again
-	ClaimStale                             // gen not current or not released (or no record): a duplicate task, drop it
-	ClaimCanceled                          // canceled: drop it
-	ClaimReturned                          // back to the head lane unsent (Reason says why): drop the task
-	ClaimReslotted                         // late: a new Slot and Gen within D; wait until Slot and claim with Gen
+	ClaimOK       ClaimOutcome = iota + 1 // running now: Job is set; send it
+	ClaimEarly                            // before the slot or the send schedule: wait Claim.Wait and claim again
+	ClaimStale                            // gen not current or not released (or no record): a duplicate task, drop it
+	ClaimCanceled                         // canceled: drop it
+	ClaimReturned                         // back to the head lane unsent (Reason says why): drop the task
 )
 
 // Reasons of ClaimReturned.
@@ -111,16 +116,13 @@ const (
 	ReasonDisabled    = "disabled"    // the tenant is disabled (410)
 	ReasonPaused      = "paused"      // admin pause or upstream pause
 	ReasonConcurrency = "concurrency" // running ≥ concurrency
-	ReasonLate        = "late"        // late again after a re-slot, or no slot within D
 )
 
 // Claim is the reply of Store.Claim.
 type Claim struct {
 	Outcome ClaimOutcome
 	Job     ClaimedJob    // ClaimOK
-	Wait    time.Duration // ClaimEarly: slot − now
-	Gen     int64         // ClaimReslotted: the generation to claim with
-	Slot    time.Time     // ClaimReslotted: the new slot
+	Wait    time.Duration // ClaimEarly: until the slot, or until the send schedule allows the job
 	Reason  string        // ClaimReturned: a Reason… constant
 	State   State         // ClaimStale: the job's state ("" when no record)
 }

@@ -41,10 +41,10 @@ func (s *sim) passAt(at time.Time) PassResult {
 	s.runUntil(at)
 	s.e.clock.Set(at)
 	res := s.e.pass(s.shard, s.cfg)
-	lead, minLead := s.cfg.WithDefaults().Lead, max(s.cfg.WithDefaults().MinLead, 0)
+	lead := s.cfg.WithDefaults().Lead
 	for _, r := range res.Released {
-		if r.Slot.Before(at.Add(minLead)) || r.Slot.After(at.Add(lead)) {
-			s.e.t.Fatalf("pass at +%s released %s at +%s, outside [now + L, now + D]", at.Sub(epoch), r.ID, r.Slot.Sub(epoch))
+		if r.Slot.Before(at) || r.Slot.After(at.Add(lead)) {
+			s.e.t.Fatalf("pass at +%s released %s at +%s, outside [now, now + D]", at.Sub(epoch), r.ID, r.Slot.Sub(epoch))
 		}
 	}
 	s.released = append(s.released, res.Released...)

@@ -11,7 +11,9 @@ import (
 //
 // Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times:
 //
-//	tat, tat_t, tat_b   GCRA TAT and the T and b it was computed with
+//	tat, tat_t, tat_b   GCRA TAT of the plan (release slots) and the T and b it was computed with
+//	slast, sslot, stat  the send schedule (claim.lua): when the last job was claimed,
+//	                    its planned slot, and a GCRA TAT over claim instants
 //	atok, ats           admission tokens, and the time of the last whole-token refill
 //	live, bytes         jobs counting toward the backlog (scheduled, queued,
 //	                    released, retrying) and their body bytes

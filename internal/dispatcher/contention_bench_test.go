@@ -83,18 +83,16 @@ func (s *claimingSink) EnqueueContext(ctx context.Context, t *asynq.Task, opts .
 		return nil, err
 	}
 	s.wg.Go(func() {
-		ctx, gen, slot := context.Background(), p.Gen, p.Slot()
-		for range 3 { // early and re-slotted replies: wait and claim again
+		ctx, slot := context.Background(), p.Slot()
+		for range 3 { // early replies: wait and claim again
 			time.Sleep(time.Until(slot))
-			c, err := s.store.Claim(ctx, p.ID, gen, sinkTolerance, dispatch.LeadDefault)
+			c, err := s.store.Claim(ctx, p.ID, p.Gen, sinkTolerance)
 			switch {
 			case err != nil:
 				return
 			case c.Outcome == dispatch.ClaimOK:
 				_, _ = s.store.Finish(ctx, p.ID, c.Job.Gen, dispatch.AttemptOutcome{Kind: dispatch.FinishSuccess, Status: 204}, dispatch.FinishConfig{})
 				return
-			case c.Outcome == dispatch.ClaimReslotted:
-				gen, slot = c.Gen, c.Slot
 			case c.Outcome == dispatch.ClaimEarly:
 				slot = time.Now().Add(c.Wait)
 			default:

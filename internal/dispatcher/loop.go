@@ -27,6 +27,7 @@ type shardLoop struct {
 	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
 	validUntil time.Time // the lease surely held until then (owned)
 	backoff    time.Duration
+	passed     time.Time // end of the last pass
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -135,6 +136,12 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
+	if capacity == 0 && time.Since(s.passed) < d.cfg.MaxSleep {
+		// The workers are full: nothing can be released. Promotions and
+		// sweeps wait for the regular pass; check the capacity again at
+		// the next refresh.
+		return minTime(s.passed.Add(d.cfg.MaxSleep), later(d.budget.refreshAt(), time.Now())), false
+	}
 	cfg := d.cfg.Pass
 	cfg.Capacity = capacity
 	start := time.Now()
@@ -143,7 +150,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 		return d.failed(ctx, s, err), false
 	}
 	end := time.Now()
-	s.backoff = 0
+	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
 	left := d.budget.spend(len(res.Released))
 	d.handoff(ctx, res.Released)

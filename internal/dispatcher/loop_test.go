@@ -188,7 +188,9 @@ func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {
 	for _, tc := range []struct {
 		capacity, inFlight, shards, want int
 	}{
-		{capacity: 10, inFlight: 4, shards: 4, want: 2}, // ⌈6/4⌉
+		{capacity: 10, inFlight: 4, shards: 4, want: 6},    // ⌈6/4⌉ = 2 < minShare: all 6
+		{capacity: 100, inFlight: 4, shards: 4, want: 24},  // ⌈96/4⌉
+		{capacity: 100, inFlight: 60, shards: 4, want: 16}, // ⌈40/4⌉ = 10 < minShare
 		{capacity: 10, inFlight: 4, shards: 1, want: 6},
 		{capacity: 3, inFlight: 5, shards: 2, want: 0}, // overcommitted: release nothing
 		{capacity: 0, inFlight: 0, shards: 2, want: 0}, // no live worker

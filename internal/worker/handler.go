@@ -19,10 +19,12 @@ var _ asynq.Handler = (*Worker)(nil)
 //  1. decode the payload {id, gen, slot_us};
 //  2. sleep on the monotonic clock until ε/2 + RTT/2 before the slot (spin
 //     the last Spin), so that the claim reaches Redis at slot − ε/2 and is
-//     accepted (|now − slot| ≤ ε) even when it arrives up to 1.5ε late;
-//  3. claim with tolerance ε: early → wait the reply's Δ and claim again (a
-//     few times); re-slotted → wait for the new slot and claim with the new
-//     generation (once per delivery); stale, canceled or returned → done;
+//     accepted (now ≥ slot − ε); a task picked up after its slot claims at
+//     once;
+//  3. claim with tolerance ε: early (before the slot, or the tenant's send
+//     schedule does not allow it yet: a later job of the tenant went out
+//     first) → wait the reply's Δ and claim again (up to maxEarlyClaims
+//     times); stale, canceled or returned → done;
 //  4. wait (spinning) for the claimed slot itself, execute with the job's
 //     timeout (a panic is a retryable failure with reason "panic"), then
 //     finish with the outcome.
@@ -38,13 +40,19 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task: %w", t.Type(), err)
 	}
+	w.deliver(ctx, p)
+	return nil
+}
+
+// deliver runs one delivery: claim (waiting for the slot), wait for the
+// claimed slot, attempt and finish.
+func (w *Worker) deliver(ctx context.Context, p dispatcher.Payload) {
 	job, ok := w.claim(ctx, p)
 	if !ok {
-		return nil
+		return
 	}
 	_ = sleepUntil(ctx, w.clock.Local(job.Slot), w.cfg.Spin) // on ctx's end the attempt fails at once
 	w.attempt(ctx, job)
-	return nil
 }
 
 // claim waits for p's slot and claims the job. ok is false when there is
@@ -53,17 +61,17 @@ func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.
 	w.metrics.waiting.Inc()
 	defer w.metrics.waiting.Dec()
 	pickedUp := w.clock.Now()
-	gen, reslotted, early := p.Gen, false, 0
+	early := 0
 	wait := w.claimAt(p.Slot())
 	for {
 		if err := sleepUntil(ctx, wait, w.cfg.Spin); err != nil {
 			return dispatch.ClaimedJob{}, false
 		}
-		c, err := w.cfg.Store.Claim(ctx, p.ID, gen, w.cfg.Tolerance, w.cfg.Lead)
+		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.cfg.Tolerance)
 		if err != nil {
 			w.metrics.claims.WithLabelValues("error").Inc()
 			if ctx.Err() == nil {
-				w.cfg.Logger.Warn("claim failed; the sweep will return the job", "job", p.ID, "gen", gen, "err", err)
+				w.cfg.Logger.Warn("claim failed; the sweep will return the job", "job", p.ID, "gen", p.Gen, "err", err)
 			}
 			return dispatch.ClaimedJob{}, false
 		}
@@ -73,19 +81,12 @@ func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.
 			return c.Job, true
 		case dispatch.ClaimEarly:
 			if early++; early > maxEarlyClaims {
-				w.cfg.Logger.Warn("claim still early; leaving the job to the sweep", "job", p.ID, "gen", gen, "wait", c.Wait)
+				w.cfg.Logger.Warn("claim still early; leaving the job to the sweep", "job", p.ID, "gen", p.Gen, "wait", c.Wait)
 				return dispatch.ClaimedJob{}, false
 			}
 			wait = time.Now().Add(c.Wait)
-		case dispatch.ClaimReslotted:
-			if reslotted {
-				w.cfg.Logger.Warn("late twice in one delivery; leaving the job to the sweep", "job", p.ID, "gen", c.Gen)
-				return dispatch.ClaimedJob{}, false
-			}
-			reslotted, gen = true, c.Gen
-			wait = w.claimAt(c.Slot)
 		case dispatch.ClaimReturned:
-			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", gen, "reason", c.Reason,
+			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", p.Gen, "reason", c.Reason,
 				"lead_at_pickup", p.Slot().Sub(pickedUp))
 			return dispatch.ClaimedJob{}, false
 		default: // stale, canceled: nothing to do

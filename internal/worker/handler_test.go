@@ -68,6 +68,31 @@ func (h *harness) release(tenant string) (dispatch.Release, *asynq.Task) {
 	return dispatch.Release{}, nil
 }
 
+// releaseN enqueues n webhook jobs for tenant and releases them with one
+// pass, in slot order.
+func (h *harness) releaseN(tenant string, n int) []dispatch.Release {
+	h.t.Helper()
+	ids := h.enqueue(tenant, n)
+	shard, err := dispatch.ShardOfJobID(ids[0])
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	res, err := h.store.Pass(h.ctx, shard, dispatch.PassConfig{Capacity: -1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(res.Released) != n {
+		h.t.Fatalf("released %+v, want %d jobs", res.Released, n)
+	}
+	return res.Released
+}
+
+// taskOf is the asynq task the dispatcher would enqueue for r.
+func taskOf(r dispatch.Release) *asynq.Task {
+	payload, _ := json.Marshal(dispatcher.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
+	return asynq.NewTask(dispatcher.TaskTypeWebhook, payload)
+}
+
 func (h *harness) process(w *worker.Worker, task *asynq.Task) {
 	h.t.Helper()
 	if err := w.ProcessTask(h.ctx, task); err != nil {
@@ -126,39 +151,32 @@ func TestCanceledJobIsNotSent(t *testing.T) {
 	}
 }
 
-// TestLateTaskIsReslottedNotSentLate: a task that reaches the worker after
-// its slot (40 ms, beyond ε) is not sent at once: the claim gives it a new
-// slot (the tenant's next, T later) and the worker sends it then.
-func TestLateTaskIsReslottedNotSentLate(t *testing.T) {
+// TestLateTaskWaitsItsTurnNotSentInAClump: the second of two jobs goes out
+// on time; then the first one's task arrives late. It is not sent at once
+// (that would be a clump: two requests closer than T) but when the send
+// schedule allows it, T after the second.
+func TestLateTaskWaitsItsTurnNotSentInAClump(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	h.policy("t1", dispatch.Overrides{RateUS: ptr(80_000), Burst: ptr(1)}) // T = 80ms
 	w := h.newWorker(nil, nil)
-	r, task := h.release("t1")
-	<-time.After(time.Until(w.Clock().Local(r.Slot.Add(40 * time.Millisecond)))) // deliver the task 40ms late
-	h.process(w, task)
+	rel := h.releaseN("t1", 2)
+	first, second := rel[0], rel[1]
+	h.process(w, taskOf(second)) // on time, at first's slot + T
+	h.process(w, taskOf(first))  // late by more than T
 
-	if m := h.metrics("sluice_worker_claims_total"); !strings.Contains(m, `value:"reslotted"] 1`) {
-		t.Fatalf("claims:\n%s", m)
-	}
 	got := h.recv.arrivals("t1")
-	if len(got) == 0 && h.counter("sluice_worker_claims_total", "outcome=returned") == 1 {
-		// The claim at the new slot missed ε too (a starved machine): the
-		// job went back to the head lane, still unsent. Also not late.
-		t.Logf("the re-slotted claim was late as well: job returned unsent")
-		return
+	if len(got) != 2 || got[0].id != second.ID || got[1].id != first.ID {
+		t.Fatalf("arrivals %+v, want the second job, then the first", got)
 	}
-	if len(got) != 1 {
-		t.Fatalf("%d requests, want 1", len(got))
+	if gap := got[1].redis.Sub(got[0].redis); gap < 80*time.Millisecond-10*time.Millisecond-3*time.Millisecond {
+		t.Fatalf("the late job went out %s after the other, want at least T = 80ms − ε (10ms) − 3ms", gap)
 	}
-	// The new slot is the tenant's next one, T after the old (later only
-	// when the claim itself came later than T on a starved machine).
-	j := h.jobOf(r.ID)
-	if j.Gen != r.Gen+1 || j.Slot.Before(r.Slot.Add(80*time.Millisecond)) {
-		t.Fatalf("job gen %d slot %s; want gen %d and at least the next slot %s", j.Gen, j.Slot, r.Gen+1, r.Slot.Add(80*time.Millisecond))
+	if n := h.counter("sluice_worker_claims_total", "outcome=early"); n < 1 {
+		t.Fatalf("%v early replies, want the late claim told to wait", n)
 	}
-	if off := got[0].redis.Sub(j.Slot); off < -3*time.Millisecond || off > sendBound() {
-		t.Fatalf("sent %s off its new slot, want within %s", off, sendBound())
+	if j := h.jobOf(first.ID); j.State != dispatch.StateSucceeded || j.Attempt != 1 || j.Gen != first.Gen {
+		t.Fatalf("late job %+v: want succeeded in its first attempt, same generation", j)
 	}
 }
 
@@ -212,8 +230,10 @@ func TestMalformedPayloadIsAnError(t *testing.T) {
 func TestHandlerReturnsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
+	h.policy("t1", dispatch.Overrides{RateUS: ptr(90_000), Burst: ptr(1)}) // T = 90ms < D
 	w := h.newWorker(nil, nil)
-	r, task := h.release("t1") // slot ≥ now + L: the handler waits for it
+	r := h.releaseN("t1", 2)[1] // slot T away: the handler waits for it
+	task := taskOf(r)
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.ProcessTask(ctx, task) }()

@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_claims_total",
-			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, reslotted, error.",
+			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, error.",
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_attempts_total",
@@ -81,8 +81,6 @@ func outcomeLabel(o dispatch.ClaimOutcome) string {
 		return "canceled"
 	case dispatch.ClaimReturned:
 		return "returned"
-	case dispatch.ClaimReslotted:
-		return "reslotted"
 	}
 	return "other"
 }

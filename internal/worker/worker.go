@@ -34,7 +34,7 @@ import (
 
 // Store is what a Worker needs of *dispatch.Store.
 type Store interface {
-	Claim(ctx context.Context, id string, gen int64, tolerance, lead time.Duration) (dispatch.Claim, error)
+	Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (dispatch.Claim, error)
 	Finish(ctx context.Context, id string, gen int64, o dispatch.AttemptOutcome, cfg dispatch.FinishConfig) (dispatch.State, error)
 	Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error
 }
@@ -58,16 +58,15 @@ func (f ExecutorFunc) Execute(ctx context.Context, job dispatch.ClaimedJob) disp
 
 // Defaults of Config.
 const (
-	LeadDefault              = 100 * time.Millisecond // D
-	MinLeadDefault           = 50 * time.Millisecond  // L
-	ToleranceDefault         = 2 * time.Millisecond   // ε
-	TaskCheckIntervalDefault = 20 * time.Millisecond  // TCI
+	MinLeadDefault           = 50 * time.Millisecond // L
+	ToleranceDefault         = 2 * time.Millisecond  // ε
+	TaskCheckIntervalDefault = 20 * time.Millisecond // TCI
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
 	SpinDefault              = time.Millisecond
 	TimeoutDefault           = 15 * time.Second
 	finishTimeout            = 5 * time.Second // Finish after the attempt, even past the task's ctx
-	maxEarlyClaims           = 3               // early replies tolerated per delivery
+	maxEarlyClaims           = 8               // early replies tolerated per delivery
 )
 
 // Config configures a Worker. Store, Redis and Executor are required, and
@@ -85,11 +84,10 @@ type Config struct {
 	// Concurrency is the asynq server's Concurrency: what the heartbeat
 	// announces.
 	Concurrency int
-	// Lead (D, default LeadDefault) bounds how far away a re-slot may be;
 	// MinLead (L, default MinLeadDefault) is checked at Start against
 	// 1.5 × TaskCheckInterval + 2 RTT; Tolerance (ε, default
-	// ToleranceDefault) is the claim's window around the slot.
-	Lead, MinLead, Tolerance time.Duration
+	// ToleranceDefault) is how early before its slot a claim is accepted.
+	MinLead, Tolerance time.Duration
 	// TaskCheckInterval is the asynq server's TaskCheckInterval (TCI);
 	// default TaskCheckIntervalDefault.
 	TaskCheckInterval time.Duration
@@ -112,6 +110,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
+	// Announce announces the Worker's concurrency: at Start and every
+	// HeartbeatInterval with Concurrency and a life (ttl) of 3 intervals,
+	// and when the Worker stops with concurrency 0 and a life of 1 s (the
+	// withdrawal). Default: Store.Heartbeat under ID, into <prefix>:workers.
+	// The sluicetask middleware sets it to heartbeat its task queues as well.
+	Announce func(ctx context.Context, concurrency int, ttl time.Duration) error
 }
 
 func (c Config) withDefaults() Config {
@@ -119,7 +123,6 @@ func (c Config) withDefaults() Config {
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
-	c.Lead = cmp.Or(c.Lead, LeadDefault)
 	c.MinLead = cmp.Or(c.MinLead, MinLeadDefault)
 	c.Tolerance = cmp.Or(c.Tolerance, ToleranceDefault)
 	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, TaskCheckIntervalDefault)
@@ -130,6 +133,12 @@ func (c Config) withDefaults() Config {
 	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, TimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Announce == nil && c.Store != nil {
+		store, id := c.Store, c.ID
+		c.Announce = func(ctx context.Context, concurrency int, ttl time.Duration) error {
+			return store.Heartbeat(ctx, id, concurrency, ttl)
+		}
 	}
 	return c
 }
@@ -142,7 +151,7 @@ func (c Config) validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("concurrency %d: want ≥ 1", c.Concurrency))
 	}
-	for _, d := range []time.Duration{c.Lead, c.MinLead, c.Tolerance, c.TaskCheckInterval, c.HeartbeatInterval, c.ClockRefresh, c.Spin, c.DefaultTimeout} {
+	for _, d := range []time.Duration{c.MinLead, c.Tolerance, c.TaskCheckInterval, c.HeartbeatInterval, c.ClockRefresh, c.Spin, c.DefaultTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("negative duration %s", d))
 			break
@@ -281,7 +290,7 @@ func CheckPickupBudget(minLead, tci, rtt time.Duration) error {
 func (w *Worker) heartbeatTTL() time.Duration { return 3 * w.cfg.HeartbeatInterval }
 
 func (w *Worker) heartbeat(ctx context.Context, concurrency int) error {
-	if err := w.cfg.Store.Heartbeat(ctx, w.cfg.ID, concurrency, w.heartbeatTTL()); err != nil {
+	if err := w.cfg.Announce(ctx, concurrency, w.heartbeatTTL()); err != nil {
 		return fmt.Errorf("heartbeat worker %s: %w", w.cfg.ID, err)
 	}
 	return nil
@@ -307,7 +316,7 @@ func (w *Worker) sync(ctx context.Context) {
 func (w *Worker) withdraw(ctx context.Context) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := w.cfg.Store.Heartbeat(wctx, w.cfg.ID, 0, time.Second); err != nil {
+	if err := w.cfg.Announce(wctx, 0, time.Second); err != nil {
 		w.cfg.Logger.Warn("withdraw worker heartbeat", "err", err)
 	}
 }

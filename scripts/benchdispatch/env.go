@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -96,10 +97,40 @@ func (e *env) storeItems(run string, n int) ([]dispatch.Item, error) {
 type redisStats struct {
 	calls int64   // commands, summed over INFO commandstats (script-invoked ones included)
 	cpu   float64 // used_cpu_sys + used_cpu_user, seconds
+	cmds  map[string]cmdStat
 }
 
+// cmdStat is one command's INFO commandstats counters.
+type cmdStat struct{ calls, usec int64 }
+
 func (a redisStats) sub(b redisStats) redisStats {
-	return redisStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu}
+	d := redisStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, cmds: map[string]cmdStat{}}
+	for name, c := range a.cmds {
+		if c.calls -= b.cmds[name].calls; c.calls > 0 {
+			c.usec -= b.cmds[name].usec
+			d.cmds[name] = c
+		}
+	}
+	return d
+}
+
+// top lists the n commands with the most calls, per job of jobs:
+// "name calls/job µs/job".
+func (a redisStats) top(n int, jobs int) string {
+	names := make([]string, 0, len(a.cmds))
+	for name := range a.cmds {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { return a.cmds[names[i]].calls > a.cmds[names[j]].calls })
+	var b strings.Builder
+	for i, name := range names {
+		if i == n {
+			break
+		}
+		c := a.cmds[name]
+		fmt.Fprintf(&b, " %s %.1f/job %.0fµs/job;", name, float64(c.calls)/float64(jobs), float64(c.usec)/float64(jobs))
+	}
+	return b.String()
 }
 
 func (e *env) redisStats(ctx context.Context) (redisStats, error) {

@@ -104,13 +104,21 @@ func parseInfo(info string) redisStats {
 		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "cmdstat_"):
-			_, fields, _ := strings.Cut(line, ":")
+			name, fields, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			var c cmdStat
 			for _, f := range strings.Split(fields, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
-					n, _ := strconv.ParseInt(v, 10, 64)
-					s.calls += n
+					c.calls, _ = strconv.ParseInt(v, 10, 64)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					c.usec, _ = strconv.ParseInt(v, 10, 64)
 				}
 			}
+			s.calls += c.calls
+			if s.cmds == nil {
+				s.cmds = map[string]cmdStat{}
+			}
+			s.cmds[name] = c
 		case strings.HasPrefix(line, "used_cpu_sys:"), strings.HasPrefix(line, "used_cpu_user:"):
 			_, v, _ := strings.Cut(line, ":")
 			f, _ := strconv.ParseFloat(v, 64)

@@ -116,6 +116,7 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) ([]arrival, int64, cp
 		return nil, 0, nil, "", fmt.Errorf("delivered %d of %d (%w); diagnosis:\n%s", n-len(missing), n, errTimeout,
 			sl.diagnose(ctx, tenants[:1], missing))
 	}
+	e.logf("throughput: Redis commands at concurrency %d:%s", wc, rs1.sub(rs0).top(14, n))
 	if extra := sl.problems(5); extra != "" {
 		e.logf("throughput: log lines of the Sluice run at concurrency %d:\n%s", wc, extra)
 	}

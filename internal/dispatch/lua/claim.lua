@@ -3,31 +3,44 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  job id                    ARGV[4]  gen the task carries
--- ARGV[5]  ε: tolerance µs           ARGV[6]  D: lead µs (the re-slot window)
+-- ARGV[5]  ε: tolerance µs
 -- Reply:   {'ok', 'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs}
---          {'ok', 'early', wait µs}           now < slot − ε; wait = slot − now
+--          {'ok', 'early', wait µs}           not yet: claim again after wait
 --          {'ok', 'stale', state}             gen not current or not released ('' = no record)
 --          {'ok', 'canceled'}
 --          {'ok', 'returned', reason}         back to the head lane unsent, gen + 1, no
---                                             attempt: disabled | paused | concurrency | late
---          {'ok', 'reslotted', slot µs, gen}  late: claim again at the new slot with gen
+--                                             attempt: disabled | paused | concurrency
 --
 -- released(gen) → running(gen) when gen is current, the job is not
 -- canceled, the tenant is neither disabled nor paused (admin or upstream)
--- and has running < concurrency (the job itself is counted as released), and
--- |now − slot| ≤ ε. Then attempt + 1, claimed = now, first = now on the first
--- attempt, the lease deadline becomes now + timeout + grace (grace: the
--- pass's, field grace), and the job counts toward concurrency as running.
--- Late (now > slot + ε), once per delivery: a new slot from the GCRA (TAT ←
--- max(TAT, slot′) + cost·T, T the effective interval T_eff), gen + 1, lease
--- slot′ + grace, when slot′ ≤ now + D; else, or when the delivery was
--- already re-slotted, back to the head lane. Every change ends with
--- reschedule(tenant). No wake-up is published: the dispatcher passes at
--- least every D/2.
+-- and has running < concurrency (the job itself is counted as released),
+-- and now ≥ target − ε (below). Then attempt
+-- + 1, claimed = now, first = now on the first attempt, the lease deadline
+-- becomes now + timeout + grace (grace: the pass's, field grace), and the
+-- job counts toward concurrency as running.
+--
+-- The send schedule (tenant fields slast, sslot, stat) keeps late claims
+-- from clumping. slast is when the last job went out and sslot its planned
+-- slot; a job planned at or after sslot goes out at target = max(slot, slast + (slot −
+-- sslot)): on time that is its slot; after a late claim — the task waited
+-- in asynq, Redis was slow — the jobs planned after it keep their planned
+-- distances from it, each at its own instant, in order. A job planned
+-- before the last one sent (it arrived out of order) goes out when stat, a
+-- GCRA over claim instants, allows: target = max(slot, stat − (b − c)·T)
+-- (T the effective interval T_eff); when that is not now, the target is
+-- reserved for it (record field resv; stat and slast move past it, so the
+-- jobs planned later wait behind it instead of starving it). A claim is
+-- allowed from target − ε; then stat ← max(stat, now) + c·T and slast,
+-- sslot ← now, slot — for an out-of-order job only slast ← max(slast, now),
+-- and nothing for one that had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
+-- slot, and the order holds. The pass moves sslot where the plan has a gap
+-- (pass.lua), so a lateness does not outlive the backlog it happened in.
+-- Every change ends with reschedule(tenant). No wake-up is published: the
+-- dispatcher passes at least every D/2.
 
-local id, gen, eps, D = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if not (gen and eps and D) then
-  return redis.error_reply('ERR sluice claim: want integer gen, tolerance and lead')
+local id, gen, eps = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+if not (gen and eps) then
+  return redis.error_reply('ERR sluice claim: want integer gen and tolerance')
 end
 
 -- Read phase.
@@ -67,18 +80,40 @@ elseif t.running >= p.concurrency then
 end
 if reason then return give_back(reason) end
 
-if NOW > j.slot + eps then
-  if j.reslot == 1 then return give_back('late') end
-  local slot = earliest(t, p, j.cost, NOW)
-  if slot > NOW + D then return give_back('late') end
-  take(t, p, slot, j.cost)
-  j.gen = j.gen + 1
-  redis.call('HSET', k_job(id), 'gen', j.gen, 'slot', slot, 'reslot', 1)
-  redis.call('ZADD', K_LEASES, slot + grace, id)
-  return finish({'ok', 'reslotted', slot, j.gen})
+-- The send schedule (fields slast, sslot, stat): when the last job went
+-- out, its planned slot, and a GCRA over claim instants. A job planned
+-- with or after the last one sent goes out at its slot, or — when the schedule runs late —
+-- at the same distance from the last send as in the plan; a job planned
+-- before it (it arrives out of order) waits for the GCRA.
+local iv = interval(t, p)
+local in_plan = j.slot >= t.sslot
+local target
+if in_plan then
+  target = math.max(j.slot, t.slast + (j.slot - t.sslot))
+elseif j.resv > 0 then
+  target = j.resv
+else
+  target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
+  if NOW < target - eps then
+    -- Reserve its turn: the GCRA and the jobs planned after the last one
+    -- sent move behind it, so a stream of them cannot starve it.
+    t.stat = math.max(t.stat, target) + j.cost * iv
+    t.slast = math.max(t.slast, target)
+    redis.call('HSET', k_job(id), 'resv', target)
+    save_tenant(tn, t)
+    return {'ok', 'early', target - NOW}
+  end
 end
+if NOW < target - eps then return {'ok', 'early', target - NOW} end
 
 unrelease(j, t)
+if in_plan then
+  t.stat = math.max(t.stat, NOW) + j.cost * iv
+  t.slast, t.sslot = NOW, j.slot
+elseif j.resv == 0 then
+  t.stat = math.max(t.stat, NOW) + j.cost * iv
+  t.slast = math.max(t.slast, NOW)
+end
 t.running = t.running + 1
 t.live = t.live - 1
 t.bytes = t.bytes - j.bytes

@@ -105,7 +105,7 @@ end
 -- (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until'}
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast'}
 local T_STORED, T_BUSY = {}, {}
 local busy
 
@@ -178,6 +178,9 @@ end
 -- tenant that is not adaptive (any more) gets its full rate back here (rf
 -- and cut_until cleared). A change of the rate factor alone goes through
 -- refactor instead.
+local function rescale_stat(t, now, old, new)
+  if old > new and t.stat > now then t.stat = now + scale(t.stat - now, old, new) end
+end
 local function rescale_tat(t, p, now)
   if p.adaptive ~= 1 and (t.rf ~= 0 or t.cut_until ~= 0) then t.rf, t.cut_until = 0, 0 end
   local iv = interval(t, p)
@@ -185,9 +188,13 @@ local function rescale_tat(t, p, now)
   if t.tat_t > 0 and t.tat > now then
     t.tat = now + math.min(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
   end
+  rescale_stat(t, now, t.tat_t, iv)
   t.tat_t, t.tat_b = iv, p.burst
 end
 
+-- (rescale_stat: the send schedule's TAT, claim.lua, follows a shorter
+-- interval the same way, without the cap; a longer one is left to the plan:
+-- jobs released before a cut keep their slots.)
 -- refactor applies a change of the rate factor (finish.lua adapt, after
 -- rescale_tat) to TAT like a rate change, TAT′ = now + max(0, TAT − now)·T′/T
 -- capped at now + b·T′, but never below TAT − T + T′: every slot already
@@ -199,6 +206,7 @@ local function refactor(t, p, now)
   if old > 0 and old ~= iv and t.tat > now then
     t.tat = math.max(now + math.min(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
   end
+  rescale_stat(t, now, old, iv)
   t.tat_t = iv
 end
 
@@ -310,7 +318,7 @@ local function expire_tenant(tn, t, p, now)
     return
   end
   local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = math.max(t.tat, gate(t), full_at) - now
+  local until_us = math.max(t.tat, t.stat, gate(t), full_at) - now
   redis.call('PEXPIRE', key, math.floor(math.max(0, until_us) / 1000) + 1000)
 end
 

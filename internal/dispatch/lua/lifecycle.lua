@@ -8,7 +8,7 @@ local function ms(us) return math.max(1, math.floor(us / 1000)) end
 
 -- J_FIELDS are the record fields the lifecycle scripts decide on.
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
-  'reslot', 'idem', 'type', 'grace', 'logged'}
+  'idem', 'type', 'grace', 'logged', 'resv'}
 
 -- load_job reads a record's decision fields; nil when there is none.
 local function load_job(id)
@@ -16,8 +16,9 @@ local function load_job(id)
   if not r[1] then return nil end
   return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
     bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
-    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, reslot = tonumber(r[9]) or 0,
-    idem = r[10] or '', type = r[11] or '', grace = tonumber(r[12]), logged = tonumber(r[13]) or 0}
+    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
+    idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
+    resv = tonumber(r[13]) or 0}
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -190,13 +191,16 @@ end
 
 -- flush_tenants saves, reschedules (with the head job the caller may have
 -- left in the cache entry's head) and expires every cached tenant, and trims
--- the dead sets that grew.
+-- the dead sets that grew. An entry whose touched field is false (the
+-- caller read it but changed nothing) is skipped.
 local function flush_tenants(cfg)
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
-    save_tenant(tn, c.t)
-    reschedule(tn, c.t, c.p, NOW, c.head)
-    expire_tenant(tn, c.t, c.p, NOW)
-    if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
+    if c.touched ~= false then
+      save_tenant(tn, c.t)
+      reschedule(tn, c.t, c.p, NOW, c.head)
+      expire_tenant(tn, c.t, c.p, NOW)
+      if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
+    end
   end
 end

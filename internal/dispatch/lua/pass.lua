@@ -10,29 +10,36 @@
 -- ARGV[13] claim spacing µs (0 = none)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
---           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type}, …}
+--           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
+--            send at µs}, …}
 --
 -- 1. Promote due delayed jobs (at most P, by due time): scheduled → the
 --    backlog's tail, retrying → the head lane (next head sequence).
 -- 2. Sweep expired leases (at most P): released → head lane, gen + 1, no
 --    attempt used; running (past claim + timeout + grace) → gen + 1, attempt
 --    logged as lease_expired, retrying after the backoff or dead.
--- 3. Release: the tenants with a ready score ≤ now + D (at most K, by score)
---    and those touched by 1–2 are visited in order of weighted virtual time
+-- 3. Release: the tenants with a ready score ≤ now + D (at most K by score,
+--    and at most capacity + 2 of them when the capacity is limited) and
+--    those touched by 1–2 are visited in order of weighted virtual time
 --    (vt, lifted to the shard's vclock first), one job at a time: the tenant
 --    with the smallest vt releases its head job (head lane first, tombstones
 --    dropped) when it is not blocked, its pauses end by now + D, released +
 --    running < concurrency, its released tokens stay within ⌈D/T⌉ + b, and
 --    the job's GCRA slot ≤ now + D (T: the effective interval T_eff of an
---    adaptive tenant, lib.lua interval); slot = max(earliest, now + L,
---    pause end), moved later to the next instant at least the claim
---    spacing S away from every slot this pass already handed out (and left
---    for the next pass when that is past now + D),
---    TAT ← max(TAT, slot) + cost·T, gen + 1, lease slot + grace,
---    vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot release leaves the
---    round; the pass stops when none is left or the capacity is used.
--- 4. Every visited tenant: save, reschedule, expiry, dead-set trim.
--- more: P or K cut the work short. capacity reached: the capacity ran out
+--    adaptive tenant, lib.lua interval); slot = max(GCRA slot, pause end).
+--    A slot at least L from now is moved later to the next instant at
+--    least the claim spacing S away from every such slot this pass handed
+--    out (and left for the next pass when that is past now + D), so claims
+--    at planned instants do not herd; a slot within L is claimed as soon as
+--    a worker picks the task up (claim.lua's send schedule keeps a late
+--    pickup from clumping). TAT ← max(TAT, slot) + cost·T, gen + 1, lease
+--    slot + grace, vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
+--    release leaves the round; the pass stops when none is left or the
+--    capacity is used.
+-- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
+--    (a ready tenant that was read but not visited is left as it was).
+-- more: P or K cut the work short (or the ready read was cut by the
+-- capacity bound while capacity is left). capacity reached: the capacity ran out
 -- while visited tenants were still in the round. next wake = min(first ready
 -- score − D, first delayed due time, first lease deadline).
 
@@ -63,13 +70,20 @@ local expired = bounded(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMI
 -- pass per capacity refresh, whatever the number of tenants.
 local ready = {}
 local blocked_by_capacity = 0
+-- Tenants read from ready: K, and no more than the capacity can serve (a
+-- ready tenant can release at least one job), with room for a few that
+-- cannot: reading all K when the workers take a handful per pass would cost
+-- K tenant reads for those few releases.
+local want = K
+if CAP > 0 then want = math.min(K, CAP + 2) end
+local truncated = false
 if CAP ~= 0 then
-  ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, K + 1)
+  ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, want + 1)
 elseif redis.call('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
   blocked_by_capacity = 1
 end
-if #ready > 2 * K then
-  more = 1
+if #ready > 2 * want then
+  truncated = true
   ready[#ready], ready[#ready - 1] = nil, nil
 end
 
@@ -77,7 +91,10 @@ local function load_all(ids)
   local jobs = {}
   for i, id in ipairs(ids) do
     jobs[i] = load_job(id) or {id = id, state = ''}
-    if jobs[i].tenant then tenant(jobs[i].tenant) end
+    if jobs[i].tenant then
+      tenant(jobs[i].tenant)
+      TENANTS[jobs[i].tenant].touched = true
+    end
   end
   return jobs
 end
@@ -85,6 +102,8 @@ local due_jobs, expired_jobs = load_all(due), load_all(expired)
 local scores = {}
 for i = 1, #ready, 2 do
   tenant(ready[i])
+  local c = TENANTS[ready[i]]
+  c.touched = c.touched or false
   scores[ready[i]] = tonumber(ready[i + 1])
 end
 local vclock = tonumber(redis.call('GET', K_VCLOCK)) or 0
@@ -229,10 +248,17 @@ local function release_one(tn, c)
   if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
   local e = earliest(t, p, j.cost, NOW)
   if e > HORIZON then return nil end
-  local slot = spaced(math.max(e, NOW + L, g))
-  if slot > HORIZON then return nil end
+  local slot = math.max(e, g)
+  if slot >= NOW + L then
+    slot = spaced(slot)
+    if slot > HORIZON then return nil end
+    taken[#taken + 1] = slot
+  end
+  -- A slot later than the plan's next one is a gap in the plan: the send
+  -- schedule's lateness (claim.lua) does not carry over it.
+  local iv = interval(t, p)
+  if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  taken[#taken + 1] = slot
   drop(tn, c, j.id, j.from_head)
   take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
@@ -240,12 +266,15 @@ local function release_one(tn, c)
   t.rtok = t.rtok + j.cost
   t.lead = D
   j.gen = j.gen + 1
-  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'reslot', 0,
-    'grace', GRACE)
+  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'grace', GRACE, 'resv', 0)
   redis.call('ZADD', K_LEASES, slot + GRACE, j.id)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type}
+  -- When the tenant's send schedule runs late (claim.lua), the worker is
+  -- told to claim at the slot plus that lateness: one claim, not two.
+  local send_at = slot
+  if slot >= t.sslot and t.slast > 0 then send_at = math.max(slot, t.slast + (slot - t.sslot)) end
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   return j.cost
 end
 
@@ -263,6 +292,7 @@ while #heap > 0 do
   end
   local top = heap_pop()
   local c = TENANTS[top.tn]
+  c.touched = true
   local cost = release_one(top.tn, c)
   if cost then
     vmax = math.max(vmax, c.t.vt)
@@ -273,7 +303,11 @@ while #heap > 0 do
   end
 end
 
--- 4. Save and reschedule every visited tenant.
+if truncated then
+  if left ~= 0 then more = 1 else cap_reached = 1 end
+end
+
+-- 4. Save and reschedule every tenant the pass changed.
 flush_tenants(cfg)
 if vmax > vclock then redis.call('SET', K_VCLOCK, istr(vmax)) end
 

@@ -30,7 +30,7 @@ local before = shard_earliest()
 local jk = k_job(id)
 redis.call('ZREM', k_dead(tn), id)
 redis.call('RPUSH', k_queue(tn), id)
-redis.call('HSET', jk, 'state', 'queued', 'gen', j.gen + 1, 'reslot', 0)
+redis.call('HSET', jk, 'state', 'queued', 'gen', j.gen + 1)
 redis.call('HDEL', jk, 'ended', 'due')
 redis.call('PERSIST', jk)
 if j.idem ~= '' then redis.call('PERSIST', k_idem(tn, j.idem)) end
