@@ -21,6 +21,7 @@ const (
 	CodeUnsupportedMedia  = "unsupported_media_type"
 	CodeInvalid           = "invalid"
 	CodeIdempotencyMismat = "idempotency_mismatch"
+	CodeNoTaskWorker      = "no_task_worker" // 422: a task job for a queue no sluicetask middleware serves
 	CodeRateLimited       = "rate_limited"
 	CodeBacklogFull       = "backlog_full"
 	CodeUnavailable       = "unavailable"

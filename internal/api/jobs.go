@@ -49,8 +49,11 @@ type jobRef struct {
 // enqueue is POST /v1/tenants/{tenant}/jobs: one job, optionally under an
 // Idempotency-Key header, fingerprinted by the SHA-256 of the raw body.
 // 202 with a jobRef (a replay also sets Idempotent-Replayed: true); 429
-// rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch or
-// invalid. Every answer from the store carries the "admit" headers.
+// rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch,
+// invalid, or no_task_worker (a task job for a queue no sluicetask
+// middleware serves; checked before the store, so it stores nothing, not
+// even the idempotency key). Every answer from the store carries the
+// "admit" headers.
 func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
 	if err != nil {
@@ -75,6 +78,15 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	it, err := s.itemOf(&spec)
 	if err != nil {
 		return 0, nil, err
+	}
+	if spec.Type == job.TypeTask {
+		refusal, err := s.taskQueueRefusal(r, spec.Queue)
+		if err != nil {
+			return 0, nil, err
+		}
+		if refusal != nil {
+			return 0, nil, refusal
+		}
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
 	res, err := s.storeEnqueue(r, tenant, []dispatch.Item{it})
@@ -121,8 +133,10 @@ type batchResult struct {
 // enqueueBatch is POST /v1/tenants/{tenant}/jobs:batch: 1–dispatch.MaxBatch
 // jobs, each parsed and validated on its own (a bad item gets its own 422 or
 // 413 result and stays out of the store); the valid ones go to the store in
-// one Enqueue call. 202 when any item was accepted or replayed, else the
-// first refusal's status, error and Retry-After, with the results.
+// one Enqueue call. A task item for a queue no sluicetask middleware serves
+// is refused on its own (422 no_task_worker). 202 when any item was
+// accepted or replayed, else the first refusal's status, error and
+// Retry-After, with the results.
 func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
 	if err != nil {
@@ -140,7 +154,16 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	var items []dispatch.Item
 	var index []int
 	for i, raw := range jobs {
-		it, err := s.batchItem(raw)
+		it, queue, err := s.batchItem(raw)
+		if err == nil && queue != "" {
+			refusal, errLive := s.taskQueueRefusal(r, queue)
+			if errLive != nil {
+				return 0, nil, errLive // nothing was stored
+			}
+			if refusal != nil {
+				err = refusal
+			}
+		}
 		if err != nil {
 			results[i] = failedResult(i, err)
 			continue
@@ -197,24 +220,28 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 	return req.Jobs, nil
 }
 
-// batchItem parses and validates one batch item (see itemFingerprint).
-func (s *Server) batchItem(raw json.RawMessage) (dispatch.Item, error) {
+// batchItem parses and validates one batch item (see itemFingerprint); for
+// a task job it also returns its queue.
+func (s *Server) batchItem(raw json.RawMessage) (it dispatch.Item, taskQueue string, err error) {
 	spec, err := job.Parse(raw) // raw is valid JSON: it came out of the batch body
 	if err != nil {
-		return dispatch.Item{}, invalidJSON(err)
+		return dispatch.Item{}, "", invalidJSON(err)
 	}
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
-		return dispatch.Item{}, err
+		return dispatch.Item{}, "", err
 	}
-	it, err := s.itemOf(&spec)
+	it, err = s.itemOf(&spec)
 	if err != nil {
-		return dispatch.Item{}, err
+		return dispatch.Item{}, "", err
 	}
 	if n := int64(len(it.Body)); n > s.opts.MaxJobBytes {
-		return dispatch.Item{}, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
+		return dispatch.Item{}, "", errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
 	}
 	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, itemFingerprint(it)
-	return it, nil
+	if spec.Type == job.TypeTask {
+		taskQueue = spec.Queue
+	}
+	return it, taskQueue, nil
 }
 
 // itemFingerprint identifies a batch item under its idempotency key: the

@@ -137,6 +137,7 @@ func TestEnqueueAcceptsWithAdmitHeaders(t *testing.T) {
 	}
 
 	before := time.Now()
+	f.liveTaskWorker(t, "default")
 	r = f.post(t, "/v1/tenants/acme-1/jobs", producerToken, `{"type":"task","task_type":"email:send","payload":{},"delay":"1h"}`)
 	requireAccepted(t, r, "acme-1", "scheduled")
 	eta, _ := time.Parse(time.RFC3339, r.body["eta"].(string))

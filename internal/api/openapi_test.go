@@ -249,8 +249,8 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
 	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict, CodeTooLarge,
-		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeRateLimited, CodeBacklogFull, CodeUnavailable,
-		"internal"}
+		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeRateLimited, CodeBacklogFull,
+		CodeUnavailable, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {
 		t.Errorf("ErrorCode enum = %v, want the codes of errors.go %v", codes, wantCodes)
 	}

@@ -4,6 +4,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -62,6 +63,11 @@ type Options struct {
 	// TaskQueues is the allow-list of asynq queues `task` jobs may name
 	// (config.Config.TaskQueues).
 	TaskQueues []string
+	// TaskWorkerCache is how long the answer to "does this task queue have
+	// a live sluicetask middleware?" is kept per queue (a task job for a
+	// queue without one gets 422 no_task_worker); default
+	// TaskWorkerCacheDefault, < 0 asks Redis on every enqueue.
+	TaskWorkerCache time.Duration
 	// EgressAllow opens address ranges the SSRF guard refuses: a job whose
 	// URL host is a literal refused address outside them gets 422 at enqueue
 	// (config.EgressConfig.Prefixes).
@@ -89,6 +95,8 @@ type Server struct {
 	// apiFailing is set while the API limiter cannot reach Redis, so the
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
+	// taskWorkers caches which task queues have a live middleware.
+	taskWorkers *liveCache
 }
 
 // New builds the server and registers its routes and metrics.
@@ -110,6 +118,9 @@ func New(opts Options) (*Server, error) {
 		keys:    keyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
+	}
+	if s.opts.Store != nil {
+		s.taskWorkers = newLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
 	}
 	s.routes()
 	return s, nil

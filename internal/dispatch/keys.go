@@ -14,6 +14,7 @@ import (
 // so one shard is one Redis Cluster slot:
 //
 //	<p>:workers                    HASH   worker id → "<concurrency> <expiry µs>" (not shard-tagged)
+//	<p>:mw:<queue>                 HASH   middleware instance → "<concurrency> <expiry µs> <tci µs>" (not shard-tagged)
 //	<p>:{s7}:ready                 ZSET   tenant → next useful time (µs)
 //	<p>:{s7}:delayed               ZSET   job id → due time (scheduled, retrying)
 //	<p>:{s7}:leases                ZSET   job id → lease deadline (released, running)
@@ -57,6 +58,10 @@ func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
 
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
+
+// taskWorkers is the heartbeat hash of the sluicetask middleware instances
+// serving task queue queue (DESIGN §2.5), one for all shards.
+func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
 
 func (k keyspace) tenant(tenant string) string {
 	return k.base(k.shardOf(tenant)) + "t:" + tenant

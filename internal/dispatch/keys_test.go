@@ -28,6 +28,7 @@ func TestKeyLayout(t *testing.T) {
 		k.wake(6):             "sluice:{s6}:wake",
 		k.vclock(6):           "sluice:{s6}:vclock",
 		k.workers():           "sluice:workers",
+		k.taskWorkers("mail"): "sluice:mw:mail",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",
 		k.tenantQueue(tn):     "sluice:{s6}:t:123456789:q",
 		k.tenantHead(tn):      "sluice:{s6}:t:123456789:head",

@@ -38,6 +38,8 @@ var (
 	luaDeadLetters string
 	//go:embed lua/workers.lua
 	luaWorkers string
+	//go:embed lua/task_workers.lua
+	luaTaskWorkers string
 	//go:embed lua/policy_put.lua
 	luaPolicyPut string
 	//go:embed lua/tenant_state.lua
@@ -59,8 +61,10 @@ var (
 	scriptAdmin       = assemble("admin", luaAdmin)
 	scriptReplay      = assemble("replay", luaReplay)
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
-	// scriptWorkers stands alone: its key is not shard-tagged (no lib.lua).
+	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
+	// shard-tagged (no lib.lua).
 	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaWorkers)}
+	scriptTaskWorkers = &script{name: "task_workers", lua: redis.NewScript(luaTaskWorkers)}
 	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
 	scriptTenantState = assemble("tenant_state", luaTenantState)
 )

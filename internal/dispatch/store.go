@@ -4,7 +4,8 @@
 // them atomically — enqueue with token-bucket admission, cancel, the
 // dispatcher's pass (promotion, lease sweep, paced release), the workers'
 // claim and finish, the admin pause/resume, dead letters and replay — and
-// the workers' capacity heartbeats.
+// the workers' capacity heartbeats and the task middleware's queue
+// heartbeats.
 //
 // Every operation on a tenant or a job is one Lua script on one shard (one
 // Redis Cluster slot). The clock is Redis TIME read inside the scripts, in

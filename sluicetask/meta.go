@@ -1,0 +1,72 @@
+package sluicetask
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/dispatcher"
+)
+
+// metaKey is Sluice's <prefix>:meta (DESIGN §3), the hash
+// dispatcher.EnsureMeta writes on a deployment's first start.
+func metaKey(prefix string) string { return prefix + ":meta" }
+
+// deployment is what the middleware needs of <prefix>:meta.
+type deployment struct {
+	shards  int
+	minLead time.Duration // L
+}
+
+// readDeployment reads <prefix>:meta and reconciles it with s: a stored
+// value wins over a zero setting, and differs from a non-zero one only with
+// an error naming every difference. Without the hash (no Sluice process has
+// started yet) the settings or Sluice's defaults apply. The hash and schema
+// must be the ones this build knows.
+func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix string, s Settings) (deployment, error) {
+	d := deployment{shards: s.Shards, minLead: s.MinLead}
+	stored, err := rdb.HGetAll(ctx, metaKey(prefix)).Result()
+	if err != nil {
+		return deployment{}, fmt.Errorf("read %s: %w", metaKey(prefix), err)
+	}
+	if len(stored) > 0 {
+		var diffs []string
+		if stored["hash"] != dispatcher.MetaHash || stored["schema"] != strconv.Itoa(dispatcher.MetaSchema) {
+			diffs = append(diffs, fmt.Sprintf("hash %q schema %q: this build knows %q schema %d",
+				stored["hash"], stored["schema"], dispatcher.MetaHash, dispatcher.MetaSchema))
+		}
+		shards, errShards := strconv.Atoi(stored["shards"])
+		minLeadUS, errLead := strconv.ParseInt(stored["min_lead_us"], 10, 64)
+		if errShards != nil || errLead != nil || shards < 1 || minLeadUS < 1 {
+			return deployment{}, fmt.Errorf("read %s: shards %q, min_lead_us %q: want positive integers",
+				metaKey(prefix), stored["shards"], stored["min_lead_us"])
+		}
+		minLead := time.Duration(minLeadUS) * time.Microsecond
+		if d.shards != 0 && d.shards != shards {
+			diffs = append(diffs, fmt.Sprintf("shards: stored %d, configured %d", shards, d.shards))
+		}
+		if d.minLead != 0 && d.minLead != minLead {
+			diffs = append(diffs, fmt.Sprintf("min_lead: stored %s, configured %s", minLead, d.minLead))
+		}
+		if len(diffs) > 0 {
+			return deployment{}, fmt.Errorf("%s: %w: %s — leave Settings.Shards and Settings.MinLead zero to take the stored values",
+				metaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
+		}
+		d.shards, d.minLead = shards, minLead
+	}
+	if d.shards == 0 {
+		d.shards = dispatch.ShardsDefault
+	}
+	if d.minLead == 0 {
+		d.minLead = dispatch.MinLeadDefault
+	}
+	return d, nil
+}
+
+var errMetaMismatch = errors.New("settings differ from Sluice's deployment")
