@@ -105,10 +105,12 @@ type DispatchConfig struct {
 	// Lead is D, the release window: jobs whose slot is ≤ now + D may be
 	// handed to asynq; ≥ 2 × MinLead; default LeadDefault.
 	Lead time.Duration `yaml:"lead"`
-	// MinLead is L, the minimum lead a released job gets; ≥ 1.5 ×
+	// MinLead is L, the pickup horizon: a released job's slot at least L
+	// away is spaced from other such slots and claimed at the slot; a
+	// nearer one is claimed when a worker picks it up. ≥ 1.5 ×
 	// Worker.TaskCheckInterval; default MinLeadDefault.
 	MinLead time.Duration `yaml:"min_lead"`
-	// Tolerance is ε, the claim tolerance around a slot; default
+	// Tolerance is ε, how early before its slot a claim is accepted; default
 	// ToleranceDefault.
 	Tolerance time.Duration `yaml:"tolerance"`
 	// Grace is the lease slack of a released job past its slot; ≥ Tolerance;
