@@ -112,7 +112,7 @@ func (d *Dispatcher) taskFor(r dispatch.Release) (*asynq.Task, []asynq.Option, e
 	}
 	switch r.Type {
 	case typeWebhook, typeHTTP:
-		payload, _ := json.Marshal(Payload{ID: r.ID, Gen: r.Gen, SlotUS: sendAt(r).UnixMicro()}) // plain fields: cannot fail
+		payload, _ := json.Marshal(Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro()}) // plain fields: cannot fail
 		taskType, queue := TaskTypeWebhook, WebhookQueue(d.cfg.Prefix)
 		if r.Type == typeHTTP {
 			taskType, queue = TaskTypeHTTP, HTTPQueue(d.cfg.Prefix)
@@ -125,18 +125,9 @@ func (d *Dispatcher) taskFor(r dispatch.Release) (*asynq.Task, []asynq.Option, e
 		headers := map[string]string{
 			HeaderJob:  r.ID,
 			HeaderGen:  strconv.FormatInt(r.Gen, 10),
-			HeaderSlot: strconv.FormatInt(sendAt(r).UnixMicro(), 10),
+			HeaderSlot: strconv.FormatInt(r.SendAt.UnixMicro(), 10),
 		}
 		return asynq.NewTaskWithHeaders(r.TaskType, nil, headers), append(opts, asynq.Queue(r.Queue)), nil
 	}
 	return nil, nil, fmt.Errorf("job %s: unknown type %q", r.ID, r.Type)
-}
-
-// sendAt is the instant a task tells the worker to claim r: r.SendAt, or
-// r.Slot for a release built without it.
-func sendAt(r dispatch.Release) time.Time {
-	if r.SendAt.IsZero() {
-		return r.Slot
-	}
-	return r.SendAt
 }

@@ -58,7 +58,7 @@ func TestTaskForEachJobType(t *testing.T) {
 	t.Parallel()
 	d := &Dispatcher{cfg: Config{Prefix: "p"}.withDefaults()}
 	slot := time.UnixMicro(1772366400123456)
-	base := dispatch.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Gen: 3, Slot: slot, Timeout: 15 * time.Second}
+	base := dispatch.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Gen: 3, Slot: slot, SendAt: slot, Timeout: 15 * time.Second}
 
 	web := base
 	web.Type = "webhook"

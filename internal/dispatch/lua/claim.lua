@@ -14,27 +14,29 @@
 -- released(gen) → running(gen) when gen is current, the job is not
 -- canceled, the tenant is neither disabled nor paused (admin or upstream)
 -- and has running < concurrency (the job itself is counted as released),
--- and now ≥ target − ε (below). Then attempt
--- + 1, claimed = now, first = now on the first attempt, the lease deadline
--- becomes now + timeout + grace (grace: the pass's, field grace), and the
--- job counts toward concurrency as running.
+-- and now ≥ target − ε (below). Then attempt + 1, claimed = now, first =
+-- now on the first attempt, the lease deadline becomes now + timeout +
+-- grace (grace: the pass's, field grace), and the job counts toward
+-- concurrency as running.
 --
 -- The send schedule (tenant fields slast, sslot, stat) keeps late claims
 -- from clumping. slast is when the last job went out and sslot its planned
--- slot; a job planned at or after sslot goes out at target = max(slot, slast + (slot −
--- sslot)): on time that is its slot; after a late claim — the task waited
--- in asynq, Redis was slow — the jobs planned after it keep their planned
--- distances from it, each at its own instant, in order. A job planned
--- before the last one sent (it arrived out of order) goes out when stat, a
--- GCRA over claim instants, allows: target = max(slot, stat − (b − c)·T)
--- (T the effective interval T_eff); when that is not now, the target is
--- reserved for it (record field resv; stat and slast move past it, so the
--- jobs planned later wait behind it instead of starving it). A claim is
--- allowed from target − ε; then stat ← max(stat, now) + c·T and slast,
--- sslot ← now, slot — for an out-of-order job only slast ← max(slast, now),
--- and nothing for one that had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
+-- slot; a job planned at or after sslot goes out at target = max(slot,
+-- slast + (slot − sslot)) (lib.lua send_target): on time that is its slot;
+-- after a late claim — the task waited in asynq, Redis was slow — the jobs
+-- planned after it keep their planned distances from it, each at its own
+-- instant, in order. A job planned before the last one sent (it arrived
+-- out of order) goes out when stat, a GCRA over claim instants, allows:
+-- target = max(slot, stat − (b − c)·T) (T the effective interval T_eff);
+-- when that is not now, the target is reserved for it (record field resv;
+-- stat and slast move past it, so the jobs planned later wait behind it
+-- instead of starving it). A claim is allowed from target − ε; then stat ←
+-- max(stat, now) + c·T and slast, sslot ← now, slot — for an out-of-order
+-- job only slast ← max(slast, now), and nothing for one that had reserved
+-- its turn. Late jobs thus never go out in a clump, none forfeits its
 -- slot, and the order holds. The pass moves sslot where the plan has a gap
--- (pass.lua), so a lateness does not outlive the backlog it happened in.
+-- (pass.lua), so a lateness does not outlive the backlog it happened in;
+-- it also tells the worker send_target, so one claim per job is the norm.
 -- Every change ends with reschedule(tenant). No wake-up is published: the
 -- dispatcher passes at least every D/2.
 
@@ -80,19 +82,13 @@ elseif t.running >= p.concurrency then
 end
 if reason then return give_back(reason) end
 
--- The send schedule (fields slast, sslot, stat): when the last job went
--- out, its planned slot, and a GCRA over claim instants. A job planned
--- with or after the last one sent goes out at its slot, or — when the schedule runs late —
--- at the same distance from the last send as in the plan; a job planned
--- before it (it arrives out of order) waits for the GCRA.
+-- The send schedule (lib.lua send_target; a GCRA for out-of-order jobs).
 local iv = interval(t, p)
-local in_plan = j.slot >= t.sslot
-local target
-if in_plan then
-  target = math.max(j.slot, t.slast + (j.slot - t.sslot))
-elseif j.resv > 0 then
+local target = send_target(t, j.slot)
+local in_plan = target ~= nil
+if not in_plan and j.resv > 0 then
   target = j.resv
-else
+elseif not in_plan then
   target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
   if NOW < target - eps then
     -- Reserve its turn: the GCRA and the jobs planned after the last one

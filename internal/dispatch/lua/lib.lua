@@ -243,6 +243,16 @@ local function take(t, p, slot, c)
   t.tat = math.max(t.tat, slot) + c * interval(t, p)
 end
 
+-- send_target is when a job planned at slot goes out under the tenant's
+-- send schedule (claim.lua): for a job planned at or after sslot, the
+-- planned slot of the last job claimed, max(slot, slast + (slot − sslot))
+-- — its slot, or later by the lateness the schedule carries; nil for a job
+-- planned before it (out of order: claim.lua's GCRA decides).
+local function send_target(t, slot)
+  if slot < t.sslot then return nil end
+  return math.max(slot, t.slast + (slot - t.sslot))
+end
+
 -- head_job is the tenant's next job: the head lane first (read only when
 -- its length hlen says it holds any), then the backlog.
 local function head_job(tn, t)

@@ -272,9 +272,8 @@ local function release_one(tn, c)
   if j.type == 'task' then queue, task_type = task_route(j.id) end
   -- When the tenant's send schedule runs late (claim.lua), the worker is
   -- told to claim at the slot plus that lateness: one claim, not two.
-  local send_at = slot
-  if slot >= t.sslot and t.slast > 0 then send_at = math.max(slot, t.slast + (slot - t.sslot)) end
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type,
+    send_target(t, slot) or slot}
   return j.cost
 end
 
