@@ -84,8 +84,8 @@ type Release struct {
 	Gen    int64     // the job's generation after the release; the worker claims with it
 	Slot   time.Time // the job's planned slot: the instant it may be sent (Redis time)
 	// SendAt is when the worker should claim it (the task carries it):
-	// Slot, or later by the
-	// lateness the tenant's send schedule carries (claim.lua).
+	// Slot, or later by the lateness the tenant's send schedule carries
+	// (claim.lua).
 	SendAt time.Time
 	// Timeout is the tenant's per-attempt timeout at the release.
 	Timeout time.Duration
