@@ -9,7 +9,8 @@
 // (DESIGN §7); $SLUICE_REDIS_URL overrides redis.url. The worker refuses to
 // start when redis.shards, dispatch.lead or dispatch.min_lead differ from
 // <prefix>:meta (written by the first process to start). The worker uses
-// worker.concurrency, worker.task_check_interval and worker.shutdown_timeout
+// worker.concurrency (split over worker.fetchers asynq servers),
+// worker.task_check_interval and worker.shutdown_timeout
 // (raised to 2·dispatch.lead + the largest configured timeout + 2 s when
 // smaller), the dispatch timing, throttle, retention, egress.allow and the
 // tenants' webhook secrets.
@@ -34,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -101,32 +103,59 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer w.Stop()
 
 	shutdown := shutdownTimeout(cfg, maxTimeout, log)
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:       cfg.Worker.Concurrency,
-		TaskCheckInterval: cfg.Worker.TaskCheckInterval,
-		ShutdownTimeout:   shutdown,
-		Queues:            w.Queues(),
-		Logger:            asynqLogger{log},
-		LogLevel:          asynqLevel(cfg.Log.Level),
-	})
 	stopMetrics, addr, err := serveMetrics(metricsAddr, reg, log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	if err := srv.Start(w); err != nil {
-		return fmt.Errorf("start asynq server: %w", err)
+	servers := make([]*asynq.Server, 0, cfg.Worker.Fetchers)
+	shutdownAll := func() {
+		var wg sync.WaitGroup
+		for _, srv := range servers {
+			wg.Go(srv.Shutdown) // they drain at the same time
+		}
+		wg.Wait()
 	}
-	log.Info("worker running", "id", w.ID(), "concurrency", cfg.Worker.Concurrency,
+	for _, n := range split(cfg.Worker.Concurrency, cfg.Worker.Fetchers) {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency:       n,
+			TaskCheckInterval: cfg.Worker.TaskCheckInterval,
+			ShutdownTimeout:   shutdown,
+			Queues:            w.Queues(),
+			Logger:            asynqLogger{log},
+			LogLevel:          asynqLevel(cfg.Log.Level),
+		})
+		if err := srv.Start(w); err != nil {
+			shutdownAll()
+			return fmt.Errorf("start asynq server: %w", err)
+		}
+		servers = append(servers, srv)
+	}
+	log.Info("worker running", "id", w.ID(), "concurrency", cfg.Worker.Concurrency, "fetchers", len(servers),
 		"task_check_interval", cfg.Worker.TaskCheckInterval, "shutdown_timeout", shutdown, "metrics", addr)
 	if ready != nil {
 		ready(addr)
 	}
 	<-ctx.Done()
 	log.Info("shutting down: draining running jobs", "timeout", shutdown)
-	srv.Shutdown()
+	shutdownAll()
 	log.Info("stopped")
 	return nil
+}
+
+// split divides total into n near-equal positive parts (n ≤ total): the
+// concurrency of each of the n asynq servers (worker.fetchers). An asynq
+// server dequeues one task per Redis round trip, so a process's fetch rate
+// grows with its number of servers.
+func split(total, n int) []int {
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = total / n
+		if i < total%n {
+			parts[i]++
+		}
+	}
+	return parts
 }
 
 // newWorker builds the Worker: the Store, the SSRF-safe HTTP client (closed

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,6 +104,26 @@ log: {format: json, level: debug}
 	}
 	defer d.Stop()
 
+	// worker.concurrency 5 over the default 4 fetchers: four asynq servers
+	// on the webhook queue, of concurrency 2, 1, 1, 1.
+	var conc []int
+	redistest.Poll(t, 10*time.Second, "four asynq servers on the webhook queue", func() bool {
+		servers, err := asynq.NewInspectorFromRedisClient(rdb).Servers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conc = conc[:0]
+		for _, s := range servers {
+			if _, ok := s.Queues[dispatcher.WebhookQueue(prefix)]; ok {
+				conc = append(conc, s.Concurrency)
+			}
+		}
+		return len(conc) == 4
+	})
+	if slices.Sort(conc); !slices.Equal(conc, []int{1, 1, 1, 2}) {
+		t.Fatalf("asynq servers' concurrency %v, want [1 1 1 2]", conc)
+	}
+
 	var del delivery
 	select {
 	case del = <-got:
@@ -189,5 +210,21 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 		func(k string) string { return env[k] }, io.Discard, nil)
 	if !errors.Is(err, dispatcher.ErrMetaMismatch) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
+	}
+}
+
+func TestSplitConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		total, n int
+		want     []int
+	}{
+		{100, 4, []int{25, 25, 25, 25}},
+		{5, 4, []int{2, 1, 1, 1}},
+		{3, 3, []int{1, 1, 1}},
+		{7, 1, []int{7}},
+	} {
+		if got := split(tc.total, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("split(%d, %d) = %v, want %v", tc.total, tc.n, got, tc.want)
+		}
 	}
 }

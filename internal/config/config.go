@@ -199,6 +199,7 @@ type EgressConfig struct {
 // Defaults of WorkerConfig.
 const (
 	WorkerConcurrencyDefault = 100
+	FetchersDefault          = 4
 	TaskCheckIntervalDefault = 20 * time.Millisecond
 	ShutdownTimeoutDefault   = 20 * time.Second
 )
@@ -214,6 +215,12 @@ type WorkerConfig struct {
 	// ShutdownTimeout bounds the drain at shutdown; default
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Fetchers is how many asynq servers the process runs, sharing
+	// Concurrency between them; default min(FetchersDefault, Concurrency).
+	// One asynq server fetches its tasks one Redis round trip at a time,
+	// which caps a process at about 1 / RTT tasks per second however large
+	// its concurrency; each fetcher adds one such loop.
+	Fetchers int `yaml:"fetchers"`
 }
 
 // Defaults of LogConfig.

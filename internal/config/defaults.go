@@ -35,6 +35,10 @@ func (c *Config) WithDefaults() *Config {
 		Concurrency:       cmp.Or(c.Worker.Concurrency, WorkerConcurrencyDefault),
 		TaskCheckInterval: cmp.Or(c.Worker.TaskCheckInterval, TaskCheckIntervalDefault),
 		ShutdownTimeout:   cmp.Or(c.Worker.ShutdownTimeout, ShutdownTimeoutDefault),
+		Fetchers:          c.Worker.Fetchers,
+	}
+	if out.Worker.Fetchers == 0 {
+		out.Worker.Fetchers = min(FetchersDefault, max(out.Worker.Concurrency, 1))
 	}
 	out.Log = LogConfig{
 		Format: cmp.Or(c.Log.Format, LogFormatDefault),

@@ -187,7 +187,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		shards:  cfg.Store.Shards(),
 		metrics: m,
 		leases:  l,
-		budget:  &budget{store: cfg.Store, refresh: cfg.CapacityRefresh},
+		budget:  newBudget(cfg.Store, cfg.CapacityRefresh),
 	}
 	d.wakes = make([]chan int64, d.shards)
 	for i := range d.wakes {
@@ -219,6 +219,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 	var loops, fanout sync.WaitGroup
 	fanout.Go(func() { d.fanOut(ps.Channel()) })
+	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
 	for shard := range d.shards {
 		loops.Go(func() { d.loop(runCtx, shard) })
 	}

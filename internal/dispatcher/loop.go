@@ -27,7 +27,8 @@ type shardLoop struct {
 	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
 	validUntil time.Time // the lease surely held until then (owned)
 	backoff    time.Duration
-	passed     time.Time // end of the last pass
+	passed     time.Time       // end of the last pass
+	capWait    <-chan struct{} // when set: the next wait also ends at the next capacity reading
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -138,9 +139,10 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	if capacity == 0 && time.Since(s.passed) < d.cfg.MaxSleep {
 		// The workers are full: nothing can be released. Promotions and
-		// sweeps wait for the regular pass; check the capacity again at
-		// the next refresh.
-		return minTime(s.passed.Add(d.cfg.MaxSleep), later(d.budget.refreshAt(), time.Now())), false
+		// sweeps wait for the regular pass; look again after the next
+		// reading of the free capacity.
+		s.capWait = d.budget.next()
+		return s.passed.Add(d.cfg.MaxSleep), false
 	}
 	cfg := d.cfg.Pass
 	cfg.Capacity = capacity
@@ -170,8 +172,8 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if res.CapacityReached && !left {
 		// The workers are full: tenants wait in ready at scores already due,
 		// so NextWake is now. Passing before the free capacity is read again
-		// would only spin on Redis; wait for the refresh (or a wake-up).
-		next = minTime(end.Add(d.cfg.MaxSleep), later(d.budget.refreshAt(), end))
+		// would only spin on Redis; wait for the reading (or a wake-up).
+		next, s.capWait = end.Add(d.cfg.MaxSleep), d.budget.next()
 	}
 	return next, again
 }
@@ -187,17 +189,22 @@ func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.T
 	return time.Now().Add(s.backoff)
 }
 
-// wait sleeps until until, ctx's end or — when wakeable — a wake-up whose
-// time − D is earlier. Wake-ups that arrive while the shard is not owned are
+// wait sleeps until until, ctx's end, the capacity reading s.capWait (set
+// by a pass that found the workers full; cleared here) or — when wakeable —
+// a wake-up whose time − D is earlier. Wake-ups that arrive while the shard is not owned are
 // dropped: the owner gets them.
 func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) {
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
+	capWait := s.capWait
+	s.capWait = nil
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+			return
+		case <-capWait:
 			return
 		case us := <-d.wakes[s.shard]:
 			if !wakeable {
