@@ -50,6 +50,45 @@ func (s *Store) Capacity(ctx context.Context) (int, error) {
 	return int(total), nil
 }
 
+// FreeCapacity is Capacity − InFlight (at least 0) read in one round trip
+// (one pipeline; in Cluster, one per master): what the dispatcher's budget
+// reads every few milliseconds while the workers are full.
+func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
+	for try := 0; ; try++ {
+		var sum *redis.Cmd
+		zcards := make([]*redis.IntCmd, s.keys.shards)
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			sum = scriptWorkers.lua.EvalSha(ctx, p, []string{s.keys.workers()}, s.nowArg(), "sum")
+			for shard := range zcards {
+				zcards[shard] = p.ZCard(ctx, s.keys.leases(shard))
+			}
+			return nil
+		})
+		if err != nil && redis.HasErrorPrefix(sum.Err(), "NOSCRIPT") && try == 0 {
+			if err := scriptWorkers.lua.Load(ctx, s.rdb).Err(); err != nil {
+				return 0, fmt.Errorf("free capacity: load script: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("free capacity: %w", err)
+		}
+		v, _ := sum.Slice()
+		if len(v) < 2 {
+			return 0, fmt.Errorf("free capacity: %w: workers sum reply %v", ErrProtocol, v)
+		}
+		d := newDecoder(scriptWorkers.name, v)
+		free := d.int(1)
+		if err := d.Err(); err != nil {
+			return 0, fmt.Errorf("free capacity: %w", err)
+		}
+		for _, c := range zcards {
+			free -= c.Val()
+		}
+		return int(max(free, 0)), nil
+	}
+}
+
 // InFlight is the number of jobs occupying a worker across all shards:
 // released (handed to asynq, waiting for their slot) plus running. It is the
 // sum of the shards' lease sets, which hold exactly those jobs — one ZCARD

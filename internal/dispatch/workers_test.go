@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestWorkerCapacityAndInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// FreeCapacity reads both in one round trip.
+		free, err := e.store.FreeCapacity(e.ctx)
+		if want := max(e.store.capacityOrFail(t)-n, 0); err != nil || free != want {
+			t.Fatalf("free capacity %d, %v; want %d", free, err, want)
+		}
 		return n
 	}
 	if n := inFlight(); n != 4 {
@@ -61,4 +67,40 @@ func TestWorkerCapacityAndInFlight(t *testing.T) {
 		t.Fatalf("in flight %d after a finish, want 3", n)
 	}
 	e.requireConsistent()
+}
+
+func (s *Store) capacityOrFail(t *testing.T) int {
+	t.Helper()
+	n, err := s.Capacity(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFreeCapacityLoadsItsScript: after SCRIPT FLUSH (a restarted Redis),
+// the pipelined reading comes back NOSCRIPT; FreeCapacity loads the script
+// and reads again. Overcommitted capacity reads as 0.
+func TestFreeCapacityLoadsItsScript(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := e.store.Heartbeat(e.ctx, "w1", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.seed(params(func(p *Params) { p.Burst = 3 }))
+	e.enqueue("acme", item(`1`), item(`2`), item(`3`))
+	e.passTenant("acme", time.Second, -1)
+	if err := e.rdb.ScriptFlush(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	free, err := e.store.FreeCapacity(e.ctx)
+	if err != nil || free != 0 {
+		t.Fatalf("free capacity %d, %v; want 0 (1 worker slot, 3 released)", free, err)
+	}
+	if err := e.store.Heartbeat(e.ctx, "w2", 10, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := e.store.FreeCapacity(e.ctx); err != nil || free != 8 {
+		t.Fatalf("free capacity %d, %v; want 11 − 3", free, err)
+	}
 }

@@ -82,15 +82,11 @@ func (b *budget) read(ctx context.Context) {
 }
 
 func (b *budget) readFree(ctx context.Context) (int, error) {
-	capacity, err := b.store.Capacity(ctx)
+	free, err := b.store.FreeCapacity(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read worker capacity: %w", err)
+		return 0, fmt.Errorf("read free worker capacity: %w", err)
 	}
-	inFlight, err := b.store.InFlight(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read jobs in flight: %w", err)
-	}
-	return max(capacity-inFlight, 0), nil
+	return free, nil
 }
 
 // share returns the Capacity of one pass over one of owned shards:

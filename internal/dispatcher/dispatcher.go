@@ -59,8 +59,7 @@ import (
 type Store interface {
 	Shards() int
 	Pass(ctx context.Context, shard int, cfg dispatch.PassConfig) (dispatch.PassResult, error)
-	Capacity(ctx context.Context) (int, error)
-	InFlight(ctx context.Context) (int, error)
+	FreeCapacity(ctx context.Context) (int, error)
 }
 
 var _ Store = (*dispatch.Store)(nil)

@@ -61,8 +61,7 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg dispatch.PassConfig) 
 	return dispatch.PassResult{Now: time.Now()}, nil
 }
 
-func (f *fakeStore) Capacity(context.Context) (int, error) { return f.capacity, nil }
-func (f *fakeStore) InFlight(context.Context) (int, error) { return f.inFlight, nil }
+func (f *fakeStore) FreeCapacity(context.Context) (int, error) { return max(f.capacity-f.inFlight, 0), nil }
 
 // passes returns a copy of the passes so far.
 func (f *fakeStore) passes() []passCall {
