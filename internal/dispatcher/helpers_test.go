@@ -61,7 +61,9 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg dispatch.PassConfig) 
 	return dispatch.PassResult{Now: time.Now()}, nil
 }
 
-func (f *fakeStore) FreeCapacity(context.Context) (int, error) { return max(f.capacity-f.inFlight, 0), nil }
+func (f *fakeStore) FreeCapacity(context.Context) (int, error) {
+	return max(f.capacity-f.inFlight, 0), nil
+}
 
 // passes returns a copy of the passes so far.
 func (f *fakeStore) passes() []passCall {
