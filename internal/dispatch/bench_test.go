@@ -38,6 +38,7 @@ func BenchmarkPass(b *testing.B) {
 
 func benchmarkPass(b *testing.B, tenants int) {
 	e := newEnvShards(b, 1)
+
 	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 100_000, 1, 10 }))
 	names := make([]string, tenants)
 	for i := range names {
@@ -113,18 +114,19 @@ func (e *env) benchWork(rel []Release) {
 	})
 }
 
-// pipelined runs sc n times in pipelines of 500, with the shard and
+// pipelined runs sc (a library function) n times in pipelines of 500, with the shard and
 // ARGV[3…] of call i from args, and fails on any error or refusal.
 func (e *env) pipelined(sc *script, n int, args func(i int) (int, []any)) {
 	e.t.Helper()
-	if err := sc.lua.Load(e.ctx, e.rdb).Err(); err != nil {
+	if err := e.store.LoadFunctions(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
+	version, _ := library()
 	for from := 0; from < n; from += 500 {
 		cmds, err := e.rdb.Pipelined(e.ctx, func(p redis.Pipeliner) error {
 			for i := from; i < min(n, from+500); i++ {
 				shard, a := args(i)
-				sc.lua.EvalSha(e.ctx, p, []string{e.store.keys.ready(shard)}, e.store.argv(shard, a...)...)
+				p.FCall(e.ctx, qualified(version, sc.fn), []string{e.store.keys.ready(shard)}, e.store.argv(shard, a...)...)
 			}
 			return nil
 		})
@@ -148,8 +150,9 @@ func (a commandStats) minus(b commandStats) commandStats {
 
 func (a *commandStats) add(b commandStats) { a.calls, a.usec = a.calls+b.calls, a.usec+b.usec }
 
-// commandStats reads the server's command totals. The usec of EVALSHA
-// includes the commands its script ran; they are counted in calls only.
+// commandStats reads the server's command totals. The usec of FCALL (and
+// EVALSHA) includes the commands its function ran; they are counted in
+// calls only.
 func (e *env) commandStats() commandStats {
 	e.t.Helper()
 	info, err := e.rdb.Info(context.Background(), "commandstats").Result()
@@ -169,7 +172,7 @@ func (e *env) commandStats() commandStats {
 			switch {
 			case k == "calls":
 				st.calls += n
-			case k == "usec" && name == "cmdstat_evalsha":
+			case k == "usec" && (name == "cmdstat_evalsha" || name == "cmdstat_fcall"):
 				st.usec += n
 			}
 		}

@@ -46,11 +46,20 @@ var (
 	luaTenantState string
 )
 
-// script is one assembled Lua script and its name for error messages.
+// script is one dispatch script: its name for error messages, the
+// assembled EVAL script and, for the scripts built on lib.lua, its name in
+// the Redis Functions library (functions.go); "" for the standalone ones.
 type script struct {
 	name string
 	lua  *redis.Script
+	fn   string
 }
+
+// Scripts built on lib.lua, in the order they were assembled: the bodies of
+// the Functions library.
+var libScripts []libScript
+
+type libScript struct{ name, body string }
 
 var (
 	scriptEnqueue     = assemble("enqueue", luaEnqueue)
@@ -69,10 +78,20 @@ var (
 	scriptTenantState = assemble("tenant_state", luaTenantState)
 )
 
-// assemble prepends the built-in defaults, lib.lua and lifecycle.lua to body.
+// prologue is what every script built on lib.lua shares: the built-in
+// defaults, lib.lua and lifecycle.lua.
+func prologue() string {
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaLib + "\n" + luaLifecycle + "\n"
+}
+
+// assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as
+// locals, the prologue, begin(), the body — and adds the body to the
+// Functions library (functions.go).
 func assemble(name, body string) *script {
-	src := "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaLib + "\n" + luaLifecycle + "\n" + body
-	return &script{name: name, lua: redis.NewScript(src)}
+	src := "local KEYS, ARGV = KEYS, ARGV\n" + prologue() +
+		"do local err = begin() if err then return err end end\n" + body
+	libScripts = append(libScripts, libScript{name: name, body: body})
+	return &script{name: name, lua: redis.NewScript(src), fn: name}
 }
 
 // Status codes in the first element of every script reply (lib.lua).
@@ -102,7 +121,7 @@ func (s *Store) argv(shard int, args ...any) []any {
 // runKeys executes sc with keys and argv as they are and decodes the reply
 // as run does.
 func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...any) (decoder, error) {
-	v, err := sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
+	v, err := s.call(ctx, sc, keys, argv)
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return decoder{}, fmt.Errorf("script %s: %w: nil reply", sc.name, ErrProtocol)

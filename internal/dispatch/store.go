@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,6 +87,8 @@ type Store struct {
 	// seed draws the retry jitter seed of each finish and pass; tests
 	// replace it to make the jitter deterministic.
 	seed func() uint64
+	// fmode is modeFunctions until Redis turns out to have no Functions.
+	fmode atomic.Int32
 }
 
 // NewStore returns a Store on rdb (a plain client or a Cluster client; the

@@ -24,10 +24,13 @@
 -- slot, plain reads that cannot fail. (The pass reads every policy and
 -- tenant it may touch before its first write.)
 
-local BASE = ARGV[1]
-if KEYS[1] ~= BASE .. 'ready' then
-  return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
-end
+-- Per-call state. Every script call starts with begin() (assembled ahead of
+-- the script's body, or run by the Redis Functions wrapper): it sets the
+-- shard base, now and the key names from KEYS/ARGV and clears the per-call
+-- caches (RESETS), so helpers defined once, at library load, serve every call.
+local BASE, NOW
+local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK
+local RESETS = {}
 
 local function istr(n) return string.format('%d', n) end
 
@@ -37,15 +40,24 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local NOW = clock()
 
--- Key builders: the Lua twin of keys.go.
-local K_READY = KEYS[1]
-local K_DELAYED = BASE .. 'delayed'
-local K_LEASES = BASE .. 'leases'
-local K_POLICY = BASE .. 'policy'
-local K_WAKE = BASE .. 'wake'
-local K_VCLOCK = BASE .. 'vclock'
+local function begin()
+  BASE = ARGV[1]
+  if type(BASE) ~= 'string' or KEYS[1] ~= BASE .. 'ready' then
+    return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+  end
+  NOW = clock()
+  -- Key builders: the Lua twin of keys.go.
+  K_READY = KEYS[1]
+  K_DELAYED = BASE .. 'delayed'
+  K_LEASES = BASE .. 'leases'
+  K_POLICY = BASE .. 'policy'
+  K_WAKE = BASE .. 'wake'
+  K_VCLOCK = BASE .. 'vclock'
+  for _, reset in ipairs(RESETS) do reset() end
+  return nil
+end
+
 local function k_tenant(tn) return BASE .. 't:' .. tn end
 local function k_queue(tn) return BASE .. 't:' .. tn .. ':q' end
 local function k_head(tn) return BASE .. 't:' .. tn .. ':head' end
@@ -58,6 +70,14 @@ local function k_idem(tn, key) return BASE .. 'idem:' .. tn .. ':' .. key end
 -- params and the tenant overrides' version (0 when none).
 -- decode_policy decodes one stored entry; absent is {}. A corrupt entry
 -- raises an error, which is safe: it happens in the read phase.
+-- MERGED caches the merge results by the stored texts of the layers
+-- (MERGED[defaults][overrides], '' for absent): with
+-- Redis Functions it outlives the call (the library's scope), so most calls
+-- neither decode JSON nor copy BUILTIN; with EVAL it lasts one call. The
+-- key is the exact text, so a policy write is effective on the very next
+-- decision all the same. Bounded: cleared when it holds MERGED_MAX entries.
+local MERGED, MERGED_N, MERGED_MAX = {}, 0, 512
+
 local function decode_policy(raw)
   if not raw then return {} end
   local ok, v = pcall(cjson.decode, raw)
@@ -78,24 +98,39 @@ local function merge_policy(defaults, overrides)
   return p
 end
 
--- load_policy caches per script call: the shard defaults ("*") are read and
--- decoded once, and tenants without overrides share one merged table. The
--- returned tables are read-only.
-local POLICY_DEFAULTS, POLICY_SHARED = nil, nil
+-- merged returns {params, overrides' version} for the stored texts of the
+-- defaults and the overrides (either absent: nil); the tables are shared
+-- and read-only.
+local function merged(raw_defaults, raw_overrides)
+  local d, o = raw_defaults or '', raw_overrides or ''
+  local by = MERGED[d]
+  local m = by and by[o]
+  if m then return m end
+  local ov = decode_policy(raw_overrides)
+  m = {merge_policy(decode_policy(raw_defaults), ov), tonumber(ov.version) or 0}
+  if MERGED_N >= MERGED_MAX then MERGED, MERGED_N, by = {}, 0, nil end
+  if not by then
+    by = {}
+    MERGED[d] = by
+  end
+  by[o], MERGED_N = m, MERGED_N + 1
+  return m
+end
+
+-- load_policy reads the shard defaults ("*") once per call and the tenant's
+-- overrides; the returned table is read-only.
+local POLICY_DEFAULTS = nil
+RESETS[#RESETS + 1] = function() POLICY_DEFAULTS = nil end
 local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
     local r = redis.call('HMGET', K_POLICY, '*', tn)
-    POLICY_DEFAULTS, raw = decode_policy(r[1]), r[2]
+    POLICY_DEFAULTS, raw = r[1] or false, r[2]
   else
     raw = redis.call('HGET', K_POLICY, tn)
   end
-  if not raw then
-    POLICY_SHARED = POLICY_SHARED or merge_policy(POLICY_DEFAULTS, {})
-    return POLICY_SHARED, 0
-  end
-  local o = decode_policy(raw)
-  return merge_policy(POLICY_DEFAULTS, o), tonumber(o.version) or 0
+  local m = merged(POLICY_DEFAULTS or nil, raw or nil)
+  return m[1], m[2]
 end
 
 -- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for
@@ -107,6 +142,7 @@ local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast'}
 local T_STORED, T_BUSY = {}, {}
+RESETS[#RESETS + 1] = function() T_STORED, T_BUSY = {}, {} end
 local busy
 
 local function load_tenant(tn, p)

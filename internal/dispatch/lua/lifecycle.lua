@@ -176,6 +176,7 @@ end
 -- Tenant cache for scripts that touch several tenants (pass): each loaded
 -- once (policy, state, TAT rescaled), saved, rescheduled and expired once.
 local TENANTS, TENANT_ORDER = {}, {}
+RESETS[#RESETS + 1] = function() TENANTS, TENANT_ORDER = {}, {} end
 local function tenant(tn)
   local c = TENANTS[tn]
   if not c then
