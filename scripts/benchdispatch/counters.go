@@ -20,7 +20,9 @@ type counters struct {
 // claim outcomes.
 func (sl *sluice) counters(ctx context.Context) counters {
 	c := counters{at: time.Now(), v: map[string]float64{}}
-	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total"}
+	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total",
+		"sluice_worker_send_lateness_seconds_sum", "sluice_worker_send_lateness_seconds_count",
+		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count"}
 	for _, base := range []string{sl.api, sl.metrics} {
 		if base == "" {
 			continue
@@ -56,6 +58,19 @@ func (c counters) since(b counters) string {
 	}
 	if len(claims) > 0 {
 		parts = append(parts, "claims "+strings.Join(claims, ", "))
+	}
+	// Where a job's time goes: from its slot to the send (mostly the wait
+	// in asynq for a fetcher when the workers are the bottleneck), and the
+	// request itself.
+	mean := func(name, labels string) (float64, bool) {
+		n := delta(name + "_count" + labels)
+		return delta(name+"_sum"+labels) / n * 1000, n > 0
+	}
+	if ms, ok := mean("sluice_worker_send_lateness_seconds", ""); ok {
+		parts = append(parts, fmt.Sprintf("slot → send mean %.1f ms", ms))
+	}
+	if ms, ok := mean("sluice_worker_delivery_seconds", `{kind="success"}`); ok {
+		parts = append(parts, fmt.Sprintf("request mean %.2f ms", ms))
 	}
 	return strings.Join(parts, "; ")
 }
