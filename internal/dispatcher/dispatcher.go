@@ -158,6 +158,7 @@ type Dispatcher struct {
 	leases  *leases
 	budget  *budget
 	owned   atomic.Int32 // shards held (all of them with DisableLeases)
+	members atomic.Int32 // live dispatchers sharing the leases, this one included
 	wakes   []chan int64 // per shard: the latest published earliest time, µs
 
 	mu      sync.Mutex
@@ -219,6 +220,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	var loops, fanout sync.WaitGroup
 	fanout.Go(func() { d.fanOut(ps.Channel()) })
 	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
+	if !d.cfg.DisableLeases {
+		d.beat(ctx) // the fair share is known before the loops take leases
+		fanout.Go(func() { d.membership(runCtx) })
+	}
 	for shard := range d.shards {
 		loops.Go(func() { d.loop(runCtx, shard) })
 	}

@@ -16,6 +16,8 @@ import (
 //
 //	<p>:meta                     HASH    the deployment's fixed parameters (meta.go)
 //	<p>:dispatch:lease:<shard>   STRING  owner token of the shard's dispatcher, with a TTL
+//	<p>:dispatch:members         HASH    owner token → expiry (ms): the dispatchers sharing
+//	                                     the leases; each holds at most ⌈shards / members⌉
 //	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by
 //	                                     every script that moves it earlier
 func leaseKey(prefix string, shard int) string {
@@ -34,9 +36,12 @@ var (
 	luaHold string
 	//go:embed lua/release.lua
 	luaRelease string
+	//go:embed lua/members.lua
+	luaMembers string
 
 	scriptHold    = redis.NewScript(luaHold)
 	scriptRelease = redis.NewScript(luaRelease)
+	scriptMembers = redis.NewScript(luaMembers)
 )
 
 // leases takes, renews and gives up the shard leases of one Dispatcher, all
@@ -72,4 +77,20 @@ func (l *leases) release(ctx context.Context, shard int) error {
 		return fmt.Errorf("release lease of shard %d: %w", shard, err)
 	}
 	return nil
+}
+
+func membersKey(prefix string) string { return prefix + ":dispatch:members" }
+
+// members records this owner as a live member until now + TTL and returns the
+// number of live members; leave (beat false) removes it.
+func (l *leases) members(ctx context.Context, beat bool) (int, error) {
+	op := "leave"
+	if beat {
+		op = "beat"
+	}
+	n, err := scriptMembers.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.owner, l.ttlMS, op).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("dispatcher members (%s): %w", op, err)
+	}
+	return int(n), nil
 }

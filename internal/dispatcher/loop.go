@@ -28,7 +28,8 @@ type shardLoop struct {
 	validUntil time.Time // the lease surely held until then (owned)
 	backoff    time.Duration
 	passed     time.Time       // end of the last pass
-	capWait    <-chan struct{} // when set: the next wait also ends at the next capacity reading
+	due        time.Time       // the next pass (zero: at once)
+	capWait    <-chan struct{} // when set: a wait also ends at the next capacity reading
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -54,11 +55,24 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 			d.wait(ctx, s, s.renewAt, false)
 			continue
 		}
+		if time.Now().Before(s.due) {
+			// Between passes: wake for the next pass, a wake-up or the
+			// capacity reading — or earlier to renew (or hand over) the
+			// lease, then wait on for the pass.
+			until := s.due
+			if !d.cfg.DisableLeases {
+				until = minTime(until, s.renewAt)
+			}
+			if d.wait(ctx, s, until, true) {
+				s.due = time.Time{}
+			}
+			continue
+		}
 		next, again := d.pass(ctx, s)
 		if again {
 			continue
 		}
-		d.wait(ctx, s, next, true)
+		s.due = next
 	}
 }
 
@@ -75,6 +89,21 @@ func (d *Dispatcher) own(ctx context.Context, s *shardLoop) bool {
 		return true
 	}
 	ttl := d.cfg.LeaseTTL
+	switch {
+	case s.owned && d.shed():
+		// More than the fair share: give this shard up for a dispatcher
+		// that has fewer (it tries free leases every LeaseTTL/10).
+		d.metrics.owned.Dec()
+		s.owned, s.renewAt = false, now.Add(ttl/3)
+		d.cfg.Logger.Info("shard lease handed over (above the fair share)", "shard", s.shard, "share", d.fairShare())
+		if err := d.leases.release(ctx, s.shard); err != nil && ctx.Err() == nil {
+			d.cfg.Logger.Warn("release shard lease", "shard", s.shard, "err", err)
+		}
+		return false
+	case !s.owned && int(d.owned.Load()) >= d.fairShare():
+		s.renewAt = now.Add(ttl / 10)
+		return false
+	}
 	held, err := d.leases.hold(ctx, s.shard)
 	switch {
 	case err != nil:
@@ -87,11 +116,68 @@ func (d *Dispatcher) own(ctx context.Context, s *shardLoop) bool {
 	case held:
 		s.renewAt, s.validUntil = now.Add(ttl/3), now.Add(ttl-ttl/10)
 		d.setOwned(s, true)
-	default:
-		s.renewAt = now.Add(ttl / 3)
+	default: // another dispatcher holds it: try again soon while below the share
+		s.renewAt = now.Add(ttl / 10)
 		d.setOwned(s, false)
 	}
 	return s.owned
+}
+
+// fairShare is the most shards this Dispatcher should hold: ⌈shards /
+// live dispatchers⌉, so that dispatch work spreads over the replicas.
+func (d *Dispatcher) fairShare() int {
+	m := max(int(d.members.Load()), 1)
+	return (d.shards + m - 1) / m
+}
+
+// shed takes one shard off the owned count when it exceeds the fair share
+// and reports whether it did: the caller gives that shard's lease up. The
+// count is decremented atomically, so loops renewing at once shed exactly
+// the excess.
+func (d *Dispatcher) shed() bool {
+	for {
+		o := d.owned.Load()
+		if int(o) <= d.fairShare() {
+			return false
+		}
+		if d.owned.CompareAndSwap(o, o-1) {
+			return true
+		}
+	}
+}
+
+// membership keeps this Dispatcher in <p>:dispatch:members, reading the
+// number of live dispatchers every LeaseTTL/3, until ctx is done; then it
+// leaves.
+func (d *Dispatcher) membership(ctx context.Context) {
+	tick := time.NewTicker(d.cfg.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if _, err := d.leases.members(lctx, false); err != nil {
+				d.cfg.Logger.Warn("leave dispatcher members", "err", err)
+			}
+			return
+		case <-tick.C:
+			d.beat(ctx)
+		}
+	}
+}
+
+// beat renews the membership and reads the number of live dispatchers;
+// on an error the last number stands.
+func (d *Dispatcher) beat(ctx context.Context) {
+	n, err := d.leases.members(ctx, true)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.cfg.Logger.Warn("dispatcher members", "err", err)
+		}
+		return
+	}
+	d.members.Store(int32(n))
 }
 
 func (d *Dispatcher) setOwned(s *shardLoop, owned bool) {
@@ -133,6 +219,7 @@ func (d *Dispatcher) giveUp(ctx context.Context, s *shardLoop) {
 // pass runs one pass on s's shard and hands its releases to asynq. It
 // returns when the loop should run next and whether to run again at once.
 func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, again bool) {
+	s.capWait = nil
 	capacity, err := d.budget.share(ctx, int(d.owned.Load()))
 	if err != nil {
 		return d.failed(ctx, s, err), false
@@ -190,22 +277,23 @@ func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.T
 }
 
 // wait sleeps until until, ctx's end, the capacity reading s.capWait (set
-// by a pass that found the workers full; cleared here) or — when wakeable —
-// a wake-up whose time − D is earlier. Wake-ups that arrive while the shard is not owned are
+// by a pass that found the workers full; cleared when it comes) or — when
+// wakeable — a wake-up whose time − D is earlier (which also moves the
+// next pass, s.due, earlier). woken reports that a wake-up due now or the
+// capacity reading ended it: time for a pass. Wake-ups that arrive while the shard is not owned are
 // dropped: the owner gets them.
-func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) {
+func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) (woken bool) {
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
-	capWait := s.capWait
-	s.capWait = nil
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-timer.C:
-			return
-		case <-capWait:
-			return
+			return false
+		case <-s.capWait:
+			s.capWait = nil
+			return true
 		case us := <-d.wakes[s.shard]:
 			if !wakeable {
 				continue
@@ -215,7 +303,10 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 				at = s.local(time.UnixMicro(us).Add(-d.cfg.Pass.Lead))
 			}
 			if !at.After(time.Now()) {
-				return
+				return true
+			}
+			if at.Before(s.due) {
+				s.due = at // the next pass, whatever ends this wait
 			}
 			if at.Before(until) {
 				until = at

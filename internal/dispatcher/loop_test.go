@@ -30,7 +30,10 @@ func allPassed(f *fakeStore) func() bool {
 	}
 }
 
-func TestLeasesGiveEachShardOneOwnerAndHandOverOnStop(t *testing.T) {
+// TestLeasesAreSharedFairlyAndHandedOverOnStop: a second dispatcher gets
+// its fair share (⌈shards / dispatchers⌉) from the first, every shard has
+// exactly one owner, and a stopped dispatcher's shards go to the other.
+func TestLeasesAreSharedFairlyAndHandedOverOnStop(t *testing.T) {
 	t.Parallel()
 	storeA, storeB := newFakeStore(4), newFakeStore(4)
 	cfgA := loopConfig(t, storeA)
@@ -38,26 +41,42 @@ func TestLeasesGiveEachShardOneOwnerAndHandOverOnStop(t *testing.T) {
 	cfgB.Store = storeB
 	a := start(t, cfgA)
 	eventually(t, time.Second, "A passes every shard", allPassed(storeA))
-	b := start(t, cfgB)
-	// B tries each lease at once and again every LeaseTTL/3: give it two tries.
-	redistest.Hold(t, 2*cfgA.LeaseTTL/3, "B passed while A held every lease",
-		func() bool { return len(storeB.passes()) == 0 })
-	if got := testutil.ToFloat64(b.metrics.owned); got != 0 {
-		t.Fatalf("B owns %v shards, want 0", got)
-	}
 	if got := testutil.ToFloat64(a.metrics.owned); got != 4 {
-		t.Fatalf("A owns %v shards, want 4", got)
+		t.Fatalf("A alone owns %v shards, want 4", got)
 	}
-
-	a.Stop() // releases the leases: B takes over at its next try
-	stopped := time.Now()
-	eventually(t, cfgA.LeaseTTL, "B passes every shard after A stopped", allPassed(storeB))
-	t.Logf("takeover after a clean stop: %s", time.Since(stopped))
-	for s := range 4 {
-		if err := cfgA.Redis.Get(context.Background(), leaseKey(cfgA.Prefix, s)).Err(); err != nil {
-			t.Fatalf("shard %d lease after takeover: %v", s, err)
+	b := start(t, cfgB)
+	owners := func() map[string]int {
+		n := map[string]int{}
+		for s := range 4 {
+			n[cfgA.Redis.Get(context.Background(), leaseKey(cfgA.Prefix, s)).Val()]++
 		}
+		return n
 	}
+	eventually(t, 20*cfgA.LeaseTTL, "A and B own 2 shards each", func() bool {
+		o := owners()
+		return testutil.ToFloat64(a.metrics.owned) == 2 && testutil.ToFloat64(b.metrics.owned) == 2 &&
+			o[a.leases.owner] == 2 && o[b.leases.owner] == 2
+	})
+	eventually(t, 2*cfgA.LeaseTTL, "B passes its shards", func() bool {
+		for s := range 4 {
+			if cfgA.Redis.Get(context.Background(), leaseKey(cfgA.Prefix, s)).Val() == b.leases.owner && storeB.count(s) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Balanced, it stays so: no shard changes hands over several renewals.
+	redistest.Hold(t, 2*cfgA.LeaseTTL, "the shares stay 2 and 2", func() bool {
+		o := owners()
+		return o[a.leases.owner] == 2 && o[b.leases.owner] == 2
+	})
+
+	a.Stop() // releases its leases and leaves: B takes them over
+	stopped := time.Now()
+	eventually(t, 2*cfgA.LeaseTTL, "B owns every shard after A stopped", func() bool {
+		return owners()[b.leases.owner] == 4 && testutil.ToFloat64(b.metrics.owned) == 4
+	})
+	t.Logf("takeover after a clean stop: %s", time.Since(stopped))
 }
 
 func TestLeaseOfACrashedOwnerIsTakenOverAfterItsTTL(t *testing.T) {
@@ -243,6 +262,9 @@ func TestStopIsIdempotentAndWorksWithoutStart(t *testing.T) {
 			t.Fatalf("shard %d lease kept after Stop", s)
 		}
 	}
+	if n, _ := cfg.Redis.HLen(context.Background(), membersKey(cfg.Prefix)).Result(); n != 0 {
+		t.Fatalf("%d dispatcher members after Stop, want it gone", n)
+	}
 }
 
 func TestMetricsRegister(t *testing.T) {
@@ -263,4 +285,23 @@ func TestMetricsRegister(t *testing.T) {
 	if _, err := New(cfg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
+}
+
+// TestLeasesAreRenewedBetweenLongSleeps: with MaxSleep far above the lease
+// TTL, a loop still wakes to renew its lease in time — without passing
+// again for it.
+func TestLeasesAreRenewedBetweenLongSleeps(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(2)
+	cfg := loopConfig(t, store) // MaxSleep 1 minute, LeaseTTL 300ms
+	d := start(t, cfg)
+	eventually(t, time.Second, "every shard passed", allPassed(store))
+	redistest.Hold(t, 4*cfg.LeaseTTL, "every lease held by the dispatcher, one pass a shard", func() bool {
+		for s := range 2 {
+			if cfg.Redis.Get(context.Background(), leaseKey(cfg.Prefix, s)).Val() != d.leases.owner || store.count(s) != 1 {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -70,10 +70,10 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 // permanentKeys matches the keys a deployment keeps for good under prefix:
 // meta, per shard the policy hash and the virtual clock, the worker
 // heartbeats (themselves expiring when no worker beats), and the dispatch
-// leases (while a throttler runs).
+// leases and members (while a throttler runs).
 func permanentKeys(prefix string) *regexp.Regexp {
 	p := regexp.QuoteMeta(prefix)
-	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock)|dispatch:lease:\d+)$`)
+	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock)|dispatch:lease:\d+|dispatch:members)$`)
 }
 
 // waitNoKeysBut polls until every key under the cluster's prefix matches
