@@ -51,9 +51,9 @@ type jobRef struct {
 // 202 with a jobRef (a replay also sets Idempotent-Replayed: true); 429
 // rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch,
 // invalid, or no_task_worker (a task job for a queue no sluicetask
-// middleware serves; checked before the store, so it stores nothing, not
-// even the idempotency key). Every answer from the store carries the
-// "admit" headers.
+// middleware serves; it stores nothing, not even the idempotency key, but a
+// replay of an accepted request still answers 202). Every answer from the
+// store carries the "admit" headers.
 func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
 	if err != nil {
@@ -79,8 +79,9 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
 	if spec.Type == job.TypeTask {
-		refusal, err := s.taskQueueRefusal(r, spec.Queue)
+		refusal, err := s.taskQueueRefusal(r, &it, spec.Queue)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -88,7 +89,6 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 			return 0, nil, refusal
 		}
 	}
-	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
 	res, err := s.storeEnqueue(r, tenant, []dispatch.Item{it})
 	if err != nil {
 		return 0, nil, err
@@ -156,7 +156,7 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	for i, raw := range jobs {
 		it, queue, err := s.batchItem(raw)
 		if err == nil && queue != "" {
-			refusal, errLive := s.taskQueueRefusal(r, queue)
+			refusal, errLive := s.taskQueueRefusal(r, &it, queue)
 			if errLive != nil {
 				return 0, nil, errLive // nothing was stored
 			}
@@ -349,7 +349,7 @@ func resultOf(index int, tenant string, r dispatch.Result) batchResult {
 	case dispatch.CodeRateLimited, dispatch.CodeBacklogFull:
 		br.Status, br.retry = http.StatusTooManyRequests, r.RetryAfter
 		br.RetryAfter = max(1, int64((r.RetryAfter+time.Second-1)/time.Second))
-	case dispatch.CodeIdempotencyMismatch, dispatch.CodeInvalid:
+	case dispatch.CodeIdempotencyMismatch, dispatch.CodeInvalid, dispatch.Code(CodeNoTaskWorker):
 	default:
 		br.Error.Code = CodeInvalid
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"net/http"
 	"sync"
 	"time"
@@ -10,21 +11,29 @@ import (
 // TaskWorkerCacheDefault is the default of Options.TaskWorkerCache.
 const TaskWorkerCacheDefault = time.Second
 
-// taskQueueRefusal answers whether a task job for queue may be enqueued
+// taskQueueRefusal answers whether task item it for queue may be enqueued
 // (DESIGN §2.5): a 422 no_task_worker when no live sluicetask middleware
-// serves the queue (nothing would ever run the job), nil when one does.
-// err is set, and the whole request fails (503), when Redis cannot tell.
-// queue must be in the task_queues allow-list: that bounds the cache.
-func (s *Server) taskQueueRefusal(r *http.Request, queue string) (*Error, error) {
+// serves the queue (nothing would ever run the job), nil when one does. An
+// item under an idempotency key is not refused here: it carries the refusal
+// to the store (Item.Unless), which answers a replay of an accepted request
+// as usual and refuses only a new job. err is set, and the whole request
+// fails (503), when Redis cannot tell. queue must be in the task_queues
+// allow-list: that bounds the cache.
+func (s *Server) taskQueueRefusal(r *http.Request, it *dispatch.Item, queue string) (*Error, error) {
 	live, err := s.taskWorkers.live(r.Context(), queue)
 	if err != nil {
 		return nil, s.storeError(r, "task_workers", err)
 	}
-	if !live {
-		return errorf(http.StatusUnprocessableEntity, CodeNoTaskWorker,
-			"queue %q has no live task worker: run an asynq server with the sluicetask middleware "+
-				"(github.com/sluicehq/sluice/sluicetask) serving it, then retry", queue), nil
+	if live {
+		return nil, nil
 	}
+	refusal := errorf(http.StatusUnprocessableEntity, CodeNoTaskWorker,
+		"queue %q has no live task worker: run an asynq server with the sluicetask middleware "+
+			"(github.com/sluicehq/sluice/sluicetask) serving it, then retry", queue)
+	if it.IdemKey == "" {
+		return refusal, nil
+	}
+	it.Unless = &dispatch.Refusal{Code: dispatch.Code(refusal.Code), Detail: refusal.Message}
 	return nil, nil
 }
 

@@ -127,3 +127,50 @@ func TestTaskWorkerCacheOff(t *testing.T) {
 	}
 	requireNoTaskWorker(t, f.post(t, "/v1/tenants/acme-t/jobs", producerToken, taskJob), "default")
 }
+
+// TestTaskJobReplayAnswersWithoutALiveWorker: a task request accepted under
+// an idempotency key gets its original 202 (Idempotent-Replayed) when it is
+// retried after the queue's last middleware went away; a new key, or a
+// batch item with a new key, is still refused with no_task_worker and
+// leaves no key behind.
+func TestTaskJobReplayAnswersWithoutALiveWorker(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.TaskWorkerCache = -1 })
+	ctx, store := context.Background(), f.srv.opts.Store
+	const jobs, bat = "/v1/tenants/acme-t/jobs", "/v1/tenants/acme-t/jobs:batch"
+	if err := store.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	first := f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-1")
+	id := requireAccepted(t, first, "acme-t", "queued")
+	itemJob := strings.Replace(taskJob, `{"type"`, `{"idempotency_key":"item-1","type"`, 1)
+	if r := f.post(t, bat, producerToken, batch(itemJob)); r.status != http.StatusAccepted {
+		t.Fatalf("batch with a live worker: %d %v", r.status, r.body)
+	}
+	if err := store.TaskWithdraw(ctx, "default", "w1"); err != nil {
+		t.Fatal(err)
+	}
+
+	again := f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-1")
+	if requireAccepted(t, again, "acme-t", "queued") != id || again.header.Get(HeaderReplayed) != "true" {
+		t.Fatalf("replay without a live worker: %v %v, want the original %s, replayed", again.header, again.body, id)
+	}
+	requireNoTaskWorker(t, f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-2"), "default")
+	r := f.post(t, bat, producerToken, batch(itemJob, strings.Replace(itemJob, "item-1", "item-2", 1)))
+	res := results(t, r)
+	if r.status != http.StatusAccepted || res[0]["status"] != 202.0 || res[0]["idempotent_replayed"] != true ||
+		res[1]["status"] != 422.0 || res[1]["error"].(map[string]any)["code"] != CodeNoTaskWorker {
+		t.Fatalf("batch without a live worker: %d %v, want item 0 replayed and item 1 no_task_worker", r.status, r.body)
+	}
+	if ts := f.tenant(t, "acme-t"); ts["backlog"] != 2.0 {
+		t.Fatalf("tenant backlog %v, want the 2 jobs accepted while the worker lived", ts["backlog"])
+	}
+	// order-2 was not remembered: with a worker back it is a new job.
+	if err := store.TaskHeartbeat(ctx, "default", "w2", 4, 20*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r = f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-2")
+	if requireAccepted(t, r, "acme-t", "queued"); r.header.Get(HeaderReplayed) != "" {
+		t.Fatalf("order-2 after the worker came back: replayed %q, want a new job", r.header.Get(HeaderReplayed))
+	}
+}

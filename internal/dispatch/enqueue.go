@@ -38,6 +38,19 @@ type Item struct {
 	// Fingerprint identifies the request under IdemKey: the SHA-256 of the
 	// raw body (of the item's canonical JSON in a batch).
 	Fingerprint [32]byte
+	// Unless, when not nil, refuses the item with its code and detail unless
+	// IdemKey replays an earlier request (which answers as usual: Duplicate,
+	// or CodeIdempotencyMismatch): for a new job that must not be stored
+	// now — a task job whose queue has no live worker — whose retried
+	// request must still get its original answer.
+	Unless *Refusal
+}
+
+// Refusal is a refusal an Item carries (Item.Unless): a code of the caller's
+// (it need not be one of this package's) and a detail for people.
+type Refusal struct {
+	Code   Code
+	Detail string
 }
 
 // Outcome is what happened to one Item.
@@ -139,7 +152,7 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 	if len(items) < 1 || len(items) > MaxBatch {
 		return nil, invalidf("%d items: want 1 … %d", len(items), MaxBatch)
 	}
-	args := make([]any, 0, 2+8*len(items))
+	args := make([]any, 0, 2+itemValues*len(items))
 	args = append(args, tenant, len(items))
 	now := s.now()
 	for i, it := range items {
@@ -154,11 +167,18 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 		if !it.RunAt.IsZero() {
 			runAt = it.RunAt.UnixMicro()
 		}
+		var unless Refusal
+		if it.Unless != nil {
+			unless = *it.Unless
+		}
 		args = append(args, id, it.Type, max(it.Cost, 1), runAt, it.Delay.Microseconds(),
-			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body)
+			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail)
 	}
 	return args, nil
 }
+
+// itemValues is the number of ARGV values per item of enqueue.lua.
+const itemValues = 10
 
 // check validates what can be checked without the tenant's policy.
 func (it Item) check() error {
@@ -177,6 +197,8 @@ func (it Item) check() error {
 		return invalidf("delay %s: want at most %s", it.Delay, MaxDurationUS*time.Microsecond)
 	case len(it.IdemKey) > MaxIdemKeyLen:
 		return invalidf("idempotency key of %d bytes: want at most %d", len(it.IdemKey), MaxIdemKeyLen)
+	case it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024):
+		return invalidf("unless: want a code of 1–64 bytes and a detail of at most 1024")
 	}
 	return nil
 }

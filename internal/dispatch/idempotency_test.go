@@ -114,3 +114,42 @@ func TestIdempotencyUnderConcurrency(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// TestUnlessRefusesNewJobsButReplays: an item carrying Unless is refused
+// with its code and stores nothing — not even its idempotency key — unless
+// its key replays an earlier request, which answers as it always does.
+func TestUnlessRefusesNewJobsButReplays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	unless := &Refusal{Code: "no_task_worker", Detail: "queue default has no live worker"}
+	with := func(it Item) Item { it.Unless = unless; return it }
+
+	first := e.enqueueOne("acme", idemItem("order-1", `{"a":1}`))
+	tokens := e.state("acme").AdmitTokens
+	rs := e.enqueue("acme",
+		with(idemItem("order-1", `{"a":1}`)), // a replay: the original answer
+		with(idemItem("order-1", `{"a":2}`)), // the key with another body
+		with(idemItem("order-2", `{"a":3}`)), // a new job: refused
+		with(item(`{"a":4}`)))                // no key: refused
+	if got := outcomes(rs); got != "DRRR" || rs[0].ID != first.ID || rs[1].Code != CodeIdempotencyMismatch {
+		t.Fatalf("outcomes %s: %+v", got, rs)
+	}
+	for _, r := range rs[2:] {
+		if r.Code != unless.Code || r.Detail != unless.Detail || r.RetryAfter != 0 || r.ID != "" {
+			t.Fatalf("refused item: %+v, want %+v", r, *unless)
+		}
+	}
+	if st := e.state("acme"); st.Backlog != 1 || st.AdmitTokens != tokens {
+		t.Fatalf("state after refusals: backlog %d, tokens %d; want 1, %d (nothing stored or charged)", st.Backlog, st.AdmitTokens, tokens)
+	}
+	// order-2's key was not kept: once the job may be stored, it is new.
+	if r := e.enqueue("acme", idemItem("order-2", `{"a":3}`))[0]; r.Outcome != Accepted {
+		t.Fatalf("order-2 without Unless: %+v, want accepted", r)
+	}
+	bad := item(`{}`)
+	bad.Unless = &Refusal{}
+	if _, err := e.store.Enqueue(e.ctx, "acme", []Item{bad}); err == nil {
+		t.Fatal("an Unless without a code was accepted")
+	}
+	e.requireConsistent()
+}

@@ -3,19 +3,23 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  tenant                    ARGV[4]  n, the number of items
--- ARGV[5…] n items of 8 values each:
+-- ARGV[5…] n items of 10 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
---          idempotency key ('' = none), fingerprint (hex), body
+--          idempotency key ('' = none), fingerprint (hex), body,
+--          unless code ('' = none), unless detail
 -- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
 --          effective admission policy, then one ri per item, in order:
 --          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
 --          {'duplicate', id, state ('' when the record expired), eta µs, atok, full_in µs}
 --          {'refused',   code, retry_after µs (0 = never by waiting), detail, atok, full_in µs}
 --          code: 'idempotency_mismatch' | 'invalid' | 'rate_limited' | 'backlog_full'
+--          | the item's unless code
 --          atok, full_in: the admission bucket right after the item's decision —
 --          whole tokens left and the time until it is full again (0 = full).
 --
--- Per item, in order: idempotency → cost fits min(burst, admit_burst) →
+-- Per item, in order: idempotency → the item's unless refusal (a new job
+-- the caller does not want stored; a replay still answers) → cost fits
+-- min(burst, admit_burst) →
 -- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
 -- → store the job → backlog (RPUSH) or delayed set (run_at in the future) →
 -- counters. Then once: reschedule(tenant), tenant expiry, and a PUBLISH on the
@@ -31,16 +35,16 @@
 
 local tn = ARGV[3]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + 8 * n then
-  return redis.error_reply('ERR sluice enqueue: want 8 values per item')
+if not n or n < 1 or #ARGV ~= 4 + 10 * n then
+  return redis.error_reply('ERR sluice enqueue: want 10 values per item')
 end
 
 local items = {}
 for i = 1, n do
-  local o = 4 + (i - 1) * 8
+  local o = 4 + (i - 1) * 10
   local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
     run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
-    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8]}
+    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10]}
   if not it.cost or it.cost < 1 or not it.run_at or not it.delay then
     return redis.error_reply('ERR sluice enqueue: bad cost, run_at or delay in item ' .. i)
   end
@@ -148,7 +152,9 @@ end
 local reply = {'ok', NOW, 0, p.admit_us, p.admit_burst}
 local accepted = 0
 for _, it in ipairs(items) do
-  local r = idempotency(it) or caps(it)
+  local r = idempotency(it)
+  if not r and it.unless ~= '' then r = {'refused', it.unless, 0, it.unless_detail} end
+  r = r or caps(it)
   if not r then
     r = store(it)
     accepted = accepted + 1
