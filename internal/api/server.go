@@ -96,7 +96,7 @@ type Server struct {
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
 	// taskWorkers caches which task queues have a live middleware.
-	taskWorkers *liveCache
+	taskWorkers *dispatch.LiveCache
 }
 
 // New builds the server and registers its routes and metrics.
@@ -120,7 +120,7 @@ func New(opts Options) (*Server, error) {
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
 	}
 	if s.opts.Store != nil {
-		s.taskWorkers = newLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
+		s.taskWorkers = dispatch.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
 	}
 	s.routes()
 	return s, nil

@@ -70,7 +70,7 @@ func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 		o.Store, o.TaskQueues = st, []string{"default", "mail"}
 	})
 	cacheClock := &testClock{t: time.Now()}
-	f.srv.taskWorkers.now = cacheClock.Now
+	f.srv.taskWorkers.Clock = cacheClock.Now
 	ctx, store := context.Background(), f.srv.opts.Store
 	const jobs, bat = "/v1/tenants/acme-t/jobs", "/v1/tenants/acme-t/jobs:batch"
 

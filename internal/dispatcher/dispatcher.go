@@ -60,6 +60,7 @@ type Store interface {
 	Shards() int
 	Pass(ctx context.Context, shard int, cfg dispatch.PassConfig) (dispatch.PassResult, error)
 	FreeCapacity(ctx context.Context) (int, error)
+	TaskQueueLive(ctx context.Context, queue string) (bool, error)
 }
 
 var _ Store = (*dispatch.Store)(nil)
@@ -70,6 +71,10 @@ type Enqueuer interface {
 }
 
 var _ Enqueuer = (*asynq.Client)(nil)
+
+// taskLiveCache is how long the hand-off trusts its answer to whether a
+// task queue has a live middleware (the API's default too).
+const taskLiveCache = time.Second
 
 // Defaults of Config's lease and hand-off tuning.
 const (
@@ -157,9 +162,10 @@ type Dispatcher struct {
 	metrics *metrics
 	leases  *leases
 	budget  *budget
-	owned   atomic.Int32 // shards held (all of them with DisableLeases)
-	members atomic.Int32 // live dispatchers sharing the leases, this one included
-	wakes   []chan int64 // per shard: the latest published earliest time, µs
+	live    *dispatch.LiveCache // task queues served by a live middleware
+	owned   atomic.Int32        // shards held (all of them with DisableLeases)
+	members atomic.Int32        // live dispatchers sharing the leases, this one included
+	wakes   []chan int64        // per shard: the latest published earliest time, µs
 
 	mu      sync.Mutex
 	started bool
@@ -188,6 +194,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		metrics: m,
 		leases:  l,
 		budget:  newBudget(cfg.Store, cfg.CapacityRefresh),
+		live:    dispatch.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
 	d.wakes = make([]chan int64, d.shards)
 	for i := range d.wakes {

@@ -2,10 +2,12 @@ package dispatcher
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 )
@@ -125,5 +127,40 @@ func checkOpts(t *testing.T, what string, opts []asynq.Option, want map[string]b
 		if !w && got[s] {
 			t.Errorf("%s: unexpected option %s", what, s)
 		}
+	}
+}
+
+// TestHandoffSkipsTaskJobsNoMiddlewareServes: a released task job whose
+// queue has no live middleware is not handed to asynq (the sweep returns
+// it; nothing piles up in the queue) and is counted; a served queue's task
+// and a webhook job are handed off as usual.
+func TestHandoffSkipsTaskJobsNoMiddlewareServes(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(1)
+	store.unserved = map[string]bool{"gone": true}
+	slot := time.Now()
+	rel := func(id, typ, queue string) dispatch.Release {
+		return dispatch.Release{ID: id, Tenant: "acme", Type: typ, Gen: 1, Slot: slot, SendAt: slot,
+			Timeout: time.Second, Queue: queue, TaskType: "t:" + id}
+	}
+	store.result = func(_, n int) dispatch.PassResult {
+		if n > 0 {
+			return dispatch.PassResult{Now: time.Now()}
+		}
+		return dispatch.PassResult{Now: time.Now(), Released: []dispatch.Release{
+			rel("j1", "task", "gone"), rel("j2", "task", "default"), rel("j3", "webhook", "")}}
+	}
+	cfg := loopConfig(t, store)
+	asy := &fakeAsynq{}
+	cfg.Asynq = asy
+	d := start(t, cfg)
+	eventually(t, time.Second, "two tasks handed off", func() bool { return len(asy.enqueued()) == 2 })
+	d.Stop()
+	got := asy.enqueued()
+	if len(got) != 2 || slices.Contains(got, "t:j1") || !slices.Contains(got, "t:j2") || !slices.Contains(got, TaskTypeWebhook) {
+		t.Fatalf("handed off %v, want t:j2 and %s, not t:j1", got, TaskTypeWebhook)
+	}
+	if n := testutil.ToFloat64(d.metrics.unserved); n != 1 {
+		t.Fatalf("unserved releases %v, want 1", n)
 	}
 }

@@ -30,9 +30,10 @@ type fakeStore struct {
 	capacity, inFlight int
 	result             func(shard, n int) dispatch.PassResult
 
-	mu    sync.Mutex
-	calls []passCall
-	seen  chan struct{} // receives (without blocking) on every pass
+	mu       sync.Mutex
+	calls    []passCall
+	unserved map[string]bool // task queues without a live middleware
+	seen     chan struct{}   // receives (without blocking) on every pass
 }
 
 func newFakeStore(shards int) *fakeStore {
@@ -65,6 +66,13 @@ func (f *fakeStore) FreeCapacity(context.Context) (int, error) {
 	return max(f.capacity-f.inFlight, 0), nil
 }
 
+// TaskQueueLive: every task queue is served, unless listed in unserved.
+func (f *fakeStore) TaskQueueLive(_ context.Context, queue string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.unserved[queue], nil
+}
+
 // passes returns a copy of the passes so far.
 func (f *fakeStore) passes() []passCall {
 	f.mu.Lock()
@@ -80,6 +88,17 @@ func (f *fakeStore) count(shard int) int {
 		}
 	}
 	return n
+}
+
+// enqueued returns the types of the tasks enqueued so far.
+func (f *fakeAsynq) enqueued() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, t := range f.tasks {
+		out = append(out, t.Type())
+	}
+	return out
 }
 
 // fakeAsynq records enqueued tasks.

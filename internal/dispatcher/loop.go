@@ -344,11 +344,23 @@ func (d *Dispatcher) handoff(ctx context.Context, rels []dispatch.Release) {
 	wg.Wait()
 }
 
-// enqueue hands one release to asynq. A task id conflict means the task is
-// already there (a pass raced with a retry of this one): fine. Any other
-// failure is repaired by the sweep after the job's grace.
+// enqueue hands one release to asynq, except a task job for a queue no live
+// middleware serves. A task id conflict means the task is already there (a
+// pass raced with a retry of this one): fine. Any other failure is repaired
+// by the sweep after the job's grace.
 func (d *Dispatcher) enqueue(ctx context.Context, r dispatch.Release) {
 	d.metrics.released.WithLabelValues(typeLabel(r.Type)).Inc()
+	if r.Type == typeTask && r.Queue != "" {
+		// No middleware serves the queue (it stopped since the enqueue):
+		// an asynq task would only wait there, and every sweep of the job
+		// would add one more. Leave the job to the sweep instead; when
+		// Redis cannot tell, hand it off.
+		if live, err := d.live.Live(ctx, r.Queue); err == nil && !live {
+			d.metrics.unserved.Inc()
+			d.cfg.Logger.Debug("task queue has no live middleware; the sweep returns the job", "job", r.ID, "queue", r.Queue)
+			return
+		}
+	}
 	task, opts, err := d.taskFor(r)
 	if err == nil {
 		_, err = d.cfg.Asynq.EnqueueContext(ctx, task, opts...)

@@ -17,6 +17,7 @@ type metrics struct {
 	promoted      prometheus.Counter
 	swept         prometheus.Counter
 	owned         prometheus.Gauge
+	unserved      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,11 +55,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_dispatch_shards_owned",
 			Help: "Shards whose lease this dispatcher holds.",
 		}),
+		unserved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_dispatch_unserved_task_releases_total",
+			Help: "Released task jobs not handed to asynq because no live middleware serves their queue " +
+				"(the sweep returns them after their grace; nothing piles up in the queue).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned} {
+	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register dispatcher metrics: %w", err)
 		}
