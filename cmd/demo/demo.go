@@ -50,8 +50,8 @@ type report struct {
 	Tenants  []tenantReport
 	Chart    string   // absolute path of the SVG
 	Unsigned []string // tenants without webhook secrets: not verified
-	// Forfeited is how many claims forfeited their slot during the run (all
-	// tenants; late claims re-slotted or returned), from the worker's
+	// Forfeited is how many claims gave their job back unsent during the
+	// run (all tenants: claims answered "returned"), from the worker's
 	// metrics; -1 when unknown.
 	Forfeited int64
 }

@@ -157,6 +157,14 @@ func TestClaimLate(t *testing.T) {
 	if len(next) != 1 || !next[0].Slot.Equal(rel.Slot.Add(100*ms)) {
 		t.Fatalf("released %+v, want the next slot T after the first", next)
 	}
+	// The worker is told to claim 5ms late, and the lease covers that.
+	if want := next[0].Slot.Add(5 * ms); !next[0].SendAt.Equal(want) {
+		t.Fatalf("send at +%s, want the slot + 5ms", next[0].SendAt.Sub(next[0].Slot))
+	}
+	lease := e.rdb.ZScore(e.ctx, e.store.keys.leases(e.store.keys.shardOf("acme")), next[0].ID).Val()
+	if want := next[0].SendAt.Add(time.Second).UnixMicro(); int64(lease) != want {
+		t.Fatalf("lease until %d, want send at + grace = %d", int64(lease), want)
+	}
 	e.clock.Set(next[0].Slot)
 	if c := e.claim(next[0].ID, next[0].Gen); c.Outcome != ClaimEarly || c.Wait != 5*ms {
 		t.Fatalf("claim at the planned slot: %+v, want early by the 5ms the first was late", c)

@@ -52,7 +52,7 @@ type Job struct {
 	Bytes   int64  // body size at enqueue
 	Body    []byte // the job as the API stored it; nil once succeeded or canceled
 	State   State
-	Gen     int64     // generation, bumped by every pop, re-slot, sweep, return, replay (DESIGN §1)
+	Gen     int64     // generation, bumped by every release, sweep, return, replay (DESIGN §1)
 	Attempt int64     // attempts used
 	Created time.Time // enqueue time
 	RunAt   time.Time // requested run_at (or now + delay); zero when none

@@ -62,7 +62,8 @@ const VTScale = 1_000_000
 //
 //  1. promotes up to P due delayed jobs, by due time: scheduled → the
 //     backlog's tail, retrying → the head lane (in head-sequence order);
-//  2. sweeps up to P expired leases: a released job past slot + grace goes
+//  2. sweeps up to P expired leases: a released job past its send time
+//     (SendAt) + grace goes
 //     back to the head lane with gen + 1 and no attempt used (the hand-off to
 //     asynq failed or the task was lost); a running job past claim + timeout
 //     + grace gets gen + 1, its attempt logged as lease_expired, and is
@@ -73,8 +74,10 @@ const VTScale = 1_000_000
 //     or paused past now + D, its earliest GCRA slot is ≤ now + D, its
 //     released tokens stay within the release cap ⌈r·D⌉ + b, running +
 //     released < concurrency, and the pass's Capacity lasts. A released job
-//     gets slot = max(earliest slot, now + L, end of pause), TAT ← max(TAT,
-//     slot) + cost·T, gen + 1, state released and a lease until slot + grace;
+//     gets slot = max(earliest slot, end of pause) (a slot ≥ now + L spaced
+//     by ClaimSpacing from the others of the pass), TAT ← max(TAT, slot) +
+//     cost·T, gen + 1, state released, SendAt (the slot plus the lateness
+//     of the tenant's send schedule) and a lease until SendAt + grace;
 //  4. reschedules every tenant it touched.
 //
 // Fairness under overload (start-time fair queueing). Capacity goes one job

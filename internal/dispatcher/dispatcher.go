@@ -2,7 +2,7 @@
 // it holds the shard's lease, runs the pass script (promote, sweep, release
 // due jobs at their tenants' rates) and hands every released job to asynq
 // with the task id "<job id>:<gen>", MaxRetry(0) and a whole-second timeout
-// covering the wait for the slot, one re-slot, the attempt and the grace.
+// covering the wait for the slot, one late claim, the attempt and the grace.
 //
 // # Wake-ups
 //
@@ -19,10 +19,14 @@
 // # Shard leases
 //
 // Each shard is passed by the Dispatcher holding <p>:dispatch:lease:<shard>
-// (SET NX PX with a random owner token, renewed every LeaseTTL/3, deleted on
-// Stop; a crashed owner's lease expires after LeaseTTL and another replica
-// takes the shard within LeaseTTL/3 more). Leases are for efficiency only:
-// the scripts are atomic and fenced by generations, so any number of
+// (SET NX PX with a random owner token, renewed every LeaseTTL/3 — a loop
+// wakes for it between passes —, deleted on Stop; a crashed owner's lease
+// expires after LeaseTTL and another replica takes the shard within
+// LeaseTTL/10 more). The Dispatchers register in <p>:dispatch:members and
+// each holds at most its fair share, ⌈shards / members⌉: one above it gives
+// leases up at renewal, one below it tries free leases every LeaseTTL/10,
+// so dispatch work spreads over the replicas. Leases are for efficiency
+// only: the scripts are atomic and fenced by generations, so any number of
 // Dispatchers passing one shard at once never release a job twice
 // (DisableLeases runs without them).
 //
@@ -30,7 +34,12 @@
 //
 // Workers heartbeat their concurrency; a pass may release at most its share
 // of the free capacity (Capacity − InFlight, split across the shards this
-// Dispatcher owns). When it is used up the loops wait for the next tick.
+// Dispatcher owns), read by one goroutine every CapacityRefresh (every 2 ms
+// while it is used up) so that no pass waits on the reading. When it is
+// used up the loops wait for the next reading.
+//
+// A released task job whose queue has no live middleware is not handed to
+// asynq (the sweep returns it after its grace).
 //
 // Errors (Redis unavailable) are logged and counted; the loops back off and
 // resume by themselves. A Dispatcher keeps no state outside Redis: killing

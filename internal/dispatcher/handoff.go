@@ -91,8 +91,9 @@ func PayloadFromHeaders(h map[string]string) (Payload, error) {
 // TaskTimeout is the asynq Timeout of a released job whose attempt timeout
 // is attempt: ⌈2·lead + attempt + grace⌉ in whole seconds, at least 1 s
 // (asynq stores whole seconds and turns a sub-second timeout into 30 min).
-// It covers the wait for the slot (≤ D), one re-slot (≤ D), the attempt
-// and the lease slack.
+// It covers the wait for the slot (≤ D), one early claim's wait (≤ D), the
+// attempt and the lease slack; taskFor adds the lateness the tenant's send
+// schedule carries (SendAt − Slot) to the slack.
 func TaskTimeout(lead, attempt, grace time.Duration) time.Duration {
 	total := 2*lead + max(attempt, 0) + grace
 	secs := math.Ceil(total.Seconds())
@@ -108,7 +109,9 @@ func (d *Dispatcher) taskFor(r dispatch.Release) (*asynq.Task, []asynq.Option, e
 	opts := []asynq.Option{
 		asynq.TaskID(r.TaskID()),
 		asynq.MaxRetry(0),
-		asynq.Timeout(TaskTimeout(d.cfg.Pass.Lead, r.Timeout, d.cfg.Pass.Grace)),
+		// The worker first waits for SendAt: the slot plus the lateness
+		// the tenant's send schedule carries.
+		asynq.Timeout(TaskTimeout(d.cfg.Pass.Lead, r.Timeout, d.cfg.Pass.Grace+max(r.SendAt.Sub(r.Slot), 0))),
 	}
 	switch r.Type {
 	case typeWebhook, typeHTTP:

@@ -87,6 +87,17 @@ func TestTaskForEachJobType(t *testing.T) {
 	wantOpts[`Queue("p:webhook")`], wantOpts[`Queue("p:http")`] = false, true
 	checkOpts(t, "http", opts, wantOpts)
 
+	// A tenant whose send schedule runs 3.5s late: the task's timeout
+	// covers the wait for SendAt too.
+	late := web
+	late.SendAt = slot.Add(3500 * time.Millisecond)
+	_, opts, err = d.taskFor(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOpts(t, "late webhook", opts, map[string]bool{`TaskID("j1_01J0000000000000000000000:3")`: true,
+		"MaxRetry(0)": true, "Timeout(20s)": true, `Queue("p:webhook")`: true}) // ⌈0.2 + 15 + 1 + 3.5⌉
+
 	tj := base
 	tj.Type, tj.Queue, tj.TaskType = "task", "emails", "email:send"
 	task, opts, err = d.taskFor(tj)

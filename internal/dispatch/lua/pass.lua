@@ -33,7 +33,8 @@
 --    at planned instants do not herd; a slot within L is claimed as soon as
 --    a worker picks the task up (claim.lua's send schedule keeps a late
 --    pickup from clumping). TAT ← max(TAT, slot) + cost·T, gen + 1, lease
---    slot + grace, vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
+--    send_at + grace (send_at: the slot plus the lateness of the tenant's
+--    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
 --    release leaves the round; the pass stops when none is left or the
 --    capacity is used.
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
@@ -266,14 +267,15 @@ local function release_one(tn, c)
   t.rtok = t.rtok + j.cost
   t.lead = D
   j.gen = j.gen + 1
+  -- When the tenant's send schedule runs late (claim.lua), the worker is
+  -- told to claim at the slot plus that lateness (send_at): one claim, not
+  -- two. The lease runs grace past it.
+  local send_at = send_target(t, slot) or slot
   redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'grace', GRACE, 'resv', 0)
-  redis.call('ZADD', K_LEASES, slot + GRACE, j.id)
+  redis.call('ZADD', K_LEASES, send_at + GRACE, j.id)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
-  -- When the tenant's send schedule runs late (claim.lua), the worker is
-  -- told to claim at the slot plus that lateness: one claim, not two.
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type,
-    send_target(t, slot) or slot}
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   return j.cost
 end
 
