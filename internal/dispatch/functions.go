@@ -25,7 +25,8 @@ import (
 // other's code. A Redis that lost its functions (restarted without
 // persistence, a new replica promoted) answers "Function not found": the
 // Store loads the library again (on every master of a Cluster) and retries.
-// A Redis without Functions (< 7.0) gets the EVAL scripts.
+// A Redis without Functions (< 7.0), or an ACL user without the function
+// commands, gets the EVAL scripts.
 
 // library returns the library's version — the first 12 hex digits of the
 // SHA-1 of its source without the header and registrations; it names the
@@ -65,8 +66,9 @@ const (
 )
 
 // call runs sc with keys and argv: by FCALL, loading the library when Redis
-// does not know the function, or by EVALSHA when Redis has no Functions or
-// sc is a standalone script.
+// does not know the function, or by EVALSHA when Redis has no Functions, the
+// user may not call or load them (ACL: NOPERM), or sc is a standalone
+// script.
 func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any) (any, error) {
 	if sc.fn == "" || s.fmode.Load() == modeEval {
 		return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
@@ -74,21 +76,20 @@ func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any)
 	version, _ := library()
 	fn := qualified(version, sc.fn)
 	v, err := s.rdb.FCall(ctx, fn, keys, argv...).Result()
-	switch {
-	case err == nil || !isFunctionMissing(err) && !isUnknownCommand(err):
+	if err == nil || !isFunctionMissing(err) && !noFunctions(err) {
 		return v, err
-	case isUnknownCommand(err):
-		s.fmode.Store(modeEval)
-		return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
 	}
-	if err := s.LoadFunctions(ctx); err != nil {
-		if isUnknownCommand(err) {
-			s.fmode.Store(modeEval)
-			return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
+	if !noFunctions(err) {
+		err = s.LoadFunctions(ctx)
+		if err == nil {
+			return s.rdb.FCall(ctx, fn, keys, argv...).Result()
 		}
-		return nil, err
+		if !noFunctions(err) {
+			return nil, err
+		}
 	}
-	return s.rdb.FCall(ctx, fn, keys, argv...).Result()
+	s.fmode.Store(modeEval)
+	return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
 }
 
 // LoadFunctions loads (or replaces with the same code) the Functions library
@@ -120,7 +121,13 @@ func isFunctionMissing(err error) bool {
 	return errors.As(err, &rerr) && strings.Contains(rerr.Error(), "Function not found")
 }
 
-func isUnknownCommand(err error) bool {
+// noFunctions reports an error saying that this Redis has no Functions
+// (< 7.0: unknown command) or that the user may not use them (NOPERM).
+func noFunctions(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.Contains(strings.ToLower(rerr.Error()), "unknown command")
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.Contains(strings.ToLower(msg), "unknown command") || strings.HasPrefix(msg, "NOPERM")
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"reflect"
 	"slices"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestFunctionsLibraryIsLoadedAgainWhenMissing: the Store calls the scripts
@@ -104,5 +107,41 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 			!reflect.DeepEqual(eval[i].job, fn[i].job) {
 			t.Errorf("step %d differs:\nEVAL      %+v\nFunctions %+v", i, eval[i], fn[i])
 		}
+	}
+}
+
+// TestStoreFallsBackToEvalWithoutFunctionPermissions: an ACL user that may
+// run scripts but not the function commands (NOPERM) gets the EVAL scripts:
+// a job's whole life works, and the Store stays on EVAL.
+func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
+	t.Parallel()
+	admin, prefix := redistest.New(t)
+	user := "evalonly-" + prefix
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+		"-function", "-fcall", "-fcall_ro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := *admin.Options()
+	opts.Username, opts.Password = user, "pw"
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	clock := &fakeClock{t: epoch}
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: context.Background(), rdb: rdb, prefix: prefix, store: store, clock: clock}
+	id := e.enqueueOne("acme", item(`{"n":1}`)).ID
+	rel := e.passTenant("acme", time.Second, -1)
+	c := e.claimAt(rel[0])
+	if st := e.finish(c.ID, c.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{}); st != StateSucceeded {
+		t.Fatalf("finish: %s", st)
+	}
+	if j := e.job(id); j.State != StateSucceeded || j.Attempt != 1 {
+		t.Fatalf("job %+v, want succeeded after one attempt", j)
+	}
+	if store.fmode.Load() != modeEval {
+		t.Fatal("store did not fall back to EVAL")
 	}
 }
