@@ -124,18 +124,19 @@ func checkWindows(t *testing.T, tenant string, a []time.Duration, rate float64, 
 }
 
 // checkRate: the long-run rate after the burst, (n − b) / (a_n − a_b), is
-// r but for jitter and forfeited slots. The n − b deliveries after the b-th
-// take (n − b)/r, plus one interval per slot forfeited by a returned claim (at
-// most forfeited: the worker's count over all tenants), ± windowJitter.
+// at most r but for jitter: the n − b deliveries after the b-th take at
+// least (n − b)/r − windowJitter. How close to r it comes is a timing claim
+// (a late pickup on a busy machine shifts the tenant's backlog later: the
+// send schedule keeps the spacing, it does not catch up), measured by
+// scripts/bench-dispatch, not asserted here; forfeited is reported with a
+// failure.
 func checkRate(t *testing.T, tenant string, a []time.Duration, rate float64, burst int64, forfeited int64) {
 	t.Helper()
 	n, b := float64(len(a)), float64(burst)
 	span := (a[len(a)-1] - a[burst-1]).Seconds()
 	got := (n - b) / span
-	hi := (n - b) / ((n-b)/rate - windowJitter.Seconds())
-	lo := (n - b) / ((n-b+float64(forfeited))/rate + windowJitter.Seconds())
-	if got > hi || got < lo {
-		t.Errorf("tenant %s: long-run rate %.2f/s, want %.2f … %.2f (%.0f/s, %d forfeited slots)", tenant, got, lo, hi, rate, forfeited)
+	if hi := (n - b) / ((n-b)/rate - windowJitter.Seconds()); got > hi {
+		t.Errorf("tenant %s: long-run rate %.2f/s, want at most %.2f (%.0f/s; %d forfeited slots)", tenant, got, hi, rate, forfeited)
 	}
 }
 
