@@ -363,6 +363,28 @@ func TestAdaptiveLateClaimAndETAUseTheEffectiveInterval(t *testing.T) {
 	e.requireConsistent()
 }
 
+// A cut that comes after the TAT has passed (the attempt took longer than
+// T) still spaces the next slot T_eff after the last one sent: the next job,
+// due at once under the old TAT, waits. (Found by the property below.)
+func TestAdaptiveCutAfterTATPassedSpacesTheNextSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // T = 100ms, b = 1, adaptive
+	e.enqueue("acme", batchOf(2, "a")...)
+	c := e.inFlight("acme", 1)[0]
+	sent := c.Slot
+	e.clock.Set(sent.Add(150 * ms)) // TAT (sent + T) has passed
+	e.finish(c.ID, c.Gen, failed500, FinishConfig{})
+	e.requireFactor("acme", 500_000, "cut")
+	if tat := e.state("acme").TAT; !tat.Equal(sent.Add(200 * ms)) {
+		t.Fatalf("TAT sent + %s after the cut, want + T_eff = 200ms", tat.Sub(sent))
+	}
+	rel, ok := e.pop("acme", time.Second)
+	if !ok || !rel.Slot.Equal(sent.Add(200*ms)) {
+		t.Fatalf("next slot %+v %v, want T_eff = 200ms after the last one sent", rel, ok)
+	}
+	e.requireConsistent()
+}
+
 // Property: through random cuts (500s) and recoveries (successes), with
 // passes at random times and workers holding jobs for random times, every
 // slot handed out is at least the effective interval in force at its

@@ -110,13 +110,27 @@ func newCluster(t *testing.T, o options) *cluster {
 	return c
 }
 
-// startThrottler starts a throttler on a free port and waits until its
-// /readyz answers 200.
+// startThrottler starts a throttler on a free port and waits until it logs
+// that it listens and its /readyz answers 200. A port taken by another
+// process between freeAddr and the bind (tests run in parallel) ends the
+// throttler at once: it tries another, up to 3 times.
 func (c *cluster) startThrottler() *proc {
 	c.t.Helper()
-	p := c.spawnThrottler(freeAddr(c.t))
-	p.waitReadyz(http.StatusOK, startTimeout)
-	return p
+	for try := 1; ; try++ {
+		p := c.spawnThrottler(freeAddr(c.t))
+		listening := false
+		poll(c.t, startTimeout, func() (bool, string) {
+			listening = strings.Contains(p.logs.String(), `"msg":"throttler listening"`)
+			return listening || !p.running(), fmt.Sprintf("%s did not log that it listens", p.name)
+		})
+		if listening {
+			p.waitReadyz(http.StatusOK, startTimeout)
+			return p
+		}
+		if try == 3 || !strings.Contains(p.logs.String(), "address already in use") {
+			c.t.Fatalf("%s ended (%s) before listening:\n%s", p.name, p.status, tail(p.logs.String(), 20))
+		}
+	}
 }
 
 // spawnThrottler starts a throttler listening on addr without waiting.

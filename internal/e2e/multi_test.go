@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -74,10 +73,12 @@ func TestThreeDispatchersTwoWorkersKeepEveryRate(t *testing.T) {
 
 // spreadLeases starts one throttler per element of shards and makes each
 // hold exactly those shards' dispatch leases: every lease is first taken by
-// a stand-in owner; then, for each throttler in turn, the ones started
-// before it are paused (SIGSTOP), its shards' leases are freed, it starts
-// and takes them (the others are held), and the paused ones resume — well
-// within their leases' TTL (3s), which they then go on renewing.
+// a stand-in owner; then each throttler in turn starts (holding nothing:
+// the stand-in has every free shard), the ones started before it are
+// paused (SIGSTOP), its shards' leases are freed, it takes them (a free
+// lease is tried every LeaseTTL/10), and the paused ones resume — a pause
+// of a few hundred ms, well within their leases' TTL (3s), which they then
+// go on renewing.
 func (c *cluster) spreadLeases(shards [][]int) []*proc {
 	c.t.Helper()
 	ctx := context.Background()
@@ -88,15 +89,15 @@ func (c *cluster) spreadLeases(shards [][]int) []*proc {
 	}
 	var started []*proc
 	for _, mine := range shards {
-		for _, p := range started {
-			p.pause()
+		p := c.startThrottler()
+		for _, q := range started {
+			q.pause()
 		}
 		for _, s := range mine {
 			if err := c.rdb.Del(ctx, leaseKey(c.prefix, s)).Err(); err != nil {
 				c.t.Fatal(err)
 			}
 		}
-		p := c.spawnThrottler(freeAddr(c.t))
 		poll(c.t, startTimeout, func() (bool, string) {
 			for _, s := range mine {
 				if !tookShard(p, s) {
@@ -108,7 +109,6 @@ func (c *cluster) spreadLeases(shards [][]int) []*proc {
 		for _, q := range started {
 			q.resume()
 		}
-		p.waitReadyz(http.StatusOK, startTimeout)
 		started = append(started, p)
 	}
 	for i, p := range started {

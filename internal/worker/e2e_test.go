@@ -162,15 +162,15 @@ func TestNoisyTenantDoesNotDelayAQuietOne(t *testing.T) {
 	med, worst := late[len(late)/2], late[len(late)-1]
 	t.Logf("quiet tenant: first arrival %s after enqueue; later arrivals off their planned distance from it %v (noisy arrivals so far: %d)",
 		first, late, len(h.recv.arrivals("noisy")))
-	// Under -race beside the whole suite a claim can come tens of ms late;
-	// the lateness then carries to the jobs after it (never a clump).
-	maxMed, maxWorst := 3*time.Millisecond, 10*time.Millisecond
-	if raceEnabled {
-		maxMed, maxWorst = 50*time.Millisecond, 80*time.Millisecond
-	}
-	if med > maxMed || worst > maxWorst || late[0] < -3*time.Millisecond {
-		t.Fatalf("quiet tenant's arrivals were %s … %s (median %s) off their planned distances, want median ≤ %s, all ≤ %s",
-			late[0], worst, med, maxMed, maxWorst)
+	// Isolation, not precision: the noisy backlog is 30 s of work, so a quiet
+	// job that waited behind it would be seconds off. How close to their
+	// planned distances the quiet arrivals come is a timing claim (≈ 0.3 ms
+	// median on a quiet machine; a claim delayed on a busy one carries its
+	// lateness to the jobs after it) measured by scripts/bench-dispatch
+	// (part 4), not asserted here.
+	if worst > time.Second || late[0] < -3*time.Millisecond {
+		t.Fatalf("quiet tenant's arrivals were %s … %s (median %s) off their planned distances: behind the noisy backlog, or early",
+			late[0], worst, med)
 	}
 }
 

@@ -236,11 +236,15 @@ end
 -- capped at now + b·T′, but never below TAT − T + T′: every slot already
 -- handed out (each ≤ TAT − T) keeps the new interval T′ to the next one,
 -- which the plain rescale would break on a recovery (T′ < T) or through
--- its cap when released slots reach past now + b·T′.
+-- its cap when released slots reach past now + b·T′. The floor holds for a
+-- TAT already past too: a cut right after a send (TAT ≤ now, the last slot
+-- TAT − T) still keeps the next slot T′ after it.
 local function refactor(t, p, now)
   local iv, old = interval(t, p), t.tat_t
   if old > 0 and old ~= iv and t.tat > now then
     t.tat = math.max(now + math.min(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
+  elseif old > 0 and old ~= iv and t.tat > 0 then
+    t.tat = math.max(t.tat, t.tat - old + iv)
   end
   rescale_stat(t, now, old, iv)
   t.tat_t = iv
