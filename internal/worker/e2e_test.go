@@ -167,9 +167,11 @@ func TestNoisyTenantDoesNotDelayAQuietOne(t *testing.T) {
 	// planned distances the quiet arrivals come is a timing claim (≈ 0.3 ms
 	// median on a quiet machine; a claim delayed on a busy one carries its
 	// lateness to the jobs after it) measured by scripts/bench-dispatch
-	// (part 4), not asserted here.
-	if worst > time.Second || late[0] < -3*time.Millisecond {
-		t.Fatalf("quiet tenant's arrivals were %s … %s (median %s) off their planned distances: behind the noisy backlog, or early",
+	// (part 4), not asserted here; nor is "never early" (the reference, the
+	// first arrival, carries its own request's jitter, such as a new
+	// connection): checkRate above holds every window to the rate.
+	if worst > time.Second || late[0] < -time.Second {
+		t.Fatalf("quiet tenant's arrivals were %s … %s (median %s) off their planned distances: behind the noisy backlog",
 			late[0], worst, med)
 	}
 }
