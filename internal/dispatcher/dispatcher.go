@@ -21,8 +21,8 @@
 // Each shard is passed by the Dispatcher holding <p>:dispatch:lease:<shard>
 // (SET NX PX with a random owner token, renewed every LeaseTTL/3 — a loop
 // wakes for it between passes —, deleted on Stop; a crashed owner's lease
-// expires after LeaseTTL and another replica takes the shard within
-// LeaseTTL/10 more). The Dispatchers register in <p>:dispatch:members and
+// and membership expire after LeaseTTL, and another replica takes the
+// shard within LeaseTTL/10 more). The Dispatchers register in <p>:dispatch:members and
 // each holds at most its fair share, ⌈shards / members⌉: one above it gives
 // leases up at renewal, one below it tries free leases every LeaseTTL/10,
 // so dispatch work spreads over the replicas. Leases are for efficiency
