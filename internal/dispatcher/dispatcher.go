@@ -115,9 +115,10 @@ type Config struct {
 	// CapacityRefresh is how often the free worker capacity is read from
 	// Redis; default Pass.Lead/4.
 	CapacityRefresh time.Duration
-	// LeaseTTL is a shard lease's lifetime; renewed every LeaseTTL/3, taken
-	// over by another Dispatcher at most LeaseTTL + LeaseTTL/3 after its
-	// owner died. Default LeaseTTLDefault; at least 30ms.
+	// LeaseTTL is a shard lease's lifetime and a membership's; renewed every
+	// LeaseTTL/3, taken over by another Dispatcher at most LeaseTTL +
+	// LeaseTTL/10 after its owner died. Default LeaseTTLDefault; at least
+	// 30ms.
 	LeaseTTL time.Duration
 	// DisableLeases makes this Dispatcher pass every shard without holding
 	// its lease. Safe (the scripts are atomic and fenced) but several such
