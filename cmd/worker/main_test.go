@@ -145,7 +145,8 @@ log: {format: json, level: debug}
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, name := range []string{`sluice_worker_claims_total{outcome="ok"} 1`, "sluice_worker_send_lateness_seconds_count 1", "go_goroutines"} {
+	for _, name := range []string{`sluice_worker_claims_total{outcome="ok"} 1`, "sluice_worker_send_lateness_seconds_count 1",
+		"sluice_worker_send_delay_seconds_count 1", "go_goroutines"} {
 		if !bytes.Contains(body, []byte(name)) {
 			t.Errorf("metrics lack %q", name)
 		}

@@ -52,6 +52,7 @@ func (w *Worker) deliver(ctx context.Context, p dispatcher.Payload) {
 		return
 	}
 	_ = sleepUntil(ctx, w.clock.Local(job.Slot), w.cfg.Spin) // on ctx's end the attempt fails at once
+	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
 	w.attempt(ctx, job)
 }
 

@@ -15,6 +15,7 @@ type metrics struct {
 	delivery     *prometheus.HistogramVec // request latency by finish kind
 	dead         prometheus.Counter
 	lateness     prometheus.Histogram
+	sendDelay    prometheus.Histogram
 	waiting      prometheus.Gauge
 	finishErrors prometheus.Counter
 	rtt          prometheus.Gauge
@@ -45,6 +46,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{-.002, -.001, -.0005, -.0002, 0, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5,
 				1},
 		}),
+		sendDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_worker_send_delay_seconds",
+			Help: "Send time minus the send time the dispatcher set (the slot plus the lateness the tenant's " +
+				"send schedule carried at the release): how late the worker itself was.",
+			Buckets: []float64{-.002, -.001, -.0005, -.0002, 0, .0002, .0005, .001, .002, .005, .01, .025, .05, .1, .5,
+				1},
+		}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_worker_waiting",
 			Help: "Released jobs waiting for their slot in worker goroutines (each holds one unit of concurrency).",
@@ -61,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.waiting, m.finishErrors, m.rtt} {
+	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.rtt} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}
