@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
-const clockTicks = 100
+	"github.com/sluicehq/sluice/scripts/procstat"
+)
 
 // cpuMeter measures the CPU time of named processes, and of the whole
 // machine, over an interval (Linux /proc; elsewhere it measures nothing).
@@ -34,11 +33,11 @@ func newCPUMeter(pids map[string]int) *cpuMeter {
 func (m *cpuMeter) sample() map[string]float64 {
 	s := map[string]float64{}
 	for name, pid := range m.pids {
-		if v, ok := procCPU(pid); ok {
+		if v, ok := procstat.ProcessCPU(pid); ok {
 			s[name] = v
 		}
 	}
-	if v, ok := machineBusy(); ok {
+	if v, ok := procstat.MachineBusy(); ok {
 		s["machine"] = v
 	}
 	return s
@@ -75,48 +74,6 @@ func (c cpuShares) format(names ...string) string {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// procCPU is the user + system CPU seconds of pid so far.
-func procCPU(pid int) (float64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// Fields after the command (which may hold spaces) start after ") ".
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return (utime + stime) / clockTicks, true
-}
-
-// machineBusy is the machine's non-idle CPU seconds so far, all cores.
-func machineBusy() (float64, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, false
-	}
-	var busy float64
-	for i, v := range f[1:8] { // user nice system idle iowait irq softirq
-		if i == 3 || i == 4 {
-			continue
-		}
-		n, _ := strconv.ParseFloat(v, 64)
-		busy += n
-	}
-	return busy / clockTicks, true
 }
 
 // redisPID is the Redis server's process id (0 when unknown).

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/scripts/procstat"
 )
 
 // stats is what one cell measured.
@@ -141,10 +143,6 @@ func scriptStats(ctx context.Context, e *env) (usec, calls int64, err error) {
 	return usec, calls, nil
 }
 
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
-// 100 on every Linux this runs on.
-const clockTicks = 100
-
 // cpuTimes returns user+system CPU seconds of each named process and of this
 // one ("loadgen"); a process that cannot be read is left out.
 func cpuTimes(pids map[string]int) map[string]float64 {
@@ -153,53 +151,15 @@ func cpuTimes(pids map[string]int) map[string]float64 {
 	for k, v := range pids {
 		all[k] = v
 	}
-	if busy, ok := machineBusy(); ok {
+	if busy, ok := procstat.MachineBusy(); ok {
 		out[machine] = busy
 	}
 	for name, pid := range all {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command name "(…)": state is the first, utime
-		// and stime the 12th and 13th (fields 14 and 15 of proc(5)).
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, err1 := strconv.ParseInt(f[11], 10, 64)
-		st, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 == nil && err2 == nil {
-			out[name] = float64(ut+st) / clockTicks
+		if v, ok := procstat.ProcessCPU(pid); ok {
+			out[name] = v
 		}
 	}
 	return out
-}
-
-// machineBusy is the CPU seconds all cores spent busy since boot (not idle
-// nor waiting for I/O), from the first line of /proc/stat.
-func machineBusy() (float64, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, false
-	}
-	var busy int64
-	for i, v := range f[1:] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest times are in user already
-			busy += n
-		}
-	}
-	return float64(busy) / clockTicks, true
 }
 
 // cpuShare returns each process's CPU use over d as a fraction of one core,

@@ -1,0 +1,28 @@
+package procstat
+
+import (
+	"os"
+	"testing"
+)
+
+// Burning CPU shows in this process's CPU time and in the machine's busy
+// time; a process that does not exist cannot be read.
+func TestCPUTimesGrowWithWork(t *testing.T) {
+	p0, ok1 := ProcessCPU(os.Getpid())
+	m0, ok2 := MachineBusy()
+	if !ok1 || !ok2 {
+		t.Fatalf("cannot read /proc: process %v, machine %v", ok1, ok2)
+	}
+	x := 0
+	for p := p0; p < p0+0.05; p, _ = ProcessCPU(os.Getpid()) {
+		for i := range 1_000_000 {
+			x += i
+		}
+	}
+	if m1, _ := MachineBusy(); m1 <= m0 {
+		t.Fatalf("machine busy %v → %v after 50ms of work (x=%d)", m0, m1, x)
+	}
+	if _, ok := ProcessCPU(-1); ok {
+		t.Fatal("read the CPU time of pid -1")
+	}
+}
