@@ -386,11 +386,3 @@ func parseMicros(s string) int64 {
 	}
 	return us
 }
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}

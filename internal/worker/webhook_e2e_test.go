@@ -211,10 +211,11 @@ func TestWebhookRetriesKeepTheIDAndSignEachAttempt(t *testing.T) {
 	id := h.enqueueTo("retry", recv.srv.URL+"/hooks/retry", 1)[0]
 	h.startDispatcher(nil)
 
-	calls := recv.waitCalls(t, 3, 5*time.Second)
+	recv.waitCalls(t, 3, 5*time.Second)
 	until(t, 2*time.Second, "the job succeeded", func() bool { return h.jobOf(id).State == dispatch.StateSucceeded })
 	j := h.jobOf(id)
-	if calls = recv.snapshot(); len(calls) != 3 {
+	calls := recv.snapshot()
+	if len(calls) != 3 {
 		t.Fatalf("%d requests, want exactly 3", len(calls))
 	}
 	for k, c := range calls {
