@@ -126,7 +126,7 @@ func (e *env) pipelined(sc *script, n int, args func(i int) (int, []any)) {
 		cmds, err := e.rdb.Pipelined(e.ctx, func(p redis.Pipeliner) error {
 			for i := from; i < min(n, from+500); i++ {
 				shard, a := args(i)
-				p.FCall(e.ctx, qualified(version, sc.fn), []string{e.store.keys.ready(shard)}, e.store.argv(shard, a...)...)
+				p.FCall(e.ctx, qualified(version, sc.name), []string{e.store.keys.ready(shard)}, e.store.argv(shard, a...)...)
 			}
 			return nil
 		})

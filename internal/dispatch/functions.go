@@ -70,11 +70,11 @@ const (
 // user may not call or load them (ACL: NOPERM), or sc is a standalone
 // script.
 func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any) (any, error) {
-	if sc.fn == "" || s.fmode.Load() == modeEval {
+	if sc.body == "" || s.fmode.Load() == modeEval {
 		return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
 	}
 	version, _ := library()
-	fn := qualified(version, sc.fn)
+	fn := qualified(version, sc.name)
 	v, err := s.rdb.FCall(ctx, fn, keys, argv...).Result()
 	if err == nil || !isFunctionMissing(err) && !noFunctions(err) {
 		return v, err

@@ -46,20 +46,19 @@ var (
 	luaTenantState string
 )
 
-// script is one dispatch script: its name for error messages, the
-// assembled EVAL script and, for the scripts built on lib.lua, its name in
-// the Redis Functions library (functions.go); "" for the standalone ones.
+// script is one dispatch script: its name (for error messages, and its
+// function's in the Redis Functions library, functions.go), the assembled
+// EVAL script and, for the scripts built on lib.lua, the body the library
+// holds ("" for the standalone ones).
 type script struct {
 	name string
 	lua  *redis.Script
-	fn   string
+	body string
 }
 
-// Scripts built on lib.lua, in the order they were assembled: the bodies of
-// the Functions library.
-var libScripts []libScript
-
-type libScript struct{ name, body string }
+// libScripts are the scripts built on lib.lua, in the order they were
+// assembled: the bodies of the Functions library.
+var libScripts []*script
 
 var (
 	scriptEnqueue     = assemble("enqueue", luaEnqueue)
@@ -90,8 +89,9 @@ func prologue() string {
 func assemble(name, body string) *script {
 	src := "local KEYS, ARGV = KEYS, ARGV\n" + prologue() +
 		"do local err = begin() if err then return err end end\n" + body
-	libScripts = append(libScripts, libScript{name: name, body: body})
-	return &script{name: name, lua: redis.NewScript(src), fn: name}
+	sc := &script{name: name, lua: redis.NewScript(src), body: body}
+	libScripts = append(libScripts, sc)
+	return sc
 }
 
 // Status codes in the first element of every script reply (lib.lua).
