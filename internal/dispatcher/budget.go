@@ -25,7 +25,7 @@ type budget struct {
 	empty   chan struct{} // poked (non-blocking) when spending used the capacity up
 
 	mu    sync.Mutex
-	at    time.Time     // local (monotonic) time of the last successful read; zero: never
+	ready bool          // a reading has succeeded
 	free  int           // free capacity, ≥ 0
 	err   error         // the last read's error (nil after a success)
 	fresh chan struct{} // closed after the next read, then replaced
@@ -75,7 +75,7 @@ func (b *budget) read(ctx context.Context) {
 	}
 	b.err = err
 	if err == nil {
-		b.at, b.free = time.Now(), free
+		b.ready, b.free = true, free
 	}
 	close(b.fresh)
 	b.fresh = make(chan struct{})
@@ -95,7 +95,7 @@ func (b *budget) readFree(ctx context.Context) (int, error) {
 // reading it returns that error.
 func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	b.mu.Lock()
-	for b.at.IsZero() && b.err == nil {
+	for !b.ready && b.err == nil {
 		fresh := b.fresh
 		b.mu.Unlock()
 		b.poke()
