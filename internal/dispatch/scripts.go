@@ -10,12 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts. Each file opens with its KEYS/ARGV/reply contract; lib.lua
-// holds the shared prologue (key builders, clock, policy merge, tenant state,
-// reschedule), lifecycle.lua the job lifecycle helpers (head lane, attempt
-// log, retry curve, dead letters, tenant cache). They are assembled once, at
-// init: built-in defaults, lib, lifecycle, script.
+// The scripts. Each file opens with its KEYS/ARGV/reply contract; clock.lua
+// is the clock of every script; lib.lua holds the shared prologue (key
+// builders, policy merge, tenant state, reschedule), lifecycle.lua the job
+// lifecycle helpers (head lane, attempt log, retry curve, dead letters,
+// tenant cache). They are assembled once, at init: built-in defaults, clock,
+// lib, lifecycle, script (the standalone scripts: clock, script).
 var (
+	//go:embed lua/clock.lua
+	luaClock string
 	//go:embed lua/lib.lua
 	luaLib string
 	//go:embed lua/lifecycle.lua
@@ -71,16 +74,16 @@ var (
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
 	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
 	// shard-tagged (no lib.lua).
-	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaWorkers)}
-	scriptTaskWorkers = &script{name: "task_workers", lua: redis.NewScript(luaTaskWorkers)}
+	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaClock + "\n" + luaWorkers)}
+	scriptTaskWorkers = &script{name: "task_workers", lua: redis.NewScript(luaClock + "\n" + luaTaskWorkers)}
 	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
 	scriptTenantState = assemble("tenant_state", luaTenantState)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
-// defaults, lib.lua and lifecycle.lua.
+// defaults, clock.lua, lib.lua and lifecycle.lua.
 func prologue() string {
-	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaLib + "\n" + luaLifecycle + "\n"
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLifecycle + "\n"
 }
 
 // assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as

@@ -1,6 +1,6 @@
 -- lib.lua — shared prologue of every dispatch script (DESIGN §3).
 --
--- Assembled at init (scripts.go) as:  BUILTIN table, this file,
+-- Assembled at init (scripts.go) as:  BUILTIN table, clock.lua, this file,
 -- lifecycle.lua, the script.
 --
 -- Conventions every script follows:
@@ -34,19 +34,12 @@ local RESETS = {}
 
 local function istr(n) return string.format('%d', n) end
 
-local function clock()
-  local n = tonumber(ARGV[2])
-  if n and n > 0 then return n end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 local function begin()
   BASE = ARGV[1]
   if type(BASE) ~= 'string' or KEYS[1] ~= BASE .. 'ready' then
     return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
   end
-  NOW = clock()
+  NOW = clock(ARGV[2]) -- clock.lua
   -- Key builders: the Lua twin of keys.go.
   K_READY = KEYS[1]
   K_DELAYED = BASE .. 'delayed'

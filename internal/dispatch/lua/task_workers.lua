@@ -1,5 +1,5 @@
 -- task_workers.lua — heartbeats of the sluicetask middleware on one task queue
--- (DESIGN §2.5). A standalone script (no lib.lua): its one key is not
+-- (DESIGN §2.5). A standalone script (clock.lua, no lib.lua): its one key is not
 -- shard-tagged.
 --
 -- KEYS[1]  <p>:mw:<queue> (HASH instance id → "<concurrency> <expiry µs> <tci µs>")
@@ -16,13 +16,7 @@
 -- deletes the expired entries on the way; an entry with concurrency 0 that
 -- has not expired is kept but is not live.
 
-local function clock()
-  local n = tonumber(ARGV[1])
-  if n and n > 0 then return n end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local NOW = clock()
+local NOW = clock(ARGV[1]) -- clock.lua
 local key = KEYS[1]
 local op = ARGV[2]
 

@@ -1,5 +1,5 @@
 -- workers.lua — worker heartbeats and the total worker capacity (DESIGN §2.2).
--- A standalone script (no lib.lua): its one key is not shard-tagged.
+-- A standalone script (clock.lua, no lib.lua): its one key is not shard-tagged.
 --
 -- KEYS[1]  <p>:workers (HASH worker id → "<concurrency> <expiry µs>")
 -- ARGV[1]  now µs (0 = Redis TIME)
@@ -11,13 +11,7 @@
 -- least that long. sum adds the concurrency of the entries not yet expired
 -- and deletes the expired ones.
 
-local function clock()
-  local n = tonumber(ARGV[1])
-  if n and n > 0 then return n end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local NOW = clock()
+local NOW = clock(ARGV[1]) -- clock.lua
 local key = KEYS[1]
 
 if ARGV[2] == 'beat' then
