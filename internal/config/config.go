@@ -18,6 +18,7 @@ package config
 import (
 	"time"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -89,14 +90,14 @@ type RedisConfig struct {
 	Shards int `yaml:"shards"`
 }
 
-// Defaults of DispatchConfig.
+// Defaults of DispatchConfig: the dispatch package's.
 const (
-	LeadDefault          = 100 * time.Millisecond
-	MinLeadDefault       = 50 * time.Millisecond
-	ToleranceDefault     = 2 * time.Millisecond
-	GraceDefault         = time.Second
-	MaxPromotionsDefault = 1000
-	MaxTenantsDefault    = 256
+	LeadDefault          = dispatch.LeadDefault
+	MinLeadDefault       = dispatch.MinLeadDefault
+	ToleranceDefault     = dispatch.ToleranceDefault
+	GraceDefault         = dispatch.GraceDefault
+	MaxPromotionsDefault = dispatch.MaxPromotionsDefault
+	MaxTenantsDefault    = dispatch.MaxTenantsDefault
 )
 
 // DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Store is what a Worker needs of *dispatch.Store.
@@ -58,13 +59,13 @@ func (f ExecutorFunc) Execute(ctx context.Context, job dispatch.ClaimedJob) disp
 
 // Defaults of Config.
 const (
-	MinLeadDefault           = 50 * time.Millisecond // L
-	ToleranceDefault         = 2 * time.Millisecond  // ε
-	TaskCheckIntervalDefault = 20 * time.Millisecond // TCI
+	MinLeadDefault           = dispatch.MinLeadDefault   // L
+	ToleranceDefault         = dispatch.ToleranceDefault // ε
+	TaskCheckIntervalDefault = 20 * time.Millisecond     // TCI
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
 	SpinDefault              = time.Millisecond
-	TimeoutDefault           = 15 * time.Second
+	TimeoutDefault           = policy.TimeoutDefault
 	finishTimeout            = 5 * time.Second // Finish after the attempt, even past the task's ctx
 	maxEarlyClaims           = 8               // early replies tolerated per delivery
 )
