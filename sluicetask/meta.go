@@ -14,9 +14,6 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatcher"
 )
 
-// metaKey is Sluice's <prefix>:meta (DESIGN §3), the hash
-// dispatcher.EnsureMeta writes on a deployment's first start.
-func metaKey(prefix string) string { return prefix + ":meta" }
 
 // deployment is what the middleware needs of <prefix>:meta.
 type deployment struct {
@@ -31,9 +28,9 @@ type deployment struct {
 // must be the ones this build knows.
 func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix string, s Settings) (deployment, error) {
 	d := deployment{shards: s.Shards, minLead: s.MinLead}
-	stored, err := rdb.HGetAll(ctx, metaKey(prefix)).Result()
+	stored, err := rdb.HGetAll(ctx, dispatcher.MetaKey(prefix)).Result()
 	if err != nil {
-		return deployment{}, fmt.Errorf("read %s: %w", metaKey(prefix), err)
+		return deployment{}, fmt.Errorf("read %s: %w", dispatcher.MetaKey(prefix), err)
 	}
 	if len(stored) > 0 {
 		var diffs []string
@@ -45,7 +42,7 @@ func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix strin
 		minLeadUS, errLead := strconv.ParseInt(stored["min_lead_us"], 10, 64)
 		if errShards != nil || errLead != nil || shards < 1 || minLeadUS < 1 {
 			return deployment{}, fmt.Errorf("read %s: shards %q, min_lead_us %q: want positive integers",
-				metaKey(prefix), stored["shards"], stored["min_lead_us"])
+				dispatcher.MetaKey(prefix), stored["shards"], stored["min_lead_us"])
 		}
 		minLead := time.Duration(minLeadUS) * time.Microsecond
 		if d.shards != 0 && d.shards != shards {
@@ -56,7 +53,7 @@ func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix strin
 		}
 		if len(diffs) > 0 {
 			return deployment{}, fmt.Errorf("%s: %w: %s — leave Settings.Shards and Settings.MinLead zero to take the stored values",
-				metaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
+				dispatcher.MetaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
 		}
 		d.shards, d.minLead = shards, minLead
 	}

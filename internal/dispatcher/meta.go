@@ -39,7 +39,8 @@ var (
 	scriptMeta = redis.NewScript(luaMeta)
 )
 
-func metaKey(prefix string) string { return prefix + ":meta" }
+// MetaKey is the key of the meta hash under prefix: "<prefix>:meta".
+func MetaKey(prefix string) string { return prefix + ":meta" }
 
 func (m Meta) fields() []string {
 	return []string{
@@ -59,12 +60,12 @@ func (m Meta) fields() []string {
 // any number of processes at once: one script writes or reads atomically.
 func EnsureMeta(ctx context.Context, rdb redis.UniversalClient, m Meta) (created bool, err error) {
 	want := m.fields()
-	v, err := scriptMeta.Run(ctx, rdb, []string{metaKey(m.Prefix)}, toAny(want)...).Slice()
+	v, err := scriptMeta.Run(ctx, rdb, []string{MetaKey(m.Prefix)}, toAny(want)...).Slice()
 	if err != nil {
-		return false, fmt.Errorf("ensure %s: %w", metaKey(m.Prefix), err)
+		return false, fmt.Errorf("ensure %s: %w", MetaKey(m.Prefix), err)
 	}
 	if len(v) == 0 || len(v)%2 != 1 {
-		return false, fmt.Errorf("ensure %s: reply of %d elements", metaKey(m.Prefix), len(v))
+		return false, fmt.Errorf("ensure %s: reply of %d elements", MetaKey(m.Prefix), len(v))
 	}
 	if flag, _ := v[0].(int64); flag == 0 {
 		return true, nil
@@ -84,7 +85,7 @@ func EnsureMeta(ctx context.Context, rdb redis.UniversalClient, m Meta) (created
 	if len(diffs) > 0 {
 		return false, fmt.Errorf("%w %s: %s — configure the stored values (redis.shards, dispatch.lead, dispatch.min_lead), "+
 			"or change them offline: stop every throttler and worker first (no such command exists yet; resharding rewrites job ids)",
-			ErrMetaMismatch, metaKey(m.Prefix), strings.Join(diffs, "; "))
+			ErrMetaMismatch, MetaKey(m.Prefix), strings.Join(diffs, "; "))
 	}
 	return false, nil
 }

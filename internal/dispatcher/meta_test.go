@@ -20,7 +20,7 @@ func TestEnsureMetaWritesOnceAndRefusesMismatches(t *testing.T) {
 	if err != nil || !created {
 		t.Fatalf("first EnsureMeta: created %v, %v", created, err)
 	}
-	stored, err := rdb.HGetAll(ctx, metaKey(prefix)).Result()
+	stored, err := rdb.HGetAll(ctx, MetaKey(prefix)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestEnsureMetaWritesOnceAndRefusesMismatches(t *testing.T) {
 	if strings.Contains(err.Error(), "min_lead_us") {
 		t.Errorf("error names an equal field: %v", err)
 	}
-	if got, _ := rdb.HGet(ctx, metaKey(prefix), "shards").Result(); got != "16" {
+	if got, _ := rdb.HGet(ctx, MetaKey(prefix), "shards").Result(); got != "16" {
 		t.Fatalf("a mismatch changed the stored meta: shards %q", got)
 	}
 }

@@ -82,8 +82,9 @@ type Config struct {
 	// ID names this worker in the heartbeats; default
 	// "<hostname>-<pid>-<random>".
 	ID string
-	// Concurrency is the asynq server's Concurrency: what the heartbeat
-	// announces.
+	// Concurrency is what the heartbeat announces: the total Concurrency of
+	// the process's asynq servers (cmd/worker splits it over
+	// worker.fetchers servers).
 	Concurrency int
 	// MinLead (L, default MinLeadDefault) is checked at Start against
 	// 1.5 × TaskCheckInterval + 2 RTT; Tolerance (ε, default
