@@ -14,7 +14,6 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatcher"
 )
 
-
 // deployment is what the middleware needs of <prefix>:meta.
 type deployment struct {
 	shards  int
