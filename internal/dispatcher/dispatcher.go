@@ -257,7 +257,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 // Stop ends the shard loops, gives up the leases held and waits for every
 // goroutine to end. A pass in progress finishes its hand-off to asynq first
-// (bounded by D). Stop is idempotent and may be called without Start.
+// (bounded by max(D, grace/2)). Stop is idempotent and may be called without Start.
 func (d *Dispatcher) Stop() {
 	d.mu.Lock()
 	cancel, done := d.cancel, d.done

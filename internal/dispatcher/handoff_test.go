@@ -175,3 +175,34 @@ func TestHandoffSkipsTaskJobsNoMiddlewareServes(t *testing.T) {
 		t.Fatalf("unserved releases %v, want 1", n)
 	}
 }
+
+// TestHandoffIsBoundedByHalfTheGraceNotByTheLead: a pass's hand-off may
+// take up to max(D, grace/2) — a release's lease runs until its send time
+// + grace, so an enqueue that takes longer than D (a busy Redis) still
+// reaches a worker in time — and no longer.
+func TestHandoffIsBoundedByHalfTheGraceNotByTheLead(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(1)
+	slot := time.Now()
+	store.result = func(_, n int) dispatch.PassResult {
+		if n > 0 {
+			return dispatch.PassResult{Now: time.Now()}
+		}
+		return dispatch.PassResult{Now: time.Now(), Released: []dispatch.Release{{ID: "j1", Tenant: "acme",
+			Type: "webhook", Gen: 1, Slot: slot, SendAt: slot, Timeout: time.Second}}}
+	}
+	cfg := loopConfig(t, store)
+	cfg.Pass = dispatch.PassConfig{Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Grace: 2 * time.Second}
+	asy := &fakeAsynq{}
+	cfg.Asynq = asy
+	d := start(t, cfg)
+	eventually(t, 5*time.Second, "the release handed off", func() bool { return len(asy.enqueued()) == 1 })
+	d.Stop()
+	asy.mu.Lock()
+	left := asy.left[0]
+	asy.mu.Unlock()
+	// The bound is grace/2 = 1s; the pass and the call took a moment of it.
+	if left <= cfg.Pass.Lead || left > cfg.Pass.Grace/2 {
+		t.Fatalf("the enqueue had %s left; want more than D = %s and at most grace/2 = %s", left, cfg.Pass.Lead, cfg.Pass.Grace/2)
+	}
+}

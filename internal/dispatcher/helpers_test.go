@@ -101,16 +101,23 @@ func (f *fakeAsynq) enqueued() []string {
 	return out
 }
 
-// fakeAsynq records enqueued tasks.
+// fakeAsynq records enqueued tasks and how long each enqueue's ctx had
+// left.
 type fakeAsynq struct {
 	mu    sync.Mutex
 	tasks []*asynq.Task
+	left  []time.Duration // until the ctx's deadline (0: none)
 }
 
-func (f *fakeAsynq) EnqueueContext(_ context.Context, t *asynq.Task, _ ...asynq.Option) (*asynq.TaskInfo, error) {
+func (f *fakeAsynq) EnqueueContext(ctx context.Context, t *asynq.Task, _ ...asynq.Option) (*asynq.TaskInfo, error) {
+	var left time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tasks = append(f.tasks, t)
+	f.left = append(f.left, left)
 	return &asynq.TaskInfo{}, nil
 }
 

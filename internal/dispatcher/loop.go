@@ -317,13 +317,13 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 }
 
 // handoff enqueues the released jobs into asynq, up to EnqueueParallelism
-// at once. It runs to completion even when ctx ends (bounded by D): a job
-// released but not handed off would wait for the sweep.
+// at once. It runs to completion even when ctx ends, bounded by
+// handoffBound: a job released but not handed off waits for the sweep.
 func (d *Dispatcher) handoff(ctx context.Context, rels []dispatch.Release) {
 	if len(rels) == 0 {
 		return
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Pass.Lead)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.handoffBound())
 	defer cancel()
 	n := min(len(rels), d.cfg.EnqueueParallelism)
 	if n == 1 {
@@ -342,6 +342,15 @@ func (d *Dispatcher) handoff(ctx context.Context, rels []dispatch.Release) {
 		})
 	}
 	wg.Wait()
+}
+
+// handoffBound bounds one pass's hand-off: max(D, grace/2). A release's
+// lease runs until its send time + grace, so a hand-off that completes
+// within grace/2 still reaches a worker in time to claim; one given up
+// earlier costs the job its grace (it waits for the sweep). D alone was too
+// tight: a busy Redis or a full pool can take longer than D for one batch.
+func (d *Dispatcher) handoffBound() time.Duration {
+	return max(d.cfg.Pass.Lead, d.cfg.Pass.Grace/2)
 }
 
 // enqueue hands one release to asynq, except a task job for a queue no live
