@@ -445,15 +445,19 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 		}
 		return s / time.Duration(len(ds))
 	}
-	early, late := mean(gaps[:3]), mean(gaps[len(gaps)-10:])
-	t.Logf("gaps after the pause: %v", gaps)
-	t.Logf("mean of the first 3 gaps %s (T_eff from 100ms down), of the last 10 %s (T = %s)", early, late, T)
-	lateMax := 60 * time.Millisecond
-	if raceEnabled {
-		lateMax = 75 * time.Millisecond
+	// The receiver's gaps bound the rate from above (a busy machine only
+	// widens them); that the rate came back up shows in the plan: the
+	// slots the dispatcher gave the last ten jobs (Redis time), which a
+	// slow worker does not move.
+	var slotGaps []time.Duration
+	for i := 1; i < len(after); i++ {
+		slotGaps = append(slotGaps, h.jobOf(after[i].id).Slot.Sub(h.jobOf(after[i-1].id).Slot))
 	}
-	if gaps[0] < 80*time.Millisecond || early < 75*time.Millisecond || late > lateMax {
-		t.Fatalf("after the pause: first gap %s, first three %s on average, last ten %s; want ≈ 2T = 100ms at first, then ≈ T = 50ms",
+	early, late := mean(gaps[:3]), mean(slotGaps[len(slotGaps)-10:])
+	t.Logf("gaps after the pause: %v", gaps)
+	t.Logf("mean of the first 3 gaps %s (T_eff from 100ms down), of the last 10 slots %s (T = %s)", early, late, T)
+	if gaps[0] < 80*time.Millisecond || early < 75*time.Millisecond || late > 3*T/2 {
+		t.Fatalf("after the pause: first gap %s, first three %s on average, last ten slots %s apart; want ≈ 2T = 100ms at first, then nearer T = 50ms than 2T",
 			gaps[0], early, late)
 	}
 	checkRate(t, after, 20, 1, sendBound()) // never faster than the policy rate
