@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,12 +57,13 @@ const windowJitter = 30 * time.Millisecond
 func TestDemoShort(t *testing.T) {
 	bin := buildBinaries(t)
 	dir := t.TempDir()
-	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	cfgPath := writeConfig(t, dir, redistest.Prefix(t))
-	env := map[string]string{config.EnvRedisURL: redistest.URL(), config.EnvListen: apiAddr}
-	start(t, dir, env, filepath.Join(bin, "throttler"), "--config", cfgPath)
-	start(t, dir, env, filepath.Join(bin, "worker"), "--config", cfgPath, "--metrics-listen", metricsAddr)
-	waitOK(t, "http://"+metricsAddr+"/metrics", 20*time.Second) // the worker is fetching tasks
+	// Both binaries listen on a port the system picks and log it (at info).
+	env := map[string]string{config.EnvRedisURL: redistest.URL(), config.EnvListen: "127.0.0.1:0"}
+	throttlerLog := start(t, dir, env, filepath.Join(bin, "throttler"), "--config", cfgPath)
+	workerLog := start(t, dir, env, filepath.Join(bin, "worker"), "--config", cfgPath, "--metrics-listen", "127.0.0.1:0")
+	env[config.EnvListen] = loggedValue(t, throttlerLog, "throttler listening", "addr")
+	metricsAddr := loggedValue(t, workerLog, "worker running", "metrics") // the worker is fetching tasks
 
 	var shares []string
 	for _, l := range shortLimits {
@@ -308,7 +308,7 @@ func writeConfig(t *testing.T, dir, prefix string) string {
 	b.WriteString("auth: {keys: [{name: demo, key: demo-key, tenants: [\"*\"], admin: true}]}\n")
 	b.WriteString("defaults: {admit: {rate: 100/s, burst: 1000}}\n")
 	b.WriteString("egress: {allow: [\"127.0.0.0/8\"]}\n")
-	b.WriteString("log: {level: warn}\n")
+	b.WriteString("log: {level: info}\n")
 	b.WriteString("tenants:\n")
 	for _, l := range shortLimits {
 		fmt.Fprintf(&b, "  %s: {rate: %.0f/s, burst: %d, concurrency: %d, webhook_secrets: [%q]}\n",
@@ -322,12 +322,13 @@ func writeConfig(t *testing.T, dir, prefix string) string {
 }
 
 // start runs a binary with env added to this process's environment
-// (SLUICE_CONFIG cleared), its output in dir/<name>.log, shown when the test
-// fails. Cleanup interrupts it and waits up to 20 s, then kills it.
-func start(t *testing.T, dir string, env map[string]string, bin string, args ...string) {
+// (SLUICE_CONFIG cleared), its output in dir/<name>.log (returned), shown
+// when the test fails. Cleanup interrupts it and waits up to 20 s, then
+// kills it.
+func start(t *testing.T, dir string, env map[string]string, bin string, args ...string) (logPath string) {
 	t.Helper()
 	name := filepath.Base(bin)
-	logPath := filepath.Join(dir, name+".log")
+	logPath = filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +358,30 @@ func start(t *testing.T, dir string, env map[string]string, bin string, args ...
 			t.Logf("%s log:\n%s", name, log)
 		}
 	})
+	return logPath
+}
+
+// loggedValue waits up to 20 s for a line of the text log at logPath with
+// msg="<msg>" and returns its value of key.
+func loggedValue(t *testing.T, logPath, msg, key string) string {
+	t.Helper()
+	var value string
+	redistest.Poll(t, 20*time.Second, fmt.Sprintf("%s logs %q with %s", filepath.Base(logPath), msg, key), func() bool {
+		log, _ := os.ReadFile(logPath)
+		for line := range strings.Lines(string(log)) {
+			if !strings.Contains(line, fmt.Sprintf("msg=%q", msg)) {
+				continue
+			}
+			for field := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(field, key+"="); ok && v != "" {
+					value = v
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return value
 }
 
 // envMetricsListen is the worker's environment variable for its metrics
@@ -375,15 +400,4 @@ func waitOK(t *testing.T, url string, within time.Duration) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-}
-
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
