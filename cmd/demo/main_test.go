@@ -387,17 +387,3 @@ func loggedValue(t *testing.T, logPath, msg, key string) string {
 // envMetricsListen is the worker's environment variable for its metrics
 // address, cleared so that --metrics-listen applies.
 const envMetricsListen = "SLUICE_METRICS_LISTEN"
-
-// waitOK polls url until it answers 200, failing the test after within.
-func waitOK(t *testing.T, url string, within time.Duration) {
-	t.Helper()
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	redistest.Poll(t, within, url+" answers 200", func() bool {
-		resp, err := hc.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-}
