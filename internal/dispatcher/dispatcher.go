@@ -131,6 +131,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives errors and lease changes; nil discards them.
 	Logger *slog.Logger
+
+	clock clock // the shard loops' clock; nil: the real one (tests set a fake)
 }
 
 func (c Config) withDefaults() Config {
@@ -140,6 +142,9 @@ func (c Config) withDefaults() Config {
 	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.EnqueueParallelism = cmp.Or(c.EnqueueParallelism, EnqueueParallelismDefault)
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type passCall struct {
 // back-pressure): it records passes and answers with result(shard, n), n
 // counting the shard's passes from 0. Safe for concurrent use.
 type fakeStore struct {
+	clock              clock // the time passes are recorded at
 	shards             int
 	capacity, inFlight int
 	result             func(shard, n int) dispatch.PassResult
@@ -37,7 +39,7 @@ type fakeStore struct {
 }
 
 func newFakeStore(shards int) *fakeStore {
-	return &fakeStore{shards: shards, capacity: 100, seen: make(chan struct{}, 1)}
+	return &fakeStore{clock: realClock{}, shards: shards, capacity: 100, seen: make(chan struct{}, 1)}
 }
 
 func (f *fakeStore) Shards() int { return f.shards }
@@ -50,7 +52,7 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg dispatch.PassConfig) 
 			n++
 		}
 	}
-	f.calls = append(f.calls, passCall{shard: shard, cfg: cfg, at: time.Now()})
+	f.calls = append(f.calls, passCall{shard: shard, cfg: cfg, at: f.clock.Now()})
 	f.mu.Unlock()
 	select {
 	case f.seen <- struct{}{}:
@@ -59,7 +61,7 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg dispatch.PassConfig) 
 	if f.result != nil {
 		return f.result(shard, n), nil
 	}
-	return dispatch.PassResult{Now: time.Now()}, nil
+	return dispatch.PassResult{Now: f.clock.Now()}, nil
 }
 
 func (f *fakeStore) FreeCapacity(context.Context) (int, error) {
@@ -146,5 +148,100 @@ func publish(t *testing.T, rdb redis.UniversalClient, prefix string, shard int, 
 	t.Helper()
 	if err := rdb.Publish(context.Background(), wakeChannel(prefix, shard), us).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fakeClock is a clock whose time moves only by Advance; its times are
+// whole µs (as Redis's), so a time sent through a wake-up comes back
+// equal. Safe for concurrent use.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.UnixMicro(time.Now().UnixMicro())}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) clockTimer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the time on by d and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		t.fireIfDue()
+	}
+}
+
+// armedAt reports whether a timer is armed to fire at exactly at: a loop
+// is asleep until then.
+func (c *fakeClock) armedAt(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.armed && t.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeTimer is a fakeClock's timer; its fields are guarded by the clock's mu.
+type fakeTimer struct {
+	c     *fakeClock
+	ch    chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.armed = false
+	t.drain()
+	t.c.timers = slices.DeleteFunc(t.c.timers, func(o *fakeTimer) bool { return o == t })
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.drain()
+	if !slices.Contains(t.c.timers, t) {
+		t.c.timers = append(t.c.timers, t)
+	}
+	t.at, t.armed = t.c.now.Add(d), true
+	t.fireIfDue()
+	return was
+}
+
+func (t *fakeTimer) fireIfDue() {
+	if t.armed && !t.at.After(t.c.now) {
+		t.armed = false
+		t.ch <- t.c.now // buffered 1 and drained at every Stop and Reset
+	}
+}
+
+func (t *fakeTimer) drain() {
+	select {
+	case <-t.ch:
+	default:
 	}
 }

@@ -20,8 +20,10 @@ const (
 	backoffMax = 2 * time.Second
 )
 
-// shardLoop is the state of one shard's loop. Local times are monotonic.
+// shardLoop is the state of one shard's loop. Local times are the
+// Dispatcher's clock's (monotonic on the real one).
 type shardLoop struct {
+	clock      clock
 	shard      int
 	owned      bool
 	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
@@ -41,21 +43,21 @@ type shardLoop struct {
 // pass yet) every time is now.
 func (s *shardLoop) local(redisT time.Time) time.Time {
 	if s.anchorLocal.IsZero() {
-		return time.Now()
+		return s.clock.Now()
 	}
 	return s.anchorLocal.Add(redisT.Sub(s.anchorRedis))
 }
 
 // loop runs shard's passes until ctx is done, then gives up its lease.
 func (d *Dispatcher) loop(ctx context.Context, shard int) {
-	s := &shardLoop{shard: shard}
+	s := &shardLoop{clock: d.cfg.clock, shard: shard}
 	defer d.giveUp(ctx, s)
 	for ctx.Err() == nil {
 		if !d.own(ctx, s) {
 			d.wait(ctx, s, s.renewAt, false)
 			continue
 		}
-		if time.Now().Before(s.due) {
+		if s.clock.Now().Before(s.due) {
 			// Between passes: wake for the next pass, a wake-up or the
 			// capacity reading — or earlier to renew (or hand over) the
 			// lease, then wait on for the pass.
@@ -84,7 +86,7 @@ func (d *Dispatcher) own(ctx context.Context, s *shardLoop) bool {
 		d.setOwned(s, true)
 		return true
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	if s.owned && now.Before(s.renewAt) {
 		return true
 	}
@@ -224,7 +226,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
-	if capacity == 0 && time.Since(s.passed) < d.cfg.MaxSleep {
+	if capacity == 0 && s.clock.Now().Sub(s.passed) < d.cfg.MaxSleep {
 		// The workers are full: nothing can be released. Promotions and
 		// sweeps wait for the regular pass; look again after the next
 		// reading of the free capacity.
@@ -233,19 +235,19 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	cfg := d.cfg.Pass
 	cfg.Capacity = capacity
-	start := time.Now()
+	start := s.clock.Now()
 	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
-	end := time.Now()
+	end := s.clock.Now()
 	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
 	left := d.budget.spend(len(res.Released))
 	d.handoff(ctx, res.Released)
 
 	d.metrics.passes.Inc()
-	d.metrics.passSeconds.Observe(time.Since(start).Seconds())
+	d.metrics.passSeconds.Observe(s.clock.Now().Sub(start).Seconds())
 	d.metrics.promoted.Add(float64(res.Promoted))
 	d.metrics.swept.Add(float64(res.Swept))
 
@@ -267,13 +269,14 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 
 // failed counts and logs a failed pass and returns when to retry.
 func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.Time {
+	now := s.clock.Now()
 	if ctx.Err() != nil {
-		return time.Now()
+		return now
 	}
 	d.metrics.passErrors.Inc()
 	s.backoff = min(max(2*s.backoff, backoffMin), backoffMax)
 	d.cfg.Logger.Warn("dispatch pass failed", "shard", s.shard, "retry_in", s.backoff, "err", err)
-	return time.Now().Add(s.backoff)
+	return now.Add(s.backoff)
 }
 
 // wait sleeps until until, ctx's end, the capacity reading s.capWait (set
@@ -283,13 +286,13 @@ func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.T
 // capacity reading ended it: time for a pass. Wake-ups that arrive while the shard is not owned are
 // dropped: the owner gets them.
 func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) (woken bool) {
-	timer := time.NewTimer(time.Until(until))
+	timer := s.clock.NewTimer(until.Sub(s.clock.Now()))
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-timer.C:
+		case <-timer.C():
 			return false
 		case <-s.capWait:
 			s.capWait = nil
@@ -298,11 +301,12 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 			if !wakeable {
 				continue
 			}
-			at := time.Now()
+			now := s.clock.Now()
+			at := now
 			if us > 0 {
 				at = s.local(time.UnixMicro(us).Add(-d.cfg.Pass.Lead))
 			}
-			if !at.After(time.Now()) {
+			if !at.After(now) {
 				return true
 			}
 			if at.Before(s.due) {
@@ -310,7 +314,7 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 			}
 			if at.Before(until) {
 				until = at
-				timer.Reset(time.Until(until))
+				timer.Reset(until.Sub(s.clock.Now()))
 			}
 		}
 	}

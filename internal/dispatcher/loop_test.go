@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,90 +118,123 @@ func TestWithoutLeasesEveryDispatcherPassesEveryShard(t *testing.T) {
 	}
 }
 
-func TestPublishWakesTheShardLoop(t *testing.T) {
-	t.Parallel()
-	store := newFakeStore(2)
+// fakeClockConfig is loopConfig with the loops on a fake clock (store's
+// passes are recorded on it too), so the tests below assert their timing
+// exactly. The leases, in Redis on real time, outlive the test, and a loop
+// renews its lease LeaseTTL/3 of fake time after taking it: after its
+// MaxSleep (1 min).
+func fakeClockConfig(t *testing.T, store *fakeStore) (Config, *fakeClock) {
+	t.Helper()
+	fc := newFakeClock()
+	store.clock = fc
 	cfg := loopConfig(t, store)
-	start(t, cfg)
-	eventually(t, time.Second, "first passes", allPassed(store))
+	cfg.clock, cfg.LeaseTTL = fc, 10*time.Minute
+	return cfg, fc
+}
 
-	// A wake-up for a time an hour away causes no pass: the loop sleeps on.
-	publish(t, cfg.Redis, cfg.Prefix, 1, time.Now().Add(time.Hour).UnixMicro())
-	redistest.Hold(t, 150*time.Millisecond, "shard 1 passed again after a far wake-up",
-		func() bool { return store.count(1) == 1 })
-	// A wake-up for now − D or earlier wakes shard 1's loop at once, and
-	// only that loop.
-	sent := time.Now()
-	publish(t, cfg.Redis, cfg.Prefix, 1, sent.UnixMicro())
-	eventually(t, 100*time.Millisecond, "a pass after the wake-up", func() bool { return store.count(1) == 2 })
-	last := store.passes()[len(store.passes())-1]
-	t.Logf("pass %s after the PUBLISH", last.at.Sub(sent))
-	if n := store.count(0); n != 1 {
-		t.Fatalf("shard 0 passed %d times, want 1", n)
+// asleepUntil waits until a loop sleeps until exactly at (fake time).
+func asleepUntil(t *testing.T, fc *fakeClock, at time.Time) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("a loop asleep until %s", at.Format("15:04:05.000000")),
+		func() bool { return fc.armedAt(at) })
+}
+
+// passedAt fails unless shard's passes happened at exactly the given
+// offsets from t0 (fake time).
+func passedAt(t *testing.T, store *fakeStore, shard int, t0 time.Time, offsets ...time.Duration) {
+	t.Helper()
+	var got []time.Duration
+	for _, p := range store.passes() {
+		if p.shard == shard {
+			got = append(got, p.at.Sub(t0))
+		}
 	}
-	// A wake-up for a time D + 60ms away wakes the loop ≈ 60ms later.
-	sent = time.Now()
-	publish(t, cfg.Redis, cfg.Prefix, 1, sent.Add(dispatch.LeadDefault+60*time.Millisecond).UnixMicro())
-	eventually(t, time.Second, "a pass at the woken time", func() bool { return store.count(1) == 3 })
-	if got := store.passes()[len(store.passes())-1].at.Sub(sent); got < 50*time.Millisecond || got > 150*time.Millisecond {
-		t.Fatalf("pass %s after a wake-up for D + 60ms, want ≈ 60ms", got)
+	if !slices.Equal(got, offsets) {
+		t.Fatalf("shard %d passed at %v after the start, want %v", shard, got, offsets)
 	}
 }
 
+// A wake-up for a time more than D away leaves the loop asleep; one for now
+// − D or earlier wakes the shard's loop (only that one) at once; one for
+// D + 60ms away wakes it 60ms later.
+func TestPublishWakesTheShardLoop(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(2)
+	cfg, fc := fakeClockConfig(t, store)
+	t0 := fc.Now()
+	start(t, cfg)
+	asleepUntil(t, fc, t0.Add(cfg.MaxSleep)) // both shards passed at t0
+	eventually(t, time.Second, "both shards passed", allPassed(store))
+
+	publish(t, cfg.Redis, cfg.Prefix, 1, t0.Add(time.Hour).UnixMicro())
+	redistest.Hold(t, 150*time.Millisecond, "shard 1 passed again after a far wake-up",
+		func() bool { return store.count(1) == 1 })
+	publish(t, cfg.Redis, cfg.Prefix, 1, t0.UnixMicro())
+	eventually(t, time.Second, "a pass after the wake-up", func() bool { return store.count(1) == 2 })
+	publish(t, cfg.Redis, cfg.Prefix, 1, t0.Add(dispatch.LeadDefault+60*time.Millisecond).UnixMicro())
+	asleepUntil(t, fc, t0.Add(60*time.Millisecond))
+	fc.Advance(60 * time.Millisecond)
+	eventually(t, time.Second, "a pass at the woken time", func() bool { return store.count(1) == 3 })
+	passedAt(t, store, 1, t0, 0, 0, 60*time.Millisecond)
+	passedAt(t, store, 0, t0, 0)
+}
+
+// After a pass, a loop sleeps until the pass's NextWake, but at most
+// MaxSleep; with nothing pending, MaxSleep.
 func TestSleepFollowsNextWakeCappedByMaxSleep(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(1)
+	cfg, fc := fakeClockConfig(t, store)
 	store.result = func(_, n int) dispatch.PassResult {
-		now := time.Now()
+		now := fc.Now()
 		if n == 0 {
 			return dispatch.PassResult{Now: now, NextWake: now.Add(80 * time.Millisecond)}
 		}
 		return dispatch.PassResult{Now: now} // nothing pending: MaxSleep
 	}
-	cfg := loopConfig(t, store)
 	cfg.MaxSleep = 40 * time.Millisecond
+	t0 := fc.Now()
 	start(t, cfg)
-	eventually(t, time.Second, "four passes", func() bool { return store.count(0) >= 4 })
-	p := store.passes()
-	if gap := p[1].at.Sub(p[0].at); gap > 60*time.Millisecond || gap < 35*time.Millisecond {
-		t.Fatalf("second pass %s after the first, want MaxSleep (40ms) < NextWake (80ms)", gap)
+	for _, at := range []time.Duration{40 * time.Millisecond, 80 * time.Millisecond} {
+		asleepUntil(t, fc, t0.Add(at))
+		fc.Advance(40 * time.Millisecond)
 	}
-	if gap := p[3].at.Sub(p[2].at); gap < 35*time.Millisecond {
-		t.Fatalf("idle passes %s apart, want ≥ MaxSleep", gap)
-	}
+	asleepUntil(t, fc, t0.Add(120*time.Millisecond))
+	passedAt(t, store, 0, t0, 0, 40*time.Millisecond, 80*time.Millisecond)
 }
 
+// A NextWake before MaxSleep is when the loop passes next.
 func TestNextWakeBeforeMaxSleepIsHonoured(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(1)
+	cfg, fc := fakeClockConfig(t, store)
 	store.result = func(_, n int) dispatch.PassResult {
-		now := time.Now()
+		now := fc.Now()
 		return dispatch.PassResult{Now: now, NextWake: now.Add(30 * time.Millisecond)}
 	}
-	cfg := loopConfig(t, store)
+	t0 := fc.Now()
 	start(t, cfg)
-	eventually(t, time.Second, "three passes", func() bool { return store.count(0) >= 3 })
-	p := store.passes()
-	if gap := p[2].at.Sub(p[1].at); gap < 25*time.Millisecond || gap > 50*time.Millisecond {
-		t.Fatalf("passes %s apart, want NextWake's 30ms", gap)
+	for _, at := range []time.Duration{30 * time.Millisecond, 60 * time.Millisecond} {
+		asleepUntil(t, fc, t0.Add(at))
+		fc.Advance(30 * time.Millisecond)
 	}
+	asleepUntil(t, fc, t0.Add(90*time.Millisecond))
+	passedAt(t, store, 0, t0, 0, 30*time.Millisecond, 60*time.Millisecond)
 }
 
+// A pass that reports More (P or K stopped it) is followed by the next at
+// once; the first without More by a sleep.
 func TestMorePassesAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(1)
+	cfg, fc := fakeClockConfig(t, store)
 	store.result = func(_, n int) dispatch.PassResult {
-		return dispatch.PassResult{Now: time.Now(), More: n < 3} // a bound (P or K) stopped passes 0–2
+		return dispatch.PassResult{Now: fc.Now(), More: n < 3} // a bound (P or K) stopped passes 0–2
 	}
-	cfg := loopConfig(t, store)
+	t0 := fc.Now()
 	start(t, cfg)
-	eventually(t, time.Second, "four passes", func() bool { return store.count(0) >= 4 })
-	p := store.passes()
-	if d := p[3].at.Sub(p[0].at); d > 20*time.Millisecond {
-		t.Fatalf("4 passes took %s, want back to back", d)
-	}
-	redistest.Hold(t, 30*time.Millisecond, "a fifth pass without More",
-		func() bool { return store.count(0) == 4 })
+	asleepUntil(t, fc, t0.Add(cfg.MaxSleep))
+	passedAt(t, store, 0, t0, 0, 0, 0, 0)
 }
 
 func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {
