@@ -19,9 +19,12 @@ type cpuMeter struct {
 	at    time.Time
 }
 
-// cpuShares is CPU time over an interval in cores (1.0 = one core busy):
-// per named process, "other" for the rest of the machine.
-type cpuShares map[string]float64
+// cpuShares is CPU time over an interval of seconds, in cores (1.0 = one
+// core busy): per named process, "other" for the rest of the machine.
+type cpuShares struct {
+	cores   map[string]float64
+	seconds float64
+}
 
 // newCPUMeter starts measuring pids (name → pid); "machine" is added.
 func newCPUMeter(pids map[string]int) *cpuMeter {
@@ -46,28 +49,46 @@ func (m *cpuMeter) sample() map[string]float64 {
 // stop returns the shares since the start.
 func (m *cpuMeter) stop() cpuShares {
 	end, d := m.sample(), time.Since(m.at).Seconds()
-	out := cpuShares{}
+	out := cpuShares{cores: map[string]float64{}, seconds: d}
 	var ours float64
 	for name := range m.pids {
 		if a, ok := m.start[name]; ok {
 			if b, ok := end[name]; ok {
-				out[name] = (b - a) / d
+				out.cores[name] = (b - a) / d
 				ours += b - a
 			}
 		}
 	}
 	if a, ok := m.start["machine"]; ok {
-		out["other"] = max(0, (end["machine"]-a-ours)/d)
+		out.cores["other"] = max(0, (end["machine"]-a-ours)/d)
 	}
 	return out
 }
 
-// String lists the shares in percent of one core, in the order given.
+// format lists the shares in percent of one core, in the order given.
 func (c cpuShares) format(names ...string) string {
+	return c.list(names, func(cores float64) string { return fmt.Sprintf("%.0f%%", 100*cores) })
+}
+
+// perJob lists the CPU time per job of jobs done in the interval, in µs,
+// with the total: where a job's cost goes.
+func (c cpuShares) perJob(jobs int, names ...string) string {
+	if jobs <= 0 {
+		return "-"
+	}
+	us := func(cores float64) string { return fmt.Sprintf("%.0f", cores*c.seconds*1e6/float64(jobs)) }
+	var total float64
+	for _, n := range names {
+		total += c.cores[n]
+	}
+	return c.list(names, us) + ", total " + us(total)
+}
+
+func (c cpuShares) list(names []string, show func(cores float64) string) string {
 	var parts []string
 	for _, n := range names {
-		if v, ok := c[n]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.0f%%", n, 100*v))
+		if v, ok := c.cores[n]; ok {
+			parts = append(parts, n+" "+show(v))
 		}
 	}
 	if len(parts) == 0 {

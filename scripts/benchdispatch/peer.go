@@ -189,11 +189,11 @@ func precisionPeer(ctx context.Context, e *env) (precisionRun, error) {
 // commands spent.
 func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) ([]arrival, int64, cpuShares, error) {
 	if err := e.flush(ctx); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, cpuShares{}, err
 	}
 	rec := e.rcv.start(run)
 	if err := enqueueTasks(ctx, asynq.NewClientFromRedisClient(e.rdb), n); err != nil {
-		return nil, 0, nil, fmt.Errorf("enqueue bare asynq tasks: %w", err)
+		return nil, 0, cpuShares{}, fmt.Errorf("enqueue bare asynq tasks: %w", err)
 	}
 	post := newPoster(e.rcv.url(run), concurrency)
 	defer post.client.CloseIdleConnections()
@@ -207,7 +207,7 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) ([]a
 	})
 	rs0, err := e.redisStats(ctx)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, cpuShares{}, err
 	}
 	meter := e.cpuMeter(ctx, nil)
 	start := time.Now()
@@ -215,14 +215,14 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) ([]a
 		id, _ := asynq.GetTaskID(ctx)
 		return post.post(ctx, id)
 	})); err != nil {
-		return nil, 0, nil, fmt.Errorf("start bare asynq server: %w", err)
+		return nil, 0, cpuShares{}, fmt.Errorf("start bare asynq server: %w", err)
 	}
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
 	rs1, err := e.redisStats(ctx)
 	srv.Shutdown()
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, cpuShares{}, err
 	}
 	if !done {
 		_, got := rec.count()

@@ -45,6 +45,7 @@ func throughput(ctx context.Context, e *env, t *table) error {
 			fmt.Sprintf("%.1f", float64(calls)/float64(len(arr))), fmt.Sprintf("%.1f", float64(bareCalls)/float64(len(bare))),
 			div(float64(calls)/float64(len(arr)), float64(bareCalls)/float64(len(bare))), "", "")
 		t.row(part, fmt.Sprintf("CPU, %% of one core (worker concurrency %d)", wc), cpu.format(cpuNames...), bareCPU.format(cpuNames...), "", "", "")
+		t.row(part, fmt.Sprintf("CPU µs / job (worker concurrency %d)", wc), cpu.perJob(len(arr), cpuNames...), bareCPU.perJob(len(bare), cpuNames...), "", "", "")
 		t.row(part, fmt.Sprintf("dispatcher and worker counters (worker concurrency %d)", wc), ctr, "-", "", "", "")
 	}
 	t.gap()
@@ -60,7 +61,7 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) ([]arrival, int64, cp
 	sl, err := e.startSluice(ctx, setup{name: fmt.Sprintf("throughput-c%d", wc), defaultRate: "100000/s",
 		defaultConc: 100000, workerConc: wc})
 	if err != nil {
-		return nil, 0, nil, "", err
+		return nil, 0, cpuShares{}, "", err
 	}
 	defer sl.stop()
 	run := fmt.Sprintf("tput-sluice-c%d", wc)
@@ -94,26 +95,26 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) ([]arrival, int64, cp
 	}
 	wg.Wait()
 	if first != nil {
-		return nil, 0, nil, "", first
+		return nil, 0, cpuShares{}, "", first
 	}
 	rs0, err := e.redisStats(ctx)
 	if err != nil {
-		return nil, 0, nil, "", err
+		return nil, 0, cpuShares{}, "", err
 	}
 	start := time.Now()
 	if err := sl.startWorker(ctx); err != nil {
-		return nil, 0, nil, "", err
+		return nil, 0, cpuShares{}, "", err
 	}
 	meter, c0 := e.cpuMeter(ctx, sl), sl.counters(ctx)
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu, ctr := meter.stop(), sl.counters(ctx).since(c0)
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
-		return nil, 0, nil, "", err
+		return nil, 0, cpuShares{}, "", err
 	}
 	if !done {
 		missing := missingIDs(rec, ids)
-		return nil, 0, nil, "", fmt.Errorf("delivered %d of %d (%w); diagnosis:\n%s", n-len(missing), n, errTimeout,
+		return nil, 0, cpuShares{}, "", fmt.Errorf("delivered %d of %d (%w); diagnosis:\n%s", n-len(missing), n, errTimeout,
 			sl.diagnose(ctx, tenants[:1], missing))
 	}
 	e.logf("throughput: Redis commands at concurrency %d:%s", wc, rs1.sub(rs0).top(14, n))
