@@ -36,9 +36,6 @@ type fixture struct {
 	lim *Limiter
 }
 
-// on returns f reporting to t (a property's *rapid.T).
-func (f *fixture) on(t tb) *fixture { return &fixture{t: t, rdb: f.rdb, lim: f.lim} }
-
 var keySeq atomic.Int64
 
 // newFixture returns a limiter for l under a prefix unique to t, closed when
