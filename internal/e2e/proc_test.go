@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,30 +26,11 @@ type proc struct {
 	t    *testing.T
 	name string // "throttler-1", "worker-2": names it in messages
 	cmd  *exec.Cmd
-	logs *logBuffer
+	logs *redistest.SyncBuffer
 	addr string // a throttler's API address, host:port
 
 	exited chan struct{} // closed once the process has ended and its output is read
 	status *os.ProcessState
-}
-
-// logBuffer is a bytes.Buffer safe for the process's output copier and the
-// test at once.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startProc starts binary with args and the environment env (added to this
@@ -67,7 +46,7 @@ func startProc(t *testing.T, name, binary string, args []string, env map[string]
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &proc{t: t, name: name, cmd: cmd, logs: &logBuffer{}, exited: make(chan struct{})}
+	p := &proc{t: t, name: name, cmd: cmd, logs: &redistest.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
