@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/deliverytest"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -327,16 +327,11 @@ func (p *proc) logged(msg string, kv ...any) []map[string]any {
 func checkRate(t *testing.T, got []arrival, rate float64, burst int) {
 	t.Helper()
 	epsR := sendError(got)
-	worst, from, to := math.Inf(-1), 0, 0
-	for i := range got {
-		for j := i + 1; j < len(got); j++ {
-			span := got[j].at.Sub(got[i].at).Seconds()
-			n := float64(j - i + 1)
-			if excess := n - (float64(burst) + rate*span + 1); excess > worst {
-				worst, from, to = excess, i, j
-			}
-		}
+	at := make([]time.Time, len(got))
+	for i, a := range got {
+		at[i] = a.at
 	}
+	worst, from, to := deliverytest.WorstWindow(at, rate, burst)
 	t.Logf("rate %.0f/s, burst %d: worst window %+.3f requests against b + r·Δ + 1 (from %s); ε_r = %s",
 		rate, burst, worst, got[from].at.Format(time.StampMicro), epsR)
 	if worst > 0 {
@@ -358,15 +353,9 @@ func checkRate(t *testing.T, got []arrival, rate float64, burst int) {
 func sendError(got []arrival) time.Duration {
 	var errs []time.Duration
 	for _, a := range got {
-		if a.slot.IsZero() {
-			continue
+		if !a.slot.IsZero() {
+			errs = append(errs, a.redis.Sub(a.slot))
 		}
-		d := a.redis.Sub(a.slot)
-		errs = append(errs, max(d, -d))
 	}
-	if len(errs) == 0 {
-		return 0
-	}
-	slices.Sort(errs)
-	return errs[(len(errs)-1)*99/100]
+	return deliverytest.P99(errs)
 }

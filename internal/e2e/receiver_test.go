@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/deliverytest"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -194,14 +195,9 @@ func count(got []arrival) map[string]int {
 // arrived.
 func exactlyOnce(t *testing.T, got []arrival, ids []string) {
 	t.Helper()
-	seen := count(got)
-	for _, id := range ids {
-		if seen[id] != 1 {
-			t.Errorf("job %s arrived %d times, want once", id, seen[id])
-		}
-		delete(seen, id)
+	arrived := make([]string, len(got))
+	for i, a := range got {
+		arrived[i] = a.id
 	}
-	for id, n := range seen {
-		t.Errorf("unexpected job %s arrived %d times", id, n)
-	}
+	deliverytest.ExactlyOnce(t, arrived, ids)
 }

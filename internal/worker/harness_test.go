@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/deliverytest"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
@@ -360,15 +359,14 @@ func (quietLogger) Fatal(...any) {}
 // over the stricter b + r·Δ + 1.
 func checkRate(t *testing.T, got []arrival, rate float64, burst int, epsR time.Duration) {
 	t.Helper()
-	worst, worstAt := math.Inf(-1), ""
-	for i := range got {
-		for j := i + 1; j < len(got); j++ {
-			span := got[j].at.Sub(got[i].at).Seconds()
-			n := float64(j - i + 1)
-			if excess := n - (float64(burst) + rate*span + 1); excess > worst {
-				worst, worstAt = excess, got[i].at.Format(time.StampMicro)
-			}
-		}
+	at := make([]time.Time, len(got))
+	for i, a := range got {
+		at[i] = a.at
+	}
+	worst, from, _ := deliverytest.WorstWindow(at, rate, burst)
+	worstAt := ""
+	if len(got) > 0 {
+		worstAt = got[from].at.Format(time.StampMicro)
 	}
 	t.Logf("rate %.0f/s, burst %d: worst window %+.3f tokens against b + r·Δ + 1 (from %s); ε_r = %s",
 		rate, burst, worst, worstAt, epsR)
@@ -385,14 +383,9 @@ func (h *harness) sendError(got []arrival) time.Duration {
 	h.t.Helper()
 	var errs []time.Duration
 	for _, a := range got {
-		d := a.redis.Sub(h.jobOf(a.id).Slot)
-		errs = append(errs, max(d, -d))
+		errs = append(errs, a.redis.Sub(h.jobOf(a.id).Slot))
 	}
-	slices.Sort(errs)
-	if len(errs) == 0 {
-		return 0
-	}
-	return errs[(len(errs)-1)*99/100]
+	return deliverytest.P99(errs)
 }
 
 // sendBound is the largest send error the single-job tests accept: a few ms
@@ -407,19 +400,11 @@ func sendBound() time.Duration {
 // exactlyOnce fails unless ids arrived once each and nothing else arrived.
 func exactlyOnce(t *testing.T, got []arrival, ids []string) {
 	t.Helper()
-	seen := map[string]int{}
-	for _, a := range got {
-		seen[a.id]++
+	arrived := make([]string, len(got))
+	for i, a := range got {
+		arrived[i] = a.id
 	}
-	for _, id := range ids {
-		if seen[id] != 1 {
-			t.Errorf("job %s arrived %d times", id, seen[id])
-		}
-		delete(seen, id)
-	}
-	for id, n := range seen {
-		t.Errorf("unexpected job %s arrived %d times", id, n)
-	}
+	deliverytest.ExactlyOnce(t, arrived, ids)
 }
 
 // finishConfig is the tests' FinishConfig: the defaults.
