@@ -39,9 +39,10 @@ func TestPauseAndResumeOverHTTP(t *testing.T) {
 	}
 }
 
-// killJob drives one job to the dead set through the dispatch protocol:
-// release, claim, a permanent failure.
-func killJob(t *testing.T, store *dispatch.Store, shard int) string {
+// attempt drives the shard's one queued job through one attempt of the
+// dispatch protocol — release, claim, finish with o — and returns its id and
+// the state the finish left it in.
+func attempt(t *testing.T, store *dispatch.Store, shard int, o dispatch.AttemptOutcome) (string, dispatch.State) {
 	t.Helper()
 	ctx := context.Background()
 	pass, err := store.Pass(ctx, shard, dispatch.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
@@ -53,11 +54,21 @@ func killJob(t *testing.T, store *dispatch.Store, shard int) string {
 	if err != nil || cl.Outcome != dispatch.ClaimOK {
 		t.Fatalf("claim: %v %+v", err, cl)
 	}
-	st, err := store.Finish(ctx, rel.ID, cl.Job.Gen, dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Error: "http_404"}, dispatch.FinishConfig{})
-	if err != nil || st != dispatch.StateDead {
-		t.Fatalf("finish: %v state %q, want dead", err, st)
+	st, err := store.Finish(ctx, rel.ID, cl.Job.Gen, o, dispatch.FinishConfig{})
+	if err != nil {
+		t.Fatalf("finish: %v", err)
 	}
-	return rel.ID
+	return rel.ID, st
+}
+
+// killJob drives one job to the dead set: an attempt that fails for good.
+func killJob(t *testing.T, store *dispatch.Store, shard int) string {
+	t.Helper()
+	id, st := attempt(t, store, shard, dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Error: "http_404"})
+	if st != dispatch.StateDead {
+		t.Fatalf("finish: state %q, want dead", st)
+	}
+	return id
 }
 
 func TestDeadLettersAndReplayOverHTTP(t *testing.T) {

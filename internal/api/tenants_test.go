@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -182,21 +181,7 @@ func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
 	}
 	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-ad/jobs", producerToken, hook(1)), "acme-ad", "queued")
 	shard, _ := dispatch.ShardOfJobID(id)
-	ctx := context.Background()
-	store := f.srv.opts.Store
-	pass, err := store.Pass(ctx, shard, dispatch.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, Capacity: -1})
-	if err != nil || len(pass.Released) != 1 {
-		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
-	}
-	rel := pass.Released[0]
-	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour)
-	if err != nil || cl.Outcome != dispatch.ClaimOK {
-		t.Fatalf("claim: %v %+v", err, cl)
-	}
-	o := dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Status: 503, Error: "http_503"}
-	if _, err := store.Finish(ctx, rel.ID, cl.Job.Gen, o, dispatch.FinishConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	attempt(t, f.srv.opts.Store, shard, dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Status: 503, Error: "http_503"})
 	if r := f.tenant(t, "acme-ad"); r["effective_rate"] != 5.0 || r["rate_factor"] != 0.5 {
 		t.Fatalf("after a 503: effective_rate %v, rate_factor %v; want 5, 0.5", r["effective_rate"], r["rate_factor"])
 	}
