@@ -20,14 +20,7 @@ import (
 func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 	t.Parallel()
 	const tenant = "acme"
-	c := newCluster(t, options{
-		tenants: map[string]string{tenant: "{rate: 50/s, burst: 5}"},
-		sections: map[string]string{
-			"retention": "{succeeded: 1s, canceled: 1s, dead: 1s, idempotency: 1s}",
-		},
-	})
-	th := c.startThrottler()
-	c.startWorker()
+	c, th := startExpiring(t, tenant, "{succeeded: 1s, canceled: 1s, dead: 1s, idempotency: 1s}")
 
 	jobs := make([]map[string]any, 5)
 	for i := range jobs {
@@ -140,14 +133,7 @@ func (c *cluster) enqueueOne(p *proc, tenant string, job map[string]any, idemKey
 func TestIdleTenantsDeadLettersExpire(t *testing.T) {
 	t.Parallel()
 	const tenant = "acme"
-	c := newCluster(t, options{
-		tenants: map[string]string{tenant: "{rate: 50/s, burst: 5}"},
-		sections: map[string]string{
-			"retention": "{succeeded: 1s, canceled: 1s, dead: 1s, idempotency: 1s}",
-		},
-	})
-	th := c.startThrottler()
-	c.startWorker()
+	c, th := startExpiring(t, tenant, "{succeeded: 1s, canceled: 1s, dead: 1s, idempotency: 1s}")
 	bad := c.webhookJob(tenant, 0)
 	bad["url"] = c.recv.url(tenant) + "?status=400" // permanent: dead at once
 	id := c.enqueueOne(th, tenant, bad, "dead-1")
@@ -168,12 +154,7 @@ func TestIdleTenantsDeadLettersExpire(t *testing.T) {
 func TestIdempotencyKeyOutlivesTheJobRecord(t *testing.T) {
 	t.Parallel()
 	const tenant = "acme"
-	c := newCluster(t, options{
-		tenants:  map[string]string{tenant: "{rate: 50/s, burst: 5}"},
-		sections: map[string]string{"retention": "{succeeded: 1s, idempotency: 1h}"},
-	})
-	th := c.startThrottler()
-	c.startWorker()
+	c, th := startExpiring(t, tenant, "{succeeded: 1s, idempotency: 1h}")
 	job := c.webhookJob(tenant, 0)
 	id := c.enqueueOne(th, tenant, job, "pay-42")
 	c.waitSucceeded(th, []string{id}, 10*time.Second)
@@ -189,4 +170,17 @@ func TestIdempotencyKeyOutlivesTheJobRecord(t *testing.T) {
 		t.Fatalf("the same request under the same key within retention.idempotency: status %d, id %q, Idempotent-Replayed %q; want 202, %q, true",
 			st, again.ID, replayed, id)
 	}
+}
+
+// startExpiring runs a throttler and a worker for tenant (50/s, burst 5)
+// with the given retention section.
+func startExpiring(t *testing.T, tenant, retention string) (*cluster, *proc) {
+	t.Helper()
+	c := newCluster(t, options{
+		tenants:  map[string]string{tenant: "{rate: 50/s, burst: 5}"},
+		sections: map[string]string{"retention": retention},
+	})
+	th := c.startThrottler()
+	c.startWorker()
+	return c, th
 }
