@@ -59,6 +59,13 @@ func (sl *sluice) enqueueHTTP(ctx context.Context, tenant string, jobs [][]byte)
 // enqueueStore enqueues perTenant copies of items[0] for each tenant through
 // the dispatch Store (the enqueue script the API runs), workers at once.
 func (e *env) enqueueStore(ctx context.Context, tenants []string, items []dispatch.Item, workers int) error {
+	return parallel(ctx, len(tenants), workers, func(i int) error { return e.enqueueTenant(ctx, tenants[i], items) })
+}
+
+// parallel runs f(0), …, f(n−1) on workers goroutines. A goroutine stops
+// at its first error, every one at ctx's end; the first error (or ctx's)
+// is returned.
+func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup
@@ -67,8 +74,8 @@ func (e *env) enqueueStore(ctx context.Context, tenants []string, items []dispat
 	)
 	for range workers {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(tenants)) && ctx.Err() == nil; i = next.Add(1) - 1 {
-				if err := e.enqueueTenant(ctx, tenants[i], items); err != nil {
+			for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				if err := f(int(i)); err != nil {
 					mu.Lock()
 					first = cmpErr(first, err)
 					mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,27 +84,11 @@ func (p *poster) post(ctx context.Context, id string) error {
 // enqueueTasks enqueues n tasks on peerQueue with 8 goroutines (asynq has no
 // batch enqueue).
 func enqueueTasks(ctx context.Context, client *asynq.Client, n int) error {
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for range 8 {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
-				task := asynq.NewTask(peerTaskType, []byte(strconv.FormatInt(i, 10)))
-				if _, err := client.EnqueueContext(ctx, task, asynq.Queue(peerQueue)); err != nil {
-					mu.Lock()
-					first = cmpErr(first, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return cmpErr(first, ctx.Err())
+	return parallel(ctx, n, 8, func(i int) error {
+		task := asynq.NewTask(peerTaskType, []byte(strconv.Itoa(i)))
+		_, err := client.EnqueueContext(ctx, task, asynq.Queue(peerQueue))
+		return err
+	})
 }
 
 // quietLogger drops asynq's logs (the wiki pattern logs every refusal).

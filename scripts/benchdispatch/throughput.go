@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -68,34 +67,23 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) ([]arrival, int64, cp
 	rec := e.rcv.start(run)
 	tenants := tenantNames("t", nt)
 	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		ids   []string
+		mu  sync.Mutex
+		ids []string
 	)
-	for range 8 {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(nt); i = next.Add(1) - 1 {
-				k := n/nt + boolInt(int(i) < n%nt)
-				jobs := make([][]byte, k)
-				for j := range jobs {
-					jobs[j] = e.webhookJob(run, j)
-				}
-				got, err := sl.enqueueHTTP(ctx, tenants[i], jobs)
-				mu.Lock()
-				ids = append(ids, got...)
-				first = cmpErr(first, err)
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if first != nil {
-		return nil, 0, cpuShares{}, "", first
+	err = parallel(ctx, nt, 8, func(i int) error {
+		k := n/nt + boolInt(i < n%nt)
+		jobs := make([][]byte, k)
+		for j := range jobs {
+			jobs[j] = e.webhookJob(run, j)
+		}
+		got, err := sl.enqueueHTTP(ctx, tenants[i], jobs)
+		mu.Lock()
+		ids = append(ids, got...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, 0, cpuShares{}, "", err
 	}
 	rs0, err := e.redisStats(ctx)
 	if err != nil {
