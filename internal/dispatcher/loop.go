@@ -21,9 +21,8 @@ const (
 )
 
 // shardLoop is the state of one shard's loop. Local times are the
-// Dispatcher's clock's (monotonic on the real one).
+// Dispatcher's clock's (cfg.clock; monotonic on the real one).
 type shardLoop struct {
-	clock      clock
 	shard      int
 	owned      bool
 	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
@@ -41,23 +40,23 @@ type shardLoop struct {
 
 // local converts a Redis time to the local instant; without an anchor (no
 // pass yet) every time is now.
-func (s *shardLoop) local(redisT time.Time) time.Time {
+func (s *shardLoop) local(redisT, now time.Time) time.Time {
 	if s.anchorLocal.IsZero() {
-		return s.clock.Now()
+		return now
 	}
 	return s.anchorLocal.Add(redisT.Sub(s.anchorRedis))
 }
 
 // loop runs shard's passes until ctx is done, then gives up its lease.
 func (d *Dispatcher) loop(ctx context.Context, shard int) {
-	s := &shardLoop{clock: d.cfg.clock, shard: shard}
+	s := &shardLoop{shard: shard}
 	defer d.giveUp(ctx, s)
 	for ctx.Err() == nil {
 		if !d.own(ctx, s) {
 			d.wait(ctx, s, s.renewAt, false)
 			continue
 		}
-		if s.clock.Now().Before(s.due) {
+		if d.cfg.clock.Now().Before(s.due) {
 			// Between passes: wake for the next pass, a wake-up or the
 			// capacity reading — or earlier to renew (or hand over) the
 			// lease, then wait on for the pass.
@@ -86,7 +85,7 @@ func (d *Dispatcher) own(ctx context.Context, s *shardLoop) bool {
 		d.setOwned(s, true)
 		return true
 	}
-	now := s.clock.Now()
+	now := d.cfg.clock.Now()
 	if s.owned && now.Before(s.renewAt) {
 		return true
 	}
@@ -226,7 +225,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
-	if capacity == 0 && s.clock.Now().Sub(s.passed) < d.cfg.MaxSleep {
+	if capacity == 0 && d.cfg.clock.Now().Sub(s.passed) < d.cfg.MaxSleep {
 		// The workers are full: nothing can be released. Promotions and
 		// sweeps wait for the regular pass; look again after the next
 		// reading of the free capacity.
@@ -235,25 +234,25 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	cfg := d.cfg.Pass
 	cfg.Capacity = capacity
-	start := s.clock.Now()
+	start := d.cfg.clock.Now()
 	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
-	end := s.clock.Now()
+	end := d.cfg.clock.Now()
 	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
 	left := d.budget.spend(len(res.Released))
 	d.handoff(ctx, res.Released)
 
 	d.metrics.passes.Inc()
-	d.metrics.passSeconds.Observe(s.clock.Now().Sub(start).Seconds())
+	d.metrics.passSeconds.Observe(d.cfg.clock.Now().Sub(start).Seconds())
 	d.metrics.promoted.Add(float64(res.Promoted))
 	d.metrics.swept.Add(float64(res.Swept))
 
 	next = end.Add(d.cfg.MaxSleep)
 	if !res.NextWake.IsZero() {
-		next = minTime(next, s.local(res.NextWake))
+		next = minTime(next, s.local(res.NextWake, end))
 	}
 	// More: P or K stopped the pass: run again at once. CapacityReached:
 	// the shard's share ran out; run again only while free capacity is left.
@@ -269,7 +268,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 
 // failed counts and logs a failed pass and returns when to retry.
 func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.Time {
-	now := s.clock.Now()
+	now := d.cfg.clock.Now()
 	if ctx.Err() != nil {
 		return now
 	}
@@ -286,7 +285,7 @@ func (d *Dispatcher) failed(ctx context.Context, s *shardLoop, err error) time.T
 // capacity reading ended it: time for a pass. Wake-ups that arrive while the shard is not owned are
 // dropped: the owner gets them.
 func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wakeable bool) (woken bool) {
-	timer := s.clock.NewTimer(until.Sub(s.clock.Now()))
+	timer := d.cfg.clock.NewTimer(until.Sub(d.cfg.clock.Now()))
 	defer timer.Stop()
 	for {
 		select {
@@ -301,10 +300,10 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 			if !wakeable {
 				continue
 			}
-			now := s.clock.Now()
+			now := d.cfg.clock.Now()
 			at := now
 			if us > 0 {
-				at = s.local(time.UnixMicro(us).Add(-d.cfg.Pass.Lead))
+				at = s.local(time.UnixMicro(us).Add(-d.cfg.Pass.Lead), now)
 			}
 			if !at.After(now) {
 				return true
@@ -314,7 +313,7 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 			}
 			if at.Before(until) {
 				until = at
-				timer.Reset(until.Sub(s.clock.Now()))
+				timer.Reset(until.Sub(d.cfg.clock.Now()))
 			}
 		}
 	}
