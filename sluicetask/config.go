@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // Defaults of Config.
@@ -111,8 +111,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("Queues: name at least one asynq queue of Sluice's task_queues"))
 	}
 	for i, q := range c.Queues {
-		if q == "" || len(q) > dispatch.MaxTaskQueueLen || strings.ContainsAny(q, "{}") {
-			errs = append(errs, fmt.Errorf("Queues[%d] %q: want 1–%d bytes without braces", i, q, dispatch.MaxTaskQueueLen))
+		if q == "" || len(q) > store.MaxTaskQueueLen || strings.ContainsAny(q, "{}") {
+			errs = append(errs, fmt.Errorf("Queues[%d] %q: want 1–%d bytes without braces", i, q, store.MaxTaskQueueLen))
 		}
 		if j := slices.Index(c.Queues, q); j < i {
 			errs = append(errs, fmt.Errorf("Queues[%d] %q: duplicate of Queues[%d]", i, q, j))
@@ -150,8 +150,8 @@ func (s Settings) validate() error {
 }
 
 // finish is what Store.Finish applies.
-func (s Settings) finish() dispatch.FinishConfig {
-	f := dispatch.FinishConfig{
+func (s Settings) finish() store.FinishConfig {
+	f := store.FinishConfig{
 		SucceededRetention:   s.SucceededRetention,
 		IdempotencyRetention: s.IdempotencyRetention,
 		DeadRetention:        s.DeadRetention,
@@ -161,7 +161,7 @@ func (s Settings) finish() dispatch.FinishConfig {
 		MaxPause:             s.MaxPause,
 	}
 	if s.AdaptiveFloor > 0 {
-		f.AdaptiveFloorPPM = dispatch.PPM(s.AdaptiveFloor)
+		f.AdaptiveFloorPPM = store.PPM(s.AdaptiveFloor)
 	}
 	return f
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/sluicetask"
 )
 
@@ -27,7 +27,7 @@ func TestTaskJobsRunOnceWithinRateAndConcurrency(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const tenant, n, rate = "acme", 12, 20.0
-	e.policy(tenant, dispatch.Overrides{RateUS: p64(50_000), Burst: p64(1), Concurrency: p64(2), Adaptive: p64(0)})
+	e.policy(tenant, store.Overrides{RateUS: p64(50_000), Burst: p64(1), Concurrency: p64(2), Adaptive: p64(0)})
 	rec := newRecorder(func(ctx context.Context, _ call, _ int) error {
 		hold(ctx, 120*time.Millisecond)
 		return nil
@@ -40,7 +40,7 @@ func TestTaskJobsRunOnceWithinRateAndConcurrency(t *testing.T) {
 	}
 	ids := e.enqueue(tenant, payloads...)
 	for _, id := range ids {
-		e.waitState(id, dispatch.StateSucceeded, 30*time.Second)
+		e.waitState(id, store.StateSucceeded, 30*time.Second)
 	}
 
 	for i, id := range ids {
@@ -49,7 +49,7 @@ func TestTaskJobsRunOnceWithinRateAndConcurrency(t *testing.T) {
 			t.Fatalf("job %s ran %d times, want once", id, len(calls))
 		}
 		c := calls[0]
-		if c.taskType != "email:send" || c.payload != payloads[i] || c.headers[dispatcher.HeaderJob] != id ||
+		if c.taskType != "email:send" || c.payload != payloads[i] || c.headers[dispatch.HeaderJob] != id ||
 			c.job.Tenant != tenant || c.job.Attempt != 1 {
 			t.Errorf("job %s: handler got %+v, want type email:send, payload %s, its headers", id, c, payloads[i])
 		}
@@ -88,7 +88,7 @@ func TestFailuresGoThroughSluice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const tenant = "acme"
-	e.policy(tenant, dispatch.Overrides{RateUS: p64(10_000), Concurrency: p64(10), MaxAttempts: p64(3),
+	e.policy(tenant, store.Overrides{RateUS: p64(10_000), Concurrency: p64(10), MaxAttempts: p64(3),
 		MinBackoffUS: p64(20_000), MaxBackoffUS: p64(50_000), Adaptive: p64(0)})
 	rec := newRecorder(func(_ context.Context, c call, n int) error {
 		switch c.payload {
@@ -111,7 +111,7 @@ func TestFailuresGoThroughSluice(t *testing.T) {
 	ids := e.enqueue(tenant, `{"kind":"fail"}`, `{"kind":"panic-once"}`, `{"kind":"permanent"}`, `{"kind":"skip"}`)
 	fail, panicOnce, permanent, skip := ids[0], ids[1], ids[2], ids[3]
 
-	j := e.waitState(fail, dispatch.StateDead, 30*time.Second)
+	j := e.waitState(fail, store.StateDead, 30*time.Second)
 	var numbers []int
 	for _, c := range rec.callsOf(fail) {
 		numbers = append(numbers, c.job.Attempt)
@@ -125,18 +125,18 @@ func TestFailuresGoThroughSluice(t *testing.T) {
 		}
 	}
 
-	j = e.waitState(panicOnce, dispatch.StateSucceeded, 30*time.Second)
+	j = e.waitState(panicOnce, store.StateSucceeded, 30*time.Second)
 	if n := len(rec.callsOf(panicOnce)); n != 2 || j.Attempt != 2 || len(j.Attempts) != 2 || j.Attempts[0].Error != "panic" {
 		t.Errorf("panicking job: %d calls, record %d attempts, log %+v; want a retried panic then success", n, j.Attempt, j.Attempts)
 	}
 	for _, c := range []struct{ id, msg string }{{permanent, "no such address"}, {skip, "unknown user: skip retry for the task"}} {
-		j = e.waitState(c.id, dispatch.StateDead, 30*time.Second)
+		j = e.waitState(c.id, store.StateDead, 30*time.Second)
 		if n := len(rec.callsOf(c.id)); n != 1 || j.Attempt != 1 || len(j.Attempts) != 1 ||
 			j.Attempts[0].Outcome != "permanent" || j.Attempts[0].Error != c.msg {
 			t.Errorf("job %s: %d calls, record %d attempts, log %+v; want one permanent failure %q", c.id, n, j.Attempt, j.Attempts, c.msg)
 		}
 	}
-	dead, _, err := e.store.DeadLetters(e.ctx, tenant, "", 10)
+	dead, _, err := e.st.DeadLetters(e.ctx, tenant, "", 10)
 	if err != nil || len(dead) != 3 {
 		t.Errorf("dead letters: %d (%v), want 3", len(dead), err)
 	}
@@ -159,7 +159,7 @@ func TestThrottledPausesTheTenant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const tenant = "acme"
-	e.policy(tenant, dispatch.Overrides{RateUS: p64(10_000), Adaptive: p64(0)})
+	e.policy(tenant, store.Overrides{RateUS: p64(10_000), Adaptive: p64(0)})
 	rec := newRecorder(func(_ context.Context, c call, n int) error {
 		if c.payload == `{"n":1}` && n == 1 {
 			return sluicetask.Throttled(time.Hour)
@@ -170,10 +170,10 @@ func TestThrottledPausesTheTenant(t *testing.T) {
 	e.startDispatcher()
 	id := e.enqueue(tenant, `{"n":1}`)[0]
 
-	var st dispatch.TenantState
+	var st store.TenantState
 	redistest.PollMsg(t, 30*time.Second, func() (bool, string) {
 		var err error
-		if st, err = e.store.TenantState(e.ctx, tenant); err != nil {
+		if st, err = e.st.TenantState(e.ctx, tenant); err != nil {
 			t.Fatal(err)
 		}
 		return !st.PausedUntil.IsZero(), "tenant not paused"
@@ -181,18 +181,18 @@ func TestThrottledPausesTheTenant(t *testing.T) {
 	if d := st.PausedUntil.Sub(st.Now); d < time.Hour-time.Minute || d > time.Hour {
 		t.Fatalf("tenant paused for %s, want the hour the handler asked for", d)
 	}
-	j := e.waitState(id, dispatch.StateQueued, 10*time.Second)
+	j := e.waitState(id, store.StateQueued, 10*time.Second)
 	if j.Attempt != 0 || len(j.Attempts) != 1 || j.Attempts[0].Outcome != "throttled" {
 		t.Fatalf("after the throttle: %d attempts used, log %+v; want none used, one throttled entry", j.Attempt, j.Attempts)
 	}
 	second := e.enqueue(tenant, `{"n":2}`)[0]
 	redistest.Hold(t, 300*time.Millisecond, "a job of the paused tenant ran", func() bool { return len(rec.all()) == 1 })
 
-	if err := e.store.Resume(e.ctx, tenant); err != nil {
+	if err := e.st.Resume(e.ctx, tenant); err != nil {
 		t.Fatal(err)
 	}
-	j = e.waitState(id, dispatch.StateSucceeded, 30*time.Second)
-	e.waitState(second, dispatch.StateSucceeded, 30*time.Second)
+	j = e.waitState(id, store.StateSucceeded, 30*time.Second)
+	e.waitState(second, store.StateSucceeded, 30*time.Second)
 	calls := rec.callsOf(id)
 	if len(calls) != 2 || calls[1].job.Attempt != 1 || j.Attempt != 1 {
 		t.Fatalf("after the resume: %d calls (%+v), record %d attempts; want the second call as attempt 1", len(calls), calls, j.Attempt)

@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/sluicetask"
 )
 
@@ -32,29 +32,29 @@ type env struct {
 	rdb    *redis.Client
 	prefix string
 	queue  string
-	store  *dispatch.Store
+	st     *store.Store
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: 4})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := dispatcher.EnsureMeta(ctx, rdb, dispatcher.Meta{Prefix: prefix, Shards: 4,
-		Lead: dispatch.LeadDefault, MinLead: dispatch.MinLeadDefault}); err != nil {
+	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{Prefix: prefix, Shards: 4,
+		Lead: store.LeadDefault, MinLead: store.MinLeadDefault}); err != nil {
 		t.Fatal(err)
 	}
 	// asynq's keys are not under Sluice's prefix: each test gets its own queue.
-	return &env{t: t, ctx: ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks", store: store}
+	return &env{t: t, ctx: ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks", st: st}
 }
 
 // policy stores tenant's overrides.
-func (e *env) policy(tenant string, o dispatch.Overrides) {
+func (e *env) policy(tenant string, o store.Overrides) {
 	e.t.Helper()
-	if _, err := e.store.PutTenantPolicy(e.ctx, tenant, o, dispatch.AnyVersion); err != nil {
+	if _, err := e.st.PutTenantPolicy(e.ctx, tenant, o, store.AnyVersion); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -63,18 +63,18 @@ func (e *env) policy(tenant string, o dispatch.Overrides) {
 // each payload, in order, and returns their ids.
 func (e *env) enqueue(tenant string, payloads ...string) []string {
 	e.t.Helper()
-	items := make([]dispatch.Item, len(payloads))
+	items := make([]store.Item, len(payloads))
 	for i, p := range payloads {
 		spec := job.Spec{Type: job.TypeTask, TaskType: "email:send", Queue: e.queue, Payload: json.RawMessage(p)}
-		items[i] = dispatch.Item{Type: job.TypeTask, Body: spec.Canonical()}
+		items[i] = store.Item{Type: job.TypeTask, Body: spec.Canonical()}
 	}
-	rs, err := e.store.Enqueue(e.ctx, tenant, items)
+	rs, err := e.st.Enqueue(e.ctx, tenant, items)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ids := make([]string, len(rs))
 	for i, r := range rs {
-		if r.Outcome != dispatch.Accepted {
+		if r.Outcome != store.Accepted {
 			e.t.Fatalf("enqueue for %s: %+v", tenant, r)
 		}
 		ids[i] = r.ID
@@ -82,9 +82,9 @@ func (e *env) enqueue(tenant string, payloads ...string) []string {
 	return ids
 }
 
-func (e *env) jobOf(id string) dispatch.Job {
+func (e *env) jobOf(id string) store.Job {
 	e.t.Helper()
-	j, err := e.store.GetJob(e.ctx, id)
+	j, err := e.st.GetJob(e.ctx, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -92,9 +92,9 @@ func (e *env) jobOf(id string) dispatch.Job {
 }
 
 // waitState polls until job id is in state.
-func (e *env) waitState(id string, state dispatch.State, within time.Duration) dispatch.Job {
+func (e *env) waitState(id string, state store.State, within time.Duration) store.Job {
 	e.t.Helper()
-	var j dispatch.Job
+	var j store.Job
 	redistest.PollMsg(e.t, within, func() (bool, string) {
 		j = e.jobOf(id)
 		return j.State == state, fmt.Sprintf("job %s is %s (attempt %d), want %s", id, j.State, j.Attempt, state)
@@ -107,8 +107,8 @@ func (e *env) waitState(id string, state dispatch.State, within time.Duration) d
 // jobs.
 func (e *env) startDispatcher() {
 	e.t.Helper()
-	d, err := dispatcher.New(dispatcher.Config{Store: e.store, Asynq: asynq.NewClientFromRedisClient(e.rdb), Redis: e.rdb,
-		Prefix: e.prefix, Pass: dispatch.PassConfig{Grace: 3 * time.Second}, Logger: testLogger(e.t).With("component", "dispatcher")})
+	d, err := dispatch.New(dispatch.Config{Store: e.st, Asynq: asynq.NewClientFromRedisClient(e.rdb), Redis: e.rdb,
+		Prefix: e.prefix, Pass: store.PassConfig{Grace: 3 * time.Second}, Logger: testLogger(e.t).With("component", "dispatcher")})
 	if err != nil {
 		e.t.Fatal(err)
 	}

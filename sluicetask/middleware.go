@@ -10,8 +10,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -86,12 +86,12 @@ func (m *Middleware) Start(ctx context.Context) error {
 
 // newWorker builds the Worker that runs the protocol for dep.
 func (m *Middleware) newWorker(dep deployment) (*worker.Worker, error) {
-	store, err := dispatch.NewStore(m.cfg.Redis, dispatch.Config{Prefix: m.cfg.Prefix, Shards: dep.shards})
+	st, err := store.NewStore(m.cfg.Redis, store.Config{Prefix: m.cfg.Prefix, Shards: dep.shards})
 	if err != nil {
 		return nil, err
 	}
 	return worker.New(worker.Config{
-		Store:             store,
+		Store:             st,
 		Redis:             m.cfg.Redis,
 		Executor:          executor{},
 		Prefix:            m.cfg.Prefix,
@@ -104,7 +104,7 @@ func (m *Middleware) newWorker(dep deployment) (*worker.Worker, error) {
 		HeartbeatInterval: m.cfg.HeartbeatInterval,
 		Registerer:        m.cfg.Registerer,
 		Logger:            m.cfg.Logger.With("component", "sluicetask"),
-		Announce:          m.announcer(store),
+		Announce:          m.announcer(st),
 	})
 }
 
@@ -128,20 +128,20 @@ func (m *Middleware) workerID() string { return "mw:" + m.cfg.ID }
 // server's goroutines), then every queue's <prefix>:mw:<queue> entry. A
 // concurrency of 0 is the withdrawal: the queue entries go first (enqueues
 // stop), then the capacity.
-func (m *Middleware) announcer(store *dispatch.Store) func(context.Context, int, time.Duration) error {
+func (m *Middleware) announcer(st *store.Store) func(context.Context, int, time.Duration) error {
 	return func(ctx context.Context, concurrency int, ttl time.Duration) error {
 		if concurrency == 0 {
 			var errs []error
 			for _, q := range m.cfg.Queues {
-				errs = append(errs, store.TaskWithdraw(ctx, q, m.cfg.ID))
+				errs = append(errs, st.TaskWithdraw(ctx, q, m.cfg.ID))
 			}
-			return errors.Join(append(errs, store.Heartbeat(ctx, m.workerID(), 0, ttl))...)
+			return errors.Join(append(errs, st.Heartbeat(ctx, m.workerID(), 0, ttl))...)
 		}
-		if err := store.Heartbeat(ctx, m.workerID(), concurrency, ttl); err != nil {
+		if err := st.Heartbeat(ctx, m.workerID(), concurrency, ttl); err != nil {
 			return err
 		}
 		for _, q := range m.cfg.Queues {
-			if err := store.TaskHeartbeat(ctx, q, m.cfg.ID, concurrency, m.cfg.TaskCheckInterval, ttl); err != nil {
+			if err := st.TaskHeartbeat(ctx, q, m.cfg.ID, concurrency, m.cfg.TaskCheckInterval, ttl); err != nil {
 				return err
 			}
 		}
@@ -164,7 +164,7 @@ func (m *Middleware) Wrap(next asynq.Handler) asynq.Handler {
 		}
 		w := m.worker.Load()
 		if w == nil {
-			return errorf("%s task job %q: %w", t.Type(), t.Headers()[dispatcher.HeaderJob], ErrNotStarted)
+			return errorf("%s task job %q: %w", t.Type(), t.Headers()[dispatch.HeaderJob], ErrNotStarted)
 		}
 		return w.ProcessTaskJob(context.WithValue(ctx, callKey{}, call{task: t, next: next}), t)
 	})
@@ -173,9 +173,9 @@ func (m *Middleware) Wrap(next asynq.Handler) asynq.Handler {
 // hasSluiceHeaders reports whether t carries any of the protocol's headers.
 func hasSluiceHeaders(t *asynq.Task) bool {
 	h := t.Headers()
-	_, id := h[dispatcher.HeaderJob]
-	_, gen := h[dispatcher.HeaderGen]
-	_, slot := h[dispatcher.HeaderSlot]
+	_, id := h[dispatch.HeaderJob]
+	_, gen := h[dispatch.HeaderGen]
+	_, slot := h[dispatch.HeaderSlot]
 	return id || gen || slot
 }
 
@@ -196,14 +196,14 @@ var _ worker.Executor = executor{}
 // Execute builds the user's task from the stored job and runs it; a stored
 // job that is not a task job with a task_type is a permanent failure
 // ("invalid_job": nothing could ever run it).
-func (executor) Execute(ctx context.Context, cj dispatch.ClaimedJob) dispatch.AttemptOutcome {
+func (executor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
 	c, ok := ctx.Value(callKey{}).(call)
 	if !ok { // a Worker not reached through Wrap: cannot happen
-		return dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Error: "sluicetask: no handler"}
+		return store.AttemptOutcome{Kind: store.FinishRetry, Error: "sluicetask: no handler"}
 	}
 	spec, err := job.Parse(cj.Body)
 	if err != nil || cj.Type != job.TypeTask || spec.TaskType == "" {
-		return dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Error: "invalid_job"}
+		return store.AttemptOutcome{Kind: store.FinishPermanent, Error: "invalid_job"}
 	}
 	task := asynq.NewTaskWithHeaders(spec.TaskType, spec.Payload, c.task.Headers())
 	ctx = context.WithValue(ctx, jobKey{}, Job{ID: cj.ID, Tenant: cj.Tenant, Attempt: int(cj.Attempt), Slot: cj.Slot})

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sluicetask"
 )
@@ -27,7 +27,7 @@ func TestHeartbeatsAnnounceQueuesAndCapacity(t *testing.T) {
 	}
 	t.Cleanup(m.Stop)
 	for _, q := range []string{e.queue, other} {
-		ws, err := e.store.TaskWorkers(e.ctx, q)
+		ws, err := e.st.TaskWorkers(e.ctx, q)
 		if err != nil || len(ws) != 1 || ws[0].ID != m.ID() || ws[0].Concurrency != 6 || ws[0].TaskCheckInterval != tci {
 			t.Fatalf("queue %s: task workers %+v (%v), want %s with concurrency 6, TCI %s", q, ws, err, m.ID(), tci)
 		}
@@ -35,7 +35,7 @@ func TestHeartbeatsAnnounceQueuesAndCapacity(t *testing.T) {
 			t.Errorf("queue %s: heartbeat expires in %s, want 3 intervals (9s)", q, d)
 		}
 	}
-	if n, err := e.store.Capacity(e.ctx); err != nil || n != 6 {
+	if n, err := e.st.Capacity(e.ctx); err != nil || n != 6 {
 		t.Fatalf("capacity %d (%v), want the concurrency 6 counted once", n, err)
 	}
 	if err := m.Start(e.ctx); err == nil {
@@ -45,11 +45,11 @@ func TestHeartbeatsAnnounceQueuesAndCapacity(t *testing.T) {
 	m.Stop()
 	m.Stop() // idempotent
 	for _, q := range []string{e.queue, other} {
-		if live, err := e.store.TaskQueueLive(e.ctx, q); err != nil || live {
+		if live, err := e.st.TaskQueueLive(e.ctx, q); err != nil || live {
 			t.Fatalf("queue %s after Stop: live %v (%v)", q, live, err)
 		}
 	}
-	if n, err := e.store.Capacity(e.ctx); err != nil || n != 0 {
+	if n, err := e.st.Capacity(e.ctx); err != nil || n != 0 {
 		t.Fatalf("capacity after Stop %d (%v), want 0", n, err)
 	}
 }
@@ -82,7 +82,7 @@ func TestStartReadsMetaAndChecksThePickupBudget(t *testing.T) {
 	}
 
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatcher.EnsureMeta(e.ctx, rdb, dispatcher.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
+	if _, err := dispatch.EnsureMeta(e.ctx, rdb, dispatch.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &env{t: t, ctx: e.ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks"}
@@ -111,7 +111,7 @@ func TestStartRetriesAfterAFailure(t *testing.T) {
 			t.Fatalf("start %d: %v, want the pickup budget refused", i+1, err)
 		}
 	}
-	if live, _ := e.store.TaskQueueLive(e.ctx, e.queue); live {
+	if live, _ := e.st.TaskQueueLive(e.ctx, e.queue); live {
 		t.Fatal("a refused Start announced the queue")
 	}
 }
@@ -152,7 +152,7 @@ func TestWrapHeaderHandling(t *testing.T) {
 		t.Fatalf("plain task reached next as %+v", c)
 	}
 	job := asynq.NewTaskWithHeaders("email:send", nil, map[string]string{
-		dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatcher.HeaderGen: "1", dispatcher.HeaderSlot: "1",
+		dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "1", dispatch.HeaderSlot: "1",
 	})
 	if err := h.ProcessTask(e.ctx, job); !errors.Is(err, sluicetask.ErrNotStarted) {
 		t.Fatalf("job before Start: %v, want ErrNotStarted", err)
@@ -163,13 +163,13 @@ func TestWrapHeaderHandling(t *testing.T) {
 	}
 	t.Cleanup(m.Stop)
 	for _, headers := range []map[string]string{
-		{dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
-		{dispatcher.HeaderGen: "2", dispatcher.HeaderSlot: "1700000000000000"},
-		{dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatcher.HeaderGen: "0", dispatcher.HeaderSlot: "1700000000000000"},
-		{dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatcher.HeaderGen: "1", dispatcher.HeaderSlot: "soon"},
+		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
+		{dispatch.HeaderGen: "2", dispatch.HeaderSlot: "1700000000000000"},
+		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "0", dispatch.HeaderSlot: "1700000000000000"},
+		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "1", dispatch.HeaderSlot: "soon"},
 	} {
 		err := h.ProcessTask(e.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers))
-		if !errors.Is(err, dispatcher.ErrBadPayload) {
+		if !errors.Is(err, dispatch.ErrBadPayload) {
 			t.Errorf("headers %v: %v, want a malformed-headers error", headers, err)
 		}
 	}

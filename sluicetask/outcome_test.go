@@ -9,7 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // TestOutcomeOf pins the mapping of a handler's result to a finish
@@ -25,21 +25,21 @@ func TestOutcomeOf(t *testing.T) {
 		name  string
 		ctx   context.Context
 		err   error
-		kind  dispatch.FinishKind
+		kind  store.FinishKind
 		pause time.Duration
 		msg   string
 	}{
-		{"nil", context.Background(), nil, dispatch.FinishSuccess, 0, ""},
-		{"throttled", context.Background(), Throttled(5 * time.Second), dispatch.FinishThrottled, 5 * time.Second, "upstream throttled: retry after 5s"},
-		{"throttled, default pause", context.Background(), Throttled(0), dispatch.FinishThrottled, 0, "upstream throttled"},
-		{"throttled, negative", context.Background(), Throttled(-time.Second), dispatch.FinishThrottled, 0, "upstream throttled"},
-		{"throttled, wrapped", context.Background(), fmt.Errorf("call api: %w", Throttled(2*time.Second)), dispatch.FinishThrottled, 2 * time.Second, "call api: upstream throttled: retry after 2s"},
-		{"throttled after the deadline", expired, Throttled(time.Second), dispatch.FinishThrottled, time.Second, "upstream throttled: retry after 1s"},
-		{"permanent", context.Background(), Permanent(bad), dispatch.FinishPermanent, 0, "bad address"},
-		{"permanent nil", context.Background(), Permanent(nil), dispatch.FinishPermanent, 0, "permanent failure"},
-		{"skip retry", context.Background(), fmt.Errorf("no such user: %w", asynq.SkipRetry), dispatch.FinishPermanent, 0, "no such user: skip retry for the task"},
-		{"other", context.Background(), errors.New("upstream 500"), dispatch.FinishRetry, 0, "upstream 500"},
-		{"deadline passed", expired, errors.New("read: i/o timeout"), dispatch.FinishRetry, 0, dispatch.TimeoutReason},
+		{"nil", context.Background(), nil, store.FinishSuccess, 0, ""},
+		{"throttled", context.Background(), Throttled(5 * time.Second), store.FinishThrottled, 5 * time.Second, "upstream throttled: retry after 5s"},
+		{"throttled, default pause", context.Background(), Throttled(0), store.FinishThrottled, 0, "upstream throttled"},
+		{"throttled, negative", context.Background(), Throttled(-time.Second), store.FinishThrottled, 0, "upstream throttled"},
+		{"throttled, wrapped", context.Background(), fmt.Errorf("call api: %w", Throttled(2*time.Second)), store.FinishThrottled, 2 * time.Second, "call api: upstream throttled: retry after 2s"},
+		{"throttled after the deadline", expired, Throttled(time.Second), store.FinishThrottled, time.Second, "upstream throttled: retry after 1s"},
+		{"permanent", context.Background(), Permanent(bad), store.FinishPermanent, 0, "bad address"},
+		{"permanent nil", context.Background(), Permanent(nil), store.FinishPermanent, 0, "permanent failure"},
+		{"skip retry", context.Background(), fmt.Errorf("no such user: %w", asynq.SkipRetry), store.FinishPermanent, 0, "no such user: skip retry for the task"},
+		{"other", context.Background(), errors.New("upstream 500"), store.FinishRetry, 0, "upstream 500"},
+		{"deadline passed", expired, errors.New("read: i/o timeout"), store.FinishRetry, 0, store.TimeoutReason},
 	}
 	for _, tc := range cases {
 		o := outcomeOf(tc.ctx, tc.err, 3*time.Millisecond)
@@ -58,7 +58,7 @@ func TestOutcomeOf(t *testing.T) {
 
 func TestPrefixDefaultIsSluices(t *testing.T) {
 	t.Parallel()
-	if PrefixDefault != dispatch.PrefixDefault {
-		t.Errorf("PrefixDefault %q, Sluice's is %q", PrefixDefault, dispatch.PrefixDefault)
+	if PrefixDefault != store.PrefixDefault {
+		t.Errorf("PrefixDefault %q, Sluice's is %q", PrefixDefault, store.PrefixDefault)
 	}
 }

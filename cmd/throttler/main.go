@@ -1,6 +1,6 @@
 // Command throttler is Sluice's API server and dispatcher: it reads the
 // configuration, connects to Redis, serves the HTTP API and /metrics, runs
-// the dispatch loops (internal/dispatcher) and shuts down gracefully on
+// the dispatch loops (internal/dispatch) and shuts down gracefully on
 // SIGTERM or SIGINT.
 //
 //	throttler [--config PATH]
@@ -35,8 +35,8 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // shutdownTimeout bounds the graceful drain of in-flight HTTP requests.
@@ -79,19 +79,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer batcher.Close()
 
-	if _, err := dispatcher.EnsureMeta(ctx, rdb, dispatcher.Meta{
+	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
 	}); err != nil {
 		return err
 	}
-	store, err := dispatch.NewStore(rdb, dispatch.Config{
+	st, err := store.NewStore(rdb, store.Config{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
 		IdempotencyRetention: cfg.Retention.Idempotency,
 	})
 	if err != nil {
 		return err
 	}
-	if err := seedPolicies(ctx, store, cfg, log); err != nil {
+	if err := seedPolicies(ctx, st, cfg, log); err != nil {
 		return err
 	}
 
@@ -101,13 +101,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	opts.Store = store
+	opts.Store = st
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(dispatcher.NewStateCollector(store, rdb, labeledTenants(cfg), sluiceQueues(cfg), log))
-	disp, err := newDispatcher(cfg, rdb, store, reg, log)
+	reg.MustRegister(dispatch.NewStateCollector(st, rdb, labeledTenants(cfg), sluiceQueues(cfg), log))
+	disp, err := newDispatcher(cfg, rdb, st, reg, log)
 	if err != nil {
 		return err
 	}
@@ -122,13 +122,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 // newDispatcher builds the dispatch loops (DESIGN §2.2) from the dispatch
 // timing and the retention the sweep applies to jobs it retires.
-func newDispatcher(cfg *config.Config, rdb redis.UniversalClient, store *dispatch.Store, reg *prometheus.Registry, log *slog.Logger) (*dispatcher.Dispatcher, error) {
-	return dispatcher.New(dispatcher.Config{
-		Store:  store,
+func newDispatcher(cfg *config.Config, rdb redis.UniversalClient, st *store.Store, reg *prometheus.Registry, log *slog.Logger) (*dispatch.Dispatcher, error) {
+	return dispatch.New(dispatch.Config{
+		Store:  st,
 		Asynq:  asynq.NewClientFromRedisClient(rdb),
 		Redis:  rdb,
 		Prefix: cfg.Redis.Prefix,
-		Pass: dispatch.PassConfig{
+		Pass: store.PassConfig{
 			Lead:             cfg.Dispatch.Lead,
 			MinLead:          cfg.Dispatch.MinLead,
 			Grace:            cfg.Dispatch.Grace,
@@ -182,21 +182,21 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 // has none yet (If-Match version 0), so a restart never reverts a change
 // made through PUT /v1/tenants/{tenant}/policy; a tenant whose stored
 // overrides differ from the file is logged and left as stored.
-func seedPolicies(ctx context.Context, store *dispatch.Store, cfg *config.Config, log *slog.Logger) error {
-	defaults := dispatch.ParamsFromPolicy(policy.Resolve(cfg.Defaults))
-	if err := store.SeedDefaults(ctx, defaults); err != nil {
+func seedPolicies(ctx context.Context, st *store.Store, cfg *config.Config, log *slog.Logger) error {
+	defaults := store.ParamsFromPolicy(policy.Resolve(cfg.Defaults))
+	if err := st.SeedDefaults(ctx, defaults); err != nil {
 		return err
 	}
 	view, _ := json.Marshal(defaults.View()) // cannot fail: plain fields
-	log.Info("seeded policy defaults", "shards", store.Shards(), "policy", string(view))
+	log.Info("seeded policy defaults", "shards", st.Shards(), "policy", string(view))
 	for _, tenant := range slices.Sorted(maps.Keys(cfg.Tenants)) {
-		o := dispatch.OverridesFromPolicy(cfg.Tenants[tenant])
-		version, err := store.PutTenantPolicy(ctx, tenant, o, 0)
+		o := store.OverridesFromPolicy(cfg.Tenants[tenant])
+		version, err := st.PutTenantPolicy(ctx, tenant, o, 0)
 		switch {
 		case err == nil:
 			log.Info("seeded tenant policy", "tenant", tenant, "version", version)
-		case errors.Is(err, dispatch.ErrVersionMismatch):
-			if err := compareTenantPolicy(ctx, store, tenant, o, log); err != nil {
+		case errors.Is(err, store.ErrVersionMismatch):
+			if err := compareTenantPolicy(ctx, st, tenant, o, log); err != nil {
 				return err
 			}
 		default:
@@ -208,8 +208,8 @@ func seedPolicies(ctx context.Context, store *dispatch.Store, cfg *config.Config
 
 // compareTenantPolicy logs a warning when tenant's stored overrides differ
 // from the configuration's.
-func compareTenantPolicy(ctx context.Context, store *dispatch.Store, tenant string, file dispatch.Overrides, log *slog.Logger) error {
-	rec, err := store.TenantPolicy(ctx, tenant)
+func compareTenantPolicy(ctx context.Context, st *store.Store, tenant string, file store.Overrides, log *slog.Logger) error {
+	rec, err := st.TenantPolicy(ctx, tenant)
 	if err != nil {
 		return fmt.Errorf("compare policy of tenant %q: %w", tenant, err)
 	}
@@ -262,7 +262,7 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 }
 
 // labeledTenants are the tenants the state metrics label: the configured
-// ones, sorted (the collector caps them at dispatcher.MaxLabeledTenants).
+// ones, sorted (the collector caps them at dispatch.MaxLabeledTenants).
 func labeledTenants(cfg *config.Config) []string {
 	return slices.Sorted(maps.Keys(cfg.Tenants))
 }
@@ -270,5 +270,5 @@ func labeledTenants(cfg *config.Config) []string {
 // sluiceQueues are the asynq queues Sluice feeds: webhook, http and the
 // task queues of the allow-list.
 func sluiceQueues(cfg *config.Config) []string {
-	return append([]string{dispatcher.WebhookQueue(cfg.Redis.Prefix), dispatcher.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
+	return append([]string{dispatch.WebhookQueue(cfg.Redis.Prefix), dispatch.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
 }

@@ -47,8 +47,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer rdb.Close()
-	if _, err := dispatcher.EnsureMeta(ctx, rdb, dispatcher.Meta{
+	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
 	}); err != nil {
 		return err
@@ -162,7 +162,7 @@ func split(total, n int) []int {
 // by the returned func), the tenants' signing keys and the finish
 // configuration. It also returns the largest configured attempt timeout.
 func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, time.Duration, func(), error) {
-	store, err := dispatch.NewStore(rdb, dispatch.Config{
+	st, err := store.NewStore(rdb, store.Config{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
 	})
 	if err != nil {
@@ -178,7 +178,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	}
 	client := webhook.NewClient(webhook.ClientConfig{Allow: allow})
 	w, err := worker.New(worker.Config{
-		Store:             store,
+		Store:             st,
 		Redis:             rdb,
 		Executor:          &worker.WebhookExecutor{Client: client, Secrets: secrets},
 		Prefix:            cfg.Redis.Prefix,
@@ -304,8 +304,8 @@ func asynqLevel(level string) asynq.LogLevel {
 }
 
 // finishConfig is what Store.Finish applies, from retention and throttle.
-func finishConfig(cfg *config.Config) dispatch.FinishConfig {
-	return dispatch.FinishConfig{
+func finishConfig(cfg *config.Config) store.FinishConfig {
+	return store.FinishConfig{
 		SucceededRetention:   cfg.Retention.Succeeded,
 		IdempotencyRetention: cfg.Retention.Idempotency,
 		DeadRetention:        cfg.Retention.Dead,
@@ -313,6 +313,6 @@ func finishConfig(cfg *config.Config) dispatch.FinishConfig {
 		AttemptLog:           cfg.Retention.AttemptLog,
 		DefaultPause:         cfg.Throttle.DefaultPause,
 		MaxPause:             cfg.Throttle.MaxPause,
-		AdaptiveFloorPPM:     dispatch.PPM(cfg.Throttle.AdaptiveFloor),
+		AdaptiveFloorPPM:     store.PPM(cfg.Throttle.AdaptiveFloor),
 	}
 }

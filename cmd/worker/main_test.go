@@ -20,10 +20,10 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
@@ -86,16 +86,16 @@ log: {format: json, level: debug}
 
 	// A dispatcher on the same Redis and prefix releases one job to it.
 	rdb, _ := redistest.New(t)
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: 2})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := job.Spec{Type: job.TypeWebhook, URL: recv.URL + "/hook", Event: "invoice.paid", Payload: json.RawMessage(`{"n":7}`)}
-	rs, err := store.Enqueue(ctx, "acme", []dispatch.Item{{Type: job.TypeWebhook, Body: spec.Canonical()}})
-	if err != nil || rs[0].Outcome != dispatch.Accepted {
+	rs, err := st.Enqueue(ctx, "acme", []store.Item{{Type: job.TypeWebhook, Body: spec.Canonical()}})
+	if err != nil || rs[0].Outcome != store.Accepted {
 		t.Fatalf("enqueue: %+v, %v", rs, err)
 	}
-	d, err := dispatcher.New(dispatcher.Config{Store: store, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix})
+	d, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ log: {format: json, level: debug}
 		}
 		conc = conc[:0]
 		for _, s := range servers {
-			if _, ok := s.Queues[dispatcher.WebhookQueue(prefix)]; ok {
+			if _, ok := s.Queues[dispatch.WebhookQueue(prefix)]; ok {
 				conc = append(conc, s.Concurrency)
 			}
 		}
@@ -161,7 +161,7 @@ log: {format: json, level: debug}
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker did not stop within 20s")
 	}
-	if n, err := store.Capacity(context.Background()); err != nil || n != 0 {
+	if n, err := st.Capacity(context.Background()); err != nil || n != 0 {
 		t.Fatalf("capacity after stop: %d, %v; want the heartbeat withdrawn", n, err)
 	}
 }
@@ -197,8 +197,8 @@ func TestFlags(t *testing.T) {
 func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatcher.EnsureMeta(context.Background(), rdb, dispatcher.Meta{
-		Prefix: prefix, Shards: 4, Lead: dispatch.LeadDefault, MinLead: dispatch.MinLeadDefault,
+	if _, err := dispatch.EnsureMeta(context.Background(), rdb, dispatch.Meta{
+		Prefix: prefix, Shards: 4, Lead: store.LeadDefault, MinLead: store.MinLeadDefault,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
 	err := run(context.Background(), []string{"--config", cfgPath, "--metrics-listen", "off"},
 		func(k string) string { return env[k] }, io.Discard, nil)
-	if !errors.Is(err, dispatcher.ErrMetaMismatch) {
+	if !errors.Is(err, dispatch.ErrMetaMismatch) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
 	}
 }

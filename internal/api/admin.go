@@ -6,13 +6,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // Dead-letter paging of GET /v1/tenants/{tenant}/dead.
 const (
 	DeadPageDefault = 50
-	DeadPageMax     = dispatch.MaxDeadLettersPage
+	DeadPageMax     = store.MaxDeadLettersPage
 )
 
 // pauseRequest is the optional body of POST /v1/tenants/{tenant}/pause.
@@ -103,7 +103,7 @@ func (s *Server) replayJob(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	j, err := s.opts.Store.Replay(r.Context(), r.PathValue("id"))
-	if errors.Is(err, dispatch.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return 0, nil, errorf(http.StatusConflict, CodeConflict, "job %q is not dead: %s", r.PathValue("id"), err.Error())
 	}
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 func TestPauseAndResumeOverHTTP(t *testing.T) {
@@ -42,31 +42,31 @@ func TestPauseAndResumeOverHTTP(t *testing.T) {
 // attempt drives the shard's one queued job through one attempt of the
 // dispatch protocol — release, claim, finish with o — and returns its id and
 // the state the finish left it in.
-func attempt(t *testing.T, store *dispatch.Store, shard int, o dispatch.AttemptOutcome) (string, dispatch.State) {
+func attempt(t *testing.T, st *store.Store, shard int, o store.AttemptOutcome) (string, store.State) {
 	t.Helper()
 	ctx := context.Background()
-	pass, err := store.Pass(ctx, shard, dispatch.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
+	pass, err := st.Pass(ctx, shard, store.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
 	if err != nil || len(pass.Released) != 1 {
 		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
 	}
 	rel := pass.Released[0]
-	cl, err := store.Claim(ctx, rel.ID, rel.Gen, time.Hour)
-	if err != nil || cl.Outcome != dispatch.ClaimOK {
+	cl, err := st.Claim(ctx, rel.ID, rel.Gen, time.Hour)
+	if err != nil || cl.Outcome != store.ClaimOK {
 		t.Fatalf("claim: %v %+v", err, cl)
 	}
-	st, err := store.Finish(ctx, rel.ID, cl.Job.Gen, o, dispatch.FinishConfig{})
+	state, err := st.Finish(ctx, rel.ID, cl.Job.Gen, o, store.FinishConfig{})
 	if err != nil {
 		t.Fatalf("finish: %v", err)
 	}
-	return rel.ID, st
+	return rel.ID, state
 }
 
 // killJob drives one job to the dead set: an attempt that fails for good.
-func killJob(t *testing.T, store *dispatch.Store, shard int) string {
+func killJob(t *testing.T, st *store.Store, shard int) string {
 	t.Helper()
-	id, st := attempt(t, store, shard, dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Error: "http_404"})
-	if st != dispatch.StateDead {
-		t.Fatalf("finish: state %q, want dead", st)
+	id, state := attempt(t, st, shard, store.AttemptOutcome{Kind: store.FinishPermanent, Status: 404, Error: "http_404"})
+	if state != store.StateDead {
+		t.Fatalf("finish: state %q, want dead", state)
 	}
 	return id
 }
@@ -78,7 +78,7 @@ func TestDeadLettersAndReplayOverHTTP(t *testing.T) {
 	if r := f.post(t, "/v1/jobs/"+id+"/replay", producerToken, ""); r.status != http.StatusConflict {
 		t.Errorf("replay of a queued job: %d, want 409", r.status)
 	}
-	shard, _ := dispatch.ShardOfJobID(id)
+	shard, _ := store.ShardOfJobID(id)
 	killJob(t, f.srv.opts.Store, shard)
 
 	r := f.get(t, "/v1/tenants/acme-d/dead", producerToken)

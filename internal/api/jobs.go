@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
@@ -89,7 +89,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 			return 0, nil, refusal
 		}
 	}
-	res, err := s.storeEnqueue(r, tenant, []dispatch.Item{it})
+	res, err := s.storeEnqueue(r, tenant, []store.Item{it})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -130,7 +130,7 @@ type batchResult struct {
 	retry      time.Duration
 }
 
-// enqueueBatch is POST /v1/tenants/{tenant}/jobs:batch: 1–dispatch.MaxBatch
+// enqueueBatch is POST /v1/tenants/{tenant}/jobs:batch: 1–store.MaxBatch
 // jobs, each parsed and validated on its own (a bad item gets its own 422 or
 // 413 result and stays out of the store); the valid ones go to the store in
 // one Enqueue call. A task item for a queue no sluicetask middleware serves
@@ -151,7 +151,7 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	results := make([]batchResult, len(jobs))
-	var items []dispatch.Item
+	var items []store.Item
 	var index []int
 	for i, raw := range jobs {
 		it, queue, err := s.batchItem(raw)
@@ -202,7 +202,7 @@ func batchAnswer(results []batchResult) (int, any, error) {
 }
 
 // readBatch reads and decodes a batch body (415, 413, 400; 422 for unknown
-// fields, wrong types and a count outside 1 … dispatch.MaxBatch).
+// fields, wrong types and a count outside 1 … store.MaxBatch).
 func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMessage, error) {
 	raw, err := readJSONBody(w, r, s.opts.MaxBatchBytes)
 	if err != nil {
@@ -214,28 +214,28 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 	if err := dec.Decode(&req); err != nil {
 		return nil, invalidJSON(err)
 	}
-	if n := len(req.Jobs); n < 1 || n > dispatch.MaxBatch {
-		return nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "jobs: %d items, want 1 to %d", n, dispatch.MaxBatch)
+	if n := len(req.Jobs); n < 1 || n > store.MaxBatch {
+		return nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "jobs: %d items, want 1 to %d", n, store.MaxBatch)
 	}
 	return req.Jobs, nil
 }
 
 // batchItem parses and validates one batch item (see itemFingerprint); for
 // a task job it also returns its queue.
-func (s *Server) batchItem(raw json.RawMessage) (it dispatch.Item, taskQueue string, err error) {
+func (s *Server) batchItem(raw json.RawMessage) (it store.Item, taskQueue string, err error) {
 	spec, err := job.Parse(raw) // raw is valid JSON: it came out of the batch body
 	if err != nil {
-		return dispatch.Item{}, "", invalidJSON(err)
+		return store.Item{}, "", invalidJSON(err)
 	}
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
-		return dispatch.Item{}, "", err
+		return store.Item{}, "", err
 	}
 	it, err = s.itemOf(&spec)
 	if err != nil {
-		return dispatch.Item{}, "", err
+		return store.Item{}, "", err
 	}
 	if n := int64(len(it.Body)); n > s.opts.MaxJobBytes {
-		return dispatch.Item{}, "", errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
+		return store.Item{}, "", errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
 	}
 	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, itemFingerprint(it)
 	if spec.Type == job.TypeTask {
@@ -247,7 +247,7 @@ func (s *Server) batchItem(raw json.RawMessage) (it dispatch.Item, taskQueue str
 // itemFingerprint identifies a batch item under its idempotency key: the
 // SHA-256 of its canonical JSON and its cost and schedule, so items that
 // differ only in cost, delay or run_at are different requests.
-func itemFingerprint(it dispatch.Item) [32]byte {
+func itemFingerprint(it store.Item) [32]byte {
 	h := sha256.New()
 	h.Write(it.Body)
 	fmt.Fprintf(h, "\x00cost=%d\x00run_at_us=%d\x00delay_us=%d", it.Cost, it.RunAt.UnixMicro(), it.Delay.Microseconds())
@@ -289,15 +289,15 @@ func invalidJSON(err error) error {
 
 // itemOf validates spec (every problem in one 422) and builds its Item;
 // IdemKey and Fingerprint are left to the caller.
-func (s *Server) itemOf(spec *job.Spec) (dispatch.Item, error) {
-	errs := []error{spec.Validate(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: dispatch.MaxBurst})}
-	it := dispatch.Item{Type: spec.Type, Cost: 1}
+func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
+	errs := []error{spec.Validate(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: store.MaxBurst})}
+	it := store.Item{Type: spec.Type, Cost: 1}
 	if spec.Cost != nil {
 		it.Cost = *spec.Cost
 	}
 	if d, err := time.ParseDuration(spec.Delay); err == nil && spec.Delay != "" {
 		it.Delay = d
-		if maxDelay := dispatch.MaxDurationUS * time.Microsecond; d > maxDelay && d <= job.MaxDelay {
+		if maxDelay := store.MaxDurationUS * time.Microsecond; d > maxDelay && d <= job.MaxDelay {
 			errs = append(errs, &job.FieldError{Field: "delay", Msg: fmt.Sprintf("at most %s", maxDelay)})
 		}
 	}
@@ -315,23 +315,23 @@ func (s *Server) itemOf(spec *job.Spec) (dispatch.Item, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return dispatch.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
+		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
 	it.Body = spec.Canonical()
 	return it, nil
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was stored).
-func (s *Server) storeEnqueue(r *http.Request, tenant string, items []dispatch.Item) ([]dispatch.Result, error) {
+func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item) ([]store.Result, error) {
 	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
 	if err != nil {
 		return nil, s.storeError(r, "enqueue", err)
 	}
 	for _, rr := range res {
 		switch {
-		case rr.Outcome == dispatch.Accepted:
+		case rr.Outcome == store.Accepted:
 			s.metrics.Decisions.WithLabelValues(AdmitLimit, outcome(true)).Inc()
-		case rr.Code == dispatch.CodeRateLimited:
+		case rr.Code == store.CodeRateLimited:
 			s.metrics.Decisions.WithLabelValues(AdmitLimit, outcome(false)).Inc()
 		}
 	}
@@ -339,17 +339,17 @@ func (s *Server) storeEnqueue(r *http.Request, tenant string, items []dispatch.I
 }
 
 // resultOf maps one store result to its HTTP status and body.
-func resultOf(index int, tenant string, r dispatch.Result) batchResult {
-	if r.Outcome == dispatch.Accepted || r.Outcome == dispatch.Duplicate {
+func resultOf(index int, tenant string, r store.Result) batchResult {
+	if r.Outcome == store.Accepted || r.Outcome == store.Duplicate {
 		ref := &jobRef{ID: r.ID, Tenant: tenant, State: string(r.State), ETA: timeString(r.ETA)}
-		return batchResult{Index: index, Status: http.StatusAccepted, jobRef: ref, Replayed: r.Outcome == dispatch.Duplicate}
+		return batchResult{Index: index, Status: http.StatusAccepted, jobRef: ref, Replayed: r.Outcome == store.Duplicate}
 	}
 	br := batchResult{Index: index, Status: http.StatusUnprocessableEntity, Error: &errorDetail{Code: string(r.Code), Message: r.Detail}}
 	switch r.Code {
-	case dispatch.CodeRateLimited, dispatch.CodeBacklogFull:
+	case store.CodeRateLimited, store.CodeBacklogFull:
 		br.Status, br.retry = http.StatusTooManyRequests, r.RetryAfter
 		br.RetryAfter = max(1, int64((r.RetryAfter+time.Second-1)/time.Second))
-	case dispatch.CodeIdempotencyMismatch, dispatch.CodeInvalid, dispatch.Code(CodeNoTaskWorker):
+	case store.CodeIdempotencyMismatch, store.CodeInvalid, store.Code(CodeNoTaskWorker):
 	default:
 		br.Error.Code = CodeInvalid
 	}
@@ -368,7 +368,7 @@ func failedResult(index int, err error) batchResult {
 // admitApplied is the "admit" limit for the headers: q = the admission
 // burst, w = ⌈burst × interval⌉ s, r = tokens left, t = seconds until full;
 // when the answer is a 429 (retry > 0), t = Retry-After = retry.
-func admitApplied(a dispatch.Admission, retry time.Duration) bucket.Applied {
+func admitApplied(a store.Admission, retry time.Duration) bucket.Applied {
 	return bucket.Applied{
 		Name:  AdmitLimit,
 		Limit: bucket.Limit{Algorithm: bucket.TokenBucket, Rate: bucket.Rate{Tokens: 1, Per: a.Interval}, Burst: a.Burst},
@@ -406,7 +406,7 @@ type attemptView struct {
 	Error     string  `json:"error,omitempty"`
 }
 
-func viewOf(j dispatch.Job) jobView {
+func viewOf(j store.Job) jobView {
 	v := jobView{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
 		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
 		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey}
@@ -436,7 +436,7 @@ func (s *Server) cancelJob(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	j, from, err := s.opts.Store.Cancel(r.Context(), r.PathValue("id"))
-	var conflict *dispatch.ConflictError
+	var conflict *store.ConflictError
 	switch {
 	case errors.As(err, &conflict):
 		return 0, nil, errorf(http.StatusConflict, CodeConflict, "job %s is %s and can no longer be canceled", conflict.ID, conflict.State)
@@ -450,13 +450,13 @@ func (s *Server) cancelJob(r *http.Request, c *call) (int, any, error) {
 
 // jobFor reads the job of the path's {id} and checks that c's key may act
 // on its tenant.
-func (s *Server) jobFor(r *http.Request, c *call) (dispatch.Job, error) {
+func (s *Server) jobFor(r *http.Request, c *call) (store.Job, error) {
 	j, err := s.opts.Store.GetJob(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return dispatch.Job{}, s.storeError(r, "get_job", err)
+		return store.Job{}, s.storeError(r, "get_job", err)
 	}
 	if !c.key.AllowsTenant(j.Tenant) {
-		return dispatch.Job{}, errorf(http.StatusForbidden, CodeForbidden, "API key %q may not act on tenant %q", c.key.Name, j.Tenant)
+		return store.Job{}, errorf(http.StatusForbidden, CodeForbidden, "API key %q may not act on tenant %q", c.key.Name, j.Tenant)
 	}
 	return j, nil
 }
@@ -470,7 +470,7 @@ func idempotencyKey(h http.Header) (string, error) {
 		return "", nil
 	case 1:
 		if vals[0] == "" {
-			return "", errorf(http.StatusBadRequest, CodeMalformed, "%s: empty; want 1 to %d printable ASCII characters", HeaderIdempotencyKey, dispatch.MaxIdemKeyLen)
+			return "", errorf(http.StatusBadRequest, CodeMalformed, "%s: empty; want 1 to %d printable ASCII characters", HeaderIdempotencyKey, store.MaxIdemKeyLen)
 		}
 		return vals[0], checkIdemKey(HeaderIdempotencyKey, vals[0], http.StatusBadRequest, CodeMalformed)
 	default:
@@ -479,10 +479,10 @@ func idempotencyKey(h http.Header) (string, error) {
 }
 
 // checkIdemKey checks an idempotency key ("" = none): at most
-// dispatch.MaxIdemKeyLen printable ASCII characters.
+// store.MaxIdemKeyLen printable ASCII characters.
 func checkIdemKey(name, key string, status int, code string) error {
-	if len(key) > dispatch.MaxIdemKeyLen {
-		return errorf(status, code, "%s: %d bytes, at most %d", name, len(key), dispatch.MaxIdemKeyLen)
+	if len(key) > store.MaxIdemKeyLen {
+		return errorf(status, code, "%s: %d bytes, at most %d", name, len(key), store.MaxIdemKeyLen)
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {

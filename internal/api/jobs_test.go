@@ -17,7 +17,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // webhookJob is a valid job body; hook(n) varies its payload.
@@ -27,12 +27,12 @@ func hook(n int) string {
 	return fmt.Sprintf(`{"type":"webhook","url":"https://example.com/hook","event":"invoice.paid","payload":{"n":%d}}`, n)
 }
 
-// newStoreFixture is newFixture with a dispatch.Store on the test's prefix
+// newStoreFixture is newFixture with a store.Store on the test's prefix
 // and the task queue "default" allowed.
 func newStoreFixture(t *testing.T, tweak func(o *Options, rdb *redis.Client, prefix string)) *fixture {
 	t.Helper()
 	return newFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
-		st, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: 4})
+		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +44,9 @@ func newStoreFixture(t *testing.T, tweak func(o *Options, rdb *redis.Client, pre
 }
 
 // setPolicy writes tenant's overrides straight to the store.
-func (f *fixture) setPolicy(t *testing.T, tenant string, o dispatch.Overrides) {
+func (f *fixture) setPolicy(t *testing.T, tenant string, o store.Overrides) {
 	t.Helper()
-	if _, err := f.srv.opts.Store.PutTenantPolicy(context.Background(), tenant, o, dispatch.AnyVersion); err != nil {
+	if _, err := f.srv.opts.Store.PutTenantPolicy(context.Background(), tenant, o, store.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -55,7 +55,7 @@ func p64(v int64) *int64 { return &v }
 
 // slowAdmit refills admission tokens once an hour, so token counts do not
 // move between requests.
-var slowAdmit = dispatch.Overrides{AdmitUS: p64(3_600_000_000)}
+var slowAdmit = store.Overrides{AdmitUS: p64(3_600_000_000)}
 
 // send is do with a JSON body from r and extra headers as name, value pairs
 // (a "Content-Type" pair replaces application/json).
@@ -153,7 +153,7 @@ func TestEnqueueAcceptsWithAdmitHeaders(t *testing.T) {
 func TestEnqueueAdmissionExactAtTheBoundary(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, nil)
-	f.setPolicy(t, "acme-b", dispatch.Overrides{AdmitBurst: p64(3), AdmitUS: p64(3_600_000_000)}) // 1/h, burst 3
+	f.setPolicy(t, "acme-b", store.Overrides{AdmitBurst: p64(3), AdmitUS: p64(3_600_000_000)}) // 1/h, burst 3
 	for i := range 3 {
 		r := f.post(t, "/v1/tenants/acme-b/jobs", producerToken, hook(i))
 		requireAccepted(t, r, "acme-b", "queued")
@@ -184,7 +184,7 @@ func TestEnqueueAdmissionExactAtTheBoundary(t *testing.T) {
 func TestEnqueueBacklogFull(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, nil)
-	f.setPolicy(t, "acme-full", dispatch.Overrides{MaxBacklog: p64(2), RateUS: p64(1_000_000), AdmitUS: slowAdmit.AdmitUS})
+	f.setPolicy(t, "acme-full", store.Overrides{MaxBacklog: p64(2), RateUS: p64(1_000_000), AdmitUS: slowAdmit.AdmitUS})
 	for i := range 2 {
 		requireAccepted(t, f.post(t, "/v1/tenants/acme-full/jobs", producerToken, hook(i)), "acme-full", "queued")
 	}
@@ -223,7 +223,7 @@ func batch(items ...string) string { return `{"jobs":[` + strings.Join(items, ",
 func TestBatchPartiallyAdmitted(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, nil)
-	f.setPolicy(t, "acme-batch", dispatch.Overrides{AdmitBurst: p64(2), AdmitUS: p64(3_600_000_000)})
+	f.setPolicy(t, "acme-batch", store.Overrides{AdmitBurst: p64(2), AdmitUS: p64(3_600_000_000)})
 	r := f.post(t, "/v1/tenants/acme-batch/jobs:batch", producerToken, batch(hook(0), hook(1), hook(2), hook(3)))
 	if r.status != http.StatusAccepted || r.body["error"] != nil {
 		t.Fatalf("batch: %d %v, want 202", r.status, r.body)
@@ -492,7 +492,7 @@ func TestCancelOverHTTP(t *testing.T) {
 	if ts := f.tenant(t, "acme-c"); ts["backlog"] != 0.0 {
 		t.Errorf("backlog after cancel: %v", ts["backlog"])
 	}
-	missing, _ := dispatch.NewJobID(0, time.Now())
+	missing, _ := store.NewJobID(0, time.Now())
 	for _, path := range []string{"/v1/jobs/" + missing, "/v1/jobs/nonsense"} {
 		if r := f.get(t, path, producerToken); r.status != http.StatusNotFound || errorCode(r) != CodeNotFound {
 			t.Errorf("GET %s: %d, want 404", path, r.status)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -59,7 +59,7 @@ type Options struct {
 	MaxBodyBytes int64
 	// Store holds tenant backlogs, jobs and policies. Nil: the job and
 	// tenant routes are not served (404).
-	Store *dispatch.Store
+	Store *store.Store
 	// TaskQueues is the allow-list of asynq queues `task` jobs may name
 	// (config.Config.TaskQueues).
 	TaskQueues []string
@@ -96,7 +96,7 @@ type Server struct {
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
 	// taskWorkers caches which task queues have a live middleware.
-	taskWorkers *dispatch.LiveCache
+	taskWorkers *store.LiveCache
 }
 
 // New builds the server and registers its routes and metrics.
@@ -120,7 +120,7 @@ func New(opts Options) (*Server, error) {
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
 	}
 	if s.opts.Store != nil {
-		s.taskWorkers = dispatch.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
+		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
 	}
 	s.routes()
 	return s, nil

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // TaskWorkerCacheDefault is the default of Options.TaskWorkerCache.
@@ -18,7 +18,7 @@ const TaskWorkerCacheDefault = time.Second
 // as usual and refuses only a new job. err is set, and the whole request
 // fails (503), when Redis cannot tell. queue must be in the task_queues
 // allow-list: that bounds the cache.
-func (s *Server) taskQueueRefusal(r *http.Request, it *dispatch.Item, queue string) (*Error, error) {
+func (s *Server) taskQueueRefusal(r *http.Request, it *store.Item, queue string) (*Error, error) {
 	live, err := s.taskWorkers.Live(r.Context(), queue)
 	if err != nil {
 		return nil, s.storeError(r, "task_workers", err)
@@ -32,6 +32,6 @@ func (s *Server) taskQueueRefusal(r *http.Request, it *dispatch.Item, queue stri
 	if it.IdemKey == "" {
 		return refusal, nil
 	}
-	it.Unless = &dispatch.Refusal{Code: dispatch.Code(refusal.Code), Detail: refusal.Message}
+	it.Unless = &store.Refusal{Code: store.Code(refusal.Code), Detail: refusal.Message}
 	return nil, nil
 }

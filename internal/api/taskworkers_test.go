@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // liveTaskWorker announces a sluicetask middleware on queue for an hour of
@@ -63,7 +63,7 @@ func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 	t.Parallel()
 	storeClock := &testClock{t: time.Now()}
 	f := newStoreFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
-		st, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: 4, Clock: storeClock.Now})
+		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: storeClock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,14 +71,14 @@ func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 	})
 	cacheClock := &testClock{t: time.Now()}
 	f.srv.taskWorkers.Clock = cacheClock.Now
-	ctx, store := context.Background(), f.srv.opts.Store
+	ctx, st := context.Background(), f.srv.opts.Store
 	const jobs, bat = "/v1/tenants/acme-t/jobs", "/v1/tenants/acme-t/jobs:batch"
 
 	requireNoTaskWorker(t, f.post(t, jobs, producerToken, taskJob), "default")
 	if ts := f.tenant(t, "acme-t"); ts["backlog"] != 0.0 || ts["admit_tokens"] != 1000.0 {
 		t.Fatalf("after a no_task_worker refusal the tenant changed: %v", ts)
 	}
-	if err := store.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, 10*time.Second); err != nil {
+	if err := st.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	requireNoTaskWorker(t, f.post(t, jobs, producerToken, taskJob), "default") // "not live" is cached
@@ -117,12 +117,12 @@ func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 func TestTaskWorkerCacheOff(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.TaskWorkerCache = -1 })
-	ctx, store := context.Background(), f.srv.opts.Store
-	if err := store.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
+	ctx, st := context.Background(), f.srv.opts.Store
+	if err := st.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	requireAccepted(t, f.post(t, "/v1/tenants/acme-t/jobs", producerToken, taskJob), "acme-t", "queued")
-	if err := store.TaskWithdraw(ctx, "default", "w1"); err != nil {
+	if err := st.TaskWithdraw(ctx, "default", "w1"); err != nil {
 		t.Fatal(err)
 	}
 	requireNoTaskWorker(t, f.post(t, "/v1/tenants/acme-t/jobs", producerToken, taskJob), "default")
@@ -136,9 +136,9 @@ func TestTaskWorkerCacheOff(t *testing.T) {
 func TestTaskJobReplayAnswersWithoutALiveWorker(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.TaskWorkerCache = -1 })
-	ctx, store := context.Background(), f.srv.opts.Store
+	ctx, st := context.Background(), f.srv.opts.Store
 	const jobs, bat = "/v1/tenants/acme-t/jobs", "/v1/tenants/acme-t/jobs:batch"
-	if err := store.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
+	if err := st.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	first := f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-1")
@@ -147,7 +147,7 @@ func TestTaskJobReplayAnswersWithoutALiveWorker(t *testing.T) {
 	if r := f.post(t, bat, producerToken, batch(itemJob)); r.status != http.StatusAccepted {
 		t.Fatalf("batch with a live worker: %d %v", r.status, r.body)
 	}
-	if err := store.TaskWithdraw(ctx, "default", "w1"); err != nil {
+	if err := st.TaskWithdraw(ctx, "default", "w1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -166,7 +166,7 @@ func TestTaskJobReplayAnswersWithoutALiveWorker(t *testing.T) {
 		t.Fatalf("tenant backlog %v, want the 2 jobs accepted while the worker lived", ts["backlog"])
 	}
 	// order-2 was not remembered: with a worker back it is a new job.
-	if err := store.TaskHeartbeat(ctx, "default", "w2", 4, 20*time.Millisecond, time.Hour); err != nil {
+	if err := st.TaskHeartbeat(ctx, "default", "w2", 4, 20*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	r = f.post(t, jobs, producerToken, taskJob, HeaderIdempotencyKey, "order-2")

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -17,7 +17,7 @@ import (
 type tenantView struct {
 	Tenant  string              `json:"tenant"`
 	Version int64               `json:"version"` // of the tenant's overrides; 0: none
-	Policy  dispatch.ParamsView `json:"policy"`
+	Policy  store.ParamsView `json:"policy"`
 	// Backlog counts the jobs toward max_backlog (scheduled, queued,
 	// released, retrying); BacklogBytes their body bytes.
 	Backlog      int64 `json:"backlog"`
@@ -49,7 +49,7 @@ type tenantView struct {
 type policyResponse struct {
 	Tenant  string              `json:"tenant"`
 	Version int64               `json:"version"`
-	Policy  dispatch.ParamsView `json:"policy"` // effective, user units
+	Policy  store.ParamsView `json:"policy"` // effective, user units
 }
 
 // getTenant is GET /v1/tenants/{tenant}; its ETag is the policy version.
@@ -72,7 +72,7 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
 		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled,
 		DeadLetters: st.DeadLetters, EffectiveRate: st.EffectiveRate(),
-		RateFactor: float64(st.RateFactor) / dispatch.RateFactorFull}
+		RateFactor: float64(st.RateFactor) / store.RateFactorFull}
 	if st.AdminUntil.After(st.Now) {
 		v.AdminPausedUntil = timeString(st.AdminUntil)
 	}
@@ -105,9 +105,9 @@ func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ov := dispatch.OverridesFromPolicy(o)
+	ov := store.OverridesFromPolicy(o)
 	version, err := s.opts.Store.PutTenantPolicy(r.Context(), tenant, ov, ifVersion)
-	var stale *dispatch.VersionMismatchError
+	var stale *store.VersionMismatchError
 	switch {
 	case errors.As(err, &stale):
 		return 0, nil, errorf(http.StatusConflict, CodeConflict, "If-Match: the policy of tenant %q is at version %d, not %d", tenant, stale.Current, stale.Want)
@@ -118,7 +118,7 @@ func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, s.storeError(r, "get_policy", err)
 	}
-	effective := ov.Apply(rec.Defaults.Apply(dispatch.DefaultParams()))
+	effective := ov.Apply(rec.Defaults.Apply(store.DefaultParams()))
 	c.w.Header().Set("ETag", etag(version))
 	return http.StatusOK, policyResponse{Tenant: tenant, Version: version, Policy: effective.View()}, nil
 }
@@ -137,7 +137,7 @@ func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Over
 		return policy.Overrides{}, invalidJSON(err)
 	}
 	merged := policy.Resolve(s.opts.Defaults, o)
-	errs := []error{merged.Validate(), dispatch.CheckStorable(merged)}
+	errs := []error{merged.Validate(), store.CheckStorable(merged)}
 	if o.WebhookSecrets != nil {
 		errs = append(errs, &policy.FieldError{Field: "webhook_secrets", Err: errors.New(
 			"not stored by the API for now: configure them in the configuration file (tenants.<id>.webhook_secrets)")})
@@ -149,12 +149,12 @@ func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Over
 }
 
 // ifMatch reads the If-Match header as a policy version: absent or "*" is
-// dispatch.AnyVersion; otherwise a non-negative integer, quoted or not (400
+// store.AnyVersion; otherwise a non-negative integer, quoted or not (400
 // otherwise; weak tags never match).
 func ifMatch(h http.Header) (int64, error) {
 	v := strings.TrimSpace(h.Get("If-Match"))
 	if v == "" || v == "*" {
-		return dispatch.AnyVersion, nil
+		return store.AnyVersion, nil
 	}
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		v = v[1 : len(v)-1]
@@ -187,11 +187,11 @@ func tenantOf(r *http.Request, c *call) (string, error) {
 // Retry-After: 1, counted under op and logged.
 func (s *Server) storeError(r *http.Request, op string, err error) error {
 	switch {
-	case errors.Is(err, dispatch.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, CodeNotFound, "no job %q", r.PathValue("id"))
-	case errors.Is(err, dispatch.ErrInvalid):
+	case errors.Is(err, store.ErrInvalid):
 		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", err.Error())
-	case errors.Is(err, dispatch.ErrProtocol):
+	case errors.Is(err, store.ErrProtocol):
 		return err
 	}
 	s.metrics.RedisErrors.WithLabelValues(op).Inc()

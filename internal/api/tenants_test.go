@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -149,13 +149,13 @@ func durationPtr(d time.Duration) *policy.Duration {
 func TestStoreDownIsUnavailable(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, func(o *Options, _ *redis.Client, prefix string) {
-		st, err := dispatch.NewStore(deadRedis(t), dispatch.Config{Prefix: prefix, Shards: 4})
+		st, err := store.NewStore(deadRedis(t), store.Config{Prefix: prefix, Shards: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		o.Store = st
 	})
-	id, _ := dispatch.NewJobID(1, time.Now())
+	id, _ := store.NewJobID(1, time.Now())
 	for _, req := range []struct{ method, path, token, body string }{
 		{"POST", "/v1/tenants/acme-down/jobs", producerToken, webhookJob},
 		{"POST", "/v1/tenants/acme-down/jobs:batch", producerToken, batch(webhookJob)},
@@ -180,8 +180,8 @@ func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
 		t.Fatalf("fresh tenant: effective_rate %v, rate_factor %v; want 10, 1", r["effective_rate"], r["rate_factor"])
 	}
 	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-ad/jobs", producerToken, hook(1)), "acme-ad", "queued")
-	shard, _ := dispatch.ShardOfJobID(id)
-	attempt(t, f.srv.opts.Store, shard, dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Status: 503, Error: "http_503"})
+	shard, _ := store.ShardOfJobID(id)
+	attempt(t, f.srv.opts.Store, shard, store.AttemptOutcome{Kind: store.FinishRetry, Status: 503, Error: "http_503"})
 	if r := f.tenant(t, "acme-ad"); r["effective_rate"] != 5.0 || r["rate_factor"] != 0.5 {
 		t.Fatalf("after a 503: effective_rate %v, rate_factor %v; want 5, 0.5", r["effective_rate"], r["rate_factor"])
 	}

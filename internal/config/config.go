@@ -18,7 +18,7 @@ package config
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -92,12 +92,12 @@ type RedisConfig struct {
 
 // Defaults of DispatchConfig: the dispatch package's.
 const (
-	LeadDefault          = dispatch.LeadDefault
-	MinLeadDefault       = dispatch.MinLeadDefault
-	ToleranceDefault     = dispatch.ToleranceDefault
-	GraceDefault         = dispatch.GraceDefault
-	MaxPromotionsDefault = dispatch.MaxPromotionsDefault
-	MaxTenantsDefault    = dispatch.MaxTenantsDefault
+	LeadDefault          = store.LeadDefault
+	MinLeadDefault       = store.MinLeadDefault
+	ToleranceDefault     = store.ToleranceDefault
+	GraceDefault         = store.GraceDefault
+	MaxPromotionsDefault = store.MaxPromotionsDefault
+	MaxTenantsDefault    = store.MaxTenantsDefault
 )
 
 // DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and

@@ -37,7 +37,7 @@ type knownMetric struct {
 }
 
 // knownMetrics are the metrics the dashboards may query, from the sources:
-// internal/api/metrics.go, internal/dispatcher/metrics.go and state_metrics.go, and
+// internal/api/metrics.go, internal/dispatch/metrics.go and state_metrics.go, and
 // internal/worker/metrics.go. TestKnownMetricsDefined keeps the list honest.
 var knownMetrics = map[string]knownMetric{
 	"sluice_limit_decisions_total":         {kind: counter, labels: []string{"limit", "outcome"}, dir: "internal/api", values: map[string][]string{"outcome": {"allowed", "limited"}}},
@@ -45,14 +45,14 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_api_limiter_fail_open_total":   {kind: counter, dir: "internal/api"},
 	"sluice_http_request_duration_seconds": {kind: histogram, labels: []string{"route", "code"}, dir: "internal/api"},
 
-	"sluice_dispatch_released_total":       {kind: counter, labels: []string{"type"}, dir: "internal/dispatcher", values: map[string][]string{"type": {"webhook", "http", "task", "other"}}},
-	"sluice_dispatch_passes_total":         {kind: counter, dir: "internal/dispatcher"},
-	"sluice_dispatch_pass_seconds":         {kind: histogram, dir: "internal/dispatcher"},
-	"sluice_dispatch_enqueue_errors_total": {kind: counter, dir: "internal/dispatcher"},
-	"sluice_dispatch_pass_errors_total":    {kind: counter, dir: "internal/dispatcher"},
-	"sluice_dispatch_promoted_total":       {kind: counter, dir: "internal/dispatcher"},
-	"sluice_dispatch_swept_total":          {kind: counter, dir: "internal/dispatcher"},
-	"sluice_dispatch_shards_owned":         {kind: gauge, dir: "internal/dispatcher"},
+	"sluice_dispatch_released_total":       {kind: counter, labels: []string{"type"}, dir: "internal/dispatch", values: map[string][]string{"type": {"webhook", "http", "task", "other"}}},
+	"sluice_dispatch_passes_total":         {kind: counter, dir: "internal/dispatch"},
+	"sluice_dispatch_pass_seconds":         {kind: histogram, dir: "internal/dispatch"},
+	"sluice_dispatch_enqueue_errors_total": {kind: counter, dir: "internal/dispatch"},
+	"sluice_dispatch_pass_errors_total":    {kind: counter, dir: "internal/dispatch"},
+	"sluice_dispatch_promoted_total":       {kind: counter, dir: "internal/dispatch"},
+	"sluice_dispatch_swept_total":          {kind: counter, dir: "internal/dispatch"},
+	"sluice_dispatch_shards_owned":         {kind: gauge, dir: "internal/dispatch"},
 
 	"sluice_worker_claims_total": {kind: counter, labels: []string{"outcome"}, dir: "internal/worker",
 		values: map[string][]string{"outcome": {"ok", "early", "stale", "canceled", "returned", "error", "other"}}},
@@ -65,13 +65,13 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_worker_delivery_seconds":      {kind: histogram, labels: []string{"kind"}, dir: "internal/worker"},
 	"sluice_worker_dead_letters_total":    {kind: counter, dir: "internal/worker"},
 
-	"sluice_tenant_backlog_jobs":              {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
-	"sluice_tenant_paused":                    {kind: gauge, labels: []string{"tenant", "reason"}, dir: "internal/dispatcher", values: map[string][]string{"reason": {"admin", "upstream", "disabled"}}},
-	"sluice_tenant_rate_per_second":           {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
-	"sluice_inflight_jobs":                    {kind: gauge, dir: "internal/dispatcher"},
-	"sluice_tenant_effective_rate_per_second": {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatcher"},
-	"sluice_worker_capacity":                  {kind: gauge, dir: "internal/dispatcher"},
-	"sluice_asynq_queue_tasks":                {kind: gauge, labels: []string{"queue", "state"}, dir: "internal/dispatcher"},
+	"sluice_tenant_backlog_jobs":              {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
+	"sluice_tenant_paused":                    {kind: gauge, labels: []string{"tenant", "reason"}, dir: "internal/dispatch", values: map[string][]string{"reason": {"admin", "upstream", "disabled"}}},
+	"sluice_tenant_rate_per_second":           {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
+	"sluice_inflight_jobs":                    {kind: gauge, dir: "internal/dispatch"},
+	"sluice_tenant_effective_rate_per_second": {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
+	"sluice_worker_capacity":                  {kind: gauge, dir: "internal/dispatch"},
+	"sluice_asynq_queue_tasks":                {kind: gauge, labels: []string{"queue", "state"}, dir: "internal/dispatch"},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.

@@ -2,233 +2,246 @@ package dispatch
 
 import (
 	"context"
-	"crypto/sha256"
-	"flag"
-	"strconv"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestMain runs the package's tests against a real Redis. Property tests run
-// rapidChecksDefault cases unless -rapid.checks says otherwise: one case of
-// the dispatch properties is hundreds of scripts.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if !set {
-		_ = flag.Set("rapid.checks", strconv.Itoa(rapidChecksDefault))
-	}
-	redistest.Main(m)
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// passCall is one Pass a fakeStore saw.
+type passCall struct {
+	shard int
+	cfg   store.PassConfig
+	at    time.Time
 }
 
-const rapidChecksDefault = 25
+// fakeStore stands in for store.Store in the loop tests (leases, wake-ups,
+// back-pressure): it records passes and answers with result(shard, n), n
+// counting the shard's passes from 0. Safe for concurrent use.
+type fakeStore struct {
+	clock              clock // the time passes are recorded at
+	shards             int
+	capacity, inFlight int
+	result             func(shard, n int) store.PassResult
 
-// epoch is the fake clock's start: a realistic present-day Redis time, so
-// µs values have their production magnitude (≈1.77·10¹⁵).
-var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	mu       sync.Mutex
+	calls    []passCall
+	unserved map[string]bool // task queues without a live middleware
+	seen     chan struct{}   // receives (without blocking) on every pass
+}
 
-// fakeClock is a settable clock, safe for concurrent use.
+func newFakeStore(shards int) *fakeStore {
+	return &fakeStore{clock: realClock{}, shards: shards, capacity: 100, seen: make(chan struct{}, 1)}
+}
+
+func (f *fakeStore) Shards() int { return f.shards }
+
+func (f *fakeStore) Pass(_ context.Context, shard int, cfg store.PassConfig) (store.PassResult, error) {
+	f.mu.Lock()
+	n := 0
+	for _, c := range f.calls {
+		if c.shard == shard {
+			n++
+		}
+	}
+	f.calls = append(f.calls, passCall{shard: shard, cfg: cfg, at: f.clock.Now()})
+	f.mu.Unlock()
+	select {
+	case f.seen <- struct{}{}:
+	default:
+	}
+	if f.result != nil {
+		return f.result(shard, n), nil
+	}
+	return store.PassResult{Now: f.clock.Now()}, nil
+}
+
+func (f *fakeStore) FreeCapacity(context.Context) (int, error) {
+	return max(f.capacity-f.inFlight, 0), nil
+}
+
+// TaskQueueLive: every task queue is served, unless listed in unserved.
+func (f *fakeStore) TaskQueueLive(_ context.Context, queue string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.unserved[queue], nil
+}
+
+// passes returns a copy of the passes so far.
+func (f *fakeStore) passes() []passCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]passCall(nil), f.calls...)
+}
+
+func (f *fakeStore) count(shard int) int {
+	n := 0
+	for _, c := range f.passes() {
+		if c.shard == shard {
+			n++
+		}
+	}
+	return n
+}
+
+// enqueued returns the types of the tasks enqueued so far.
+func (f *fakeAsynq) enqueued() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, t := range f.tasks {
+		out = append(out, t.Type())
+	}
+	return out
+}
+
+// fakeAsynq records enqueued tasks and how long each enqueue's ctx had
+// left.
+type fakeAsynq struct {
+	mu    sync.Mutex
+	tasks []*asynq.Task
+	left  []time.Duration // until the ctx's deadline (0: none)
+}
+
+func (f *fakeAsynq) EnqueueContext(ctx context.Context, t *asynq.Task, _ ...asynq.Option) (*asynq.TaskInfo, error) {
+	var left time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tasks = append(f.tasks, t)
+	f.left = append(f.left, left)
+	return &asynq.TaskInfo{}, nil
+}
+
+// start builds and starts a Dispatcher, stopped when t ends.
+func start(t *testing.T, cfg Config) *Dispatcher {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// eventually is redistest.Poll.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	redistest.Poll(t, within, what, cond)
+}
+
+// publish sends a wake-up for shard at us.
+func publish(t *testing.T, rdb redis.UniversalClient, prefix string, shard int, us int64) {
+	t.Helper()
+	if err := rdb.Publish(context.Background(), wakeChannel(prefix, shard), us).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeClock is a clock whose time moves only by Advance; its times are
+// whole µs (as Redis's), so a time sent through a wake-up comes back
+// equal. Safe for concurrent use.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.UnixMicro(time.Now().UnixMicro())}
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.t
+	return c.now
 }
 
-// Set moves the clock to t, which must not be earlier (Redis time is monotone).
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.After(c.t) {
-		c.t = t
-	}
+func (c *fakeClock) NewTimer(d time.Duration) clockTimer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
 }
 
+// Advance moves the time on by d and fires the timers that are due.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// env is one test's Store on a private prefix with a fake clock at epoch.
-type env struct {
-	t      testing.TB
-	ctx    context.Context
-	rdb    *redis.Client
-	prefix string
-	store  *Store
-	clock  *fakeClock
-}
-
-func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }
-
-func newEnvShards(t testing.TB, shards int) *env {
-	t.Helper()
-	rdb, prefix := redistest.New(t)
-	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: shards, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: context.Background(), rdb: rdb, prefix: prefix, store: store, clock: clock}
-}
-
-// params returns DefaultParams changed by edit, for seeding.
-func params(edit func(*Params)) Params {
-	p := DefaultParams()
-	edit(&p)
-	return p
-}
-
-func (e *env) seed(p Params) {
-	e.t.Helper()
-	if err := e.store.SeedDefaults(e.ctx, p); err != nil {
-		e.t.Fatal(err)
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		t.fireIfDue()
 	}
 }
 
-func (e *env) enqueue(tenant string, items ...Item) []Result {
-	e.t.Helper()
-	rs, err := e.store.Enqueue(e.ctx, tenant, items)
-	if err != nil {
-		e.t.Fatalf("enqueue: %v", err)
-	}
-	return rs
-}
-
-// enqueueOne enqueues one item and requires it accepted.
-func (e *env) enqueueOne(tenant string, it Item) Result {
-	e.t.Helper()
-	r := e.enqueue(tenant, it)[0]
-	if r.Outcome != Accepted {
-		e.t.Fatalf("enqueue: want accepted, got %+v", r)
-	}
-	return r
-}
-
-func (e *env) state(tenant string) TenantState {
-	e.t.Helper()
-	st, err := e.store.TenantState(e.ctx, tenant)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return st
-}
-
-func (e *env) job(id string) Job {
-	e.t.Helper()
-	j, err := e.store.GetJob(e.ctx, id)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return j
-}
-
-// pop releases at most one job of tenant's shard, due by now + lead, at its
-// GCRA slot (L = 0): a one-tenant stand-in for a dispatcher pass.
-func (e *env) pop(tenant string, lead time.Duration) (Release, bool) {
-	e.t.Helper()
-	res := e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: max(lead, time.Microsecond),
-		MinLead: -1, Grace: time.Second, Capacity: 1})
-	if len(res.Released) == 0 {
-		return Release{}, false
-	}
-	return res.Released[0], true
-}
-
-// pass runs one pass on shard with cfg.
-func (e *env) pass(shard int, cfg PassConfig) PassResult {
-	e.t.Helper()
-	res, err := e.store.Pass(e.ctx, shard, cfg)
-	if err != nil {
-		e.t.Fatalf("pass on shard %d: %v", shard, err)
-	}
-	return res
-}
-
-// passTenant runs one unlimited pass on tenant's shard with D = lead,
-// L = minLead (< 0: none), grace 1s.
-func (e *env) passTenant(tenant string, lead, minLead time.Duration) []Release {
-	e.t.Helper()
-	return e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: lead, MinLead: minLead,
-		Grace: time.Second, Capacity: -1}).Released
-}
-
-func (e *env) claim(id string, gen int64) Claim {
-	e.t.Helper()
-	c, err := e.store.Claim(e.ctx, id, gen, 2*time.Millisecond)
-	if err != nil {
-		e.t.Fatalf("claim %s@%d: %v", id, gen, err)
-	}
-	return c
-}
-
-// claimAt sets the clock to the release's slot and claims it, requiring ok.
-func (e *env) claimAt(r Release) ClaimedJob {
-	e.t.Helper()
-	e.clock.Set(r.Slot)
-	c := e.claim(r.ID, r.Gen)
-	if c.Outcome != ClaimOK {
-		e.t.Fatalf("claim %s@%d at its slot: %+v", r.ID, r.Gen, c)
-	}
-	return c.Job
-}
-
-func (e *env) finish(id string, gen int64, o AttemptOutcome, cfg FinishConfig) State {
-	e.t.Helper()
-	st, err := e.store.Finish(e.ctx, id, gen, o, cfg)
-	if err != nil {
-		e.t.Fatalf("finish %s@%d: %v", id, gen, err)
-	}
-	return st
-}
-
-// item is a webhook job whose body is body.
-func item(body string) Item {
-	return Item{Type: "webhook", Body: []byte(body)}
-}
-
-// idemItem is item(body) under an idempotency key, fingerprinted by its body.
-func idemItem(key, body string) Item {
-	it := item(body)
-	it.IdemKey, it.Fingerprint = key, sha256.Sum256([]byte(body))
-	return it
-}
-
-func ids(rs []Result) []string {
-	var out []string
-	for _, r := range rs {
-		if r.ID != "" {
-			out = append(out, r.ID)
+// armedAt reports whether a timer is armed to fire at exactly at: a loop
+// is asleep until then.
+func (c *fakeClock) armedAt(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.armed && t.at.Equal(at) {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
-func outcomes(rs []Result) string {
-	s := ""
-	for _, r := range rs {
-		switch r.Outcome {
-		case Accepted:
-			s += "A"
-		case Duplicate:
-			s += "D"
-		case Refused:
-			s += "R"
-		default:
-			s += strconv.Itoa(int(r.Outcome))
-		}
+// fakeTimer is a fakeClock's timer; its fields are guarded by the clock's mu.
+type fakeTimer struct {
+	c     *fakeClock
+	ch    chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.armed = false
+	t.drain()
+	t.c.timers = slices.DeleteFunc(t.c.timers, func(o *fakeTimer) bool { return o == t })
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.drain()
+	if !slices.Contains(t.c.timers, t) {
+		t.c.timers = append(t.c.timers, t)
 	}
-	return s
+	t.at, t.armed = t.c.now.Add(d), true
+	t.fireIfDue()
+	return was
 }
 
-func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+func (t *fakeTimer) fireIfDue() {
+	if t.armed && !t.at.After(t.c.now) {
+		t.armed = false
+		t.ch <- t.c.now // buffered 1 and drained at every Stop and Reset
+	}
+}
+
+func (t *fakeTimer) drain() {
+	select {
+	case <-t.ch:
+	default:
+	}
+}

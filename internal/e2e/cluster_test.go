@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/deliverytest"
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -68,7 +68,7 @@ func newCluster(t *testing.T, o options) *cluster {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
 	c := &cluster{t: t, prefix: prefix, shards: shards, rdb: rdb, redisURL: cmp.Or(o.redisURL, redistest.URL())}
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: c.shards})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: c.shards})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func newCluster(t *testing.T, o options) *cluster {
 	if err := c.clock.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c.recv = newReceiver(t, c.clock, store)
+	c.recv = newReceiver(t, c.clock, st)
 	c.http = &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(c.http.CloseIdleConnections)
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // workerConcurrency is worker.concurrency in the base configuration.
@@ -103,7 +103,7 @@ func TestKill9OfADispatcherLosesNothing(t *testing.T) {
 	c := newCluster(t, options{tenants: map[string]string{
 		tenant: "{rate: 40/s, burst: 1, concurrency: 60}",
 	}})
-	shard := dispatch.ShardOf(tenant, c.shards)
+	shard := store.ShardOf(tenant, c.shards)
 	a, b := c.startThrottler(), c.startThrottler()
 	c.startWorker()
 	poll(t, 10*time.Second, func() (bool, string) {

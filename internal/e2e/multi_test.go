@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // TestThreeDispatchersTwoWorkersKeepEveryRate: three throttlers, each
@@ -31,7 +31,7 @@ func TestThreeDispatchersTwoWorkersKeepEveryRate(t *testing.T) {
 		policies[tn.id] = fmt.Sprintf("{rate: %.0f/s, burst: %d, concurrency: 50}", tn.rate, tn.burst)
 	}
 	c := newCluster(t, options{tenants: policies})
-	fast, slow := dispatch.ShardOf("fast", c.shards), dispatch.ShardOf("slow", c.shards)
+	fast, slow := store.ShardOf("fast", c.shards), store.ShardOf("slow", c.shards)
 	if fast == slow {
 		t.Fatal("the two tenants share a shard: pick other ids")
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/deliverytest"
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -56,12 +56,12 @@ type receiver struct {
 	notify   chan struct{}
 }
 
-// jobReader is what the receiver needs of *dispatch.Store.
+// jobReader is what the receiver needs of *store.Store.
 type jobReader interface {
-	GetJob(ctx context.Context, id string) (dispatch.Job, error)
+	GetJob(ctx context.Context, id string) (store.Job, error)
 }
 
-var _ jobReader = (*dispatch.Store)(nil)
+var _ jobReader = (*store.Store)(nil)
 
 func newReceiver(t *testing.T, clock *worker.Clock, jobs jobReader) *receiver {
 	r := &receiver{clock: clock, jobs: jobs, notify: make(chan struct{}, 1)}

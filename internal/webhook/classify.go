@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // MinPause is the pause returned for a Retry-After (or a quota reset) that
@@ -58,7 +58,7 @@ const (
 //     egress_denied, ErrInvalidJob FinishPermanent invalid_job; timeouts
 //     (context deadline, net timeouts), cancellation, TLS, DNS and
 //     connection errors are FinishRetry.
-func Classify(status int, header http.Header, err error, now time.Time) (kind dispatch.FinishKind, pause time.Duration, reason string) {
+func Classify(status int, header http.Header, err error, now time.Time) (kind store.FinishKind, pause time.Duration, reason string) {
 	if status == 0 {
 		return classifyErr(err)
 	}
@@ -66,30 +66,30 @@ func Classify(status int, header http.Header, err error, now time.Time) (kind di
 	switch {
 	case status >= 200 && status <= 299:
 		if p := QuotaPause(header, now); p > 0 {
-			return dispatch.FinishSuccess, p, ReasonQuotaExhausted
+			return store.FinishSuccess, p, ReasonQuotaExhausted
 		}
-		return dispatch.FinishSuccess, 0, ""
+		return store.FinishSuccess, 0, ""
 	case status >= 300 && status <= 399:
-		return dispatch.FinishPermanent, 0, code
+		return store.FinishPermanent, 0, code
 	case status == http.StatusTooManyRequests:
 		if d, ok := ParseRetryAfter(header.Get("Retry-After"), now); ok {
-			return dispatch.FinishThrottled, d, code
+			return store.FinishThrottled, d, code
 		}
-		return dispatch.FinishThrottled, quotaReset(header, now, false), code
+		return store.FinishThrottled, quotaReset(header, now, false), code
 	case status == http.StatusServiceUnavailable:
 		if d, ok := ParseRetryAfter(header.Get("Retry-After"), now); ok {
-			return dispatch.FinishThrottled, d, code
+			return store.FinishThrottled, d, code
 		}
-		return dispatch.FinishRetry, 0, code
+		return store.FinishRetry, 0, code
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status >= 500 && status <= 599:
-		return dispatch.FinishRetry, 0, code
+		return store.FinishRetry, 0, code
 	case status == http.StatusGone:
-		return dispatch.FinishGone, 0, code
+		return store.FinishGone, 0, code
 	}
-	return dispatch.FinishPermanent, 0, code
+	return store.FinishPermanent, 0, code
 }
 
-func classifyErr(err error) (dispatch.FinishKind, time.Duration, string) {
+func classifyErr(err error) (store.FinishKind, time.Duration, string) {
 	var (
 		netErr   net.Error
 		dnsErr   *net.DNSError
@@ -102,20 +102,20 @@ func classifyErr(err error) (dispatch.FinishKind, time.Duration, string) {
 	)
 	switch {
 	case errors.Is(err, ErrEgressDenied):
-		return dispatch.FinishPermanent, 0, ReasonEgressDenied
+		return store.FinishPermanent, 0, ReasonEgressDenied
 	case errors.Is(err, ErrInvalidJob):
-		return dispatch.FinishPermanent, 0, ReasonInvalidJob
+		return store.FinishPermanent, 0, ReasonInvalidJob
 	case errors.Is(err, context.Canceled):
-		return dispatch.FinishRetry, 0, ReasonCanceled
+		return store.FinishRetry, 0, ReasonCanceled
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return dispatch.FinishRetry, 0, ReasonTimeout
+		return store.FinishRetry, 0, ReasonTimeout
 	case errors.As(err, &verifErr), errors.As(err, &unknown), errors.As(err, &hostErr),
 		errors.As(err, &invalid), errors.As(err, &recErr), errors.As(err, &alert):
-		return dispatch.FinishRetry, 0, ReasonTLS
+		return store.FinishRetry, 0, ReasonTLS
 	case errors.As(err, &dnsErr):
-		return dispatch.FinishRetry, 0, ReasonDNS
+		return store.FinishRetry, 0, ReasonDNS
 	}
-	return dispatch.FinishRetry, 0, ReasonConnection
+	return store.FinishRetry, 0, ReasonConnection
 }
 
 // ParseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) at now:

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // now is a fixed, present-day instant for header arithmetic.
@@ -31,52 +31,52 @@ func TestClassifyStatus(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		header http.Header
-		kind   dispatch.FinishKind
+		kind   store.FinishKind
 		pause  time.Duration
 		reason string
 	}{
-		{200, nil, dispatch.FinishSuccess, 0, ""},
-		{201, nil, dispatch.FinishSuccess, 0, ""},
-		{204, nil, dispatch.FinishSuccess, 0, ""},
-		{299, nil, dispatch.FinishSuccess, 0, ""},
-		{200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "20"), dispatch.FinishSuccess, 20 * time.Second, ReasonQuotaExhausted},
-		{200, hdr("RateLimit", `"default";r=0;t=12`), dispatch.FinishSuccess, 12 * time.Second, ReasonQuotaExhausted},
-		{200, hdr("RateLimit", `"default";r=3;t=12`), dispatch.FinishSuccess, 0, ""},
-		{200, hdr("Retry-After", "30"), dispatch.FinishSuccess, 0, ""}, // Retry-After means nothing on a 2xx
-		{301, nil, dispatch.FinishPermanent, 0, "http_301"},
-		{302, hdr("Location", "http://127.0.0.1/"), dispatch.FinishPermanent, 0, "http_302"},
-		{304, nil, dispatch.FinishPermanent, 0, "http_304"},
-		{307, nil, dispatch.FinishPermanent, 0, "http_307"},
-		{308, nil, dispatch.FinishPermanent, 0, "http_308"},
-		{400, nil, dispatch.FinishPermanent, 0, "http_400"},
-		{401, nil, dispatch.FinishPermanent, 0, "http_401"},
-		{403, nil, dispatch.FinishPermanent, 0, "http_403"},
-		{404, nil, dispatch.FinishPermanent, 0, "http_404"},
-		{405, nil, dispatch.FinishPermanent, 0, "http_405"},
-		{409, nil, dispatch.FinishPermanent, 0, "http_409"},
-		{413, nil, dispatch.FinishPermanent, 0, "http_413"},
-		{422, nil, dispatch.FinishPermanent, 0, "http_422"},
-		{408, nil, dispatch.FinishRetry, 0, "http_408"},
-		{425, nil, dispatch.FinishRetry, 0, "http_425"},
-		{410, nil, dispatch.FinishGone, 0, "http_410"},
-		{429, nil, dispatch.FinishThrottled, 0, "http_429"},
-		{429, hdr("Retry-After", "120"), dispatch.FinishThrottled, 2 * time.Minute, "http_429"},
-		{429, hdr("Retry-After", future), dispatch.FinishThrottled, 90 * time.Second, "http_429"},
-		{429, hdr("Retry-After", "0"), dispatch.FinishThrottled, MinPause, "http_429"},
-		{429, hdr("Retry-After", "soon"), dispatch.FinishThrottled, 0, "http_429"},
-		{429, hdr("RateLimit", `"api";r=0;t=45`), dispatch.FinishThrottled, 45 * time.Second, "http_429"},
-		{429, hdr("X-RateLimit-Reset", "30"), dispatch.FinishThrottled, 30 * time.Second, "http_429"},
-		{429, hdr("Retry-After", "5", "RateLimit", `"api";r=0;t=45`), dispatch.FinishThrottled, 5 * time.Second, "http_429"}, // Retry-After wins
-		{500, nil, dispatch.FinishRetry, 0, "http_500"},
-		{502, nil, dispatch.FinishRetry, 0, "http_502"},
-		{503, nil, dispatch.FinishRetry, 0, "http_503"},
-		{503, hdr("Retry-After", "garbage"), dispatch.FinishRetry, 0, "http_503"},
-		{503, hdr("Retry-After", "60"), dispatch.FinishThrottled, time.Minute, "http_503"},
-		{503, hdr("Retry-After", future), dispatch.FinishThrottled, 90 * time.Second, "http_503"},
-		{504, nil, dispatch.FinishRetry, 0, "http_504"},
-		{599, nil, dispatch.FinishRetry, 0, "http_599"},
-		{101, nil, dispatch.FinishPermanent, 0, "http_101"},
-		{600, nil, dispatch.FinishPermanent, 0, "http_600"},
+		{200, nil, store.FinishSuccess, 0, ""},
+		{201, nil, store.FinishSuccess, 0, ""},
+		{204, nil, store.FinishSuccess, 0, ""},
+		{299, nil, store.FinishSuccess, 0, ""},
+		{200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "20"), store.FinishSuccess, 20 * time.Second, ReasonQuotaExhausted},
+		{200, hdr("RateLimit", `"default";r=0;t=12`), store.FinishSuccess, 12 * time.Second, ReasonQuotaExhausted},
+		{200, hdr("RateLimit", `"default";r=3;t=12`), store.FinishSuccess, 0, ""},
+		{200, hdr("Retry-After", "30"), store.FinishSuccess, 0, ""}, // Retry-After means nothing on a 2xx
+		{301, nil, store.FinishPermanent, 0, "http_301"},
+		{302, hdr("Location", "http://127.0.0.1/"), store.FinishPermanent, 0, "http_302"},
+		{304, nil, store.FinishPermanent, 0, "http_304"},
+		{307, nil, store.FinishPermanent, 0, "http_307"},
+		{308, nil, store.FinishPermanent, 0, "http_308"},
+		{400, nil, store.FinishPermanent, 0, "http_400"},
+		{401, nil, store.FinishPermanent, 0, "http_401"},
+		{403, nil, store.FinishPermanent, 0, "http_403"},
+		{404, nil, store.FinishPermanent, 0, "http_404"},
+		{405, nil, store.FinishPermanent, 0, "http_405"},
+		{409, nil, store.FinishPermanent, 0, "http_409"},
+		{413, nil, store.FinishPermanent, 0, "http_413"},
+		{422, nil, store.FinishPermanent, 0, "http_422"},
+		{408, nil, store.FinishRetry, 0, "http_408"},
+		{425, nil, store.FinishRetry, 0, "http_425"},
+		{410, nil, store.FinishGone, 0, "http_410"},
+		{429, nil, store.FinishThrottled, 0, "http_429"},
+		{429, hdr("Retry-After", "120"), store.FinishThrottled, 2 * time.Minute, "http_429"},
+		{429, hdr("Retry-After", future), store.FinishThrottled, 90 * time.Second, "http_429"},
+		{429, hdr("Retry-After", "0"), store.FinishThrottled, MinPause, "http_429"},
+		{429, hdr("Retry-After", "soon"), store.FinishThrottled, 0, "http_429"},
+		{429, hdr("RateLimit", `"api";r=0;t=45`), store.FinishThrottled, 45 * time.Second, "http_429"},
+		{429, hdr("X-RateLimit-Reset", "30"), store.FinishThrottled, 30 * time.Second, "http_429"},
+		{429, hdr("Retry-After", "5", "RateLimit", `"api";r=0;t=45`), store.FinishThrottled, 5 * time.Second, "http_429"}, // Retry-After wins
+		{500, nil, store.FinishRetry, 0, "http_500"},
+		{502, nil, store.FinishRetry, 0, "http_502"},
+		{503, nil, store.FinishRetry, 0, "http_503"},
+		{503, hdr("Retry-After", "garbage"), store.FinishRetry, 0, "http_503"},
+		{503, hdr("Retry-After", "60"), store.FinishThrottled, time.Minute, "http_503"},
+		{503, hdr("Retry-After", future), store.FinishThrottled, 90 * time.Second, "http_503"},
+		{504, nil, store.FinishRetry, 0, "http_504"},
+		{599, nil, store.FinishRetry, 0, "http_599"},
+		{101, nil, store.FinishPermanent, 0, "http_101"},
+		{600, nil, store.FinishPermanent, 0, "http_600"},
 	} {
 		kind, pause, reason := Classify(tc.status, tc.header, errors.New("ignored when a status arrived"), now)
 		if kind != tc.kind || pause != tc.pause || reason != tc.reason {
@@ -97,21 +97,21 @@ func TestClassifyError(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		err    error
-		kind   dispatch.FinishKind
+		kind   store.FinishKind
 		reason string
 	}{
-		{"egress denied", wrapURL(&net.OpError{Op: "dial", Err: &EgressError{Host: "10.0.0.1", Reason: "private"}}), dispatch.FinishPermanent, ReasonEgressDenied},
-		{"invalid job", fmt.Errorf("job j1: %w", ErrInvalidJob), dispatch.FinishPermanent, ReasonInvalidJob},
-		{"context deadline", wrapURL(context.DeadlineExceeded), dispatch.FinishRetry, ReasonTimeout},
-		{"net timeout", wrapURL(&net.OpError{Op: "read", Err: timeoutErr{}}), dispatch.FinishRetry, ReasonTimeout},
-		{"os deadline", wrapURL(os.ErrDeadlineExceeded), dispatch.FinishRetry, ReasonTimeout},
-		{"canceled", wrapURL(context.Canceled), dispatch.FinishRetry, ReasonCanceled},
-		{"unknown CA", wrapURL(x509.UnknownAuthorityError{}), dispatch.FinishRetry, ReasonTLS},
-		{"hostname", wrapURL(x509.HostnameError{Host: "x"}), dispatch.FinishRetry, ReasonTLS},
-		{"dns", wrapURL(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}), dispatch.FinishRetry, ReasonDNS},
-		{"refused", wrapURL(&net.OpError{Op: "dial", Err: errors.New("connect: connection refused")}), dispatch.FinishRetry, ReasonConnection},
-		{"reset", wrapURL(errors.New("read: connection reset by peer")), dispatch.FinishRetry, ReasonConnection},
-		{"nil", nil, dispatch.FinishRetry, ReasonConnection},
+		{"egress denied", wrapURL(&net.OpError{Op: "dial", Err: &EgressError{Host: "10.0.0.1", Reason: "private"}}), store.FinishPermanent, ReasonEgressDenied},
+		{"invalid job", fmt.Errorf("job j1: %w", ErrInvalidJob), store.FinishPermanent, ReasonInvalidJob},
+		{"context deadline", wrapURL(context.DeadlineExceeded), store.FinishRetry, ReasonTimeout},
+		{"net timeout", wrapURL(&net.OpError{Op: "read", Err: timeoutErr{}}), store.FinishRetry, ReasonTimeout},
+		{"os deadline", wrapURL(os.ErrDeadlineExceeded), store.FinishRetry, ReasonTimeout},
+		{"canceled", wrapURL(context.Canceled), store.FinishRetry, ReasonCanceled},
+		{"unknown CA", wrapURL(x509.UnknownAuthorityError{}), store.FinishRetry, ReasonTLS},
+		{"hostname", wrapURL(x509.HostnameError{Host: "x"}), store.FinishRetry, ReasonTLS},
+		{"dns", wrapURL(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}), store.FinishRetry, ReasonDNS},
+		{"refused", wrapURL(&net.OpError{Op: "dial", Err: errors.New("connect: connection refused")}), store.FinishRetry, ReasonConnection},
+		{"reset", wrapURL(errors.New("read: connection reset by peer")), store.FinishRetry, ReasonConnection},
+		{"nil", nil, store.FinishRetry, ReasonConnection},
 	} {
 		kind, pause, reason := Classify(0, nil, tc.err, now)
 		if kind != tc.kind || pause != 0 || reason != tc.reason {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -149,7 +149,7 @@ func TestEgressMatrixDenied(t *testing.T) {
 				if !errors.Is(res.Err, ErrEgressDenied) || res.Status != 0 {
 					t.Errorf("%s: status %d, err %v; want ErrEgressDenied", url, res.Status, res.Err)
 				}
-				if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != dispatch.FinishPermanent || reason != ReasonEgressDenied {
+				if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishPermanent || reason != ReasonEgressDenied {
 					t.Errorf("%s: Classify = %v %q, want permanent egress_denied", url, kind, reason)
 				}
 			}
@@ -241,7 +241,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 		if res.Err != nil || res.Status != http.StatusFound {
 			t.Errorf("%s: status %d, err %v; want the 302 itself", name, res.Status, res.Err)
 		}
-		if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != dispatch.FinishPermanent || reason != "http_302" {
+		if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishPermanent || reason != "http_302" {
 			t.Errorf("%s: Classify = %v %q, want permanent http_302", name, kind, reason)
 		}
 	}
@@ -276,7 +276,7 @@ func TestDNSFailureIsRetryable(t *testing.T) {
 	c, _ := routed(t, rcv, nil)
 	res := getURL(c, "http://nowhere.test/")
 	kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-	if kind != dispatch.FinishRetry || reason != ReasonDNS {
+	if kind != store.FinishRetry || reason != ReasonDNS {
 		t.Fatalf("Classify(%v) = %v %q, want retry dns_error", res.Err, kind, reason)
 	}
 }

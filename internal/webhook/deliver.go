@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -77,9 +77,9 @@ type Result struct {
 // Outcome classifies r (see Classify) into the report Store.Finish takes.
 // A success with a non-zero Pause asks the caller to pause the tenant
 // pre-emptively for that long (the upstream said its quota is spent).
-func (r Result) Outcome(now time.Time) dispatch.AttemptOutcome {
+func (r Result) Outcome(now time.Time) store.AttemptOutcome {
 	kind, pause, reason := Classify(r.Status, r.Header, r.Err, now)
-	return dispatch.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause}
+	return store.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause}
 }
 
 // Deliver sends one attempt of req with client (normally NewClient's) and

@@ -14,7 +14,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -133,7 +133,7 @@ func TestDeliverInvalidJobSendsNothing(t *testing.T) {
 	} {
 		res := deliver(t, c, Request{ID: "j1_bad", Job: spec})
 		kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-		if !errors.Is(res.Err, ErrInvalidJob) || kind != dispatch.FinishPermanent || reason != ReasonInvalidJob {
+		if !errors.Is(res.Err, ErrInvalidJob) || kind != store.FinishPermanent || reason != ReasonInvalidJob {
 			t.Errorf("%s: err %v, Classify %v %q; want ErrInvalidJob, permanent", name, res.Err, kind, reason)
 		}
 	}
@@ -184,7 +184,7 @@ func TestDeliverTimeout(t *testing.T) {
 	defer cancel()
 	res := Deliver(ctx, c, Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: rcv.URL, Event: "e"}})
 	kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-	if res.Status != 0 || kind != dispatch.FinishRetry || reason != ReasonTimeout {
+	if res.Status != 0 || kind != store.FinishRetry || reason != ReasonTimeout {
 		t.Fatalf("status %d err %v: Classify %v %q, want retry timeout", res.Status, res.Err, kind, reason)
 	}
 	if res.Latency < 50*time.Millisecond {
@@ -197,7 +197,7 @@ func TestDeliverConnectionRefusedIsRetryable(t *testing.T) {
 	url := rcv.URL
 	rcv.Close() // nothing listens on the port any more
 	res := deliver(t, direct(t, loopback4), Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: url, Event: "e"}})
-	if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != dispatch.FinishRetry || reason != ReasonConnection {
+	if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishRetry || reason != ReasonConnection {
 		t.Fatalf("err %v: Classify %v %q, want retry connection_error", res.Err, kind, reason)
 	}
 }
@@ -206,7 +206,7 @@ func TestResultOutcome(t *testing.T) {
 	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	r := Result{Status: 429, Header: http.Header{"Retry-After": {"7"}}, Latency: 3 * time.Millisecond}
 	got := r.Outcome(now)
-	want := dispatch.AttemptOutcome{Kind: dispatch.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
+	want := store.AttemptOutcome{Kind: store.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
 	if got != want {
 		t.Fatalf("Outcome = %+v, want %+v", got, want)
 	}

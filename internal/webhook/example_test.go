@@ -12,7 +12,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -55,7 +55,7 @@ func Example() {
 		UserAgent: "Sluice/1.0.0",
 	})
 	out := res.Outcome(time.Now())
-	fmt.Println(res.Status, out.Kind == dispatch.FinishSuccess)
+	fmt.Println(res.Status, out.Kind == store.FinishSuccess)
 	// Output:
 	// verified invoice.paid {"id":"inv_1"} from j0_01HZX3Q5N4B5W9R2K7M8P6T1CD
 	// 200 true

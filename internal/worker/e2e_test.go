@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestDeliversEveryJobOnceAtTheTenantsRate(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
-	h.policy("acme", dispatch.Overrides{RateUS: ptr(20_000), Burst: ptr(1), Concurrency: ptr(20)})
+	h.policy("acme", store.Overrides{RateUS: ptr(20_000), Burst: ptr(1), Concurrency: ptr(20)})
 	h.startWorker(20, nil)
 	ids := h.enqueue("acme", 60)
 	began := time.Now()
@@ -48,7 +48,7 @@ func TestConcurrencyCapIsNeverExceeded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	h.recv.behave = func(string) (int, time.Duration) { return http.StatusOK, 40 * time.Millisecond }
-	h.policy("slow", dispatch.Overrides{RateUS: ptr(2_000), Burst: ptr(5), Concurrency: ptr(2)})
+	h.policy("slow", store.Overrides{RateUS: ptr(2_000), Burst: ptr(5), Concurrency: ptr(2)})
 	h.startWorker(20, nil)
 	ids := h.enqueue("slow", 12)
 	h.startDispatcher(nil)
@@ -70,7 +70,7 @@ func TestFailingEndpointIsRetriedOnTheCurveWithinTheRate(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	h.recv.behave = func(string) (int, time.Duration) { return http.StatusInternalServerError, 0 }
-	h.policy("flaky", dispatch.Overrides{
+	h.policy("flaky", store.Overrides{
 		RateUS: ptr(50_000), Burst: ptr(1), Concurrency: ptr(10), // 20/s
 		MaxAttempts: ptr(4), MinBackoffUS: ptr(100_000), MaxBackoffUS: ptr(10_000_000), MaxDoublings: ptr(5),
 		Adaptive: ptr(0), // the bare curve: each 500 would cut an adaptive tenant's rate (DESIGN §4.2)
@@ -82,7 +82,7 @@ func TestFailingEndpointIsRetriedOnTheCurveWithinTheRate(t *testing.T) {
 	got := h.recv.waitFor(t, "flaky", 12, 10*time.Second)
 	// Retries' slots are not kept: ε_r = 0; the +1 absorbs 50ms of jitter.
 	checkRate(t, got, 20, 1, 0)
-	waitState(t, h, ids, dispatch.StateDead) // every finish recorded
+	waitState(t, h, ids, store.StateDead) // every finish recorded
 	for _, id := range ids {
 		var at []time.Time
 		for _, a := range got {
@@ -103,7 +103,7 @@ func TestFailingEndpointIsRetriedOnTheCurveWithinTheRate(t *testing.T) {
 			}
 			// And not much later, unless a claim missed ε in between (its
 			// job went back to the head lane: two more generations).
-			if log[k].Gen == log[k-1].Gen+1 && gap > backoff*11/10+dispatch.LeadDefault+150*time.Millisecond {
+			if log[k].Gen == log[k-1].Gen+1 && gap > backoff*11/10+store.LeadDefault+150*time.Millisecond {
 				t.Errorf("job %s: retry %d came %s after attempt %d, want ≈ %s; attempt log %+v", id, k, gap, k, backoff, log)
 			}
 		}
@@ -118,8 +118,8 @@ func TestFailingEndpointIsRetriedOnTheCurveWithinTheRate(t *testing.T) {
 func TestNoisyTenantDoesNotDelayAQuietOne(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
-	h.policy("noisy", dispatch.Overrides{RateUS: ptr(10_000), Burst: ptr(1), Concurrency: ptr(50), AdmitUS: ptr(1), AdmitBurst: ptr(5_000)})
-	h.policy("quiet", dispatch.Overrides{RateUS: ptr(50_000), Burst: ptr(1), Concurrency: ptr(5)})
+	h.policy("noisy", store.Overrides{RateUS: ptr(10_000), Burst: ptr(1), Concurrency: ptr(50), AdmitUS: ptr(1), AdmitBurst: ptr(5_000)})
+	h.policy("quiet", store.Overrides{RateUS: ptr(50_000), Burst: ptr(1), Concurrency: ptr(5)})
 	h.startWorker(50, nil)
 	h.enqueue("noisy", 3_000)
 	h.startDispatcher(nil)
@@ -187,19 +187,19 @@ func TestTwoDispatchersDeliverEachJobOnce(t *testing.T) {
 			h := newHarness(t, 4)
 			var ids []string
 			for _, tn := range []string{"a", "b", "c"} {
-				h.policy(tn, dispatch.Overrides{RateUS: ptr(20_000), Burst: ptr(2), Concurrency: ptr(10)})
+				h.policy(tn, store.Overrides{RateUS: ptr(20_000), Burst: ptr(2), Concurrency: ptr(10)})
 				ids = append(ids, h.enqueue(tn, 30)...)
 			}
 			h.startWorker(30, nil)
 			for range 2 {
-				h.startDispatcher(func(c *dispatcher.Config) { c.DisableLeases = !leases })
+				h.startDispatcher(func(c *dispatch.Config) { c.DisableLeases = !leases })
 			}
 			got := h.recv.waitFor(t, "", len(ids), 10*time.Second)
 			for _, tn := range []string{"a", "b", "c"} {
 				got := h.recv.arrivals(tn)
 				checkRate(t, got, 50, 2, h.sendError(got))
 			}
-			waitState(t, h, ids, dispatch.StateSucceeded)
+			waitState(t, h, ids, store.StateSucceeded)
 			exactlyOnce(t, h.recv.arrivals(""), ids)
 			h.noStall(t)
 			t.Logf("%d jobs over %s; %v claims missed ε", len(got), got[len(got)-1].at.Sub(got[0].at),
@@ -209,11 +209,11 @@ func TestTwoDispatchersDeliverEachJobOnce(t *testing.T) {
 }
 
 // waitState polls until every job is in state.
-func waitState(t *testing.T, h *harness, ids []string, state dispatch.State) {
+func waitState(t *testing.T, h *harness, ids []string, state store.State) {
 	t.Helper()
 	for _, id := range ids {
 		redistest.Poll(t, 5*time.Second, fmt.Sprintf("job %s in state %s", id, state), func() bool {
-			j, err := h.store.GetJob(h.ctx, id)
+			j, err := h.st.GetJob(h.ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}

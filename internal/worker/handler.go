@@ -9,7 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 var _ asynq.Handler = (*Worker)(nil)
@@ -35,7 +35,7 @@ var _ asynq.Handler = (*Worker)(nil)
 // an error, so asynq archives the task for inspection. Every wait ends with
 // ctx.
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	p, err := dispatcher.DecodePayload(t.Payload())
+	p, err := dispatch.DecodePayload(t.Payload())
 	if err != nil {
 		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task: %w", t.Type(), err)
@@ -46,7 +46,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 // deliver runs one delivery: claim (waiting for the slot), wait for the
 // claimed slot, attempt and finish.
-func (w *Worker) deliver(ctx context.Context, p dispatcher.Payload) {
+func (w *Worker) deliver(ctx context.Context, p dispatch.Payload) {
 	job, ok := w.claim(ctx, p)
 	if !ok {
 		return
@@ -58,7 +58,7 @@ func (w *Worker) deliver(ctx context.Context, p dispatcher.Payload) {
 
 // claim waits for p's slot and claims the job. ok is false when there is
 // nothing to run (a duplicate, canceled, returned, ctx ended, Redis error).
-func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.ClaimedJob, ok bool) {
+func (w *Worker) claim(ctx context.Context, p dispatch.Payload) (job store.ClaimedJob, ok bool) {
 	w.metrics.waiting.Inc()
 	defer w.metrics.waiting.Dec()
 	pickedUp := w.clock.Now()
@@ -66,7 +66,7 @@ func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.
 	wait := w.claimAt(p.Slot())
 	for {
 		if err := sleepUntil(ctx, wait, w.cfg.Spin); err != nil {
-			return dispatch.ClaimedJob{}, false
+			return store.ClaimedJob{}, false
 		}
 		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.cfg.Tolerance)
 		if err != nil {
@@ -74,24 +74,24 @@ func (w *Worker) claim(ctx context.Context, p dispatcher.Payload) (job dispatch.
 			if ctx.Err() == nil {
 				w.cfg.Logger.Warn("claim failed; the sweep will return the job", "job", p.ID, "gen", p.Gen, "err", err)
 			}
-			return dispatch.ClaimedJob{}, false
+			return store.ClaimedJob{}, false
 		}
 		w.metrics.claims.WithLabelValues(outcomeLabel(c.Outcome)).Inc()
 		switch c.Outcome {
-		case dispatch.ClaimOK:
+		case store.ClaimOK:
 			return c.Job, true
-		case dispatch.ClaimEarly:
+		case store.ClaimEarly:
 			if early++; early > maxEarlyClaims {
 				w.cfg.Logger.Warn("claim still early; leaving the job to the sweep", "job", p.ID, "gen", p.Gen, "wait", c.Wait)
-				return dispatch.ClaimedJob{}, false
+				return store.ClaimedJob{}, false
 			}
 			wait = time.Now().Add(c.Wait)
-		case dispatch.ClaimReturned:
+		case store.ClaimReturned:
 			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", p.Gen, "reason", c.Reason,
 				"lead_at_pickup", p.Slot().Sub(pickedUp))
-			return dispatch.ClaimedJob{}, false
+			return store.ClaimedJob{}, false
 		default: // stale, canceled: nothing to do
-			return dispatch.ClaimedJob{}, false
+			return store.ClaimedJob{}, false
 		}
 	}
 }
@@ -105,7 +105,7 @@ func (w *Worker) claimAt(slot time.Time) time.Time {
 }
 
 // attempt executes a claimed job and finishes it.
-func (w *Worker) attempt(ctx context.Context, job dispatch.ClaimedJob) {
+func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob) {
 	timeout := job.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.DefaultTimeout
@@ -125,23 +125,23 @@ func (w *Worker) attempt(ctx context.Context, job dispatch.ClaimedJob) {
 		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)
 		return
 	}
-	if state == dispatch.StateDead {
+	if state == store.StateDead {
 		w.metrics.dead.Inc()
 	}
 }
 
 // execute runs the Executor, turning a panic into a retryable failure.
-func (w *Worker) execute(ctx context.Context, job dispatch.ClaimedJob) (out dispatch.AttemptOutcome) {
+func (w *Worker) execute(ctx context.Context, job store.ClaimedJob) (out store.AttemptOutcome) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			w.cfg.Logger.Error("executor panicked", "job", job.ID, "gen", job.Gen, "panic", r)
-			out = dispatch.AttemptOutcome{Kind: dispatch.FinishRetry, Latency: time.Since(start), Error: "panic"}
+			out = store.AttemptOutcome{Kind: store.FinishRetry, Latency: time.Since(start), Error: "panic"}
 		}
 	}()
 	out = w.cfg.Executor.Execute(ctx, job)
 	if out.Kind == 0 {
-		out.Kind, out.Error = dispatch.FinishRetry, "executor returned no outcome"
+		out.Kind, out.Error = store.FinishRetry, "executor returned no outcome"
 	}
 	return out
 }

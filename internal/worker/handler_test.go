@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -29,7 +29,7 @@ func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *wo
 		h.t.Cleanup(client.CloseIdleConnections)
 		exec = &worker.WebhookExecutor{Client: client}
 	}
-	cfg := worker.Config{Store: h.store, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: 7,
+	cfg := worker.Config{Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: 7,
 		Tolerance: 10 * time.Millisecond, Registerer: h.reg, Logger: testLogger(h.t)}
 	if edit != nil {
 		edit(&cfg)
@@ -47,37 +47,37 @@ func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *wo
 
 // release enqueues one webhook job for tenant and releases it with a pass;
 // it returns the release and its asynq task.
-func (h *harness) release(tenant string) (dispatch.Release, *asynq.Task) {
+func (h *harness) release(tenant string) (store.Release, *asynq.Task) {
 	h.t.Helper()
 	id := h.enqueue(tenant, 1)[0]
-	shard, err := dispatch.ShardOfJobID(id)
+	shard, err := store.ShardOfJobID(id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	res, err := h.store.Pass(h.ctx, shard, dispatch.PassConfig{Capacity: -1})
+	res, err := h.st.Pass(h.ctx, shard, store.PassConfig{Capacity: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	for _, r := range res.Released {
 		if r.ID == id {
-			payload, _ := json.Marshal(dispatcher.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
-			return r, asynq.NewTask(dispatcher.TaskTypeWebhook, payload)
+			payload, _ := json.Marshal(dispatch.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
+			return r, asynq.NewTask(dispatch.TaskTypeWebhook, payload)
 		}
 	}
 	h.t.Fatalf("pass released %+v, not %s", res.Released, id)
-	return dispatch.Release{}, nil
+	return store.Release{}, nil
 }
 
 // releaseN enqueues n webhook jobs for tenant and releases them with one
 // pass, in slot order.
-func (h *harness) releaseN(tenant string, n int) []dispatch.Release {
+func (h *harness) releaseN(tenant string, n int) []store.Release {
 	h.t.Helper()
 	ids := h.enqueue(tenant, n)
-	shard, err := dispatch.ShardOfJobID(ids[0])
+	shard, err := store.ShardOfJobID(ids[0])
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	res, err := h.store.Pass(h.ctx, shard, dispatch.PassConfig{Capacity: -1})
+	res, err := h.st.Pass(h.ctx, shard, store.PassConfig{Capacity: -1})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -88,9 +88,9 @@ func (h *harness) releaseN(tenant string, n int) []dispatch.Release {
 }
 
 // taskOf is the asynq task the dispatcher would enqueue for r.
-func taskOf(r dispatch.Release) *asynq.Task {
-	payload, _ := json.Marshal(dispatcher.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
-	return asynq.NewTask(dispatcher.TaskTypeWebhook, payload)
+func taskOf(r store.Release) *asynq.Task {
+	payload, _ := json.Marshal(dispatch.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
+	return asynq.NewTask(dispatch.TaskTypeWebhook, payload)
 }
 
 func (h *harness) process(w *worker.Worker, task *asynq.Task) {
@@ -114,7 +114,7 @@ func TestTaskIsSentAtItsSlotAndFinished(t *testing.T) {
 	if off := got[0].redis.Sub(r.Slot); off < -3*time.Millisecond || off > sendBound() {
 		t.Fatalf("sent %s off its slot, want within %s", off, sendBound())
 	}
-	if j := h.jobOf(r.ID); j.State != dispatch.StateSucceeded || j.Attempt != 1 {
+	if j := h.jobOf(r.ID); j.State != store.StateSucceeded || j.Attempt != 1 {
 		t.Fatalf("job after the attempt: %s, attempt %d", j.State, j.Attempt)
 	}
 }
@@ -139,7 +139,7 @@ func TestCanceledJobIsNotSent(t *testing.T) {
 	h := newHarness(t, 2)
 	w := h.newWorker(nil, nil)
 	r, task := h.release("t1")
-	if _, _, err := h.store.Cancel(h.ctx, r.ID); err != nil {
+	if _, _, err := h.st.Cancel(h.ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.process(w, task)
@@ -158,7 +158,7 @@ func TestCanceledJobIsNotSent(t *testing.T) {
 func TestLateTaskWaitsItsTurnNotSentInAClump(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	h.policy("t1", dispatch.Overrides{RateUS: ptr(80_000), Burst: ptr(1)}) // T = 80ms
+	h.policy("t1", store.Overrides{RateUS: ptr(80_000), Burst: ptr(1)}) // T = 80ms
 	w := h.newWorker(nil, nil)
 	rel := h.releaseN("t1", 2)
 	first, second := rel[0], rel[1]
@@ -177,7 +177,7 @@ func TestLateTaskWaitsItsTurnNotSentInAClump(t *testing.T) {
 	if n := h.counter("sluice_worker_claims_total", "outcome=early"); n < 1 {
 		t.Fatalf("%v early replies, want the late claim told to wait", n)
 	}
-	if j := h.jobOf(first.ID); j.State != dispatch.StateSucceeded || j.Attempt != 1 || j.Gen != first.Gen {
+	if j := h.jobOf(first.ID); j.State != store.StateSucceeded || j.Attempt != 1 || j.Gen != first.Gen {
 		t.Fatalf("late job %+v: want succeeded in its first attempt, same generation", j)
 	}
 }
@@ -185,13 +185,13 @@ func TestLateTaskWaitsItsTurnNotSentInAClump(t *testing.T) {
 func TestExecutorPanicIsARetryableFailure(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	w := h.newWorker(worker.ExecutorFunc(func(context.Context, dispatch.ClaimedJob) dispatch.AttemptOutcome {
+	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) store.AttemptOutcome {
 		panic("boom")
 	}), nil)
 	r, task := h.release("t1")
 	h.process(w, task)
 	j := h.jobOf(r.ID)
-	if j.State != dispatch.StateRetrying || j.Attempt != 1 {
+	if j.State != store.StateRetrying || j.Attempt != 1 {
 		t.Fatalf("job after a panic: %s, attempt %d; want retrying after attempt 1", j.State, j.Attempt)
 	}
 	if len(j.Attempts) != 1 || j.Attempts[0].Error != "panic" {
@@ -205,12 +205,12 @@ func TestExecutorPanicIsARetryableFailure(t *testing.T) {
 func TestExecutorGetsTheJobsTimeoutAsDeadline(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	h.policy("t1", dispatch.Overrides{TimeoutUS: ptr(300_000)})
+	h.policy("t1", store.Overrides{TimeoutUS: ptr(300_000)})
 	deadline := make(chan time.Duration, 1)
-	w := h.newWorker(worker.ExecutorFunc(func(ctx context.Context, _ dispatch.ClaimedJob) dispatch.AttemptOutcome {
+	w := h.newWorker(worker.ExecutorFunc(func(ctx context.Context, _ store.ClaimedJob) store.AttemptOutcome {
 		d, _ := ctx.Deadline()
 		deadline <- time.Until(d)
-		return dispatch.AttemptOutcome{Kind: dispatch.FinishSuccess, Status: 200}
+		return store.AttemptOutcome{Kind: store.FinishSuccess, Status: 200}
 	}), nil)
 	_, task := h.release("t1")
 	h.process(w, task)
@@ -223,8 +223,8 @@ func TestMalformedPayloadIsAnError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	w := h.newWorker(nil, nil)
-	err := w.ProcessTask(h.ctx, asynq.NewTask(dispatcher.TaskTypeWebhook, []byte("not json")))
-	if !errors.Is(err, dispatcher.ErrBadPayload) {
+	err := w.ProcessTask(h.ctx, asynq.NewTask(dispatch.TaskTypeWebhook, []byte("not json")))
+	if !errors.Is(err, dispatch.ErrBadPayload) {
 		t.Fatalf("ProcessTask = %v, want ErrBadPayload", err)
 	}
 }
@@ -232,7 +232,7 @@ func TestMalformedPayloadIsAnError(t *testing.T) {
 func TestHandlerReturnsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	h.policy("t1", dispatch.Overrides{RateUS: ptr(90_000), Burst: ptr(1)}) // T = 90ms < D
+	h.policy("t1", store.Overrides{RateUS: ptr(90_000), Burst: ptr(1)}) // T = 90ms < D
 	w := h.newWorker(nil, nil)
 	r := h.releaseN("t1", 2)[1] // slot T away: the handler waits for it
 	task := taskOf(r)
@@ -251,7 +251,7 @@ func TestHandlerReturnsWhenItsContextEnds(t *testing.T) {
 	if ended := time.Now(); !ended.Before(w.Clock().Local(r.Slot)) {
 		t.Fatalf("ProcessTask returned %s after the slot, not when its context ended", ended.Sub(w.Clock().Local(r.Slot)))
 	}
-	if j := h.jobOf(r.ID); j.State != dispatch.StateReleased || len(h.recv.arrivals("t1")) != 0 {
+	if j := h.jobOf(r.ID); j.State != store.StateReleased || len(h.recv.arrivals("t1")) != 0 {
 		t.Fatalf("job %s with %d requests; want it left released (for the sweep), unsent", j.State, len(h.recv.arrivals("t1")))
 	}
 }
@@ -260,12 +260,12 @@ func TestHeartbeatAnnouncesAndWithdrawsConcurrency(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	w := h.newWorker(nil, func(c *worker.Config) { c.Concurrency = 13; c.Registerer = prometheus.NewRegistry() })
-	if n, err := h.store.Capacity(h.ctx); err != nil || n != 13 {
+	if n, err := h.st.Capacity(h.ctx); err != nil || n != 13 {
 		t.Fatalf("capacity after Start: %d, %v; want 13", n, err)
 	}
 	w.Stop()
 	w.Stop()
-	if n, err := h.store.Capacity(h.ctx); err != nil || n != 0 {
+	if n, err := h.st.Capacity(h.ctx); err != nil || n != 0 {
 		t.Fatalf("capacity after Stop: %d, %v; want 0", n, err)
 	}
 }
@@ -273,7 +273,7 @@ func TestHeartbeatAnnouncesAndWithdrawsConcurrency(t *testing.T) {
 func TestStartRefusesAPickupBudgetBelowOnePointFiveTCI(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	w, err := worker.New(worker.Config{Store: h.store, Redis: h.rdb, Executor: &worker.WebhookExecutor{}, Concurrency: 1,
+	w, err := worker.New(worker.Config{Store: h.st, Redis: h.rdb, Executor: &worker.WebhookExecutor{}, Concurrency: 1,
 		MinLead: 25 * time.Millisecond, TaskCheckInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -321,12 +321,12 @@ func TestClockTracksRedisTime(t *testing.T) {
 func TestPermanentFailureCountsADeadLetterAndItsLatency(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	w := h.newWorker(worker.ExecutorFunc(func(context.Context, dispatch.ClaimedJob) dispatch.AttemptOutcome {
-		return dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Status: 404, Latency: 3 * time.Millisecond, Error: "http_404"}
+	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) store.AttemptOutcome {
+		return store.AttemptOutcome{Kind: store.FinishPermanent, Status: 404, Latency: 3 * time.Millisecond, Error: "http_404"}
 	}), nil)
 	r, task := h.release("t1")
 	h.process(w, task)
-	if j := h.jobOf(r.ID); j.State != dispatch.StateDead {
+	if j := h.jobOf(r.ID); j.State != store.StateDead {
 		t.Fatalf("job after a 404: %s, want dead", j.State)
 	}
 	if m := h.metrics("sluice_worker_dead_letters_total"); !strings.Contains(m, " 1\n") {

@@ -22,9 +22,9 @@ import (
 
 	"github.com/sluicehq/sluice/internal/deliverytest"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -136,7 +136,7 @@ type harness struct {
 	rdb    *redis.Client
 	prefix string
 	reg    *prometheus.Registry // every dispatcher's and worker's metrics
-	store  *dispatch.Store
+	st     *store.Store
 	clock  *worker.Clock
 	recv   *receiver
 
@@ -218,7 +218,7 @@ func (h *harness) metrics(prefix string) string {
 func newHarness(t *testing.T, shards int) *harness {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: shards})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func newHarness(t *testing.T, shards int) *harness {
 	if err := clock.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, ctx: ctx, rdb: rdb, prefix: prefix, store: store, clock: clock, reg: prometheus.NewRegistry()}
+	h := &harness{t: t, ctx: ctx, rdb: rdb, prefix: prefix, st: st, clock: clock, reg: prometheus.NewRegistry()}
 	h.recv = newReceiver(t, clock)
 	return h
 }
@@ -235,9 +235,9 @@ func newHarness(t *testing.T, shards int) *harness {
 func ptr(v int64) *int64 { return &v }
 
 // jobOf reads job id's record.
-func (h *harness) jobOf(id string) dispatch.Job {
+func (h *harness) jobOf(id string) store.Job {
 	h.t.Helper()
-	j, err := h.store.GetJob(h.ctx, id)
+	j, err := h.st.GetJob(h.ctx, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -245,9 +245,9 @@ func (h *harness) jobOf(id string) dispatch.Job {
 }
 
 // policy stores tenant's overrides.
-func (h *harness) policy(tenant string, o dispatch.Overrides) {
+func (h *harness) policy(tenant string, o store.Overrides) {
 	h.t.Helper()
-	if _, err := h.store.PutTenantPolicy(h.ctx, tenant, o, 0); err != nil {
+	if _, err := h.st.PutTenantPolicy(h.ctx, tenant, o, 0); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -261,16 +261,16 @@ func (h *harness) enqueue(tenant string, n int) []string {
 	body := spec.Canonical()
 	var ids []string
 	for n > 0 {
-		items := make([]dispatch.Item, min(n, 250))
+		items := make([]store.Item, min(n, 250))
 		for i := range items {
-			items[i] = dispatch.Item{Type: job.TypeWebhook, Body: body}
+			items[i] = store.Item{Type: job.TypeWebhook, Body: body}
 		}
-		rs, err := h.store.Enqueue(h.ctx, tenant, items)
+		rs, err := h.st.Enqueue(h.ctx, tenant, items)
 		if err != nil {
 			h.t.Fatal(err)
 		}
 		for _, r := range rs {
-			if r.Outcome != dispatch.Accepted {
+			if r.Outcome != store.Accepted {
 				h.t.Fatalf("enqueue for %s: %+v", tenant, r)
 			}
 			ids = append(ids, r.ID)
@@ -283,18 +283,18 @@ func (h *harness) enqueue(tenant string, n int) []string {
 // startDispatcher starts a Dispatcher on the harness's store; edit, when not
 // nil, changes its Config first. Its grace is 3 s: a starved test machine
 // must not make the sweep recover jobs (noStall counts sweeps as stalls).
-func (h *harness) startDispatcher(edit func(*dispatcher.Config)) *dispatcher.Dispatcher {
+func (h *harness) startDispatcher(edit func(*dispatch.Config)) *dispatch.Dispatcher {
 	h.t.Helper()
 	client := asynq.NewClientFromRedisClient(h.rdb)
-	cfg := dispatcher.Config{Store: h.store, Asynq: client, Redis: h.rdb, Prefix: h.prefix,
-		Pass:       dispatch.PassConfig{Grace: 3 * time.Second},
+	cfg := dispatch.Config{Store: h.st, Asynq: client, Redis: h.rdb, Prefix: h.prefix,
+		Pass:       store.PassConfig{Grace: 3 * time.Second},
 		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
 		Logger:     testLogger(h.t).With("component", "dispatcher"),
 	}
 	if edit != nil {
 		edit(&cfg)
 	}
-	d, err := dispatcher.New(cfg)
+	d, err := dispatch.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func (h *harness) startWorker(concurrency int, exec worker.Executor, edit ...fun
 		exec = &worker.WebhookExecutor{Client: client}
 	}
 	cfg := worker.Config{
-		Store: h.store, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: concurrency,
+		Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: concurrency,
 		Finish: finishConfig(), Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
 		Logger: testLogger(h.t),
 	}
@@ -408,7 +408,7 @@ func exactlyOnce(t *testing.T, got []arrival, ids []string) {
 }
 
 // finishConfig is the tests' FinishConfig: the defaults.
-func finishConfig() dispatch.FinishConfig { return dispatch.FinishConfig{} }
+func finishConfig() store.FinishConfig { return store.FinishConfig{} }
 
 // testLogger writes the worker's debug logs and above to t.Log.
 func testLogger(t *testing.T) *slog.Logger {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // metrics are the worker's Prometheus series; every label set is bounded.
@@ -77,33 +77,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func outcomeLabel(o dispatch.ClaimOutcome) string {
+func outcomeLabel(o store.ClaimOutcome) string {
 	switch o {
-	case dispatch.ClaimOK:
+	case store.ClaimOK:
 		return "ok"
-	case dispatch.ClaimEarly:
+	case store.ClaimEarly:
 		return "early"
-	case dispatch.ClaimStale:
+	case store.ClaimStale:
 		return "stale"
-	case dispatch.ClaimCanceled:
+	case store.ClaimCanceled:
 		return "canceled"
-	case dispatch.ClaimReturned:
+	case store.ClaimReturned:
 		return "returned"
 	}
 	return "other"
 }
 
-func kindLabel(k dispatch.FinishKind) string {
+func kindLabel(k store.FinishKind) string {
 	switch k {
-	case dispatch.FinishSuccess:
+	case store.FinishSuccess:
 		return "success"
-	case dispatch.FinishRetry:
+	case store.FinishRetry:
 		return "retry"
-	case dispatch.FinishThrottled:
+	case store.FinishThrottled:
 		return "throttled"
-	case dispatch.FinishPermanent:
+	case store.FinishPermanent:
 		return "permanent"
-	case dispatch.FinishGone:
+	case store.FinishGone:
 		return "gone"
 	}
 	return "other"

@@ -6,14 +6,14 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatcher"
+	"github.com/sluicehq/sluice/internal/dispatch"
 )
 
 // ProcessTaskJob runs one delivery of a task job (DESIGN §2.5) through the
 // same protocol as ProcessTask: wait for the slot, claim, execute with the
 // job's timeout, finish. Only the hand-off differs: a task job's asynq task
 // carries the job's id, generation and slot in its headers
-// (dispatcher.HeaderJob, HeaderGen, HeaderSlot) and has an empty payload;
+// (dispatch.HeaderJob, HeaderGen, HeaderSlot) and has an empty payload;
 // the Executor gets the job's body from the claim. ctx reaches the
 // Executor (with the attempt's deadline added), so a caller can pass it
 // what it needs to run the job — the sluicetask middleware passes the
@@ -21,9 +21,9 @@ import (
 //
 // It returns nil for every task whose headers parse, whatever happened
 // (Sluice owns retries; the sweep recovers a job this call could not
-// settle), and an error wrapping dispatcher.ErrBadPayload otherwise.
+// settle), and an error wrapping dispatch.ErrBadPayload otherwise.
 func (w *Worker) ProcessTaskJob(ctx context.Context, t *asynq.Task) error {
-	p, err := dispatcher.PayloadFromHeaders(t.Headers())
+	p, err := dispatch.PayloadFromHeaders(t.Headers())
 	if err != nil {
 		w.cfg.Logger.Error("drop task with malformed sluice headers", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task job: %w", t.Type(), err)

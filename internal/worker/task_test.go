@@ -13,31 +13,31 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // releaseTaskJob enqueues one task job for tenant and releases it with a
 // pass; it returns the release and its asynq task as the dispatcher builds
 // it (the protocol in the headers, no payload).
-func (h *harness) releaseTaskJob(tenant string, payload string) (dispatch.Release, *asynq.Task) {
+func (h *harness) releaseTaskJob(tenant string, payload string) (store.Release, *asynq.Task) {
 	h.t.Helper()
 	spec := job.Spec{Type: job.TypeTask, TaskType: "email:send", Queue: "default", Payload: json.RawMessage(payload)}
-	rs, err := h.store.Enqueue(h.ctx, tenant, []dispatch.Item{{Type: job.TypeTask, Body: spec.Canonical()}})
-	if err != nil || rs[0].Outcome != dispatch.Accepted {
+	rs, err := h.st.Enqueue(h.ctx, tenant, []store.Item{{Type: job.TypeTask, Body: spec.Canonical()}})
+	if err != nil || rs[0].Outcome != store.Accepted {
 		h.t.Fatalf("enqueue: %v %+v", err, rs)
 	}
-	shard, _ := dispatch.ShardOfJobID(rs[0].ID)
-	res, err := h.store.Pass(h.ctx, shard, dispatch.PassConfig{Capacity: -1})
+	shard, _ := store.ShardOfJobID(rs[0].ID)
+	res, err := h.st.Pass(h.ctx, shard, store.PassConfig{Capacity: -1})
 	if err != nil || len(res.Released) != 1 || res.Released[0].ID != rs[0].ID {
 		h.t.Fatalf("pass: %v %+v", err, res.Released)
 	}
 	r := res.Released[0]
 	return r, asynq.NewTaskWithHeaders(r.TaskType, nil, map[string]string{
-		dispatcher.HeaderJob:  r.ID,
-		dispatcher.HeaderGen:  strconv.FormatInt(r.Gen, 10),
-		dispatcher.HeaderSlot: strconv.FormatInt(r.Slot.UnixMicro(), 10),
+		dispatch.HeaderJob:  r.ID,
+		dispatch.HeaderGen:  strconv.FormatInt(r.Gen, 10),
+		dispatch.HeaderSlot: strconv.FormatInt(r.Slot.UnixMicro(), 10),
 	})
 }
 
@@ -46,15 +46,15 @@ type ctxKey struct{}
 // recordingExecutor records the jobs it runs and the ctx value under ctxKey.
 type recordingExecutor struct {
 	mu     sync.Mutex
-	jobs   []dispatch.ClaimedJob
+	jobs   []store.ClaimedJob
 	values []any
 }
 
-func (e *recordingExecutor) Execute(ctx context.Context, cj dispatch.ClaimedJob) dispatch.AttemptOutcome {
+func (e *recordingExecutor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.jobs, e.values = append(e.jobs, cj), append(e.values, ctx.Value(ctxKey{}))
-	return dispatch.AttemptOutcome{Kind: dispatch.FinishSuccess}
+	return store.AttemptOutcome{Kind: store.FinishSuccess}
 }
 
 // TestTaskJobIsClaimedFromItsHeaders: ProcessTaskJob reads the protocol
@@ -82,13 +82,13 @@ func TestTaskJobIsClaimedFromItsHeaders(t *testing.T) {
 		spec.TaskType != "email:send" || string(spec.Payload) != `{"to":"a@example.com"}` {
 		t.Fatalf("claimed job %+v (body %s, %v)", got, got.Body, err)
 	}
-	if j := h.jobOf(r.ID); j.State != dispatch.StateSucceeded || j.Attempt != 1 {
+	if j := h.jobOf(r.ID); j.State != store.StateSucceeded || j.Attempt != 1 {
 		t.Fatalf("job after the attempt: %s, attempt %d", j.State, j.Attempt)
 	}
 }
 
 // TestTaskJobWithMalformedHeadersIsAnError: a task whose sluice headers do
-// not parse is returned as an error wrapping dispatcher.ErrBadPayload (asynq
+// not parse is returned as an error wrapping dispatch.ErrBadPayload (asynq
 // archives it for inspection) and runs nothing.
 func TestTaskJobWithMalformedHeadersIsAnError(t *testing.T) {
 	t.Parallel()
@@ -96,12 +96,12 @@ func TestTaskJobWithMalformedHeadersIsAnError(t *testing.T) {
 	exec := &recordingExecutor{}
 	w := h.newWorker(exec, nil)
 	for _, headers := range []map[string]string{
-		{dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
-		{dispatcher.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatcher.HeaderGen: "x", dispatcher.HeaderSlot: "1"},
-		{dispatcher.HeaderGen: "1", dispatcher.HeaderSlot: "1"},
+		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
+		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "x", dispatch.HeaderSlot: "1"},
+		{dispatch.HeaderGen: "1", dispatch.HeaderSlot: "1"},
 	} {
 		err := w.ProcessTaskJob(h.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers))
-		if !errors.Is(err, dispatcher.ErrBadPayload) {
+		if !errors.Is(err, dispatch.ErrBadPayload) {
 			t.Errorf("headers %v: %v, want ErrBadPayload", headers, err)
 		}
 	}
@@ -122,7 +122,7 @@ func TestAnnounceReplacesTheHeartbeat(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []announcement
-	w, err := worker.New(worker.Config{Store: h.store, Redis: h.rdb, Executor: &recordingExecutor{}, Prefix: h.prefix,
+	w, err := worker.New(worker.Config{Store: h.st, Redis: h.rdb, Executor: &recordingExecutor{}, Prefix: h.prefix,
 		Concurrency: 5, HeartbeatInterval: time.Hour, Logger: testLogger(t),
 		Announce: func(_ context.Context, concurrency int, ttl time.Duration) error {
 			mu.Lock()
@@ -141,7 +141,7 @@ func TestAnnounceReplacesTheHeartbeat(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("announcements %v, want %v", got, want)
 	}
-	if n, err := h.store.Capacity(h.ctx); err != nil || n != 0 {
+	if n, err := h.st.Capacity(h.ctx); err != nil || n != 0 {
 		t.Fatalf("capacity %d (%v): the Worker wrote its own heartbeat", n, err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
@@ -28,10 +28,10 @@ var _ Executor = (*WebhookExecutor)(nil)
 
 // Execute runs one attempt of job with ctx's deadline as its timeout. A job
 // body that does not parse is a permanent failure ("invalid_job").
-func (e *WebhookExecutor) Execute(ctx context.Context, cj dispatch.ClaimedJob) dispatch.AttemptOutcome {
+func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
 	spec, err := job.Parse(cj.Body)
 	if err != nil {
-		return dispatch.AttemptOutcome{Kind: dispatch.FinishPermanent, Error: "invalid_job"}
+		return store.AttemptOutcome{Kind: store.FinishPermanent, Error: "invalid_job"}
 	}
 	var secrets [][]byte
 	if e.Secrets != nil {

@@ -17,7 +17,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -121,17 +121,17 @@ func answer(retryAfter string, first ...int) func(int) (int, http.Header) {
 func (h *harness) enqueueTo(tenant, url string, n int) []string {
 	h.t.Helper()
 	spec := job.Spec{Type: job.TypeWebhook, URL: url, Event: "invoice.paid", Payload: json.RawMessage(`{"amount":42}`)}
-	items := make([]dispatch.Item, n)
+	items := make([]store.Item, n)
 	for i := range items {
-		items[i] = dispatch.Item{Type: job.TypeWebhook, Body: spec.Canonical()}
+		items[i] = store.Item{Type: job.TypeWebhook, Body: spec.Canonical()}
 	}
-	rs, err := h.store.Enqueue(h.ctx, tenant, items)
+	rs, err := h.st.Enqueue(h.ctx, tenant, items)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	ids := make([]string, n)
 	for i, r := range rs {
-		if r.Outcome != dispatch.Accepted {
+		if r.Outcome != store.Accepted {
 			h.t.Fatalf("enqueue for %s: %+v", tenant, r)
 		}
 		ids[i] = r.ID
@@ -178,9 +178,9 @@ func until(t *testing.T, within time.Duration, what string, cond func() bool) {
 }
 
 // tenantState reads tenant's state.
-func (h *harness) tenantState(tenant string) dispatch.TenantState {
+func (h *harness) tenantState(tenant string) store.TenantState {
 	h.t.Helper()
-	st, err := h.store.TenantState(h.ctx, tenant)
+	st, err := h.st.TenantState(h.ctx, tenant)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -205,14 +205,14 @@ func TestWebhookRetriesKeepTheIDAndSignEachAttempt(t *testing.T) {
 	h := newHarness(t, 2)
 	secrets := []string{newSecret(t), newSecret(t)}
 	recv := newHookServer(t, answer("", 500, 500))
-	h.policy("retry", dispatch.Overrides{RateUS: ptr(50_000), Concurrency: ptr(5),
+	h.policy("retry", store.Overrides{RateUS: ptr(50_000), Concurrency: ptr(5),
 		MaxAttempts: ptr(5), MinBackoffUS: ptr(200_000), MaxBackoffUS: ptr(10_000_000), MaxDoublings: ptr(5)})
 	h.startSigningWorker(5, map[string][]string{"retry": secrets})
 	id := h.enqueueTo("retry", recv.srv.URL+"/hooks/retry", 1)[0]
 	h.startDispatcher(nil)
 
 	recv.waitCalls(t, 3, 5*time.Second)
-	until(t, 2*time.Second, "the job succeeded", func() bool { return h.jobOf(id).State == dispatch.StateSucceeded })
+	until(t, 2*time.Second, "the job succeeded", func() bool { return h.jobOf(id).State == store.StateSucceeded })
 	j := h.jobOf(id)
 	calls := recv.snapshot()
 	if len(calls) != 3 {
@@ -265,7 +265,7 @@ func TestWebhookRetriesKeepTheIDAndSignEachAttempt(t *testing.T) {
 		if gap < backoff*9/10 {
 			t.Errorf("attempt %d came %s after attempt %d, before the backoff %s − 10%%", k+1, gap, k, backoff)
 		}
-		if j.Attempts[k].Gen == j.Attempts[k-1].Gen+1 && gap > backoff*11/10+dispatch.LeadDefault+150*time.Millisecond {
+		if j.Attempts[k].Gen == j.Attempts[k-1].Gen+1 && gap > backoff*11/10+store.LeadDefault+150*time.Millisecond {
 			t.Errorf("attempt %d came %s after attempt %d, want ≈ %s + L", k+1, gap, k, backoff)
 		}
 		t.Logf("retry %d: %s after the previous attempt (backoff %s ± 10%%, + L = 50ms)", k, gap, backoff)
@@ -282,8 +282,8 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 	h := newHarness(t, 4)
 	slow := newHookServer(t, answer("2", 429))
 	steady := newHookServer(t, answer(""))
-	h.policy("slowed", dispatch.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
-	h.policy("steady", dispatch.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
+	h.policy("slowed", store.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
+	h.policy("steady", store.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
 	h.startSigningWorker(20, nil)
 	slowIDs := h.enqueueTo("slowed", slow.srv.URL+"/hooks/slowed", 4)
 	steadyIDs := h.enqueueTo("steady", steady.srv.URL+"/hooks/steady", 30)
@@ -309,7 +309,7 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 		t.Fatalf("after the pause %v arrived, want each of %v once", after, want)
 	}
 	until(t, 2*time.Second, "the throttled job succeeded", func() bool {
-		return h.jobOf(throttled.id).State == dispatch.StateSucceeded
+		return h.jobOf(throttled.id).State == store.StateSucceeded
 	})
 	j := h.jobOf(throttled.id)
 	if j.Attempt != 1 || len(j.Attempts) != 2 || j.Attempts[0].Outcome != "throttled" || j.Attempts[0].Status != 429 ||
@@ -356,7 +356,7 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	recv := newHookServer(t, answer("", http.StatusGone))
-	h.policy("gone", dispatch.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
+	h.policy("gone", store.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
 	h.startSigningWorker(10, nil)
 	ids := h.enqueueTo("gone", recv.srv.URL+"/hooks/gone", 5)
 	h.startDispatcher(nil)
@@ -365,7 +365,7 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 	if first.status != http.StatusGone || !slices.Contains(ids, first.id) {
 		t.Fatalf("first request: job %q answered %d, want one of %v answered 410", first.id, first.status, ids)
 	}
-	var st dispatch.TenantState
+	var st store.TenantState
 	until(t, 3*time.Second, "the tenant disabled with all 5 jobs queued again", func() bool {
 		st = h.tenantState("gone")
 		return st.Disabled && st.Queued == 5 && st.Released == 0 && st.Running == 0
@@ -374,11 +374,11 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 	if st.Backlog != 5 || !st.NextAt.IsZero() || len(recv.snapshot()) != 1 {
 		t.Fatalf("disabled tenant: %+v, %d requests; want the backlog of 5 kept, out of ready, 1 request", st, len(recv.snapshot()))
 	}
-	if j := h.jobOf(first.id); j.State != dispatch.StateQueued || j.Attempt != 0 || len(j.Attempts) != 1 || j.Attempts[0].Outcome != "gone" {
+	if j := h.jobOf(first.id); j.State != store.StateQueued || j.Attempt != 0 || len(j.Attempts) != 1 || j.Attempts[0].Outcome != "gone" {
 		t.Fatalf("the 410 job: %+v, want queued, no attempt used, the 410 logged", j)
 	}
 
-	if err := h.store.Resume(h.ctx, "gone"); err != nil {
+	if err := h.st.Resume(h.ctx, "gone"); err != nil {
 		t.Fatal(err)
 	}
 	got := recv.waitCalls(t, 6, 5*time.Second)
@@ -388,7 +388,7 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 	}
 	until(t, 2*time.Second, "every job succeeded", func() bool {
 		for _, id := range ids {
-			if h.jobOf(id).State != dispatch.StateSucceeded {
+			if h.jobOf(id).State != store.StateSucceeded {
 				return false
 			}
 		}
@@ -414,17 +414,17 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 	h := newHarness(t, 2)
 	recv := newHookServer(t, answer("1", 429))
 	const T = 50 * time.Millisecond // 20/s
-	h.policy("adapt", dispatch.Overrides{RateUS: ptr(T.Microseconds()), Concurrency: ptr(10), Adaptive: ptr(1)})
+	h.policy("adapt", store.Overrides{RateUS: ptr(T.Microseconds()), Concurrency: ptr(10), Adaptive: ptr(1)})
 	h.startSigningWorker(10, nil)
 	ids := h.enqueueTo("adapt", recv.srv.URL+"/hooks/adapt", 30)
 	h.startDispatcher(nil)
 
-	var cut dispatch.TenantState
+	var cut store.TenantState
 	until(t, 3*time.Second, "the rate factor cut", func() bool {
 		cut = h.tenantState("adapt")
-		return cut.RateFactor < dispatch.RateFactorFull
+		return cut.RateFactor < store.RateFactorFull
 	})
-	if cut.RateFactor != dispatch.RateFactorFull/2 || cut.IntervalUS != 2*T.Microseconds() || cut.EffectiveRate() != 10 {
+	if cut.RateFactor != store.RateFactorFull/2 || cut.IntervalUS != 2*T.Microseconds() || cut.EffectiveRate() != 10 {
 		t.Fatalf("after the 429: rate factor %d ppm, interval %dµs, %v/s; want half: 500000, 100ms, 10/s",
 			cut.RateFactor, cut.IntervalUS, cut.EffectiveRate())
 	}
@@ -462,7 +462,7 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 	}
 	checkRate(t, after, 20, 1, sendBound()) // never faster than the policy rate
 	until(t, 2*time.Second, "the rate factor back to full", func() bool {
-		return h.tenantState("adapt").RateFactor == dispatch.RateFactorFull
+		return h.tenantState("adapt").RateFactor == store.RateFactorFull
 	})
 	if st := h.tenantState("adapt"); st.IntervalUS != T.Microseconds() || st.EffectiveRate() != 20 {
 		t.Fatalf("recovered: interval %dµs, %v/s; want T, 20/s", st.IntervalUS, st.EffectiveRate())
@@ -475,8 +475,8 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 func TestTimeoutIsACongestionSignal(t *testing.T) {
 	t.Parallel()
 	o := webhook.Result{Err: context.DeadlineExceeded}.Outcome(time.Now())
-	if webhook.ReasonTimeout != dispatch.TimeoutReason || !o.Congested() {
+	if webhook.ReasonTimeout != store.TimeoutReason || !o.Congested() {
 		t.Fatalf("a timed-out attempt %+v is not a congestion signal (webhook %q, dispatch %q)",
-			o, webhook.ReasonTimeout, dispatch.TimeoutReason)
+			o, webhook.ReasonTimeout, store.TimeoutReason)
 	}
 }

@@ -29,39 +29,39 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/dispatcher"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
-// Store is what a Worker needs of *dispatch.Store.
+// Store is what a Worker needs of *store.Store.
 type Store interface {
-	Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (dispatch.Claim, error)
-	Finish(ctx context.Context, id string, gen int64, o dispatch.AttemptOutcome, cfg dispatch.FinishConfig) (dispatch.State, error)
+	Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (store.Claim, error)
+	Finish(ctx context.Context, id string, gen int64, o store.AttemptOutcome, cfg store.FinishConfig) (store.State, error)
 	Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error
 }
 
-var _ Store = (*dispatch.Store)(nil)
+var _ Store = (*store.Store)(nil)
 
 // Executor runs one attempt of a claimed job and classifies its outcome
 // (DESIGN §4.2). ctx carries the attempt's timeout; Execute must return
 // soon after ctx ends. It must be safe for concurrent use.
 type Executor interface {
-	Execute(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome
+	Execute(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome
 }
 
 // ExecutorFunc adapts a function to Executor.
-type ExecutorFunc func(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome
+type ExecutorFunc func(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome
 
 // Execute calls f.
-func (f ExecutorFunc) Execute(ctx context.Context, job dispatch.ClaimedJob) dispatch.AttemptOutcome {
+func (f ExecutorFunc) Execute(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome {
 	return f(ctx, job)
 }
 
 // Defaults of Config.
 const (
-	MinLeadDefault           = dispatch.MinLeadDefault   // L
-	ToleranceDefault         = dispatch.ToleranceDefault // ε
-	TaskCheckIntervalDefault = 20 * time.Millisecond     // TCI
+	MinLeadDefault           = store.MinLeadDefault   // L
+	ToleranceDefault         = store.ToleranceDefault // ε
+	TaskCheckIntervalDefault = 20 * time.Millisecond  // TCI
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
 	SpinDefault              = time.Millisecond
@@ -77,7 +77,7 @@ type Config struct {
 	Redis    redis.UniversalClient // Redis TIME for the Clock
 	Executor Executor
 	// Prefix is the key prefix; it names the queues (see Queues). Default
-	// dispatch.PrefixDefault.
+	// store.PrefixDefault.
 	Prefix string
 	// ID names this worker in the heartbeats; default
 	// "<hostname>-<pid>-<random>".
@@ -94,7 +94,7 @@ type Config struct {
 	// default TaskCheckIntervalDefault.
 	TaskCheckInterval time.Duration
 	// Finish is passed to every Store.Finish.
-	Finish dispatch.FinishConfig
+	Finish store.FinishConfig
 	// HeartbeatInterval is how often the concurrency is announced (each
 	// announcement lives 3 intervals); default HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
@@ -121,7 +121,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.Prefix = cmp.Or(c.Prefix, dispatch.PrefixDefault)
+	c.Prefix = cmp.Or(c.Prefix, store.PrefixDefault)
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
@@ -137,9 +137,9 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Announce == nil && c.Store != nil {
-		store, id := c.Store, c.ID
+		st, id := c.Store, c.ID
 		c.Announce = func(ctx context.Context, concurrency int, ttl time.Duration) error {
-			return store.Heartbeat(ctx, id, concurrency, ttl)
+			return st.Heartbeat(ctx, id, concurrency, ttl)
 		}
 	}
 	return c
@@ -197,9 +197,9 @@ func New(cfg Config) (*Worker, error) {
 }
 
 // Queues are the asynq queues the Worker serves, with equal priorities:
-// dispatcher.WebhookQueue(Prefix) and dispatcher.HTTPQueue(Prefix).
+// dispatch.WebhookQueue(Prefix) and dispatch.HTTPQueue(Prefix).
 func (w *Worker) Queues() map[string]int {
-	return map[string]int{dispatcher.WebhookQueue(w.cfg.Prefix): 1, dispatcher.HTTPQueue(w.cfg.Prefix): 1}
+	return map[string]int{dispatch.WebhookQueue(w.cfg.Prefix): 1, dispatch.HTTPQueue(w.cfg.Prefix): 1}
 }
 
 // ID is the worker's id in the heartbeats.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // batchReply is the part of a batch answer this program reads (DESIGN §6).
@@ -31,8 +31,8 @@ type batchReply struct {
 // the job ids in order. Any refused item is an error.
 func (sl *sluice) enqueueHTTP(ctx context.Context, tenant string, jobs [][]byte) ([]string, error) {
 	var ids []string
-	for start := 0; start < len(jobs); start += dispatch.MaxBatch {
-		part := jobs[start:min(start+dispatch.MaxBatch, len(jobs))]
+	for start := 0; start < len(jobs); start += store.MaxBatch {
+		part := jobs[start:min(start+store.MaxBatch, len(jobs))]
 		body := append([]byte(`{"jobs":[`), bytes.Join(part, []byte(","))...)
 		body = append(body, "]}"...)
 		status, reply, err := sl.call(ctx, http.MethodPost, "/v1/tenants/"+tenant+"/jobs:batch", body)
@@ -58,7 +58,7 @@ func (sl *sluice) enqueueHTTP(ctx context.Context, tenant string, jobs [][]byte)
 
 // enqueueStore enqueues perTenant copies of items[0] for each tenant through
 // the dispatch Store (the enqueue script the API runs), workers at once.
-func (e *env) enqueueStore(ctx context.Context, tenants []string, items []dispatch.Item, workers int) error {
+func (e *env) enqueueStore(ctx context.Context, tenants []string, items []store.Item, workers int) error {
 	return parallel(ctx, len(tenants), workers, func(i int) error { return e.enqueueTenant(ctx, tenants[i], items) })
 }
 
@@ -88,14 +88,14 @@ func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	return cmpErr(first, ctx.Err())
 }
 
-func (e *env) enqueueTenant(ctx context.Context, tenant string, items []dispatch.Item) error {
-	for start := 0; start < len(items); start += dispatch.MaxBatch {
-		res, err := e.store.Enqueue(ctx, tenant, items[start:min(start+dispatch.MaxBatch, len(items))])
+func (e *env) enqueueTenant(ctx context.Context, tenant string, items []store.Item) error {
+	for start := 0; start < len(items); start += store.MaxBatch {
+		res, err := e.st.Enqueue(ctx, tenant, items[start:min(start+store.MaxBatch, len(items))])
 		if err != nil {
 			return err
 		}
 		for _, r := range res {
-			if r.Outcome != dispatch.Accepted {
+			if r.Outcome != store.Accepted {
 				return fmt.Errorf("enqueue for %s: refused: %s %s", tenant, r.Code, r.Detail)
 			}
 		}

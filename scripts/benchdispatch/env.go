@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -26,12 +26,12 @@ const (
 // Store on Sluice's keys (direct enqueues, job records), the receiver and a
 // keep-alive HTTP client for the API.
 type env struct {
-	o     options
-	rdb   *redis.Client
-	store *dispatch.Store
-	rcv   *receiver
-	http  *http.Client
-	runs  int // Sluice runs started, for file names
+	o    options
+	rdb  *redis.Client
+	st   *store.Store
+	rcv  *receiver
+	http *http.Client
+	runs int // Sluice runs started, for file names
 }
 
 func newEnv(ctx context.Context, o options) (*env, error) {
@@ -45,7 +45,7 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("ping %s: %w", o.redisURL, err)
 	}
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: prefix, Shards: shards})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -56,7 +56,7 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		return nil, err
 	}
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, DisableCompression: true}
-	return &env{o: o, rdb: rdb, store: store, rcv: rcv, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+	return &env{o: o, rdb: rdb, st: st, rcv: rcv, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 }
 
 func (e *env) close() {
@@ -81,14 +81,14 @@ func (e *env) webhookJob(run string, i int) []byte {
 
 // storeItems returns n items of one canonical webhook job to the receiver's
 // run, for Store.Enqueue (the script the API runs after parsing).
-func (e *env) storeItems(run string, n int) ([]dispatch.Item, error) {
+func (e *env) storeItems(run string, n int) ([]store.Item, error) {
 	spec, err := job.Parse(e.webhookJob(run, 0))
 	if err != nil {
 		return nil, fmt.Errorf("parse the bench job: %w", err)
 	}
-	items := make([]dispatch.Item, n)
+	items := make([]store.Item, n)
 	for i := range items {
-		items[i] = dispatch.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
+		items[i] = store.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
 	}
 	return items, nil
 }

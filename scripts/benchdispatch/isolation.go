@@ -143,7 +143,7 @@ func slotLatencies(ctx context.Context, e *env, arr []arrival) ([]time.Duration,
 			continue
 		}
 		seen[a.id] = true
-		j, err := e.store.GetJob(ctx, a.id)
+		j, err := e.st.GetJob(ctx, a.id)
 		if err != nil {
 			return nil, first, err
 		}

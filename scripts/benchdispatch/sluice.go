@@ -161,7 +161,7 @@ func (sl *sluice) startWorker(ctx context.Context) error {
 		if sl.worker.exited() {
 			return fmt.Errorf("worker exited: %s", sl.worker.tail(20))
 		}
-		if c, err := sl.e.store.Capacity(ctx); err == nil && c >= sl.s.workerConc {
+		if c, err := sl.e.st.Capacity(ctx); err == nil && c >= sl.s.workerConc {
 			return nil
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {

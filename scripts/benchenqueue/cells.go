@@ -10,7 +10,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // cell is one measured subject. do makes one request for tenant.
@@ -146,17 +146,17 @@ func countBatch(reply []byte, n int) (accepted, refused int, err error) {
 
 // direct runs the enqueue script through the dispatch store, as the API
 // does after parsing, so the difference to the HTTP rows is the HTTP layer.
-func (e *env) direct(ctx context.Context, tenant string, items []dispatch.Item) outcome {
-	res, err := e.store.Enqueue(ctx, tenant, items)
+func (e *env) direct(ctx context.Context, tenant string, items []store.Item) outcome {
+	res, err := e.st.Enqueue(ctx, tenant, items)
 	if err != nil {
 		return outcome{err: err}
 	}
 	var o outcome
 	for _, r := range res {
 		switch {
-		case r.Outcome == dispatch.Accepted:
+		case r.Outcome == store.Accepted:
 			o.accepted++
-		case r.Code == dispatch.CodeRateLimited || r.Code == dispatch.CodeBacklogFull:
+		case r.Code == store.CodeRateLimited || r.Code == store.CodeBacklogFull:
 			o.refused++
 		default:
 			o.err = errors.Join(o.err, fmt.Errorf("item refused: %s %s", r.Code, r.Detail))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -19,10 +19,10 @@ type env struct {
 	o      options
 	http   *http.Client
 	rdb    *redis.Client
-	store  *dispatch.Store
+	st     *store.Store
 	one    []byte          // one job, as a producer sends it
 	batch  []byte          // {"jobs":[one × o.batch]}
-	items  []dispatch.Item // o.batch items of the canonical job, for the direct cells
+	items  []store.Item // o.batch items of the canonical job, for the direct cells
 	pids   map[string]int  // process name → pid, for CPU accounting
 	evalsh string          // SHA of the trivial script
 }
@@ -38,7 +38,7 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("ping %s: %w", o.redisURL, err)
 	}
-	store, err := dispatch.NewStore(rdb, dispatch.Config{Prefix: o.prefix, Shards: o.shards})
+	st, err := store.NewStore(rdb, store.Config{Prefix: o.prefix, Shards: o.shards})
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -54,9 +54,9 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("parse the bench job: %w", err)
 	}
-	items := make([]dispatch.Item, o.batch)
+	items := make([]store.Item, o.batch)
 	for i := range items {
-		items[i] = dispatch.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
+		items[i] = store.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
 	}
 	tr := &http.Transport{
 		MaxIdleConns:        2 * o.producers,
@@ -68,7 +68,7 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		o:      o,
 		http:   &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		rdb:    rdb,
-		store:  store,
+		st:     st,
 		one:    one,
 		batch:  batch,
 		items:  items,

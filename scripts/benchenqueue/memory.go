@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // memTenants is how many tenants the memory cell's jobs are spread over: few,
@@ -49,7 +49,7 @@ func measureMemory(ctx context.Context, e *env) (memResult, error) {
 		return r, err
 	}
 	r.used, r.dataset, r.sampleID = used1-used0, data1-data0, ids[0]
-	shard, err := dispatch.ShardOfJobID(ids[0])
+	shard, err := store.ShardOfJobID(ids[0])
 	if err != nil {
 		return r, err
 	}
@@ -57,7 +57,7 @@ func measureMemory(ctx context.Context, e *env) (memResult, error) {
 		return r, err
 	}
 	for _, t := range tenants {
-		key := shardBase(e.o.prefix, dispatch.ShardOf(t, e.o.shards)) + "t:" + t + ":q"
+		key := shardBase(e.o.prefix, store.ShardOf(t, e.o.shards)) + "t:" + t + ":q"
 		n, err := memoryUsage(ctx, e, key)
 		if err != nil {
 			return r, err

@@ -1,0 +1,301 @@
+// Package dispatcher runs Sluice's dispatch loops (DESIGN §2.2): per shard,
+// it holds the shard's lease, runs the pass script (promote, sweep, release
+// due jobs at their tenants' rates) and hands every released job to asynq
+// with the task id "<job id>:<gen>", MaxRetry(0) and a whole-second timeout
+// covering the wait for the slot, one late claim, the attempt and the grace.
+//
+// # Wake-ups
+//
+// After a pass a shard loop sleeps until the pass's NextWake (a ready score
+// − D, a delayed job's due time or a lease deadline), at most MaxSleep
+// (default D/2: claim, finish and sweep re-add tenants to the ready set
+// without a PUBLISH). An enqueue that moves a shard's earliest time earlier
+// PUBLISHes it on the shard's wake channel; one SUBSCRIBE connection per
+// Dispatcher carries the channels of all shards and wakes the shard's loop
+// at that time − D. A pass that stopped at a bound (More) while free worker
+// capacity is left runs again at once. Idle tenants cost nothing; an idle
+// shard costs one cheap pass per MaxSleep.
+//
+// # Shard leases
+//
+// Each shard is passed by the Dispatcher holding <p>:dispatch:lease:<shard>
+// (SET NX PX with a random owner token, renewed every LeaseTTL/3 — a loop
+// wakes for it between passes —, deleted on Stop; a crashed owner's lease
+// and membership expire after LeaseTTL, and another replica takes the
+// shard within LeaseTTL/10 more). The Dispatchers register in <p>:dispatch:members and
+// each holds at most its fair share, ⌈shards / members⌉: one above it gives
+// leases up at renewal, one below it tries free leases every LeaseTTL/10,
+// so dispatch work spreads over the replicas. Leases are for efficiency
+// only: the scripts are atomic and fenced by generations, so any number of
+// Dispatchers passing one shard at once never release a job twice
+// (DisableLeases runs without them).
+//
+// # Back-pressure
+//
+// Workers heartbeat their concurrency; a pass may release at most its share
+// of the free capacity (Capacity − InFlight, split across the shards this
+// Dispatcher owns), read by one goroutine every CapacityRefresh (every 2 ms
+// while it is used up) so that no pass waits on the reading. When it is
+// used up the loops wait for the next reading.
+//
+// A released task job whose queue has no live middleware is not handed to
+// asynq (the sweep returns it after its grace).
+//
+// Errors (Redis unavailable) are logged and counted; the loops back off and
+// resume by themselves. A Dispatcher keeps no state outside Redis: killing
+// it at any moment loses nothing (the sweep returns jobs it released but did
+// not hand to asynq, after their grace).
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+// Store is what the Dispatcher needs of *store.Store.
+type Store interface {
+	Shards() int
+	Pass(ctx context.Context, shard int, cfg store.PassConfig) (store.PassResult, error)
+	FreeCapacity(ctx context.Context) (int, error)
+	TaskQueueLive(ctx context.Context, queue string) (bool, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Enqueuer is what the Dispatcher needs of *asynq.Client.
+type Enqueuer interface {
+	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
+}
+
+var _ Enqueuer = (*asynq.Client)(nil)
+
+// taskLiveCache is how long the hand-off trusts its answer to whether a
+// task queue has a live middleware (the API's default too).
+const taskLiveCache = time.Second
+
+// Defaults of Config's lease and hand-off tuning.
+const (
+	LeaseTTLDefault           = 3 * time.Second
+	EnqueueParallelismDefault = 8
+)
+
+// Config configures a Dispatcher. Store, Asynq and Redis are required; every
+// other zero field takes its default.
+type Config struct {
+	// Store runs the pass script; it also gives the number of shards.
+	Store Store
+	// Asynq receives the released jobs (an *asynq.Client on the same Redis
+	// as the workers).
+	Asynq Enqueuer
+	// Redis carries the shard leases and the wake-up subscription.
+	Redis redis.UniversalClient
+	// Prefix is the key prefix (the Store's); it names the lease keys, the
+	// wake channels and the queues WebhookQueue and HTTPQueue. Default
+	// store.PrefixDefault.
+	Prefix string
+	// Pass bounds each pass (D, L, grace, P, K, and the retention the sweep
+	// applies); zero fields take the dispatch package's defaults
+	// (PassConfig.WithDefaults). Its Capacity is ignored: the Dispatcher
+	// sets it from the free worker capacity.
+	Pass store.PassConfig
+	// MaxSleep bounds a shard loop's sleep between passes; default Pass.Lead/2.
+	MaxSleep time.Duration
+	// CapacityRefresh is how often the free worker capacity is read from
+	// Redis; default Pass.Lead/4.
+	CapacityRefresh time.Duration
+	// LeaseTTL is a shard lease's lifetime and a membership's; renewed every
+	// LeaseTTL/3, taken over by another Dispatcher at most LeaseTTL +
+	// LeaseTTL/10 after its owner died. Default LeaseTTLDefault; at least
+	// 30ms.
+	LeaseTTL time.Duration
+	// DisableLeases makes this Dispatcher pass every shard without holding
+	// its lease. Safe (the scripts are atomic and fenced) but several such
+	// Dispatchers contend for the same shards.
+	DisableLeases bool
+	// EnqueueParallelism is the most asynq enqueues one pass runs at once;
+	// default EnqueueParallelismDefault.
+	EnqueueParallelism int
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger receives errors and lease changes; nil discards them.
+	Logger *slog.Logger
+
+	clock clock // the shard loops' clock; nil: the real one (tests set a fake)
+}
+
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, store.PrefixDefault)
+	c.Pass = c.Pass.WithDefaults()
+	c.MaxSleep = cmp.Or(c.MaxSleep, c.Pass.Lead/2)
+	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.EnqueueParallelism = cmp.Or(c.EnqueueParallelism, EnqueueParallelismDefault)
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Store == nil || c.Asynq == nil || c.Redis == nil {
+		errs = append(errs, errors.New("Store, Asynq and Redis are required"))
+	} else if c.Store.Shards() < 1 {
+		errs = append(errs, fmt.Errorf("store has %d shards", c.Store.Shards()))
+	}
+	if c.Pass.Lead <= 0 || c.Pass.MinLead <= 0 || c.Pass.Grace <= 0 || c.Pass.Lead < c.Pass.MinLead {
+		errs = append(errs, fmt.Errorf("pass timing: lead %s, min lead %s, grace %s: want all > 0 and lead ≥ min lead",
+			c.Pass.Lead, c.Pass.MinLead, c.Pass.Grace))
+	}
+	if c.MaxSleep <= 0 || c.CapacityRefresh <= 0 || c.LeaseTTL < 30*time.Millisecond || c.EnqueueParallelism < 1 {
+		errs = append(errs, fmt.Errorf("max sleep %s, capacity refresh %s, lease TTL %s, enqueue parallelism %d: want > 0, > 0, ≥ 30ms, ≥ 1",
+			c.MaxSleep, c.CapacityRefresh, c.LeaseTTL, c.EnqueueParallelism))
+	}
+	return errors.Join(errs...)
+}
+
+// Dispatcher runs one loop per shard (see the package documentation). Its
+// methods are safe for concurrent use.
+type Dispatcher struct {
+	cfg     Config
+	shards  int
+	metrics *metrics
+	leases  *leases
+	budget  *budget
+	live    *store.LiveCache // task queues served by a live middleware
+	owned   atomic.Int32        // shards held (all of them with DisableLeases)
+	members atomic.Int32        // live dispatchers sharing the leases, this one included
+	wakes   []chan int64        // per shard: the latest published earliest time, µs
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when every goroutine has ended
+}
+
+// New checks cfg, fills in its defaults and registers the metrics. The
+// Dispatcher does nothing until Start.
+func New(cfg Config) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new dispatcher: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new dispatcher: %w", err)
+	}
+	l, err := newLeases(cfg.Redis, cfg.Prefix, cfg.LeaseTTL.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("new dispatcher: %w", err)
+	}
+	d := &Dispatcher{
+		cfg:     cfg,
+		shards:  cfg.Store.Shards(),
+		metrics: m,
+		leases:  l,
+		budget:  newBudget(cfg.Store, cfg.CapacityRefresh),
+		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
+	}
+	d.wakes = make([]chan int64, d.shards)
+	for i := range d.wakes {
+		d.wakes[i] = make(chan int64, 1)
+	}
+	return d, nil
+}
+
+// Start subscribes to the shards' wake channels (waiting for Redis to
+// confirm) and starts the shard loops. They run until Stop or until ctx is
+// done. Start fails when called twice or when the subscription fails.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("start dispatcher: already started")
+	}
+	channels := make([]string, d.shards)
+	for i := range channels {
+		channels[i] = wakeChannel(d.cfg.Prefix, i)
+	}
+	ps := d.cfg.Redis.Subscribe(ctx, channels...)
+	if _, err := ps.Receive(ctx); err != nil { // the first confirmation: SUBSCRIBE has run
+		_ = ps.Close()
+		return fmt.Errorf("start dispatcher: subscribe to wake channels: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	d.started, d.cancel, d.done = true, cancel, make(chan struct{})
+
+	var loops, fanout sync.WaitGroup
+	fanout.Go(func() { d.fanOut(ps.Channel()) })
+	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
+	if !d.cfg.DisableLeases {
+		d.beat(ctx) // the fair share is known before the loops take leases
+		fanout.Go(func() { d.membership(runCtx) })
+	}
+	for shard := range d.shards {
+		loops.Go(func() { d.loop(runCtx, shard) })
+	}
+	go func() {
+		loops.Wait()
+		_ = ps.Close() // ends fanOut
+		fanout.Wait()
+		close(d.done)
+	}()
+	d.cfg.Logger.Info("dispatcher started", "shards", d.shards, "leases", !d.cfg.DisableLeases,
+		"lead", d.cfg.Pass.Lead, "min_lead", d.cfg.Pass.MinLead, "max_sleep", d.cfg.MaxSleep)
+	return nil
+}
+
+// Stop ends the shard loops, gives up the leases held and waits for every
+// goroutine to end. A pass in progress finishes its hand-off to asynq first
+// (bounded by max(D, grace/2)). Stop is idempotent and may be called without Start.
+func (d *Dispatcher) Stop() {
+	d.mu.Lock()
+	cancel, done := d.cancel, d.done
+	d.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// fanOut turns wake messages into per-shard wake-ups; a full wake channel
+// keeps the earliest time. It ends when the subscription is closed.
+func (d *Dispatcher) fanOut(msgs <-chan *redis.Message) {
+	byChannel := make(map[string]int, d.shards)
+	for i := range d.shards {
+		byChannel[wakeChannel(d.cfg.Prefix, i)] = i
+	}
+	for msg := range msgs {
+		shard, ok := byChannel[msg.Channel]
+		if !ok {
+			continue
+		}
+		at := parseMicros(msg.Payload) // 0 (now) when malformed
+		ch := d.wakes[shard]
+		for {
+			select {
+			case ch <- at:
+			case old := <-ch:
+				at = min(at, old)
+				continue
+			}
+			break
+		}
+	}
+}

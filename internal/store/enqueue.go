@@ -1,0 +1,225 @@
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// MaxBatch is the most items one Enqueue call takes (DESIGN §6).
+const MaxBatch = 1000
+
+// maxTimeUS bounds times given to the scripts: 2⁵² µs (year 2112) keeps every
+// sum of a time and an interval exact in Lua's doubles.
+const maxTimeUS = 1 << 52
+
+// MaxIdemKeyLen bounds an idempotency key, in bytes.
+const MaxIdemKeyLen = 255
+
+// Item is one job to enqueue. The caller (the HTTP layer) has validated the
+// job; this package stores Body as given.
+type Item struct {
+	// Type is the job type (webhook, http, task): 1–32 bytes, stored as is.
+	Type string
+	// Cost is the job's size in tokens; 0 means 1. It must not exceed
+	// min(burst, admit_burst) of the tenant's policy: checked against
+	// MaxBurst here and against the policy in the script (Refused, CodeInvalid).
+	Cost int64
+	// RunAt, when not zero, is the earliest time the job may run. A RunAt at
+	// or before now queues the job at once.
+	RunAt time.Time
+	// Delay, when > 0, runs the job at (Redis) now + Delay. Not with RunAt.
+	Delay time.Duration
+	// Body is the job's canonical JSON.
+	Body []byte
+	// IdemKey, when not "", makes the enqueue idempotent: 1–MaxIdemKeyLen bytes.
+	IdemKey string
+	// Fingerprint identifies the request under IdemKey: the SHA-256 of the
+	// raw body (of the item's canonical JSON in a batch).
+	Fingerprint [32]byte
+	// Unless, when not nil, refuses the item with its code and detail unless
+	// IdemKey replays an earlier request (which answers as usual: Duplicate,
+	// or CodeIdempotencyMismatch): for a new job that must not be stored
+	// now — a task job whose queue has no live worker — whose retried
+	// request must still get its original answer.
+	Unless *Refusal
+}
+
+// Refusal is a refusal an Item carries (Item.Unless): a code of the caller's
+// (it need not be one of this package's) and a detail for people.
+type Refusal struct {
+	Code   Code
+	Detail string
+}
+
+// Outcome is what happened to one Item.
+type Outcome uint8
+
+// The outcomes.
+const (
+	Accepted  Outcome = iota + 1 // stored: ID, State, ETA
+	Duplicate                    // IdemKey seen with the same Fingerprint: the original ID, State, ETA
+	Refused                      // nothing stored: Code, RetryAfter, Detail
+)
+
+// Code is why an item was refused: the API error codes of DESIGN §4.3.
+type Code string
+
+// The refusal codes.
+const (
+	CodeRateLimited         Code = "rate_limited"         // 429: admission bucket empty; RetryAfter = time until cost tokens exist
+	CodeBacklogFull         Code = "backlog_full"         // 429: max_backlog or max_backlog_bytes; RetryAfter estimated from the drain rate
+	CodeIdempotencyMismatch Code = "idempotency_mismatch" // 422: the key was used with another fingerprint
+	CodeInvalid             Code = "invalid"              // 422: cost > min(burst, admit_burst), or body > max_backlog_bytes
+)
+
+// Result is the outcome of one Item, in the order of the items.
+type Result struct {
+	Outcome Outcome
+	// ID is the job id (Accepted, Duplicate).
+	ID string
+	// State is queued or scheduled (Accepted); the original job's current
+	// state (Duplicate; "" when its record has expired).
+	State State
+	// ETA is a lower bound of the job's slot, as computed at its enqueue:
+	// max(run_at, now, max(TAT, now) + (Q − (b − cost))·T) with Q the tokens
+	// queued ahead of it (lua/enqueue.lua).
+	ETA time.Time
+	// Code, RetryAfter (> 0 for CodeRateLimited and CodeBacklogFull, else 0)
+	// and Detail (for people) explain a refusal.
+	Code       Code
+	RetryAfter time.Duration
+	Detail     string
+	// Admit is the tenant's admission bucket right after this item's
+	// decision (every outcome), for the "admit" rate-limit headers.
+	Admit Admission
+}
+
+// Admission is the state of a tenant's admission token bucket (capacity
+// Burst, one token per Interval) at one decision of an Enqueue call.
+type Admission struct {
+	// Tokens is the whole tokens left, 0 … Burst.
+	Tokens int64
+	// FullIn is the time until the bucket is full again; 0 when it is full.
+	FullIn time.Duration
+	// Interval is the refill interval of the effective policy (admit_us),
+	// the same for every item of one call.
+	Interval time.Duration
+	// Burst is the bucket's capacity (admit_burst), the same for every item
+	// of one call.
+	Burst int64
+}
+
+// Enqueue admits and stores items for tenant in one script on the tenant's
+// shard (DESIGN §2.1): per item, in order, idempotency, admission token bucket
+// (charging Cost), backlog caps, then the job is stored in the backlog
+// (queued) or the shard's delayed set (scheduled); then reschedule(tenant) and
+// a wake-up PUBLISH when the shard's earliest time moved earlier. Items are
+// decided one by one: a batch can be partially accepted, and a refused item
+// changes nothing. The error is for the call as a whole (bad arguments:
+// ErrInvalid; Redis failures), in which case nothing was stored.
+func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Result, error) {
+	shard := s.keys.shardOf(tenant)
+	args, err := s.enqueueArgs(tenant, shard, items)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
+	}
+	d, err := s.run(ctx, scriptEnqueue, shard, args...)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
+	}
+	results := make([]Result, len(items))
+	if d.Len() != 5+len(items) {
+		d.fail("%d elements for %d items", d.Len(), len(items))
+	}
+	interval, burst := time.Duration(d.int(3))*time.Microsecond, d.int(4)
+	for i := range results {
+		results[i] = decodeResult(d.list(5 + i))
+		results[i].Admit.Interval, results[i].Admit.Burst = interval, burst
+	}
+	if err := d.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
+	}
+	return results, nil
+}
+
+// enqueueArgs validates the call and builds ARGV[3…] of enqueue.lua.
+func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, error) {
+	if err := checkTenant(tenant); err != nil {
+		return nil, err
+	}
+	if len(items) < 1 || len(items) > MaxBatch {
+		return nil, invalidf("%d items: want 1 … %d", len(items), MaxBatch)
+	}
+	args := make([]any, 0, 2+itemValues*len(items))
+	args = append(args, tenant, len(items))
+	now := s.now()
+	for i, it := range items {
+		if err := it.check(); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		id, err := NewJobID(shard, now)
+		if err != nil {
+			return nil, err
+		}
+		var runAt int64
+		if !it.RunAt.IsZero() {
+			runAt = it.RunAt.UnixMicro()
+		}
+		var unless Refusal
+		if it.Unless != nil {
+			unless = *it.Unless
+		}
+		args = append(args, id, it.Type, max(it.Cost, 1), runAt, it.Delay.Microseconds(),
+			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail)
+	}
+	return args, nil
+}
+
+// itemValues is the number of ARGV values per item of enqueue.lua.
+const itemValues = 10
+
+// check validates what can be checked without the tenant's policy.
+func (it Item) check() error {
+	switch {
+	case it.Type == "" || len(it.Type) > 32:
+		return invalidf("type %q: want 1–32 bytes", it.Type)
+	case it.Cost < 0 || it.Cost > MaxBurst:
+		return invalidf("cost %d: want 1 … %d", it.Cost, MaxBurst)
+	case it.Delay < 0:
+		return invalidf("delay %s is negative", it.Delay)
+	case it.Delay > 0 && !it.RunAt.IsZero():
+		return invalidf("run_at and delay are both set")
+	case !it.RunAt.IsZero() && (it.RunAt.UnixMicro() <= 0 || it.RunAt.UnixMicro() > maxTimeUS):
+		return invalidf("run_at %s: want 1970 … 2112", it.RunAt)
+	case it.Delay > MaxDurationUS*time.Microsecond:
+		return invalidf("delay %s: want at most %s", it.Delay, MaxDurationUS*time.Microsecond)
+	case len(it.IdemKey) > MaxIdemKeyLen:
+		return invalidf("idempotency key of %d bytes: want at most %d", len(it.IdemKey), MaxIdemKeyLen)
+	case it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024):
+		return invalidf("unless: want a code of 1–64 bytes and a detail of at most 1024")
+	}
+	return nil
+}
+
+// decodeResult reads one item's reply (see lua/enqueue.lua); Admit.Interval
+// and Admit.Burst come from the call's header and are set by the caller.
+func decodeResult(d decoder) Result {
+	var r Result
+	switch kind := d.str(0); kind {
+	case "accepted", "duplicate":
+		r = Result{Outcome: Accepted, ID: d.str(1), State: State(d.str(2)), ETA: microsTime(d.int(3))}
+		if kind == "duplicate" {
+			r.Outcome = Duplicate
+		}
+	case "refused":
+		r = Result{Outcome: Refused, Code: Code(d.str(1)),
+			RetryAfter: time.Duration(d.int(2)) * time.Microsecond, Detail: d.str(3)}
+	default:
+		d.fail("item outcome %q", kind)
+		return Result{}
+	}
+	r.Admit.Tokens, r.Admit.FullIn = d.int(4), time.Duration(d.int(5))*time.Microsecond
+	return r
+}

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults of FinishConfig (DESIGN §7 `retention`, `throttle`).
+const (
+	SucceededRetentionDefault = 24 * time.Hour
+	DeadRetentionDefault      = 168 * time.Hour
+	DeadMaxPerTenantDefault   = 10_000
+	AttemptLogDefault         = 20
+	DefaultPauseDefault       = 30 * time.Second
+	MaxPauseDefault           = time.Hour
+	AdaptiveFloorPPMDefault   = 50_000 // 0.05 of the policy rate
+	AdaptiveStepPPMDefault    = 50_000 // 5 % of the full rate per success
+)
+
+// RateFactorFull is the rate factor of a tenant at its full policy rate:
+// rate factors are in parts per million (DESIGN §4.2, adaptive).
+const RateFactorFull = 1_000_000
+
+// PPM turns a fraction (config throttle.adaptive_floor) into parts per
+// million, rounded to the nearest and clamped to 1 … RateFactorFull.
+func PPM(fraction float64) int64 {
+	return min(max(int64(math.Round(fraction*RateFactorFull)), 1), RateFactorFull)
+}
+
+// TimeoutReason is the AttemptOutcome.Error of an attempt that timed out
+// (the value of webhook.ReasonTimeout). See AttemptOutcome.Congested.
+const TimeoutReason = "timeout"
+
+// MaxErrorLen bounds AttemptOutcome.Error as stored, in bytes.
+const MaxErrorLen = 512
+
+// ErrStale: a Finish whose gen is not the job's current running generation
+// (the lease was swept, the job was finished already, or canceled). The
+// attempt is appended to the log, marked stale, and nothing else changes.
+var ErrStale = errors.New("stale generation")
+
+// FinishConfig is the retention and throttling configuration Finish applies.
+// Zero fields take the defaults above (WithDefaults).
+type FinishConfig struct {
+	// SucceededRetention is how long a succeeded job's record is kept.
+	// Default SucceededRetentionDefault.
+	SucceededRetention time.Duration
+	// IdempotencyRetention is how long a finished job's idempotency key is
+	// kept after its terminal time, so a late retry of the producer's
+	// request is still answered with the original job; 0 means as long as
+	// the record (the succeeded or dead retention).
+	IdempotencyRetention time.Duration
+	// DeadRetention is how long a dead letter is kept; trimmed by age at
+	// each finish of the tenant. Default DeadRetentionDefault.
+	DeadRetention time.Duration
+	// DeadMaxPerTenant caps a tenant's dead set; the oldest beyond it are
+	// trimmed (records deleted). Default DeadMaxPerTenantDefault.
+	DeadMaxPerTenant int
+	// AttemptLog is how many attempts a job's log keeps (the newest).
+	// Default AttemptLogDefault.
+	AttemptLog int
+	// DefaultPause is the pause of a throttled outcome without a Pause
+	// (a 429 without Retry-After). Default DefaultPauseDefault.
+	DefaultPause time.Duration
+	// MaxPause caps any upstream pause. Default MaxPauseDefault.
+	MaxPause time.Duration
+	// AdaptiveFloorPPM is the lowest rate factor an adaptive tenant is cut
+	// to, in parts per million of its policy rate (config
+	// throttle.adaptive_floor: PPM(0.05) = 50 000); 1 … RateFactorFull.
+	// Default AdaptiveFloorPPMDefault.
+	AdaptiveFloorPPM int64
+	// AdaptiveStepPPM is the additive recovery of an adaptive tenant's rate
+	// factor per success, in parts per million; 1 … RateFactorFull.
+	// Default AdaptiveStepPPMDefault (full rate again after 19 successes
+	// from 0.05).
+	AdaptiveStepPPM int64
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c FinishConfig) WithDefaults() FinishConfig {
+	c.SucceededRetention = cmp.Or(c.SucceededRetention, SucceededRetentionDefault)
+	c.DeadRetention = cmp.Or(c.DeadRetention, DeadRetentionDefault)
+	c.DeadMaxPerTenant = cmp.Or(c.DeadMaxPerTenant, DeadMaxPerTenantDefault)
+	c.AttemptLog = cmp.Or(c.AttemptLog, AttemptLogDefault)
+	c.DefaultPause = cmp.Or(c.DefaultPause, DefaultPauseDefault)
+	c.MaxPause = cmp.Or(c.MaxPause, MaxPauseDefault)
+	c.AdaptiveFloorPPM = cmp.Or(c.AdaptiveFloorPPM, AdaptiveFloorPPMDefault)
+	c.AdaptiveStepPPM = cmp.Or(c.AdaptiveStepPPM, AdaptiveStepPPMDefault)
+	return c
+}
+
+func (c FinishConfig) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"succeeded retention", c.SucceededRetention}, {"dead retention", c.DeadRetention},
+		{"default pause", c.DefaultPause}, {"max pause", c.MaxPause}} {
+		if d.v < time.Millisecond || d.v > MaxDurationUS*time.Microsecond {
+			errs = append(errs, invalidf("%s %s: want 1ms … %s", d.name, d.v, MaxDurationUS*time.Microsecond))
+		}
+	}
+	if c.DeadMaxPerTenant < 1 || c.AttemptLog < 1 || c.AttemptLog > 1000 {
+		errs = append(errs, invalidf("dead letters per tenant %d, attempt log %d: want ≥ 1 and 1 … 1000",
+			c.DeadMaxPerTenant, c.AttemptLog))
+	}
+	if c.AdaptiveFloorPPM < 1 || c.AdaptiveFloorPPM > RateFactorFull || c.AdaptiveStepPPM < 1 || c.AdaptiveStepPPM > RateFactorFull {
+		errs = append(errs, invalidf("adaptive floor %d ppm, step %d ppm: want 1 … %d",
+			c.AdaptiveFloorPPM, c.AdaptiveStepPPM, RateFactorFull))
+	}
+	return errors.Join(errs...)
+}
+
+// Finish records one attempt of job id claimed at gen, in one script
+// (DESIGN §2.3 step 4, §4.2), and returns the job's state after it.
+//
+// It requires running(gen). Otherwise the attempt is only appended to the
+// log (marked stale) and Finish returns the job's current state with an
+// error wrapping ErrStale. Else the lease is removed, the concurrency slot
+// freed, the attempt appended to the log (time, outcome, status, latency,
+// error; the last cfg.AttemptLog entries kept), then by o.Kind:
+//
+//   - FinishSuccess → StateSucceeded: the body is dropped, the record and its
+//     idempotency key expire after cfg.SucceededRetention.
+//   - FinishRetry → StateRetrying, due at now + backoff ± 10 % jitter, the
+//     Cloud Tasks curve of the tenant's policy (min_backoff doubled
+//     max_doublings times, then growing linearly by min_backoff·2^max_doublings,
+//     capped at max_backoff); StateDead instead when the attempts used reach
+//     max_attempts or max_retry_duration has passed since the first attempt.
+//   - FinishThrottled → the tenant is paused until now + min(o.Pause or
+//     cfg.DefaultPause, cfg.MaxPause) (never shortened); the job returns to
+//     the head lane (StateQueued) without using an attempt — StateDead when
+//     max_retry_duration has passed.
+//   - FinishPermanent → StateDead.
+//   - FinishGone → the tenant is disabled until Resume; the job returns to
+//     the head lane without using an attempt; its backlog is kept.
+//
+// An adaptive tenant (policy adaptive = 1, DESIGN §4.2) sends at a rate
+// factor f of its policy rate (TenantState.RateFactor; every slot is
+// spaced by T_eff = ⌈T·10⁶ / f⌉). When o.Congested(), Finish cuts f to
+// max(cfg.AdaptiveFloorPPM, ⌊f / 2⌋) once per episode: a cut starts an
+// episode that covers every attempt sent or released by then (it lasts
+// until TenantState.CutUntil = max(now, the pause's end, TAT) at the cut),
+// and only a congestion signal from an attempt slotted at or after
+// CutUntil cuts again. A FinishSuccess of such an attempt adds
+// cfg.AdaptiveStepPPM, up to RateFactorFull. TAT is rescaled to the new
+// interval T′ as for a rate change (TAT′ = now + max(0, TAT − now)·T′/T,
+// capped at now + b·T′) but never below TAT − T + T′, so the slots already
+// handed out keep T′ to the next. Other outcomes leave f as it is, and a
+// tenant that is not adaptive always has the full factor.
+//
+// An o.Pause > 0 with any other kind (a success that used up the upstream's
+// quota: X-RateLimit-Remaining 0 with a reset) pauses the tenant the same
+// way, pre-emptively, leaving the job's outcome as it is.
+//
+// A dead job is added to the tenant's dead set (kept without TTL, body
+// included, for Replay); each Finish trims that set to cfg.DeadMaxPerTenant
+// and cfg.DeadRetention, deleting the trimmed records. Then
+// reschedule(tenant). ErrNotFound when the record is gone; ErrInvalid for a
+// bad outcome or config.
+func (s *Store) Finish(ctx context.Context, id string, gen int64, o AttemptOutcome, cfg FinishConfig) (State, error) {
+	cfg = cfg.WithDefaults()
+	shard, err := s.jobShard(id)
+	if err == nil {
+		err = errors.Join(cfg.validate(), o.check())
+	}
+	if err != nil {
+		return "", fmt.Errorf("finish job %q: %w", id, err)
+	}
+	d, err := s.run(ctx, scriptFinish, shard, s.finishArgs(id, gen, o, cfg)...)
+	if err != nil {
+		return "", fmt.Errorf("finish job %q: %w", id, err)
+	}
+	state, stale := State(d.str(1)), d.int(2) == 1
+	if err := d.Err(); err != nil {
+		return "", fmt.Errorf("finish job %q: %w", id, err)
+	}
+	if stale {
+		return state, fmt.Errorf("finish job %q at gen %d: %w (job is %s)", id, gen, ErrStale, state)
+	}
+	return state, nil
+}
+
+// finishArgs is ARGV[3…] of finish.lua, for a checked o and cfg.
+func (s *Store) finishArgs(id string, gen int64, o AttemptOutcome, cfg FinishConfig) []any {
+	return []any{id, gen, o.Kind.String(), o.Status,
+		o.Latency.Microseconds(), truncate(o.Error, MaxErrorLen), max(o.Pause, 0).Microseconds(),
+		cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant,
+		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg(),
+		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM,
+		cfg.IdempotencyRetention.Microseconds()}
+}
+
+// Congested reports whether o tells an adaptive tenant to slow down (DESIGN
+// §4.2): FinishThrottled, or FinishRetry after a 5xx response or a timeout
+// (no status, Error TimeoutReason). Connection, TLS and DNS errors, 408 and
+// 425 are not congestion signals.
+func (o AttemptOutcome) Congested() bool {
+	switch {
+	case o.Kind == FinishThrottled:
+		return true
+	case o.Kind != FinishRetry:
+		return false
+	case o.Status >= 500 && o.Status <= 599:
+		return true
+	}
+	return o.Status == 0 && o.Error == TimeoutReason
+}
+
+func (o AttemptOutcome) check() error {
+	switch {
+	case o.Kind < FinishSuccess || o.Kind > FinishGone:
+		return invalidf("outcome kind %d", o.Kind)
+	case o.Status < 0 || o.Status > 999:
+		return invalidf("status %d: want 0 … 999", o.Status)
+	case o.Latency < 0:
+		return invalidf("latency %s is negative", o.Latency)
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

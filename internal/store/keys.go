@@ -1,0 +1,113 @@
+package store
+
+import (
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Key layout (DESIGN §3). Every key of a shard carries the hash tag {s<shard>},
+// so one shard is one Redis Cluster slot:
+//
+//	<p>:workers                    HASH   worker id → "<concurrency> <expiry µs>" (not shard-tagged)
+//	<p>:mw:<queue>                 HASH   middleware instance → "<concurrency> <expiry µs> <tci µs>" (not shard-tagged)
+//	<p>:{s7}:ready                 ZSET   tenant → next useful time (µs)
+//	<p>:{s7}:delayed               ZSET   job id → due time (scheduled, retrying)
+//	<p>:{s7}:leases                ZSET   job id → lease deadline (released, running)
+//	<p>:{s7}:policy                HASH   "*" → defaults, <tenant> → overrides (JSON)
+//	<p>:{s7}:wake                  channel the shard's new earliest time (µs, decimal)
+//	<p>:{s7}:vclock                STRING the shard's virtual clock for weighted fairness (Pass)
+//	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
+//	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
+//	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
+//	<p>:{s7}:t:<tenant>:dead       ZSET   dead letters
+//	<p>:{s7}:j:<id>                HASH   job record (fields: see Job), attempt log included
+//	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
+//
+// The Go functions below are the only place Go code builds these names. The
+// scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
+// "key builders"); the tests read script-written keys through these functions,
+// so the two layouts cannot drift apart unnoticed.
+type keyspace struct {
+	prefix string
+	shards int
+}
+
+// ShardOf is the shard of tenant: crc32-IEEE(tenant) mod shards.
+func ShardOf(tenant string, shards int) int {
+	return int(crc32.ChecksumIEEE([]byte(tenant)) % uint32(shards))
+}
+
+// base is the common start of every key of shard: "<p>:{s<shard>}:".
+func (k keyspace) base(shard int) string {
+	return k.prefix + ":{s" + strconv.Itoa(shard) + "}:"
+}
+
+func (k keyspace) shardOf(tenant string) int { return ShardOf(tenant, k.shards) }
+
+func (k keyspace) ready(shard int) string   { return k.base(shard) + "ready" }
+func (k keyspace) delayed(shard int) string { return k.base(shard) + "delayed" }
+func (k keyspace) leases(shard int) string  { return k.base(shard) + "leases" }
+func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
+func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
+func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
+
+// workers is the workers' heartbeat hash, one for all shards.
+func (k keyspace) workers() string { return k.prefix + ":workers" }
+
+// taskWorkers is the heartbeat hash of the sluicetask middleware instances
+// serving task queue queue (DESIGN §2.5), one for all shards.
+func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+func (k keyspace) tenant(tenant string) string {
+	return k.base(k.shardOf(tenant)) + "t:" + tenant
+}
+
+func (k keyspace) tenantQueue(tenant string) string { return k.tenant(tenant) + ":q" }
+func (k keyspace) tenantHead(tenant string) string  { return k.tenant(tenant) + ":head" }
+func (k keyspace) tenantDead(tenant string) string  { return k.tenant(tenant) + ":dead" }
+
+// job is the key of a job record; the shard comes from the id itself.
+func (k keyspace) job(id string) (string, error) {
+	shard, err := ShardOfJobID(id)
+	if err != nil {
+		return "", err
+	}
+	return k.base(shard) + "j:" + id, nil
+}
+
+func (k keyspace) idem(tenant, key string) string {
+	return k.base(k.shardOf(tenant)) + "idem:" + tenant + ":" + key
+}
+
+// NewJobID returns a fresh job id "j<shard>_<ulid>" whose ULID carries the
+// millisecond of at. Ids are unique across processes (80 random bits,
+// monotonic within one process and millisecond). Safe for concurrent use.
+func NewJobID(shard int, at time.Time) (string, error) {
+	u, err := ulid.New(ulid.Timestamp(at), ulid.DefaultEntropy())
+	if err != nil {
+		return "", fmt.Errorf("new job id: %w", err)
+	}
+	return "j" + strconv.Itoa(shard) + "_" + u.String(), nil
+}
+
+// ShardOfJobID returns the shard encoded in a job id "j<shard>_<ulid>". A
+// malformed id is an error wrapping ErrInvalid.
+func ShardOfJobID(id string) (int, error) {
+	num, rest, ok := strings.Cut(strings.TrimPrefix(id, "j"), "_")
+	if !ok || !strings.HasPrefix(id, "j") || num == "" || len(num) > 5 || strings.TrimLeft(num, "0123456789") != "" {
+		return 0, fmt.Errorf("job id %q: %w: want j<shard>_<ulid>", id, ErrInvalid)
+	}
+	if len(num) > 1 && num[0] == '0' {
+		return 0, fmt.Errorf("job id %q: %w: shard has a leading zero", id, ErrInvalid)
+	}
+	if _, err := ulid.ParseStrict(rest); err != nil {
+		return 0, fmt.Errorf("job id %q: %w: %w", id, ErrInvalid, err)
+	}
+	shard, _ := strconv.Atoi(num) // digits only, at most 5: cannot fail
+	return shard, nil
+}

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// WithDefaults returns c with every zero duration and count set to its
+// default (Capacity is kept: 0 is meaningful).
+func (c PassConfig) WithDefaults() PassConfig {
+	c.Lead = cmp.Or(c.Lead, LeadDefault)
+	c.MinLead = cmp.Or(c.MinLead, MinLeadDefault)
+	c.Grace = cmp.Or(c.Grace, GraceDefault)
+	c.MaxPromotions = cmp.Or(c.MaxPromotions, MaxPromotionsDefault)
+	c.MaxTenants = cmp.Or(c.MaxTenants, MaxTenantsDefault)
+	c.DeadRetention = cmp.Or(c.DeadRetention, DeadRetentionDefault)
+	c.DeadMaxPerTenant = cmp.Or(c.DeadMaxPerTenant, DeadMaxPerTenantDefault)
+	c.AttemptLog = cmp.Or(c.AttemptLog, AttemptLogDefault)
+	c.ClaimSpacing = cmp.Or(c.ClaimSpacing, ClaimSpacingDefault)
+	return c
+}
+
+// ClaimSpacingDefault is PassConfig.ClaimSpacing when zero: about one claim
+// script's Redis time, so a 2 ms claim tolerance fits several claims.
+const ClaimSpacingDefault = 250 * time.Microsecond
+
+func (c PassConfig) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lead", c.Lead}, {"grace", c.Grace}, {"dead retention", c.DeadRetention}} {
+		if d.v < time.Microsecond || d.v > MaxDurationUS*time.Microsecond {
+			errs = append(errs, invalidf("%s %s: want 1µs … %s", d.name, d.v, MaxDurationUS*time.Microsecond))
+		}
+	}
+	if c.MinLead > c.Lead {
+		errs = append(errs, invalidf("min lead %s: want at most lead (%s)", c.MinLead, c.Lead))
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"max promotions", c.MaxPromotions}, {"max tenants", c.MaxTenants},
+		{"dead letters per tenant", c.DeadMaxPerTenant}, {"attempt log", c.AttemptLog}} {
+		if n.v < 1 || n.v > 1_000_000 {
+			errs = append(errs, invalidf("%s %d: want 1 … 1000000", n.name, n.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// VTScale is the virtual time one token of cost adds to a tenant of weight 1
+// (vt += ⌊cost·VTScale / weight⌋ per released job).
+const VTScale = 1_000_000
+
+// Pass runs one dispatcher pass over shard in one script (DESIGN §2.2):
+//
+//  1. promotes up to P due delayed jobs, by due time: scheduled → the
+//     backlog's tail, retrying → the head lane (in head-sequence order);
+//  2. sweeps up to P expired leases: a released job past its send time
+//     (SendAt) + grace goes
+//     back to the head lane with gen + 1 and no attempt used (the hand-off to
+//     asynq failed or the task was lost); a running job past claim + timeout
+//     + grace gets gen + 1, its attempt logged as lease_expired, and is
+//     retried after the backoff, or is dead when no attempt is left;
+//  3. releases jobs of the tenants whose ready score is ≤ now + D (up to K,
+//     lowest score first) and of those touched by 1–2: per job, head lane
+//     first (canceled tombstones dropped), while the tenant is not disabled
+//     or paused past now + D, its earliest GCRA slot is ≤ now + D, its
+//     released tokens stay within the release cap ⌈r·D⌉ + b, running +
+//     released < concurrency, and the pass's Capacity lasts. A released job
+//     gets slot = max(earliest slot, end of pause) (a slot ≥ now + L spaced
+//     by ClaimSpacing from the others of the pass), TAT ← max(TAT, slot) +
+//     cost·T, gen + 1, state released, SendAt (the slot plus the lateness
+//     of the tenant's send schedule) and a lease until SendAt + grace;
+//  4. reschedules every tenant it touched.
+//
+// Fairness under overload (start-time fair queueing). Capacity goes one job
+// at a time to the visited tenant with the smallest weighted virtual time vt
+// (tenant field vt; each released job adds ⌊cost·VTScale/weight⌋). A tenant
+// entering a pass starts no lower than the shard's virtual clock (key
+// vclock: the largest vt a release started from), so idle or rate-limited
+// time banks no credit and a newcomer starts level with the busiest tenant.
+// Starvation bound: for two tenants i and j visited and backlogged over a
+// run of passes, the released tokens S satisfy |Sᵢ/wᵢ − Sⱼ/wⱼ| ≤ cᵢ/wᵢ +
+// cⱼ/wⱼ (c: the largest job cost), so between two releases of i each other
+// visited tenant j releases at most ⌈wⱼ·cᵢ/(wᵢ·cⱼ)⌉ + 1 jobs, and i waits at
+// most Σⱼ (⌈wⱼ/wᵢ⌉ + 1) releases (unit costs). A pass visits at most K
+// tenants, the oldest ready scores first; serving a tenant moves its score
+// to ≥ now, behind every tenant waiting with a score < now, so with E > K
+// eligible tenants a waiting one is visited after at most E − K services of
+// the tenants ahead of it. Without overload every due job goes; the order
+// only decides which goes first.
+//
+// Released jobs are returned in slot order (ties by id). Errors: ErrInvalid
+// for a bad shard or config; Redis errors wrapped.
+func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult, error) {
+	cfg = cfg.WithDefaults()
+	err := cfg.validate()
+	if shard < 0 || shard >= s.keys.shards {
+		err = errors.Join(err, invalidf("shard %d: want 0 … %d", shard, s.keys.shards-1))
+	}
+	if err != nil {
+		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
+	}
+	capacity := max(cfg.Capacity, -1)
+	d, err := s.run(ctx, scriptPass, shard,
+		cfg.Lead.Microseconds(), max(cfg.MinLead, 0).Microseconds(), cfg.Grace.Microseconds(),
+		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),
+		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog,
+		max(cfg.ClaimSpacing, 0).Microseconds())
+	if err != nil {
+		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
+	}
+	res := PassResult{
+		Now: microsTime(d.int(1)), More: d.int(2) == 1, CapacityReached: d.int(3) == 1,
+		NextWake: microsTime(d.int(4)), Promoted: int(d.int(5)), Swept: int(d.int(6)),
+		Tenants: int(d.int(7)),
+	}
+	const head = 8
+	if n := d.Len() - head; n > 0 {
+		res.Released = make([]Release, n)
+	}
+	for i := range res.Released {
+		r := d.list(head + i)
+		res.Released[i] = Release{
+			ID: r.str(0), Tenant: r.str(1), Type: r.str(2), Cost: r.int(3), Gen: r.int(4),
+			Slot: microsTime(r.int(5)), Timeout: us(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
+			SendAt: microsTime(r.int(9)),
+		}
+	}
+	if err := d.Err(); err != nil {
+		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
+	}
+	slices.SortStableFunc(res.Released, func(a, b Release) int {
+		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
+	})
+	return res, nil
+}
+
+// seedArg is a fresh jitter seed for one script call.
+func (s *Store) seedArg() string { return strconv.FormatUint(s.seed(), 10) }
+
+// us converts integer µs to a Duration.
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

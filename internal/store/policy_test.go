@@ -1,0 +1,175 @@
+package store
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func ptr(v int64) *int64 { return &v }
+
+func TestPutTenantPolicyVersions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	put := func(o Overrides, ifVersion int64) (int64, error) {
+		return e.store.PutTenantPolicy(e.ctx, "acme", o, ifVersion)
+	}
+	if v, err := put(Overrides{Burst: ptr(5)}, 0); err != nil || v != 1 {
+		t.Fatalf("create with If-Match 0: %d, %v", v, err)
+	}
+	_, err := put(Overrides{Burst: ptr(6)}, 0)
+	var mismatch *VersionMismatchError
+	if !errors.Is(err, ErrVersionMismatch) || !errors.As(err, &mismatch) || mismatch.Current != 1 {
+		t.Fatalf("stale If-Match: %v, want a mismatch at version 1", err)
+	}
+	if v, err := put(Overrides{RateUS: ptr(20_000)}, 1); err != nil || v != 2 {
+		t.Fatalf("If-Match 1: %d, %v", v, err)
+	}
+	if v, err := put(Overrides{RateUS: ptr(20_000), Concurrency: ptr(3)}, AnyVersion); err != nil || v != 3 {
+		t.Fatalf("unconditional: %d, %v", v, err)
+	}
+	rec, err := e.store.TenantPolicy(e.ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PUT replaces: the burst of version 1 is gone.
+	want := DefaultParams()
+	want.RateUS, want.Concurrency = 20_000, 3
+	if rec.Version != 3 || rec.Overrides.Burst != nil || rec.Effective != want {
+		t.Fatalf("record %+v, want version 3 and effective %+v", rec, want)
+	}
+	if _, err := put(Overrides{Burst: ptr(0), RateUS: ptr(MaxIntervalUS + 1)}, AnyVersion); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("out of range: %v, want ErrInvalid", err)
+	}
+}
+
+// The scripts and TenantPolicy merge DefaultParams ← "*" ← overrides alike.
+func TestPolicyMergeAgreesBetweenGoAndLua(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if st := e.state("fresh"); st.Policy != DefaultParams() {
+		t.Fatalf("nothing seeded: scripts use %+v, want DefaultParams", st.Policy)
+	}
+	e.seed(params(func(p *Params) { p.RateUS, p.MaxBacklog, p.Adaptive = 50_000, 7, 0 }))
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Burst: ptr(4), Adaptive: ptr(1)}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"acme", "fresh"} {
+		rec, err := e.store.TenantPolicy(e.ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := e.state(tenant); st.Policy != rec.Effective || st.Version != rec.Version {
+			t.Errorf("%s: scripts see %+v v%d, TenantPolicy says %+v v%d", tenant, st.Policy, st.Version, rec.Effective, rec.Version)
+		}
+	}
+	if st := e.state("acme"); st.Policy.RateUS != 50_000 || st.Policy.Burst != 4 || st.Policy.Adaptive != 1 || st.Policy.MaxBacklog != 7 {
+		t.Fatalf("acme: %+v", st.Policy)
+	}
+}
+
+// A rate change rescales TAT at once: TAT′ = now + (TAT − now)·T′/T, capped
+// at now + b′·T′; the next pop follows the new rate.
+func TestPolicyChangeRescalesTAT(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 100_000, 10 }))
+	for range 8 {
+		e.enqueueOne("acme", item(`{}`))
+	}
+	for range 5 { // burst 10: five slots at now, TAT = now + 5T
+		rel, ok := e.pop("acme", 0)
+		if !ok {
+			t.Fatal("pop: nothing due")
+		}
+		e.cancel(rel.ID) // out of the release cap, which burst 2 would exceed
+	}
+	tatAfter := func(o Overrides) time.Duration {
+		t.Helper()
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", o, AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		return e.state("acme").TAT.Sub(e.clock.Now())
+	}
+	if got := e.state("acme").TAT.Sub(epoch); got != 500*time.Millisecond {
+		t.Fatalf("TAT = now + %s, want +500ms", got)
+	}
+	if got := tatAfter(Overrides{RateUS: ptr(200_000)}); got != time.Second {
+		t.Fatalf("half the rate: TAT = now + %s, want +1s", got)
+	}
+	if got := tatAfter(Overrides{RateUS: ptr(200_000), Burst: ptr(2)}); got != 400*time.Millisecond {
+		t.Fatalf("burst 2: TAT = now + %s, want the cap b′·T′ = 400ms", got)
+	}
+	e.clock.Advance(100 * time.Millisecond)
+	if got := tatAfter(Overrides{RateUS: ptr(100_000), Burst: ptr(2)}); got != 150*time.Millisecond {
+		t.Fatalf("double the rate: TAT = now + %s, want +150ms", got)
+	}
+	// The next decision uses the new policy: slot = TAT − (b − 1)·T = now + 50ms.
+	if _, ok := e.pop("acme", 49*time.Millisecond); ok {
+		t.Fatal("released before its slot")
+	}
+	rel, ok := e.pop("acme", 50*time.Millisecond)
+	if !ok || !rel.Slot.Equal(e.clock.Now().Add(50*time.Millisecond)) {
+		t.Fatalf("pop: %+v %v, want the slot now + 50ms", rel, ok)
+	}
+	if st := e.state("acme"); !st.NextAt.Equal(e.clock.Now().Add(150 * time.Millisecond)) {
+		t.Fatalf("ready score %s, want now + 150ms", st.NextAt.Sub(e.clock.Now()))
+	}
+	e.requireConsistent()
+}
+
+func TestPolicyChangeKeepsAdmissionTokens(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.AdmitBurst, p.AdmitUS = 10, 10_000 }))
+	for range 7 {
+		e.enqueueOne("acme", item(`{}`))
+	}
+	tokensAfter := func(o Overrides) int64 {
+		t.Helper()
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", o, AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		return e.state("acme").AdmitTokens
+	}
+	if got := tokensAfter(Overrides{AdmitBurst: ptr(5)}); got != 3 {
+		t.Fatalf("burst 5: %d tokens, want the 3 left", got)
+	}
+	if got := tokensAfter(Overrides{AdmitBurst: ptr(2)}); got != 2 {
+		t.Fatalf("burst 2: %d tokens, want 2 (capped)", got)
+	}
+	if got := tokensAfter(Overrides{AdmitBurst: ptr(2), AdmitUS: ptr(1_000_000)}); got != 2 {
+		t.Fatalf("slower refill: %d tokens, want 2", got)
+	}
+	rs := e.enqueue("acme", item(`a`), item(`b`), item(`c`))
+	if outcomes(rs) != "AAR" || rs[2].RetryAfter != time.Second {
+		t.Fatalf("%s %+v: want 2 admitted, then a wait at the new rate (1s)", outcomes(rs), rs[2])
+	}
+	e.requireConsistent()
+}
+
+// New defaults reach a tenant at its next decision, rescaling its TAT then:
+// its ready score stays where the old rate put it until a pass visits it.
+func TestSeedDefaultsRescalesLazily(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 100_000, 1 }))
+	e.enqueueOne("acme", item(`1`))
+	e.enqueueOne("acme", item(`2`))
+	if _, ok := e.pop("acme", 0); !ok { // TAT = now + 100ms
+		t.Fatal("pop: nothing due")
+	}
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 50_000, 1 }))
+	st := e.state("acme")
+	if got := st.TAT.Sub(epoch); got != 50*time.Millisecond {
+		t.Fatalf("TAT = now + %s, want +50ms under the new default", got)
+	}
+	if rel, ok := e.pop("acme", 50*time.Millisecond); ok {
+		t.Fatalf("pop: %+v, want nothing before the stale ready score +100ms", rel)
+	}
+	rel, ok := e.pop("acme", 100*time.Millisecond)
+	if !ok || !rel.Slot.Equal(epoch.Add(50*time.Millisecond)) {
+		t.Fatalf("pop: %+v %v, want slot +50ms", rel, ok)
+	}
+	e.requireConsistent()
+}

@@ -1,0 +1,254 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts. Each file opens with its KEYS/ARGV/reply contract; clock.lua
+// is the clock of every script; lib.lua holds the shared prologue (key
+// builders, policy merge, tenant state, reschedule), lifecycle.lua the job
+// lifecycle helpers (head lane, attempt log, retry curve, dead letters,
+// tenant cache). They are assembled once, at init: built-in defaults, clock,
+// lib, lifecycle, script (the standalone scripts: clock, script).
+var (
+	//go:embed lua/clock.lua
+	luaClock string
+	//go:embed lua/lib.lua
+	luaLib string
+	//go:embed lua/lifecycle.lua
+	luaLifecycle string
+	//go:embed lua/enqueue.lua
+	luaEnqueue string
+	//go:embed lua/cancel.lua
+	luaCancel string
+	//go:embed lua/pass.lua
+	luaPass string
+	//go:embed lua/claim.lua
+	luaClaim string
+	//go:embed lua/finish.lua
+	luaFinish string
+	//go:embed lua/admin.lua
+	luaAdmin string
+	//go:embed lua/replay.lua
+	luaReplay string
+	//go:embed lua/dead_letters.lua
+	luaDeadLetters string
+	//go:embed lua/workers.lua
+	luaWorkers string
+	//go:embed lua/task_workers.lua
+	luaTaskWorkers string
+	//go:embed lua/policy_put.lua
+	luaPolicyPut string
+	//go:embed lua/tenant_state.lua
+	luaTenantState string
+)
+
+// script is one dispatch script: its name (for error messages, and its
+// function's in the Redis Functions library, functions.go), the assembled
+// EVAL script and, for the scripts built on lib.lua, the body the library
+// holds ("" for the standalone ones).
+type script struct {
+	name string
+	lua  *redis.Script
+	body string
+}
+
+// libScripts are the scripts built on lib.lua, in the order they were
+// assembled: the bodies of the Functions library.
+var libScripts []*script
+
+var (
+	scriptEnqueue     = assemble("enqueue", luaEnqueue)
+	scriptCancel      = assemble("cancel", luaCancel)
+	scriptPass        = assemble("pass", luaPass)
+	scriptClaim       = assemble("claim", luaClaim)
+	scriptFinish      = assemble("finish", luaFinish)
+	scriptAdmin       = assemble("admin", luaAdmin)
+	scriptReplay      = assemble("replay", luaReplay)
+	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
+	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
+	// shard-tagged (no lib.lua).
+	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaClock + "\n" + luaWorkers)}
+	scriptTaskWorkers = &script{name: "task_workers", lua: redis.NewScript(luaClock + "\n" + luaTaskWorkers)}
+	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
+	scriptTenantState = assemble("tenant_state", luaTenantState)
+)
+
+// prologue is what every script built on lib.lua shares: the built-in
+// defaults, clock.lua, lib.lua and lifecycle.lua.
+func prologue() string {
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLifecycle + "\n"
+}
+
+// assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as
+// locals, the prologue, begin(), the body — and adds the body to the
+// Functions library (functions.go).
+func assemble(name, body string) *script {
+	src := "local KEYS, ARGV = KEYS, ARGV\n" + prologue() +
+		"do local err = begin() if err then return err end end\n" + body
+	sc := &script{name: name, lua: redis.NewScript(src), body: body}
+	libScripts = append(libScripts, sc)
+	return sc
+}
+
+// Status codes in the first element of every script reply (lib.lua).
+const (
+	statusOK              = "ok"
+	statusNotFound        = "not_found"
+	statusConflict        = "conflict"
+	statusVersionMismatch = "version_mismatch"
+	statusInvalid         = "invalid"
+)
+
+// run executes sc on shard with the conventional arguments (KEYS[1] = the
+// shard's ready set, ARGV[1] = the shard base, ARGV[2] = now µs or 0) and
+// returns a decoder over the reply. A reply whose status is not "ok" is also
+// returned as a *statusReply error, which callers turn into their typed error.
+func (s *Store) run(ctx context.Context, sc *script, shard int, args ...any) (decoder, error) {
+	return s.runKeys(ctx, sc, []string{s.keys.ready(shard)}, s.argv(shard, args...)...)
+}
+
+// argv is the conventional ARGV of a shard script: the shard base, now, args.
+func (s *Store) argv(shard int, args ...any) []any {
+	argv := make([]any, 0, 2+len(args))
+	argv = append(argv, s.keys.base(shard), s.nowArg())
+	return append(argv, args...)
+}
+
+// runKeys executes sc with keys and argv as they are and decodes the reply
+// as run does.
+func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...any) (decoder, error) {
+	v, err := s.call(ctx, sc, keys, argv)
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return decoder{}, fmt.Errorf("script %s: %w: nil reply", sc.name, ErrProtocol)
+		}
+		return decoder{}, fmt.Errorf("script %s: %w", sc.name, err)
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return decoder{}, fmt.Errorf("script %s: %w: reply is %T", sc.name, ErrProtocol, v)
+	}
+	d := newDecoder(sc.name, arr)
+	if status := d.str(0); status != statusOK {
+		if err := d.Err(); err != nil {
+			return d, err
+		}
+		return d, &statusReply{script: sc.name, status: status}
+	}
+	return d, nil
+}
+
+// nowArg is ARGV[2]: the injected clock in µs, or "0" for Redis TIME.
+func (s *Store) nowArg() string {
+	if s.clock == nil {
+		return "0"
+	}
+	return strconv.FormatInt(s.clock().UnixMicro(), 10)
+}
+
+// statusReply is a script's refusal ({'not_found'}, {'conflict', state}, …).
+type statusReply struct {
+	script string
+	status string
+}
+
+func (e *statusReply) Error() string { return "script " + e.script + ": " + e.status }
+
+// Is maps the status to the package's sentinels.
+func (e *statusReply) Is(target error) bool {
+	switch e.status {
+	case statusNotFound:
+		return target == ErrNotFound
+	case statusConflict:
+		return target == ErrConflict
+	case statusVersionMismatch:
+		return target == ErrVersionMismatch
+	case statusInvalid:
+		return target == ErrInvalid
+	}
+	return target == ErrProtocol
+}
+
+// decoder reads a script reply with checked assertions. The first mismatch
+// (wrong type, missing element) is kept as a sticky error, shared with the
+// decoders of nested arrays; reads after it return zero values. Check Err
+// once after reading.
+type decoder struct {
+	what string
+	r    []any
+	err  *error
+}
+
+func newDecoder(what string, r []any) decoder {
+	return decoder{what: what, r: r, err: new(error)}
+}
+
+// Err is the first mismatch, wrapping ErrProtocol, or nil.
+func (d decoder) Err() error {
+	if d.err == nil {
+		return fmt.Errorf("decode %s: %w: no reply", d.what, ErrProtocol)
+	}
+	return *d.err
+}
+
+// Len is the number of elements.
+func (d decoder) Len() int { return len(d.r) }
+
+func (d decoder) fail(format string, args ...any) {
+	if d.err != nil && *d.err == nil {
+		*d.err = fmt.Errorf("decode %s: %w: %s", d.what, ErrProtocol, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d decoder) at(i int) any {
+	if i < 0 || i >= len(d.r) {
+		d.fail("element %d of a %d-element reply", i, len(d.r))
+		return nil
+	}
+	return d.r[i]
+}
+
+func (d decoder) int(i int) int64 {
+	v, ok := d.at(i).(int64)
+	if !ok {
+		d.fail("element %d: want an integer, got %T", i, d.at(i))
+	}
+	return v
+}
+
+func (d decoder) str(i int) string {
+	v, ok := d.at(i).(string)
+	if !ok {
+		d.fail("element %d: want a string, got %T", i, d.at(i))
+	}
+	return v
+}
+
+// list is a decoder over the array at i, sharing d's error.
+func (d decoder) list(i int) decoder {
+	v, ok := d.at(i).([]any)
+	if !ok {
+		d.fail("element %d: want an array, got %T", i, d.at(i))
+	}
+	return decoder{what: d.what, r: v, err: d.err}
+}
+
+// fields reads the elements from index from on as field/value pairs (an
+// HGETALL).
+func (d decoder) fields(from int) map[string]string {
+	if (len(d.r)-from)%2 != 0 {
+		d.fail("odd number of field/value elements from %d", from)
+	}
+	m := make(map[string]string, (len(d.r)-from)/2)
+	for i := from; i+1 < len(d.r); i += 2 {
+		m[d.str(i)] = d.str(i + 1)
+	}
+	return m
+}

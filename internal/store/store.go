@@ -1,0 +1,135 @@
+// Package dispatch is Sluice's Redis layer for tenant backlogs (DESIGN §2–§3):
+// job records, the per-tenant backlog and head lane, the shard's ready,
+// delayed and lease sets, per-tenant policies, and the scripts that change
+// them atomically — enqueue with token-bucket admission, cancel, the
+// dispatcher's pass (promotion, lease sweep, paced release), the workers'
+// claim and finish, the admin pause/resume, dead letters and replay — and
+// the workers' capacity heartbeats and the task middleware's queue
+// heartbeats.
+//
+// Every operation on a tenant or a job is one Lua script on one shard (one
+// Redis Cluster slot). The clock is Redis TIME read inside the scripts, in
+// integer microseconds; Config.Clock injects a fake one for tests.
+package store
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Config.
+const (
+	PrefixDefault            = "sluice"
+	ShardsDefault            = 16
+	CanceledRetentionDefault = 24 * time.Hour
+)
+
+// Config configures a Store. The zero value is valid: every field has a default.
+type Config struct {
+	// Prefix starts every key: 1–64 characters of [A-Za-z0-9._-].
+	// Default PrefixDefault.
+	Prefix string
+	// Shards is the number of shards, 1 … 16384 (one Cluster slot each).
+	// It is fixed for the life of the data (job ids carry their shard).
+	// Default ShardsDefault.
+	Shards int
+	// CanceledRetention is how long a canceled job's tombstone and its
+	// idempotency key are kept, at least 1ms. Default CanceledRetentionDefault.
+	CanceledRetention time.Duration
+	// IdempotencyRetention is how long a canceled job's idempotency key is
+	// kept; 0 means as long as the tombstone (CanceledRetention).
+	IdempotencyRetention time.Duration
+	// Clock, when set, replaces Redis TIME as every script's now (tests).
+	// Nil in production: one clock, Redis's, for every host.
+	Clock func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
+	c.Shards = cmp.Or(c.Shards, ShardsDefault)
+	c.CanceledRetention = cmp.Or(c.CanceledRetention, CanceledRetentionDefault)
+	return c
+}
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func (c Config) validate() error {
+	var errs []error
+	if !prefixPattern.MatchString(c.Prefix) {
+		errs = append(errs, invalidf("prefix %q: want 1–64 characters of [A-Za-z0-9._-]", c.Prefix))
+	}
+	if c.Shards < 1 || c.Shards > 16384 {
+		errs = append(errs, invalidf("shards %d: want 1 … 16384", c.Shards))
+	}
+	if c.CanceledRetention < time.Millisecond {
+		errs = append(errs, invalidf("canceled retention %s: want at least 1ms", c.CanceledRetention))
+	}
+	return errors.Join(errs...)
+}
+
+// Store is the Redis layer of tenant backlogs. It is safe for concurrent use;
+// it holds no state of its own besides its configuration, so any number of
+// Stores in any number of processes may share one Redis.
+type Store struct {
+	rdb           redis.UniversalClient
+	keys          keyspace
+	retention     time.Duration
+	idemRetention time.Duration
+	clock         func() time.Time
+	// seed draws the retry jitter seed of each finish and pass; tests
+	// replace it to make the jitter deterministic.
+	seed func() uint64
+	// fmode is modeFunctions until Redis turns out to have no Functions.
+	fmode atomic.Int32
+}
+
+// NewStore returns a Store on rdb (a plain client or a Cluster client; the
+// caller owns it and closes it). cfg is completed with WithDefaults.
+func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new dispatch store: %w", err)
+	}
+	return &Store{
+		rdb:       rdb,
+		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
+		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
+		clock: cfg.Clock,
+		seed:  rand.Uint64,
+	}, nil
+}
+
+// Shards is the configured number of shards.
+func (s *Store) Shards() int { return s.keys.shards }
+
+// now is the injected clock or, without one, the local clock — used only for
+// the millisecond inside new job ids, never for a decision.
+func (s *Store) now() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
+}
+
+var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
+
+// ValidTenant reports whether id is a valid tenant id (DESIGN §1): 1–128
+// characters of [A-Za-z0-9._@-], not "." or "..".
+func ValidTenant(id string) bool {
+	return tenantPattern.MatchString(id) && id != "." && id != ".."
+}
+
+func checkTenant(id string) error {
+	if !ValidTenant(id) {
+		return invalidf("tenant %q: want 1–128 characters of [A-Za-z0-9._@-], not . or ..", id)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// TenantState is a snapshot of one tenant, as its next decision would see it.
+//
+// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times:
+//
+//	tat, tat_t, tat_b   GCRA TAT of the plan (release slots) and the T and b it was computed with
+//	slast, sslot, stat  the send schedule (claim.lua): when the last job was claimed,
+//	                    its planned slot, and a GCRA TAT over claim instants
+//	atok, ats           admission tokens, and the time of the last whole-token refill
+//	live, bytes         jobs counting toward the backlog (scheduled, queued,
+//	                    released, retrying) and their body bytes
+//	qtok                tokens (sum of costs) of the queued jobs
+//	running, released   jobs in those states
+//	rtok                tokens of the released jobs (the release cap counts them)
+//	hseq                head-lane sequence: the score of the last job put in the head lane
+//	hlen                jobs in the head lane (spares reading an empty lane)
+//	paused_until        upstream pause (throttled outcomes): no slot before it
+//	admin_paused        1: paused by an operator until Resume (out of ready)
+//	admin_until         timed operator pause: no slot before it
+//	disabled            1: an upstream answered 410; out of ready until Resume
+//	vt                  weighted virtual time (Pass: fairness under overload)
+//	lead                D of the last pass that released a job of the tenant:
+//	                    the release cap ⌈D/T⌉ + b every script's reschedule applies
+//	rf                  adaptive rate factor f, ppm of the policy rate; 0 (absent)
+//	                    = RateFactorFull. Every GCRA computation (slots, TAT, the
+//	                    release cap, eta) uses T_eff = ⌈T·10⁶ / f⌉ for T; tat_t
+//	                    holds the T_eff the TAT was computed with
+//	cut_until           end of the current adaptive episode: congestion signals
+//	                    from attempts slotted before it do not cut f again, and
+//	                    their successes do not recover it (see Store.Finish).
+//	                    rf and cut_until expire with the hash: an idle tenant
+//	                    starts again at its full rate
+//
+// Counters by job state: scheduled, queued, released and retrying jobs count
+// in live and bytes; queued ones in qtok; released ones in released and rtok;
+// running ones in running only.
+type TenantState struct {
+	Now          time.Time // the script's now
+	Exists       bool      // the tenant hash exists
+	Backlog      int64     // jobs counting toward max_backlog
+	Bytes        int64     // their body bytes
+	Queued       int64     // jobs in the backlog list and head lane
+	QueuedCost   int64     // their tokens
+	Running      int64
+	Released     int64
+	ReleasedCost int64     // tokens of the released jobs
+	AdmitTokens  int64     // admission tokens available now
+	NextAt       time.Time // score in the shard's ready set: next eligible time; zero when not in it
+	TAT          time.Time // GCRA TAT; zero before the first release
+	PausedUntil  time.Time // zero when not paused
+	AdminPaused  bool      // paused by an operator until Resume
+	AdminUntil   time.Time // a timed operator pause's end; zero when none
+	Disabled     bool
+	VT           int64  // weighted virtual time (Pass)
+	DeadLetters  int64  // entries in the tenant's dead set
+	Version      int64  // the tenant's policy overrides version (0: none)
+	Policy       Params // the effective policy, as the scripts merged it
+	// RateFactor is the adaptive rate factor f in parts per million of the
+	// policy rate, 1 … RateFactorFull; RateFactorFull for a tenant that is
+	// not adaptive or not cut (DESIGN §4.2).
+	RateFactor int64
+	// IntervalUS is the effective emission interval T_eff = ⌈T·10⁶ / f⌉ in
+	// µs per token, the interval every slot is spaced by now; Policy.RateUS
+	// at the full factor.
+	IntervalUS int64
+	// CutUntil ends the current adaptive episode (see Store.Finish); zero
+	// when none has been.
+	CutUntil time.Time
+}
+
+// EffectiveRate is the tenant's dispatch rate now in tokens per second,
+// 10⁶ / IntervalUS: the policy rate times RateFactor / RateFactorFull (up
+// to the rounding of T_eff to whole µs). 0 for a zero TenantState.
+func (st TenantState) EffectiveRate() float64 {
+	if st.IntervalUS <= 0 {
+		return 0
+	}
+	return 1e6 / float64(st.IntervalUS)
+}
+
+// TenantState reads tenant's state in one read-only script.
+func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, error) {
+	if err := checkTenant(tenant); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	d, err := s.run(ctx, scriptTenantState, s.keys.shardOf(tenant), tenant)
+	if err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	st := TenantState{
+		Now: microsTime(d.int(1)), Exists: d.int(2) == 1,
+		Backlog: d.int(3), Bytes: d.int(4), Queued: d.int(5), QueuedCost: d.int(6),
+		Running: d.int(7), Released: d.int(8), AdmitTokens: d.int(9),
+		TAT: microsTime(d.int(11)), PausedUntil: microsTime(d.int(12)),
+		AdminPaused: d.int(13) == 1, Disabled: d.int(14) == 1, Version: d.int(15),
+	}
+	st.ReleasedCost, st.AdminUntil, st.VT, st.DeadLetters = d.int(17), microsTime(d.int(18)), d.int(19), d.int(20)
+	st.RateFactor, st.IntervalUS, st.CutUntil = d.int(21), d.int(22), microsTime(d.int(23))
+	if score := d.int(10); score >= 0 {
+		st.NextAt = microsTime(score)
+	}
+	policy := d.str(16)
+	if err := d.Err(); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	if err := json.Unmarshal([]byte(policy), &st.Policy); err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w: policy %q: %w", tenant, ErrProtocol, policy, err)
+	}
+	return st, nil
+}
