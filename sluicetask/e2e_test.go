@@ -10,9 +10,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/sluicetask"
 )
 
@@ -49,7 +49,7 @@ func TestTaskJobsRunOnceWithinRateAndConcurrency(t *testing.T) {
 			t.Fatalf("job %s ran %d times, want once", id, len(calls))
 		}
 		c := calls[0]
-		if c.taskType != "email:send" || c.payload != payloads[i] || c.headers[dispatch.HeaderJob] != id ||
+		if c.taskType != "email:send" || c.payload != payloads[i] || c.headers[wire.HeaderJob] != id ||
 			c.job.Tenant != tenant || c.job.Attempt != 1 {
 			t.Errorf("job %s: handler got %+v, want type email:send, payload %s, its headers", id, c, payloads[i])
 		}

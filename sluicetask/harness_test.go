@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/sluicetask"
 )
 
@@ -43,7 +44,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{Prefix: prefix, Shards: 4,
+	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{Prefix: prefix, Shards: 4,
 		Lead: store.LeadDefault, MinLead: store.MinLeadDefault}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +66,8 @@ func (e *env) enqueue(tenant string, payloads ...string) []string {
 	e.t.Helper()
 	items := make([]store.Item, len(payloads))
 	for i, p := range payloads {
-		spec := job.Spec{Type: job.TypeTask, TaskType: "email:send", Queue: e.queue, Payload: json.RawMessage(p)}
-		items[i] = store.Item{Type: job.TypeTask, Body: spec.Canonical()}
+		spec := job.Spec{Type: wire.TypeTask, TaskType: "email:send", Queue: e.queue, Payload: json.RawMessage(p)}
+		items[i] = store.Item{Type: wire.TypeTask, Body: spec.Canonical()}
 	}
 	rs, err := e.st.Enqueue(e.ctx, tenant, items)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // deployment is what the middleware needs of <prefix>:meta.
@@ -27,21 +27,21 @@ type deployment struct {
 // must be the ones this build knows.
 func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix string, s Settings) (deployment, error) {
 	d := deployment{shards: s.Shards, minLead: s.MinLead}
-	stored, err := rdb.HGetAll(ctx, dispatch.MetaKey(prefix)).Result()
+	stored, err := rdb.HGetAll(ctx, wire.MetaKey(prefix)).Result()
 	if err != nil {
-		return deployment{}, fmt.Errorf("read %s: %w", dispatch.MetaKey(prefix), err)
+		return deployment{}, fmt.Errorf("read %s: %w", wire.MetaKey(prefix), err)
 	}
 	if len(stored) > 0 {
 		var diffs []string
-		if stored["hash"] != dispatch.MetaHash || stored["schema"] != strconv.Itoa(dispatch.MetaSchema) {
+		if stored["hash"] != wire.MetaHash || stored["schema"] != strconv.Itoa(wire.MetaSchema) {
 			diffs = append(diffs, fmt.Sprintf("hash %q schema %q: this build knows %q schema %d",
-				stored["hash"], stored["schema"], dispatch.MetaHash, dispatch.MetaSchema))
+				stored["hash"], stored["schema"], wire.MetaHash, wire.MetaSchema))
 		}
 		shards, errShards := strconv.Atoi(stored["shards"])
 		minLeadUS, errLead := strconv.ParseInt(stored["min_lead_us"], 10, 64)
 		if errShards != nil || errLead != nil || shards < 1 || minLeadUS < 1 {
 			return deployment{}, fmt.Errorf("read %s: shards %q, min_lead_us %q: want positive integers",
-				dispatch.MetaKey(prefix), stored["shards"], stored["min_lead_us"])
+				wire.MetaKey(prefix), stored["shards"], stored["min_lead_us"])
 		}
 		minLead := time.Duration(minLeadUS) * time.Microsecond
 		if d.shards != 0 && d.shards != shards {
@@ -52,7 +52,7 @@ func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix strin
 		}
 		if len(diffs) > 0 {
 			return deployment{}, fmt.Errorf("%s: %w: %s — leave Settings.Shards and Settings.MinLead zero to take the stored values",
-				dispatch.MetaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
+				wire.MetaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
 		}
 		d.shards, d.minLead = shards, minLead
 	}

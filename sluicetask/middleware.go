@@ -9,9 +9,9 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -164,7 +164,7 @@ func (m *Middleware) Wrap(next asynq.Handler) asynq.Handler {
 		}
 		w := m.worker.Load()
 		if w == nil {
-			return errorf("%s task job %q: %w", t.Type(), t.Headers()[dispatch.HeaderJob], ErrNotStarted)
+			return errorf("%s task job %q: %w", t.Type(), t.Headers()[wire.HeaderJob], ErrNotStarted)
 		}
 		return w.ProcessTaskJob(context.WithValue(ctx, callKey{}, call{task: t, next: next}), t)
 	})
@@ -173,9 +173,9 @@ func (m *Middleware) Wrap(next asynq.Handler) asynq.Handler {
 // hasSluiceHeaders reports whether t carries any of the protocol's headers.
 func hasSluiceHeaders(t *asynq.Task) bool {
 	h := t.Headers()
-	_, id := h[dispatch.HeaderJob]
-	_, gen := h[dispatch.HeaderGen]
-	_, slot := h[dispatch.HeaderSlot]
+	_, id := h[wire.HeaderJob]
+	_, gen := h[wire.HeaderGen]
+	_, slot := h[wire.HeaderSlot]
 	return id || gen || slot
 }
 
@@ -196,14 +196,14 @@ var _ worker.Executor = executor{}
 // Execute builds the user's task from the stored job and runs it; a stored
 // job that is not a task job with a task_type is a permanent failure
 // ("invalid_job": nothing could ever run it).
-func (executor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
+func (executor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
 	c, ok := ctx.Value(callKey{}).(call)
 	if !ok { // a Worker not reached through Wrap: cannot happen
-		return store.AttemptOutcome{Kind: store.FinishRetry, Error: "sluicetask: no handler"}
+		return wire.AttemptOutcome{Kind: wire.FinishRetry, Error: "sluicetask: no handler"}
 	}
 	spec, err := job.Parse(cj.Body)
-	if err != nil || cj.Type != job.TypeTask || spec.TaskType == "" {
-		return store.AttemptOutcome{Kind: store.FinishPermanent, Error: "invalid_job"}
+	if err != nil || cj.Type != wire.TypeTask || spec.TaskType == "" {
+		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}
 	task := asynq.NewTaskWithHeaders(spec.TaskType, spec.Payload, c.task.Headers())
 	ctx = context.WithValue(ctx, jobKey{}, Job{ID: cj.ID, Tenant: cj.Tenant, Attempt: int(cj.Attempt), Slot: cj.Slot})

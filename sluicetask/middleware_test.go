@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/sluicetask"
 )
 
@@ -82,7 +83,7 @@ func TestStartReadsMetaAndChecksThePickupBudget(t *testing.T) {
 	}
 
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(e.ctx, rdb, dispatch.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
+	if _, err := dispatch.EnsureMeta(e.ctx, rdb, wire.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &env{t: t, ctx: e.ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks"}
@@ -152,7 +153,7 @@ func TestWrapHeaderHandling(t *testing.T) {
 		t.Fatalf("plain task reached next as %+v", c)
 	}
 	job := asynq.NewTaskWithHeaders("email:send", nil, map[string]string{
-		dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "1", dispatch.HeaderSlot: "1",
+		wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", wire.HeaderGen: "1", wire.HeaderSlot: "1",
 	})
 	if err := h.ProcessTask(e.ctx, job); !errors.Is(err, sluicetask.ErrNotStarted) {
 		t.Fatalf("job before Start: %v, want ErrNotStarted", err)
@@ -163,13 +164,13 @@ func TestWrapHeaderHandling(t *testing.T) {
 	}
 	t.Cleanup(m.Stop)
 	for _, headers := range []map[string]string{
-		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
-		{dispatch.HeaderGen: "2", dispatch.HeaderSlot: "1700000000000000"},
-		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "0", dispatch.HeaderSlot: "1700000000000000"},
-		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "1", dispatch.HeaderSlot: "soon"},
+		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
+		{wire.HeaderGen: "2", wire.HeaderSlot: "1700000000000000"},
+		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", wire.HeaderGen: "0", wire.HeaderSlot: "1700000000000000"},
+		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", wire.HeaderGen: "1", wire.HeaderSlot: "soon"},
 	} {
 		err := h.ProcessTask(e.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers))
-		if !errors.Is(err, dispatch.ErrBadPayload) {
+		if !errors.Is(err, wire.ErrBadPayload) {
 			t.Errorf("headers %v: %v, want a malformed-headers error", headers, err)
 		}
 	}

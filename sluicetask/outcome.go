@@ -8,7 +8,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ThrottledError is the error of Throttled: the upstream asked to slow down.
@@ -59,24 +59,24 @@ func (e *permanentError) Unwrap() []error { return []error{e.err, asynq.SkipRetr
 // outcomeOf classifies what a handler returned (see the package
 // documentation): nil → success; *ThrottledError → throttled, pausing its
 // After; wrapping asynq.SkipRetry → permanent; any other error → retry,
-// reported as store.TimeoutReason when ctx, the attempt's, ran out (an
+// reported as timed out (wire.ReasonTimeout) when ctx, the attempt's, ran out (an
 // adaptive tenant then slows down as for an upstream timeout). The error's
 // message is the attempt's error in the job's log, cut by Sluice to
-// store.MaxErrorLen bytes.
-func outcomeOf(ctx context.Context, err error, latency time.Duration) store.AttemptOutcome {
-	o := store.AttemptOutcome{Latency: latency}
+// wire.MaxErrorLen bytes.
+func outcomeOf(ctx context.Context, err error, latency time.Duration) wire.AttemptOutcome {
+	o := wire.AttemptOutcome{Latency: latency}
 	var throttled *ThrottledError
 	switch {
 	case err == nil:
-		o.Kind = store.FinishSuccess
+		o.Kind = wire.FinishSuccess
 	case errors.As(err, &throttled):
-		o.Kind, o.Pause, o.Error = store.FinishThrottled, max(throttled.After, 0), err.Error()
+		o.Kind, o.Pause, o.Error = wire.FinishThrottled, max(throttled.After, 0), err.Error()
 	case errors.Is(err, asynq.SkipRetry):
-		o.Kind, o.Error = store.FinishPermanent, err.Error()
+		o.Kind, o.Error = wire.FinishPermanent, err.Error()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		o.Kind, o.Error = store.FinishRetry, store.TimeoutReason
+		o.Kind, o.Error, o.TimedOut = wire.FinishRetry, wire.ReasonTimeout, true
 	default:
-		o.Kind, o.Error = store.FinishRetry, err.Error()
+		o.Kind, o.Error = wire.FinishRetry, err.Error()
 	}
 	return o
 }

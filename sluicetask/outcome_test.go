@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TestOutcomeOf pins the mapping of a handler's result to a finish
@@ -25,25 +26,26 @@ func TestOutcomeOf(t *testing.T) {
 		name  string
 		ctx   context.Context
 		err   error
-		kind  store.FinishKind
+		kind  wire.FinishKind
 		pause time.Duration
 		msg   string
 	}{
-		{"nil", context.Background(), nil, store.FinishSuccess, 0, ""},
-		{"throttled", context.Background(), Throttled(5 * time.Second), store.FinishThrottled, 5 * time.Second, "upstream throttled: retry after 5s"},
-		{"throttled, default pause", context.Background(), Throttled(0), store.FinishThrottled, 0, "upstream throttled"},
-		{"throttled, negative", context.Background(), Throttled(-time.Second), store.FinishThrottled, 0, "upstream throttled"},
-		{"throttled, wrapped", context.Background(), fmt.Errorf("call api: %w", Throttled(2*time.Second)), store.FinishThrottled, 2 * time.Second, "call api: upstream throttled: retry after 2s"},
-		{"throttled after the deadline", expired, Throttled(time.Second), store.FinishThrottled, time.Second, "upstream throttled: retry after 1s"},
-		{"permanent", context.Background(), Permanent(bad), store.FinishPermanent, 0, "bad address"},
-		{"permanent nil", context.Background(), Permanent(nil), store.FinishPermanent, 0, "permanent failure"},
-		{"skip retry", context.Background(), fmt.Errorf("no such user: %w", asynq.SkipRetry), store.FinishPermanent, 0, "no such user: skip retry for the task"},
-		{"other", context.Background(), errors.New("upstream 500"), store.FinishRetry, 0, "upstream 500"},
-		{"deadline passed", expired, errors.New("read: i/o timeout"), store.FinishRetry, 0, store.TimeoutReason},
+		{"nil", context.Background(), nil, wire.FinishSuccess, 0, ""},
+		{"throttled", context.Background(), Throttled(5 * time.Second), wire.FinishThrottled, 5 * time.Second, "upstream throttled: retry after 5s"},
+		{"throttled, default pause", context.Background(), Throttled(0), wire.FinishThrottled, 0, "upstream throttled"},
+		{"throttled, negative", context.Background(), Throttled(-time.Second), wire.FinishThrottled, 0, "upstream throttled"},
+		{"throttled, wrapped", context.Background(), fmt.Errorf("call api: %w", Throttled(2*time.Second)), wire.FinishThrottled, 2 * time.Second, "call api: upstream throttled: retry after 2s"},
+		{"throttled after the deadline", expired, Throttled(time.Second), wire.FinishThrottled, time.Second, "upstream throttled: retry after 1s"},
+		{"permanent", context.Background(), Permanent(bad), wire.FinishPermanent, 0, "bad address"},
+		{"permanent nil", context.Background(), Permanent(nil), wire.FinishPermanent, 0, "permanent failure"},
+		{"skip retry", context.Background(), fmt.Errorf("no such user: %w", asynq.SkipRetry), wire.FinishPermanent, 0, "no such user: skip retry for the task"},
+		{"other", context.Background(), errors.New("upstream 500"), wire.FinishRetry, 0, "upstream 500"},
+		{"deadline passed", expired, errors.New("read: i/o timeout"), wire.FinishRetry, 0, wire.ReasonTimeout},
 	}
 	for _, tc := range cases {
 		o := outcomeOf(tc.ctx, tc.err, 3*time.Millisecond)
-		if o.Kind != tc.kind || o.Pause != tc.pause || o.Error != tc.msg || o.Latency != 3*time.Millisecond || o.Status != 0 {
+		timedOut := tc.msg == wire.ReasonTimeout
+		if o.Kind != tc.kind || o.Pause != tc.pause || o.Error != tc.msg || o.Latency != 3*time.Millisecond || o.Status != 0 || o.TimedOut != timedOut {
 			t.Errorf("%s: %+v, want kind %s pause %s error %q", tc.name, o, tc.kind, tc.pause, tc.msg)
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // shutdownTimeout bounds the graceful drain of in-flight HTTP requests.
@@ -79,7 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer batcher.Close()
 
-	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{
+	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
 	}); err != nil {
 		return err
@@ -270,5 +271,5 @@ func labeledTenants(cfg *config.Config) []string {
 // sluiceQueues are the asynq queues Sluice feeds: webhook, http and the
 // task queues of the allow-list.
 func sluiceQueues(cfg *config.Config) []string {
-	return append([]string{dispatch.WebhookQueue(cfg.Redis.Prefix), dispatch.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
+	return append([]string{wire.WebhookQueue(cfg.Redis.Prefix), wire.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer rdb.Close()
-	if _, err := dispatch.EnsureMeta(ctx, rdb, dispatch.Meta{
+	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
 	}); err != nil {
 		return err

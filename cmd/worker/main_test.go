@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -90,8 +91,8 @@ log: {format: json, level: debug}
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := job.Spec{Type: job.TypeWebhook, URL: recv.URL + "/hook", Event: "invoice.paid", Payload: json.RawMessage(`{"n":7}`)}
-	rs, err := st.Enqueue(ctx, "acme", []store.Item{{Type: job.TypeWebhook, Body: spec.Canonical()}})
+	spec := job.Spec{Type: wire.TypeWebhook, URL: recv.URL + "/hook", Event: "invoice.paid", Payload: json.RawMessage(`{"n":7}`)}
+	rs, err := st.Enqueue(ctx, "acme", []store.Item{{Type: wire.TypeWebhook, Body: spec.Canonical()}})
 	if err != nil || rs[0].Outcome != store.Accepted {
 		t.Fatalf("enqueue: %+v, %v", rs, err)
 	}
@@ -114,7 +115,7 @@ log: {format: json, level: debug}
 		}
 		conc = conc[:0]
 		for _, s := range servers {
-			if _, ok := s.Queues[dispatch.WebhookQueue(prefix)]; ok {
+			if _, ok := s.Queues[wire.WebhookQueue(prefix)]; ok {
 				conc = append(conc, s.Concurrency)
 			}
 		}
@@ -197,7 +198,7 @@ func TestFlags(t *testing.T) {
 func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(context.Background(), rdb, dispatch.Meta{
+	if _, err := dispatch.EnsureMeta(context.Background(), rdb, wire.Meta{
 		Prefix: prefix, Shards: 4, Lead: store.LeadDefault, MinLead: store.MinLeadDefault,
 	}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestPauseAndResumeOverHTTP(t *testing.T) {
@@ -42,7 +43,7 @@ func TestPauseAndResumeOverHTTP(t *testing.T) {
 // attempt drives the shard's one queued job through one attempt of the
 // dispatch protocol — release, claim, finish with o — and returns its id and
 // the state the finish left it in.
-func attempt(t *testing.T, st *store.Store, shard int, o store.AttemptOutcome) (string, store.State) {
+func attempt(t *testing.T, st *store.Store, shard int, o wire.AttemptOutcome) (string, store.State) {
 	t.Helper()
 	ctx := context.Background()
 	pass, err := st.Pass(ctx, shard, store.PassConfig{Lead: time.Hour, MinLead: 0, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
@@ -64,7 +65,7 @@ func attempt(t *testing.T, st *store.Store, shard int, o store.AttemptOutcome) (
 // killJob drives one job to the dead set: an attempt that fails for good.
 func killJob(t *testing.T, st *store.Store, shard int) string {
 	t.Helper()
-	id, state := attempt(t, st, shard, store.AttemptOutcome{Kind: store.FinishPermanent, Status: 404, Error: "http_404"})
+	id, state := attempt(t, st, shard, wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 404, Error: "http_404"})
 	if state != store.StateDead {
 		t.Fatalf("finish: state %q, want dead", state)
 	}

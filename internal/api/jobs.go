@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // AdmitLimit is the policy name of a tenant's admission bucket in the
@@ -80,7 +81,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
-	if spec.Type == job.TypeTask {
+	if spec.Type == wire.TypeTask {
 		refusal, err := s.taskQueueRefusal(r, &it, spec.Queue)
 		if err != nil {
 			return 0, nil, err
@@ -238,7 +239,7 @@ func (s *Server) batchItem(raw json.RawMessage) (it store.Item, taskQueue string
 		return store.Item{}, "", errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
 	}
 	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, itemFingerprint(it)
-	if spec.Type == job.TypeTask {
+	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
 	return it, taskQueue, nil

@@ -7,16 +7,16 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // tenantView is the body of GET /v1/tenants/{tenant}: the effective policy
 // in user units (no secrets: they are not in the store) and the tenant's
 // state as its next decision would see it.
 type tenantView struct {
-	Tenant  string              `json:"tenant"`
-	Version int64               `json:"version"` // of the tenant's overrides; 0: none
+	Tenant  string           `json:"tenant"`
+	Version int64            `json:"version"` // of the tenant's overrides; 0: none
 	Policy  store.ParamsView `json:"policy"`
 	// Backlog counts the jobs toward max_backlog (scheduled, queued,
 	// released, retrying); BacklogBytes their body bytes.
@@ -47,8 +47,8 @@ type tenantView struct {
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.
 type policyResponse struct {
-	Tenant  string              `json:"tenant"`
-	Version int64               `json:"version"`
+	Tenant  string           `json:"tenant"`
+	Version int64            `json:"version"`
 	Policy  store.ParamsView `json:"policy"` // effective, user units
 }
 

@@ -8,8 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func (f *fixture) put(t *testing.T, tenant, token, body string, headers ...string) response {
@@ -181,7 +182,7 @@ func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
 	}
 	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-ad/jobs", producerToken, hook(1)), "acme-ad", "queued")
 	shard, _ := store.ShardOfJobID(id)
-	attempt(t, f.srv.opts.Store, shard, store.AttemptOutcome{Kind: store.FinishRetry, Status: 503, Error: "http_503"})
+	attempt(t, f.srv.opts.Store, shard, wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 503, Error: "http_503"})
 	if r := f.tenant(t, "acme-ad"); r["effective_rate"] != 5.0 || r["rate_factor"] != 0.5 {
 		t.Fatalf("after a 503: effective_rate %v, rate_factor %v; want 5, 0.5", r["effective_rate"], r["rate_factor"])
 	}

@@ -18,8 +18,8 @@ package config
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // Config is the whole configuration. Load (or FromFlags) returns it with

@@ -14,8 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // BenchmarkShardContention measures what shard leases save, on the real
@@ -76,7 +77,7 @@ type claimingSink struct {
 }
 
 func (s *claimingSink) EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
-	p, err := DecodePayload(t.Payload())
+	p, err := wire.DecodePayload(t.Payload())
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func (s *claimingSink) EnqueueContext(ctx context.Context, t *asynq.Task, opts .
 			case err != nil:
 				return
 			case c.Outcome == store.ClaimOK:
-				_, _ = s.st.Finish(ctx, p.ID, c.Job.Gen, store.AttemptOutcome{Kind: store.FinishSuccess, Status: 204}, store.FinishConfig{})
+				_, _ = s.st.Finish(ctx, p.ID, c.Job.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204}, store.FinishConfig{})
 				return
 			case c.Outcome == store.ClaimEarly:
 				slot = time.Now().Add(c.Wait)
@@ -161,7 +162,7 @@ func (e *benchEnv) released() (total, distinct int) {
 	for _, s := range e.sinks {
 		s.mu.Lock()
 		for _, t := range s.tasks {
-			p, err := DecodePayload(t.Payload())
+			p, err := wire.DecodePayload(t.Payload())
 			if err != nil {
 				e.b.Fatal(err)
 			}

@@ -178,9 +178,9 @@ type Dispatcher struct {
 	leases  *leases
 	budget  *budget
 	live    *store.LiveCache // task queues served by a live middleware
-	owned   atomic.Int32        // shards held (all of them with DisableLeases)
-	members atomic.Int32        // live dispatchers sharing the leases, this one included
-	wakes   []chan int64        // per shard: the latest published earliest time, µs
+	owned   atomic.Int32     // shards held (all of them with DisableLeases)
+	members atomic.Int32     // live dispatchers sharing the leases, this one included
+	wakes   []chan int64     // per shard: the latest published earliest time, µs
 
 	mu      sync.Mutex
 	started bool

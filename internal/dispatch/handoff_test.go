@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestTaskTimeoutIsWholeSecondsCoveringTwoLeadsTimeoutAndGrace(t *testing.T) {
@@ -24,15 +25,15 @@ func TestTaskTimeoutIsWholeSecondsCoveringTwoLeadsTimeoutAndGrace(t *testing.T) 
 		{100 * time.Millisecond, 1500 * time.Millisecond, time.Second, 3 * time.Second}, // 2.7s → 3s
 		{100 * time.Millisecond, -time.Second, time.Second, 2 * time.Second},            // a negative timeout counts as 0
 	} {
-		if got := TaskTimeout(tc.lead, tc.attempt, tc.grace); got != tc.want {
-			t.Errorf("TaskTimeout(%s, %s, %s) = %s, want %s", tc.lead, tc.attempt, tc.grace, got, tc.want)
+		if got := wire.TaskTimeout(tc.lead, tc.attempt, tc.grace); got != tc.want {
+			t.Errorf("wire.TaskTimeout(%s, %s, %s) = %s, want %s", tc.lead, tc.attempt, tc.grace, got, tc.want)
 		}
 	}
 }
 
 func TestPayloadRoundTripsAndRejectsGarbage(t *testing.T) {
 	t.Parallel()
-	p, err := DecodePayload([]byte(`{"id":"j3_01J0000000000000000000000","gen":7,"slot_us":1772366400000000}`))
+	p, err := wire.DecodePayload([]byte(`{"id":"j3_01J0000000000000000000000","gen":7,"slot_us":1772366400000000}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,19 +41,19 @@ func TestPayloadRoundTripsAndRejectsGarbage(t *testing.T) {
 		t.Fatalf("decoded %+v", p)
 	}
 	for _, bad := range []string{``, `{}`, `{"id":"x","gen":0,"slot_us":1}`, `{"id":"","gen":1,"slot_us":1}`, `{"id":"x","gen":1,"slot_us":0}`, `[1]`} {
-		if _, err := DecodePayload([]byte(bad)); !errors.Is(err, ErrBadPayload) {
-			t.Errorf("DecodePayload(%q) = %v, want ErrBadPayload", bad, err)
+		if _, err := wire.DecodePayload([]byte(bad)); !errors.Is(err, wire.ErrBadPayload) {
+			t.Errorf("wire.DecodePayload(%q) = %v, want wire.ErrBadPayload", bad, err)
 		}
 	}
 }
 
 func TestQueuesDeriveFromThePrefix(t *testing.T) {
 	t.Parallel()
-	if got := WebhookQueue(store.PrefixDefault); got != "sluice:webhook" {
-		t.Errorf("WebhookQueue = %q", got)
+	if got := wire.WebhookQueue(store.PrefixDefault); got != "sluice:webhook" {
+		t.Errorf("wire.WebhookQueue = %q", got)
 	}
-	if got := HTTPQueue(store.PrefixDefault); got != "sluice:http" {
-		t.Errorf("HTTPQueue = %q", got)
+	if got := wire.HTTPQueue(store.PrefixDefault); got != "sluice:http" {
+		t.Errorf("wire.HTTPQueue = %q", got)
 	}
 }
 
@@ -60,7 +61,7 @@ func TestTaskForEachJobType(t *testing.T) {
 	t.Parallel()
 	d := &Dispatcher{cfg: Config{Prefix: "p"}.withDefaults()}
 	slot := time.UnixMicro(1772366400123456)
-	base := store.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Gen: 3, Slot: slot, SendAt: slot, Timeout: 15 * time.Second}
+	base := wire.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Gen: 3, Slot: slot, SendAt: slot, Timeout: 15 * time.Second}
 
 	web := base
 	web.Type = "webhook"
@@ -68,10 +69,10 @@ func TestTaskForEachJobType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task.Type() != TaskTypeWebhook {
+	if task.Type() != wire.TaskTypeWebhook {
 		t.Errorf("webhook task type %q", task.Type())
 	}
-	p, err := DecodePayload(task.Payload())
+	p, err := wire.DecodePayload(task.Payload())
 	if err != nil || p.ID != web.ID || p.Gen != 3 || p.SlotUS != 1772366400123456 {
 		t.Errorf("webhook payload %+v, %v", p, err)
 	}
@@ -81,7 +82,7 @@ func TestTaskForEachJobType(t *testing.T) {
 	h := base
 	h.Type = "http"
 	task, opts, err = d.taskFor(h)
-	if err != nil || task.Type() != TaskTypeHTTP {
+	if err != nil || task.Type() != wire.TaskTypeHTTP {
 		t.Fatalf("http: %v, %v", task, err)
 	}
 	wantOpts[`Queue("p:webhook")`], wantOpts[`Queue("p:http")`] = false, true
@@ -107,14 +108,14 @@ func TestTaskForEachJobType(t *testing.T) {
 	if task.Type() != "email:send" || len(task.Payload()) != 0 {
 		t.Errorf("task job: type %q payload %q", task.Type(), task.Payload())
 	}
-	hp, err := PayloadFromHeaders(task.Headers())
-	if err != nil || hp != (Payload{ID: tj.ID, Gen: 3, SlotUS: 1772366400123456}) {
+	hp, err := wire.PayloadFromHeaders(task.Headers())
+	if err != nil || hp != (wire.Payload{ID: tj.ID, Gen: 3, SlotUS: 1772366400123456}) {
 		t.Errorf("task headers %v → %+v, %v", task.Headers(), hp, err)
 	}
 	wantOpts[`Queue("p:http")`], wantOpts[`Queue("emails")`] = false, true
 	checkOpts(t, "task", opts, wantOpts)
 
-	for _, bad := range []store.Release{
+	for _, bad := range []wire.Release{
 		{ID: "j1_x", Type: "carrier-pigeon", Gen: 1, Slot: slot},
 		{ID: "j1_x", Type: "task", Gen: 1, Slot: slot, Queue: "{q}", TaskType: "t"},
 		{ID: "j1_x", Type: "task", Gen: 1, Slot: slot, Queue: "q"},
@@ -150,15 +151,15 @@ func TestHandoffSkipsTaskJobsNoMiddlewareServes(t *testing.T) {
 	st := newFakeStore(1)
 	st.unserved = map[string]bool{"gone": true}
 	slot := time.Now()
-	rel := func(id, typ, queue string) store.Release {
-		return store.Release{ID: id, Tenant: "acme", Type: typ, Gen: 1, Slot: slot, SendAt: slot,
+	rel := func(id, typ, queue string) wire.Release {
+		return wire.Release{ID: id, Tenant: "acme", Type: typ, Gen: 1, Slot: slot, SendAt: slot,
 			Timeout: time.Second, Queue: queue, TaskType: "t:" + id}
 	}
 	st.result = func(_, n int) store.PassResult {
 		if n > 0 {
 			return store.PassResult{Now: time.Now()}
 		}
-		return store.PassResult{Now: time.Now(), Released: []store.Release{
+		return store.PassResult{Now: time.Now(), Released: []wire.Release{
 			rel("j1", "task", "gone"), rel("j2", "task", "default"), rel("j3", "webhook", "")}}
 	}
 	cfg := loopConfig(t, st)
@@ -168,8 +169,8 @@ func TestHandoffSkipsTaskJobsNoMiddlewareServes(t *testing.T) {
 	eventually(t, time.Second, "two tasks handed off", func() bool { return len(asy.enqueued()) == 2 })
 	d.Stop()
 	got := asy.enqueued()
-	if len(got) != 2 || slices.Contains(got, "t:j1") || !slices.Contains(got, "t:j2") || !slices.Contains(got, TaskTypeWebhook) {
-		t.Fatalf("handed off %v, want t:j2 and %s, not t:j1", got, TaskTypeWebhook)
+	if len(got) != 2 || slices.Contains(got, "t:j1") || !slices.Contains(got, "t:j2") || !slices.Contains(got, wire.TaskTypeWebhook) {
+		t.Fatalf("handed off %v, want t:j2 and %s, not t:j1", got, wire.TaskTypeWebhook)
 	}
 	if n := testutil.ToFloat64(d.metrics.unserved); n != 1 {
 		t.Fatalf("unserved releases %v, want 1", n)
@@ -188,7 +189,7 @@ func TestHandoffIsBoundedByHalfTheGraceNotByTheLead(t *testing.T) {
 		if n > 0 {
 			return store.PassResult{Now: time.Now()}
 		}
-		return store.PassResult{Now: time.Now(), Released: []store.Release{{ID: "j1", Tenant: "acme",
+		return store.PassResult{Now: time.Now(), Released: []wire.Release{{ID: "j1", Tenant: "acme",
 			Type: "webhook", Gen: 1, Slot: slot, SendAt: slot, Timeout: time.Second}}}
 	}
 	cfg := loopConfig(t, st)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Error back-off of a shard loop: doubled from backoffMin up to backoffMax,
@@ -322,7 +322,7 @@ func (d *Dispatcher) wait(ctx context.Context, s *shardLoop, until time.Time, wa
 // handoff enqueues the released jobs into asynq, up to EnqueueParallelism
 // at once. It runs to completion even when ctx ends, bounded by
 // handoffBound: a job released but not handed off waits for the sweep.
-func (d *Dispatcher) handoff(ctx context.Context, rels []store.Release) {
+func (d *Dispatcher) handoff(ctx context.Context, rels []wire.Release) {
 	if len(rels) == 0 {
 		return
 	}
@@ -360,9 +360,9 @@ func (d *Dispatcher) handoffBound() time.Duration {
 // middleware serves. A task id conflict means the task is already there (a
 // pass raced with a retry of this one): fine. Any other failure is repaired
 // by the sweep after the job's grace.
-func (d *Dispatcher) enqueue(ctx context.Context, r store.Release) {
+func (d *Dispatcher) enqueue(ctx context.Context, r wire.Release) {
 	d.metrics.released.WithLabelValues(typeLabel(r.Type)).Inc()
-	if r.Type == typeTask && r.Queue != "" {
+	if r.Type == wire.TypeTask && r.Queue != "" {
 		// No middleware serves the queue (it stopped since the enqueue):
 		// an asynq task would only wait there, and every sweep of the job
 		// would add one more. Leave the job to the sweep instead; when

@@ -5,28 +5,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Meta is a deployment's fixed parameters, kept in <prefix>:meta (DESIGN
-// §3): written by the first process that starts, compared by every later
-// one. Changing any of them is an offline operation (job ids carry their
-// shard; released jobs carry slots computed with D and L).
-type Meta struct {
-	Prefix  string
-	Shards  int
-	Lead    time.Duration // D
-	MinLead time.Duration // L
-}
-
-// The fixed parts of the meta hash.
-const (
-	MetaHash   = "crc32-ieee" // shard = crc32-IEEE(tenant) mod shards
-	MetaSchema = 1            // the key layout's version
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ErrMetaMismatch is wrapped by EnsureMeta's error when the stored
@@ -39,33 +22,19 @@ var (
 	scriptMeta = redis.NewScript(luaMeta)
 )
 
-// MetaKey is the key of the meta hash under prefix: "<prefix>:meta".
-func MetaKey(prefix string) string { return prefix + ":meta" }
-
-func (m Meta) fields() []string {
-	return []string{
-		"prefix", m.Prefix,
-		"shards", strconv.Itoa(m.Shards),
-		"hash", MetaHash,
-		"schema", strconv.Itoa(MetaSchema),
-		"lead_us", strconv.FormatInt(m.Lead.Microseconds(), 10),
-		"min_lead_us", strconv.FormatInt(m.MinLead.Microseconds(), 10),
-	}
-}
-
 // EnsureMeta writes m to <m.Prefix>:meta when the hash does not exist
 // (created reports it) and otherwise compares: every field that differs
 // (shards, hash, schema, D, L; a missing field counts) is named in one error
 // wrapping ErrMetaMismatch, which says how to resolve it. Safe to call from
 // any number of processes at once: one script writes or reads atomically.
-func EnsureMeta(ctx context.Context, rdb redis.UniversalClient, m Meta) (created bool, err error) {
-	want := m.fields()
-	v, err := scriptMeta.Run(ctx, rdb, []string{MetaKey(m.Prefix)}, toAny(want)...).Slice()
+func EnsureMeta(ctx context.Context, rdb redis.UniversalClient, m wire.Meta) (created bool, err error) {
+	want := m.Fields()
+	v, err := scriptMeta.Run(ctx, rdb, []string{wire.MetaKey(m.Prefix)}, toAny(want)...).Slice()
 	if err != nil {
-		return false, fmt.Errorf("ensure %s: %w", MetaKey(m.Prefix), err)
+		return false, fmt.Errorf("ensure %s: %w", wire.MetaKey(m.Prefix), err)
 	}
 	if len(v) == 0 || len(v)%2 != 1 {
-		return false, fmt.Errorf("ensure %s: reply of %d elements", MetaKey(m.Prefix), len(v))
+		return false, fmt.Errorf("ensure %s: reply of %d elements", wire.MetaKey(m.Prefix), len(v))
 	}
 	if flag, _ := v[0].(int64); flag == 0 {
 		return true, nil
@@ -85,7 +54,7 @@ func EnsureMeta(ctx context.Context, rdb redis.UniversalClient, m Meta) (created
 	if len(diffs) > 0 {
 		return false, fmt.Errorf("%w %s: %s — configure the stored values (redis.shards, dispatch.lead, dispatch.min_lead), "+
 			"or change them offline: stop every throttler and worker first (no such command exists yet; resharding rewrites job ids)",
-			ErrMetaMismatch, MetaKey(m.Prefix), strings.Join(diffs, "; "))
+			ErrMetaMismatch, wire.MetaKey(m.Prefix), strings.Join(diffs, "; "))
 	}
 	return false, nil
 }

@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestEnsureMetaWritesOnceAndRefusesMismatches(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
-	m := Meta{Prefix: prefix, Shards: 16, Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond}
+	m := wire.Meta{Prefix: prefix, Shards: 16, Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond}
 
 	created, err := EnsureMeta(ctx, rdb, m)
 	if err != nil || !created {
 		t.Fatalf("first EnsureMeta: created %v, %v", created, err)
 	}
-	stored, err := rdb.HGetAll(ctx, MetaKey(prefix)).Result()
+	stored, err := rdb.HGetAll(ctx, wire.MetaKey(prefix)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestEnsureMetaWritesOnceAndRefusesMismatches(t *testing.T) {
 	if strings.Contains(err.Error(), "min_lead_us") {
 		t.Errorf("error names an equal field: %v", err)
 	}
-	if got, _ := rdb.HGet(ctx, MetaKey(prefix), "shards").Result(); got != "16" {
+	if got, _ := rdb.HGet(ctx, wire.MetaKey(prefix), "shards").Result(); got != "16" {
 		t.Fatalf("a mismatch changed the stored meta: shards %q", got)
 	}
 }

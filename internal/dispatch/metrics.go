@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // metrics are the dispatcher's Prometheus series. Label sets are bounded:
@@ -75,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // typeLabel bounds the released counter's label to known job types.
 func typeLabel(t string) string {
 	switch t {
-	case typeWebhook, typeHTTP, typeTask:
+	case wire.TypeWebhook, wire.TypeHTTP, wire.TypeTask:
 		return t
 	}
 	return "other"

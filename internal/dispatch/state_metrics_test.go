@@ -12,8 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestStateCollectorReadsTenantsAndQueues(t *testing.T) {
@@ -31,12 +32,12 @@ func TestStateCollectorReadsTenantsAndQueues(t *testing.T) {
 	if err := st.Pause(ctx, "globex", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	queue := WebhookQueue(prefix)
+	queue := wire.WebhookQueue(prefix)
 	client := asynq.NewClientFromRedisClient(rdb)
-	if _, err := client.EnqueueContext(ctx, asynq.NewTask(TaskTypeWebhook, []byte(`{}`)), asynq.Queue(queue)); err != nil {
+	if _, err := client.EnqueueContext(ctx, asynq.NewTask(wire.TaskTypeWebhook, []byte(`{}`)), asynq.Queue(queue)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.EnqueueContext(ctx, asynq.NewTask(TaskTypeWebhook, []byte(`{}`)), asynq.Queue(queue), asynq.ProcessIn(time.Hour)); err != nil {
+	if _, err := client.EnqueueContext(ctx, asynq.NewTask(wire.TaskTypeWebhook, []byte(`{}`)), asynq.Queue(queue), asynq.ProcessIn(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,13 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// Types of job.
-const (
-	TypeWebhook = "webhook"
-	TypeHTTP    = "http"
-	TypeTask    = "task"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Limits on fields, beyond the byte limits of the config.
@@ -105,11 +100,11 @@ func (s *Spec) Validate(r Rules) error {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	switch s.Type {
-	case TypeWebhook:
+	case wire.TypeWebhook:
 		s.validateWebhook(add)
-	case TypeHTTP:
+	case wire.TypeHTTP:
 		s.validateHTTP(add)
-	case TypeTask:
+	case wire.TypeTask:
 		s.validateTask(r, add)
 	case "":
 		add("type", "required: webhook, http or task")

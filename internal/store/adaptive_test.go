@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // The adaptive rate (DESIGN §4.2) on the fake clock: cuts once per episode,
@@ -15,10 +17,10 @@ import (
 // computation at the effective interval T_eff = ⌈T·10⁶ / f⌉.
 
 var (
-	throttled1s = AttemptOutcome{Kind: FinishThrottled, Status: 429, Pause: time.Second, Error: "http_429"}
-	failed500   = AttemptOutcome{Kind: FinishRetry, Status: 500, Error: "http_500"}
-	timedOut    = AttemptOutcome{Kind: FinishRetry, Error: TimeoutReason}
-	succeeded   = AttemptOutcome{Kind: FinishSuccess, Status: 200}
+	throttled1s = wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429, Pause: time.Second, Error: "http_429"}
+	failed500   = wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 500, Error: "http_500"}
+	timedOut    = wire.AttemptOutcome{Kind: wire.FinishRetry, Error: wire.ReasonTimeout, TimedOut: true}
+	succeeded   = wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
 )
 
 // inFlight releases tenant's next n jobs in one pass (D = 1s, L = 0) and
@@ -101,22 +103,22 @@ func TestAdaptiveFailuresCutOncePerEpisode(t *testing.T) {
 		t.Fatalf("episode until now + %s, paused until %v; want TAT before the cut (now + 100ms), no pause",
 			st.CutUntil.Sub(now), st.PausedUntil)
 	}
-	e.finish(jobs[1].ID, jobs[1].Gen, AttemptOutcome{Kind: FinishRetry, Status: 503}, FinishConfig{})
+	e.finish(jobs[1].ID, jobs[1].Gen, wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 503}, FinishConfig{})
 	e.finish(jobs[2].ID, jobs[2].Gen, timedOut, FinishConfig{})
 	e.requireFactor("acme", 500_000, "three failures in flight together")
 	e.requireConsistent()
 
 	for i, c := range []struct {
-		o    AttemptOutcome
+		o    wire.AttemptOutcome
 		want int64 // the factor after it
 	}{
-		{AttemptOutcome{Kind: FinishRetry, Error: "connection_error"}, 500_000},
-		{AttemptOutcome{Kind: FinishRetry, Status: 408, Error: "http_408"}, 500_000},
-		{AttemptOutcome{Kind: FinishPermanent, Status: 404, Error: "http_404"}, 500_000},
-		{AttemptOutcome{Kind: FinishSuccess, Status: 200, Pause: time.Second, Error: "quota_exhausted"}, 550_000}, // a success
-		{AttemptOutcome{Kind: FinishRetry, Status: 502}, 275_000},
+		{wire.AttemptOutcome{Kind: wire.FinishRetry, Error: "connection_error"}, 500_000},
+		{wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 408, Error: "http_408"}, 500_000},
+		{wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 404, Error: "http_404"}, 500_000},
+		{wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200, Pause: time.Second, Error: "quota_exhausted"}, 550_000}, // a success
+		{wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 502}, 275_000},
 		{timedOut, 137_500},
-		{AttemptOutcome{Kind: FinishRetry, Status: 599}, 68_750},
+		{wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 599}, 68_750},
 	} {
 		j := e.inFlight("acme", 1)[0] // slotted after the episode: a new one
 		if cutUntil := e.state("acme").CutUntil; j.Slot.Before(cutUntil) {
@@ -225,7 +227,7 @@ func TestAdaptiveOffKeepsTheFullRate(t *testing.T) {
 	}
 	e.enqueue("fixed", batchOf(5, "f")...)
 	jobs := e.inFlight("fixed", 3)
-	for i, o := range []AttemptOutcome{throttled1s, failed500, timedOut} {
+	for i, o := range []wire.AttemptOutcome{throttled1s, failed500, timedOut} {
 		e.finish(jobs[i].ID, jobs[i].Gen, o, FinishConfig{})
 	}
 	st := e.requireFactor("fixed", RateFactorFull, "not adaptive")
@@ -405,7 +407,7 @@ func TestAdaptiveSpacingHoldsThroughCutsAndRecoveries(t *testing.T) {
 		s := newSim(e, tenant, prodPass)
 		s.hold = func() time.Duration { return us(rapid.Int64Range(0, 80_000).Draw(rt, "hold µs")) }
 		failRate := rapid.IntRange(0, 50).Draw(rt, "failure %")
-		s.outcome = func() AttemptOutcome {
+		s.outcome = func() wire.AttemptOutcome {
 			if rapid.IntRange(1, 100).Draw(rt, "roll") <= failRate {
 				return failed500
 			}
@@ -430,30 +432,4 @@ func TestAdaptiveSpacingHoldsThroughCutsAndRecoveries(t *testing.T) {
 		rt.Logf("%d releases, %d of 20 succeeded, lowest factor %d ppm", len(s.released), s.succeeded, minFactor)
 		e.requireConsistent()
 	})
-}
-
-func TestCongestedSignals(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		o    AttemptOutcome
-		want bool
-	}{
-		{AttemptOutcome{Kind: FinishThrottled, Status: 429}, true},
-		{AttemptOutcome{Kind: FinishThrottled, Status: 503}, true},
-		{AttemptOutcome{Kind: FinishThrottled}, true}, // a task's "upstream throttled"
-		{AttemptOutcome{Kind: FinishRetry, Status: 500}, true},
-		{AttemptOutcome{Kind: FinishRetry, Status: 503}, true},
-		{AttemptOutcome{Kind: FinishRetry, Error: TimeoutReason}, true},
-		{AttemptOutcome{Kind: FinishRetry, Status: 408}, false},
-		{AttemptOutcome{Kind: FinishRetry, Status: 425}, false},
-		{AttemptOutcome{Kind: FinishRetry, Error: "connection_error"}, false},
-		{AttemptOutcome{Kind: FinishRetry, Error: "panic"}, false},
-		{AttemptOutcome{Kind: FinishPermanent, Status: 500}, false},
-		{AttemptOutcome{Kind: FinishSuccess, Status: 200, Pause: time.Second}, false},
-		{AttemptOutcome{Kind: FinishGone, Status: 410}, false},
-	} {
-		if got := c.o.Congested(); got != c.want {
-			t.Errorf("%+v: Congested() = %v, want %v", c.o, got, c.want)
-		}
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestPauseResume(t *testing.T) {
@@ -76,7 +78,7 @@ func TestDeadLettersPaging(t *testing.T) {
 		claimed = append(claimed, e.claimAt(r))
 	}
 	for i, c := range claimed { // the first two die at the same instant
-		e.finish(c.ID, c.Gen, outcome(FinishPermanent), FinishConfig{})
+		e.finish(c.ID, c.Gen, outcome(wire.FinishPermanent), FinishConfig{})
 		if i != 0 {
 			e.clock.Advance(time.Second)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // BenchmarkPass measures the dispatcher's cost per released job with 10 and
@@ -56,7 +58,7 @@ func benchmarkPass(b *testing.B, tenants int) {
 	for range b.N {
 		before := e.commandStats()
 		start := time.Now()
-		var released []Release
+		var released []wire.Release
 		// Until the shard has nothing more due: More, or a pass that
 		// released something (the dispatcher passes again at NextWake,
 		// which is now while due tenants are left).
@@ -103,7 +105,7 @@ func (e *env) benchEnqueue(tenants []string) {
 // benchWork claims every release at its send time and finishes it,
 // pipelined; it returns the command totals of the claims and of the
 // finishes.
-func (e *env) benchWork(rel []Release) (claims, finishes commandStats) {
+func (e *env) benchWork(rel []wire.Release) (claims, finishes commandStats) {
 	e.t.Helper()
 	before := e.commandStats()
 	e.pipelined(scriptClaim, len(rel), func(i int) (int, []any) {
@@ -112,7 +114,7 @@ func (e *env) benchWork(rel []Release) (claims, finishes commandStats) {
 	})
 	claimed := e.commandStats()
 	cfg := FinishConfig{}.WithDefaults()
-	ok := AttemptOutcome{Kind: FinishSuccess, Status: 200}
+	ok := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
 	e.pipelined(scriptFinish, len(rel), func(i int) (int, []any) {
 		return 0, e.store.finishArgs(rel[i].ID, rel[i].Gen, ok, cfg)
 	})

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // released enqueues n jobs for tenant and releases them with one pass at
 // their GCRA slots (L = 0, D = 1s).
-func (e *env) released(tenant string, n int) []Release {
+func (e *env) released(tenant string, n int) []wire.Release {
 	e.t.Helper()
 	e.enqueue(tenant, batchOf(n, tenant)...)
 	rel := e.passTenant(tenant, time.Second, -1)
@@ -95,7 +97,7 @@ func TestClaimReturned(t *testing.T) {
 	e := newEnv(t)
 	e.seed(params(func(p *Params) { p.Burst, p.Concurrency = 5, 5 }))
 	rel := e.released("acme", 5)
-	returned := func(r Release, reason string) {
+	returned := func(r wire.Release, reason string) {
 		t.Helper()
 		e.clock.Set(r.Slot)
 		if c := e.claim(r.ID, r.Gen); c.Outcome != ClaimReturned || c.Reason != reason {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Defaults of FinishConfig (DESIGN §7 `retention`, `throttle`).
@@ -31,13 +33,6 @@ const RateFactorFull = 1_000_000
 func PPM(fraction float64) int64 {
 	return min(max(int64(math.Round(fraction*RateFactorFull)), 1), RateFactorFull)
 }
-
-// TimeoutReason is the AttemptOutcome.Error of an attempt that timed out
-// (the value of webhook.ReasonTimeout). See AttemptOutcome.Congested.
-const TimeoutReason = "timeout"
-
-// MaxErrorLen bounds AttemptOutcome.Error as stored, in bytes.
-const MaxErrorLen = 512
 
 // ErrStale: a Finish whose gen is not the job's current running generation
 // (the lease was swept, the job was finished already, or canceled). The
@@ -163,11 +158,11 @@ func (c FinishConfig) validate() error {
 // and cfg.DeadRetention, deleting the trimmed records. Then
 // reschedule(tenant). ErrNotFound when the record is gone; ErrInvalid for a
 // bad outcome or config.
-func (s *Store) Finish(ctx context.Context, id string, gen int64, o AttemptOutcome, cfg FinishConfig) (State, error) {
+func (s *Store) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg FinishConfig) (State, error) {
 	cfg = cfg.WithDefaults()
 	shard, err := s.jobShard(id)
 	if err == nil {
-		err = errors.Join(cfg.validate(), o.check())
+		err = errors.Join(cfg.validate(), checkOutcome(o))
 	}
 	if err != nil {
 		return "", fmt.Errorf("finish job %q: %w", id, err)
@@ -187,34 +182,18 @@ func (s *Store) Finish(ctx context.Context, id string, gen int64, o AttemptOutco
 }
 
 // finishArgs is ARGV[3…] of finish.lua, for a checked o and cfg.
-func (s *Store) finishArgs(id string, gen int64, o AttemptOutcome, cfg FinishConfig) []any {
+func (s *Store) finishArgs(id string, gen int64, o wire.AttemptOutcome, cfg FinishConfig) []any {
 	return []any{id, gen, o.Kind.String(), o.Status,
-		o.Latency.Microseconds(), truncate(o.Error, MaxErrorLen), max(o.Pause, 0).Microseconds(),
+		o.Latency.Microseconds(), truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(),
 		cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant,
 		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg(),
 		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM,
 		cfg.IdempotencyRetention.Microseconds()}
 }
 
-// Congested reports whether o tells an adaptive tenant to slow down (DESIGN
-// §4.2): FinishThrottled, or FinishRetry after a 5xx response or a timeout
-// (no status, Error TimeoutReason). Connection, TLS and DNS errors, 408 and
-// 425 are not congestion signals.
-func (o AttemptOutcome) Congested() bool {
+func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
-	case o.Kind == FinishThrottled:
-		return true
-	case o.Kind != FinishRetry:
-		return false
-	case o.Status >= 500 && o.Status <= 599:
-		return true
-	}
-	return o.Status == 0 && o.Error == TimeoutReason
-}
-
-func (o AttemptOutcome) check() error {
-	switch {
-	case o.Kind < FinishSuccess || o.Kind > FinishGone:
+	case o.Kind < wire.FinishSuccess || o.Kind > wire.FinishGone:
 		return invalidf("outcome kind %d", o.Kind)
 	case o.Status < 0 || o.Status > 999:
 		return invalidf("status %d: want 0 … 999", o.Status)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // attempt runs job id's next attempt: to its due time if it is retrying,
@@ -25,8 +27,8 @@ func (e *env) attempt(id string) ClaimedJob {
 	return e.claimAt(res.Released[0])
 }
 
-func outcome(kind FinishKind) AttemptOutcome {
-	return AttemptOutcome{Kind: kind, Status: 500, Latency: 120 * ms, Error: "boom"}
+func outcome(kind wire.FinishKind) wire.AttemptOutcome {
+	return wire.AttemptOutcome{Kind: kind, Status: 500, Latency: 120 * ms, Error: "boom"}
 }
 
 func TestFinishSuccess(t *testing.T) {
@@ -35,7 +37,7 @@ func TestFinishSuccess(t *testing.T) {
 	id := e.enqueueOne("acme", idemItem("k", `{"x":1}`)).ID
 	c := e.attempt(id)
 	cfg := FinishConfig{SucceededRetention: 2 * time.Hour}
-	o := AttemptOutcome{Kind: FinishSuccess, Status: 204, Latency: 123 * ms}
+	o := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204, Latency: 123 * ms}
 	if st := e.finish(id, c.Gen, o, cfg); st != StateSucceeded {
 		t.Fatalf("state %s", st)
 	}
@@ -67,7 +69,7 @@ func TestFinishSuccess(t *testing.T) {
 	if _, err := e.store.Finish(e.ctx, "j0_01KJMMA2G0WAAKMBBJK9MDDZKB", 1, o, cfg); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("finish of no job: %v", err)
 	}
-	if _, err := e.store.Finish(e.ctx, id, c.Gen, AttemptOutcome{Kind: 9}, cfg); !errors.Is(err, ErrInvalid) {
+	if _, err := e.store.Finish(e.ctx, id, c.Gen, wire.AttemptOutcome{Kind: 9}, cfg); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad kind: %v", err)
 	}
 	e.requireConsistent()
@@ -95,7 +97,7 @@ func TestFinishRetryCurve(t *testing.T) {
 		if c.Attempt != int64(k) {
 			t.Fatalf("attempt %d claimed as %d", k, c.Attempt)
 		}
-		st := e.finish(id, c.Gen, outcome(FinishRetry), FinishConfig{})
+		st := e.finish(id, c.Gen, outcome(wire.FinishRetry), FinishConfig{})
 		if k == 7 {
 			if st != StateDead {
 				t.Fatalf("after attempt 7 of 7: %s, want dead", st)
@@ -140,14 +142,14 @@ func TestFinishMaxRetryDuration(t *testing.T) {
 	var states []State
 	for range 3 { // at 0s, ≈1s, ≈3s
 		c := e.attempt(rs[0].ID)
-		states = append(states, e.finish(rs[0].ID, c.Gen, outcome(FinishRetry), FinishConfig{}))
+		states = append(states, e.finish(rs[0].ID, c.Gen, outcome(wire.FinishRetry), FinishConfig{}))
 	}
 	if states[0] != StateRetrying || states[1] != StateRetrying || states[2] != StateDead {
 		t.Fatalf("states %v, want retrying, retrying, dead", states)
 	}
 	c := e.attempt(rs[1].ID)
 	e.clock.Advance(3 * time.Second)
-	throttled := AttemptOutcome{Kind: FinishThrottled, Status: 429, Pause: time.Second}
+	throttled := wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429, Pause: time.Second}
 	if st := e.finish(rs[1].ID, c.Gen, throttled, FinishConfig{}); st != StateDead {
 		t.Fatalf("throttled after max_retry_duration: %s, want dead", st)
 	}
@@ -173,7 +175,7 @@ func TestFinishThrottled(t *testing.T) {
 			e.rdb.HSet(e.ctx, e.store.keys.tenant("acme"), "paused_until", e.clock.Now().Add(time.Hour).UnixMicro())
 			c.want = time.Hour
 		}
-		o := AttemptOutcome{Kind: FinishThrottled, Status: 429, Pause: c.pause}
+		o := wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429, Pause: c.pause}
 		if st := e.finish(id, job.Gen, o, cfg); st != StateQueued {
 			t.Fatalf("round %d: %s, want queued", i, st)
 		}
@@ -195,7 +197,7 @@ func TestFinishThrottled(t *testing.T) {
 	// A success may pause pre-emptively (the upstream's quota is used up).
 	e.clock.Set(e.state("acme").PausedUntil)
 	c := e.attempt(id)
-	quota := AttemptOutcome{Kind: FinishSuccess, Status: 200, Pause: 20 * time.Second}
+	quota := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200, Pause: 20 * time.Second}
 	if st := e.finish(c.ID, c.Gen, quota, cfg); st != StateSucceeded {
 		t.Fatalf("success with a pause: %s", st)
 	}
@@ -211,7 +213,7 @@ func TestFinishGoneAndResume(t *testing.T) {
 	e := newEnv(t)
 	rs := e.enqueue("acme", item(`1`), item(`2`), item(`3`))
 	c := e.attempt(rs[0].ID)
-	if st := e.finish(rs[0].ID, c.Gen, AttemptOutcome{Kind: FinishGone, Status: 410}, FinishConfig{}); st != StateQueued {
+	if st := e.finish(rs[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishGone, Status: 410}, FinishConfig{}); st != StateQueued {
 		t.Fatalf("state %s", st)
 	}
 	st := e.state("acme")
@@ -248,7 +250,7 @@ func TestFinishPermanentAndReplay(t *testing.T) {
 	rs := e.enqueue("acme", idemItem("k", `{"a":1}`), item(`{"b":1}`))
 	id := rs[0].ID
 	c := e.attempt(id)
-	if st := e.finish(id, c.Gen, outcome(FinishPermanent), FinishConfig{}); st != StateDead {
+	if st := e.finish(id, c.Gen, outcome(wire.FinishPermanent), FinishConfig{}); st != StateDead {
 		t.Fatalf("state %s", st)
 	}
 	idemKey := e.store.keys.idem("acme", "k")
@@ -284,7 +286,7 @@ func TestFinishPermanentAndReplay(t *testing.T) {
 		t.Fatalf("replay of no job: %v", err)
 	}
 	c1 := e.attempt(rs[1].ID) // ahead of the replayed job
-	e.finish(rs[1].ID, c1.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+	e.finish(rs[1].ID, c1.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 	if c := e.attempt(id); c.Attempt != 2 {
 		t.Fatalf("after replay: attempt %d, want 2", c.Attempt)
 	}
@@ -302,7 +304,7 @@ func TestDeadLetterTrim(t *testing.T) {
 	kill := func(id string) {
 		t.Helper()
 		c := e.attempt(id)
-		e.finish(id, c.Gen, outcome(FinishPermanent), cfg)
+		e.finish(id, c.Gen, outcome(wire.FinishPermanent), cfg)
 		e.clock.Advance(time.Second)
 	}
 	for _, r := range rs[:3] {

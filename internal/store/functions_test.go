@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TestFunctionsLibraryIsLoadedAgainWhenMissing: the Store calls the scripts
@@ -83,14 +84,14 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 		record(id, "released", strconv.Itoa(len(rel)))
 		c := e.claimAt(rel[0])
 		record(id, "claimed", strconv.Itoa(int(c.Attempt)))
-		st := e.finish(c.ID, c.Gen, AttemptOutcome{Kind: FinishRetry, Status: 500}, FinishConfig{})
+		st := e.finish(c.ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 500}, FinishConfig{})
 		record(id, "failed", string(st))
 		e.seed(params(func(p *Params) { p.Burst = 1; p.MinBackoffUS = 2000 })) // a policy write between calls
 		e.clock.Advance(time.Second)
 		rel = e.passTenant("acme", time.Second, -1)
 		record(id, "retry released", strconv.Itoa(len(rel)))
 		c = e.claimAt(rel[0])
-		st = e.finish(c.ID, c.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+		st = e.finish(c.ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 		record(id, "succeeded", string(st))
 		e.requireConsistent()
 		return steps
@@ -135,7 +136,7 @@ func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
 	id := e.enqueueOne("acme", item(`{"n":1}`)).ID
 	rel := e.passTenant("acme", time.Second, -1)
 	c := e.claimAt(rel[0])
-	if st := e.finish(c.ID, c.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{}); st != StateSucceeded {
+	if st := e.finish(c.ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{}); st != StateSucceeded {
 		t.Fatalf("finish: %s", st)
 	}
 	if j := e.job(id); j.State != StateSucceeded || j.Attempt != 1 {

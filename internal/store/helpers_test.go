@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TestMain runs the package's tests against a real Redis. Property tests run
@@ -135,12 +137,12 @@ func (e *env) job(id string) Job {
 
 // pop releases at most one job of tenant's shard, due by now + lead, at its
 // GCRA slot (L = 0): a one-tenant stand-in for a dispatcher pass.
-func (e *env) pop(tenant string, lead time.Duration) (Release, bool) {
+func (e *env) pop(tenant string, lead time.Duration) (wire.Release, bool) {
 	e.t.Helper()
 	res := e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: max(lead, time.Microsecond),
 		MinLead: -1, Grace: time.Second, Capacity: 1})
 	if len(res.Released) == 0 {
-		return Release{}, false
+		return wire.Release{}, false
 	}
 	return res.Released[0], true
 }
@@ -157,7 +159,7 @@ func (e *env) pass(shard int, cfg PassConfig) PassResult {
 
 // passTenant runs one unlimited pass on tenant's shard with D = lead,
 // L = minLead (< 0: none), grace 1s.
-func (e *env) passTenant(tenant string, lead, minLead time.Duration) []Release {
+func (e *env) passTenant(tenant string, lead, minLead time.Duration) []wire.Release {
 	e.t.Helper()
 	return e.pass(e.store.keys.shardOf(tenant), PassConfig{Lead: lead, MinLead: minLead,
 		Grace: time.Second, Capacity: -1}).Released
@@ -173,7 +175,7 @@ func (e *env) claim(id string, gen int64) Claim {
 }
 
 // claimAt sets the clock to the release's slot and claims it, requiring ok.
-func (e *env) claimAt(r Release) ClaimedJob {
+func (e *env) claimAt(r wire.Release) ClaimedJob {
 	e.t.Helper()
 	e.clock.Set(r.Slot)
 	c := e.claim(r.ID, r.Gen)
@@ -183,7 +185,7 @@ func (e *env) claimAt(r Release) ClaimedJob {
 	return c.Job
 }
 
-func (e *env) finish(id string, gen int64, o AttemptOutcome, cfg FinishConfig) State {
+func (e *env) finish(id string, gen int64, o wire.AttemptOutcome, cfg FinishConfig) State {
 	e.t.Helper()
 	st, err := e.store.Finish(e.ctx, id, gen, o, cfg)
 	if err != nil {

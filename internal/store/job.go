@@ -74,7 +74,7 @@ type Attempt struct {
 	At      time.Time     // when the outcome was recorded
 	Gen     int64         // the generation it was claimed at
 	Number  int64         // the attempt number at the time (attempts used, this one included)
-	Outcome string        // a FinishKind's String, or "lease_expired" (the sweep)
+	Outcome string        // a wire.FinishKind's String, or "lease_expired" (the sweep)
 	Status  int           // HTTP status, 0 when none (timeout, connection error)
 	Latency time.Duration // request time
 	Error   string

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // WithDefaults returns c with every zero duration and count set to its
@@ -124,11 +126,11 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 	}
 	const head = 8
 	if n := d.Len() - head; n > 0 {
-		res.Released = make([]Release, n)
+		res.Released = make([]wire.Release, n)
 	}
 	for i := range res.Released {
 		r := d.list(head + i)
-		res.Released[i] = Release{
+		res.Released[i] = wire.Release{
 			ID: r.str(0), Tenant: r.str(1), Type: r.str(2), Cost: r.int(3), Gen: r.int(4),
 			Slot: microsTime(r.int(5)), Timeout: us(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
 			SendAt: microsTime(r.int(9)),
@@ -137,7 +139,7 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 	if err := d.Err(); err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
-	slices.SortStableFunc(res.Released, func(a, b Release) int {
+	slices.SortStableFunc(res.Released, func(a, b wire.Release) int {
 		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
 	})
 	return res, nil

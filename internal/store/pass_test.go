@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 const ms = time.Millisecond
@@ -154,7 +156,7 @@ func TestPassReleaseCap(t *testing.T) {
 	shard := e.store.keys.shardOf("acme")
 	cfg := prodPass
 	cfg.Grace = time.Hour // no sweep here
-	var released []Release
+	var released []wire.Release
 	for range 40 { // 2s without a claim: GCRA alone would allow 200
 		released = append(released, e.pass(shard, cfg).Released...)
 		if st := e.state("acme"); st.ReleasedCost > 11 {
@@ -204,7 +206,7 @@ func TestPassTaskRoute(t *testing.T) {
 			t.Errorf("release %s at +%s (send at +%s), want now", r.ID, r.Slot.Sub(epoch), r.SendAt.Sub(epoch))
 		}
 		r.Slot, r.SendAt = time.Time{}, time.Time{}
-		want := Release{ID: r.ID, Tenant: "acme", Type: "webhook", Cost: 1, Gen: 1, Timeout: 7 * time.Second}
+		want := wire.Release{ID: r.ID, Tenant: "acme", Type: "webhook", Cost: 1, Gen: 1, Timeout: 7 * time.Second}
 		switch r.ID {
 		case rs[0].ID:
 			want.Type, want.Queue, want.TaskType = "task", "mail", "email:send"
@@ -280,7 +282,7 @@ func TestPassPromotion(t *testing.T) {
 	rs := e.enqueue("acme", item(`{"r":1}`), item(`{"r":2}`))
 	for _, r := range e.passTenant("acme", 100*ms, -1) {
 		job := e.claimAt(r)
-		e.finish(job.ID, job.Gen, AttemptOutcome{Kind: FinishRetry, Status: 503}, FinishConfig{})
+		e.finish(job.ID, job.Gen, wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 503}, FinishConfig{})
 	}
 	sched := item(`{"s":1}`)
 	sched.Delay = 500 * ms

@@ -1,8 +1,9 @@
 package store
 
 import (
-	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // This file holds the types of the dispatch protocol (DESIGN §2.2–§2.3)
@@ -57,8 +58,8 @@ type PassConfig struct {
 
 // PassResult is what one pass did.
 type PassResult struct {
-	Now      time.Time // the script's now
-	Released []Release // jobs to hand to asynq, in slot order
+	Now      time.Time      // the script's now
+	Released []wire.Release // jobs to hand to asynq, in slot order
 	// More is set when a bound (P or K) stopped the pass early: run another
 	// pass at once.
 	More bool
@@ -74,32 +75,6 @@ type PassResult struct {
 	Swept    int // expired leases handled
 	Tenants  int // tenants visited
 }
-
-// Release is a job the pass released: hand it to asynq as task TaskID()
-// with MaxRetry(0) and Timeout = ⌈2D + Timeout + grace⌉ s (DESIGN §2.2).
-type Release struct {
-	ID     string
-	Tenant string
-	Type   string // webhook, http or task
-	Cost   int64
-	Gen    int64     // the job's generation after the release; the worker claims with it
-	Slot   time.Time // the job's planned slot: the instant it may be sent (Redis time)
-	// SendAt is when the worker should claim it (the task carries it):
-	// Slot, or later by the lateness the tenant's send schedule carries
-	// (claim.lua).
-	SendAt time.Time
-	// Timeout is the tenant's per-attempt timeout at the release.
-	Timeout time.Duration
-	// Queue and TaskType are, for task jobs, the body's "queue" and
-	// "task_type" (DESIGN §2.5); "" for other types or when the body lacks
-	// them. The payload travels with the claim (ClaimedJob.Body).
-	Queue    string
-	TaskType string
-}
-
-// TaskID is the asynq task id of this release, "<id>:<gen>": unique per
-// delivery, so a duplicate Enqueue of the same release conflicts.
-func (r Release) TaskID() string { return r.ID + ":" + strconv.FormatInt(r.Gen, 10) }
 
 // ClaimOutcome is the worker's answer from the claim script (DESIGN §2.3).
 type ClaimOutcome uint8
@@ -139,41 +114,4 @@ type ClaimedJob struct {
 	Attempt int64         // this attempt's number, 1-based (attempts used so far, this one included)
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
-}
-
-// FinishKind classifies an attempt's outcome (DESIGN §4.2).
-type FinishKind uint8
-
-// Finish kinds.
-const (
-	FinishSuccess   FinishKind = iota + 1 // 2xx: succeeded
-	FinishRetry                           // retryable failure: retry per the policy's curve, or dead when exhausted
-	FinishThrottled                       // upstream said slow down: pause the tenant Pause, job to the head lane, no attempt used
-	FinishPermanent                       // permanent failure: dead letter
-	FinishGone                            // 410: disable the tenant, job to the head lane, no attempt used
-)
-
-var finishKinds = [...]string{FinishSuccess: "success", FinishRetry: "retry",
-	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone"}
-
-// String is the kind's name as the attempt log records it: success, retry,
-// throttled, permanent, gone.
-func (k FinishKind) String() string {
-	if int(k) < len(finishKinds) && finishKinds[k] != "" {
-		return finishKinds[k]
-	}
-	return "FinishKind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// AttemptOutcome is a worker's report of one attempt to Store.Finish.
-type AttemptOutcome struct {
-	Kind    FinishKind
-	Status  int           // HTTP status, 0 when none
-	Latency time.Duration // request time
-	Error   string        // short reason for people; no secrets. Cut to MaxErrorLen bytes
-	// Pause is how long the upstream asked to wait: for FinishThrottled, 0
-	// means the configured default; for the other kinds, > 0 pauses the
-	// tenant pre-emptively (its quota is used up) and 0 means no pause.
-	// Capped by the configured maximum; negative is 0.
-	Pause time.Duration
 }

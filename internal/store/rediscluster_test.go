@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TestStoreOnRedisCluster runs the Store against a real Redis Cluster of
@@ -126,7 +128,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 			}
 			idOf[tenant], tenantOf[rs[0].ID] = rs[0].ID, tenant
 		}
-		var released []Release
+		var released []wire.Release
 		for shard := range store.Shards() {
 			res, err := store.Pass(ctx, shard, PassConfig{Lead: time.Second, MinLead: -1, Grace: time.Second, Capacity: -1})
 			if err != nil {
@@ -138,7 +140,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 			t.Fatalf("round %d: %d jobs released, want %d", n, len(released), len(tenants))
 		}
 		// The clock only moves forward: claim in slot order across shards.
-		slices.SortFunc(released, func(a, b Release) int { return a.Slot.Compare(b.Slot) })
+		slices.SortFunc(released, func(a, b wire.Release) int { return a.Slot.Compare(b.Slot) })
 		succeeded := 0
 		for _, r := range released {
 			if tenantOf[r.ID] != r.Tenant {
@@ -152,7 +154,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 			if c.Outcome != ClaimOK {
 				t.Fatalf("round %d: claim %s@%d at its slot: %+v", n, r.ID, r.Gen, c)
 			}
-			st, err := store.Finish(ctx, r.ID, r.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+			st, err := store.Finish(ctx, r.ID, r.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 			if err != nil {
 				t.Fatalf("round %d: finish %s@%d: %v", n, r.ID, r.Gen, err)
 			}
@@ -234,7 +236,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		}
 	}
 	freeIs(10, "with nothing in flight")
-	var inflight []Release
+	var inflight []wire.Release
 	perMaster := map[string]bool{}
 	for _, tenant := range tenants {
 		shard := store.keys.shardOf(tenant)
@@ -258,7 +260,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	if len(inflight) != len(addrs) {
 		t.Fatalf("%d jobs in flight, want one per master (%d)", len(inflight), len(addrs))
 	}
-	slices.SortFunc(inflight, func(a, b Release) int { return a.Slot.Compare(b.Slot) })
+	slices.SortFunc(inflight, func(a, b wire.Release) int { return a.Slot.Compare(b.Slot) })
 	clock.Set(inflight[0].Slot)
 	if c, err := store.Claim(ctx, inflight[0].ID, inflight[0].Gen, 2*time.Millisecond); err != nil || c.Outcome != ClaimOK {
 		t.Fatalf("claim %s: %+v, %v", inflight[0].ID, c, err)
@@ -284,7 +286,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		}
 	}
 	for _, r := range inflight {
-		if st, err := store.Finish(ctx, r.ID, r.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{}); err != nil || st != StateSucceeded {
+		if st, err := store.Finish(ctx, r.ID, r.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{}); err != nil || st != StateSucceeded {
 			t.Fatalf("finish %s: %s, %v", r.ID, st, err)
 		}
 	}

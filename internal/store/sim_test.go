@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // sim drives one shard like production does, on the fake clock: dispatcher
@@ -15,12 +17,12 @@ type sim struct {
 	e         *env
 	shard     int
 	cfg       PassConfig
-	hold      func() time.Duration  // how long a claimed job runs; nil = 0
-	outcome   func() AttemptOutcome // each finish's outcome; nil = success
-	check     func(at string)       // called after every event; nil = none
-	waiting   []Release             // released, not yet claimed, by slot
-	running   []simRun              // claimed, by finish time
-	released  []Release             // every release, in order
+	hold      func() time.Duration       // how long a claimed job runs; nil = 0
+	outcome   func() wire.AttemptOutcome // each finish's outcome; nil = success
+	check     func(at string)            // called after every event; nil = none
+	waiting   []wire.Release             // released, not yet claimed, by slot
+	running   []simRun                   // claimed, by finish time
+	released  []wire.Release             // every release, in order
 	claims    int
 	finished  int
 	succeeded int
@@ -49,7 +51,7 @@ func (s *sim) passAt(at time.Time) PassResult {
 	}
 	s.released = append(s.released, res.Released...)
 	s.waiting = append(s.waiting, res.Released...)
-	slices.SortStableFunc(s.waiting, func(a, b Release) int { return a.Slot.Compare(b.Slot) })
+	slices.SortStableFunc(s.waiting, func(a, b wire.Release) int { return a.Slot.Compare(b.Slot) })
 	s.checkpoint(fmt.Sprintf("pass at +%s", at.Sub(epoch)))
 	return res
 }
@@ -72,7 +74,7 @@ func (s *sim) runUntil(at time.Time) {
 			r := s.running[0]
 			s.running = s.running[1:]
 			s.e.clock.Set(r.end)
-			o := AttemptOutcome{Kind: FinishSuccess, Status: 200}
+			o := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
 			if s.outcome != nil {
 				o = s.outcome()
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // sweep runs a pass that releases nothing: promotion and the lease sweep only.
@@ -64,7 +66,7 @@ func TestSweepRunning(t *testing.T) {
 		len(j.Attempts) != 1 || j.Attempts[0].Outcome != "lease_expired" {
 		t.Fatalf("swept running job %+v (due in %s)", j, wait)
 	}
-	st, err := e.store.Finish(e.ctx, id, c.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+	st, err := e.store.Finish(e.ctx, id, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 	if !errors.Is(err, ErrStale) || st != StateRetrying {
 		t.Fatalf("late finish: %s, %v; want retrying and ErrStale", st, err)
 	}

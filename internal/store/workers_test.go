@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestWorkerCapacityAndInFlight(t *testing.T) {
@@ -62,7 +64,7 @@ func TestWorkerCapacityAndInFlight(t *testing.T) {
 	if n := inFlight(); n != 4 {
 		t.Fatalf("in flight %d after a claim, want 4 (running counts)", n)
 	}
-	e.finish(c.ID, c.Gen, AttemptOutcome{Kind: FinishSuccess, Status: 200}, FinishConfig{})
+	e.finish(c.ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 	if n := inFlight(); n != 3 {
 		t.Fatalf("in flight %d after a finish, want 3", n)
 	}

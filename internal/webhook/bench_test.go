@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // BenchmarkDeliverOverhead compares one webhook attempt through Deliver
@@ -28,7 +29,7 @@ func BenchmarkDeliverOverhead(b *testing.B) {
 	defer rcv.Close()
 
 	payload, _ := json.Marshal(map[string]string{"id": "evt_1", "note": strings.Repeat("x", 900)})
-	spec := job.Spec{Type: job.TypeWebhook, URL: rcv.URL + "/in", Event: "invoice.paid", Payload: payload}
+	spec := job.Spec{Type: wire.TypeWebhook, URL: rcv.URL + "/in", Event: "invoice.paid", Payload: payload}
 	body := EventBody(spec.Event, time.Now(), payload)
 	keys := [][]byte{mustKey(b, vectorSecret)}
 

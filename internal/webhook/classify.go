@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // MinPause is the pause returned for a Retry-After (or a quota reset) that
@@ -28,7 +28,7 @@ const maxHeaderSeconds = 1e9
 const (
 	ReasonEgressDenied   = "egress_denied"
 	ReasonInvalidJob     = "invalid_job"
-	ReasonTimeout        = "timeout"
+	ReasonTimeout        = wire.ReasonTimeout // Outcome sets TimedOut with it
 	ReasonCanceled       = "canceled"
 	ReasonTLS            = "tls_error"
 	ReasonDNS            = "dns_error"
@@ -58,7 +58,7 @@ const (
 //     egress_denied, ErrInvalidJob FinishPermanent invalid_job; timeouts
 //     (context deadline, net timeouts), cancellation, TLS, DNS and
 //     connection errors are FinishRetry.
-func Classify(status int, header http.Header, err error, now time.Time) (kind store.FinishKind, pause time.Duration, reason string) {
+func Classify(status int, header http.Header, err error, now time.Time) (kind wire.FinishKind, pause time.Duration, reason string) {
 	if status == 0 {
 		return classifyErr(err)
 	}
@@ -66,30 +66,30 @@ func Classify(status int, header http.Header, err error, now time.Time) (kind st
 	switch {
 	case status >= 200 && status <= 299:
 		if p := QuotaPause(header, now); p > 0 {
-			return store.FinishSuccess, p, ReasonQuotaExhausted
+			return wire.FinishSuccess, p, ReasonQuotaExhausted
 		}
-		return store.FinishSuccess, 0, ""
+		return wire.FinishSuccess, 0, ""
 	case status >= 300 && status <= 399:
-		return store.FinishPermanent, 0, code
+		return wire.FinishPermanent, 0, code
 	case status == http.StatusTooManyRequests:
 		if d, ok := ParseRetryAfter(header.Get("Retry-After"), now); ok {
-			return store.FinishThrottled, d, code
+			return wire.FinishThrottled, d, code
 		}
-		return store.FinishThrottled, quotaReset(header, now, false), code
+		return wire.FinishThrottled, quotaReset(header, now, false), code
 	case status == http.StatusServiceUnavailable:
 		if d, ok := ParseRetryAfter(header.Get("Retry-After"), now); ok {
-			return store.FinishThrottled, d, code
+			return wire.FinishThrottled, d, code
 		}
-		return store.FinishRetry, 0, code
+		return wire.FinishRetry, 0, code
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status >= 500 && status <= 599:
-		return store.FinishRetry, 0, code
+		return wire.FinishRetry, 0, code
 	case status == http.StatusGone:
-		return store.FinishGone, 0, code
+		return wire.FinishGone, 0, code
 	}
-	return store.FinishPermanent, 0, code
+	return wire.FinishPermanent, 0, code
 }
 
-func classifyErr(err error) (store.FinishKind, time.Duration, string) {
+func classifyErr(err error) (wire.FinishKind, time.Duration, string) {
 	var (
 		netErr   net.Error
 		dnsErr   *net.DNSError
@@ -102,20 +102,20 @@ func classifyErr(err error) (store.FinishKind, time.Duration, string) {
 	)
 	switch {
 	case errors.Is(err, ErrEgressDenied):
-		return store.FinishPermanent, 0, ReasonEgressDenied
+		return wire.FinishPermanent, 0, ReasonEgressDenied
 	case errors.Is(err, ErrInvalidJob):
-		return store.FinishPermanent, 0, ReasonInvalidJob
+		return wire.FinishPermanent, 0, ReasonInvalidJob
 	case errors.Is(err, context.Canceled):
-		return store.FinishRetry, 0, ReasonCanceled
+		return wire.FinishRetry, 0, ReasonCanceled
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return store.FinishRetry, 0, ReasonTimeout
+		return wire.FinishRetry, 0, ReasonTimeout
 	case errors.As(err, &verifErr), errors.As(err, &unknown), errors.As(err, &hostErr),
 		errors.As(err, &invalid), errors.As(err, &recErr), errors.As(err, &alert):
-		return store.FinishRetry, 0, ReasonTLS
+		return wire.FinishRetry, 0, ReasonTLS
 	case errors.As(err, &dnsErr):
-		return store.FinishRetry, 0, ReasonDNS
+		return wire.FinishRetry, 0, ReasonDNS
 	}
-	return store.FinishRetry, 0, ReasonConnection
+	return wire.FinishRetry, 0, ReasonConnection
 }
 
 // ParseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3) at now:

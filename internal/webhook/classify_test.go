@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // now is a fixed, present-day instant for header arithmetic.
@@ -31,52 +31,52 @@ func TestClassifyStatus(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		header http.Header
-		kind   store.FinishKind
+		kind   wire.FinishKind
 		pause  time.Duration
 		reason string
 	}{
-		{200, nil, store.FinishSuccess, 0, ""},
-		{201, nil, store.FinishSuccess, 0, ""},
-		{204, nil, store.FinishSuccess, 0, ""},
-		{299, nil, store.FinishSuccess, 0, ""},
-		{200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "20"), store.FinishSuccess, 20 * time.Second, ReasonQuotaExhausted},
-		{200, hdr("RateLimit", `"default";r=0;t=12`), store.FinishSuccess, 12 * time.Second, ReasonQuotaExhausted},
-		{200, hdr("RateLimit", `"default";r=3;t=12`), store.FinishSuccess, 0, ""},
-		{200, hdr("Retry-After", "30"), store.FinishSuccess, 0, ""}, // Retry-After means nothing on a 2xx
-		{301, nil, store.FinishPermanent, 0, "http_301"},
-		{302, hdr("Location", "http://127.0.0.1/"), store.FinishPermanent, 0, "http_302"},
-		{304, nil, store.FinishPermanent, 0, "http_304"},
-		{307, nil, store.FinishPermanent, 0, "http_307"},
-		{308, nil, store.FinishPermanent, 0, "http_308"},
-		{400, nil, store.FinishPermanent, 0, "http_400"},
-		{401, nil, store.FinishPermanent, 0, "http_401"},
-		{403, nil, store.FinishPermanent, 0, "http_403"},
-		{404, nil, store.FinishPermanent, 0, "http_404"},
-		{405, nil, store.FinishPermanent, 0, "http_405"},
-		{409, nil, store.FinishPermanent, 0, "http_409"},
-		{413, nil, store.FinishPermanent, 0, "http_413"},
-		{422, nil, store.FinishPermanent, 0, "http_422"},
-		{408, nil, store.FinishRetry, 0, "http_408"},
-		{425, nil, store.FinishRetry, 0, "http_425"},
-		{410, nil, store.FinishGone, 0, "http_410"},
-		{429, nil, store.FinishThrottled, 0, "http_429"},
-		{429, hdr("Retry-After", "120"), store.FinishThrottled, 2 * time.Minute, "http_429"},
-		{429, hdr("Retry-After", future), store.FinishThrottled, 90 * time.Second, "http_429"},
-		{429, hdr("Retry-After", "0"), store.FinishThrottled, MinPause, "http_429"},
-		{429, hdr("Retry-After", "soon"), store.FinishThrottled, 0, "http_429"},
-		{429, hdr("RateLimit", `"api";r=0;t=45`), store.FinishThrottled, 45 * time.Second, "http_429"},
-		{429, hdr("X-RateLimit-Reset", "30"), store.FinishThrottled, 30 * time.Second, "http_429"},
-		{429, hdr("Retry-After", "5", "RateLimit", `"api";r=0;t=45`), store.FinishThrottled, 5 * time.Second, "http_429"}, // Retry-After wins
-		{500, nil, store.FinishRetry, 0, "http_500"},
-		{502, nil, store.FinishRetry, 0, "http_502"},
-		{503, nil, store.FinishRetry, 0, "http_503"},
-		{503, hdr("Retry-After", "garbage"), store.FinishRetry, 0, "http_503"},
-		{503, hdr("Retry-After", "60"), store.FinishThrottled, time.Minute, "http_503"},
-		{503, hdr("Retry-After", future), store.FinishThrottled, 90 * time.Second, "http_503"},
-		{504, nil, store.FinishRetry, 0, "http_504"},
-		{599, nil, store.FinishRetry, 0, "http_599"},
-		{101, nil, store.FinishPermanent, 0, "http_101"},
-		{600, nil, store.FinishPermanent, 0, "http_600"},
+		{200, nil, wire.FinishSuccess, 0, ""},
+		{201, nil, wire.FinishSuccess, 0, ""},
+		{204, nil, wire.FinishSuccess, 0, ""},
+		{299, nil, wire.FinishSuccess, 0, ""},
+		{200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "20"), wire.FinishSuccess, 20 * time.Second, ReasonQuotaExhausted},
+		{200, hdr("RateLimit", `"default";r=0;t=12`), wire.FinishSuccess, 12 * time.Second, ReasonQuotaExhausted},
+		{200, hdr("RateLimit", `"default";r=3;t=12`), wire.FinishSuccess, 0, ""},
+		{200, hdr("Retry-After", "30"), wire.FinishSuccess, 0, ""}, // Retry-After means nothing on a 2xx
+		{301, nil, wire.FinishPermanent, 0, "http_301"},
+		{302, hdr("Location", "http://127.0.0.1/"), wire.FinishPermanent, 0, "http_302"},
+		{304, nil, wire.FinishPermanent, 0, "http_304"},
+		{307, nil, wire.FinishPermanent, 0, "http_307"},
+		{308, nil, wire.FinishPermanent, 0, "http_308"},
+		{400, nil, wire.FinishPermanent, 0, "http_400"},
+		{401, nil, wire.FinishPermanent, 0, "http_401"},
+		{403, nil, wire.FinishPermanent, 0, "http_403"},
+		{404, nil, wire.FinishPermanent, 0, "http_404"},
+		{405, nil, wire.FinishPermanent, 0, "http_405"},
+		{409, nil, wire.FinishPermanent, 0, "http_409"},
+		{413, nil, wire.FinishPermanent, 0, "http_413"},
+		{422, nil, wire.FinishPermanent, 0, "http_422"},
+		{408, nil, wire.FinishRetry, 0, "http_408"},
+		{425, nil, wire.FinishRetry, 0, "http_425"},
+		{410, nil, wire.FinishGone, 0, "http_410"},
+		{429, nil, wire.FinishThrottled, 0, "http_429"},
+		{429, hdr("Retry-After", "120"), wire.FinishThrottled, 2 * time.Minute, "http_429"},
+		{429, hdr("Retry-After", future), wire.FinishThrottled, 90 * time.Second, "http_429"},
+		{429, hdr("Retry-After", "0"), wire.FinishThrottled, MinPause, "http_429"},
+		{429, hdr("Retry-After", "soon"), wire.FinishThrottled, 0, "http_429"},
+		{429, hdr("RateLimit", `"api";r=0;t=45`), wire.FinishThrottled, 45 * time.Second, "http_429"},
+		{429, hdr("X-RateLimit-Reset", "30"), wire.FinishThrottled, 30 * time.Second, "http_429"},
+		{429, hdr("Retry-After", "5", "RateLimit", `"api";r=0;t=45`), wire.FinishThrottled, 5 * time.Second, "http_429"}, // Retry-After wins
+		{500, nil, wire.FinishRetry, 0, "http_500"},
+		{502, nil, wire.FinishRetry, 0, "http_502"},
+		{503, nil, wire.FinishRetry, 0, "http_503"},
+		{503, hdr("Retry-After", "garbage"), wire.FinishRetry, 0, "http_503"},
+		{503, hdr("Retry-After", "60"), wire.FinishThrottled, time.Minute, "http_503"},
+		{503, hdr("Retry-After", future), wire.FinishThrottled, 90 * time.Second, "http_503"},
+		{504, nil, wire.FinishRetry, 0, "http_504"},
+		{599, nil, wire.FinishRetry, 0, "http_599"},
+		{101, nil, wire.FinishPermanent, 0, "http_101"},
+		{600, nil, wire.FinishPermanent, 0, "http_600"},
 	} {
 		kind, pause, reason := Classify(tc.status, tc.header, errors.New("ignored when a status arrived"), now)
 		if kind != tc.kind || pause != tc.pause || reason != tc.reason {
@@ -97,21 +97,21 @@ func TestClassifyError(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		err    error
-		kind   store.FinishKind
+		kind   wire.FinishKind
 		reason string
 	}{
-		{"egress denied", wrapURL(&net.OpError{Op: "dial", Err: &EgressError{Host: "10.0.0.1", Reason: "private"}}), store.FinishPermanent, ReasonEgressDenied},
-		{"invalid job", fmt.Errorf("job j1: %w", ErrInvalidJob), store.FinishPermanent, ReasonInvalidJob},
-		{"context deadline", wrapURL(context.DeadlineExceeded), store.FinishRetry, ReasonTimeout},
-		{"net timeout", wrapURL(&net.OpError{Op: "read", Err: timeoutErr{}}), store.FinishRetry, ReasonTimeout},
-		{"os deadline", wrapURL(os.ErrDeadlineExceeded), store.FinishRetry, ReasonTimeout},
-		{"canceled", wrapURL(context.Canceled), store.FinishRetry, ReasonCanceled},
-		{"unknown CA", wrapURL(x509.UnknownAuthorityError{}), store.FinishRetry, ReasonTLS},
-		{"hostname", wrapURL(x509.HostnameError{Host: "x"}), store.FinishRetry, ReasonTLS},
-		{"dns", wrapURL(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}), store.FinishRetry, ReasonDNS},
-		{"refused", wrapURL(&net.OpError{Op: "dial", Err: errors.New("connect: connection refused")}), store.FinishRetry, ReasonConnection},
-		{"reset", wrapURL(errors.New("read: connection reset by peer")), store.FinishRetry, ReasonConnection},
-		{"nil", nil, store.FinishRetry, ReasonConnection},
+		{"egress denied", wrapURL(&net.OpError{Op: "dial", Err: &EgressError{Host: "10.0.0.1", Reason: "private"}}), wire.FinishPermanent, ReasonEgressDenied},
+		{"invalid job", fmt.Errorf("job j1: %w", ErrInvalidJob), wire.FinishPermanent, ReasonInvalidJob},
+		{"context deadline", wrapURL(context.DeadlineExceeded), wire.FinishRetry, ReasonTimeout},
+		{"net timeout", wrapURL(&net.OpError{Op: "read", Err: timeoutErr{}}), wire.FinishRetry, ReasonTimeout},
+		{"os deadline", wrapURL(os.ErrDeadlineExceeded), wire.FinishRetry, ReasonTimeout},
+		{"canceled", wrapURL(context.Canceled), wire.FinishRetry, ReasonCanceled},
+		{"unknown CA", wrapURL(x509.UnknownAuthorityError{}), wire.FinishRetry, ReasonTLS},
+		{"hostname", wrapURL(x509.HostnameError{Host: "x"}), wire.FinishRetry, ReasonTLS},
+		{"dns", wrapURL(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", IsNotFound: true}}), wire.FinishRetry, ReasonDNS},
+		{"refused", wrapURL(&net.OpError{Op: "dial", Err: errors.New("connect: connection refused")}), wire.FinishRetry, ReasonConnection},
+		{"reset", wrapURL(errors.New("read: connection reset by peer")), wire.FinishRetry, ReasonConnection},
+		{"nil", nil, wire.FinishRetry, ReasonConnection},
 	} {
 		kind, pause, reason := Classify(0, nil, tc.err, now)
 		if kind != tc.kind || pause != 0 || reason != tc.reason {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // counting is an HTTP receiver on 127.0.0.1 that counts the TCP
@@ -101,7 +101,7 @@ func direct(t testing.TB, allow []netip.Prefix) *http.Client {
 func getURL(c *http.Client, url string) Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return Deliver(ctx, c, Request{ID: "j0_t", Job: job.Spec{Type: job.TypeHTTP, Method: http.MethodGet, URL: url}})
+	return Deliver(ctx, c, Request{ID: "j0_t", Job: job.Spec{Type: wire.TypeHTTP, Method: http.MethodGet, URL: url}})
 }
 
 // deniedTargets are refused without the allow-list; PORT is the receiver's.
@@ -149,7 +149,7 @@ func TestEgressMatrixDenied(t *testing.T) {
 				if !errors.Is(res.Err, ErrEgressDenied) || res.Status != 0 {
 					t.Errorf("%s: status %d, err %v; want ErrEgressDenied", url, res.Status, res.Err)
 				}
-				if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishPermanent || reason != ReasonEgressDenied {
+				if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != wire.FinishPermanent || reason != ReasonEgressDenied {
 					t.Errorf("%s: Classify = %v %q, want permanent egress_denied", url, kind, reason)
 				}
 			}
@@ -241,7 +241,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 		if res.Err != nil || res.Status != http.StatusFound {
 			t.Errorf("%s: status %d, err %v; want the 302 itself", name, res.Status, res.Err)
 		}
-		if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishPermanent || reason != "http_302" {
+		if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != wire.FinishPermanent || reason != "http_302" {
 			t.Errorf("%s: Classify = %v %q, want permanent http_302", name, kind, reason)
 		}
 	}
@@ -276,7 +276,7 @@ func TestDNSFailureIsRetryable(t *testing.T) {
 	c, _ := routed(t, rcv, nil)
 	res := getURL(c, "http://nowhere.test/")
 	kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-	if kind != store.FinishRetry || reason != ReasonDNS {
+	if kind != wire.FinishRetry || reason != ReasonDNS {
 		t.Fatalf("Classify(%v) = %v %q, want retry dns_error", res.Err, kind, reason)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ErrInvalidJob is wrapped by Deliver's error when the job cannot be turned
@@ -36,7 +36,7 @@ type Request struct {
 	// ID is the job id, sent as webhook-id (the same on every attempt).
 	ID string
 	// Job is the stored job (job.Spec.Canonical, parsed); Type must be
-	// job.TypeWebhook or job.TypeHTTP.
+	// wire.TypeWebhook or wire.TypeHTTP.
 	Job job.Spec
 	// Secrets are the tenant's decoded signing keys (policy.Secrets.Keys);
 	// webhook jobs carry one signature per key, none when empty. Unused for
@@ -77,9 +77,10 @@ type Result struct {
 // Outcome classifies r (see Classify) into the report Store.Finish takes.
 // A success with a non-zero Pause asks the caller to pause the tenant
 // pre-emptively for that long (the upstream said its quota is spent).
-func (r Result) Outcome(now time.Time) store.AttemptOutcome {
+func (r Result) Outcome(now time.Time) wire.AttemptOutcome {
 	kind, pause, reason := Classify(r.Status, r.Header, r.Err, now)
-	return store.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause}
+	return wire.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause,
+		TimedOut: r.Status == 0 && reason == ReasonTimeout}
 }
 
 // Deliver sends one attempt of req with client (normally NewClient's) and
@@ -130,7 +131,7 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	header := make(http.Header)
 	header.Set("User-Agent", ua)
 	switch spec.Type {
-	case job.TypeWebhook:
+	case wire.TypeWebhook:
 		method = http.MethodPost
 		evt := req.EventTime
 		if evt.IsZero() {
@@ -139,7 +140,7 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 		body = EventBody(spec.Event, evt, spec.Payload)
 		header.Set("Content-Type", "application/json")
 		Headers(header, req.Secrets, req.ID, req.Now, body)
-	case job.TypeHTTP:
+	case wire.TypeHTTP:
 		method = spec.Method
 		for name, value := range spec.Headers {
 			header.Set(name, value)

@@ -14,8 +14,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // captured is what a receiver saw of one request.
@@ -52,7 +52,7 @@ func TestDeliverWebhook(t *testing.T) {
 	created := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	res := deliver(t, c, Request{
 		ID:        "j7_01J9ZZZ",
-		Job:       job.Spec{Type: job.TypeWebhook, URL: rcv.URL + "/hooks?x=1", Event: "order.shipped", Payload: json.RawMessage(`{"order":17}`)},
+		Job:       job.Spec{Type: wire.TypeWebhook, URL: rcv.URL + "/hooks?x=1", Event: "order.shipped", Payload: json.RawMessage(`{"order":17}`)},
 		Secrets:   keys,
 		UserAgent: "Sluice/1.4.2",
 		Now:       now,
@@ -94,12 +94,12 @@ func TestDeliverHTTPJob(t *testing.T) {
 		wantBody []byte
 		wantUA   string
 	}{
-		{"text body", job.Spec{Type: job.TypeHTTP, Method: "PUT", URL: rcv.URL + "/v1/items/9",
+		{"text body", job.Spec{Type: wire.TypeHTTP, Method: "PUT", URL: rcv.URL + "/v1/items/9",
 			Headers: map[string]string{"Authorization": "Bearer t0k", "content-type": "application/x-www-form-urlencoded"}, Body: &text},
 			[]byte(text), "Sluice/dev"},
-		{"base64 body and own user agent", job.Spec{Type: job.TypeHTTP, Method: "PATCH", URL: rcv.URL + "/v1/items/9",
+		{"base64 body and own user agent", job.Spec{Type: wire.TypeHTTP, Method: "PATCH", URL: rcv.URL + "/v1/items/9",
 			Headers: map[string]string{"User-Agent": "acme-sync/2"}, BodyBase64: &b64}, raw, "acme-sync/2"},
-		{"no body", job.Spec{Type: job.TypeHTTP, Method: "DELETE", URL: rcv.URL + "/v1/items/9"}, []byte{}, "Sluice/dev"},
+		{"no body", job.Spec{Type: wire.TypeHTTP, Method: "DELETE", URL: rcv.URL + "/v1/items/9"}, []byte{}, "Sluice/dev"},
 	} {
 		res := deliver(t, c, Request{ID: "j1_h", Job: tc.spec})
 		if res.Err != nil || res.Status != http.StatusAccepted {
@@ -125,15 +125,15 @@ func TestDeliverInvalidJobSendsNothing(t *testing.T) {
 	c := direct(t, loopback4)
 	bad := "%%%"
 	for name, spec := range map[string]job.Spec{
-		"task type":      {Type: job.TypeTask, TaskType: "x"},
-		"ftp url":        {Type: job.TypeWebhook, URL: "ftp://127.0.0.1:" + rcv.port + "/", Event: "e"},
-		"relative url":   {Type: job.TypeWebhook, URL: "/in", Event: "e"},
-		"bad base64":     {Type: job.TypeHTTP, Method: "POST", URL: rcv.URL, BodyBase64: &bad},
-		"invalid method": {Type: job.TypeHTTP, Method: "GE T", URL: rcv.URL},
+		"task type":      {Type: wire.TypeTask, TaskType: "x"},
+		"ftp url":        {Type: wire.TypeWebhook, URL: "ftp://127.0.0.1:" + rcv.port + "/", Event: "e"},
+		"relative url":   {Type: wire.TypeWebhook, URL: "/in", Event: "e"},
+		"bad base64":     {Type: wire.TypeHTTP, Method: "POST", URL: rcv.URL, BodyBase64: &bad},
+		"invalid method": {Type: wire.TypeHTTP, Method: "GE T", URL: rcv.URL},
 	} {
 		res := deliver(t, c, Request{ID: "j1_bad", Job: spec})
 		kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-		if !errors.Is(res.Err, ErrInvalidJob) || kind != store.FinishPermanent || reason != ReasonInvalidJob {
+		if !errors.Is(res.Err, ErrInvalidJob) || kind != wire.FinishPermanent || reason != ReasonInvalidJob {
 			t.Errorf("%s: err %v, Classify %v %q; want ErrInvalidJob, permanent", name, res.Err, kind, reason)
 		}
 	}
@@ -157,7 +157,7 @@ func TestDeliverBodyCap(t *testing.T) {
 		rcv := newCounting(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })
 		c := direct(t, loopback4)
 		for range 2 {
-			res := deliver(t, c, Request{ID: "j1", Job: job.Spec{Type: job.TypeHTTP, Method: "GET", URL: rcv.URL}})
+			res := deliver(t, c, Request{ID: "j1", Job: job.Spec{Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL}})
 			if res.Status != 200 || len(res.Excerpt) != ExcerptBytes || !res.Truncated {
 				t.Fatalf("size %d: status %d, excerpt %d bytes, truncated %v", tc.size, res.Status, len(res.Excerpt), res.Truncated)
 			}
@@ -182,9 +182,9 @@ func TestDeliverTimeout(t *testing.T) {
 	c := direct(t, loopback4)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	res := Deliver(ctx, c, Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: rcv.URL, Event: "e"}})
+	res := Deliver(ctx, c, Request{ID: "j1", Job: job.Spec{Type: wire.TypeWebhook, URL: rcv.URL, Event: "e"}})
 	kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
-	if res.Status != 0 || kind != store.FinishRetry || reason != ReasonTimeout {
+	if res.Status != 0 || kind != wire.FinishRetry || reason != ReasonTimeout {
 		t.Fatalf("status %d err %v: Classify %v %q, want retry timeout", res.Status, res.Err, kind, reason)
 	}
 	if res.Latency < 50*time.Millisecond {
@@ -196,8 +196,8 @@ func TestDeliverConnectionRefusedIsRetryable(t *testing.T) {
 	rcv := newCounting(t, noContent)
 	url := rcv.URL
 	rcv.Close() // nothing listens on the port any more
-	res := deliver(t, direct(t, loopback4), Request{ID: "j1", Job: job.Spec{Type: job.TypeWebhook, URL: url, Event: "e"}})
-	if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != store.FinishRetry || reason != ReasonConnection {
+	res := deliver(t, direct(t, loopback4), Request{ID: "j1", Job: job.Spec{Type: wire.TypeWebhook, URL: url, Event: "e"}})
+	if kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now()); kind != wire.FinishRetry || reason != ReasonConnection {
 		t.Fatalf("err %v: Classify %v %q, want retry connection_error", res.Err, kind, reason)
 	}
 }
@@ -206,7 +206,7 @@ func TestResultOutcome(t *testing.T) {
 	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	r := Result{Status: 429, Header: http.Header{"Retry-After": {"7"}}, Latency: 3 * time.Millisecond}
 	got := r.Outcome(now)
-	want := store.AttemptOutcome{Kind: store.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
+	want := wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
 	if got != want {
 		t.Fatalf("Outcome = %+v, want %+v", got, want)
 	}

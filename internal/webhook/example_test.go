@@ -12,10 +12,10 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // A receiver verifies a Sluice delivery with the official Standard Webhooks
@@ -50,12 +50,12 @@ func Example() {
 
 	res := webhook.Deliver(context.Background(), client, webhook.Request{
 		ID:        "j0_01HZX3Q5N4B5W9R2K7M8P6T1CD",
-		Job:       job.Spec{Type: job.TypeWebhook, URL: receiver.URL, Event: "invoice.paid", Payload: json.RawMessage(`{"id":"inv_1"}`)},
+		Job:       job.Spec{Type: wire.TypeWebhook, URL: receiver.URL, Event: "invoice.paid", Payload: json.RawMessage(`{"id":"inv_1"}`)},
 		Secrets:   [][]byte{key},
 		UserAgent: "Sluice/1.0.0",
 	})
 	out := res.Outcome(time.Now())
-	fmt.Println(res.Status, out.Kind == store.FinishSuccess)
+	fmt.Println(res.Status, out.Kind == wire.FinishSuccess)
 	// Output:
 	// verified invoice.paid {"id":"inv_1"} from j0_01HZX3Q5N4B5W9R2K7M8P6T1CD
 	// 200 true

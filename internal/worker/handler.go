@@ -8,8 +8,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 var _ asynq.Handler = (*Worker)(nil)
@@ -35,7 +35,7 @@ var _ asynq.Handler = (*Worker)(nil)
 // an error, so asynq archives the task for inspection. Every wait ends with
 // ctx.
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	p, err := dispatch.DecodePayload(t.Payload())
+	p, err := wire.DecodePayload(t.Payload())
 	if err != nil {
 		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task: %w", t.Type(), err)
@@ -46,7 +46,7 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 // deliver runs one delivery: claim (waiting for the slot), wait for the
 // claimed slot, attempt and finish.
-func (w *Worker) deliver(ctx context.Context, p dispatch.Payload) {
+func (w *Worker) deliver(ctx context.Context, p wire.Payload) {
 	job, ok := w.claim(ctx, p)
 	if !ok {
 		return
@@ -58,7 +58,7 @@ func (w *Worker) deliver(ctx context.Context, p dispatch.Payload) {
 
 // claim waits for p's slot and claims the job. ok is false when there is
 // nothing to run (a duplicate, canceled, returned, ctx ended, Redis error).
-func (w *Worker) claim(ctx context.Context, p dispatch.Payload) (job store.ClaimedJob, ok bool) {
+func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJob, ok bool) {
 	w.metrics.waiting.Inc()
 	defer w.metrics.waiting.Dec()
 	pickedUp := w.clock.Now()
@@ -131,17 +131,17 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob) {
 }
 
 // execute runs the Executor, turning a panic into a retryable failure.
-func (w *Worker) execute(ctx context.Context, job store.ClaimedJob) (out store.AttemptOutcome) {
+func (w *Worker) execute(ctx context.Context, job store.ClaimedJob) (out wire.AttemptOutcome) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			w.cfg.Logger.Error("executor panicked", "job", job.ID, "gen", job.Gen, "panic", r)
-			out = store.AttemptOutcome{Kind: store.FinishRetry, Latency: time.Since(start), Error: "panic"}
+			out = wire.AttemptOutcome{Kind: wire.FinishRetry, Latency: time.Since(start), Error: "panic"}
 		}
 	}()
 	out = w.cfg.Executor.Execute(ctx, job)
 	if out.Kind == 0 {
-		out.Kind, out.Error = store.FinishRetry, "executor returned no outcome"
+		out.Kind, out.Error = wire.FinishRetry, "executor returned no outcome"
 	}
 	return out
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -47,7 +47,7 @@ func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *wo
 
 // release enqueues one webhook job for tenant and releases it with a pass;
 // it returns the release and its asynq task.
-func (h *harness) release(tenant string) (store.Release, *asynq.Task) {
+func (h *harness) release(tenant string) (wire.Release, *asynq.Task) {
 	h.t.Helper()
 	id := h.enqueue(tenant, 1)[0]
 	shard, err := store.ShardOfJobID(id)
@@ -60,17 +60,17 @@ func (h *harness) release(tenant string) (store.Release, *asynq.Task) {
 	}
 	for _, r := range res.Released {
 		if r.ID == id {
-			payload, _ := json.Marshal(dispatch.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
-			return r, asynq.NewTask(dispatch.TaskTypeWebhook, payload)
+			payload, _ := json.Marshal(wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
+			return r, asynq.NewTask(wire.TaskTypeWebhook, payload)
 		}
 	}
 	h.t.Fatalf("pass released %+v, not %s", res.Released, id)
-	return store.Release{}, nil
+	return wire.Release{}, nil
 }
 
 // releaseN enqueues n webhook jobs for tenant and releases them with one
 // pass, in slot order.
-func (h *harness) releaseN(tenant string, n int) []store.Release {
+func (h *harness) releaseN(tenant string, n int) []wire.Release {
 	h.t.Helper()
 	ids := h.enqueue(tenant, n)
 	shard, err := store.ShardOfJobID(ids[0])
@@ -88,9 +88,9 @@ func (h *harness) releaseN(tenant string, n int) []store.Release {
 }
 
 // taskOf is the asynq task the dispatcher would enqueue for r.
-func taskOf(r store.Release) *asynq.Task {
-	payload, _ := json.Marshal(dispatch.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
-	return asynq.NewTask(dispatch.TaskTypeWebhook, payload)
+func taskOf(r wire.Release) *asynq.Task {
+	payload, _ := json.Marshal(wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.Slot.UnixMicro()})
+	return asynq.NewTask(wire.TaskTypeWebhook, payload)
 }
 
 func (h *harness) process(w *worker.Worker, task *asynq.Task) {
@@ -185,7 +185,7 @@ func TestLateTaskWaitsItsTurnNotSentInAClump(t *testing.T) {
 func TestExecutorPanicIsARetryableFailure(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) store.AttemptOutcome {
+	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) wire.AttemptOutcome {
 		panic("boom")
 	}), nil)
 	r, task := h.release("t1")
@@ -207,10 +207,10 @@ func TestExecutorGetsTheJobsTimeoutAsDeadline(t *testing.T) {
 	h := newHarness(t, 2)
 	h.policy("t1", store.Overrides{TimeoutUS: ptr(300_000)})
 	deadline := make(chan time.Duration, 1)
-	w := h.newWorker(worker.ExecutorFunc(func(ctx context.Context, _ store.ClaimedJob) store.AttemptOutcome {
+	w := h.newWorker(worker.ExecutorFunc(func(ctx context.Context, _ store.ClaimedJob) wire.AttemptOutcome {
 		d, _ := ctx.Deadline()
 		deadline <- time.Until(d)
-		return store.AttemptOutcome{Kind: store.FinishSuccess, Status: 200}
+		return wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
 	}), nil)
 	_, task := h.release("t1")
 	h.process(w, task)
@@ -223,8 +223,8 @@ func TestMalformedPayloadIsAnError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	w := h.newWorker(nil, nil)
-	err := w.ProcessTask(h.ctx, asynq.NewTask(dispatch.TaskTypeWebhook, []byte("not json")))
-	if !errors.Is(err, dispatch.ErrBadPayload) {
+	err := w.ProcessTask(h.ctx, asynq.NewTask(wire.TaskTypeWebhook, []byte("not json")))
+	if !errors.Is(err, wire.ErrBadPayload) {
 		t.Fatalf("ProcessTask = %v, want ErrBadPayload", err)
 	}
 }
@@ -321,8 +321,8 @@ func TestClockTracksRedisTime(t *testing.T) {
 func TestPermanentFailureCountsADeadLetterAndItsLatency(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
-	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) store.AttemptOutcome {
-		return store.AttemptOutcome{Kind: store.FinishPermanent, Status: 404, Latency: 3 * time.Millisecond, Error: "http_404"}
+	w := h.newWorker(worker.ExecutorFunc(func(context.Context, store.ClaimedJob) wire.AttemptOutcome {
+		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 404, Latency: 3 * time.Millisecond, Error: "http_404"}
 	}), nil)
 	r, task := h.release("t1")
 	h.process(w, task)

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -257,13 +258,13 @@ func (h *harness) policy(tenant string, o store.Overrides) {
 // script blocks the Redis every parallel test shares (1 000 jobs ≈ 40 ms).
 func (h *harness) enqueue(tenant string, n int) []string {
 	h.t.Helper()
-	spec := job.Spec{Type: job.TypeWebhook, URL: h.recv.srv.URL + "/hooks/" + tenant, Event: "test.event", Payload: json.RawMessage(`{"n":1}`)}
+	spec := job.Spec{Type: wire.TypeWebhook, URL: h.recv.srv.URL + "/hooks/" + tenant, Event: "test.event", Payload: json.RawMessage(`{"n":1}`)}
 	body := spec.Canonical()
 	var ids []string
 	for n > 0 {
 		items := make([]store.Item, min(n, 250))
 		for i := range items {
-			items[i] = store.Item{Type: job.TypeWebhook, Body: body}
+			items[i] = store.Item{Type: wire.TypeWebhook, Body: body}
 		}
 		rs, err := h.st.Enqueue(h.ctx, tenant, items)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // metrics are the worker's Prometheus series; every label set is bounded.
@@ -93,17 +94,17 @@ func outcomeLabel(o store.ClaimOutcome) string {
 	return "other"
 }
 
-func kindLabel(k store.FinishKind) string {
+func kindLabel(k wire.FinishKind) string {
 	switch k {
-	case store.FinishSuccess:
+	case wire.FinishSuccess:
 		return "success"
-	case store.FinishRetry:
+	case wire.FinishRetry:
 		return "retry"
-	case store.FinishThrottled:
+	case wire.FinishThrottled:
 		return "throttled"
-	case store.FinishPermanent:
+	case wire.FinishPermanent:
 		return "permanent"
-	case store.FinishGone:
+	case wire.FinishGone:
 		return "gone"
 	}
 	return "other"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // ProcessTaskJob runs one delivery of a task job (DESIGN §2.5) through the
@@ -23,7 +23,7 @@ import (
 // (Sluice owns retries; the sweep recovers a job this call could not
 // settle), and an error wrapping dispatch.ErrBadPayload otherwise.
 func (w *Worker) ProcessTaskJob(ctx context.Context, t *asynq.Task) error {
-	p, err := dispatch.PayloadFromHeaders(t.Headers())
+	p, err := wire.PayloadFromHeaders(t.Headers())
 	if err != nil {
 		w.cfg.Logger.Error("drop task with malformed sluice headers", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task job: %w", t.Type(), err)

@@ -12,19 +12,19 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // releaseTaskJob enqueues one task job for tenant and releases it with a
 // pass; it returns the release and its asynq task as the dispatcher builds
 // it (the protocol in the headers, no payload).
-func (h *harness) releaseTaskJob(tenant string, payload string) (store.Release, *asynq.Task) {
+func (h *harness) releaseTaskJob(tenant string, payload string) (wire.Release, *asynq.Task) {
 	h.t.Helper()
-	spec := job.Spec{Type: job.TypeTask, TaskType: "email:send", Queue: "default", Payload: json.RawMessage(payload)}
-	rs, err := h.st.Enqueue(h.ctx, tenant, []store.Item{{Type: job.TypeTask, Body: spec.Canonical()}})
+	spec := job.Spec{Type: wire.TypeTask, TaskType: "email:send", Queue: "default", Payload: json.RawMessage(payload)}
+	rs, err := h.st.Enqueue(h.ctx, tenant, []store.Item{{Type: wire.TypeTask, Body: spec.Canonical()}})
 	if err != nil || rs[0].Outcome != store.Accepted {
 		h.t.Fatalf("enqueue: %v %+v", err, rs)
 	}
@@ -35,9 +35,9 @@ func (h *harness) releaseTaskJob(tenant string, payload string) (store.Release, 
 	}
 	r := res.Released[0]
 	return r, asynq.NewTaskWithHeaders(r.TaskType, nil, map[string]string{
-		dispatch.HeaderJob:  r.ID,
-		dispatch.HeaderGen:  strconv.FormatInt(r.Gen, 10),
-		dispatch.HeaderSlot: strconv.FormatInt(r.Slot.UnixMicro(), 10),
+		wire.HeaderJob:  r.ID,
+		wire.HeaderGen:  strconv.FormatInt(r.Gen, 10),
+		wire.HeaderSlot: strconv.FormatInt(r.Slot.UnixMicro(), 10),
 	})
 }
 
@@ -50,11 +50,11 @@ type recordingExecutor struct {
 	values []any
 }
 
-func (e *recordingExecutor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
+func (e *recordingExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.jobs, e.values = append(e.jobs, cj), append(e.values, ctx.Value(ctxKey{}))
-	return store.AttemptOutcome{Kind: store.FinishSuccess}
+	return wire.AttemptOutcome{Kind: wire.FinishSuccess}
 }
 
 // TestTaskJobIsClaimedFromItsHeaders: ProcessTaskJob reads the protocol
@@ -78,7 +78,7 @@ func TestTaskJobIsClaimedFromItsHeaders(t *testing.T) {
 	}
 	got := exec.jobs[0]
 	spec, err := job.Parse(got.Body)
-	if err != nil || got.ID != r.ID || got.Type != job.TypeTask || got.Attempt != 1 ||
+	if err != nil || got.ID != r.ID || got.Type != wire.TypeTask || got.Attempt != 1 ||
 		spec.TaskType != "email:send" || string(spec.Payload) != `{"to":"a@example.com"}` {
 		t.Fatalf("claimed job %+v (body %s, %v)", got, got.Body, err)
 	}
@@ -96,12 +96,12 @@ func TestTaskJobWithMalformedHeadersIsAnError(t *testing.T) {
 	exec := &recordingExecutor{}
 	w := h.newWorker(exec, nil)
 	for _, headers := range []map[string]string{
-		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
-		{dispatch.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", dispatch.HeaderGen: "x", dispatch.HeaderSlot: "1"},
-		{dispatch.HeaderGen: "1", dispatch.HeaderSlot: "1"},
+		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB"},
+		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", wire.HeaderGen: "x", wire.HeaderSlot: "1"},
+		{wire.HeaderGen: "1", wire.HeaderSlot: "1"},
 	} {
 		err := w.ProcessTaskJob(h.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers))
-		if !errors.Is(err, dispatch.ErrBadPayload) {
+		if !errors.Is(err, wire.ErrBadPayload) {
 			t.Errorf("headers %v: %v, want ErrBadPayload", headers, err)
 		}
 	}

@@ -5,9 +5,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // WebhookExecutor sends webhook and http jobs with internal/webhook: it
@@ -28,10 +29,10 @@ var _ Executor = (*WebhookExecutor)(nil)
 
 // Execute runs one attempt of job with ctx's deadline as its timeout. A job
 // body that does not parse is a permanent failure ("invalid_job").
-func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) store.AttemptOutcome {
+func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
 	spec, err := job.Parse(cj.Body)
 	if err != nil {
-		return store.AttemptOutcome{Kind: store.FinishPermanent, Error: "invalid_job"}
+		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}
 	var secrets [][]byte
 	if e.Secrets != nil {

@@ -17,10 +17,11 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -120,10 +121,10 @@ func answer(retryAfter string, first ...int) func(int) (int, http.Header) {
 // enqueueTo adds n webhook jobs for tenant posting to url; returns their ids.
 func (h *harness) enqueueTo(tenant, url string, n int) []string {
 	h.t.Helper()
-	spec := job.Spec{Type: job.TypeWebhook, URL: url, Event: "invoice.paid", Payload: json.RawMessage(`{"amount":42}`)}
+	spec := job.Spec{Type: wire.TypeWebhook, URL: url, Event: "invoice.paid", Payload: json.RawMessage(`{"amount":42}`)}
 	items := make([]store.Item, n)
 	for i := range items {
-		items[i] = store.Item{Type: job.TypeWebhook, Body: spec.Canonical()}
+		items[i] = store.Item{Type: wire.TypeWebhook, Body: spec.Canonical()}
 	}
 	rs, err := h.st.Enqueue(h.ctx, tenant, items)
 	if err != nil {
@@ -470,13 +471,12 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 	h.noStall(t)
 }
 
-// The adaptive rate counts a timeout as a congestion signal by its reason:
-// the webhook classifier and the dispatch store must name it alike.
+// The adaptive rate counts a timeout as a congestion signal: the webhook
+// classifier marks a timed-out attempt's outcome so.
 func TestTimeoutIsACongestionSignal(t *testing.T) {
 	t.Parallel()
 	o := webhook.Result{Err: context.DeadlineExceeded}.Outcome(time.Now())
-	if webhook.ReasonTimeout != store.TimeoutReason || !o.Congested() {
-		t.Fatalf("a timed-out attempt %+v is not a congestion signal (webhook %q, dispatch %q)",
-			o, webhook.ReasonTimeout, store.TimeoutReason)
+	if !o.TimedOut || o.Error != wire.ReasonTimeout || !o.Congested() {
+		t.Fatalf("a timed-out attempt %+v is not a congestion signal", o)
 	}
 }

@@ -28,15 +28,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Store is what a Worker needs of *store.Store.
 type Store interface {
 	Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (store.Claim, error)
-	Finish(ctx context.Context, id string, gen int64, o store.AttemptOutcome, cfg store.FinishConfig) (store.State, error)
+	Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error)
 	Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error
 }
 
@@ -46,14 +46,14 @@ var _ Store = (*store.Store)(nil)
 // (DESIGN §4.2). ctx carries the attempt's timeout; Execute must return
 // soon after ctx ends. It must be safe for concurrent use.
 type Executor interface {
-	Execute(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome
+	Execute(ctx context.Context, job store.ClaimedJob) wire.AttemptOutcome
 }
 
 // ExecutorFunc adapts a function to Executor.
-type ExecutorFunc func(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome
+type ExecutorFunc func(ctx context.Context, job store.ClaimedJob) wire.AttemptOutcome
 
 // Execute calls f.
-func (f ExecutorFunc) Execute(ctx context.Context, job store.ClaimedJob) store.AttemptOutcome {
+func (f ExecutorFunc) Execute(ctx context.Context, job store.ClaimedJob) wire.AttemptOutcome {
 	return f(ctx, job)
 }
 
@@ -199,7 +199,7 @@ func New(cfg Config) (*Worker, error) {
 // Queues are the asynq queues the Worker serves, with equal priorities:
 // dispatch.WebhookQueue(Prefix) and dispatch.HTTPQueue(Prefix).
 func (w *Worker) Queues() map[string]int {
-	return map[string]int{dispatch.WebhookQueue(w.cfg.Prefix): 1, dispatch.HTTPQueue(w.cfg.Prefix): 1}
+	return map[string]int{wire.WebhookQueue(w.cfg.Prefix): 1, wire.HTTPQueue(w.cfg.Prefix): 1}
 }
 
 // ID is the worker's id in the heartbeats.

@@ -11,8 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Names shared by every Sluice run.
@@ -88,7 +89,7 @@ func (e *env) storeItems(run string, n int) ([]store.Item, error) {
 	}
 	items := make([]store.Item, n)
 	for i := range items {
-		items[i] = store.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
+		items[i] = store.Item{Type: wire.TypeWebhook, Cost: 1, Body: spec.Canonical()}
 	}
 	return items, nil
 }

@@ -9,8 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // env is what every cell shares: the HTTP client, the Redis client, the
@@ -20,11 +21,11 @@ type env struct {
 	http   *http.Client
 	rdb    *redis.Client
 	st     *store.Store
-	one    []byte          // one job, as a producer sends it
-	batch  []byte          // {"jobs":[one × o.batch]}
-	items  []store.Item // o.batch items of the canonical job, for the direct cells
-	pids   map[string]int  // process name → pid, for CPU accounting
-	evalsh string          // SHA of the trivial script
+	one    []byte         // one job, as a producer sends it
+	batch  []byte         // {"jobs":[one × o.batch]}
+	items  []store.Item   // o.batch items of the canonical job, for the direct cells
+	pids   map[string]int // process name → pid, for CPU accounting
+	evalsh string         // SHA of the trivial script
 }
 
 func newEnv(ctx context.Context, o options) (*env, error) {
@@ -56,7 +57,7 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 	}
 	items := make([]store.Item, o.batch)
 	for i := range items {
-		items[i] = store.Item{Type: job.TypeWebhook, Cost: 1, Body: spec.Canonical()}
+		items[i] = store.Item{Type: wire.TypeWebhook, Cost: 1, Body: spec.Canonical()}
 	}
 	tr := &http.Transport{
 		MaxIdleConns:        2 * o.producers,

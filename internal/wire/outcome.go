@@ -1,0 +1,69 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+)
+
+// FinishKind classifies an attempt's outcome (DESIGN §4.2).
+type FinishKind uint8
+
+// Finish kinds.
+const (
+	FinishSuccess   FinishKind = iota + 1 // 2xx: succeeded
+	FinishRetry                           // retryable failure: retry per the policy's curve, or dead when exhausted
+	FinishThrottled                       // upstream said slow down: pause the tenant Pause, job to the head lane, no attempt used
+	FinishPermanent                       // permanent failure: dead letter
+	FinishGone                            // 410: disable the tenant, job to the head lane, no attempt used
+)
+
+var finishKinds = [...]string{FinishSuccess: "success", FinishRetry: "retry",
+	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone"}
+
+// String is the kind's name as the attempt log records it: success, retry,
+// throttled, permanent, gone.
+func (k FinishKind) String() string {
+	if int(k) < len(finishKinds) && finishKinds[k] != "" {
+		return finishKinds[k]
+	}
+	return "FinishKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ReasonTimeout is the Error of an attempt that ran out of time, as the
+// attempt log shows it.
+const ReasonTimeout = "timeout"
+
+// MaxErrorLen bounds AttemptOutcome.Error as stored, in bytes.
+const MaxErrorLen = 512
+
+// AttemptOutcome is a worker's report of one attempt to the store's finish.
+type AttemptOutcome struct {
+	Kind    FinishKind
+	Status  int           // HTTP status, 0 when none
+	Latency time.Duration // request time
+	Error   string        // short reason for people; no secrets. Cut to MaxErrorLen bytes
+	// TimedOut is set when the attempt ran out of its timeout before an
+	// answer (Error is then ReasonTimeout): a congestion signal.
+	TimedOut bool
+	// Pause is how long the upstream asked to wait: for FinishThrottled, 0
+	// means the configured default; for the other kinds, > 0 pauses the
+	// tenant pre-emptively (its quota is used up) and 0 means no pause.
+	// Capped by the configured maximum; negative is 0.
+	Pause time.Duration
+}
+
+// Congested reports whether o tells an adaptive tenant to slow down (DESIGN
+// §4.2): FinishThrottled, or FinishRetry after a 5xx response or a timeout
+// with no response. Connection, TLS and DNS errors, 408 and 425 are not
+// congestion signals.
+func (o AttemptOutcome) Congested() bool {
+	switch {
+	case o.Kind == FinishThrottled:
+		return true
+	case o.Kind != FinishRetry:
+		return false
+	case o.Status >= 500 && o.Status <= 599:
+		return true
+	}
+	return o.Status == 0 && o.TimedOut
+}
