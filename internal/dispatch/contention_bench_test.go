@@ -29,7 +29,7 @@ import (
 // claims and finishes each job at its slot. "idle": one second with
 // nothing to do; it reports passes and Redis script time per second.
 //
-//	go test -run '^$' -bench ShardContention -benchtime 1x ./internal/dispatcher/
+//	go test -run '^$' -bench ShardContention -benchtime 1x ./internal/dispatch/
 //
 // Run it alone: the Redis counters are server-wide.
 func BenchmarkShardContention(b *testing.B) {

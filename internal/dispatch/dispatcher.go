@@ -1,4 +1,4 @@
-// Package dispatcher runs Sluice's dispatch loops (DESIGN §2.2): per shard,
+// Package dispatch runs Sluice's dispatch loops (DESIGN §2.2): per shard,
 // it holds the shard's lease, runs the pass script (promote, sweep, release
 // due jobs at their tenants' rates) and hands every released job to asynq
 // with the task id "<job id>:<gen>", MaxRetry(0) and a whole-second timeout

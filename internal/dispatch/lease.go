@@ -25,7 +25,7 @@ func leaseKey(prefix string, shard int) string {
 }
 
 // wakeChannel mirrors the wake channel of internal/dispatch's key layout
-// (keyspace.wake); the dispatcher tests publish through dispatch.Store.Enqueue
+// (keyspace.wake); the dispatcher tests publish through store.Store.Enqueue
 // and would miss every wake-up if the two drifted apart.
 func wakeChannel(prefix string, shard int) string {
 	return prefix + ":{s" + strconv.Itoa(shard) + "}:wake"

@@ -11,7 +11,7 @@
 //     and body for http jobs), sends it and reads a capped excerpt of the
 //     response.
 //   - [Classify] (or [Result.Outcome]) turns the status, headers and error
-//     into a dispatch.FinishKind, a pause and a short reason.
+//     into a wire.FinishKind, a pause and a short reason.
 //
 // [CheckLiteral] serves the API at enqueue time: a URL whose host is a
 // literal refused address is rejected with 422 before it is ever queued.
