@@ -171,3 +171,19 @@ func TestEnqueueReportsAdmissionState(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// OverridesOf's per-field "set" list lines up with Params: overrides that
+// set every field convert to the full overrides of their policy.
+func TestOverridesOfEveryField(t *testing.T) {
+	t.Parallel()
+	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
+		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false}`
+	o, err := policy.DecodeJSON(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := OverridesOf(o).Apply(Params{}), ParamsOf(policy.Resolve(o)); got != want {
+		t.Fatalf("OverridesOf(every field) = %+v, want %+v", got, want)
+	}
+}
