@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,7 +34,6 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -92,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	if err := seedPolicies(ctx, st, cfg, log); err != nil {
+	if err := st.SeedPolicies(ctx, cfg.Defaults, cfg.Tenants, log); err != nil {
 		return err
 	}
 
@@ -175,54 +173,6 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket()}
 	}
 	return opts, nil
-}
-
-// seedPolicies writes the configuration's policy to Redis (DESIGN §3): the
-// defaults to every shard's "*" entry, on every start (the file is their
-// only source), and each configured tenant's overrides only when the tenant
-// has none yet (If-Match version 0), so a restart never reverts a change
-// made through PUT /v1/tenants/{tenant}/policy; a tenant whose stored
-// overrides differ from the file is logged and left as stored.
-func seedPolicies(ctx context.Context, st *store.Store, cfg *config.Config, log *slog.Logger) error {
-	defaults := store.ParamsFromPolicy(policy.Resolve(cfg.Defaults))
-	if err := st.SeedDefaults(ctx, defaults); err != nil {
-		return err
-	}
-	view, _ := json.Marshal(defaults.View()) // cannot fail: plain fields
-	log.Info("seeded policy defaults", "shards", st.Shards(), "policy", string(view))
-	for _, tenant := range slices.Sorted(maps.Keys(cfg.Tenants)) {
-		o := store.OverridesFromPolicy(cfg.Tenants[tenant])
-		version, err := st.PutTenantPolicy(ctx, tenant, o, 0)
-		switch {
-		case err == nil:
-			log.Info("seeded tenant policy", "tenant", tenant, "version", version)
-		case errors.Is(err, store.ErrVersionMismatch):
-			if err := compareTenantPolicy(ctx, st, tenant, o, log); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("seed policy of tenant %q: %w", tenant, err)
-		}
-	}
-	return nil
-}
-
-// compareTenantPolicy logs a warning when tenant's stored overrides differ
-// from the configuration's.
-func compareTenantPolicy(ctx context.Context, st *store.Store, tenant string, file store.Overrides, log *slog.Logger) error {
-	rec, err := st.TenantPolicy(ctx, tenant)
-	if err != nil {
-		return fmt.Errorf("compare policy of tenant %q: %w", tenant, err)
-	}
-	stored, _ := json.Marshal(rec.Overrides) // cannot fail: plain fields
-	want, _ := json.Marshal(file)
-	if string(stored) != string(want) {
-		log.Warn("tenant policy in Redis differs from the configuration file; keeping Redis's (change it with PUT /v1/tenants/{tenant}/policy)",
-			"tenant", tenant, "version", rec.Version, "redis", string(stored), "file", string(want))
-		return nil
-	}
-	log.Info("tenant policy already seeded", "tenant", tenant, "version", rec.Version)
-	return nil
 }
 
 // serve runs the HTTP server on addr until ctx is done, then stops

@@ -173,7 +173,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("egress.allow: %w", err)
 	}
-	secrets, maxTimeout, err := tenantPolicies(cfg)
+	secrets, maxTimeout, err := policy.SigningKeys(cfg.Defaults, cfg.Tenants)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -224,32 +224,6 @@ func parseFlags(args []string, getenv func(string) string) (*config.Config, stri
 		*metrics = ""
 	}
 	return cfg, *metrics, nil
-}
-
-// tenantPolicies resolves the configured tenants' webhook signing keys (the
-// defaults' for any other tenant) and the largest configured attempt
-// timeout. Secrets live only in the configuration, never in Redis.
-func tenantPolicies(cfg *config.Config) (func(string) [][]byte, time.Duration, error) {
-	defaults := policy.Resolve(cfg.Defaults)
-	defaultKeys, err := defaults.WebhookSecrets.Keys()
-	if err != nil {
-		return nil, 0, fmt.Errorf("defaults: %w", err)
-	}
-	maxTimeout := defaults.Timeout
-	keys := make(map[string][][]byte, len(cfg.Tenants))
-	for tenant, o := range cfg.Tenants {
-		p := policy.Resolve(cfg.Defaults, o)
-		if keys[tenant], err = p.WebhookSecrets.Keys(); err != nil {
-			return nil, 0, fmt.Errorf("tenant %q: %w", tenant, err)
-		}
-		maxTimeout = max(maxTimeout, p.Timeout)
-	}
-	return func(tenant string) [][]byte {
-		if k, ok := keys[tenant]; ok {
-			return k
-		}
-		return defaultKeys
-	}, maxTimeout, nil
 }
 
 // shutdownTimeout is worker.shutdown_timeout, raised to 2·D + the largest

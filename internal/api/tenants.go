@@ -15,9 +15,9 @@ import (
 // in user units (no secrets: they are not in the store) and the tenant's
 // state as its next decision would see it.
 type tenantView struct {
-	Tenant  string           `json:"tenant"`
-	Version int64            `json:"version"` // of the tenant's overrides; 0: none
-	Policy  store.ParamsView `json:"policy"`
+	Tenant  string      `json:"tenant"`
+	Version int64       `json:"version"` // of the tenant's overrides; 0: none
+	Policy  policy.View `json:"policy"`
 	// Backlog counts the jobs toward max_backlog (scheduled, queued,
 	// released, retrying); BacklogBytes their body bytes.
 	Backlog      int64 `json:"backlog"`
@@ -47,9 +47,9 @@ type tenantView struct {
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.
 type policyResponse struct {
-	Tenant  string           `json:"tenant"`
-	Version int64            `json:"version"`
-	Policy  store.ParamsView `json:"policy"` // effective, user units
+	Tenant  string      `json:"tenant"`
+	Version int64       `json:"version"`
+	Policy  policy.View `json:"policy"` // effective, user units
 }
 
 // getTenant is GET /v1/tenants/{tenant}; its ETag is the policy version.
@@ -67,7 +67,7 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 	if err != nil {
 		return 0, nil, s.storeError(r, "tenant_state", err)
 	}
-	v := tenantView{Tenant: tenant, Version: st.Version, Policy: st.Policy.View(),
+	v := tenantView{Tenant: tenant, Version: st.Version, Policy: st.Policy.Policy().View(),
 		Backlog: st.Backlog, BacklogBytes: st.Bytes, Queued: st.Queued, QueuedTokens: st.QueuedCost,
 		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
 		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled,
@@ -105,7 +105,7 @@ func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ov := store.OverridesFromPolicy(o)
+	ov := store.OverridesOf(o)
 	version, err := s.opts.Store.PutTenantPolicy(r.Context(), tenant, ov, ifVersion)
 	var stale *store.VersionMismatchError
 	switch {
@@ -120,13 +120,13 @@ func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
 	}
 	effective := ov.Apply(rec.Defaults.Apply(store.DefaultParams()))
 	c.w.Header().Set("ETag", etag(version))
-	return http.StatusOK, policyResponse{Tenant: tenant, Version: version, Policy: effective.View()}, nil
+	return http.StatusOK, policyResponse{Tenant: tenant, Version: version, Policy: effective.Policy().View()}, nil
 }
 
 // readPolicy reads and validates a policy body: 415, 413, 400 as for every
 // body; 422 for an unknown field or a bad value, and for every problem of
-// the overrides merged over Options.Defaults (policy rules and the store's
-// bounds), all listed in one message.
+// the overrides merged over Options.Defaults (policy.Policy.Validate, whose
+// bounds are the store's), all listed in one message.
 func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Overrides, error) {
 	raw, err := readJSONBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
@@ -137,7 +137,7 @@ func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Over
 		return policy.Overrides{}, invalidJSON(err)
 	}
 	merged := policy.Resolve(s.opts.Defaults, o)
-	errs := []error{merged.Validate(), store.CheckStorable(merged)}
+	errs := []error{merged.Validate()}
 	if o.WebhookSecrets != nil {
 		errs = append(errs, &policy.FieldError{Field: "webhook_secrets", Err: errors.New(
 			"not stored by the API for now: configure them in the configuration file (tenants.<id>.webhook_secrets)")})

@@ -247,8 +247,8 @@ func TestResolveMergeOrder(t *testing.T) {
 func TestBuiltin(t *testing.T) {
 	p := Builtin()
 	want := View{
-		Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 1, Concurrency: 10, Weight: 1,
-		Admit:      AdmitView{Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 1000},
+		Rate: IntervalRate(bucket.Rate{Tokens: 10, Per: time.Second}.IntervalMicros()), Burst: 1, Concurrency: 10, Weight: 1,
+		Admit:      AdmitView{Rate: IntervalRate(bucket.Rate{Tokens: 100, Per: time.Second}.IntervalMicros()), Burst: 1000},
 		MaxBacklog: 100000, MaxBacklogBytes: 256 * MiB,
 		Retry: RetryView{
 			MaxAttempts: 8, MinBackoff: Duration(time.Second), MaxBackoff: Duration(time.Hour),

@@ -36,12 +36,28 @@ const (
 	AdaptiveDefault         = true
 )
 
-// Bounds enforced by Validate beyond "at least 1".
+// Upper bounds enforced by Validate (the lower bounds are on the fields).
+// They are the only declaration of each bound: the store's integer
+// parameters and its scripts take their limits from here. Every bound keeps
+// the values the scripts compute with below 10¹⁴, exact in Lua's doubles and
+// cjson's 14-digit number format.
 const (
 	// MaxBurst bounds burst and admit.burst so that burst × emission interval
 	// (at most 3.6e9 µs for 1/h) and now + b·T stay exact in the Lua scripts'
-	// doubles (the dispatch package stores the same bound).
+	// doubles. It is also the largest cost of one job.
 	MaxBurst = 1_000_000
+	// MaxCount bounds concurrency, weight and retry.max_attempts.
+	MaxCount = 1_000_000
+	// MaxBacklogLimit bounds max_backlog.
+	MaxBacklogLimit = 1_000_000_000
+	// MaxBacklogBytesLimit bounds max_backlog_bytes (10¹³ bytes, about 9 TiB).
+	MaxBacklogBytesLimit ByteSize = 10_000_000_000_000
+	// MaxDoublingsLimit bounds retry.max_doublings (2⁶² still fits an int64).
+	MaxDoublingsLimit = 62
+	// MaxDuration bounds retry.min_backoff, retry.max_backoff and
+	// retry.max_retry_duration: 10¹³ µs, about 115 days, the longest duration
+	// the store's scripts take.
+	MaxDuration = 10_000_000 * time.Second
 	// MaxTimeout bounds the per-attempt timeout.
 	MaxTimeout = time.Hour
 )
@@ -74,8 +90,14 @@ type Admit struct {
 	Burst int64       // default 1000
 }
 
-// Retry is the retry policy, with Google Cloud Tasks' names and curve (see
-// Backoff).
+// Retry is the retry policy, with Google Cloud Tasks' names and curve, which
+// the store's scripts compute: after failed attempt n (n = 1 for the first
+// failure) the wait is MinBackoff · 2^(n−1) for n ≤ MaxDoublings+1, then grows
+// linearly by the last doubled interval s = MinBackoff · 2^MaxDoublings as
+// s · (n − MaxDoublings), every wait capped at MaxBackoff. For MinBackoff 10s,
+// MaxBackoff 300s, MaxDoublings 3 the waits are 10s, 20s, 40s, 80s, 160s,
+// 240s, 300s, … A job gets no further attempt once it has made MaxAttempts,
+// or once MaxRetryDuration (when > 0) has passed since its first attempt.
 type Retry struct {
 	// MaxAttempts is the most attempts a job gets, counting the first; ≥ 1,
 	// default 8.

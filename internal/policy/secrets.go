@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // Webhook signing secrets, per Standard Webhooks: "whsec_" followed by the
@@ -64,4 +65,32 @@ func ParseWebhookSecret(s string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: key is %d bytes, want %d to %d", ErrInvalidSecret, len(key), MinSecretBytes, MaxSecretBytes)
 	}
 	return key, nil
+}
+
+// SigningKeys resolves the webhook signing keys of every tenant in tenants
+// (Resolve(defaults, tenants[id])) and, for any other tenant, of defaults
+// alone, and the largest attempt timeout among those policies. keys is safe
+// for concurrent use. Secrets live only in the configuration, never in
+// Redis; the error names the tenant whose secret is invalid.
+func SigningKeys(defaults Overrides, tenants map[string]Overrides) (keys func(tenant string) [][]byte, maxTimeout time.Duration, err error) {
+	base := Resolve(defaults)
+	defaultKeys, err := base.WebhookSecrets.Keys()
+	if err != nil {
+		return nil, 0, fmt.Errorf("defaults: %w", err)
+	}
+	maxTimeout = base.Timeout
+	byTenant := make(map[string][][]byte, len(tenants))
+	for tenant, o := range tenants {
+		p := Resolve(defaults, o)
+		if byTenant[tenant], err = p.WebhookSecrets.Keys(); err != nil {
+			return nil, 0, fmt.Errorf("tenant %q: %w", tenant, err)
+		}
+		maxTimeout = max(maxTimeout, p.Timeout)
+	}
+	return func(tenant string) [][]byte {
+		if k, ok := byTenant[tenant]; ok {
+			return k
+		}
+		return defaultKeys
+	}, maxTimeout, nil
 }

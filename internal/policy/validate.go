@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
@@ -47,25 +46,27 @@ func WithPrefix(prefix string, err error) error {
 
 // Validate reports every problem with p at once, each a *FieldError:
 // rate and admit.rate set; burst and admit.burst in 1…MaxBurst; concurrency,
-// weight, max_backlog, max_backlog_bytes and retry.max_attempts at least 1;
-// 0 < retry.min_backoff ≤ retry.max_backoff; retry.max_doublings and
-// retry.max_retry_duration not negative; 0 < timeout ≤ MaxTimeout; at most
-// MaxWebhookSecrets webhook secrets, each valid for ParseWebhookSecret.
+// weight and retry.max_attempts in 1…MaxCount; max_backlog in
+// 1…MaxBacklogLimit; max_backlog_bytes in 1…MaxBacklogBytesLimit;
+// 0 < retry.min_backoff ≤ retry.max_backoff ≤ MaxDuration;
+// retry.max_doublings in 0…MaxDoublingsLimit; retry.max_retry_duration in
+// 0…MaxDuration; 0 < timeout ≤ MaxTimeout; at most MaxWebhookSecrets webhook
+// secrets, each valid for ParseWebhookSecret.
 func (p Policy) Validate() error {
 	var c checker
 	c.rate("rate", p.Rate)
 	c.between("burst", p.Burst, 1, MaxBurst)
-	c.between("concurrency", p.Concurrency, 1, math.MaxInt64)
-	c.between("weight", p.Weight, 1, math.MaxInt64)
+	c.between("concurrency", p.Concurrency, 1, MaxCount)
+	c.between("weight", p.Weight, 1, MaxCount)
 	c.rate("admit.rate", p.Admit.Rate)
 	c.between("admit.burst", p.Admit.Burst, 1, MaxBurst)
-	c.between("max_backlog", p.MaxBacklog, 1, math.MaxInt64)
-	c.between("max_backlog_bytes", p.MaxBacklogBytes, 1, math.MaxInt64)
-	c.between("retry.max_attempts", int64(p.Retry.MaxAttempts), 1, math.MaxInt64)
+	c.between("max_backlog", p.MaxBacklog, 1, MaxBacklogLimit)
+	c.between("max_backlog_bytes", p.MaxBacklogBytes, 1, int64(MaxBacklogBytesLimit))
+	c.between("retry.max_attempts", int64(p.Retry.MaxAttempts), 1, MaxCount)
 	c.positive("retry.min_backoff", p.Retry.MinBackoff)
 	c.positive("retry.max_backoff", p.Retry.MaxBackoff)
 	c.backoffOrder(p.Retry.MinBackoff, p.Retry.MaxBackoff)
-	c.between("retry.max_doublings", int64(p.Retry.MaxDoublings), 0, math.MaxInt64)
+	c.between("retry.max_doublings", int64(p.Retry.MaxDoublings), 0, MaxDoublingsLimit)
 	c.notNegative("retry.max_retry_duration", p.Retry.MaxRetryDuration)
 	c.timeout(p.Timeout)
 	c.secrets(p.WebhookSecrets)
@@ -79,20 +80,20 @@ func (o Overrides) Validate() error {
 	var c checker
 	ifSet(o.Rate, func(v bucket.Rate) { c.rate("rate", v) })
 	ifSet(o.Burst, func(v int64) { c.between("burst", v, 1, MaxBurst) })
-	ifSet(o.Concurrency, func(v int64) { c.between("concurrency", v, 1, math.MaxInt64) })
-	ifSet(o.Weight, func(v int64) { c.between("weight", v, 1, math.MaxInt64) })
+	ifSet(o.Concurrency, func(v int64) { c.between("concurrency", v, 1, MaxCount) })
+	ifSet(o.Weight, func(v int64) { c.between("weight", v, 1, MaxCount) })
 	ifSet(o.Admit.Rate, func(v bucket.Rate) { c.rate("admit.rate", v) })
 	ifSet(o.Admit.Burst, func(v int64) { c.between("admit.burst", v, 1, MaxBurst) })
-	ifSet(o.MaxBacklog, func(v int64) { c.between("max_backlog", v, 1, math.MaxInt64) })
-	ifSet(o.MaxBacklogBytes, func(v ByteSize) { c.between("max_backlog_bytes", int64(v), 1, math.MaxInt64) })
+	ifSet(o.MaxBacklog, func(v int64) { c.between("max_backlog", v, 1, MaxBacklogLimit) })
+	ifSet(o.MaxBacklogBytes, func(v ByteSize) { c.between("max_backlog_bytes", int64(v), 1, int64(MaxBacklogBytesLimit)) })
 	r := o.Retry
-	ifSet(r.MaxAttempts, func(v int) { c.between("retry.max_attempts", int64(v), 1, math.MaxInt64) })
+	ifSet(r.MaxAttempts, func(v int) { c.between("retry.max_attempts", int64(v), 1, MaxCount) })
 	ifSet(r.MinBackoff, func(v Duration) { c.positive("retry.min_backoff", time.Duration(v)) })
 	ifSet(r.MaxBackoff, func(v Duration) { c.positive("retry.max_backoff", time.Duration(v)) })
 	if r.MinBackoff != nil && r.MaxBackoff != nil {
 		c.backoffOrder(time.Duration(*r.MinBackoff), time.Duration(*r.MaxBackoff))
 	}
-	ifSet(r.MaxDoublings, func(v int) { c.between("retry.max_doublings", int64(v), 0, math.MaxInt64) })
+	ifSet(r.MaxDoublings, func(v int) { c.between("retry.max_doublings", int64(v), 0, MaxDoublingsLimit) })
 	ifSet(r.MaxRetryDuration, func(v Duration) { c.notNegative("retry.max_retry_duration", time.Duration(v)) })
 	ifSet(o.Timeout, func(v Duration) { c.timeout(time.Duration(v)) })
 	c.secrets(o.WebhookSecrets)
@@ -133,11 +134,19 @@ func (c *checker) positive(field string, d time.Duration) {
 	if d <= 0 {
 		c.add(field, "must be positive, got %s", Duration(d))
 	}
+	c.atMost(field, d, MaxDuration)
 }
 
 func (c *checker) notNegative(field string, d time.Duration) {
 	if d < 0 {
 		c.add(field, "must not be negative, got %s", Duration(d))
+	}
+	c.atMost(field, d, MaxDuration)
+}
+
+func (c *checker) atMost(field string, d, limit time.Duration) {
+	if d > limit {
+		c.add(field, "must be at most %s, got %s", Duration(limit), Duration(d))
 	}
 }
 
@@ -148,12 +157,10 @@ func (c *checker) backoffOrder(minBackoff, maxBackoff time.Duration) {
 }
 
 func (c *checker) timeout(d time.Duration) {
-	switch {
-	case d <= 0:
+	if d <= 0 {
 		c.add("timeout", "must be positive, got %s", Duration(d))
-	case d > MaxTimeout:
-		c.add("timeout", "must be at most %s, got %s", Duration(MaxTimeout), Duration(d))
 	}
+	c.atMost("timeout", d, MaxTimeout)
 }
 
 func (c *checker) secrets(s Secrets) {

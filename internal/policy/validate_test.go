@@ -223,3 +223,25 @@ func TestValidTenantID(t *testing.T) {
 		t.Errorf("error echoes the id: %v", err)
 	}
 }
+
+// The store's bounds are Validate's, named in user terms (formerly the
+// store's CheckStorable).
+func TestValidateNamesStorageBoundsInUserTerms(t *testing.T) {
+	if err := Builtin().Validate(); err != nil {
+		t.Fatalf("builtin policy: %v", err)
+	}
+	p := Builtin()
+	p.Concurrency, p.Retry.MaxDoublings, p.Retry.MaxRetryDuration = 2_000_000, 63, 200*24*time.Hour
+	err := p.Validate()
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("got %v, want *FieldError values", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"concurrency: must be at most 1000000", "retry.max_doublings: must be at most 62",
+		"retry.max_retry_duration: must be at most 2777h46m40s"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+}

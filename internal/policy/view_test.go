@@ -80,3 +80,33 @@ func TestSecretsNeverInViewsOrLogs(t *testing.T) {
 		t.Errorf("fmt %%v lacks the secrets count: %s", outputs["fmt %v"])
 	}
 }
+
+// maxIntervalUS is the emission interval of 1/h.
+const maxIntervalUS = 3_600_000_000
+
+func TestIntervalRateShowsTheRateWithThatInterval(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		us   int64
+		want string
+	}{
+		{1, `"1000000/s"`},
+		{20_000, `"50/s"`},
+		{100_000, `"10/s"`}, // 600/m has the same interval: the seconds form wins
+		{333_334, `"3/s"`},  // the interval of 3/s, rounded up
+		{8_571_429, `"7/m"`},
+		{360_000, `"10000/h"`},
+		{maxIntervalUS, `"1/h"`},
+		{maxIntervalUS - 1, `0.0002777777778549383`}, // no N/s, N/m or N/h has it
+		{0, `0`},
+	}
+	for _, tc := range cases {
+		got, err := json.Marshal(IntervalRate(tc.us))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("IntervalRate(%d) = %s (%v), want %s", tc.us, got, err, tc.want)
+		}
+		if r, ok := IntervalRate(tc.us).Rate(); ok && r.IntervalMicros() != tc.us {
+			t.Errorf("IntervalRate(%d).Rate() = %s, whose interval is %d", tc.us, r, r.IntervalMicros())
+		}
+	}
+}

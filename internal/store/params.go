@@ -5,36 +5,44 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Params is a tenant's resolved policy in the integer units the scripts use
-// (DESIGN §1 and §7). It is what the policy package's resolved Policy turns
-// into before it is stored; this package never parses rates or durations.
+// Params is a tenant's resolved policy (policy.Policy) in the integer units
+// the scripts take (DESIGN §1 and §7), derived from it by ParamsOf; this
+// package never parses rates or durations. A rate is its emission interval
+// bucket.Rate.IntervalMicros() (⌈Per / Tokens⌉ µs per token); a duration is
+// whole µs, rounded up so that a positive duration stays positive; a bool is
+// 1 (true) or 0. Webhook secrets are not part of Params.
 //
 // Stored as JSON with these field names (see Overrides for the stored form).
 // Every value is an integer below 10¹⁴, so it survives Lua's doubles and
-// cjson's 14-digit number format exactly.
+// cjson's 14-digit number format exactly. The bounds are policy's.
 type Params struct {
 	RateUS             int64 `json:"rate_us"`               // T: emission interval, µs per token, 1 … 3.6·10⁹ (1/h)
-	Burst              int64 `json:"burst"`                 // b: dispatch burst, tokens, 1 … 10⁶
-	Concurrency        int64 `json:"concurrency"`           // jobs released or running at once, 1 … 10⁶
-	Weight             int64 `json:"weight"`                // share under overload, 1 … 10⁶
+	Burst              int64 `json:"burst"`                 // b: dispatch burst, tokens, 1 … policy.MaxBurst
+	Concurrency        int64 `json:"concurrency"`           // jobs released or running at once, 1 … policy.MaxCount
+	Weight             int64 `json:"weight"`                // share under overload, 1 … policy.MaxCount
 	AdmitUS            int64 `json:"admit_us"`              // admission refill interval, µs per token, 1 … 3.6·10⁹
-	AdmitBurst         int64 `json:"admit_burst"`           // admission bucket capacity, tokens, 1 … 10⁶
-	MaxBacklog         int64 `json:"max_backlog"`           // jobs queued+scheduled+retrying+released, 1 … 10⁹
-	MaxBacklogBytes    int64 `json:"max_backlog_bytes"`     // their body bytes, 1 … 10¹³
-	MaxAttempts        int64 `json:"max_attempts"`          // counts the first attempt, 1 … 10⁶
-	MinBackoffUS       int64 `json:"min_backoff_us"`        // µs, 0 … 10¹³
-	MaxBackoffUS       int64 `json:"max_backoff_us"`        // µs, 0 … 10¹³
-	MaxDoublings       int64 `json:"max_doublings"`         // 0 … 62
-	MaxRetryDurationUS int64 `json:"max_retry_duration_us"` // µs from the first attempt, 0 (no limit) … 10¹³
-	TimeoutUS          int64 `json:"timeout_us"`            // per attempt, µs, 1 … 10¹³
+	AdmitBurst         int64 `json:"admit_burst"`           // admission bucket capacity, tokens, 1 … policy.MaxBurst
+	MaxBacklog         int64 `json:"max_backlog"`           // jobs queued+scheduled+retrying+released, 1 … policy.MaxBacklogLimit
+	MaxBacklogBytes    int64 `json:"max_backlog_bytes"`     // their body bytes, 1 … policy.MaxBacklogBytesLimit
+	MaxAttempts        int64 `json:"max_attempts"`          // counts the first attempt, 1 … policy.MaxCount
+	MinBackoffUS       int64 `json:"min_backoff_us"`        // µs, 0 … MaxDurationUS
+	MaxBackoffUS       int64 `json:"max_backoff_us"`        // µs, 0 … MaxDurationUS
+	MaxDoublings       int64 `json:"max_doublings"`         // 0 … policy.MaxDoublingsLimit
+	MaxRetryDurationUS int64 `json:"max_retry_duration_us"` // µs from the first attempt, 0 (no limit) … MaxDurationUS
+	TimeoutUS          int64 `json:"timeout_us"`            // per attempt, µs, 1 … MaxDurationUS
 	Adaptive           int64 `json:"adaptive"`              // 1 = adaptive rate on, 0 = off
 }
 
-// Overrides are a tenant's policy overrides: a nil field inherits the
-// shard's defaults (field "*"), which inherit DefaultParams. The JSON form
-// omits nil fields; it is what PutTenantPolicy stores, plus "version".
+// Overrides are a tenant's policy overrides in Params' units: a nil field
+// inherits the shard's defaults (field "*"), which inherit DefaultParams.
+// The JSON form omits nil fields; it is what PutTenantPolicy stores, plus
+// "version". OverridesOf derives them from policy.Overrides.
 type Overrides struct {
 	RateUS             *int64 `json:"rate_us,omitempty"`
 	Burst              *int64 `json:"burst,omitempty"`
@@ -53,27 +61,90 @@ type Overrides struct {
 	Adaptive           *int64 `json:"adaptive,omitempty"`
 }
 
-// Bounds of Params fields.
+// Bounds at the scripts' boundary, in their units, derived from the policy
+// package's.
 const (
-	MaxIntervalUS = 3_600_000_000      // one token per hour
-	MaxBurst      = 1_000_000          // also the largest cost Go accepts before the policy is known
-	MaxDurationUS = 10_000_000_000_000 // about 115 days
+	MaxIntervalUS = int64(time.Hour / time.Microsecond)   // one token per hour
+	MaxBurst      = policy.MaxBurst                       // also the largest cost Go accepts before the policy is known
+	MaxDurationUS = policy.MaxDuration / time.Microsecond // 10¹³ (µs, about 115 days)
 )
 
-// DefaultParams are the built-in defaults of DESIGN §7, used for every field
-// that neither the shard's "*" entry nor the tenant's overrides set.
-func DefaultParams() Params {
+// DefaultParams are policy.Builtin in the scripts' units: the values of
+// every field that neither the shard's "*" entry nor the tenant's overrides
+// set, and the scripts' BUILTIN table.
+func DefaultParams() Params { return ParamsOf(policy.Builtin()) }
+
+// ParamsOf converts a resolved policy into the scripts' units (see Params).
+// It does not validate: check p with policy.Policy.Validate (or the result
+// with Params.Validate).
+func ParamsOf(p policy.Policy) Params {
 	return Params{
-		RateUS: 100_000, Burst: 1, Concurrency: 10, Weight: 1,
-		AdmitUS: 10_000, AdmitBurst: 1000,
-		MaxBacklog: 100_000, MaxBacklogBytes: 256 << 20,
-		MaxAttempts: 8, MinBackoffUS: 1_000_000, MaxBackoffUS: 3_600_000_000, MaxDoublings: 5,
-		MaxRetryDurationUS: 86_400_000_000, TimeoutUS: 15_000_000, Adaptive: 1,
+		RateUS:             p.Rate.IntervalMicros(),
+		Burst:              p.Burst,
+		Concurrency:        p.Concurrency,
+		Weight:             p.Weight,
+		AdmitUS:            p.Admit.Rate.IntervalMicros(),
+		AdmitBurst:         p.Admit.Burst,
+		MaxBacklog:         p.MaxBacklog,
+		MaxBacklogBytes:    p.MaxBacklogBytes,
+		MaxAttempts:        int64(p.Retry.MaxAttempts),
+		MinBackoffUS:       ceilMicros(p.Retry.MinBackoff),
+		MaxBackoffUS:       ceilMicros(p.Retry.MaxBackoff),
+		MaxDoublings:       int64(p.Retry.MaxDoublings),
+		MaxRetryDurationUS: ceilMicros(p.Retry.MaxRetryDuration),
+		TimeoutUS:          ceilMicros(p.Timeout),
+		Adaptive:           boolInt(p.Adaptive),
 	}
 }
 
+// Policy is the inverse of ParamsOf, for showing p (policy.Policy.View): a
+// policy whose ParamsOf is p. A rate is the N/s, N/m or N/h with exactly p's
+// interval (policy.IntervalRate.Rate), else 1 token per interval; secrets
+// are none.
+func (p Params) Policy() policy.Policy {
+	return policy.Policy{
+		Rate:            rateOf(p.RateUS),
+		Burst:           p.Burst,
+		Concurrency:     p.Concurrency,
+		Weight:          p.Weight,
+		Admit:           policy.Admit{Rate: rateOf(p.AdmitUS), Burst: p.AdmitBurst},
+		MaxBacklog:      p.MaxBacklog,
+		MaxBacklogBytes: p.MaxBacklogBytes,
+		Retry: policy.Retry{
+			MaxAttempts:      int(p.MaxAttempts),
+			MinBackoff:       micros(p.MinBackoffUS),
+			MaxBackoff:       micros(p.MaxBackoffUS),
+			MaxDoublings:     int(p.MaxDoublings),
+			MaxRetryDuration: micros(p.MaxRetryDurationUS),
+		},
+		Timeout:  micros(p.TimeoutUS),
+		Adaptive: p.Adaptive == 1,
+	}
+}
+
+// OverridesOf converts sparse policy overrides: a field set in o is set to
+// its value in Params' units (as ParamsOf converts it), a field unset in o is
+// unset. Webhook secrets are dropped (the store keeps integers only).
+func OverridesOf(o policy.Overrides) Overrides {
+	r := o.Retry
+	set := [...]bool{o.Rate != nil, o.Burst != nil, o.Concurrency != nil, o.Weight != nil,
+		o.Admit.Rate != nil, o.Admit.Burst != nil, o.MaxBacklog != nil, o.MaxBacklogBytes != nil,
+		r.MaxAttempts != nil, r.MinBackoff != nil, r.MaxBackoff != nil, r.MaxDoublings != nil,
+		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil}
+	p := ParamsOf(policy.Resolve(o))
+	var out Overrides
+	for i, f := range paramFields {
+		if set[i] {
+			v := *f.param(&p)
+			*f.override(&out) = &v
+		}
+	}
+	return out
+}
+
 // paramField describes one field for validation, merging and the Lua table of
-// built-in defaults, so the three cannot disagree.
+// built-in defaults, so the three cannot disagree. paramFields lists them in
+// the order of Params (and of OverridesOf's set).
 type paramField struct {
 	name     string
 	min, max int64
@@ -83,19 +154,19 @@ type paramField struct {
 
 var paramFields = []paramField{
 	{"rate_us", 1, MaxIntervalUS, func(p *Params) *int64 { return &p.RateUS }, func(o *Overrides) **int64 { return &o.RateUS }},
-	{"burst", 1, MaxBurst, func(p *Params) *int64 { return &p.Burst }, func(o *Overrides) **int64 { return &o.Burst }},
-	{"concurrency", 1, 1_000_000, func(p *Params) *int64 { return &p.Concurrency }, func(o *Overrides) **int64 { return &o.Concurrency }},
-	{"weight", 1, 1_000_000, func(p *Params) *int64 { return &p.Weight }, func(o *Overrides) **int64 { return &o.Weight }},
+	{"burst", 1, policy.MaxBurst, func(p *Params) *int64 { return &p.Burst }, func(o *Overrides) **int64 { return &o.Burst }},
+	{"concurrency", 1, policy.MaxCount, func(p *Params) *int64 { return &p.Concurrency }, func(o *Overrides) **int64 { return &o.Concurrency }},
+	{"weight", 1, policy.MaxCount, func(p *Params) *int64 { return &p.Weight }, func(o *Overrides) **int64 { return &o.Weight }},
 	{"admit_us", 1, MaxIntervalUS, func(p *Params) *int64 { return &p.AdmitUS }, func(o *Overrides) **int64 { return &o.AdmitUS }},
-	{"admit_burst", 1, MaxBurst, func(p *Params) *int64 { return &p.AdmitBurst }, func(o *Overrides) **int64 { return &o.AdmitBurst }},
-	{"max_backlog", 1, 1_000_000_000, func(p *Params) *int64 { return &p.MaxBacklog }, func(o *Overrides) **int64 { return &o.MaxBacklog }},
-	{"max_backlog_bytes", 1, MaxDurationUS, func(p *Params) *int64 { return &p.MaxBacklogBytes }, func(o *Overrides) **int64 { return &o.MaxBacklogBytes }},
-	{"max_attempts", 1, 1_000_000, func(p *Params) *int64 { return &p.MaxAttempts }, func(o *Overrides) **int64 { return &o.MaxAttempts }},
-	{"min_backoff_us", 0, MaxDurationUS, func(p *Params) *int64 { return &p.MinBackoffUS }, func(o *Overrides) **int64 { return &o.MinBackoffUS }},
-	{"max_backoff_us", 0, MaxDurationUS, func(p *Params) *int64 { return &p.MaxBackoffUS }, func(o *Overrides) **int64 { return &o.MaxBackoffUS }},
-	{"max_doublings", 0, 62, func(p *Params) *int64 { return &p.MaxDoublings }, func(o *Overrides) **int64 { return &o.MaxDoublings }},
-	{"max_retry_duration_us", 0, MaxDurationUS, func(p *Params) *int64 { return &p.MaxRetryDurationUS }, func(o *Overrides) **int64 { return &o.MaxRetryDurationUS }},
-	{"timeout_us", 1, MaxDurationUS, func(p *Params) *int64 { return &p.TimeoutUS }, func(o *Overrides) **int64 { return &o.TimeoutUS }},
+	{"admit_burst", 1, policy.MaxBurst, func(p *Params) *int64 { return &p.AdmitBurst }, func(o *Overrides) **int64 { return &o.AdmitBurst }},
+	{"max_backlog", 1, policy.MaxBacklogLimit, func(p *Params) *int64 { return &p.MaxBacklog }, func(o *Overrides) **int64 { return &o.MaxBacklog }},
+	{"max_backlog_bytes", 1, int64(policy.MaxBacklogBytesLimit), func(p *Params) *int64 { return &p.MaxBacklogBytes }, func(o *Overrides) **int64 { return &o.MaxBacklogBytes }},
+	{"max_attempts", 1, policy.MaxCount, func(p *Params) *int64 { return &p.MaxAttempts }, func(o *Overrides) **int64 { return &o.MaxAttempts }},
+	{"min_backoff_us", 0, int64(MaxDurationUS), func(p *Params) *int64 { return &p.MinBackoffUS }, func(o *Overrides) **int64 { return &o.MinBackoffUS }},
+	{"max_backoff_us", 0, int64(MaxDurationUS), func(p *Params) *int64 { return &p.MaxBackoffUS }, func(o *Overrides) **int64 { return &o.MaxBackoffUS }},
+	{"max_doublings", 0, policy.MaxDoublingsLimit, func(p *Params) *int64 { return &p.MaxDoublings }, func(o *Overrides) **int64 { return &o.MaxDoublings }},
+	{"max_retry_duration_us", 0, int64(MaxDurationUS), func(p *Params) *int64 { return &p.MaxRetryDurationUS }, func(o *Overrides) **int64 { return &o.MaxRetryDurationUS }},
+	{"timeout_us", 1, int64(MaxDurationUS), func(p *Params) *int64 { return &p.TimeoutUS }, func(o *Overrides) **int64 { return &o.TimeoutUS }},
 	{"adaptive", 0, 1, func(p *Params) *int64 { return &p.Adaptive }, func(o *Overrides) **int64 { return &o.Adaptive }},
 }
 
@@ -153,7 +224,7 @@ func (p Params) Full() Overrides {
 }
 
 // luaTable renders p as a Lua table constructor, e.g. {burst=1,rate_us=100000}.
-// Used once at init for the scripts' built-in defaults.
+// Used once at init for the scripts' built-in defaults (DefaultParams).
 func (p Params) luaTable() string {
 	parts := make([]string, 0, len(paramFields))
 	for _, f := range paramFields {
@@ -161,4 +232,29 @@ func (p Params) luaTable() string {
 	}
 	sort.Strings(parts)
 	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// rateOf is the rate whose emission interval is us µs (zero for us < 1).
+func rateOf(us int64) bucket.Rate {
+	if r, ok := policy.IntervalRate(us).Rate(); ok || us < 1 {
+		return r
+	}
+	return bucket.Rate{Tokens: 1, Per: micros(us)}
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// ceilMicros is d in whole µs, rounded up (down for negative d).
+func ceilMicros(d time.Duration) int64 {
+	if d <= 0 {
+		return d.Microseconds()
+	}
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

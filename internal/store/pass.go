@@ -56,10 +56,6 @@ func (c PassConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// VTScale is the virtual time one token of cost adds to a tenant of weight 1
-// (vt += ⌊cost·VTScale / weight⌋ per released job).
-const VTScale = 1_000_000
-
 // Pass runs one dispatcher pass over shard in one script (DESIGN §2.2):
 //
 //  1. promotes up to P due delayed jobs, by due time: scheduled → the
@@ -84,10 +80,11 @@ const VTScale = 1_000_000
 //
 // Fairness under overload (start-time fair queueing). Capacity goes one job
 // at a time to the visited tenant with the smallest weighted virtual time vt
-// (tenant field vt; each released job adds ⌊cost·VTScale/weight⌋). A tenant
-// entering a pass starts no lower than the shard's virtual clock (key
-// vclock: the largest vt a release started from), so idle or rate-limited
-// time banks no credit and a newcomer starts level with the busiest tenant.
+// (tenant field vt; each released job adds ⌊cost·VT_SCALE/weight⌋, with
+// pass.lua's VT_SCALE = 10⁶). A tenant entering a pass starts no lower than
+// the shard's virtual clock (key vclock: the largest vt a release started
+// from), so idle or rate-limited time banks no credit and a newcomer starts
+// level with the busiest tenant.
 // Starvation bound: for two tenants i and j visited and backlogged over a
 // run of passes, the released tokens S satisfy |Sᵢ/wᵢ − Sⱼ/wⱼ| ≤ cᵢ/wᵢ +
 // cⱼ/wⱼ (c: the largest job cost), so between two releases of i each other

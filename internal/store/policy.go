@@ -5,8 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // AnyVersion, as PutTenantPolicy's ifVersion, writes unconditionally.
@@ -18,7 +23,8 @@ const AnyVersion int64 = -1
 // integer "version", e.g. {"version":3,"rate_us":20000,"burst":5}. The scripts
 // decode and merge DefaultParams ← "*" ← tenant on every call, so a write is
 // effective at the next decision on every instance. "*" is written to every
-// shard by SeedDefaults; a tenant's field lives on the tenant's shard.
+// shard by SeedDefaults (SeedPolicies at startup); a tenant's field lives on
+// the tenant's shard.
 
 // PolicyRecord is what is stored for one tenant.
 type PolicyRecord struct {
@@ -66,6 +72,56 @@ func (s *Store) SeedDefaults(ctx context.Context, p Params) error {
 			return fmt.Errorf("seed policy defaults on shard %d: %w", shard, err)
 		}
 	}
+	return nil
+}
+
+// SeedPolicies writes a configuration's policy (DESIGN §3): defaults,
+// resolved over policy.Builtin, to every shard's "*" entry on every call (the
+// file is their only source), and each tenant's overrides only when the
+// tenant has none yet (If-Match version 0), so a restart never reverts a
+// change made through PUT /v1/tenants/{tenant}/policy. A tenant whose stored
+// overrides differ from tenants' is logged as a warning and left as stored.
+// The policies are not validated beyond Params' bounds: validate them first
+// (the configuration does).
+func (s *Store) SeedPolicies(ctx context.Context, defaults policy.Overrides, tenants map[string]policy.Overrides, log *slog.Logger) error {
+	p := policy.Resolve(defaults)
+	if err := s.SeedDefaults(ctx, ParamsOf(p)); err != nil {
+		return err
+	}
+	view, _ := json.Marshal(p.View()) // cannot fail: plain fields
+	log.InfoContext(ctx, "seeded policy defaults", "shards", s.Shards(), "policy", string(view))
+	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
+		o := OverridesOf(tenants[tenant])
+		version, err := s.PutTenantPolicy(ctx, tenant, o, 0)
+		switch {
+		case err == nil:
+			log.InfoContext(ctx, "seeded tenant policy", "tenant", tenant, "version", version)
+		case errors.Is(err, ErrVersionMismatch):
+			if err := s.compareTenantPolicy(ctx, tenant, o, log); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("seed policy of tenant %q: %w", tenant, err)
+		}
+	}
+	return nil
+}
+
+// compareTenantPolicy logs a warning when tenant's stored overrides differ
+// from file.
+func (s *Store) compareTenantPolicy(ctx context.Context, tenant string, file Overrides, log *slog.Logger) error {
+	rec, err := s.TenantPolicy(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("compare policy of tenant %q: %w", tenant, err)
+	}
+	stored, _ := json.Marshal(rec.Overrides) // cannot fail: plain fields
+	want, _ := json.Marshal(file)
+	if string(stored) != string(want) {
+		log.WarnContext(ctx, "tenant policy in Redis differs from the configuration file; keeping Redis's (change it with PUT /v1/tenants/{tenant}/policy)",
+			"tenant", tenant, "version", rec.Version, "redis", string(stored), "file", string(want))
+		return nil
+	}
+	log.InfoContext(ctx, "tenant policy already seeded", "tenant", tenant, "version", rec.Version)
 	return nil
 }
 

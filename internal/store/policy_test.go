@@ -1,9 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 func ptr(v int64) *int64 { return &v }
@@ -172,4 +177,31 @@ func TestSeedDefaultsRescalesLazily(t *testing.T) {
 		t.Fatalf("pop: %+v %v, want slot +50ms", rel, ok)
 	}
 	e.requireConsistent()
+}
+
+// SeedPolicies writes the defaults every time but a tenant's overrides only
+// once: a later file that differs is logged, and Redis's copy kept.
+func TestSeedPoliciesKeepsStoredTenantOverrides(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	burst := func(b int64) policy.Overrides { return policy.Overrides{Burst: &b} }
+	if err := e.store.SeedPolicies(e.ctx, burst(3), map[string]policy.Overrides{"acme": burst(5)}, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SeedPolicies(e.ctx, burst(4), map[string]policy.Overrides{"acme": burst(6)}, log); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.store.TenantPolicy(e.ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Version != 1 || rec.Effective.Burst != 5 || *rec.Defaults.Burst != 4 {
+		t.Fatalf("after two seeds: version %d, burst %d, default burst %d; want 1, 5 (the first file's), 4 (the last file's)",
+			rec.Version, rec.Effective.Burst, *rec.Defaults.Burst)
+	}
+	if !strings.Contains(logs.String(), "differs from the configuration file") {
+		t.Fatalf("no warning about the differing tenant policy in\n%s", logs.String())
+	}
 }

@@ -2,7 +2,7 @@ package store
 
 import (
 	"encoding/json"
-	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +13,36 @@ import (
 
 func TestParamsFromBuiltinPolicyAreTheDefaults(t *testing.T) {
 	t.Parallel()
-	if got, want := ParamsFromPolicy(policy.Builtin()), DefaultParams(); got != want {
-		t.Fatalf("ParamsFromPolicy(Builtin) = %+v, want DefaultParams %+v", got, want)
+	want := Params{ // DESIGN §7's built-in defaults in the scripts' units
+		RateUS: 100_000, Burst: 1, Concurrency: 10, Weight: 1,
+		AdmitUS: 10_000, AdmitBurst: 1000,
+		MaxBacklog: 100_000, MaxBacklogBytes: 256 << 20,
+		MaxAttempts: 8, MinBackoffUS: 1_000_000, MaxBackoffUS: 3_600_000_000, MaxDoublings: 5,
+		MaxRetryDurationUS: 86_400_000_000, TimeoutUS: 15_000_000, Adaptive: 1,
+	}
+	if got := ParamsOf(policy.Builtin()); got != want {
+		t.Fatalf("ParamsOf(Builtin) = %+v, want DefaultParams %+v", got, want)
+	}
+	if got := DefaultParams(); got != want {
+		t.Fatalf("DefaultParams() = %+v, want %+v", got, want)
+	}
+	if back := want.Policy(); !reflect.DeepEqual(back, policy.Builtin()) {
+		t.Fatalf("DefaultParams().Policy() = %+v, want Builtin %+v", back, policy.Builtin())
+	}
+}
+
+// TestLuaBuiltinIsPolicyBuiltin reads the scripts' BUILTIN defaults back: a
+// tenant with no stored policy at all (no "*" entry either) has the
+// effective policy policy.Builtin().
+func TestLuaBuiltinIsPolicyBuiltin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := e.state("acme")
+	if st.Policy != ParamsOf(policy.Builtin()) {
+		t.Fatalf("the scripts' BUILTIN = %+v, want ParamsOf(policy.Builtin()) = %+v", st.Policy, ParamsOf(policy.Builtin()))
+	}
+	if got, want := st.Policy.Policy().View(), policy.Builtin().View(); got != want {
+		t.Fatalf("the scripts' BUILTIN shows as %+v, want %+v", got, want)
 	}
 }
 
@@ -53,20 +81,20 @@ func TestParamsFromPolicyUnits(t *testing.T) {
 		tc.edit(&pol)
 		want := DefaultParams()
 		tc.want(&want)
-		if got := ParamsFromPolicy(pol); got != want {
+		if got := ParamsOf(pol); got != want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}
 	}
 }
 
-func TestOverridesFromPolicyKeepsUnsetFieldsUnset(t *testing.T) {
+func TestOverridesOfKeepsUnsetFieldsUnset(t *testing.T) {
 	t.Parallel()
 	in := `{"rate":"20/s","admit":{"burst":7},"max_backlog_bytes":"1KiB","retry":{"min_backoff":"250ms","max_doublings":3},"adaptive":false}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := json.Marshal(OverridesFromPolicy(o))
+	got, err := json.Marshal(OverridesOf(o))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,44 +103,17 @@ func TestOverridesFromPolicyKeepsUnsetFieldsUnset(t *testing.T) {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 	// Merging the converted overrides equals converting the merged policy.
-	if a, b := OverridesFromPolicy(o).Apply(DefaultParams()), ParamsFromPolicy(policy.Resolve(o)); a != b {
+	if a, b := OverridesOf(o).Apply(DefaultParams()), ParamsOf(policy.Resolve(o)); a != b {
 		t.Fatalf("Apply(converted) = %+v, convert(Resolve) = %+v", a, b)
 	}
-	if empty := OverridesFromPolicy(policy.Overrides{}); empty != (Overrides{}) {
+	if empty := OverridesOf(policy.Overrides{}); empty != (Overrides{}) {
 		t.Fatalf("empty overrides converted to %+v", empty)
 	}
 }
 
-func TestIntervalRateShowsTheRateWithThatInterval(t *testing.T) {
+func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		us   int64
-		want string
-	}{
-		{1, `"1000000/s"`},
-		{20_000, `"50/s"`},
-		{100_000, `"10/s"`}, // 600/m has the same interval: the seconds form wins
-		{333_334, `"3/s"`},  // the interval of 3/s, rounded up
-		{8_571_429, `"7/m"`},
-		{360_000, `"10000/h"`},
-		{MaxIntervalUS, `"1/h"`},
-		{MaxIntervalUS - 1, `0.0002777777778549383`}, // no N/s, N/m or N/h has it
-		{0, `0`},
-	}
-	for _, tc := range cases {
-		got, err := json.Marshal(IntervalRate(tc.us))
-		if err != nil || string(got) != tc.want {
-			t.Errorf("IntervalRate(%d) = %s (%v), want %s", tc.us, got, err, tc.want)
-		}
-		if r, ok := IntervalRate(tc.us).Rate(); ok && r.IntervalMicros() != tc.us {
-			t.Errorf("IntervalRate(%d).Rate() = %s, whose interval is %d", tc.us, r, r.IntervalMicros())
-		}
-	}
-}
-
-func TestParamsViewInUserUnits(t *testing.T) {
-	t.Parallel()
-	got, err := json.Marshal(DefaultParams().View())
+	got, err := json.Marshal(DefaultParams().Policy().View())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,33 +128,8 @@ func TestParamsViewInUserUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back := ParamsFromPolicy(policy.Resolve(o)); back != DefaultParams() {
+	if back := ParamsOf(policy.Resolve(o)); back != DefaultParams() {
 		t.Fatalf("round trip: %+v", back)
-	}
-}
-
-func TestCheckStorableNamesFieldsInUserTerms(t *testing.T) {
-	t.Parallel()
-	if err := CheckStorable(policy.Builtin()); err != nil {
-		t.Fatalf("builtin policy: %v", err)
-	}
-	p := policy.Builtin()
-	p.Concurrency, p.Retry.MaxDoublings, p.Retry.MaxRetryDuration = 2_000_000, 63, 200*24*time.Hour
-	p.Burst = 0 // a lower bound: policy.Validate's, not reported here
-	err := CheckStorable(p)
-	var fe *policy.FieldError
-	if !errors.As(err, &fe) {
-		t.Fatalf("got %v, want *policy.FieldError values", err)
-	}
-	msg := err.Error()
-	for _, want := range []string{"concurrency: must be at most 1000000", "retry.max_doublings: must be at most 62",
-		"retry.max_retry_duration: must be at most 2777h46m40s"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("%q lacks %q", msg, want)
-		}
-	}
-	if strings.Contains(msg, "burst") {
-		t.Errorf("%q reports a lower bound", msg)
 	}
 }
 
@@ -194,4 +170,20 @@ func TestEnqueueReportsAdmissionState(t *testing.T) {
 		t.Fatalf("backlog_full after a full refill: %+v", r)
 	}
 	e.requireConsistent()
+}
+
+// OverridesOf's per-field "set" list lines up with Params: overrides that
+// set every field convert to the full overrides of their policy.
+func TestOverridesOfEveryField(t *testing.T) {
+	t.Parallel()
+	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
+		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false}`
+	o, err := policy.DecodeJSON(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := OverridesOf(o).Apply(Params{}), ParamsOf(policy.Resolve(o)); got != want {
+		t.Fatalf("OverridesOf(every field) = %+v, want %+v", got, want)
+	}
 }
