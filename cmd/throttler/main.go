@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -242,7 +243,7 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("throttler listening", "addr", ln.Addr().String())
+	log.Info("throttler listening", "addr", ln.Addr().String(), "version", version.String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

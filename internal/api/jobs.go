@@ -440,8 +440,8 @@ func (s *Server) jobFor(r *http.Request, c *call) (store.Job, error) {
 	return j, nil
 }
 
-// idempotencyKey reads the Idempotency-Key header: absent is "", else 1–255
-// printable ASCII characters (400 otherwise).
+// idempotencyKey reads the Idempotency-Key header: absent is "", else 1 to
+// job.MaxIdemKeyLen printable ASCII characters (400 otherwise).
 func idempotencyKey(h http.Header) (string, error) {
 	vals := h.Values(HeaderIdempotencyKey)
 	switch len(vals) {
