@@ -1,6 +1,8 @@
 package version
 
 import (
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -37,5 +39,30 @@ func TestUserAgent(t *testing.T) {
 	t.Parallel()
 	if ua := UserAgent(); ua != "Sluice/"+String() || strings.ContainsAny(String(), " \r\n") || String() == "" {
 		t.Fatalf("UserAgent() = %q with String() = %q: want Sluice/ + a non-empty token", ua, String())
+	}
+}
+
+// TestBuiltBinary builds a binary with the stamp scripts/run and the
+// Dockerfile pass (-ldflags -X …Stamp=) and checks that it sends that
+// version, not Unknown.
+func TestBuiltBinary(t *testing.T) {
+	t.Parallel()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build with: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "useragent")
+	const stamp = "v1.2.3-4-gabcdef0-dirty"
+	build := exec.Command(gobin, "build", "-ldflags", "-X github.com/sluicehq/sluice/internal/version.Stamp="+stamp,
+		"-o", bin, "./testdata/useragent")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "Sluice/"+stamp {
+		t.Fatalf("the built binary's User-Agent is %q, want %q (not Sluice/%s)", got, "Sluice/"+stamp, Unknown)
 	}
 }
