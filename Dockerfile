@@ -8,8 +8,17 @@ ENV CGO_ENABLED=0
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# VERSION (docker build --build-arg VERSION=...) is stamped into the binaries
+# (User-Agent: Sluice/<version>, the startup logs); without it, git describe
+# of the build context when it holds a usable .git, else "dev". The stamp
+# replaces Go's own VCS stamping, off so a context whose .git is unusable (a
+# git worktree's) still builds.
+ARG VERSION
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/throttler ./cmd/worker
+    version="${VERSION:-$(git describe --always --dirty 2>/dev/null || true)}" && \
+    go build -trimpath -buildvcs=false \
+      -ldflags="-s -w -X github.com/sluicehq/sluice/internal/version.Stamp=${version}" \
+      -o /out/ ./cmd/throttler ./cmd/worker
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

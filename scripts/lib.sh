@@ -105,3 +105,16 @@ wait_http() {
   done
   return 1
 }
+
+# sluice_version prints the version to stamp into the binaries: git describe
+# --always --dirty in a git checkout, else nothing (the binaries then read
+# their build info; see internal/version).
+sluice_version() {
+  git describe --always --dirty 2>/dev/null || true
+}
+
+# go_build ARGS... runs go build ARGS with sluice_version stamped into
+# internal/version.Stamp (User-Agent: Sluice/<version>, the startup logs).
+go_build() {
+  go build -ldflags "-X github.com/sluicehq/sluice/internal/version.Stamp=$(sluice_version)" "$@"
+}

@@ -35,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -192,7 +193,7 @@ func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("throttler listening", "addr", ln.Addr().String())
+	log.Info("throttler listening", "addr", ln.Addr().String(), "version", version.String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

@@ -49,6 +49,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -133,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		servers = append(servers, srv)
 	}
 	log.Info("worker running", "id", w.ID(), "concurrency", cfg.Worker.Concurrency, "fetchers", len(servers),
-		"task_check_interval", cfg.Worker.TaskCheckInterval, "shutdown_timeout", shutdown, "metrics", addr)
+		"task_check_interval", cfg.Worker.TaskCheckInterval, "shutdown_timeout", shutdown, "metrics", addr, "version", version.String())
 	if ready != nil {
 		ready(addr)
 	}

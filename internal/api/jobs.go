@@ -30,10 +30,6 @@ const (
 	HeaderReplayed       = "Idempotent-Replayed"
 )
 
-// maxRunAt is the latest run_at the store takes (2⁵² µs after 1970, in
-// 2112, where sums of times stay exact in the scripts' doubles).
-var maxRunAt = time.UnixMicro(1 << 52).UTC()
-
 // timeLayout is RFC 3339 in UTC with milliseconds, the API's time format.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
@@ -291,25 +287,8 @@ func invalidJSON(err error) error {
 // itemOf validates spec (every problem in one 422) and builds its Item;
 // IdemKey and Fingerprint are left to the caller.
 func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
-	errs := []error{spec.Validate(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: store.MaxBurst})}
-	it := store.Item{Type: spec.Type, Cost: 1}
-	if spec.Cost != nil {
-		it.Cost = *spec.Cost
-	}
-	if d, err := time.ParseDuration(spec.Delay); err == nil && spec.Delay != "" {
-		it.Delay = d
-		if maxDelay := store.MaxDurationUS * time.Microsecond; d > maxDelay && d <= job.MaxDelay {
-			errs = append(errs, &job.FieldError{Field: "delay", Msg: fmt.Sprintf("at most %s", maxDelay)})
-		}
-	}
-	if t, err := time.Parse(time.RFC3339Nano, spec.RunAt); err == nil && spec.RunAt != "" {
-		switch {
-		case t.After(maxRunAt):
-			errs = append(errs, &job.FieldError{Field: "run_at", Msg: "must be before " + maxRunAt.Format(time.RFC3339)})
-		case t.UnixMicro() > 0: // a run_at at or before 1970 runs as soon as the rate allows
-			it.RunAt = t
-		}
-	}
+	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: store.MaxBurst})
+	errs := []error{err}
 	if spec.URL != "" {
 		if err := webhook.CheckLiteral(spec.URL, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
 			errs = append(errs, &job.FieldError{Field: "url", Msg: "refused by the egress guard: " + err.Error()})
@@ -318,8 +297,7 @@ func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
 	if err := errors.Join(errs...); err != nil {
 		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
-	it.Body = spec.Canonical()
-	return it, nil
+	return store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical()}, nil
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was stored).
@@ -462,8 +440,8 @@ func (s *Server) jobFor(r *http.Request, c *call) (store.Job, error) {
 	return j, nil
 }
 
-// idempotencyKey reads the Idempotency-Key header: absent is "", else 1–255
-// printable ASCII characters (400 otherwise).
+// idempotencyKey reads the Idempotency-Key header: absent is "", else 1 to
+// job.MaxIdemKeyLen printable ASCII characters (400 otherwise).
 func idempotencyKey(h http.Header) (string, error) {
 	vals := h.Values(HeaderIdempotencyKey)
 	switch len(vals) {
@@ -471,7 +449,7 @@ func idempotencyKey(h http.Header) (string, error) {
 		return "", nil
 	case 1:
 		if vals[0] == "" {
-			return "", errorf(http.StatusBadRequest, CodeMalformed, "%s: empty; want 1 to %d printable ASCII characters", HeaderIdempotencyKey, store.MaxIdemKeyLen)
+			return "", errorf(http.StatusBadRequest, CodeMalformed, "%s: empty; want 1 to %d printable ASCII characters", HeaderIdempotencyKey, job.MaxIdemKeyLen)
 		}
 		return vals[0], checkIdemKey(HeaderIdempotencyKey, vals[0], http.StatusBadRequest, CodeMalformed)
 	default:
@@ -479,16 +457,11 @@ func idempotencyKey(h http.Header) (string, error) {
 	}
 }
 
-// checkIdemKey checks an idempotency key ("" = none): at most
-// store.MaxIdemKeyLen printable ASCII characters.
+// checkIdemKey checks an idempotency key ("" = none) with
+// job.CheckIdemKey: status and code with "<name>: <problem>" otherwise.
 func checkIdemKey(name, key string, status int, code string) error {
-	if len(key) > store.MaxIdemKeyLen {
-		return errorf(status, code, "%s: %d bytes, at most %d", name, len(key), store.MaxIdemKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] < 0x20 || key[i] > 0x7e {
-			return errorf(status, code, "%s: byte %d is not printable ASCII", name, i)
-		}
+	if err := job.CheckIdemKey(key); err != nil {
+		return errorf(status, code, "%s: %v", name, err)
 	}
 	return nil
 }

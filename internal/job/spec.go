@@ -17,17 +17,25 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Limits on fields, beyond the byte limits of the config.
+// Bounds of a job, beyond the byte limits of the config. These are the only
+// declarations of them: the API and the store check jobs with this package.
 const (
-	MaxEventLen       = 256
-	MaxTaskTypeLen    = 256
-	MaxIdemKeyLen     = 255
-	MaxAttemptsLimit  = 100
-	MaxHeaders        = 64
-	DefaultTaskQueue  = "default"
-	MaxDelay          = 366 * 24 * time.Hour
+	MaxEventLen      = 256
+	MaxTaskTypeLen   = 256
+	MaxIdemKeyLen    = 255 // bytes of printable ASCII (CheckIdemKey)
+	MaxAttemptsLimit = 100
+	MaxHeaders       = 64
+	DefaultTaskQueue = "default"
+	// MaxDelay bounds delay: 10¹³ µs, about 115 days (2777h46m40s).
+	MaxDelay = 10_000_000_000_000 * time.Microsecond
+	// MaxRunAtUS bounds run_at, in µs since 1970: 2⁵² µs (in 2112) keeps
+	// every sum of a time and an interval exact in the store's Lua doubles.
+	MaxRunAtUS        = 1 << 52
 	maxHeaderValueLen = 8 << 10
 )
+
+// MaxRunAt is the latest run_at, MaxRunAtUS after 1970, in UTC.
+var MaxRunAt = time.UnixMicro(MaxRunAtUS).UTC()
 
 // Methods an http job may use.
 var Methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -93,8 +101,20 @@ func Parse(data []byte) (Spec, error) {
 }
 
 // Validate checks s against r and returns every problem at once, as
-// *FieldError values joined by errors.Join; nil when s is valid.
+// *FieldError values joined by errors.Join; nil when s is valid. It is
+// Check without the Attrs.
 func (s *Spec) Validate(r Rules) error {
+	_, err := s.Check(r)
+	return err
+}
+
+// Check validates s against r, filling in the defaults (cost 1, the task
+// queue DefaultTaskQueue), and returns every problem at once, as
+// *FieldError values joined by errors.Join; nil when s is valid. It parses
+// delay and run_at (the only place they are parsed) into the job's Attrs,
+// which are meaningful only when the error is nil: a run_at at or before
+// 1970 reads as none (as soon as the rate allows).
+func (s *Spec) Check(r Rules) (Attrs, error) {
 	var errs []error
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -106,13 +126,11 @@ func (s *Spec) Validate(r Rules) error {
 		s.validateHTTP(add)
 	case wire.TypeTask:
 		s.validateTask(r, add)
-	case "":
-		add("type", "required: webhook, http or task")
 	default:
-		add("type", "unknown type %q: want webhook, http or task", s.Type)
+		checkType(s.Type, add)
 	}
-	s.validateCommon(r, add)
-	return errors.Join(errs...)
+	a := s.attrs(r, add)
+	return a, errors.Join(errs...)
 }
 
 type adder func(field, format string, args ...any)
@@ -167,42 +185,50 @@ func (s *Spec) validateTask(r Rules, add adder) {
 		"body", s.Body != nil, "body_base64", s.BodyBase64 != nil)
 }
 
-func (s *Spec) validateCommon(r Rules, add adder) {
+// attrs checks the fields every type has and returns them as Attrs.
+func (s *Spec) attrs(r Rules, add adder) Attrs {
 	if s.Cost == nil {
 		one := int64(1)
 		s.Cost = &one
 	}
-	switch {
-	case *s.Cost < 1:
-		add("cost", "must be at least 1, got %d", *s.Cost)
-	case r.MaxCost > 0 && *s.Cost > r.MaxCost:
-		add("cost", "%d exceeds the tenant's min(burst, admit.burst) = %d and could never be admitted", *s.Cost, r.MaxCost)
-	}
+	a := Attrs{Type: s.Type, Cost: *s.Cost, IdemKey: s.IdempotencyKey}
+	checkCost(a.Cost, r.MaxCost, add)
 	if s.Delay != "" && s.RunAt != "" {
 		add("delay", "give delay or run_at, not both")
 	}
-	if s.Delay != "" {
-		d, err := time.ParseDuration(s.Delay)
-		switch {
-		case err != nil:
-			add("delay", "not a Go duration: %q", s.Delay)
-		case d < 0:
-			add("delay", "must not be negative, got %s", s.Delay)
-		case d > MaxDelay:
-			add("delay", "at most %s", MaxDelay)
-		}
-	}
-	if s.RunAt != "" {
-		if _, err := time.Parse(time.RFC3339Nano, s.RunAt); err != nil {
-			add("run_at", "not an RFC 3339 time: %q", s.RunAt)
-		}
-	}
+	a.Delay, a.RunAt = s.schedule(add)
 	if s.MaxAttempts != nil && (*s.MaxAttempts < 1 || *s.MaxAttempts > MaxAttemptsLimit) {
 		add("max_attempts", "must be 1 to %d, got %d", MaxAttemptsLimit, *s.MaxAttempts)
 	}
-	if len(s.IdempotencyKey) > MaxIdemKeyLen {
-		add("idempotency_key", "at most %d bytes", MaxIdemKeyLen)
+	if err := CheckIdemKey(a.IdemKey); err != nil {
+		add("idempotency_key", "%v", err)
 	}
+	return a
+}
+
+// schedule parses and checks delay and run_at ("" = none) on their own; a
+// run_at at or before 1970 reads as none.
+func (s *Spec) schedule(add adder) (delay time.Duration, runAt time.Time) {
+	if s.Delay != "" {
+		d, err := time.ParseDuration(s.Delay)
+		if err != nil {
+			add("delay", "not a Go duration: %q", s.Delay)
+		} else {
+			delay = d
+			checkDelay(d, s.Delay, add)
+		}
+	}
+	if s.RunAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, s.RunAt)
+		switch {
+		case err != nil:
+			add("run_at", "not an RFC 3339 time: %q", s.RunAt)
+		case t.UnixMicro() > 0:
+			runAt = t
+			checkRunAt(t, add)
+		}
+	}
+	return delay, runAt
 }
 
 // forbid adds an error for each (name, present) pair that is present: a
@@ -218,17 +244,12 @@ func (s *Spec) forbid(add adder, pairs ...any) {
 // RunAtTime is when the job may first run: now + delay, run_at, or the zero
 // time for "as soon as the rate allows". s must be valid.
 func (s *Spec) RunAtTime(now time.Time) time.Time {
-	if s.Delay != "" {
-		d, _ := time.ParseDuration(s.Delay)
-		if d > 0 {
-			return now.Add(d)
-		}
-	}
-	if s.RunAt != "" {
-		t, _ := time.Parse(time.RFC3339Nano, s.RunAt)
-		if t.After(now) {
-			return t
-		}
+	delay, runAt := s.schedule(func(string, string, ...any) {})
+	switch {
+	case delay > 0:
+		return now.Add(delay)
+	case runAt.After(now):
+		return runAt
 	}
 	return time.Time{}
 }

@@ -14,7 +14,7 @@ import (
 // send schedule allows it. Outcomes:
 //
 //   - ClaimOK: Job is set (body, attempt number = attempts used + 1,
-//     timeout). The job counts toward concurrency as running from now on;
+//     timeout, creation time). The job counts toward concurrency as running from now on;
 //     its lease deadline becomes now + timeout + grace, with the grace the
 //     pass gave the release (record field grace).
 //   - ClaimEarly: now < slot − ε, or the send schedule does not allow the
@@ -53,7 +53,8 @@ func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance time.
 	case "claimed":
 		c.Outcome = ClaimOK
 		c.Job = ClaimedJob{ID: id, Tenant: d.str(2), Type: d.str(3), Body: []byte(d.str(4)),
-			Gen: d.int(5), Attempt: d.int(6), Timeout: us(d.int(7)), Slot: microsTime(d.int(8))}
+			Gen: d.int(5), Attempt: d.int(6), Timeout: us(d.int(7)), Slot: microsTime(d.int(8)),
+			Created: microsTime(d.int(9))}
 	case "early":
 		c.Outcome, c.Wait = ClaimEarly, us(d.int(2))
 	case "stale":

@@ -38,6 +38,9 @@ func TestClaimOK(t *testing.T) {
 	if j.State != StateRunning || j.Attempt != 1 || !j.Claimed.Equal(e.clock.Now()) || !j.First.Equal(e.clock.Now()) {
 		t.Fatalf("record after the claim: %+v", j)
 	}
+	if j.Created.IsZero() || !c.Job.Created.Equal(j.Created) {
+		t.Fatalf("claimed job created %s, want the record's %s", c.Job.Created, j.Created)
+	}
 	lease := e.rdb.ZScore(e.ctx, e.store.keys.leases(e.store.keys.shardOf("acme")), rel.ID).Val()
 	if want := e.clock.Now().Add(5*time.Second + time.Second).UnixMicro(); int64(lease) != want {
 		t.Fatalf("lease %d, want claim + timeout + grace = %d", int64(lease), want)

@@ -5,35 +5,40 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // MaxBatch is the most items one Enqueue call takes (DESIGN §6).
 const MaxBatch = 1000
 
-// maxTimeUS bounds times given to the scripts: 2⁵² µs (year 2112) keeps every
-// sum of a time and an interval exact in Lua's doubles.
-const maxTimeUS = 1 << 52
+// maxTimeUS bounds times given to the scripts: the bound of a job's run_at,
+// 2⁵² µs (year 2112), keeps every sum of a time and an interval exact in
+// Lua's doubles.
+const maxTimeUS = job.MaxRunAtUS
 
-// MaxIdemKeyLen bounds an idempotency key, in bytes.
-const MaxIdemKeyLen = 255
-
-// Item is one job to enqueue. The caller (the HTTP layer) has validated the
-// job; this package stores Body as given.
+// Item is one job to enqueue. Enqueue checks Type, Cost, RunAt, Delay and
+// IdemKey with the job package (job.Attrs.Check, the checks the HTTP layer
+// applies) and refuses an invalid item (ErrInvalid); it stores Body, the
+// canonical JSON of a valid job.Spec, as given.
 type Item struct {
-	// Type is the job type (webhook, http, task): 1–32 bytes, stored as is.
+	// Type is the job type: wire.TypeWebhook, wire.TypeHTTP or wire.TypeTask.
 	Type string
 	// Cost is the job's size in tokens; 0 means 1. It must not exceed
 	// min(burst, admit_burst) of the tenant's policy: checked against
 	// MaxBurst here and against the policy in the script (Refused, CodeInvalid).
 	Cost int64
-	// RunAt, when not zero, is the earliest time the job may run. A RunAt at
-	// or before now queues the job at once.
+	// RunAt, when not zero, is the earliest time the job may run: after
+	// 1970, at most job.MaxRunAt. A RunAt at or before now queues the job
+	// at once.
 	RunAt time.Time
-	// Delay, when > 0, runs the job at (Redis) now + Delay. Not with RunAt.
+	// Delay, when > 0, runs the job at (Redis) now + Delay, at most
+	// job.MaxDelay. Not with RunAt.
 	Delay time.Duration
 	// Body is the job's canonical JSON.
 	Body []byte
-	// IdemKey, when not "", makes the enqueue idempotent: 1–MaxIdemKeyLen bytes.
+	// IdemKey, when not "", makes the enqueue idempotent: see
+	// job.CheckIdemKey.
 	IdemKey string
 	// Fingerprint identifies the request under IdemKey: the SHA-256 of the
 	// raw body (of the item's canonical JSON in a batch).
@@ -180,24 +185,18 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 // itemValues is the number of ARGV values per item of enqueue.lua.
 const itemValues = 10
 
-// check validates what can be checked without the tenant's policy.
+// check validates what can be checked without the tenant's policy: the
+// job's attributes with the job package's checks, then Unless.
 func (it Item) check() error {
-	switch {
-	case it.Type == "" || len(it.Type) > 32:
-		return invalidf("type %q: want 1–32 bytes", it.Type)
-	case it.Cost < 0 || it.Cost > MaxBurst:
-		return invalidf("cost %d: want 1 … %d", it.Cost, MaxBurst)
-	case it.Delay < 0:
-		return invalidf("delay %s is negative", it.Delay)
-	case it.Delay > 0 && !it.RunAt.IsZero():
-		return invalidf("run_at and delay are both set")
-	case !it.RunAt.IsZero() && (it.RunAt.UnixMicro() <= 0 || it.RunAt.UnixMicro() > maxTimeUS):
-		return invalidf("run_at %s: want 1970 … 2112", it.RunAt)
-	case it.Delay > MaxDurationUS*time.Microsecond:
-		return invalidf("delay %s: want at most %s", it.Delay, MaxDurationUS*time.Microsecond)
-	case len(it.IdemKey) > MaxIdemKeyLen:
-		return invalidf("idempotency key of %d bytes: want at most %d", len(it.IdemKey), MaxIdemKeyLen)
-	case it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024):
+	cost := it.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	attrs := job.Attrs{Type: it.Type, Cost: cost, Delay: it.Delay, RunAt: it.RunAt, IdemKey: it.IdemKey}
+	if err := attrs.Check(MaxBurst); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024) {
 		return invalidf("unless: want a code of 1–64 bytes and a detail of at most 1024")
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // admissionStep is one step of an admission table: advance the fake clock,
@@ -270,7 +272,7 @@ func TestEnqueueRejectsBadCalls(t *testing.T) {
 		"no type":        {"acme", []Item{{Body: []byte(`{}`)}}},
 		"run_at + delay": {"acme", []Item{runAndDelay}},
 		"negative delay": {"acme", []Item{negative}},
-		"long idem key":  {"acme", []Item{idemItem(strings.Repeat("k", MaxIdemKeyLen+1), `{}`)}},
+		"long idem key":  {"acme", []Item{idemItem(strings.Repeat("k", job.MaxIdemKeyLen+1), `{}`)}},
 	}
 	for name, c := range cases {
 		if _, err := e.store.Enqueue(e.ctx, c.tenant, c.items); !errors.Is(err, ErrInvalid) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Key layout (DESIGN §3). Every key of a shard carries the hash tag {s<shard>},
@@ -62,6 +64,16 @@ func (k keyspace) workers() string { return k.prefix + ":workers" }
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+// checkTenant checks a tenant id with policy.ValidTenantID (DESIGN §1): such
+// an id holds no key separator or hash-tag brace. The error wraps ErrInvalid
+// and policy.ErrInvalidTenantID.
+func checkTenant(id string) error {
+	if err := policy.ValidTenantID(id); err != nil {
+		return fmt.Errorf("%w: tenant: %w", ErrInvalid, err)
+	}
+	return nil
+}
 
 func (k keyspace) tenant(tenant string) string {
 	return k.base(k.shardOf(tenant)) + "t:" + tenant

@@ -114,4 +114,5 @@ type ClaimedJob struct {
 	Attempt int64         // this attempt's number, 1-based (attempts used so far, this one included)
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
+	Created time.Time     // when the job was enqueued (Job.Created), the same on every attempt
 }

@@ -118,18 +118,3 @@ func (s *Store) now() time.Time {
 	}
 	return time.Now()
 }
-
-var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
-
-// ValidTenant reports whether id is a valid tenant id (DESIGN §1): 1–128
-// characters of [A-Za-z0-9._@-], not "." or "..".
-func ValidTenant(id string) bool {
-	return tenantPattern.MatchString(id) && id != "." && id != ".."
-}
-
-func checkTenant(id string) error {
-	if !ValidTenant(id) {
-		return invalidf("tenant %q: want 1–128 characters of [A-Za-z0-9._@-], not . or ..", id)
-	}
-	return nil
-}

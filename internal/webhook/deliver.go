@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -28,9 +30,6 @@ const (
 	DrainBytes = 64 << 10
 )
 
-// UserAgentDefault is sent when Request.UserAgent is empty.
-const UserAgentDefault = "Sluice/dev"
-
 // Request is one attempt of one job.
 type Request struct {
 	// ID is the job id, sent as webhook-id (the same on every attempt).
@@ -43,7 +42,8 @@ type Request struct {
 	// http jobs.
 	Secrets [][]byte
 	// UserAgent is the User-Agent header, "Sluice/<version>"; empty means
-	// UserAgentDefault. An http job's own User-Agent header wins over it.
+	// version.UserAgent(), this binary's. An http job's own User-Agent
+	// header wins over it.
 	UserAgent string
 	// Now is the attempt's time, signed as webhook-timestamp; zero means
 	// time.Now().
@@ -122,10 +122,7 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	spec := &req.Job
 	var err error
-	ua := req.UserAgent
-	if ua == "" {
-		ua = UserAgentDefault
-	}
+	ua := cmp.Or(req.UserAgent, version.UserAgent())
 	var method string
 	var body []byte
 	header := make(http.Header)

@@ -15,6 +15,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -96,10 +97,10 @@ func TestDeliverHTTPJob(t *testing.T) {
 	}{
 		{"text body", job.Spec{Type: wire.TypeHTTP, Method: "PUT", URL: rcv.URL + "/v1/items/9",
 			Headers: map[string]string{"Authorization": "Bearer t0k", "content-type": "application/x-www-form-urlencoded"}, Body: &text},
-			[]byte(text), "Sluice/dev"},
+			[]byte(text), version.UserAgent()},
 		{"base64 body and own user agent", job.Spec{Type: wire.TypeHTTP, Method: "PATCH", URL: rcv.URL + "/v1/items/9",
 			Headers: map[string]string{"User-Agent": "acme-sync/2"}, BodyBase64: &b64}, raw, "acme-sync/2"},
-		{"no body", job.Spec{Type: wire.TypeHTTP, Method: "DELETE", URL: rcv.URL + "/v1/items/9"}, []byte{}, "Sluice/dev"},
+		{"no body", job.Spec{Type: wire.TypeHTTP, Method: "DELETE", URL: rcv.URL + "/v1/items/9"}, []byte{}, version.UserAgent()},
 	} {
 		res := deliver(t, c, Request{ID: "j1_h", Job: tc.spec})
 		if res.Err != nil || res.Status != http.StatusAccepted {

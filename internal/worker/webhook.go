@@ -21,7 +21,8 @@ type WebhookExecutor struct {
 	// Secrets returns a tenant's decoded signing keys; nil or an empty
 	// result signs nothing.
 	Secrets func(tenant string) [][]byte
-	// UserAgent is "Sluice/<version>"; empty means webhook.UserAgentDefault.
+	// UserAgent is "Sluice/<version>"; empty means version.UserAgent(), this
+	// binary's (what the cmd/worker binary sends).
 	UserAgent string
 }
 
@@ -44,6 +45,7 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 		Secrets:   secrets,
 		UserAgent: e.UserAgent,
 		Now:       time.Now(),
+		EventTime: cj.Created,
 	})
 	return res.Outcome(time.Now())
 }

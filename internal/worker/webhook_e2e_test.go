@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -235,15 +237,30 @@ func TestWebhookRetriesKeepTheIDAndSignEachAttempt(t *testing.T) {
 		if ct := c.header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("attempt %d: Content-Type %q", k+1, ct)
 		}
-		// The same event each time (its timestamp aside: the worker sets
-		// none, so each attempt carries its own time).
+		// The same event each time, its timestamp included: the job's
+		// creation time as the store records it; the webhook-timestamp
+		// header is the attempt's own time.
 		var evt struct {
-			Type string          `json:"type"`
-			Data json.RawMessage `json:"data"`
+			Type      string          `json:"type"`
+			Timestamp time.Time       `json:"timestamp"`
+			Data      json.RawMessage `json:"data"`
 		}
 		if err := json.Unmarshal(c.body, &evt); err != nil || evt.Type != "invoice.paid" || !bytes.Equal(evt.Data, []byte(`{"amount":42}`)) {
 			t.Errorf("attempt %d: body %s (%v), want the invoice.paid event", k+1, c.body, err)
 		}
+		if !evt.Timestamp.Equal(j.Created) || j.Created.IsZero() {
+			t.Errorf("attempt %d: body timestamp %s, want the job's created time %s", k+1, evt.Timestamp, j.Created)
+		}
+		if ts, err := strconv.ParseInt(c.header.Get(webhook.HeaderTimestamp), 10, 64); err != nil || ts < j.Created.Unix() ||
+			time.Unix(ts, 0).After(time.Now()) {
+			t.Errorf("attempt %d: webhook-timestamp %q, want the attempt's time (after %s)", k+1, c.header.Get(webhook.HeaderTimestamp), j.Created)
+		}
+		if ua := c.header.Get("User-Agent"); ua != version.UserAgent() {
+			t.Errorf("attempt %d: User-Agent %q, want %q", k+1, ua, version.UserAgent())
+		}
+	}
+	if len(calls) == 3 && !bytes.Equal(calls[0].body, calls[2].body) {
+		t.Errorf("the first and the last attempt sent different bodies: %s and %s", calls[0].body, calls[2].body)
 	}
 	want := []struct {
 		outcome string

@@ -4,7 +4,7 @@
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  job id                    ARGV[4]  gen the task carries
 -- ARGV[5]  ε: tolerance µs
--- Reply:   {'ok', 'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs}
+-- Reply:   {'ok', 'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs}
 --          {'ok', 'early', wait µs}           not yet: claim again after wait
 --          {'ok', 'stale', state}             gen not current or not released ('' = no record)
 --          {'ok', 'canceled'}
@@ -117,5 +117,6 @@ j.attempt = j.attempt + 1
 if j.first == 0 then j.first = NOW end
 redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
 redis.call('ZADD', K_LEASES, NOW + p.timeout_us + grace, id)
-local body = redis.call('HGET', k_job(id), 'body') or ''
-return finish({'ok', 'claimed', tn, j.type, body, j.gen, j.attempt, p.timeout_us, j.slot})
+local rec = redis.call('HMGET', k_job(id), 'body', 'created')
+local body, created = rec[1] or '', tonumber(rec[2]) or 0
+return finish({'ok', 'claimed', tn, j.type, body, j.gen, j.attempt, p.timeout_us, j.slot, created})

@@ -45,8 +45,9 @@ for i = 1, n do
   local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
     run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
     idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10]}
-  if not it.cost or it.cost < 1 or not it.run_at or not it.delay then
-    return redis.error_reply('ERR sluice enqueue: bad cost, run_at or delay in item ' .. i)
+  -- Decoding only: Go checks every item (job.Attrs.Check) before the call.
+  if not it.cost or not it.run_at or not it.delay then
+    return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
   end
   items[i] = it
 end
