@@ -69,8 +69,8 @@ type Batcher struct {
 	rdb    redis.UniversalClient
 	runner *redisscript.Runner
 	cfg    BatcherConfig
-	queue chan *call
-	pool  sync.Pool // of *call, each with its done channel
+	queue  chan *call
+	pool   sync.Pool // of *call, each with its done channel
 
 	mu      sync.RWMutex
 	closed  bool
