@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Batcher defaults.
@@ -64,10 +66,11 @@ func (c BatcherConfig) validate() error {
 // calls share pipelines. The flushers start with the first call; Close stops
 // them. A Batcher is safe for concurrent use. It never closes the client.
 type Batcher struct {
-	rdb   redis.UniversalClient
-	cfg   BatcherConfig
-	queue chan *call
-	pool  sync.Pool // of *call, each with its done channel
+	rdb    redis.UniversalClient
+	runner *redisscript.Runner
+	cfg    BatcherConfig
+	queue  chan *call
+	pool   sync.Pool // of *call, each with its done channel
 
 	mu      sync.RWMutex
 	closed  bool
@@ -88,8 +91,10 @@ func NewBatcher(rdb redis.UniversalClient, cfg BatcherConfig) (*Batcher, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new batcher: %w", err)
 	}
-	b := &Batcher{rdb: rdb, cfg: cfg, queue: make(chan *call, cfg.Flushers*cfg.MaxBatch)}
-	b.pool.New = func() any { return &call{keys: make([]string, 1), done: make(chan struct{}, 1)} }
+	b := &Batcher{rdb: rdb, runner: redisscript.NewRunner(rdb, nil), cfg: cfg, queue: make(chan *call, cfg.Flushers*cfg.MaxBatch)}
+	b.pool.New = func() any {
+		return &call{run: redisscript.Call{Keys: make([]string, 1)}, done: make(chan struct{}, 1)}
+	}
 	return b, nil
 }
 
@@ -119,7 +124,7 @@ func (b *Batcher) do(ctx context.Context, s *script, key string, args []any) ([4
 		return [4]int64{}, err
 	}
 	c := b.pool.Get().(*call)
-	c.ctx, c.s, c.keys[0], c.args, c.err = ctx, s, key, args, nil
+	c.ctx, c.run.Script, c.run.Keys[0], c.run.Args, c.err = ctx, s, key, args, nil
 	if err := b.enqueue(ctx, c); err != nil {
 		b.release(c)
 		return [4]int64{}, err
@@ -157,7 +162,8 @@ func (b *Batcher) enqueue(ctx context.Context, c *call) error {
 }
 
 func (b *Batcher) release(c *call) {
-	c.ctx, c.s, c.args, c.err = nil, nil, nil, nil
+	c.ctx, c.run.Script, c.run.Args, c.err = nil, nil, nil, nil
+	c.run.Reply, c.run.Err = redisscript.Reply{}, nil
 	b.pool.Put(c)
 }
 
@@ -172,10 +178,11 @@ func (b *Batcher) startFlushers() {
 func (b *Batcher) flush() {
 	defer b.workers.Done()
 	batch := make([]*call, 0, b.cfg.MaxBatch)
+	scratch := make([]*redisscript.Call, 0, b.cfg.MaxBatch)
 	for c := range b.queue {
 		batch = append(batch[:0], c)
 		batch = b.drain(batch)
-		b.send(batch)
+		scratch = b.send(batch, scratch)
 	}
 }
 
@@ -198,7 +205,9 @@ func (b *Batcher) drain(batch []*call) []*call {
 // send answers the calls whose callers gave up and pipelines the rest. The
 // pipeline runs on a context of its own: it carries many callers, each of
 // whom stops waiting on its own context; the client's timeouts bound it.
-func (b *Batcher) send(batch []*call) {
+// scratch is the flusher's reusable slice for the runner, returned for the
+// next send.
+func (b *Batcher) send(batch []*call, scratch []*redisscript.Call) []*redisscript.Call {
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -208,8 +217,8 @@ func (b *Batcher) send(batch []*call) {
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return
+		return scratch
 	}
 	b.pipelines.Add(1)
-	runBatch(context.Background(), b.rdb, live)
+	return runBatch(context.Background(), b.runner, live, scratch)
 }

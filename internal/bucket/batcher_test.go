@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -27,7 +28,7 @@ func newBatcher(t *testing.T, rdb redis.UniversalClient, cfg BatcherConfig) *Bat
 
 // newCall is a call as Batcher.do makes it.
 func newCall(s *script, key string, args ...any) *call {
-	return &call{ctx: context.Background(), s: s, keys: []string{key}, args: args, done: make(chan struct{}, 1)}
+	return &call{ctx: context.Background(), run: redisscript.Call{Script: s, Keys: []string{key}, Args: args}, done: make(chan struct{}, 1)}
 }
 
 // TestBatcherCoalescesQueuedCalls: calls waiting in the queue leave in one
@@ -36,7 +37,7 @@ func TestBatcherCoalescesQueuedCalls(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
-	if err := loadScripts(ctx, rdb, []*call{{s: scripts[GCRA]}}); err != nil {
+	if err := redisscript.NewRunner(rdb, nil).Load(ctx, scripts[GCRA]); err != nil {
 		t.Fatal(err)
 	}
 	b := newBatcher(t, rdb, BatcherConfig{Flushers: 1, MaxBatch: 64})
@@ -70,7 +71,7 @@ func TestBatcherLoadsScriptsOnNoScript(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
 	s := newScript("fresh", fmt.Sprintf("-- %s\nreturn {1, 2, 3, tonumber(ARGV[1])}", prefix))
-	if exists := rdb.ScriptExists(ctx, s.sha).Val(); exists[0] {
+	if exists := rdb.ScriptExists(ctx, s.Hash()).Val(); exists[0] {
 		t.Fatalf("script already loaded")
 	}
 	b := newBatcher(t, rdb, BatcherConfig{})
@@ -81,7 +82,7 @@ func TestBatcherLoadsScriptsOnNoScript(t *testing.T) {
 	if got != [4]int64{1, 2, 3, 42} {
 		t.Fatalf("reply %v, want [1 2 3 42]", got)
 	}
-	if exists := rdb.ScriptExists(ctx, s.sha).Val(); !exists[0] {
+	if exists := rdb.ScriptExists(ctx, s.Hash()).Val(); !exists[0] {
 		t.Fatalf("script not loaded after the retry")
 	}
 }

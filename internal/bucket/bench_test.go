@@ -65,12 +65,12 @@ func BenchmarkAllowDirectEvalSha(b *testing.B) {
 		b.Run(fmt.Sprintf("callers=%d", g), func(b *testing.B) {
 			rdb, prefix := redistest.New(b)
 			ctx := context.Background()
-			if err := rdb.ScriptLoad(ctx, s.src).Err(); err != nil {
+			if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
 				b.Fatal(err)
 			}
 			concurrently(b, g, func(i int) error {
 				key := redisKey(prefix, "bench", benchKeys[i%len(benchKeys)])
-				return rdb.EvalSha(ctx, s.sha, []string{key}, 0, 1, 1, 1000).Err()
+				return rdb.EvalSha(ctx, s.Hash(), []string{key}, 0, 1, 1, 1000).Err()
 			})
 		})
 	}

@@ -188,7 +188,7 @@ func (l *Limiter) decision(r [4]int64) (Decision, error) {
 		(allowed == 1) == (retry == 0) && retry >= 0 &&
 		reset >= 0
 	if !ok {
-		return Decision{}, fmt.Errorf("%s script replied %v: %w", l.script.name, r, ErrUnexpectedReply)
+		return Decision{}, fmt.Errorf("%s script replied %v: %w", l.script.Name(), r, ErrUnexpectedReply)
 	}
 	return Decision{
 		Allowed:    allowed == 1,

@@ -1,9 +1,9 @@
 package bucket
 
 import (
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // The algorithms' scripts. Each takes one key (KEYS[1], see redisKey) and the
@@ -26,17 +26,11 @@ var (
 )
 
 // script is one Lua script and its EVALSHA handle.
-type script struct {
-	name string // for error messages
-	src  string
-	sha  string // hex SHA-1 of src
-}
+type script = redisscript.Script
 
 // newScript prepends prelude.lua to src.
 func newScript(name, src string) *script {
-	src = preludeLua + src
-	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+	return redisscript.New(name, preludeLua+src)
 }
 
 // scripts maps each algorithm to its script.

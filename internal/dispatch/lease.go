@@ -6,31 +6,14 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
-// Keys and channels this package uses (DESIGN §3). The lease and meta keys
-// have no hash tag: single-key scripts, fine in any Cluster slot.
-//
-//	<p>:meta                     HASH    the deployment's fixed parameters (meta.go)
-//	<p>:dispatch:lease:<shard>   STRING  owner token of the shard's dispatcher, with a TTL
-//	<p>:dispatch:members         HASH    owner token → expiry (ms): the dispatchers sharing
-//	                                     the leases; each holds at most ⌈shards / members⌉
-//	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by
-//	                                     every script that moves it earlier
-func leaseKey(prefix string, shard int) string {
-	return prefix + ":dispatch:lease:" + strconv.Itoa(shard)
-}
-
-// wakeChannel mirrors the wake channel of internal/dispatch's key layout
-// (keyspace.wake); the dispatcher tests publish through store.Store.Enqueue
-// and would miss every wake-up if the two drifted apart.
-func wakeChannel(prefix string, shard int) string {
-	return prefix + ":{s" + strconv.Itoa(shard) + "}:wake"
-}
-
+// The lease scripts (keys.go: leaseKey, membersKey). Each file opens with its
+// KEYS/ARGV/reply contract.
 var (
 	//go:embed lua/hold.lua
 	luaHold string
@@ -39,15 +22,15 @@ var (
 	//go:embed lua/members.lua
 	luaMembers string
 
-	scriptHold    = redis.NewScript(luaHold)
-	scriptRelease = redis.NewScript(luaRelease)
-	scriptMembers = redis.NewScript(luaMembers)
+	scriptHold    = redisscript.New("hold", luaHold)
+	scriptRelease = redisscript.New("release", luaRelease)
+	scriptMembers = redisscript.New("members", luaMembers)
 )
 
 // leases takes, renews and gives up the shard leases of one Dispatcher, all
 // under one random owner token.
 type leases struct {
-	rdb    redis.UniversalClient
+	run    *redisscript.Runner
 	prefix string
 	owner  string
 	ttlMS  int64
@@ -58,13 +41,13 @@ func newLeases(rdb redis.UniversalClient, prefix string, ttlMS int64) (*leases, 
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("new lease owner token: %w", err)
 	}
-	return &leases{rdb: rdb, prefix: prefix, owner: hex.EncodeToString(b[:]), ttlMS: ttlMS}, nil
+	return &leases{run: redisscript.NewRunner(rdb, nil), prefix: prefix, owner: hex.EncodeToString(b[:]), ttlMS: ttlMS}, nil
 }
 
 // hold takes shard's lease when it is free, or renews it when this owner
 // holds it; false when another owner holds it.
 func (l *leases) hold(ctx context.Context, shard int) (bool, error) {
-	n, err := scriptHold.Run(ctx, l.rdb, []string{leaseKey(l.prefix, shard)}, l.owner, l.ttlMS).Int64()
+	n, err := l.runInt(ctx, scriptHold, leaseKey(l.prefix, shard), l.owner, l.ttlMS)
 	if err != nil {
 		return false, fmt.Errorf("hold lease of shard %d: %w", shard, err)
 	}
@@ -73,13 +56,11 @@ func (l *leases) hold(ctx context.Context, shard int) (bool, error) {
 
 // release gives up shard's lease if this owner still holds it.
 func (l *leases) release(ctx context.Context, shard int) error {
-	if err := scriptRelease.Run(ctx, l.rdb, []string{leaseKey(l.prefix, shard)}, l.owner).Err(); err != nil {
+	if _, err := l.runInt(ctx, scriptRelease, leaseKey(l.prefix, shard), l.owner); err != nil {
 		return fmt.Errorf("release lease of shard %d: %w", shard, err)
 	}
 	return nil
 }
-
-func membersKey(prefix string) string { return prefix + ":dispatch:members" }
 
 // members records this owner as a live member until now + TTL and returns the
 // number of live members; leave (beat false) removes it.
@@ -88,9 +69,18 @@ func (l *leases) members(ctx context.Context, beat bool) (int, error) {
 	if beat {
 		op = "beat"
 	}
-	n, err := scriptMembers.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.owner, l.ttlMS, op).Int64()
+	n, err := l.runInt(ctx, scriptMembers, membersKey(l.prefix), l.owner, l.ttlMS, op)
 	if err != nil {
 		return 0, fmt.Errorf("dispatcher members (%s): %w", op, err)
 	}
 	return int(n), nil
+}
+
+// runInt runs s on key with args; its reply is an integer.
+func (l *leases) runInt(ctx context.Context, s *redisscript.Script, key string, args ...any) (int64, error) {
+	r, err := l.run.Run(ctx, s, []string{key}, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.Int()
 }

@@ -113,7 +113,8 @@ func (c *StateCollector) tenantMetrics(ch chan<- prometheus.Metric, tn string, s
 	}
 }
 
-// asynqStates are asynq v0.26's per-queue keys: LISTs then ZSETs.
+// asynqStates are the states of asynq v0.26's per-queue keys
+// (asynqQueueKey): LISTs then ZSETs.
 var asynqStates = []struct {
 	name string
 	list bool
@@ -127,7 +128,7 @@ func (c *StateCollector) queueMetrics(ctx context.Context, ch chan<- prometheus.
 	cmds := make([]*redis.IntCmd, 0, len(c.queues)*len(asynqStates))
 	for _, q := range c.queues {
 		for _, s := range asynqStates {
-			key := "asynq:{" + q + "}:" + s.name
+			key := asynqQueueKey(q, s.name)
 			if s.list {
 				cmds = append(cmds, pipe.LLen(ctx, key))
 			} else {

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Sentinel errors; test with errors.Is. Every error this package returns for
@@ -20,7 +22,8 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrProtocol: a script reply did not have the expected shape. It means a
 	// bug or a version skew between this binary and the data, never bad input.
-	ErrProtocol = errors.New("unexpected script reply")
+	// It is redisscript.ErrUnexpectedReply, the script runner's.
+	ErrProtocol = redisscript.ErrUnexpectedReply
 )
 
 // ConflictError reports the state that made an operation impossible.

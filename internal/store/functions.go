@@ -4,12 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // The scripts built on lib.lua also form one Redis Functions library
@@ -24,9 +23,9 @@ import (
 // so processes of different versions share a Redis without replacing each
 // other's code. A Redis that lost its functions (restarted without
 // persistence, a new replica promoted) answers "Function not found": the
-// Store loads the library again (on every master of a Cluster) and retries.
-// A Redis without Functions (< 7.0), or an ACL user without the function
-// commands, gets the EVAL scripts.
+// Store's runner (redisscript.Runner) loads the library again (on every
+// master of a Cluster) and retries. A Redis without Functions (< 7.0), or an
+// ACL user without the function commands, gets the EVAL scripts.
 
 // library returns the library's version — the first 12 hex digits of the
 // SHA-1 of its source without the header and registrations; it names the
@@ -59,37 +58,22 @@ func buildLibrary() (version, source string) {
 // qualified is the function name of script in the library of version.
 func qualified(version, script string) string { return "sluice_" + version + "_" + script }
 
-// Functions modes of a Store.
-const (
-	modeFunctions = iota // FCALL (the default)
-	modeEval             // this Redis has no Functions: EVALSHA
-)
-
-// call runs sc with keys and argv: by FCALL, loading the library when Redis
-// does not know the function, or by EVALSHA when Redis has no Functions, the
-// user may not call or load them (ACL: NOPERM), or sc is a standalone
-// script.
-func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any) (any, error) {
-	if sc.body == "" || s.fmode.Load() == modeEval {
-		return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
+// call runs sc with keys and argv through the Store's runner: by FCALL of
+// its function, loading the library when Redis does not know it, or by
+// EVALSHA when Redis has no Functions, the user may not call or load them
+// (ACL: NOPERM), or sc is a standalone script.
+func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any) (redisscript.Reply, error) {
+	if sc.body == "" {
+		return s.runner.Run(ctx, sc.eval, keys, argv...)
 	}
 	version, _ := library()
-	fn := qualified(version, sc.name)
-	v, err := s.rdb.FCall(ctx, fn, keys, argv...).Result()
-	if err == nil || !isFunctionMissing(err) && !noFunctions(err) {
-		return v, err
-	}
-	if !noFunctions(err) {
-		err = s.LoadFunctions(ctx)
-		if err == nil {
-			return s.rdb.FCall(ctx, fn, keys, argv...).Result()
-		}
-		if !noFunctions(err) {
-			return nil, err
-		}
-	}
-	s.fmode.Store(modeEval)
-	return sc.lua.Run(ctx, s.rdb, keys, argv...).Result()
+	return s.runner.RunFunction(ctx, qualified(version, sc.name), sc.eval, keys, argv...)
+}
+
+// librarySource is the library's source, for the runner to load.
+func librarySource() string {
+	_, source := library()
+	return source
 }
 
 // LoadFunctions loads (or replaces with the same code) the Functions library
@@ -97,37 +81,8 @@ func (s *Store) call(ctx context.Context, sc *script, keys []string, argv []any)
 // Redis reports a function missing; calling it at start saves that first
 // round trip.
 func (s *Store) LoadFunctions(ctx context.Context) error {
-	_, source := library()
-	load := func(ctx context.Context, c *redis.Client) error {
-		return c.FunctionLoadReplace(ctx, source).Err()
-	}
-	var err error
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
-	case *redis.Client:
-		err = load(ctx, c)
-	default:
-		err = s.rdb.FunctionLoadReplace(ctx, source).Err()
-	}
-	if err != nil {
+	if err := s.runner.LoadLibrary(ctx); err != nil {
 		return fmt.Errorf("load the dispatch functions library: %w", err)
 	}
 	return nil
-}
-
-func isFunctionMissing(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.Contains(rerr.Error(), "Function not found")
-}
-
-// noFunctions reports an error saying that this Redis has no Functions
-// (< 7.0: unknown command) or that the user may not use them (NOPERM).
-func noFunctions(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := rerr.Error()
-	return strings.Contains(strings.ToLower(msg), "unknown command") || strings.HasPrefix(msg, "NOPERM")
 }

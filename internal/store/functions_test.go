@@ -40,7 +40,7 @@ func TestFunctionsLibraryIsLoadedAgainWhenMissing(t *testing.T) {
 	if !e.libraryLoaded(version) {
 		t.Fatal("library not loaded again")
 	}
-	if e.store.fmode.Load() != modeFunctions {
+	if !e.store.runner.UsesFunctions() {
 		t.Fatal("store fell back to EVAL on a Redis with Functions")
 	}
 }
@@ -67,9 +67,11 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 		state    TenantState
 		job      Job
 	}
-	run := func(mode int32) []step {
+	run := func(functions bool) []step {
 		e := newEnv(t)
-		e.store.fmode.Store(mode)
+		if !functions {
+			e.store.runner.DisableFunctions()
+		}
 		e.store.seed = func() uint64 { return 7 } // the same retry jitter
 		e.seed(params(func(p *Params) { p.Burst = 2; p.MinBackoffUS = 1000 }))
 		var steps []step
@@ -96,7 +98,7 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 		e.requireConsistent()
 		return steps
 	}
-	eval, fn := run(modeEval), run(modeFunctions)
+	eval, fn := run(false), run(true)
 	if p := fn[len(fn)-1].state.Policy; p.Burst != 1 || p.MinBackoffUS != 2000 {
 		t.Fatalf("policy after the write: burst %d, min backoff %d µs; want 1, 2000", p.Burst, p.MinBackoffUS)
 	}
@@ -142,7 +144,7 @@ func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
 	if j := e.job(id); j.State != StateSucceeded || j.Attempt != 1 {
 		t.Fatalf("job %+v, want succeeded after one attempt", j)
 	}
-	if store.fmode.Load() != modeEval {
+	if store.runner.UsesFunctions() {
 		t.Fatal("store did not fall back to EVAL")
 	}
 }

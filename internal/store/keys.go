@@ -58,6 +58,11 @@ func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
 func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
 
+// WakeChannel is shard's wake channel under prefix, "<p>:{s<shard>}:wake":
+// the scripts PUBLISH a shard's new earliest time (µs, decimal) on it, and
+// the dispatcher (internal/dispatch) subscribes to it.
+func WakeChannel(prefix string, shard int) string { return keyspace{prefix: prefix}.wake(shard) }
+
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
 

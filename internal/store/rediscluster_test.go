@@ -215,7 +215,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 			t.Fatalf("library %s not loaded again on master %s", libName, addr)
 		}
 	}
-	if store.fmode.Load() != modeFunctions {
+	if !store.runner.UsesFunctions() {
 		t.Fatal("store fell back to EVAL on a cluster with Functions")
 	}
 

@@ -3,11 +3,9 @@ package store
 import (
 	"context"
 	_ "embed"
-	"errors"
-	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // The scripts. Each file opens with its KEYS/ARGV/reply contract; clock.lua
@@ -55,7 +53,7 @@ var (
 // holds ("" for the standalone ones).
 type script struct {
 	name string
-	lua  *redis.Script
+	eval *redisscript.Script
 	body string
 }
 
@@ -74,8 +72,8 @@ var (
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
 	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
 	// shard-tagged (no lib.lua).
-	scriptWorkers     = &script{name: "workers", lua: redis.NewScript(luaClock + "\n" + luaWorkers)}
-	scriptTaskWorkers = &script{name: "task_workers", lua: redis.NewScript(luaClock + "\n" + luaTaskWorkers)}
+	scriptWorkers     = standalone("workers", luaWorkers)
+	scriptTaskWorkers = standalone("task_workers", luaTaskWorkers)
 	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
 	scriptTenantState = assemble("tenant_state", luaTenantState)
 )
@@ -92,14 +90,19 @@ func prologue() string {
 func assemble(name, body string) *script {
 	src := "local KEYS, ARGV = KEYS, ARGV\n" + prologue() +
 		"do local err = begin() if err then return err end end\n" + body
-	sc := &script{name: name, lua: redis.NewScript(src), body: body}
+	sc := &script{name: name, eval: redisscript.New(name, src), body: body}
 	libScripts = append(libScripts, sc)
 	return sc
 }
 
+// standalone builds a script on clock.lua alone, outside the library.
+func standalone(name, body string) *script {
+	return &script{name: name, eval: redisscript.New(name, luaClock+"\n"+body)}
+}
+
 // Status codes in the first element of every script reply (lib.lua).
 const (
-	statusOK              = "ok"
+	statusOK              = redisscript.StatusOK
 	statusNotFound        = "not_found"
 	statusConflict        = "conflict"
 	statusVersionMismatch = "version_mismatch"
@@ -124,26 +127,16 @@ func (s *Store) argv(shard int, args ...any) []any {
 // runKeys executes sc with keys and argv as they are and decodes the reply
 // as run does.
 func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...any) (decoder, error) {
-	v, err := s.call(ctx, sc, keys, argv)
+	r, err := s.call(ctx, sc, keys, argv)
 	if err != nil {
-		if errors.Is(err, redis.Nil) {
-			return decoder{}, fmt.Errorf("script %s: %w: nil reply", sc.name, ErrProtocol)
-		}
-		return decoder{}, fmt.Errorf("script %s: %w", sc.name, err)
+		return decoder{}, err
 	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) == 0 {
-		return decoder{}, fmt.Errorf("script %s: %w: reply is %T", sc.name, ErrProtocol, v)
-	}
-	d := newDecoder(sc.name, arr)
-	if status := d.str(0); status != statusOK {
-		if err := d.Err(); err != nil {
-			return d, err
-		}
-		return d, &statusReply{script: sc.name, status: status}
-	}
-	return d, nil
+	d, err := r.Status(refused)
+	return decoder{d}, err
 }
+
+// refused is a script's refusal as the Store's typed error.
+func refused(script, status string) error { return &statusReply{script: script, status: status} }
 
 // nowArg is ARGV[2]: the injected clock in µs, or "0" for Redis TIME.
 func (s *Store) nowArg() string {
@@ -176,79 +169,18 @@ func (e *statusReply) Is(target error) bool {
 	return target == ErrProtocol
 }
 
-// decoder reads a script reply with checked assertions. The first mismatch
-// (wrong type, missing element) is kept as a sticky error, shared with the
-// decoders of nested arrays; reads after it return zero values. Check Err
-// once after reading.
-type decoder struct {
-	what string
-	r    []any
-	err  *error
-}
+// decoder reads a script reply with checked assertions
+// (redisscript.Decoder: a sticky first mismatch, wrapping ErrProtocol;
+// check Err once after reading).
+type decoder struct{ redisscript.Decoder }
 
-func newDecoder(what string, r []any) decoder {
-	return decoder{what: what, r: r, err: new(error)}
-}
-
-// Err is the first mismatch, wrapping ErrProtocol, or nil.
-func (d decoder) Err() error {
-	if d.err == nil {
-		return fmt.Errorf("decode %s: %w: no reply", d.what, ErrProtocol)
-	}
-	return *d.err
-}
-
-// Len is the number of elements.
-func (d decoder) Len() int { return len(d.r) }
-
-func (d decoder) fail(format string, args ...any) {
-	if d.err != nil && *d.err == nil {
-		*d.err = fmt.Errorf("decode %s: %w: %s", d.what, ErrProtocol, fmt.Sprintf(format, args...))
-	}
-}
-
-func (d decoder) at(i int) any {
-	if i < 0 || i >= len(d.r) {
-		d.fail("element %d of a %d-element reply", i, len(d.r))
-		return nil
-	}
-	return d.r[i]
-}
-
-func (d decoder) int(i int) int64 {
-	v, ok := d.at(i).(int64)
-	if !ok {
-		d.fail("element %d: want an integer, got %T", i, d.at(i))
-	}
-	return v
-}
-
-func (d decoder) str(i int) string {
-	v, ok := d.at(i).(string)
-	if !ok {
-		d.fail("element %d: want a string, got %T", i, d.at(i))
-	}
-	return v
-}
+func (d decoder) fail(format string, args ...any) { d.Fail(format, args...) }
+func (d decoder) int(i int) int64                 { return d.Int(i) }
+func (d decoder) str(i int) string                { return d.Str(i) }
 
 // list is a decoder over the array at i, sharing d's error.
-func (d decoder) list(i int) decoder {
-	v, ok := d.at(i).([]any)
-	if !ok {
-		d.fail("element %d: want an array, got %T", i, d.at(i))
-	}
-	return decoder{what: d.what, r: v, err: d.err}
-}
+func (d decoder) list(i int) decoder { return decoder{d.List(i)} }
 
 // fields reads the elements from index from on as field/value pairs (an
 // HGETALL).
-func (d decoder) fields(from int) map[string]string {
-	if (len(d.r)-from)%2 != 0 {
-		d.fail("odd number of field/value elements from %d", from)
-	}
-	m := make(map[string]string, (len(d.r)-from)/2)
-	for i := from; i+1 < len(d.r); i += 2 {
-		m[d.str(i)] = d.str(i + 1)
-	}
-	return m
-}
+func (d decoder) fields(from int) map[string]string { return d.Fields(from) }

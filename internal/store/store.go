@@ -18,10 +18,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Defaults of Config.
@@ -87,8 +88,9 @@ type Store struct {
 	// seed draws the retry jitter seed of each finish and pass; tests
 	// replace it to make the jitter deterministic.
 	seed func() uint64
-	// fmode is modeFunctions until Redis turns out to have no Functions.
-	fmode atomic.Int32
+	// runner runs the scripts: the library's functions by FCALL until Redis
+	// turns out to have no Functions, EVALSHA then.
+	runner *redisscript.Runner
 }
 
 // NewStore returns a Store on rdb (a plain client or a Cluster client; the
@@ -102,8 +104,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		rdb:       rdb,
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
 		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
-		clock: cfg.Clock,
-		seed:  rand.Uint64,
+		clock:  cfg.Clock,
+		seed:   rand.Uint64,
+		runner: redisscript.NewRunner(rdb, librarySource),
 	}, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Worker capacity (DESIGN §2.2, back-pressure). Workers heartbeat their
@@ -55,17 +57,17 @@ func (s *Store) Capacity(ctx context.Context) (int, error) {
 // reads every few milliseconds while the workers are full.
 func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
 	for try := 0; ; try++ {
-		var sum *redis.Cmd
+		var sum *redisscript.Pending
 		zcards := make([]*redis.IntCmd, s.keys.shards)
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			sum = scriptWorkers.lua.EvalSha(ctx, p, []string{s.keys.workers()}, s.nowArg(), "sum")
+			sum = s.runner.Queue(ctx, p, scriptWorkers.eval, []string{s.keys.workers()}, s.nowArg(), "sum")
 			for shard := range zcards {
 				zcards[shard] = p.ZCard(ctx, s.keys.leases(shard))
 			}
 			return nil
 		})
-		if err != nil && redis.HasErrorPrefix(sum.Err(), "NOSCRIPT") && try == 0 {
-			if err := scriptWorkers.lua.Load(ctx, s.rdb).Err(); err != nil {
+		if err != nil && sum.NoScript() && try == 0 {
+			if err := s.runner.Load(ctx, scriptWorkers.eval); err != nil {
 				return 0, fmt.Errorf("free capacity: load script: %w", err)
 			}
 			continue
@@ -73,11 +75,15 @@ func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("free capacity: %w", err)
 		}
-		v, _ := sum.Slice()
-		if len(v) < 2 {
-			return 0, fmt.Errorf("free capacity: %w: workers sum reply %v", ErrProtocol, v)
+		r, err := sum.Result()
+		if err != nil {
+			return 0, fmt.Errorf("free capacity: %w", err)
 		}
-		d := newDecoder(scriptWorkers.name, v)
+		a, err := r.Array()
+		if err != nil {
+			return 0, fmt.Errorf("free capacity: %w", err)
+		}
+		d := decoder{a}
 		free := d.int(1)
 		if err := d.Err(); err != nil {
 			return 0, fmt.Errorf("free capacity: %w", err)
