@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -287,7 +288,7 @@ func invalidJSON(err error) error {
 // itemOf validates spec (every problem in one 422) and builds its Item;
 // IdemKey and Fingerprint are left to the caller.
 func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
-	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: store.MaxBurst})
+	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: policy.MaxBurst})
 	errs := []error{err}
 	if spec.URL != "" {
 		if err := webhook.CheckLiteral(spec.URL, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {

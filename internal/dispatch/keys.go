@@ -10,17 +10,17 @@ import (
 // the only place this package builds their names. The lease and members
 // keys have no hash tag: single-key scripts, fine in any Cluster slot.
 //
-//	<p>:meta                     HASH    the deployment's fixed parameters (meta.go, wire.MetaKey)
+//	<p>:meta                     HASH    the deployment's fixed parameters (wire.MetaKey)
 //	<p>:dispatch:lease:<shard>   STRING  owner token of the shard's dispatcher, with a TTL
 //	<p>:dispatch:members         HASH    owner token → expiry (ms): the dispatchers sharing
 //	                                     the leases; each holds at most ⌈shards / members⌉
 //	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by
 //	                                     every script that moves it earlier (store.WakeChannel)
 //	asynq:{<queue>}:<state>      LIST/ZSET asynq's own per-queue keys, read by the state
-//	                                     metrics (asynqQueueKey)
+//	                                     metrics (AsynqQueueKey)
 
-// leaseKey is shard's lease: <p>:dispatch:lease:<shard>.
-func leaseKey(prefix string, shard int) string {
+// LeaseKey is shard's lease: <p>:dispatch:lease:<shard>.
+func LeaseKey(prefix string, shard int) string {
 	return prefix + ":dispatch:lease:" + strconv.Itoa(shard)
 }
 
@@ -31,12 +31,12 @@ func membersKey(prefix string) string { return prefix + ":dispatch:members" }
 // dispatcher must subscribe to the very channel the scripts publish on.
 func wakeChannel(prefix string, shard int) string { return store.WakeChannel(prefix, shard) }
 
-// asynqQueueKey is asynq's key of the tasks of queue in state (pending,
+// AsynqQueueKey is asynq's key of the tasks of queue in state (pending,
 // active, scheduled, retry, archived, completed): "asynq:{<queue>}:<state>".
 // asynq exports no function for it; this is the layout of asynq v0.26.0's
 // internal/base (PendingKey, ActiveKey, ScheduledKey, RetryKey, ArchivedKey,
 // CompletedKey: QueueKeyPrefix(qname) + state, QueueKeyPrefix being
 // "asynq:{<qname>}:"). Check it when upgrading asynq.
-func asynqQueueKey(queue, state string) string {
+func AsynqQueueKey(queue, state string) string {
 	return "asynq:{" + queue + "}:" + state
 }

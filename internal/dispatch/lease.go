@@ -47,7 +47,7 @@ func newLeases(rdb redis.UniversalClient, prefix string, ttlMS int64) (*leases, 
 // hold takes shard's lease when it is free, or renews it when this owner
 // holds it; false when another owner holds it.
 func (l *leases) hold(ctx context.Context, shard int) (bool, error) {
-	n, err := l.runInt(ctx, scriptHold, leaseKey(l.prefix, shard), l.owner, l.ttlMS)
+	n, err := l.runInt(ctx, scriptHold, LeaseKey(l.prefix, shard), l.owner, l.ttlMS)
 	if err != nil {
 		return false, fmt.Errorf("hold lease of shard %d: %w", shard, err)
 	}
@@ -56,7 +56,7 @@ func (l *leases) hold(ctx context.Context, shard int) (bool, error) {
 
 // release gives up shard's lease if this owner still holds it.
 func (l *leases) release(ctx context.Context, shard int) error {
-	if _, err := l.runInt(ctx, scriptRelease, leaseKey(l.prefix, shard), l.owner); err != nil {
+	if _, err := l.runInt(ctx, scriptRelease, LeaseKey(l.prefix, shard), l.owner); err != nil {
 		return fmt.Errorf("release lease of shard %d: %w", shard, err)
 	}
 	return nil

@@ -50,7 +50,7 @@ func TestLeasesAreSharedFairlyAndHandedOverOnStop(t *testing.T) {
 	owners := func() map[string]int {
 		n := map[string]int{}
 		for s := range 4 {
-			n[cfgA.Redis.Get(context.Background(), leaseKey(cfgA.Prefix, s)).Val()]++
+			n[cfgA.Redis.Get(context.Background(), LeaseKey(cfgA.Prefix, s)).Val()]++
 		}
 		return n
 	}
@@ -61,7 +61,7 @@ func TestLeasesAreSharedFairlyAndHandedOverOnStop(t *testing.T) {
 	})
 	eventually(t, 2*cfgA.LeaseTTL, "B passes its shards", func() bool {
 		for s := range 4 {
-			if cfgA.Redis.Get(context.Background(), leaseKey(cfgA.Prefix, s)).Val() == b.leases.owner && storeB.count(s) == 0 {
+			if cfgA.Redis.Get(context.Background(), LeaseKey(cfgA.Prefix, s)).Val() == b.leases.owner && storeB.count(s) == 0 {
 				return false
 			}
 		}
@@ -88,7 +88,7 @@ func TestLeaseOfACrashedOwnerIsTakenOverAfterItsTTL(t *testing.T) {
 	ctx := context.Background()
 	// A crashed owner: its leases stay until they expire.
 	for s := range 2 {
-		if err := cfg.Redis.Set(ctx, leaseKey(cfg.Prefix, s), "crashed", cfg.LeaseTTL).Err(); err != nil {
+		if err := cfg.Redis.Set(ctx, LeaseKey(cfg.Prefix, s), "crashed", cfg.LeaseTTL).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,7 +113,7 @@ func TestWithoutLeasesEveryDispatcherPassesEveryShard(t *testing.T) {
 	start(t, cfgB)
 	eventually(t, time.Second, "A passes every shard", allPassed(storeA))
 	eventually(t, time.Second, "B passes every shard", allPassed(storeB))
-	if n, _ := cfgA.Redis.Exists(context.Background(), leaseKey(cfgA.Prefix, 0)).Result(); n != 0 {
+	if n, _ := cfgA.Redis.Exists(context.Background(), LeaseKey(cfgA.Prefix, 0)).Result(); n != 0 {
 		t.Fatal("a lease key was written with leases disabled")
 	}
 }
@@ -293,7 +293,7 @@ func TestStopIsIdempotentAndWorksWithoutStart(t *testing.T) {
 	d.Stop()
 	d.Stop()
 	for s := range 2 {
-		if n, _ := cfg.Redis.Exists(context.Background(), leaseKey(cfg.Prefix, s)).Result(); n != 0 {
+		if n, _ := cfg.Redis.Exists(context.Background(), LeaseKey(cfg.Prefix, s)).Result(); n != 0 {
 			t.Fatalf("shard %d lease kept after Stop", s)
 		}
 	}
@@ -333,7 +333,7 @@ func TestLeasesAreRenewedBetweenLongSleeps(t *testing.T) {
 	eventually(t, time.Second, "every shard passed", allPassed(st))
 	redistest.Hold(t, 4*cfg.LeaseTTL, "every lease held by the dispatcher, one pass a shard", func() bool {
 		for s := range 2 {
-			if cfg.Redis.Get(context.Background(), leaseKey(cfg.Prefix, s)).Val() != d.leases.owner || st.count(s) != 1 {
+			if cfg.Redis.Get(context.Background(), LeaseKey(cfg.Prefix, s)).Val() != d.leases.owner || st.count(s) != 1 {
 				return false
 			}
 		}

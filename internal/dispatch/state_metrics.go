@@ -114,7 +114,7 @@ func (c *StateCollector) tenantMetrics(ch chan<- prometheus.Metric, tn string, s
 }
 
 // asynqStates are the states of asynq v0.26's per-queue keys
-// (asynqQueueKey): LISTs then ZSETs.
+// (AsynqQueueKey): LISTs then ZSETs.
 var asynqStates = []struct {
 	name string
 	list bool
@@ -128,7 +128,7 @@ func (c *StateCollector) queueMetrics(ctx context.Context, ch chan<- prometheus.
 	cmds := make([]*redis.IntCmd, 0, len(c.queues)*len(asynqStates))
 	for _, q := range c.queues {
 		for _, s := range asynqStates {
-			key := asynqQueueKey(q, s.name)
+			key := AsynqQueueKey(q, s.name)
 			if s.list {
 				cmds = append(cmds, pipe.LLen(ctx, key))
 			} else {

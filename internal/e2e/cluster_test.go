@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/deliverytest"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -277,14 +278,9 @@ func (c *cluster) waitSucceeded(p *proc, ids []string, within time.Duration) map
 	return done
 }
 
-// leaseKey is shard's dispatch lease (DESIGN §3).
-func leaseKey(prefix string, shard int) string {
-	return fmt.Sprintf("%s:dispatch:lease:%d", prefix, shard)
-}
-
 // leaseOwner returns the owner token of shard's dispatch lease ("" = none).
 func (c *cluster) leaseOwner(shard int) string {
-	v, err := c.rdb.Get(context.Background(), leaseKey(c.prefix, shard)).Result()
+	v, err := c.rdb.Get(context.Background(), dispatch.LeaseKey(c.prefix, shard)).Result()
 	if err == redis.Nil {
 		return ""
 	}

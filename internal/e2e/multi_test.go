@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -83,7 +84,7 @@ func (c *cluster) spreadLeases(shards [][]int) []*proc {
 	c.t.Helper()
 	ctx := context.Background()
 	for s := range c.shards {
-		if err := c.rdb.Set(ctx, leaseKey(c.prefix, s), "e2e-stand-in", time.Minute).Err(); err != nil {
+		if err := c.rdb.Set(ctx, dispatch.LeaseKey(c.prefix, s), "e2e-stand-in", time.Minute).Err(); err != nil {
 			c.t.Fatal(err)
 		}
 	}
@@ -94,7 +95,7 @@ func (c *cluster) spreadLeases(shards [][]int) []*proc {
 			q.pause()
 		}
 		for _, s := range mine {
-			if err := c.rdb.Del(ctx, leaseKey(c.prefix, s)).Err(); err != nil {
+			if err := c.rdb.Del(ctx, dispatch.LeaseKey(c.prefix, s)).Err(); err != nil {
 				c.t.Fatal(err)
 			}
 		}

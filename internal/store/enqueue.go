@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // MaxBatch is the most items one Enqueue call takes (DESIGN §6).
@@ -26,7 +27,7 @@ type Item struct {
 	Type string
 	// Cost is the job's size in tokens; 0 means 1. It must not exceed
 	// min(burst, admit_burst) of the tenant's policy: checked against
-	// MaxBurst here and against the policy in the script (Refused, CodeInvalid).
+	// policy.MaxBurst here and against the policy in the script (Refused, CodeInvalid).
 	Cost int64
 	// RunAt, when not zero, is the earliest time the job may run: after
 	// 1970, at most job.MaxRunAt. A RunAt at or before now queues the job
@@ -193,7 +194,7 @@ func (it Item) check() error {
 		cost = 1
 	}
 	attrs := job.Attrs{Type: it.Type, Cost: cost, Delay: it.Delay, RunAt: it.RunAt, IdemKey: it.IdemKey}
-	if err := attrs.Check(MaxBurst); err != nil {
+	if err := attrs.Check(policy.MaxBurst); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // admissionStep is one step of an admission table: advance the fake clock,
@@ -82,7 +83,7 @@ func TestAdmissionChargesCost(t *testing.T) {
 		t.Fatalf("state %+v: want 2 jobs of 5 tokens queued, 0 admission tokens", st)
 	}
 
-	for _, cost := range []int64{-1, MaxBurst + 1} {
+	for _, cost := range []int64{-1, policy.MaxBurst + 1} {
 		it := item(`{}`)
 		it.Cost = cost
 		if _, err := e.store.Enqueue(e.ctx, "acme", []Item{it}); !errors.Is(err, ErrInvalid) {

@@ -128,3 +128,11 @@ func ShardOfJobID(id string) (int, error) {
 	shard, _ := strconv.Atoi(num) // digits only, at most 5: cannot fail
 	return shard, nil
 }
+
+// JobKey is the key of job id's record, for tools that measure the
+// keyspace (scripts/bench-enqueue); an id that names no shard is an error.
+func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
+
+// BacklogKey is the key of tenant's backlog list, for tools that measure
+// the keyspace.
+func (s *Store) BacklogKey(tenant string) string { return s.keys.tenantQueue(tenant) }

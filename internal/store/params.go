@@ -65,7 +65,6 @@ type Overrides struct {
 // package's.
 const (
 	MaxIntervalUS = int64(time.Hour / time.Microsecond)   // one token per hour
-	MaxBurst      = policy.MaxBurst                       // also the largest cost Go accepts before the policy is known
 	MaxDurationUS = policy.MaxDuration / time.Microsecond // 10¹³ (µs, about 115 days)
 )
 

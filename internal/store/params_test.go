@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 func TestDefaultParamsAreValid(t *testing.T) {
@@ -16,7 +18,7 @@ func TestDefaultParamsAreValid(t *testing.T) {
 func TestParamsValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	p := DefaultParams()
-	p.RateUS, p.Burst, p.Adaptive = 0, MaxBurst+1, 2
+	p.RateUS, p.Burst, p.Adaptive = 0, policy.MaxBurst+1, 2
 	err := p.Validate()
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("got %v, want ErrInvalid", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -165,8 +166,8 @@ func (e *env) redisSummary(ctx context.Context, since redisStats, at time.Time) 
 	}
 	b.WriteString("\n")
 	for _, q := range []string{prefix + ":webhook", "default"} {
-		pending, _ := e.rdb.LLen(ctx, "asynq:{"+q+"}:pending").Result()
-		active, _ := e.rdb.LLen(ctx, "asynq:{"+q+"}:active").Result()
+		pending, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "pending")).Result()
+		active, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "active")).Result()
 		if pending+active > 0 {
 			fmt.Fprintf(&b, "  asynq queue %s: %d pending, %d active\n", q, pending, active)
 		}

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/internal/store"
 )
 
 // memTenants is how many tenants the memory cell's jobs are spread over: few,
@@ -49,15 +47,15 @@ func measureMemory(ctx context.Context, e *env) (memResult, error) {
 		return r, err
 	}
 	r.used, r.dataset, r.sampleID = used1-used0, data1-data0, ids[0]
-	shard, err := store.ShardOfJobID(ids[0])
+	jobKey, err := e.st.JobKey(ids[0])
 	if err != nil {
 		return r, err
 	}
-	if r.jobHash, err = memoryUsage(ctx, e, shardBase(e.o.prefix, shard)+"j:"+ids[0]); err != nil {
+	if r.jobHash, err = memoryUsage(ctx, e, jobKey); err != nil {
 		return r, err
 	}
 	for _, t := range tenants {
-		key := shardBase(e.o.prefix, store.ShardOf(t, e.o.shards)) + "t:" + t + ":q"
+		key := e.st.BacklogKey(t)
 		n, err := memoryUsage(ctx, e, key)
 		if err != nil {
 			return r, err
@@ -70,12 +68,6 @@ func measureMemory(ctx context.Context, e *env) (memResult, error) {
 		r.listLen += l
 	}
 	return r, nil
-}
-
-// shardBase is the start of every key of a shard, "<prefix>:{s<shard>}:"
-// (DESIGN §3): this program reads two keys the enqueue script writes.
-func shardBase(prefix string, shard int) string {
-	return prefix + ":{s" + strconv.Itoa(shard) + "}:"
 }
 
 // memoryUsage is MEMORY USAGE key SAMPLES 0 (every element counted).
