@@ -8,8 +8,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/sluicetask"
 )
@@ -83,7 +83,7 @@ func TestStartReadsMetaAndChecksThePickupBudget(t *testing.T) {
 	}
 
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(e.ctx, rdb, wire.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
+	if _, err := store.EnsureMeta(e.ctx, rdb, wire.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &env{t: t, ctx: e.ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks"}

@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer batcher.Close()
 
-	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{
+	if _, err := store.EnsureMeta(ctx, rdb, wire.Meta{
 		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
 	}); err != nil {
 		return err

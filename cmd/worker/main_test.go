@@ -198,7 +198,7 @@ func TestFlags(t *testing.T) {
 func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(context.Background(), rdb, wire.Meta{
+	if _, err := store.EnsureMeta(context.Background(), rdb, wire.Meta{
 		Prefix: prefix, Shards: 4, Lead: store.LeadDefault, MinLead: store.MinLeadDefault,
 	}); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
 	err := run(context.Background(), []string{"--config", cfgPath, "--metrics-listen", "off"},
 		func(k string) string { return env[k] }, io.Discard, nil)
-	if !errors.Is(err, dispatch.ErrMetaMismatch) {
+	if !errors.Is(err, store.ErrMetaMismatch) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
 	}
 }
