@@ -1,0 +1,32 @@
+package config
+
+import (
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// Meta is c's part of <prefix>:meta (DESIGN §3): the fixed parameters
+// (redis.prefix, redis.shards, dispatch.lead, dispatch.min_lead) and the
+// adjustable settings (dispatch.tolerance and grace, retention, throttle)
+// that the throttler writes and workers follow. c must have its defaults.
+func (c *Config) Meta() wire.Meta {
+	return wire.Meta{
+		Prefix:  c.Redis.Prefix,
+		Shards:  c.Redis.Shards,
+		Lead:    c.Dispatch.Lead,
+		MinLead: c.Dispatch.MinLead,
+		Settings: wire.Settings{
+			Tolerance:            c.Dispatch.Tolerance,
+			Grace:                c.Dispatch.Grace,
+			SucceededRetention:   c.Retention.Succeeded,
+			CanceledRetention:    c.Retention.Canceled,
+			IdempotencyRetention: c.Retention.Idempotency,
+			DeadRetention:        c.Retention.Dead,
+			DeadMaxPerTenant:     c.Retention.DeadMaxPerTenant,
+			AttemptLog:           c.Retention.AttemptLog,
+			DefaultPause:         c.Throttle.DefaultPause,
+			MaxPause:             c.Throttle.MaxPause,
+			AdaptiveFloorPPM:     store.PPM(c.Throttle.AdaptiveFloor),
+		},
+	}
+}
