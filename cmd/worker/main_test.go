@@ -214,19 +214,3 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
 	}
 }
-
-func TestSplitConcurrency(t *testing.T) {
-	for _, tc := range []struct {
-		total, n int
-		want     []int
-	}{
-		{100, 4, []int{25, 25, 25, 25}},
-		{5, 4, []int{2, 1, 1, 1}},
-		{3, 3, []int{1, 1, 1}},
-		{7, 1, []int{7}},
-	} {
-		if got := split(tc.total, tc.n); !slices.Equal(got, tc.want) {
-			t.Errorf("split(%d, %d) = %v, want %v", tc.total, tc.n, got, tc.want)
-		}
-	}
-}

@@ -30,3 +30,31 @@ func (c *Config) Meta() wire.Meta {
 		},
 	}
 }
+
+// StoreConfig is the store.Config of c (redis.prefix and shards, the
+// canceled and idempotency retention).
+func (c *Config) StoreConfig() store.Config {
+	return store.Config{Prefix: c.Redis.Prefix, Shards: c.Redis.Shards,
+		CanceledRetention: c.Retention.Canceled, IdempotencyRetention: c.Retention.Idempotency}
+}
+
+// PassConfig is the dispatcher's pass bounds (DESIGN §2.2) from c's dispatch
+// timing and the retention the sweep applies to the jobs it retires.
+func (c *Config) PassConfig() store.PassConfig {
+	return store.PassConfig{
+		Lead:             c.Dispatch.Lead,
+		MinLead:          c.Dispatch.MinLead,
+		Grace:            c.Dispatch.Grace,
+		MaxPromotions:    c.Dispatch.MaxPromotions,
+		MaxTenants:       c.Dispatch.MaxTenants,
+		DeadRetention:    c.Retention.Dead,
+		DeadMaxPerTenant: c.Retention.DeadMaxPerTenant,
+		AttemptLog:       c.Retention.AttemptLog,
+	}
+}
+
+// SluiceQueues are the asynq queues Sluice feeds: webhook, http and the
+// task queues of the allow-list.
+func (c *Config) SluiceQueues() []string {
+	return append([]string{wire.WebhookQueue(c.Redis.Prefix), wire.HTTPQueue(c.Redis.Prefix)}, c.TaskQueues...)
+}
