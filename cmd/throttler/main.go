@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer disp.Stop()
-	return httpserver.Serve(ctx, cfg.Listen, srv.Handler(), log, ready)
+	return httpserver.Serve(ctx, "throttler", cfg.Listen, srv.Handler(), log, ready)
 }
 
 // apiOptions builds the API's options, with one limiter per configured

@@ -1,38 +1,26 @@
-// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3): an asynq
-// server on the queues <prefix>:webhook and <prefix>:http whose handler waits
-// for each job's slot, claims, sends, classifies and finishes it. It keeps
-// no state outside Redis: kill it at any moment and start it again.
+// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3): asynq
+// servers on the queues <prefix>:webhook and <prefix>:http whose handler
+// (internal/worker) waits for each job's slot, claims, sends, classifies and
+// finishes it. It keeps no state outside Redis: kill it at any moment and
+// start it again.
 //
-//	worker [--config PATH] [--metrics-listen ADDR]
+//	worker [--config PATH] [--metrics-listen ADDR|off]
 //
-// --config (or $SLUICE_CONFIG) is the same YAML file as the throttler's
-// (DESIGN §7); $SLUICE_REDIS_URL overrides redis.url. The worker refuses to
-// start when redis.shards, dispatch.lead or dispatch.min_lead differ from
-// <prefix>:meta (written by the first process to start). The adjustable
-// settings (dispatch.tolerance, retention, throttle) are the throttler's,
-// read from <prefix>:meta and followed while running; the file's apply only
-// until a throttler has written them. The worker uses worker.concurrency
-// (split over worker.fetchers asynq servers), worker.task_check_interval and
-// worker.shutdown_timeout (see worker.ShutdownTimeout), egress.allow and the
-// tenants' webhook secrets.
-//
-// --metrics-listen (or $SLUICE_METRICS_LISTEN; default 127.0.0.1:9091)
-// serves Prometheus metrics on /metrics; "off" disables it.
-//
-// SIGTERM or SIGINT stops fetching tasks and waits up to the shutdown
-// timeout for running ones; asynq puts unfinished tasks back, and Sluice's
-// sweep recovers any job a killed worker held.
+// The configuration is the throttler's YAML file (DESIGN §7, see
+// config.WorkerFromFlags). The worker refuses to start when redis.shards,
+// dispatch.lead or dispatch.min_lead differ from <prefix>:meta; the
+// adjustable settings it reads there and follows (worker.Config.Settings).
+// Prometheus metrics are served on /metrics. SIGTERM or SIGINT stops
+// fetching and drains running jobs (worker.Serve).
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -40,7 +28,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -48,14 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
-	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
-)
-
-// Flag defaults and environment.
-const (
-	metricsListenDefault = "127.0.0.1:9091"
-	envMetricsListen     = "SLUICE_METRICS_LISTEN"
 )
 
 func main() {
@@ -74,7 +54,7 @@ func main() {
 // run works until ctx is done, then drains. ready, when not nil, is called
 // once tasks are being fetched, with the metrics address ("" when off).
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(metricsAddr string)) error {
-	cfg, metricsAddr, err := parseFlags(args, getenv)
+	cfg, metricsAddr, err := config.WorkerFromFlags(args, getenv)
 	if err != nil {
 		return err
 	}
@@ -84,9 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer rdb.Close()
-	meta := cfg.Meta()
-	meta.Settings = wire.Settings{} // the throttler writes them
-	if _, err := store.EnsureMeta(ctx, rdb, meta); err != nil {
+	if _, err := store.EnsureMeta(ctx, rdb, cfg.Meta()); err != nil { // fixed fields only: the throttler writes the settings
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -100,17 +78,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer w.Stop()
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	stopMetrics, addr, err := httpserver.Start(metricsAddr, mux, log)
+	stopMetrics, addr, err := httpserver.StartMetrics(metricsAddr, reg, log)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	defer stopMetrics()
-	log.Info("serving metrics", "addr", addr)
 	err = worker.Serve(ctx, rdb, w, worker.ServersConfig{Concurrency: cfg.Worker.Concurrency, Fetchers: cfg.Worker.Fetchers,
 		TaskCheckInterval: cfg.Worker.TaskCheckInterval, ShutdownTimeout: cfg.Worker.ShutdownTimeout, Lead: cfg.Dispatch.Lead,
-		MaxTimeout: maxTimeout, Logger: log, LogLevel: cfg.Log.SlogLevel()}, func() {
+		MaxTimeout: maxTimeout, Logger: log, LogLevel: cfg.Log.SlogLevel(), LogAttrs: []any{"metrics", addr}}, func() {
 		if ready != nil {
 			ready(addr)
 		}
@@ -144,34 +119,6 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		return nil, 0, nil, err
 	}
 	return w, maxTimeout, client.CloseIdleConnections, nil
-}
-
-// parseFlags reads --config and --metrics-listen, then the configuration
-// through config.FromFlags.
-func parseFlags(args []string, getenv func(string) string) (*config.Config, string, error) {
-	const usage = "usage: worker [--config PATH] [--metrics-listen ADDR|off]"
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	path := fs.String("config", "", "YAML configuration file")
-	metrics := fs.String("metrics-listen", cmp.Or(getenv(envMetricsListen), metricsListenDefault), "address of /metrics, or off")
-	if err := fs.Parse(args); err != nil {
-		return nil, "", fmt.Errorf("parse flags: %w (%s)", err, usage)
-	}
-	if fs.NArg() > 0 {
-		return nil, "", fmt.Errorf("parse flags: unexpected argument %q (%s)", fs.Arg(0), usage)
-	}
-	var cfgArgs []string
-	if *path != "" {
-		cfgArgs = []string{"--config", *path}
-	}
-	cfg, err := config.FromFlags(cfgArgs, getenv)
-	if err != nil {
-		return nil, "", err
-	}
-	if *metrics == "off" {
-		*metrics = ""
-	}
-	return cfg, *metrics, nil
 }
 
 // tenantPolicies resolves the configured tenants' webhook signing keys (the

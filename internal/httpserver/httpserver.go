@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // How long a shutdown drains in-flight requests.
@@ -33,8 +36,9 @@ func newServer(h http.Handler, log *slog.Logger) *http.Server {
 // Serve listens on addr and serves h until ctx is done, then stops
 // accepting and drains in-flight requests for up to DrainDefault. ready,
 // when not nil, is called with the bound address once connections are
-// accepted. It logs "listening", the drain and "stopped" to log.
-func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(addr string)) error {
+// accepted. It logs "<name> listening" with the address, the drain and
+// "stopped" to log.
+func Serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger, ready func(addr string)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -42,7 +46,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, r
 	hs := newServer(h, log)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String())
+	log.Info(name+" listening", "addr", ln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -80,4 +84,11 @@ func Start(addr string, h http.Handler, log *slog.Logger) (stop func(), bound st
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}, ln.Addr().String(), nil
+}
+
+// StartMetrics is Start with reg's metrics on GET /metrics.
+func StartMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), bound string, err error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return Start(addr, mux, log)
 }

@@ -46,9 +46,9 @@ const (
 	metaMismatch = 2
 )
 
-// EnsureMeta writes m to <m.Prefix>:meta when the hash does not exist
-// (created reports it; m.Settings' non-zero fields are written too) and
-// otherwise compares the fixed fields: every one that differs (shards, hash,
+// EnsureMeta writes m's fixed fields to <m.Prefix>:meta when the hash does
+// not exist (created reports it; m.Settings is ignored: only WriteMeta, the
+// throttler's, writes settings) and otherwise compares the fixed fields: every one that differs (shards, hash,
 // schema, D, L; a missing field counts) is named in one *MetaMismatchError.
 // It never changes an existing hash. Safe to call from any number of
 // processes at once: one script reads and writes atomically.
@@ -82,6 +82,9 @@ func WriteMeta(ctx context.Context, rdb redis.UniversalClient, m wire.Meta) (bef
 func runMeta(ctx context.Context, rdb redis.UniversalClient, mode string, m wire.Meta) (status int64, stored map[string]string, err error) {
 	key := wire.MetaKey(m.Prefix)
 	fixed, settings := m.FixedFields(), m.Settings.Fields()
+	if mode == "ensure" {
+		settings = nil
+	}
 	argv := make([]any, 0, 2+len(fixed)+len(settings))
 	argv = append(argv, mode, len(fixed))
 	for _, f := range append(fixed, settings...) {

@@ -26,6 +26,8 @@ type ServersConfig struct {
 	// Logger receives asynq's logs at LogLevel and above, and Serve's.
 	Logger   *slog.Logger
 	LogLevel slog.Level
+	// LogAttrs are added to the "worker running" line (the metrics address).
+	LogAttrs []any
 }
 
 // Serve runs cfg.Fetchers asynq servers on rdb serving w's queues with w
@@ -58,8 +60,8 @@ func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg Server
 		}
 		servers = append(servers, srv)
 	}
-	cfg.Logger.Info("worker running", "id", w.ID(), "concurrency", cfg.Concurrency, "fetchers", len(servers),
-		"task_check_interval", cfg.TaskCheckInterval, "shutdown_timeout", shutdown)
+	cfg.Logger.Info("worker running", append([]any{"id", w.ID(), "concurrency", cfg.Concurrency, "fetchers", len(servers),
+		"task_check_interval", cfg.TaskCheckInterval, "shutdown_timeout", shutdown}, cfg.LogAttrs...)...)
 	if ready != nil {
 		ready()
 	}

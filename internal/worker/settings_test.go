@@ -1,11 +1,9 @@
 package worker_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
-
-// logBuffer is an io.Writer safe for the Worker's goroutines and the test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
 
 // TestWorkerFollowsMetaSettings: a Worker whose own configuration disagrees
 // with the settings the throttler wrote to <prefix>:meta uses Redis's and
@@ -46,7 +26,7 @@ func TestWorkerFollowsMetaSettings(t *testing.T) {
 	if _, _, err := store.WriteMeta(h.ctx, h.rdb, meta); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs redistest.SyncBuffer
 	const warning = "differ from this process's configuration"
 	own := wire.Settings{AttemptLog: 5, DeadMaxPerTenant: 50, Tolerance: 3 * time.Millisecond}
 	unstarted, err := worker.New(worker.Config{Store: h.st, Redis: h.rdb, Executor: worker.ExecutorFunc(nil), Concurrency: 1,
@@ -66,8 +46,8 @@ func TestWorkerFollowsMetaSettings(t *testing.T) {
 	if got.AttemptLog != 9 || got.Tolerance != 3*time.Millisecond || got.DeadMaxPerTenant != 50 || got.MaxPause != store.MaxPauseDefault {
 		t.Fatalf("settings after Start: %+v, want attempt_log 9 from Redis, tolerance 3ms from the configuration, the default max pause", got)
 	}
-	if n := logs.count(warning); n != 1 || logs.count("attempt_log: 5, 9") != 1 {
-		t.Fatalf("%d warnings about the difference, want 1 naming attempt_log:\n%s", n, logs.buf.String())
+	if n := strings.Count(logs.String(), warning); n != 1 || strings.Count(logs.String(), "attempt_log: 5, 9") != 1 {
+		t.Fatalf("%d warnings about the difference, want 1 naming attempt_log:\n%s", n, logs.String())
 	}
 
 	meta.Settings = wire.Settings{MaxPause: 2 * time.Hour}
@@ -78,7 +58,7 @@ func TestWorkerFollowsMetaSettings(t *testing.T) {
 		s := w.Settings()
 		return s.MaxPause == 2*time.Hour, "max pause " + s.MaxPause.String()
 	})
-	if n := logs.count(warning); n != 1 {
+	if n := strings.Count(logs.String(), warning); n != 1 {
 		t.Fatalf("an unrelated change repeated the warning: %d warnings", n)
 	}
 
@@ -90,8 +70,8 @@ func TestWorkerFollowsMetaSettings(t *testing.T) {
 		s := w.Settings()
 		return s.AttemptLog == 11, fmt.Sprint("attempt log ", s.AttemptLog)
 	})
-	if logs.count("attempt_log: 9, 11") != 1 {
-		t.Errorf("the change of attempt_log was not logged:\n%s", logs.buf.String())
+	if strings.Count(logs.String(), "attempt_log: 9, 11") != 1 {
+		t.Errorf("the change of attempt_log was not logged:\n%s", logs.String())
 	}
 }
 
