@@ -1,20 +1,17 @@
-// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3): asynq
-// servers on the queues <prefix>:webhook and <prefix>:http whose handler
-// (internal/worker) waits for each job's slot, claims, sends, classifies and
-// finishes it. It keeps no state outside Redis: kill it at any moment and
-// start it again.
+// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3) in asynq
+// servers on <prefix>:webhook and <prefix>:http (internal/worker), serves
+// Prometheus metrics on /metrics, and drains on SIGTERM or SIGINT.
 //
 //	worker [--config PATH] [--metrics-listen ADDR|off]
 //
-// The configuration is the throttler's YAML file (DESIGN §7, see
-// config.WorkerFromFlags). The worker refuses to start when redis.shards,
-// dispatch.lead or dispatch.min_lead differ from <prefix>:meta; the
-// adjustable settings it reads there and follows (worker.Config.Settings).
-// Prometheus metrics are served on /metrics. SIGTERM or SIGINT stops
-// fetching and drains running jobs (worker.Serve).
+// --config is the throttler's YAML file (DESIGN §7); --metrics-listen
+// defaults to $SLUICE_METRICS_LISTEN, else 127.0.0.1:9091. The worker refuses
+// to start when redis.shards, dispatch.lead or dispatch.min_lead differ from
+// <prefix>:meta, and follows the settings stored there (worker.Config.Settings).
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -38,6 +35,9 @@ import (
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
+// The --metrics-listen default and its environment variable.
+const metricsListenDefault, envMetricsListen = "127.0.0.1:9091", "SLUICE_METRICS_LISTEN"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -54,7 +54,7 @@ func main() {
 // run works until ctx is done, then drains. ready, when not nil, is called
 // once tasks are being fetched, with the metrics address ("" when off).
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(metricsAddr string)) error {
-	cfg, metricsAddr, err := config.WorkerFromFlags(args, getenv)
+	cfg, metricsAddr, err := parseFlags(args, getenv)
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,35 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		return nil, 0, nil, err
 	}
 	return w, maxTimeout, client.CloseIdleConnections, nil
+}
+
+// parseFlags reads --config and --metrics-listen (default
+// $SLUICE_METRICS_LISTEN, else 127.0.0.1:9091; "off" gives ""), then the
+// configuration through config.FromFlags.
+func parseFlags(args []string, getenv func(string) string) (*config.Config, string, error) {
+	const usage = "usage: worker [--config PATH] [--metrics-listen ADDR|off]"
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	path := fs.String("config", "", "YAML configuration file")
+	metrics := fs.String("metrics-listen", cmp.Or(getenv(envMetricsListen), metricsListenDefault), "address of /metrics, or off")
+	if err := fs.Parse(args); err != nil {
+		return nil, "", fmt.Errorf("parse flags: %w (%s)", err, usage)
+	}
+	if fs.NArg() > 0 {
+		return nil, "", fmt.Errorf("parse flags: unexpected argument %q (%s)", fs.Arg(0), usage)
+	}
+	var cfgArgs []string
+	if *path != "" {
+		cfgArgs = []string{"--config", *path}
+	}
+	cfg, err := config.FromFlags(cfgArgs, getenv)
+	if err != nil {
+		return nil, "", err
+	}
+	if *metrics == "off" {
+		*metrics = ""
+	}
+	return cfg, *metrics, nil
 }
 
 // tenantPolicies resolves the configured tenants' webhook signing keys (the

@@ -19,7 +19,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -171,25 +170,25 @@ log: {format: json, level: debug}
 func TestFlags(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	_, addr, err := config.WorkerFromFlags(nil, env(nil))
-	if err != nil || addr != config.MetricsListenDefault {
+	_, addr, err := parseFlags(nil, env(nil))
+	if err != nil || addr != metricsListenDefault {
 		t.Fatalf("defaults: %q, %v", addr, err)
 	}
-	_, addr, err = config.WorkerFromFlags(nil, env(map[string]string{config.EnvMetricsListen: "off"}))
+	_, addr, err = parseFlags(nil, env(map[string]string{envMetricsListen: "off"}))
 	if err != nil || addr != "" {
 		t.Fatalf("env off: %q, %v", addr, err)
 	}
-	_, addr, err = config.WorkerFromFlags([]string{"--metrics-listen", "127.0.0.1:0"}, env(map[string]string{config.EnvMetricsListen: "off"}))
+	_, addr, err = parseFlags([]string{"--metrics-listen", "127.0.0.1:0"}, env(map[string]string{envMetricsListen: "off"}))
 	if err != nil || addr != "127.0.0.1:0" {
 		t.Fatalf("flag over env: %q, %v", addr, err)
 	}
-	if _, _, err := config.WorkerFromFlags([]string{"--nope"}, env(nil)); err == nil {
+	if _, _, err := parseFlags([]string{"--nope"}, env(nil)); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
-	if _, _, err := config.WorkerFromFlags([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := parseFlags([]string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	if _, _, err := config.WorkerFromFlags([]string{"extra"}, env(nil)); err == nil {
+	if _, _, err := parseFlags([]string{"extra"}, env(nil)); err == nil {
 		t.Fatal("positional argument accepted")
 	}
 }

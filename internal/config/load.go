@@ -2,7 +2,6 @@ package config
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,9 +16,6 @@ const (
 	EnvConfig   = "SLUICE_CONFIG"    // the configuration file, when --config is not given
 	EnvRedisURL = "SLUICE_REDIS_URL" // overrides redis.url
 	EnvListen   = "SLUICE_LISTEN"    // overrides listen
-
-	EnvMetricsListen     = "SLUICE_METRICS_LISTEN" // the worker's --metrics-listen when not given
-	MetricsListenDefault = "127.0.0.1:9091"        // the worker's --metrics-listen default
 )
 
 // FromFlags is what both binaries call with os.Args[1:] and os.Getenv: it
@@ -42,36 +38,6 @@ func FromFlags(args []string, getenv func(string) string) (*Config, error) {
 		*path = getenv(EnvConfig)
 	}
 	return Load(*path, getenv)
-}
-
-// WorkerFromFlags is what the worker binary calls with os.Args[1:] and
-// os.Getenv: it parses --config PATH and --metrics-listen ADDR (default
-// $SLUICE_METRICS_LISTEN, else MetricsListenDefault; "off" gives ""), then
-// loads the configuration as FromFlags does.
-func WorkerFromFlags(args []string, getenv func(string) string) (*Config, string, error) {
-	const usage = "usage: worker [--config PATH] [--metrics-listen ADDR|off]"
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	path := fs.String("config", "", "YAML configuration file")
-	metrics := fs.String("metrics-listen", cmp.Or(getenv(EnvMetricsListen), MetricsListenDefault), "address of /metrics, or off")
-	if err := fs.Parse(args); err != nil {
-		return nil, "", fmt.Errorf("parse flags: %w (%s)", err, usage)
-	}
-	if fs.NArg() > 0 {
-		return nil, "", fmt.Errorf("parse flags: unexpected argument %q (%s)", fs.Arg(0), usage)
-	}
-	var cfgArgs []string
-	if *path != "" {
-		cfgArgs = []string{"--config", *path}
-	}
-	cfg, err := FromFlags(cfgArgs, getenv)
-	if err != nil {
-		return nil, "", err
-	}
-	if *metrics == "off" {
-		*metrics = ""
-	}
-	return cfg, *metrics, nil
 }
 
 // Load reads the YAML file at path ("" = no file), applies $SLUICE_REDIS_URL
