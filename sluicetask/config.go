@@ -22,7 +22,7 @@ import (
 // Defaults of Config.
 const (
 	// PrefixDefault is Sluice's default key prefix (redis.prefix).
-	PrefixDefault = "sluice"
+	PrefixDefault = store.PrefixDefault
 	// AsynqTaskCheckIntervalDefault is asynq's own default TaskCheckInterval,
 	// which a zero Config.TaskCheckInterval stands for, as a zero
 	// asynq.Config.TaskCheckInterval does. It is too slow for Sluice's
@@ -33,7 +33,10 @@ const (
 )
 
 // Config configures a Middleware. Redis and Queues are required; every other
-// zero field takes its default.
+// zero field takes its default. Sluice's deployment-wide settings (shards,
+// dispatch timing, retention, throttle) are not configured here: Start reads
+// them from <prefix>:meta, and the middleware follows changes the throttler
+// writes there.
 type Config struct {
 	// Redis is Sluice's Redis, which is also the asynq server's: the
 	// dispatcher hands task jobs to asynq there. Required.
@@ -58,33 +61,11 @@ type Config struct {
 	// HeartbeatInterval is how often the heartbeats are renewed; each lives
 	// three intervals. Default HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
-	// Settings are Sluice's settings the middleware applies: give them the
-	// values of Sluice's configuration file.
-	Settings Settings
 	// Registerer receives the metrics (the sluice_worker_* series of
 	// Sluice's workers); nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives errors (job ids, never payloads); nil discards them.
 	Logger *slog.Logger
-}
-
-// Settings mirror Sluice's configuration file (DESIGN §7). Zero fields take
-// Sluice's defaults; Shards and MinLead are read from <prefix>:meta when it
-// exists, and a non-zero value that differs from it makes Start fail.
-type Settings struct {
-	Shards    int           // redis.shards
-	MinLead   time.Duration // dispatch.min_lead (L)
-	Tolerance time.Duration // dispatch.tolerance (ε)
-
-	DefaultPause  time.Duration // throttle.default_pause: the pause of Throttled(0)
-	MaxPause      time.Duration // throttle.max_pause
-	AdaptiveFloor float64       // throttle.adaptive_floor, 0 … 1
-
-	SucceededRetention   time.Duration // retention.succeeded
-	IdempotencyRetention time.Duration // retention.idempotency
-	DeadRetention        time.Duration // retention.dead
-	DeadMaxPerTenant     int           // retention.dead_max_per_tenant
-	AttemptLog           int           // retention.attempt_log
 }
 
 func (c Config) withDefaults() Config {
@@ -127,43 +108,7 @@ func (c Config) validate() error {
 	if c.TaskCheckInterval < 0 || c.HeartbeatInterval < 0 {
 		errs = append(errs, fmt.Errorf("TaskCheckInterval %s, HeartbeatInterval %s: want ≥ 0", c.TaskCheckInterval, c.HeartbeatInterval))
 	}
-	return errors.Join(append(errs, c.Settings.validate())...)
-}
-
-func (s Settings) validate() error {
-	var errs []error
-	for _, d := range []time.Duration{s.MinLead, s.Tolerance, s.DefaultPause, s.MaxPause,
-		s.SucceededRetention, s.IdempotencyRetention, s.DeadRetention} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("Settings: negative duration %s", d))
-			break
-		}
-	}
-	if s.Shards < 0 || s.DeadMaxPerTenant < 0 || s.AttemptLog < 0 {
-		errs = append(errs, fmt.Errorf("Settings: Shards %d, DeadMaxPerTenant %d, AttemptLog %d: want ≥ 0",
-			s.Shards, s.DeadMaxPerTenant, s.AttemptLog))
-	}
-	if s.AdaptiveFloor < 0 || s.AdaptiveFloor > 1 {
-		errs = append(errs, fmt.Errorf("Settings: AdaptiveFloor %g: want 0 … 1", s.AdaptiveFloor))
-	}
 	return errors.Join(errs...)
-}
-
-// finish is what Store.Finish applies.
-func (s Settings) finish() store.FinishConfig {
-	f := store.FinishConfig{
-		SucceededRetention:   s.SucceededRetention,
-		IdempotencyRetention: s.IdempotencyRetention,
-		DeadRetention:        s.DeadRetention,
-		DeadMaxPerTenant:     s.DeadMaxPerTenant,
-		AttemptLog:           s.AttemptLog,
-		DefaultPause:         s.DefaultPause,
-		MaxPause:             s.MaxPause,
-	}
-	if s.AdaptiveFloor > 0 {
-		f.AdaptiveFloorPPM = store.PPM(s.AdaptiveFloor)
-	}
-	return f
 }
 
 func defaultID() string {

@@ -61,6 +61,19 @@
 // needs no Sluice worker at all. Stop withdraws both at once; a killed
 // instance's entries expire after three heartbeat intervals.
 //
+// # Settings
+//
+// The middleware takes none of Sluice's configuration file: shards,
+// dispatch.min_lead, the claim tolerance, retention and throttle are the
+// deployment's, kept in <prefix>:meta. Start reads them there; the
+// adjustable ones (everything but shards, dispatch.lead and
+// dispatch.min_lead) are re-read every few seconds, so a throttler
+// restarted with a new configuration changes them without restarting the
+// middleware. Started before any Sluice process has written <prefix>:meta,
+// the middleware logs a warning and uses Sluice's defaults, following the
+// settings once a throttler writes them (shards and dispatch.min_lead from
+// its next Start).
+//
 // # Running it
 //
 // Start the Middleware before the asynq server and stop it after

@@ -29,6 +29,8 @@ func Example() {
 	defer rdb.Close()
 
 	const concurrency, checkInterval = 50, 20 * time.Millisecond
+	// No Sluice settings here: Start reads them (shards, timing, retention,
+	// throttle) from Sluice's <prefix>:meta and follows their changes.
 	m, err := sluicetask.New(sluicetask.Config{
 		Redis:             rdb,
 		Prefix:            "sluice",

@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{Prefix: prefix, Shards: 4,
+	if _, err := store.EnsureMeta(ctx, rdb, wire.Meta{Prefix: prefix, Shards: 4,
 		Lead: store.LeadDefault, MinLead: store.MinLeadDefault}); err != nil {
 		t.Fatal(err)
 	}

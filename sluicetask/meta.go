@@ -2,10 +2,7 @@ package sluicetask
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,55 +11,27 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// deployment is what the middleware needs of <prefix>:meta.
+// deployment is what the middleware needs of <prefix>:meta's fixed part.
 type deployment struct {
 	shards  int
 	minLead time.Duration // L
 }
 
-// readDeployment reads <prefix>:meta and reconciles it with s: a stored
-// value wins over a zero setting, and differs from a non-zero one only with
-// an error naming every difference. Without the hash (no Sluice process has
-// started yet) the settings or Sluice's defaults apply. The hash and schema
-// must be the ones this build knows.
-func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix string, s Settings) (deployment, error) {
-	d := deployment{shards: s.Shards, minLead: s.MinLead}
-	stored, err := rdb.HGetAll(ctx, wire.MetaKey(prefix)).Result()
+// readDeployment reads <prefix>:meta with store.ReadMeta (the hash and
+// schema must be the ones this build knows). Without the hash (no Sluice
+// process has started on prefix yet) Sluice's defaults apply, with a
+// warning: the adjustable settings are followed once a throttler writes
+// them, the fixed ones only on the next Start.
+func readDeployment(ctx context.Context, rdb redis.UniversalClient, prefix string, log *slog.Logger) (deployment, error) {
+	m, found, err := store.ReadMeta(ctx, rdb, prefix)
 	if err != nil {
-		return deployment{}, fmt.Errorf("read %s: %w", wire.MetaKey(prefix), err)
+		return deployment{}, err
 	}
-	if len(stored) > 0 {
-		var diffs []string
-		if stored["hash"] != wire.MetaHash || stored["schema"] != strconv.Itoa(wire.MetaSchema) {
-			diffs = append(diffs, fmt.Sprintf("hash %q schema %q: this build knows %q schema %d",
-				stored["hash"], stored["schema"], wire.MetaHash, wire.MetaSchema))
-		}
-		shards, errShards := strconv.Atoi(stored["shards"])
-		minLeadUS, errLead := strconv.ParseInt(stored["min_lead_us"], 10, 64)
-		if errShards != nil || errLead != nil || shards < 1 || minLeadUS < 1 {
-			return deployment{}, fmt.Errorf("read %s: shards %q, min_lead_us %q: want positive integers",
-				wire.MetaKey(prefix), stored["shards"], stored["min_lead_us"])
-		}
-		minLead := time.Duration(minLeadUS) * time.Microsecond
-		if d.shards != 0 && d.shards != shards {
-			diffs = append(diffs, fmt.Sprintf("shards: stored %d, configured %d", shards, d.shards))
-		}
-		if d.minLead != 0 && d.minLead != minLead {
-			diffs = append(diffs, fmt.Sprintf("min_lead: stored %s, configured %s", minLead, d.minLead))
-		}
-		if len(diffs) > 0 {
-			return deployment{}, fmt.Errorf("%s: %w: %s — leave Settings.Shards and Settings.MinLead zero to take the stored values",
-				wire.MetaKey(prefix), errMetaMismatch, strings.Join(diffs, "; "))
-		}
-		d.shards, d.minLead = shards, minLead
+	if !found {
+		log.Warn("no Sluice deployment in Redis yet: using the default shards and dispatch.min_lead until the next Start "+
+			"(settings are followed once a throttler has started)", "key", wire.MetaKey(prefix),
+			"shards", store.ShardsDefault, "min_lead", store.MinLeadDefault)
+		return deployment{shards: store.ShardsDefault, minLead: store.MinLeadDefault}, nil
 	}
-	if d.shards == 0 {
-		d.shards = store.ShardsDefault
-	}
-	if d.minLead == 0 {
-		d.minLead = store.MinLeadDefault
-	}
-	return d, nil
+	return deployment{shards: m.Shards, minLead: m.MinLead}, nil
 }
-
-var errMetaMismatch = errors.New("settings differ from Sluice's deployment")

@@ -50,20 +50,24 @@ func New(cfg Config) (*Middleware, error) {
 // ID is the instance's id in the heartbeats.
 func (m *Middleware) ID() string { return m.cfg.ID }
 
-// Start reads <prefix>:meta (shards, dispatch.min_lead; see Settings),
-// measures Redis's clock, checks dispatch.min_lead ≥ 1.5 ×
-// TaskCheckInterval + 2 × Redis RTT, announces the instance (the queues'
-// heartbeats and the concurrency), then keeps the heartbeats and the clock
-// fresh until Stop or ctx's end. It fails when Redis cannot be reached, the
-// settings differ from <prefix>:meta, the check fails, the metrics cannot be
-// registered, or it was called before.
+// Start reads <prefix>:meta (shards, dispatch.min_lead and the adjustable
+// settings: dispatch.tolerance, retention, throttle), measures Redis's
+// clock, checks dispatch.min_lead ≥ 1.5 × TaskCheckInterval + 2 × Redis
+// RTT, announces the instance (the queues' heartbeats and the concurrency),
+// then keeps the heartbeats, the clock and the settings fresh (one read of
+// <prefix>:meta every few seconds) until Stop or ctx's end. Before any
+// Sluice process has written <prefix>:meta, Sluice's defaults apply (and a
+// warning is logged); the settings are followed once a throttler writes
+// them, shards and dispatch.min_lead from the next Start. It fails when
+// Redis cannot be reached, <prefix>:meta cannot be read, the check fails,
+// the metrics cannot be registered, or it was called before.
 func (m *Middleware) Start(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.started {
 		return errorf("start: already started")
 	}
-	dep, err := readDeployment(ctx, m.cfg.Redis, m.cfg.Prefix, m.cfg.Settings)
+	dep, err := readDeployment(ctx, m.cfg.Redis, m.cfg.Prefix, m.cfg.Logger)
 	if err != nil {
 		return errorf("start: %w", err)
 	}
@@ -98,9 +102,7 @@ func (m *Middleware) newWorker(dep deployment) (*worker.Worker, error) {
 		ID:                m.cfg.ID,
 		Concurrency:       m.cfg.Concurrency,
 		MinLead:           dep.minLead,
-		Tolerance:         m.cfg.Settings.Tolerance,
 		TaskCheckInterval: m.cfg.TaskCheckInterval,
-		Finish:            m.cfg.Settings.finish(),
 		HeartbeatInterval: m.cfg.HeartbeatInterval,
 		Registerer:        m.cfg.Registerer,
 		Logger:            m.cfg.Logger.With("component", "sluicetask"),

@@ -8,8 +8,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/sluicetask"
 )
@@ -57,9 +57,8 @@ func TestHeartbeatsAnnounceQueuesAndCapacity(t *testing.T) {
 
 // TestStartReadsMetaAndChecksThePickupBudget: Start takes dispatch.min_lead
 // from <prefix>:meta (a budget that fails with the stored 20ms passes with a
-// faster TaskCheckInterval), refuses settings that differ from it, and
-// refuses a TaskCheckInterval the pickup budget cannot cover — asynq's
-// default among them.
+// faster TaskCheckInterval) and refuses a TaskCheckInterval the pickup
+// budget cannot cover — asynq's default among them.
 func TestStartReadsMetaAndChecksThePickupBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // meta: 4 shards, L = 50ms
@@ -73,17 +72,9 @@ func TestStartReadsMetaAndChecksThePickupBudget(t *testing.T) {
 		!strings.Contains(err.Error(), "1.5 × worker.task_check_interval (1s)") {
 		t.Errorf("asynq's default TaskCheckInterval: %v, want the pickup budget refused", err)
 	}
-	if err := start(func(c *sluicetask.Config) { c.Settings.Shards = 8 }); err == nil ||
-		!strings.Contains(err.Error(), "shards: stored 4, configured 8") {
-		t.Errorf("8 shards against a stored 4: %v", err)
-	}
-	if err := start(func(c *sluicetask.Config) { c.Settings.MinLead = 80 * time.Millisecond }); err == nil ||
-		!strings.Contains(err.Error(), "min_lead: stored 50ms, configured 80ms") {
-		t.Errorf("L 80ms against a stored 50ms: %v", err)
-	}
 
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(e.ctx, rdb, wire.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
+	if _, err := store.EnsureMeta(e.ctx, rdb, wire.Meta{Prefix: prefix, Shards: 2, Lead: 40 * time.Millisecond, MinLead: 20 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &env{t: t, ctx: e.ctx, rdb: rdb, prefix: prefix, queue: prefix + "-tasks"}
@@ -120,10 +111,9 @@ func TestStartRetriesAfterAFailure(t *testing.T) {
 // TestNewRejectsBadConfig lists every problem at once.
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	_, err := sluicetask.New(sluicetask.Config{Queues: []string{"a", "{b}", "a", ""}, Concurrency: -1,
-		Settings: sluicetask.Settings{AdaptiveFloor: 2, MaxPause: -time.Second}})
+	_, err := sluicetask.New(sluicetask.Config{Queues: []string{"a", "{b}", "a", ""}, Concurrency: -1, HeartbeatInterval: -time.Second})
 	for _, want := range []string{"Redis is required", `Queues[1] "{b}"`, `Queues[2] "a": duplicate`, `Queues[3] ""`,
-		"Concurrency -1", "AdaptiveFloor 2", "negative duration"} {
+		"Concurrency -1", "HeartbeatInterval -1s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}

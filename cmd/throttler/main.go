@@ -17,13 +17,10 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"syscall"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,13 +31,9 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/httpserver"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/version"
-	"github.com/sluicehq/sluice/internal/wire"
 )
-
-// shutdownTimeout bounds the graceful drain of in-flight HTTP requests.
-const shutdownTimeout = 10 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -63,11 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	log := cfg.Log.NewLogger(logOut)
-	for _, k := range cfg.Auth.Keys {
-		if k.FromPlaintext {
-			log.Warn("API key given in plaintext: for local use only, list it by sha256 in production", "key", k.Name)
-		}
-	}
+	cfg.Auth.WarnPlaintextKeys(log)
 	rdb, err := cfg.Redis.Client()
 	if err != nil {
 		return err
@@ -78,16 +67,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer batcher.Close()
-
-	if _, err := dispatch.EnsureMeta(ctx, rdb, wire.Meta{
-		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, Lead: cfg.Dispatch.Lead, MinLead: cfg.Dispatch.MinLead,
-	}); err != nil {
+	before, _, err := store.WriteMeta(ctx, rdb, cfg.Meta())
+	if err != nil {
 		return err
 	}
-	st, err := store.NewStore(rdb, store.Config{
-		Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards, CanceledRetention: cfg.Retention.Canceled,
-		IdempotencyRetention: cfg.Retention.Idempotency,
-	})
+	if diffs := before.Diff(cfg.Meta().Settings); len(diffs) > 0 {
+		log.Info("deployment settings in Redis changed to this configuration's; workers follow", "changes (before, now)", diffs)
+	}
+	st, err := store.NewStore(rdb, cfg.StoreConfig())
 	if err != nil {
 		return err
 	}
@@ -106,8 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(dispatch.NewStateCollector(st, rdb, labeledTenants(cfg), sluiceQueues(cfg), log))
-	disp, err := newDispatcher(cfg, rdb, st, reg, log)
+	reg.MustRegister(dispatch.NewStateCollector(st, rdb, slices.Sorted(maps.Keys(cfg.Tenants)), cfg.SluiceQueues(), log))
+	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
+		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), Registerer: reg, Logger: log.With("component", "dispatcher")})
 	if err != nil {
 		return err
 	}
@@ -117,56 +105,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer disp.Stop()
-	return serve(ctx, cfg.Listen, srv.Handler(), log, ready)
+	return httpserver.Serve(ctx, "throttler", cfg.Listen, srv.Handler(), log, ready)
 }
 
-// newDispatcher builds the dispatch loops (DESIGN §2.2) from the dispatch
-// timing and the retention the sweep applies to jobs it retires.
-func newDispatcher(cfg *config.Config, rdb redis.UniversalClient, st *store.Store, reg *prometheus.Registry, log *slog.Logger) (*dispatch.Dispatcher, error) {
-	return dispatch.New(dispatch.Config{
-		Store:  st,
-		Asynq:  asynq.NewClientFromRedisClient(rdb),
-		Redis:  rdb,
-		Prefix: cfg.Redis.Prefix,
-		Pass: store.PassConfig{
-			Lead:             cfg.Dispatch.Lead,
-			MinLead:          cfg.Dispatch.MinLead,
-			Grace:            cfg.Dispatch.Grace,
-			MaxPromotions:    cfg.Dispatch.MaxPromotions,
-			MaxTenants:       cfg.Dispatch.MaxTenants,
-			DeadRetention:    cfg.Retention.Dead,
-			DeadMaxPerTenant: cfg.Retention.DeadMaxPerTenant,
-			AttemptLog:       cfg.Retention.AttemptLog,
-		},
-		Registerer: reg,
-		Logger:     log.With("component", "dispatcher"),
-	})
-}
-
-// apiOptions builds one limiter per configured limit, all sharing batcher.
+// apiOptions builds the API's options, with one limiter per configured
+// limit, all sharing batcher.
 func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.Batcher, reg *prometheus.Registry, log *slog.Logger) (api.Options, error) {
 	allow, err := cfg.Egress.Prefixes()
 	if err != nil {
 		return api.Options{}, err
 	}
-	opts := api.Options{
-		EgressAllow:   allow,
-		Keys:          cfg.Auth.ByHash(),
-		Limits:        map[string]api.Limit{},
-		Redis:         rdb,
-		Registry:      reg,
-		Logger:        log,
-		MaxBodyBytes:  int64(cfg.LimitsBytes.MaxBatchBytes),
-		TaskQueues:    cfg.TaskQueues,
-		Defaults:      cfg.Defaults,
-		MaxJobBytes:   int64(cfg.LimitsBytes.MaxJobBytes),
-		MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
+	limiters, err := cfg.Limiters(rdb, batcher)
+	if err != nil {
+		return api.Options{}, err
 	}
-	for name, lc := range cfg.Limits {
-		lim, err := bucket.NewLimiter(rdb, cfg.Redis.Prefix, name, lc.Bucket(), bucket.WithBatcher(batcher))
-		if err != nil {
-			return api.Options{}, fmt.Errorf("limit %q: %w", name, err)
-		}
+	opts := api.Options{EgressAllow: allow, Keys: cfg.Auth.ByHash(), Limits: map[string]api.Limit{}, Redis: rdb,
+		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
+		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes)}
+	for name, lim := range limiters {
+		lc := cfg.Limits[name]
 		if name == config.APILimitName {
 			opts.APILimiter, opts.APILimit, opts.APIFailOpen = lim, lc.Bucket(), lc.FailsOpen()
 			continue
@@ -174,53 +131,4 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket()}
 	}
 	return opts, nil
-}
-
-// serve runs the HTTP server on addr until ctx is done, then stops
-// accepting and drains in-flight requests for up to shutdownTimeout.
-func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger, ready func(string)) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	hs := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("throttler listening", "addr", ln.Addr().String(), "version", version.String())
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	<-served
-	log.Info("stopped")
-	return nil
-}
-
-// labeledTenants are the tenants the state metrics label: the configured
-// ones, sorted (the collector caps them at dispatch.MaxLabeledTenants).
-func labeledTenants(cfg *config.Config) []string {
-	return slices.Sorted(maps.Keys(cfg.Tenants))
-}
-
-// sluiceQueues are the asynq queues Sluice feeds: webhook, http and the
-// task queues of the allow-list.
-func sluiceQueues(cfg *config.Config) []string {
-	return append([]string{wire.WebhookQueue(cfg.Redis.Prefix), wire.HTTPQueue(cfg.Redis.Prefix)}, cfg.TaskQueues...)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -103,5 +104,53 @@ func TestThrottlerRefusesBadConfigListingEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q: %v", want, err)
 		}
+	}
+}
+
+// TestThrottlerWritesSettingsToMeta: the throttler writes its configuration's
+// settings to <prefix>:meta on start, and a later start with another
+// configuration overwrites them (workers follow); the fixed fields stay.
+func TestThrottlerWritesSettingsToMeta(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	start := func(extra string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		cfg := "listen: 127.0.0.1:0\nredis: {prefix: " + prefix + ", shards: 2}\n" + extra
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
+		ctx, cancel := context.WithCancel(context.Background())
+		ready, done := make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- run(ctx, []string{"--config", path}, func(k string) string { return env[k] }, &redistest.SyncBuffer{},
+				func(string) { close(ready) })
+		}()
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatalf("run ended before listening: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("throttler did not start listening within 20s")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	}
+	start("retention: {attempt_log: 7}\nthrottle: {max_pause: 2h}\n")
+	m, found, err := store.ReadMeta(context.Background(), rdb, prefix)
+	want := store.DefaultSettings()
+	want.AttemptLog, want.MaxPause = 7, 2*time.Hour
+	if err != nil || !found || m.Shards != 2 || m.Settings != want {
+		t.Fatalf("meta after the first start: %+v, found %v, %v; want settings %+v", m, found, err, want)
+	}
+	start("retention: {attempt_log: 9}\ndispatch: {tolerance: 3ms}\n")
+	m, _, err = store.ReadMeta(context.Background(), rdb, prefix)
+	want = store.DefaultSettings()
+	want.AttemptLog, want.Tolerance = 9, 3*time.Millisecond
+	if err != nil || m.Settings != want {
+		t.Fatalf("meta after the second start: %+v, %v; want settings %+v", m.Settings, err, want)
 	}
 }

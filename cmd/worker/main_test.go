@@ -198,7 +198,7 @@ func TestFlags(t *testing.T) {
 func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
-	if _, err := dispatch.EnsureMeta(context.Background(), rdb, wire.Meta{
+	if _, err := store.EnsureMeta(context.Background(), rdb, wire.Meta{
 		Prefix: prefix, Shards: 4, Lead: store.LeadDefault, MinLead: store.MinLeadDefault,
 	}); err != nil {
 		t.Fatal(err)
@@ -210,23 +210,7 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
 	err := run(context.Background(), []string{"--config", cfgPath, "--metrics-listen", "off"},
 		func(k string) string { return env[k] }, io.Discard, nil)
-	if !errors.Is(err, dispatch.ErrMetaMismatch) {
+	if !errors.Is(err, store.ErrMetaMismatch) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
-	}
-}
-
-func TestSplitConcurrency(t *testing.T) {
-	for _, tc := range []struct {
-		total, n int
-		want     []int
-	}{
-		{100, 4, []int{25, 25, 25, 25}},
-		{5, 4, []int{2, 1, 1, 1}},
-		{3, 3, []int{1, 1, 1}},
-		{7, 1, []int{7}},
-	} {
-		if got := split(tc.total, tc.n); !slices.Equal(got, tc.want) {
-			t.Errorf("split(%d, %d) = %v, want %v", tc.total, tc.n, got, tc.want)
-		}
 	}
 }

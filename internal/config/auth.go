@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -141,4 +142,14 @@ func (a AuthConfig) validate(p *problems, limits map[string]LimitConfig) {
 func isSHA256Hex(s string) bool {
 	b, err := hex.DecodeString(s)
 	return err == nil && len(b) == sha256.Size
+}
+
+// WarnPlaintextKeys logs a warning for each key given in plaintext (its
+// name, never the key): fine for local use, not for production.
+func (a AuthConfig) WarnPlaintextKeys(log *slog.Logger) {
+	for _, k := range a.Keys {
+		if k.FromPlaintext {
+			log.Warn("API key given in plaintext: for local use only, list it by sha256 in production", "key", k.Name)
+		}
+	}
 }

@@ -67,9 +67,7 @@ type Config struct {
 const (
 	ListenDefault      = "127.0.0.1:8080"
 	RedisURLDefault    = "redis://127.0.0.1:6379/0"
-	RedisPrefixDefault = "sluice"
-	ShardsDefault      = 16
-	MaxShards          = 1024
+	RedisPrefixDefault = store.PrefixDefault
 	TaskQueueDefault   = "default"
 )
 
@@ -86,92 +84,70 @@ type RedisConfig struct {
 	// Prefix starts every Sluice key; 1–64 characters of [A-Za-z0-9_.-];
 	// default RedisPrefixDefault.
 	Prefix string `yaml:"prefix"`
-	// Shards is the number of shards, 1…MaxShards; default ShardsDefault.
+	// Shards is the number of shards, 1…store.MaxShards; default
+	// store.ShardsDefault.
 	Shards int `yaml:"shards"`
 }
-
-// Defaults of DispatchConfig: the dispatch package's.
-const (
-	LeadDefault          = store.LeadDefault
-	MinLeadDefault       = store.MinLeadDefault
-	ToleranceDefault     = store.ToleranceDefault
-	GraceDefault         = store.GraceDefault
-	MaxPromotionsDefault = store.MaxPromotionsDefault
-	MaxTenantsDefault    = store.MaxTenantsDefault
-)
 
 // DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and
 // symbols"). Lead and MinLead are fixed in <prefix>:meta once written.
 type DispatchConfig struct {
 	// Lead is D, the release window: jobs whose slot is ≤ now + D may be
-	// handed to asynq; ≥ 2 × MinLead; default LeadDefault.
+	// handed to asynq; ≥ 2 × MinLead; default store.LeadDefault.
 	Lead time.Duration `yaml:"lead"`
 	// MinLead is L, the pickup horizon: a released job's slot at least L
 	// away is spaced from other such slots and claimed at the slot; a
 	// nearer one is claimed when a worker picks it up. ≥ 1.5 ×
-	// Worker.TaskCheckInterval; default MinLeadDefault.
+	// Worker.TaskCheckInterval; default store.MinLeadDefault.
 	MinLead time.Duration `yaml:"min_lead"`
 	// Tolerance is ε, how early before its slot a claim is accepted; default
-	// ToleranceDefault.
+	// store.ToleranceDefault.
 	Tolerance time.Duration `yaml:"tolerance"`
 	// Grace is the lease slack of a released job past its slot; ≥ Tolerance;
-	// default GraceDefault.
+	// default store.GraceDefault.
 	Grace time.Duration `yaml:"grace"`
 	// MaxPromotions is P, the most jobs promoted per pass; default
-	// MaxPromotionsDefault.
+	// store.MaxPromotionsDefault.
 	MaxPromotions int `yaml:"max_promotions"`
 	// MaxTenants is K, the most tenants visited per pass; default
-	// MaxTenantsDefault.
+	// store.MaxTenantsDefault.
 	MaxTenants int `yaml:"max_tenants"`
 }
 
-// Defaults of ThrottleConfig.
-const (
-	DefaultPauseDefault  = 30 * time.Second
-	MaxPauseDefault      = time.Hour
-	AdaptiveFloorDefault = 0.05
-)
+// AdaptiveFloorDefault is ThrottleConfig.AdaptiveFloor's default:
+// store.AdaptiveFloorPPMDefault as a fraction.
+const AdaptiveFloorDefault = float64(store.AdaptiveFloorPPMDefault) / store.RateFactorFull
 
 // ThrottleConfig tunes reactions to "slow down" from upstream (DESIGN §4.2).
 type ThrottleConfig struct {
 	// DefaultPause is the pause after a 429 without Retry-After; default
-	// DefaultPauseDefault.
+	// store.DefaultPauseDefault.
 	DefaultPause time.Duration `yaml:"default_pause"`
 	// MaxPause caps any upstream-requested pause; ≥ DefaultPause; default
-	// MaxPauseDefault.
+	// store.MaxPauseDefault.
 	MaxPause time.Duration `yaml:"max_pause"`
 	// AdaptiveFloor is the lowest fraction of its rate an adaptive tenant is
 	// cut to; 0 < x ≤ 1; default AdaptiveFloorDefault.
 	AdaptiveFloor float64 `yaml:"adaptive_floor"`
 }
 
-// Defaults of RetentionConfig.
-const (
-	SucceededRetentionDefault   = 24 * time.Hour
-	CanceledRetentionDefault    = 24 * time.Hour
-	DeadRetentionDefault        = 168 * time.Hour
-	DeadMaxPerTenantDefault     = 10_000
-	AttemptLogDefault           = 20
-	IdempotencyRetentionDefault = 24 * time.Hour
-)
-
 // RetentionConfig bounds how long finished work is kept (DESIGN §3
-// "Expiry").
+// "Expiry"). The defaults are the store package's.
 type RetentionConfig struct {
-	// Succeeded keeps a succeeded job's hash; default SucceededRetentionDefault.
+	// Succeeded keeps a succeeded job's hash; default store.SucceededRetentionDefault.
 	Succeeded time.Duration `yaml:"succeeded"`
-	// Canceled keeps a canceled job's hash; default CanceledRetentionDefault.
+	// Canceled keeps a canceled job's hash; default store.CanceledRetentionDefault.
 	Canceled time.Duration `yaml:"canceled"`
-	// Dead keeps dead letters; default DeadRetentionDefault.
+	// Dead keeps dead letters; default store.DeadRetentionDefault.
 	Dead time.Duration `yaml:"dead"`
 	// DeadMaxPerTenant caps a tenant's dead set; default
-	// DeadMaxPerTenantDefault.
+	// store.DeadMaxPerTenantDefault.
 	DeadMaxPerTenant int `yaml:"dead_max_per_tenant"`
 	// AttemptLog is how many attempt log entries a job keeps; default
-	// AttemptLogDefault.
+	// store.AttemptLogDefault.
 	AttemptLog int `yaml:"attempt_log"`
 	// Idempotency keeps an idempotency key past its job's terminal time;
-	// default IdempotencyRetentionDefault.
+	// default store.IdempotencyRetentionDefault.
 	Idempotency time.Duration `yaml:"idempotency"`
 }
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // WithDefaults returns a copy of c with every zero field set to its default
@@ -50,7 +52,7 @@ func (c *Config) WithDefaults() *Config {
 func (r RedisConfig) withDefaults() RedisConfig {
 	r.URL = cmp.Or(r.URL, RedisURLDefault)
 	r.Prefix = cmp.Or(r.Prefix, RedisPrefixDefault)
-	r.Shards = cmp.Or(r.Shards, ShardsDefault)
+	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
 	return r
 }
 
@@ -72,28 +74,28 @@ func limitsWithDefaults(limits map[string]LimitConfig) map[string]LimitConfig {
 }
 
 func (d DispatchConfig) withDefaults() DispatchConfig {
-	d.Lead = cmp.Or(d.Lead, LeadDefault)
-	d.MinLead = cmp.Or(d.MinLead, MinLeadDefault)
-	d.Tolerance = cmp.Or(d.Tolerance, ToleranceDefault)
-	d.Grace = cmp.Or(d.Grace, GraceDefault)
-	d.MaxPromotions = cmp.Or(d.MaxPromotions, MaxPromotionsDefault)
-	d.MaxTenants = cmp.Or(d.MaxTenants, MaxTenantsDefault)
+	d.Lead = cmp.Or(d.Lead, store.LeadDefault)
+	d.MinLead = cmp.Or(d.MinLead, store.MinLeadDefault)
+	d.Tolerance = cmp.Or(d.Tolerance, store.ToleranceDefault)
+	d.Grace = cmp.Or(d.Grace, store.GraceDefault)
+	d.MaxPromotions = cmp.Or(d.MaxPromotions, store.MaxPromotionsDefault)
+	d.MaxTenants = cmp.Or(d.MaxTenants, store.MaxTenantsDefault)
 	return d
 }
 
 func (t ThrottleConfig) withDefaults() ThrottleConfig {
-	t.DefaultPause = cmp.Or(t.DefaultPause, DefaultPauseDefault)
-	t.MaxPause = cmp.Or(t.MaxPause, MaxPauseDefault)
+	t.DefaultPause = cmp.Or(t.DefaultPause, store.DefaultPauseDefault)
+	t.MaxPause = cmp.Or(t.MaxPause, store.MaxPauseDefault)
 	t.AdaptiveFloor = cmp.Or(t.AdaptiveFloor, AdaptiveFloorDefault)
 	return t
 }
 
 func (r RetentionConfig) withDefaults() RetentionConfig {
-	r.Succeeded = cmp.Or(r.Succeeded, SucceededRetentionDefault)
-	r.Canceled = cmp.Or(r.Canceled, CanceledRetentionDefault)
-	r.Dead = cmp.Or(r.Dead, DeadRetentionDefault)
-	r.DeadMaxPerTenant = cmp.Or(r.DeadMaxPerTenant, DeadMaxPerTenantDefault)
-	r.AttemptLog = cmp.Or(r.AttemptLog, AttemptLogDefault)
-	r.Idempotency = cmp.Or(r.Idempotency, IdempotencyRetentionDefault)
+	r.Succeeded = cmp.Or(r.Succeeded, store.SucceededRetentionDefault)
+	r.Canceled = cmp.Or(r.Canceled, store.CanceledRetentionDefault)
+	r.Dead = cmp.Or(r.Dead, store.DeadRetentionDefault)
+	r.DeadMaxPerTenant = cmp.Or(r.DeadMaxPerTenant, store.DeadMaxPerTenantDefault)
+	r.AttemptLog = cmp.Or(r.AttemptLog, store.AttemptLogDefault)
+	r.Idempotency = cmp.Or(r.Idempotency, store.IdempotencyRetentionDefault)
 	return r
 }

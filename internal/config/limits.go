@@ -1,10 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/bucket"
 )
 
@@ -125,4 +127,18 @@ func validateBucket(p *problems, at string, l LimitConfig) {
 	if l.Window != 0 {
 		p.add(at+".window", "not used by %s, which takes rate and burst", l.Algorithm)
 	}
+}
+
+// Limiters builds one limiter per configured limit on rdb, all sharing
+// batcher, keyed by the limit's name (APILimitName among them).
+func (c *Config) Limiters(rdb redis.UniversalClient, batcher *bucket.Batcher) (map[string]*bucket.Limiter, error) {
+	out := make(map[string]*bucket.Limiter, len(c.Limits))
+	for name, lc := range c.Limits {
+		lim, err := bucket.NewLimiter(rdb, c.Redis.Prefix, name, lc.Bucket(), bucket.WithBatcher(batcher))
+		if err != nil {
+			return nil, fmt.Errorf("limit %q: %w", name, err)
+		}
+		out[name] = lim
+	}
+	return out, nil
 }

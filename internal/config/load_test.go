@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 const (
@@ -343,7 +344,7 @@ func TestWithDefaultsKeepsValuesAndInput(t *testing.T) {
 		out.Throttle.AdaptiveFloor != 1 || !slices.Equal(out.TaskQueues, []string{"q"}) {
 		t.Errorf("WithDefaults changed set values: %+v", out)
 	}
-	if out.Redis.URL != RedisURLDefault || out.Dispatch.Lead != LeadDefault {
+	if out.Redis.URL != RedisURLDefault || out.Dispatch.Lead != store.LeadDefault {
 		t.Errorf("WithDefaults left zero values: %+v", out)
 	}
 	if api := out.Limits["api"]; api.Algorithm != bucket.GCRA || !api.FailsOpen() || api.FailOpen == nil {
@@ -355,5 +356,17 @@ func TestWithDefaultsKeepsValuesAndInput(t *testing.T) {
 	out.TaskQueues[0], out.Redis.Addrs[0] = "changed", "changed"
 	if in.TaskQueues[0] != "q" || in.Redis.Addrs[0] != "a:1" {
 		t.Error("WithDefaults' result shares slices with its receiver")
+	}
+}
+
+// TestMetaCarriesEverySetting: a configuration with defaults applied sets
+// every field of its meta, and the store's defaults are the file's.
+func TestMetaCarriesEverySetting(t *testing.T) {
+	m := (&Config{}).WithDefaults().Meta()
+	if m.Prefix != store.PrefixDefault || m.Shards != store.ShardsDefault || m.Lead != store.LeadDefault || m.MinLead != store.MinLeadDefault {
+		t.Errorf("fixed part %+v", m)
+	}
+	if m.Settings != store.DefaultSettings() {
+		t.Errorf("settings %+v, want store.DefaultSettings() %+v", m.Settings, store.DefaultSettings())
 	}
 }

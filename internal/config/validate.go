@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // validate reports every problem with c (after WithDefaults) at once, each a
@@ -128,8 +129,8 @@ func (r RedisConfig) validate(p *problems) {
 	if !validName(r.Prefix) {
 		p.add("redis.prefix", "%s, got %q", nameRule, r.Prefix)
 	}
-	if r.Shards < 1 || r.Shards > MaxShards {
-		p.add("redis.shards", "must be from 1 to %d, got %d", MaxShards, r.Shards)
+	if r.Shards < 1 || r.Shards > store.MaxShards {
+		p.add("redis.shards", "must be from 1 to %d, got %d", store.MaxShards, r.Shards)
 	}
 }
 

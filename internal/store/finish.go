@@ -15,13 +15,17 @@ import (
 // Defaults of FinishConfig (DESIGN §7 `retention`, `throttle`).
 const (
 	SucceededRetentionDefault = 24 * time.Hour
-	DeadRetentionDefault      = 168 * time.Hour
-	DeadMaxPerTenantDefault   = 10_000
-	AttemptLogDefault         = 20
-	DefaultPauseDefault       = 30 * time.Second
-	MaxPauseDefault           = time.Hour
-	AdaptiveFloorPPMDefault   = 50_000 // 0.05 of the policy rate
-	AdaptiveStepPPMDefault    = 50_000 // 5 % of the full rate per success
+	// IdempotencyRetentionDefault is retention.idempotency's default; a
+	// zero FinishConfig.IdempotencyRetention keeps its meaning (as long as
+	// the record).
+	IdempotencyRetentionDefault = 24 * time.Hour
+	DeadRetentionDefault        = 168 * time.Hour
+	DeadMaxPerTenantDefault     = 10_000
+	AttemptLogDefault           = 20
+	DefaultPauseDefault         = 30 * time.Second
+	MaxPauseDefault             = time.Hour
+	AdaptiveFloorPPMDefault     = 50_000 // 0.05 of the policy rate
+	AdaptiveStepPPMDefault      = 50_000 // 5 % of the full rate per success
 )
 
 // RateFactorFull is the rate factor of a tenant at its full policy rate:

@@ -27,8 +27,12 @@ import (
 
 // Defaults of Config.
 const (
-	PrefixDefault            = "sluice"
-	ShardsDefault            = 16
+	PrefixDefault = "sluice"
+	ShardsDefault = 16
+	// MaxShards bounds Shards (redis.shards): every shard is a dispatch
+	// loop, a lease and a pass per wake-up in each throttler, so the bound
+	// is far below Redis Cluster's 16384 slots.
+	MaxShards                = 1024
 	CanceledRetentionDefault = 24 * time.Hour
 )
 
@@ -37,7 +41,7 @@ type Config struct {
 	// Prefix starts every key: 1–64 characters of [A-Za-z0-9._-].
 	// Default PrefixDefault.
 	Prefix string
-	// Shards is the number of shards, 1 … 16384 (one Cluster slot each).
+	// Shards is the number of shards, 1 … MaxShards (one Cluster slot each).
 	// It is fixed for the life of the data (job ids carry their shard).
 	// Default ShardsDefault.
 	Shards int
@@ -67,8 +71,8 @@ func (c Config) validate() error {
 	if !prefixPattern.MatchString(c.Prefix) {
 		errs = append(errs, invalidf("prefix %q: want 1–64 characters of [A-Za-z0-9._-]", c.Prefix))
 	}
-	if c.Shards < 1 || c.Shards > 16384 {
-		errs = append(errs, invalidf("shards %d: want 1 … 16384", c.Shards))
+	if c.Shards < 1 || c.Shards > MaxShards {
+		errs = append(errs, invalidf("shards %d: want 1 … %d", c.Shards, MaxShards))
 	}
 	if c.CanceledRetention < time.Millisecond {
 		errs = append(errs, invalidf("canceled retention %s: want at least 1ms", c.CanceledRetention))

@@ -68,7 +68,7 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 		if err := sleepUntil(ctx, wait, w.cfg.Spin); err != nil {
 			return store.ClaimedJob{}, false
 		}
-		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.cfg.Tolerance)
+		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.Settings().Tolerance)
 		if err != nil {
 			w.metrics.claims.WithLabelValues("error").Inc()
 			if ctx.Err() == nil {
@@ -101,7 +101,7 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 // is slot − ε/2, in the middle of the part of the claim window [slot − ε,
 // slot + ε] that a delayed claim can still hit.
 func (w *Worker) claimAt(slot time.Time) time.Time {
-	return w.clock.Local(slot).Add(-w.cfg.Tolerance/2 - w.clock.RTT()/2)
+	return w.clock.Local(slot).Add(-w.Settings().Tolerance/2 - w.clock.RTT()/2)
 }
 
 // attempt executes a claimed job and finishes it.
@@ -119,7 +119,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob) {
 
 	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancelFinish()
-	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, w.cfg.Finish)
+	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, store.FinishConfigOf(w.Settings()))
 	if err != nil {
 		w.metrics.finishErrors.Inc()
 		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)

@@ -30,7 +30,7 @@ func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *wo
 		exec = &worker.WebhookExecutor{Client: client}
 	}
 	cfg := worker.Config{Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: 7,
-		Tolerance: 10 * time.Millisecond, Registerer: h.reg, Logger: testLogger(h.t)}
+		Settings: wire.Settings{Tolerance: 10 * time.Millisecond}, Registerer: h.reg, Logger: testLogger(h.t)}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -318,8 +318,8 @@ func (h *harness) startWorker(concurrency int, exec worker.Executor, edit ...fun
 	}
 	cfg := worker.Config{
 		Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: concurrency,
-		Finish: finishConfig(), Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
-		Logger: testLogger(h.t),
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
+		Logger:     testLogger(h.t),
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -407,9 +407,6 @@ func exactlyOnce(t *testing.T, got []arrival, ids []string) {
 	}
 	deliverytest.ExactlyOnce(t, arrived, ids)
 }
-
-// finishConfig is the tests' FinishConfig: the defaults.
-func finishConfig() store.FinishConfig { return store.FinishConfig{} }
 
 // testLogger writes the worker's debug logs and above to t.Log.
 func testLogger(t *testing.T) *slog.Logger {

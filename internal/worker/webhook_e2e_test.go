@@ -161,7 +161,7 @@ func (h *harness) startSigningWorker(concurrency int, secrets map[string][]strin
 	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	h.t.Cleanup(client.CloseIdleConnections)
 	exec := &worker.WebhookExecutor{Client: client, Secrets: func(tenant string) [][]byte { return keys[tenant] }}
-	h.startWorker(concurrency, exec, func(c *worker.Config) { c.Tolerance = 10 * time.Millisecond })
+	h.startWorker(concurrency, exec, func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 }
 
 // until polls cond every 5 ms until it holds, or fails after within.

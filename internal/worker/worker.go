@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,11 +60,10 @@ func (f ExecutorFunc) Execute(ctx context.Context, job store.ClaimedJob) wire.At
 
 // Defaults of Config.
 const (
-	MinLeadDefault           = store.MinLeadDefault   // L
-	ToleranceDefault         = store.ToleranceDefault // ε
-	TaskCheckIntervalDefault = 20 * time.Millisecond  // TCI
+	TaskCheckIntervalDefault = 20 * time.Millisecond // TCI
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
+	MetaRefreshDefault       = 5 * time.Second
 	SpinDefault              = time.Millisecond
 	TimeoutDefault           = policy.TimeoutDefault
 	finishTimeout            = 5 * time.Second // Finish after the attempt, even past the task's ctx
@@ -86,15 +86,24 @@ type Config struct {
 	// the process's asynq servers (cmd/worker splits it over
 	// worker.fetchers servers).
 	Concurrency int
-	// MinLead (L, default MinLeadDefault) is checked at Start against
-	// 1.5 × TaskCheckInterval + 2 RTT; Tolerance (ε, default
-	// ToleranceDefault) is how early before its slot a claim is accepted.
-	MinLead, Tolerance time.Duration
+	// MinLead (L, default store.MinLeadDefault) is checked at Start against
+	// 1.5 × TaskCheckInterval + 2 RTT. It is fixed in <prefix>:meta: the
+	// caller checks or reads it there.
+	MinLead time.Duration
 	// TaskCheckInterval is the asynq server's TaskCheckInterval (TCI);
 	// default TaskCheckIntervalDefault.
 	TaskCheckInterval time.Duration
-	// Finish is passed to every Store.Finish.
-	Finish store.FinishConfig
+	// Settings are this process's own configuration of the deployment-wide
+	// settings: the claim tolerance ε (how early before its slot a claim is
+	// accepted) and the retention and throttle every Store.Finish applies.
+	// Zero fields take store.DefaultSettings(). The settings stored in
+	// <prefix>:meta (written by the throttler) win over these: the Worker
+	// reads them at Start and every MetaRefresh, logs once where they
+	// differ from these, and applies Redis's (see Worker.Settings).
+	Settings wire.Settings
+	// MetaRefresh is how often <prefix>:meta is re-read (one HGETALL);
+	// default MetaRefreshDefault.
+	MetaRefresh time.Duration
 	// HeartbeatInterval is how often the concurrency is announced (each
 	// announcement lives 3 intervals); default HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
@@ -125,8 +134,8 @@ func (c Config) withDefaults() Config {
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
-	c.MinLead = cmp.Or(c.MinLead, MinLeadDefault)
-	c.Tolerance = cmp.Or(c.Tolerance, ToleranceDefault)
+	c.MinLead = cmp.Or(c.MinLead, store.MinLeadDefault)
+	c.MetaRefresh = cmp.Or(c.MetaRefresh, MetaRefreshDefault)
 	c.TaskCheckInterval = cmp.Or(c.TaskCheckInterval, TaskCheckIntervalDefault)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.ClockRefresh = cmp.Or(c.ClockRefresh, ClockRefreshDefault)
@@ -153,7 +162,8 @@ func (c Config) validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("concurrency %d: want ≥ 1", c.Concurrency))
 	}
-	for _, d := range []time.Duration{c.MinLead, c.Tolerance, c.TaskCheckInterval, c.HeartbeatInterval, c.ClockRefresh, c.Spin, c.DefaultTimeout} {
+	for _, d := range []time.Duration{c.MinLead, c.Settings.Tolerance, c.TaskCheckInterval, c.HeartbeatInterval, c.ClockRefresh,
+		c.MetaRefresh, c.Spin, c.DefaultTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("negative duration %s", d))
 			break
@@ -175,6 +185,12 @@ type Worker struct {
 	cfg     Config
 	clock   *Clock
 	metrics *metrics
+	// current is the settings applied now (Settings); stored the settings
+	// last read from <prefix>:meta (nil before the first read), touched only
+	// by Start and then the meta loop.
+	current atomic.Pointer[wire.Settings]
+	stored  *wire.Settings
+	logged  map[string]struct{} // differences with Config.Settings logged
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -193,7 +209,10 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	return &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), metrics: m}, nil
+	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), metrics: m, logged: map[string]struct{}{}}
+	local := w.local()
+	w.current.Store(&local)
+	return w, nil
 }
 
 // Queues are the asynq queues the Worker serves, with equal priorities:
@@ -208,17 +227,21 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Clock is the Worker's estimate of Redis's clock.
 func (w *Worker) Clock() *Clock { return w.clock }
 
-// Start measures the Redis clock, checks L ≥ 1.5 × TCI + 2 RTT (with the
+// Start reads the settings of <prefix>:meta (see Config.Settings),
+// measures the Redis clock, checks L ≥ 1.5 × TCI + 2 RTT (with the
 // median RTT of a clock measurement; up to startMeasurements of them, so a
 // transient stall does not refuse the start), announces
-// the concurrency once, then keeps both fresh until Stop or ctx's end. It
-// fails when Redis cannot be reached, the check fails, or it was started
-// before.
+// the concurrency once, then keeps all three fresh until Stop or ctx's end.
+// It fails when Redis cannot be reached, the meta hash cannot be read, the
+// check fails, or it was started before.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done != nil {
 		return errors.New("start worker: already started")
+	}
+	if err := w.readMeta(ctx); err != nil {
+		return fmt.Errorf("start worker: %w", err)
 	}
 	if err := w.checkPickupBudget(ctx); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -232,6 +255,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.every(runCtx, w.cfg.HeartbeatInterval, w.beat) })
 	wg.Go(func() { w.every(runCtx, w.cfg.ClockRefresh, w.sync) })
+	wg.Go(func() { w.every(runCtx, w.cfg.MetaRefresh, w.refreshMeta) })
 	go func() {
 		wg.Wait()
 		w.withdraw(ctx)
@@ -242,7 +266,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the heartbeat and clock loops and withdraws the heartbeat (the
+// Stop ends the heartbeat, clock and settings loops and withdraws the heartbeat (the
 // dispatcher stops counting this worker's capacity). Stop the asynq server
 // first: tasks still running keep their claims, and an unfinished job is
 // recovered by the sweep. Stop is idempotent and may be called without

@@ -1,0 +1,96 @@
+// Package httpserver runs the binaries' HTTP servers (the throttler's API,
+// the worker's /metrics) with Sluice's timeouts and a graceful drain.
+package httpserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/version"
+)
+
+// How long a shutdown drains in-flight requests.
+const (
+	DrainDefault        = 10 * time.Second // Serve
+	BackgroundDrainTime = 2 * time.Second  // Start's stop
+)
+
+// newServer is an http.Server for h with Sluice's timeouts, logging its
+// errors to log at warn level.
+func newServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve listens on addr and serves h until ctx is done, then stops
+// accepting and drains in-flight requests for up to DrainDefault. ready,
+// when not nil, is called with the bound address once connections are
+// accepted. It logs "<name> listening" with the address, the drain and
+// "stopped" to log.
+func Serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	hs := newServer(h, log)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info(name+" listening", "addr", ln.Addr().String(), "version", version.String())
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", DrainDefault)
+	sctx, cancel := context.WithTimeout(context.Background(), DrainDefault)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	<-served
+	log.Info("stopped")
+	return nil
+}
+
+// Start serves h on addr in the background until the returned stop is
+// called (which drains for up to BackgroundDrainTime); bound is the bound
+// address. With addr "" it serves nothing: stop does nothing, bound is "".
+func Start(addr string, h http.Handler, log *slog.Logger) (stop func(), bound string, err error) {
+	if addr == "" {
+		return func() {}, "", nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	hs := newServer(h, log)
+	go func() { _ = hs.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), BackgroundDrainTime)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, ln.Addr().String(), nil
+}
+
+// StartMetrics is Start with reg's metrics on GET /metrics.
+func StartMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), bound string, err error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return Start(addr, mux, log)
+}

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// ServersConfig configures the asynq servers a worker process runs.
+type ServersConfig struct {
+	// Concurrency is the process's total, split over Fetchers servers
+	// (near-equal parts, see Split); Fetchers is 1 … Concurrency.
+	Concurrency, Fetchers int
+	// TaskCheckInterval is every server's.
+	TaskCheckInterval time.Duration
+	// ShutdownTimeout is worker.shutdown_timeout; the servers use it raised
+	// by ShutdownTimeout with Lead (D) and MaxTimeout, the largest
+	// configured attempt timeout.
+	ShutdownTimeout, Lead, MaxTimeout time.Duration
+	// Logger receives asynq's logs at LogLevel and above, and Serve's.
+	Logger   *slog.Logger
+	LogLevel slog.Level
+	// LogAttrs are added to the "worker running" line (the metrics address).
+	LogAttrs []any
+}
+
+// Serve runs cfg.Fetchers asynq servers on rdb serving w's queues with w
+// until ctx ends, then stops them fetching and waits for their running
+// tasks for up to the shutdown timeout (asynq puts unfinished tasks back;
+// Sluice's sweep recovers their jobs). An asynq server dequeues one task per
+// Redis round trip, so a process's fetch rate grows with its number of
+// servers. ready, when not nil, is called once every server fetches. Start
+// w first and stop it after Serve returns.
+func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg ServersConfig, ready func()) error {
+	shutdown, raised := ShutdownTimeout(cfg.ShutdownTimeout, cfg.Lead, cfg.MaxTimeout)
+	if raised {
+		cfg.Logger.Warn("worker.shutdown_timeout raised to 2·dispatch.lead + the largest timeout + 2s",
+			"configured", cfg.ShutdownTimeout, "used", shutdown)
+	}
+	servers := make([]*asynq.Server, 0, cfg.Fetchers)
+	shutdownAll := func() {
+		var wg sync.WaitGroup
+		for _, srv := range servers {
+			wg.Go(srv.Shutdown) // they drain at the same time
+		}
+		wg.Wait()
+	}
+	for _, n := range Split(cfg.Concurrency, cfg.Fetchers) {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: n, TaskCheckInterval: cfg.TaskCheckInterval,
+			ShutdownTimeout: shutdown, Queues: w.Queues(), Logger: asynqLogger{cfg.Logger}, LogLevel: asynqLevel(cfg.LogLevel)})
+		if err := srv.Start(w); err != nil {
+			shutdownAll()
+			return fmt.Errorf("start asynq server: %w", err)
+		}
+		servers = append(servers, srv)
+	}
+	cfg.Logger.Info("worker running", append([]any{"id", w.ID(), "concurrency", cfg.Concurrency, "fetchers", len(servers),
+		"task_check_interval", cfg.TaskCheckInterval, "shutdown_timeout", shutdown}, cfg.LogAttrs...)...)
+	if ready != nil {
+		ready()
+	}
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down: draining running jobs", "timeout", shutdown)
+	shutdownAll()
+	return nil
+}
+
+// Split divides total into n near-equal positive parts (n ≤ total): the
+// concurrency of each of the n asynq servers (worker.fetchers).
+func Split(total, n int) []int {
+	parts := make([]int, n)
+	for i := range parts {
+		parts[i] = total / n
+		if i < total%n {
+			parts[i]++
+		}
+	}
+	return parts
+}
+
+// ShutdownTimeout is the asynq servers' shutdown timeout: configured
+// (worker.shutdown_timeout), raised to 2·lead + maxTimeout + 2 s (DESIGN
+// §2.3: a released job may wait up to 2·D for its slot, then run for its
+// attempt timeout) when smaller; raised reports it.
+func ShutdownTimeout(configured, lead, maxTimeout time.Duration) (d time.Duration, raised bool) {
+	need := 2*lead + maxTimeout + 2*time.Second
+	if configured >= need {
+		return configured, false
+	}
+	return need, true
+}
+
+// asynqLogger sends asynq's logs to slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+
+// Fatal logs and exits, as asynq expects of its logger's Fatal.
+func (a asynqLogger) Fatal(args ...any) {
+	a.l.Error(fmt.Sprint(args...), "component", "asynq", "fatal", true)
+	os.Exit(1)
+}
+
+// asynqLevel is level as asynq's log level.
+func asynqLevel(level slog.Level) asynq.LogLevel {
+	switch {
+	case level <= slog.LevelDebug:
+		return asynq.DebugLevel
+	case level <= slog.LevelInfo:
+		return asynq.InfoLevel
+	case level <= slog.LevelWarn:
+		return asynq.WarnLevel
+	}
+	return asynq.ErrorLevel
+}
