@@ -29,10 +29,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/httpserver"
-	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/version"
-	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -95,9 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	return err
 }
 
-// newWorker builds the Worker: the Store, the SSRF-safe HTTP client (closed
-// by the returned func), the tenants' signing keys and the file's settings.
-// It also returns the largest configured attempt timeout.
+// newWorker builds the Worker: the Store, the webhook executor (closed by
+// the returned func) and the file's settings. It also returns the largest
+// configured attempt timeout.
 func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, time.Duration, func(), error) {
 	st, err := store.NewStore(rdb, cfg.StoreConfig())
 	if err != nil {
@@ -107,19 +105,18 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("egress.allow: %w", err)
 	}
-	secrets, maxTimeout, err := policy.SigningKeys(cfg.Defaults, cfg.Tenants)
+	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	client := webhook.NewClient(webhook.ClientConfig{Allow: allow})
-	w, err := worker.New(worker.Config{Store: st, Redis: rdb, Executor: &worker.WebhookExecutor{Client: client, Secrets: secrets},
-		Prefix: cfg.Redis.Prefix, Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead,
-		TaskCheckInterval: cfg.Worker.TaskCheckInterval, Settings: cfg.Meta().Settings, Registerer: reg, Logger: log})
+	w, err := worker.New(worker.Config{Store: st, Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
+		Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead, TaskCheckInterval: cfg.Worker.TaskCheckInterval,
+		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log})
 	if err != nil {
-		client.CloseIdleConnections()
+		exec.Close()
 		return nil, 0, nil, err
 	}
-	return w, maxTimeout, client.CloseIdleConnections, nil
+	return w, maxTimeout, exec.Close, nil
 }
 
 // parseFlags reads --config and --metrics-listen (default

@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -27,6 +29,22 @@ type WebhookExecutor struct {
 }
 
 var _ Executor = (*WebhookExecutor)(nil)
+
+// NewWebhookExecutor builds cmd/worker's executor: a webhook.NewClient with
+// the egress allow-list, and the signing keys of the configuration's
+// policies (policy.SigningKeys of defaults and tenants). It also returns the
+// largest configured attempt timeout (for the shutdown rule). Close releases
+// the client's idle connections.
+func NewWebhookExecutor(allow []netip.Prefix, defaults policy.Overrides, tenants map[string]policy.Overrides) (*WebhookExecutor, time.Duration, error) {
+	secrets, maxTimeout, err := policy.SigningKeys(defaults, tenants)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow}), Secrets: secrets}, maxTimeout, nil
+}
+
+// Close releases the client's idle connections.
+func (e *WebhookExecutor) Close() { e.Client.CloseIdleConnections() }
 
 // Execute runs one attempt of job with ctx's deadline as its timeout. A job
 // body that does not parse is a permanent failure ("invalid_job").
