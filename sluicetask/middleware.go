@@ -168,7 +168,7 @@ func (m *Middleware) Wrap(next asynq.Handler) asynq.Handler {
 		if w == nil {
 			return errorf("%s task job %q: %w", t.Type(), t.Headers()[wire.HeaderJob], ErrNotStarted)
 		}
-		return w.ProcessTaskJob(context.WithValue(ctx, callKey{}, call{task: t, next: next}), t)
+		return w.ProcessTaskJob(ctx, t, executor{task: t, next: next})
 	})
 }
 
@@ -181,35 +181,29 @@ func hasSluiceHeaders(t *asynq.Task) bool {
 	return id || gen || slot
 }
 
-// call is one delivery: the task asynq handed over and the handler to run.
-// It travels to the executor in ctx, through the Worker's claim and attempt.
-type call struct {
+// executor runs one delivery of a task job: the task asynq handed over and
+// the user's handler to run it with (Wrap's next).
+type executor struct {
 	task *asynq.Task
 	next asynq.Handler
 }
-
-type callKey struct{}
-
-// executor runs a claimed task job with the handler of its call.
-type executor struct{}
 
 var _ worker.Executor = executor{}
 
 // Execute builds the user's task from the stored job and runs it; a stored
 // job that is not a task job with a task_type is a permanent failure
 // ("invalid_job": nothing could ever run it).
-func (executor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
-	c, ok := ctx.Value(callKey{}).(call)
-	if !ok { // a Worker not reached through Wrap: cannot happen
+func (e executor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
+	if e.next == nil { // the Worker's Config.Executor: only Wrap runs task jobs, with its own
 		return wire.AttemptOutcome{Kind: wire.FinishRetry, Error: "sluicetask: no handler"}
 	}
 	spec, err := job.Parse(cj.Body)
 	if err != nil || cj.Type != wire.TypeTask || spec.TaskType == "" {
 		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}
-	task := asynq.NewTaskWithHeaders(spec.TaskType, spec.Payload, c.task.Headers())
+	task := asynq.NewTaskWithHeaders(spec.TaskType, spec.Payload, e.task.Headers())
 	ctx = context.WithValue(ctx, jobKey{}, Job{ID: cj.ID, Tenant: cj.Tenant, Attempt: int(cj.Attempt), Slot: cj.Slot})
 	start := time.Now()
-	err = c.next.ProcessTask(ctx, task)
+	err = e.next.ProcessTask(ctx, task)
 	return outcomeOf(ctx, err, time.Since(start))
 }

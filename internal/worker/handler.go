@@ -40,20 +40,20 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task: %w", t.Type(), err)
 	}
-	w.deliver(ctx, p)
+	w.deliver(ctx, p, w.cfg.Executor)
 	return nil
 }
 
-// deliver runs one delivery: claim (waiting for the slot), wait for the
-// claimed slot, attempt and finish.
-func (w *Worker) deliver(ctx context.Context, p wire.Payload) {
+// deliver runs one delivery with exec: claim (waiting for the slot), wait
+// for the claimed slot, attempt and finish.
+func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	job, ok := w.claim(ctx, p)
 	if !ok {
 		return
 	}
 	_ = sleepUntil(ctx, w.clock.Local(job.Slot), w.cfg.Spin) // on ctx's end the attempt fails at once
 	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
-	w.attempt(ctx, job)
+	w.attempt(ctx, job, exec)
 }
 
 // claim waits for p's slot and claims the job. ok is false when there is
@@ -104,15 +104,15 @@ func (w *Worker) claimAt(slot time.Time) time.Time {
 	return w.clock.Local(slot).Add(-w.Settings().Tolerance/2 - w.clock.RTT()/2)
 }
 
-// attempt executes a claimed job and finishes it.
-func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob) {
+// attempt executes a claimed job with exec and finishes it.
+func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executor) {
 	timeout := job.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.DefaultTimeout
 	}
 	w.metrics.lateness.Observe(w.clock.Now().Sub(job.Slot).Seconds())
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	outcome := w.execute(actx, job)
+	outcome := w.execute(actx, job, exec)
 	cancel()
 	w.metrics.attempts.WithLabelValues(kindLabel(outcome.Kind)).Inc()
 	w.metrics.delivery.WithLabelValues(kindLabel(outcome.Kind)).Observe(outcome.Latency.Seconds())
@@ -130,8 +130,8 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob) {
 	}
 }
 
-// execute runs the Executor, turning a panic into a retryable failure.
-func (w *Worker) execute(ctx context.Context, job store.ClaimedJob) (out wire.AttemptOutcome) {
+// execute runs exec, turning a panic into a retryable failure.
+func (w *Worker) execute(ctx context.Context, job store.ClaimedJob, exec Executor) (out wire.AttemptOutcome) {
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -139,7 +139,7 @@ func (w *Worker) execute(ctx context.Context, job store.ClaimedJob) (out wire.At
 			out = wire.AttemptOutcome{Kind: wire.FinishRetry, Latency: time.Since(start), Error: "panic"}
 		}
 	}()
-	out = w.cfg.Executor.Execute(ctx, job)
+	out = exec.Execute(ctx, job)
 	if out.Kind == 0 {
 		out.Kind, out.Error = wire.FinishRetry, "executor returned no outcome"
 	}

@@ -13,21 +13,23 @@ import (
 // same protocol as ProcessTask: wait for the slot, claim, execute with the
 // job's timeout, finish. Only the hand-off differs: a task job's asynq task
 // carries the job's id, generation and slot in its headers
-// (dispatch.HeaderJob, HeaderGen, HeaderSlot) and has an empty payload;
-// the Executor gets the job's body from the claim. ctx reaches the
-// Executor (with the attempt's deadline added), so a caller can pass it
-// what it needs to run the job — the sluicetask middleware passes the
-// user's handler.
+// (wire.HeaderJob, HeaderGen, HeaderSlot) and has an empty payload; exec
+// (Config.Executor when nil) runs the attempt with the job's body from the
+// claim and ctx (with the attempt's deadline added) — the sluicetask
+// middleware passes an executor that calls the user's handler.
 //
 // It returns nil for every task whose headers parse, whatever happened
 // (Sluice owns retries; the sweep recovers a job this call could not
-// settle), and an error wrapping dispatch.ErrBadPayload otherwise.
-func (w *Worker) ProcessTaskJob(ctx context.Context, t *asynq.Task) error {
+// settle), and an error wrapping wire.ErrBadPayload otherwise.
+func (w *Worker) ProcessTaskJob(ctx context.Context, t *asynq.Task, exec Executor) error {
 	p, err := wire.PayloadFromHeaders(t.Headers())
 	if err != nil {
 		w.cfg.Logger.Error("drop task with malformed sluice headers", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task job: %w", t.Type(), err)
 	}
-	w.deliver(ctx, p)
+	if exec == nil {
+		exec = w.cfg.Executor
+	}
+	w.deliver(ctx, p, exec)
 	return nil
 }

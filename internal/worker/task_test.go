@@ -58,18 +58,18 @@ func (e *recordingExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wi
 }
 
 // TestTaskJobIsClaimedFromItsHeaders: ProcessTaskJob reads the protocol
-// from the headers, claims, hands the Executor the stored body with the
-// caller's ctx values, and finishes; a second delivery of the same task is
+// from the headers, claims, hands the executor the call names the stored
+// body with the caller's ctx values, and finishes; a second delivery of the same task is
 // dropped by the generation fence.
 func TestTaskJobIsClaimedFromItsHeaders(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
 	exec := &recordingExecutor{}
-	w := h.newWorker(exec, nil)
+	w := h.newWorker(&recordingExecutor{}, nil) // not the one the call names
 	r, task := h.releaseTaskJob("t1", `{"to":"a@example.com"}`)
 	ctx := context.WithValue(h.ctx, ctxKey{}, "handler")
 	for range 2 {
-		if err := w.ProcessTaskJob(ctx, task); err != nil {
+		if err := w.ProcessTaskJob(ctx, task, exec); err != nil {
 			t.Fatalf("ProcessTaskJob: %v", err)
 		}
 	}
@@ -88,7 +88,7 @@ func TestTaskJobIsClaimedFromItsHeaders(t *testing.T) {
 }
 
 // TestTaskJobWithMalformedHeadersIsAnError: a task whose sluice headers do
-// not parse is returned as an error wrapping dispatch.ErrBadPayload (asynq
+// not parse is returned as an error wrapping wire.ErrBadPayload (asynq
 // archives it for inspection) and runs nothing.
 func TestTaskJobWithMalformedHeadersIsAnError(t *testing.T) {
 	t.Parallel()
@@ -100,7 +100,7 @@ func TestTaskJobWithMalformedHeadersIsAnError(t *testing.T) {
 		{wire.HeaderJob: "j1_01KJMMA2G0WAAKMBBJK9MDDZKB", wire.HeaderGen: "x", wire.HeaderSlot: "1"},
 		{wire.HeaderGen: "1", wire.HeaderSlot: "1"},
 	} {
-		err := w.ProcessTaskJob(h.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers))
+		err := w.ProcessTaskJob(h.ctx, asynq.NewTaskWithHeaders("email:send", nil, headers), nil)
 		if !errors.Is(err, wire.ErrBadPayload) {
 			t.Errorf("headers %v: %v, want ErrBadPayload", headers, err)
 		}
