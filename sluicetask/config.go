@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // Defaults of Config.
@@ -29,7 +30,7 @@ const (
 	// default pickup budget: set both to about 20ms.
 	AsynqTaskCheckIntervalDefault = time.Second
 	// HeartbeatIntervalDefault is how often the heartbeats are renewed.
-	HeartbeatIntervalDefault = 3 * time.Second
+	HeartbeatIntervalDefault = worker.HeartbeatIntervalDefault
 )
 
 // Config configures a Middleware. Redis and Queues are required; every other

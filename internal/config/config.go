@@ -18,8 +18,10 @@ package config
 import (
 	"time"
 
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // Config is the whole configuration. Load (or FromFlags) returns it with
@@ -68,7 +70,7 @@ const (
 	ListenDefault      = "127.0.0.1:8080"
 	RedisURLDefault    = "redis://127.0.0.1:6379/0"
 	RedisPrefixDefault = store.PrefixDefault
-	TaskQueueDefault   = "default"
+	TaskQueueDefault   = job.DefaultTaskQueue
 )
 
 // RedisConfig locates Redis. Shards and Prefix are fixed in <prefix>:meta on
@@ -177,7 +179,7 @@ type EgressConfig struct {
 const (
 	WorkerConcurrencyDefault = 100
 	FetchersDefault          = 4
-	TaskCheckIntervalDefault = 20 * time.Millisecond
+	TaskCheckIntervalDefault = worker.TaskCheckIntervalDefault
 	ShutdownTimeoutDefault   = 20 * time.Second
 )
 
