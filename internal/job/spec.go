@@ -241,19 +241,6 @@ func (s *Spec) forbid(add adder, pairs ...any) {
 	}
 }
 
-// RunAtTime is when the job may first run: now + delay, run_at, or the zero
-// time for "as soon as the rate allows". s must be valid.
-func (s *Spec) RunAtTime(now time.Time) time.Time {
-	delay, runAt := s.schedule(func(string, string, ...any) {})
-	switch {
-	case delay > 0:
-		return now.Add(delay)
-	case runAt.After(now):
-		return runAt
-	}
-	return time.Time{}
-}
-
 // Canonical is the JSON Sluice stores for the job: the spec with defaults
 // filled in, without the scheduling and idempotency fields (they live in the
 // job record). s must be valid.

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 var rules = Rules{TaskQueues: []string{"default", "mail"}, MaxCost: 5}
@@ -106,26 +105,5 @@ func TestCanonicalFillsDefaultsAndDropsScheduling(t *testing.T) {
 	}
 	if *s.Cost != 1 {
 		t.Errorf("cost default = %d, want 1", *s.Cost)
-	}
-}
-
-func TestRunAtTime(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	cases := []struct {
-		delay, runAt string
-		want         time.Time
-	}{
-		{"", "", time.Time{}},
-		{"0s", "", time.Time{}},
-		{"90s", "", now.Add(90 * time.Second)},
-		{"", "2026-11-29T13:00:00Z", now.Add(time.Hour)},
-		{"", "2026-11-29T11:00:00Z", time.Time{}}, // in the past: as soon as possible
-	}
-	for _, tc := range cases {
-		s := Spec{Delay: tc.delay, RunAt: tc.runAt}
-		if got := s.RunAtTime(now); !got.Equal(tc.want) {
-			t.Errorf("delay %q run_at %q: RunAtTime = %v, want %v", tc.delay, tc.runAt, got, tc.want)
-		}
 	}
 }
