@@ -146,16 +146,7 @@ func TestRunFunctionPaths(t *testing.T) {
 func TestRunFunctionFallsBackWithoutPermission(t *testing.T) {
 	t.Parallel()
 	admin, prefix := redistest.New(t)
-	user := "rs-evalonly-" + prefix
-	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
-		"-function", "-fcall", "-fcall_ro").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
-	opts := *admin.Options()
-	opts.Username, opts.Password = user, "pw"
-	rdb := redis.NewClient(&opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := redistest.EvalOnlyClient(t, admin, prefix)
 	lib, fn, s := library(prefix)
 	r := NewRunner(rdb, lib)
 	if got := which(t, r, fn, s, prefix+":k"); got != "script" || r.UsesFunctions() {

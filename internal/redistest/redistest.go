@@ -203,3 +203,23 @@ func ping(o *redis.Options, within time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// EvalOnlyClient returns a client of a new ACL user of admin's server who
+// may run every command but the function commands (FUNCTION, FCALL,
+// FCALL_RO get NOPERM): a managed Redis that allows scripts but not
+// Functions. The user is named after prefix and deleted, and the client
+// closed, when t ends.
+func EvalOnlyClient(t testing.TB, admin *redis.Client, prefix string) *redis.Client {
+	t.Helper()
+	user := "evalonly-" + prefix
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+		"-function", "-fcall", "-fcall_ro").Err(); err != nil {
+		t.Fatalf("create eval-only user: %v", err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := *admin.Options()
+	opts.Username, opts.Password = user, "pw"
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}

@@ -119,16 +119,7 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
 	t.Parallel()
 	admin, prefix := redistest.New(t)
-	user := "evalonly-" + prefix
-	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
-		"-function", "-fcall", "-fcall_ro").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
-	opts := *admin.Options()
-	opts.Username, opts.Password = user, "pw"
-	rdb := redis.NewClient(&opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := redistest.EvalOnlyClient(t, admin, prefix)
 	clock := &fakeClock{t: epoch}
 	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
 	if err != nil {
