@@ -110,6 +110,11 @@ type Config struct {
 	// (PassConfig.WithDefaults). Its Capacity is ignored: the Dispatcher
 	// sets it from the free worker capacity.
 	Pass store.PassConfig
+	// MetaRefresh is how often the adjustable settings in <prefix>:meta
+	// (grace, dead retention and cap, attempt log) are re-read: they
+	// override Pass's, so every throttler applies what the last one started
+	// wrote. Default store.MetaRefreshDefault.
+	MetaRefresh time.Duration
 	// MaxSleep bounds a shard loop's sleep between passes; default Pass.Lead/2.
 	MaxSleep time.Duration
 	// CapacityRefresh is how often the free worker capacity is read from
@@ -139,6 +144,7 @@ func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, store.PrefixDefault)
 	c.Pass = c.Pass.WithDefaults()
 	c.MaxSleep = cmp.Or(c.MaxSleep, c.Pass.Lead/2)
+	c.MetaRefresh = cmp.Or(c.MetaRefresh, store.MetaRefreshDefault)
 	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.EnqueueParallelism = cmp.Or(c.EnqueueParallelism, EnqueueParallelismDefault)
@@ -177,10 +183,11 @@ type Dispatcher struct {
 	metrics *metrics
 	leases  *leases
 	budget  *budget
-	live    *store.LiveCache // task queues served by a live middleware
-	owned   atomic.Int32     // shards held (all of them with DisableLeases)
-	members atomic.Int32     // live dispatchers sharing the leases, this one included
-	wakes   []chan int64     // per shard: the latest published earliest time, µs
+	live    *store.LiveCache                 // task queues served by a live middleware
+	owned   atomic.Int32                     // shards held (all of them with DisableLeases)
+	members atomic.Int32                     // live dispatchers sharing the leases, this one included
+	wakes   []chan int64                     // per shard: the latest published earliest time, µs
+	passCfg atomic.Pointer[store.PassConfig] // Config.Pass under <prefix>:meta's settings (meta.go)
 
 	mu      sync.Mutex
 	started bool
@@ -211,6 +218,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		budget:  newBudget(cfg.Store, cfg.CapacityRefresh),
 		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
+	d.passCfg.Store(&d.cfg.Pass)
 	d.wakes = make([]chan int64, d.shards)
 	for i := range d.wakes {
 		d.wakes[i] = make(chan int64, 1)
@@ -236,12 +244,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		_ = ps.Close()
 		return fmt.Errorf("start dispatcher: subscribe to wake channels: %w", err)
 	}
+	d.readMeta(ctx)
 	runCtx, cancel := context.WithCancel(ctx)
 	d.started, d.cancel, d.done = true, cancel, make(chan struct{})
 
 	var loops, fanout sync.WaitGroup
 	fanout.Go(func() { d.fanOut(ps.Channel()) })
 	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
+	fanout.Go(func() { d.followMeta(runCtx) })
 	if !d.cfg.DisableLeases {
 		d.beat(ctx) // the fair share is known before the loops take leases
 		fanout.Go(func() { d.membership(runCtx) })

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -130,6 +131,10 @@ func fixedDiffs(stored map[string]string, want []string) []string {
 	}
 	return diffs
 }
+
+// MetaRefreshDefault is how often a process that follows the adjustable
+// settings re-reads <prefix>:meta (one HGETALL).
+const MetaRefreshDefault = 5 * time.Second
 
 // ReadMeta reads <prefix>:meta (one HGETALL) and parses it with
 // wire.ParseMeta. found is false, with a zero Meta, when the hash does not

@@ -63,7 +63,7 @@ const (
 	TaskCheckIntervalDefault = 20 * time.Millisecond // TCI
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
-	MetaRefreshDefault       = 5 * time.Second
+	MetaRefreshDefault       = store.MetaRefreshDefault
 	SpinDefault              = time.Millisecond
 	TimeoutDefault           = policy.TimeoutDefault
 	finishTimeout            = 5 * time.Second // Finish after the attempt, even past the task's ctx

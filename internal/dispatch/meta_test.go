@@ -1,0 +1,56 @@
+package dispatch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// TestDispatcherFollowsTheSettingsInMeta: the pass settings stored in
+// <prefix>:meta (grace, dead retention and cap, attempt log) override the
+// Dispatcher's own configuration from Start on, and a later write by
+// another throttler reaches the passes without a restart; what meta does
+// not hold keeps the configured value.
+func TestDispatcherFollowsTheSettingsInMeta(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore(1)
+	cfg := loopConfig(t, st)
+	cfg.MaxSleep, cfg.MetaRefresh = 10*time.Millisecond, 20*time.Millisecond
+	cfg.Pass = store.PassConfig{Grace: time.Second, DeadRetention: time.Hour, AttemptLog: 5, MaxTenants: 9}
+	meta := wire.Meta{Prefix: cfg.Prefix, Shards: 1, Lead: store.LeadDefault, MinLead: store.MinLeadDefault,
+		Settings: wire.Settings{Grace: 3 * time.Second, AttemptLog: 7}}
+	if _, _, err := store.WriteMeta(context.Background(), cfg.Redis, meta); err != nil {
+		t.Fatal(err)
+	}
+	passedWith := func(want store.PassConfig) func() bool {
+		return func() bool {
+			calls := st.passes()
+			if len(calls) == 0 {
+				return false
+			}
+			got := calls[len(calls)-1].cfg
+			return got.Grace == want.Grace && got.AttemptLog == want.AttemptLog &&
+				got.DeadRetention == want.DeadRetention && got.MaxTenants == want.MaxTenants
+		}
+	}
+	d := start(t, cfg)
+	if got := d.passCfg.Load(); got.Grace != 3*time.Second || got.AttemptLog != 7 || got.DeadRetention != time.Hour {
+		t.Fatalf("after Start: grace %s, attempt log %d, dead retention %s; want meta's 3s and 7, the configured 1h",
+			got.Grace, got.AttemptLog, got.DeadRetention)
+	}
+	eventually(t, 2*time.Second, "a pass with meta's settings",
+		passedWith(store.PassConfig{Grace: 3 * time.Second, AttemptLog: 7, DeadRetention: time.Hour, MaxTenants: 9}))
+
+	meta.Settings = wire.Settings{Grace: 4 * time.Second, AttemptLog: 7, DeadRetention: 2 * time.Hour}
+	if _, _, err := store.WriteMeta(context.Background(), cfg.Redis, meta); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "a pass with the rewritten settings",
+		passedWith(store.PassConfig{Grace: 4 * time.Second, AttemptLog: 7, DeadRetention: 2 * time.Hour, MaxTenants: 9}))
+	if got := max(d.cfg.Pass.Lead, 4*time.Second/2); d.handoffBound() != got {
+		t.Errorf("hand-off bound %s, want max(D, grace/2) = %s with meta's grace", d.handoffBound(), got)
+	}
+}
