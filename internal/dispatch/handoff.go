@@ -26,7 +26,7 @@ func (d *Dispatcher) taskFor(r wire.Release) (*asynq.Task, []asynq.Option, error
 		asynq.MaxRetry(0),
 		// The worker first waits for SendAt: the slot plus the lateness
 		// the tenant's send schedule carries.
-		asynq.Timeout(wire.TaskTimeout(d.cfg.Pass.Lead, r.Timeout, d.passCfg.Load().Grace+max(r.SendAt.Sub(r.Slot), 0))),
+		asynq.Timeout(wire.TaskTimeout(d.cfg.Pass.Lead, r.Timeout, d.passConfig().Grace+max(r.SendAt.Sub(r.Slot), 0))),
 	}
 	p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro()}
 	switch r.Type {
@@ -80,7 +80,7 @@ func (d *Dispatcher) handoff(ctx context.Context, rels []wire.Release) {
 // earlier costs the job its grace (it waits for the sweep). D alone was too
 // tight: a busy Redis or a full pool can take longer than D for one batch.
 func (d *Dispatcher) handoffBound() time.Duration {
-	return max(d.cfg.Pass.Lead, d.passCfg.Load().Grace/2)
+	return max(d.cfg.Pass.Lead, d.passConfig().Grace/2)
 }
 
 // enqueue hands one release to asynq, except a task job for a queue no live

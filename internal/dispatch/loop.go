@@ -85,7 +85,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 		s.capWait = d.budget.next()
 		return s.passed.Add(d.cfg.MaxSleep), false
 	}
-	cfg := *d.passCfg.Load()
+	cfg := d.passConfig()
 	cfg.Capacity = capacity
 	start := d.cfg.clock.Now()
 	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)

@@ -25,7 +25,7 @@ func (d *Dispatcher) readMeta(ctx context.Context) {
 		return
 	}
 	next := passUnder(d.cfg.Pass, m.Settings)
-	if prev := d.passCfg.Load(); *prev != next {
+	if d.passConfig() != next {
 		d.cfg.Logger.Info("deployment settings applied", "key", wire.MetaKey(d.cfg.Prefix),
 			"grace", next.Grace, "dead_retention", next.DeadRetention,
 			"dead_max_per_tenant", next.DeadMaxPerTenant, "attempt_log", next.AttemptLog)
@@ -62,4 +62,13 @@ func passUnder(p store.PassConfig, s wire.Settings) store.PassConfig {
 		p.AttemptLog = s.AttemptLog
 	}
 	return p
+}
+
+// passConfig is the pass configuration in force: Config.Pass under the settings
+// read from <prefix>:meta.
+func (d *Dispatcher) passConfig() store.PassConfig {
+	if p := d.passCfg.Load(); p != nil {
+		return *p
+	}
+	return d.cfg.Pass
 }

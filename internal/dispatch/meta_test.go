@@ -37,7 +37,7 @@ func TestDispatcherFollowsTheSettingsInMeta(t *testing.T) {
 		}
 	}
 	d := start(t, cfg)
-	if got := d.passCfg.Load(); got.Grace != 3*time.Second || got.AttemptLog != 7 || got.DeadRetention != time.Hour {
+	if got := d.passConfig(); got.Grace != 3*time.Second || got.AttemptLog != 7 || got.DeadRetention != time.Hour {
 		t.Fatalf("after Start: grace %s, attempt log %d, dead retention %s; want meta's 3s and 7, the configured 1h",
 			got.Grace, got.AttemptLog, got.DeadRetention)
 	}
