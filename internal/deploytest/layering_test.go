@@ -1,0 +1,89 @@
+package deploytest
+
+import (
+	"go/build"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sluicehq/sluice"
+
+// moduleDir is the module root, from this file's place in it.
+func moduleDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller information")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// sluiceDeps is every package of this module that pkg (a path below the
+// module, e.g. "internal/wire") imports, directly or not, tests excluded.
+func sluiceDeps(t *testing.T, root, pkg string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var visit func(rel string)
+	visit = func(rel string) {
+		p, err := build.ImportDir(filepath.Join(root, rel), 0)
+		if err != nil {
+			t.Fatalf("read package %s: %v", rel, err)
+		}
+		for _, imp := range p.Imports {
+			dep, ok := strings.CutPrefix(imp, module+"/")
+			if !ok || seen[dep] {
+				continue
+			}
+			seen[dep] = true
+			visit(dep)
+		}
+	}
+	visit(pkg)
+	deps := make([]string, 0, len(seen))
+	for d := range seen {
+		deps = append(deps, d)
+	}
+	slices.Sort(deps)
+	return deps
+}
+
+// TestPackageLayering keeps the dependency rules ARCHITECTURE.md states:
+// the wire contract imports no Sluice package; the HTTP sender does not
+// reach into the Redis layer or the dispatcher; workers and the public task
+// middleware do not depend on the dispatch loop; the script runner and the
+// version stand alone.
+func TestPackageLayering(t *testing.T) {
+	t.Parallel()
+	root := moduleDir(t)
+	for _, rule := range []struct {
+		pkg    string
+		banned []string // packages of this module it must not depend on
+		none   bool     // it must depend on no package of this module
+	}{
+		{pkg: "internal/wire", none: true},
+		{pkg: "internal/redisscript", none: true},
+		{pkg: "internal/version", none: true},
+		{pkg: "internal/webhook", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api"}},
+		{pkg: "internal/worker", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
+		{pkg: "sluicetask", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
+		{pkg: "internal/store", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config"}},
+		{pkg: "internal/policy", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
+		{pkg: "internal/job", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy"}},
+	} {
+		deps := sluiceDeps(t, root, rule.pkg)
+		if rule.none && len(deps) > 0 {
+			t.Errorf("%s imports %v: it must import no package of this module", rule.pkg, deps)
+		}
+		for _, b := range rule.banned {
+			if slices.Contains(deps, b) {
+				t.Errorf("%s depends on %s (its imports: %v)", rule.pkg, b, deps)
+			}
+		}
+	}
+	if _, err := build.ImportDir(filepath.Join(root, "internal", "dispatcher"), 0); err == nil {
+		t.Error("internal/dispatcher exists again: the dispatcher is internal/dispatch")
+	}
+}
