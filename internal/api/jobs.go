@@ -226,9 +226,12 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 // a task job it also returns its queue. An item that is not valid UTF-8 is
 // 400 malformed, on its own.
 func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it store.Item, taskQueue string, err error) {
+	if err := job.CheckUTF8(raw); err != nil {
+		return store.Item{}, "", errorf(http.StatusBadRequest, CodeMalformed, "malformed item: %s", err.Error())
+	}
 	spec, err := job.Parse(raw) // raw is valid JSON: it came out of the batch body
 	if err != nil {
-		return store.Item{}, "", parseError("malformed item", err)
+		return store.Item{}, "", invalidJSON(err)
 	}
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
 		return store.Item{}, "", err
@@ -266,22 +269,14 @@ func parseJob(raw []byte) (job.Spec, error) {
 	if !json.Valid(raw) {
 		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON: %s", syntaxError(raw))
 	}
+	if err := job.CheckUTF8(raw); err != nil {
+		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+	}
 	spec, err := job.Parse(raw)
 	if err != nil {
-		return job.Spec{}, parseError("malformed JSON body", err)
+		return job.Spec{}, invalidJSON(err)
 	}
 	return spec, nil
-}
-
-// parseError maps job.Parse's error: invalid UTF-8 is 400 malformed
-// ("<what>: invalid UTF-8 in payload.a (byte 12)"), anything else
-// invalidJSON's 422.
-func parseError(what string, err error) error {
-	var bad *job.UTF8Error
-	if errors.As(err, &bad) {
-		return errorf(http.StatusBadRequest, CodeMalformed, "%s: %s", what, bad.Error())
-	}
-	return invalidJSON(err)
 }
 
 // invalidJSON is the 422 for well-formed JSON that does not decode into

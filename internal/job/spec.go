@@ -90,15 +90,11 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
-// Parse decodes one job object strictly (unknown fields are errors). JSON
-// that is not valid UTF-8 anywhere (a field, a key, the payload) is a
-// *UTF8Error: Go's decoder would clean it in some fields and keep it in
-// payload.
+// Parse decodes one job object strictly (unknown fields are errors). It
+// does not check UTF-8: a producer's job goes through CheckUTF8 first (the
+// API does), a stored job has been.
 func Parse(data []byte) (Spec, error) {
 	var s Spec
-	if err := checkUTF8(data); err != nil {
-		return Spec{}, fmt.Errorf("decode job: %w", err)
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {

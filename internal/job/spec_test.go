@@ -123,7 +123,7 @@ func TestHopByHop(t *testing.T) {
 
 // Found by a hostile probe (#18): invalid UTF-8 was kept raw in payload and
 // replaced in the other fields.
-func TestParseRefusesInvalidUTF8(t *testing.T) {
+func TestCheckUTF8(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ body, path string }{
 		{"{\"type\":\"webhook\",\"payload\":{\"a\":[1,\"x\xc0\xaf\"]}}", "payload.a[1]"},
@@ -134,14 +134,14 @@ func TestParseRefusesInvalidUTF8(t *testing.T) {
 		{"{\"type\":\"http\",\"body\":\"ab\xc3\"}", "body"},
 	}
 	for _, tc := range cases {
-		_, err := Parse([]byte(tc.body))
+		err := CheckUTF8([]byte(tc.body))
 		var ue *UTF8Error
 		if !errors.As(err, &ue) || ue.Path != tc.path || tc.body[ue.Offset] < utf8.RuneSelf ||
 			!strings.Contains(err.Error(), tc.path) {
-			t.Errorf("Parse(%q) = %v, want a *UTF8Error in %s", tc.body, err, tc.path)
+			t.Errorf("CheckUTF8(%q) = %v, want a *UTF8Error in %s", tc.body, err, tc.path)
 		}
 	}
-	if _, err := Parse([]byte(`{"type":"webhook","event":"café ✓","payload":"\ud83d\ude00"}`)); err != nil {
+	if err := CheckUTF8([]byte(`{"type":"webhook","event":"café ✓","payload":"\ud83d\ude00"}`)); err != nil {
 		t.Errorf("valid UTF-8 refused: %v", err)
 	}
 }

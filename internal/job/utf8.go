@@ -8,10 +8,10 @@ import (
 	"unicode/utf8"
 )
 
-// UTF8Error is Parse's error for a job whose JSON is not valid UTF-8
+// UTF8Error is CheckUTF8's error for a job whose JSON is not valid UTF-8
 // (RFC 8259 §8.1): a string holding bytes that are no UTF-8 encoding, which
-// Go's decoder would otherwise replace with U+FFFD in a field and keep as
-// they are in payload.
+// Go's decoder (Parse) would replace with U+FFFD in a field and keep as they
+// are in payload.
 type UTF8Error struct {
 	// Offset is the byte offset of the first invalid byte in the JSON.
 	Offset int
@@ -27,8 +27,10 @@ func (e *UTF8Error) Error() string {
 	return fmt.Sprintf("invalid UTF-8 in %s (byte %d)", e.Path, e.Offset)
 }
 
-// checkUTF8 returns a *UTF8Error when data is not valid UTF-8.
-func checkUTF8(data []byte) error {
+// CheckUTF8 returns a *UTF8Error, locating the first invalid byte, when
+// the JSON text data is not valid UTF-8 anywhere (a field, a key, the
+// payload); nil otherwise. Producers' jobs are checked with it before Parse.
+func CheckUTF8(data []byte) error {
 	if utf8.Valid(data) {
 		return nil
 	}
