@@ -154,7 +154,8 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	capacity := &capacityLookup{s: s, r: r, tenant: tenant}
 	for i, raw := range jobs {
 		it, queue, err := s.batchItem(raw, capacity)
-		if e := (*Error)(nil); err != nil && (!errors.As(err, &e) || e.Status >= 500) {
+		var refused *Error
+		if err != nil && (!errors.As(err, &refused) || refused.Status >= 500) {
 			return 0, nil, err // reading the tenant's capacity failed: nothing was stored
 		}
 		if err == nil && queue != "" {
