@@ -29,7 +29,8 @@ type deadPage struct {
 
 // pauseTenant is POST /v1/tenants/{tenant}/pause (admin keys): no job of the
 // tenant leaves until `until` (or until resumed); enqueue still accepts.
-// 200 with the tenant view.
+// 200 with the tenant view; 422 for an `until` that is not in the future
+// (it would end the pause in force, untimed or not, at once).
 func (s *Server) pauseTenant(r *http.Request, c *call) (int, any, error) {
 	tenant, err := s.adminTenant(r, c)
 	if err != nil {
@@ -45,6 +46,10 @@ func (s *Server) pauseTenant(r *http.Request, c *call) (int, any, error) {
 	if req.Until != nil {
 		if until, err = time.Parse(time.RFC3339Nano, *req.Until); err != nil {
 			return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "until: not an RFC 3339 time: %q", *req.Until)
+		}
+		if !until.After(time.Now()) { // a past until would end an untimed pause at once
+			return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
+				"until: %s is not in the future; omit it to pause until resumed, or resume", *req.Until)
 		}
 	}
 	if err := s.opts.Store.Pause(r.Context(), tenant, until); err != nil {

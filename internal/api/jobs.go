@@ -73,7 +73,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
 			"idempotency_key: only batch items carry it; send the Idempotency-Key header")
 	}
-	it, err := s.itemOf(&spec)
+	it, err := s.itemOf(&spec, &capacityLookup{s: s, r: r, tenant: tenant})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -151,8 +151,13 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	results := make([]batchResult, len(jobs))
 	var items []store.Item
 	var index []int
+	capacity := &capacityLookup{s: s, r: r, tenant: tenant}
 	for i, raw := range jobs {
-		it, queue, err := s.batchItem(raw)
+		it, queue, err := s.batchItem(raw, capacity)
+		var refused *Error
+		if err != nil && (!errors.As(err, &refused) || refused.Status >= 500) {
+			return 0, nil, err // reading the tenant's capacity failed: nothing was stored
+		}
 		if err == nil && queue != "" {
 			refusal, errLive := s.taskQueueRefusal(r, &it, queue)
 			if errLive != nil {
@@ -219,8 +224,12 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 }
 
 // batchItem parses and validates one batch item (see itemFingerprint); for
-// a task job it also returns its queue.
-func (s *Server) batchItem(raw json.RawMessage) (it store.Item, taskQueue string, err error) {
+// a task job it also returns its queue. An item that is not valid UTF-8 is
+// 400 malformed, on its own.
+func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it store.Item, taskQueue string, err error) {
+	if err := job.CheckUTF8(raw); err != nil {
+		return store.Item{}, "", errorf(http.StatusBadRequest, CodeMalformed, "malformed item: %s", err.Error())
+	}
 	spec, err := job.Parse(raw) // raw is valid JSON: it came out of the batch body
 	if err != nil {
 		return store.Item{}, "", invalidJSON(err)
@@ -228,7 +237,7 @@ func (s *Server) batchItem(raw json.RawMessage) (it store.Item, taskQueue string
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
 		return store.Item{}, "", err
 	}
-	it, err = s.itemOf(&spec)
+	it, err = s.itemOf(&spec, capacity)
 	if err != nil {
 		return store.Item{}, "", err
 	}
@@ -254,11 +263,15 @@ func itemFingerprint(it store.Item) [32]byte {
 	return sum
 }
 
-// parseJob decodes one job strictly: 400 for malformed JSON, 422 naming
-// the field for an unknown field or a wrong type.
+// parseJob decodes one job strictly: 400 for malformed JSON or JSON that
+// is not valid UTF-8 (naming where), 422 naming the field for an unknown
+// field or a wrong type.
 func parseJob(raw []byte) (job.Spec, error) {
 	if !json.Valid(raw) {
 		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON: %s", syntaxError(raw))
+	}
+	if err := job.CheckUTF8(raw); err != nil {
+		return job.Spec{}, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
 	}
 	spec, err := job.Parse(raw)
 	if err != nil {
@@ -286,9 +299,16 @@ func invalidJSON(err error) error {
 }
 
 // itemOf validates spec (every problem in one 422) and builds its Item;
-// IdemKey and Fingerprint are left to the caller.
-func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
-	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: policy.MaxBurst})
+// IdemKey and Fingerprint are left to the caller. A cost above
+// policy.MaxBurst is refused naming the tenant's capacity (capacity reads
+// it; 503 when it cannot); a smaller cost is checked against the tenant's
+// policy by the store's enqueue script.
+func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, error) {
+	maxCost, err := capacity.maxCost(spec)
+	if err != nil {
+		return store.Item{}, err
+	}
+	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: maxCost})
 	errs := []error{err}
 	if spec.URL != "" {
 		if err := webhook.CheckLiteral(spec.URL, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
@@ -299,6 +319,34 @@ func (s *Server) itemOf(spec *job.Spec) (store.Item, error) {
 		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
 	return store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical()}, nil
+}
+
+// capacityLookup reads a tenant's capacity — min(burst, admit.burst) of its
+// effective policy, the largest cost it admits — at most once per request,
+// and only for a job whose cost exceeds policy.MaxBurst: such a cost is
+// refused whatever the policy, and the message names the tenant's number,
+// not the bound of every policy.
+type capacityLookup struct {
+	s        *Server
+	r        *http.Request
+	tenant   string
+	capacity int64 // 0 until read
+}
+
+// maxCost is the job.Rules.MaxCost to check spec with: policy.MaxBurst, or
+// the tenant's capacity when spec's cost exceeds policy.MaxBurst.
+func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
+	if spec.Cost == nil || *spec.Cost <= policy.MaxBurst {
+		return policy.MaxBurst, nil
+	}
+	if c.capacity == 0 {
+		rec, err := c.s.opts.Store.TenantPolicy(c.r.Context(), c.tenant)
+		if err != nil {
+			return 0, c.s.storeError(c.r, "get_policy", err)
+		}
+		c.capacity = min(rec.Effective.Burst, rec.Effective.AdmitBurst)
+	}
+	return c.capacity, nil
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was stored).

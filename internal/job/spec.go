@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -89,7 +90,9 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
-// Parse decodes one job object strictly (unknown fields are errors).
+// Parse decodes one job object strictly (unknown fields are errors). It
+// does not check UTF-8: a producer's job goes through CheckUTF8 first (the
+// API does), a stored job has been.
 func Parse(data []byte) (Spec, error) {
 	var s Spec
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -153,11 +156,8 @@ func (s *Spec) validateHTTP(add adder) {
 		add("headers", "%d headers, at most %d", len(s.Headers), MaxHeaders)
 	}
 	for name, value := range s.Headers {
-		if !validHeaderName(name) {
-			add("headers", "header name %q is not a valid token", name)
-		}
-		if strings.ContainsAny(value, "\r\n\x00") || len(value) > maxHeaderValueLen {
-			add("headers", "value of header %q holds CR, LF or NUL or is longer than %d bytes", name, maxHeaderValueLen)
+		for _, p := range headerProblems(name, value) {
+			add("headers", "%s", p)
 		}
 	}
 	if s.Body != nil && s.BodyBase64 != nil {
@@ -252,18 +252,83 @@ func (s *Spec) Canonical() []byte {
 }
 
 func checkURL(raw string, add adder) {
+	if err := CheckURL(raw); err != nil {
+		add("url", "%v", err)
+	}
+}
+
+// CheckURL checks the url of a webhook or http job: an absolute http or
+// https URL with a host and without credentials, holding nothing Go's client
+// would write to the request line as it is — no space, other whitespace or
+// ASCII control character anywhere, no byte outside ASCII in the query
+// (percent-encode them). The error says what is wrong without naming the
+// field. The sender (internal/webhook) applies it again to stored jobs.
+func CheckURL(raw string) error {
 	if raw == "" {
-		add("url", "required, an absolute http or https URL")
-		return
+		return errors.New("required, an absolute http or https URL")
+	}
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("byte %d is a space or a control character (0x%02x); percent-encode it", i, c)
+		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
-		add("url", "%q is not an absolute http or https URL", raw)
-		return
+		return fmt.Errorf("%q is not an absolute http or https URL", raw)
 	}
 	if u.User != nil {
-		add("url", "credentials in the URL are not allowed; use headers")
+		return errors.New("credentials in the URL are not allowed; use headers")
 	}
+	for i := 0; i < len(u.RawQuery); i++ {
+		if u.RawQuery[i] >= utf8.RuneSelf {
+			return errors.New("the query holds bytes outside ASCII; percent-encode them")
+		}
+	}
+	return nil
+}
+
+// hopByHop are the connection-level headers an http job may not set
+// (compared case-insensitively), besides every name starting with "Proxy-":
+// they belong to the hop between Sluice and the upstream, which Go's client
+// manages.
+var hopByHop = []string{"Connection", "Upgrade", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Expect"}
+
+// HopByHop reports whether name is a hop-by-hop header an http job may not
+// set: Connection, Upgrade, Keep-Alive, TE, Trailer, Transfer-Encoding,
+// Expect or any Proxy-* (Proxy-Authorization, Proxy-Authenticate, …), in any
+// case.
+func HopByHop(name string) bool {
+	if len(name) >= len("Proxy-") && strings.EqualFold(name[:len("Proxy-")], "Proxy-") {
+		return true
+	}
+	return slices.ContainsFunc(hopByHop, func(h string) bool { return strings.EqualFold(h, name) })
+}
+
+// CheckHeader checks one header of an http job: the name an RFC 9110
+// token and not hop-by-hop (HopByHop), the value free of CR, LF and NUL and
+// at most 8 KiB. The error lists every problem without naming the field.
+// The sender (internal/webhook) applies it again to stored jobs.
+func CheckHeader(name, value string) error {
+	if p := headerProblems(name, value); len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// headerProblems lists what is wrong with one header of an http job.
+func headerProblems(name, value string) []string {
+	var out []string
+	switch {
+	case !validHeaderName(name):
+		out = append(out, fmt.Sprintf("header name %q is not a valid token", name))
+	case HopByHop(name):
+		out = append(out, fmt.Sprintf("header %q is hop-by-hop (Connection, Upgrade, Keep-Alive, TE, Trailer, "+
+			"Transfer-Encoding, Expect, Proxy-*) and may not be set", name))
+	}
+	if strings.ContainsAny(value, "\r\n\x00") || len(value) > maxHeaderValueLen {
+		out = append(out, fmt.Sprintf("value of header %q holds CR, LF or NUL or is longer than %d bytes", name, maxHeaderValueLen))
+	}
+	return out
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

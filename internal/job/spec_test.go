@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var rules = Rules{TaskQueues: []string{"default", "mail"}, MaxCost: 5}
@@ -61,6 +62,23 @@ func TestValidate(t *testing.T) {
 		{"bad run_at", `{"type":"task","task_type":"t","run_at":"tomorrow"}`, []string{"run_at"}},
 		{"max_attempts 0", `{"type":"task","task_type":"t","max_attempts":0}`, []string{"max_attempts"}},
 		{"every problem at once", `{"type":"http","method":"X","url":"x","cost":-1,"delay":"soon"}`, []string{"cost", "delay", "method", "url"}},
+		// Found by a hostile probe (#18): what Go would write to the request line as it is.
+		{"space in the query", `{"type":"http","method":"GET","url":"https://x.io/a?c=d HTTP/1.0"}`, []string{"url"}},
+		{"space in the path", `{"type":"http","method":"GET","url":"https://x.io/a b"}`, []string{"url"}},
+		{"tab in the url", `{"type":"webhook","url":"https://x.io/a\tb","event":"e"}`, []string{"url"}},
+		{"CRLF in the url", `{"type":"http","method":"GET","url":"https://x.io/a\r\nX-B: c"}`, []string{"url"}},
+		{"DEL in the url", `{"type":"http","method":"GET","url":"https://x.io/\u007f"}`, []string{"url"}},
+		{"leading space", `{"type":"http","method":"GET","url":" https://x.io/"}`, []string{"url"}},
+		{"non-ASCII query", `{"type":"http","method":"GET","url":"https://x.io/?q=\u00e9"}`, []string{"url"}},
+		{"non-ASCII path is escaped by Go", `{"type":"http","method":"GET","url":"https://x.io/caf\u00e9?q=%C3%A9"}`, nil},
+		{"no host", `{"type":"http","method":"GET","url":"http:///a"}`, []string{"url"}},
+		{"opaque", `{"type":"http","method":"GET","url":"http:x.io"}`, []string{"url"}},
+		{"Connection header", `{"type":"http","method":"GET","url":"https://x.io","headers":{"Connection":"close"}}`, []string{"headers"}},
+		{"lower-case hop-by-hop headers", `{"type":"http","method":"GET","url":"https://x.io","headers":{"upgrade":"h2c","te":"trailers","transfer-encoding":"chunked"}}`,
+			[]string{"headers", "headers", "headers"}},
+		{"Proxy-* headers", `{"type":"http","method":"GET","url":"https://x.io","headers":{"PROXY-AUTHORIZATION":"x","Proxy-Connection":"y"}}`,
+			[]string{"headers", "headers"}},
+		{"end-to-end headers pass", `{"type":"http","method":"GET","url":"https://x.io","headers":{"Authorization":"x","X-Proxy-Id":"y","Accept":"z"}}`, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +100,49 @@ func TestParseRejectsUnknownFields(t *testing.T) {
 	_, err := Parse([]byte(`{"type":"task","task_type":"t","colour":"red"}`))
 	if err == nil || !strings.Contains(err.Error(), "colour") {
 		t.Fatalf("Parse with unknown field: err = %v, want it named", err)
+	}
+}
+
+func TestHopByHop(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Connection", "connection", "UPGRADE", "Keep-Alive", "TE", "te", "Trailer",
+		"Transfer-Encoding", "Expect", "Proxy-Authorization", "Proxy-Authenticate", "proxy-connection", "Proxy-X"} {
+		if !HopByHop(name) {
+			t.Errorf("HopByHop(%q) = false", name)
+		}
+		if err := CheckHeader(name, "v"); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("CheckHeader(%q) = %v, want it named as hop-by-hop", name, err)
+		}
+	}
+	for _, name := range []string{"Authorization", "Content-Type", "Trailers", "Proxy", "X-Proxy-Id", "Tea"} {
+		if HopByHop(name) || CheckHeader(name, "v") != nil {
+			t.Errorf("%q refused as hop-by-hop", name)
+		}
+	}
+}
+
+// Found by a hostile probe (#18): invalid UTF-8 was kept raw in payload and
+// replaced in the other fields.
+func TestCheckUTF8(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ body, path string }{
+		{"{\"type\":\"webhook\",\"payload\":{\"a\":[1,\"x\xc0\xaf\"]}}", "payload.a[1]"},
+		{"{\"type\":\"webhook\",\"event\":\"\xff\"}", "event"},
+		{"{\"type\":\"http\",\"headers\":{\"X-A\":\"ok\",\"X-B\":\"\xed\xa0\x80\"}}", "headers.X-B"},
+		{"{\"type\":\"task\",\"payload\":{\"k\":{},\"\xfe\":1}}", "a key of payload"},
+		{"{\"typ\xe9\":\"task\"}", "a key of the job"},
+		{"{\"type\":\"http\",\"body\":\"ab\xc3\"}", "body"},
+	}
+	for _, tc := range cases {
+		err := CheckUTF8([]byte(tc.body))
+		var ue *UTF8Error
+		if !errors.As(err, &ue) || ue.Path != tc.path || tc.body[ue.Offset] < utf8.RuneSelf ||
+			!strings.Contains(err.Error(), tc.path) {
+			t.Errorf("CheckUTF8(%q) = %v, want a *UTF8Error in %s", tc.body, err, tc.path)
+		}
+	}
+	if err := CheckUTF8([]byte(`{"type":"webhook","event":"café ✓","payload":"\ud83d\ude00"}`)); err != nil {
+		t.Errorf("valid UTF-8 refused: %v", err)
 	}
 }
 

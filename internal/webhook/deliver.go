@@ -17,7 +17,9 @@ import (
 )
 
 // ErrInvalidJob is wrapped by Deliver's error when the job cannot be turned
-// into a request (wrong type, bad URL or method, bad body_base64).
+// into a request (wrong type, bad URL or method, bad body_base64) or is one
+// enqueue refuses (job.CheckURL, job.CheckHeader): a URL Go would write to
+// the request line as it is, a hop-by-hop header.
 // Classify treats it as a permanent failure.
 var ErrInvalidJob = errors.New("invalid job")
 
@@ -140,6 +142,9 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	case wire.TypeHTTP:
 		method = spec.Method
 		for name, value := range spec.Headers {
+			if err := job.CheckHeader(name, value); err != nil {
+				return nil, fmt.Errorf("%w: job %s: headers: %w", ErrInvalidJob, req.ID, err)
+			}
 			header.Set(name, value)
 		}
 		switch {
@@ -152,6 +157,9 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 		}
 	default:
 		return nil, fmt.Errorf("%w: job %s: type %q cannot be delivered over HTTP", ErrInvalidJob, req.ID, spec.Type)
+	}
+	if err := job.CheckURL(spec.URL); err != nil { // a stored job is checked as at enqueue
+		return nil, fmt.Errorf("%w: job %s: url: %w", ErrInvalidJob, req.ID, err)
 	}
 	var rd io.Reader
 	if body != nil {

@@ -131,6 +131,15 @@ func TestDeliverInvalidJobSendsNothing(t *testing.T) {
 		"relative url":   {Type: wire.TypeWebhook, URL: "/in", Event: "e"},
 		"bad base64":     {Type: wire.TypeHTTP, Method: "POST", URL: rcv.URL, BodyBase64: &bad},
 		"invalid method": {Type: wire.TypeHTTP, Method: "GE T", URL: rcv.URL},
+		// Found by a hostile probe (#18): stored jobs enqueue now refuses.
+		"space in the query":     {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL + "/a?c=d HTTP/1.0"},
+		"space in the path":      {Type: wire.TypeWebhook, URL: rcv.URL + "/a b", Event: "e"},
+		"tab in the query":       {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL + "/a?c=\td"},
+		"non-ASCII query":        {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL + "/a?c=\u00e9"},
+		"Connection header":      {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL, Headers: map[string]string{"connection": "Upgrade"}},
+		"Proxy-* header":         {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL, Headers: map[string]string{"Proxy-Authorization": "x"}},
+		"Transfer-Encoding":      {Type: wire.TypeHTTP, Method: "POST", URL: rcv.URL, Headers: map[string]string{"Transfer-Encoding": "chunked"}},
+		"CRLF in a header value": {Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL, Headers: map[string]string{"X-A": "a\r\nX-B: c"}},
 	} {
 		res := deliver(t, c, Request{ID: "j1_bad", Job: spec})
 		kind, _, reason := Classify(res.Status, res.Header, res.Err, time.Now())
