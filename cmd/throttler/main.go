@@ -121,7 +121,8 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 	}
 	opts := api.Options{EgressAllow: allow, Keys: cfg.Auth.ByHash(), Limits: map[string]api.Limit{}, Redis: rdb,
 		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
-		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes)}
+		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
+		RequestTimeout: cfg.Redis.RequestTimeout}
 	for name, lim := range limiters {
 		lc := cfg.Limits[name]
 		if name == config.APILimitName {

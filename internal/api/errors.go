@@ -1,13 +1,17 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Error codes of DESIGN §4.3. Each maps to one HTTP status.
@@ -25,7 +29,25 @@ const (
 	CodeRateLimited       = "rate_limited"
 	CodeBacklogFull       = "backlog_full"
 	CodeUnavailable       = "unavailable"
+	CodeStorageFull       = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
 )
+
+// StorageFullRetryAfter is the Retry-After, in seconds, of a 507
+// storage_full: memory comes back as the dispatcher drains backlogs and
+// finished jobs expire, which takes seconds rather than the one second of
+// a 503.
+const StorageFullRetryAfter = 5
+
+// MessageOutcomeUnknown starts the message of a 503 unavailable answered to
+// a write whose command may have reached Redis before the deadline (or the
+// connection) was lost: it may have been applied. An enqueue retried with
+// the same Idempotency-Key (or idempotency_key) is then stored at most once.
+const MessageOutcomeUnknown = "outcome unknown"
+
+// writeOps are the Store operations (storeError's op) that change state.
+var writeOps = map[string]bool{
+	"enqueue": true, "cancel": true, "put_policy": true, "pause": true, "resume": true, "replay": true,
+}
 
 // Error is an API error: the status, a stable code and a message for people.
 // Handlers return it; writeError renders it as {"error": {"code", "message"}}.
@@ -41,6 +63,48 @@ func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Cod
 
 func errorf(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// redisFailure maps a Store call of op that failed in Redis (counted under
+// op and logged): Redis out of memory is 507 storage_full (Redis refuses a
+// function before it runs: nothing was written); a write whose command may
+// have reached Redis — a timeout or a lost connection after sending — is
+// 503 unavailable with MessageOutcomeUnknown; anything else is 503
+// unavailable. Every one carries Retry-After.
+func (s *Server) redisFailure(r *http.Request, op string, err error) error {
+	s.metrics.RedisErrors.WithLabelValues(op).Inc()
+	if redis.IsOOMError(err) {
+		s.metrics.StorageFull.Inc()
+		s.opts.Logger.WarnContext(r.Context(), "Redis out of memory", "op", op, "err", err)
+		return &Error{Status: http.StatusInsufficientStorage, Code: CodeStorageFull,
+			Message: "storage full: Redis is out of memory; nothing was stored, retry later", RetryAfter: StorageFullRetryAfter}
+	}
+	s.opts.Logger.WarnContext(r.Context(), "store unavailable", "op", op, "err", err)
+	if writeOps[op] && mayHaveRun(r.Context(), err) {
+		what := "the change may have been applied; retry"
+		if op == "enqueue" {
+			what = "the job may have been stored; retry with the same " + HeaderIdempotencyKey + " (batch items: idempotency_key)"
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: 1,
+			Message: MessageOutcomeUnknown + ": Redis did not answer in time and " + what}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "storage unavailable, retry later", RetryAfter: 1}
+}
+
+// mayHaveRun reports whether a command that failed with err may have
+// reached Redis: not when Redis answered with an error, when no
+// connection could be had (dial, pool timeout) or when the request's Redis
+// budget was spent before its first call.
+func mayHaveRun(ctx context.Context, err error) bool {
+	var rerr redis.Error
+	var nerr *net.OpError
+	switch {
+	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &nerr) && nerr.Op == "dial":
+		return false
+	}
+	return !spentBeforeUse(ctx)
 }
 
 type errorBody struct {

@@ -10,6 +10,7 @@ type Metrics struct {
 	Decisions   *prometheus.CounterVec   // sluice_limit_decisions_total{limit, outcome}
 	RedisErrors *prometheus.CounterVec   // sluice_redis_errors_total{op}
 	FailOpen    prometheus.Counter       // sluice_api_limiter_fail_open_total
+	StorageFull prometheus.Counter       // sluice_api_storage_full_total
 	Latency     *prometheus.HistogramVec // sluice_http_request_duration_seconds{route, code}
 }
 
@@ -28,13 +29,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_api_limiter_fail_open_total",
 			Help: "Requests let through without the API's own limiter because Redis could not be reached.",
 		}),
+		StorageFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_api_storage_full_total",
+			Help: "Requests answered 507 storage_full because Redis was out of memory (maxmemory).",
+		}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",
 			Help:    "HTTP request latency by route pattern and status code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.Decisions, m.RedisErrors, m.FailOpen, m.Latency)
+	reg.MustRegister(m.Decisions, m.RedisErrors, m.FailOpen, m.StorageFull, m.Latency)
 	return m
 }
 

@@ -50,8 +50,18 @@ type Options struct {
 	APIFailOpen bool
 	// Limits are the limits served by POST /v1/limits/{name}/check.
 	Limits map[string]Limit
-	// Redis is pinged by /readyz.
+	// Redis is pinged by /readyz. Build it with ContextTimeoutEnabled (as
+	// config.RedisConfig.Client does): otherwise go-redis ignores the
+	// deadlines below while waiting on a socket.
 	Redis redis.UniversalClient
+	// RequestTimeout bounds the time one /v1 request waits on Redis: the
+	// API limiter and the route's own calls together, counted from the
+	// first Redis call of each (reading the body does not count). Past it
+	// the request answers 503 unavailable with Retry-After; default
+	// RequestTimeoutDefault (config.RedisConfig.RequestTimeout).
+	RequestTimeout time.Duration
+	// ReadyTimeout bounds /readyz's PING; default ReadyTimeoutDefault.
+	ReadyTimeout time.Duration
 	// Registry serves /metrics and receives the API's metrics.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -113,6 +123,12 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBatchBytes <= 0 {
 		opts.MaxBatchBytes = int64(config.MaxBatchBytesDefault)
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = RequestTimeoutDefault
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = ReadyTimeoutDefault
+	}
 	s := &Server{
 		opts:    opts,
 		keys:    keyring(opts.Keys),
@@ -154,8 +170,10 @@ func (s *Server) routes() {
 	}))
 }
 
+// readyz is GET /readyz: 200 when Redis answers PING within
+// Options.ReadyTimeout, else 503 unavailable with Retry-After: 1.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
 	defer cancel()
 	if err := s.opts.Redis.Ping(ctx).Err(); err != nil {
 		s.metrics.RedisErrors.WithLabelValues("ping").Inc()
@@ -187,7 +205,8 @@ func (s *Server) plain(h http.HandlerFunc) http.Handler {
 
 // v1 wraps a /v1 route: authenticate, charge the API limiter cost tokens,
 // run h, then write the rate-limit headers of every limit that applied and
-// the body or error.
+// the body or error. The limiter and h share one Redis budget,
+// Options.RequestTimeout (see redisBudget).
 func (s *Server) v1(cost int64, h handler) http.Handler {
 	return s.plain(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{w: w}
@@ -211,14 +230,19 @@ func (s *Server) serveV1(r *http.Request, c *call, cost int64, h handler) (int, 
 		return 0, nil, err
 	}
 	c.key = key
-	apiApplied, err := s.chargeAPI(r.Context(), key, cost)
+	start := time.Now()
+	actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+	apiApplied, err := s.chargeAPI(actx, key, cost)
+	cancel()
 	if err != nil {
 		if apiApplied != nil {
 			c.applied = append(c.applied, *apiApplied)
 		}
 		return 0, nil, err
 	}
-	status, body, err := h(r, c)
+	budget := newRedisBudget(r.Context(), s.opts.RequestTimeout-time.Since(start))
+	defer budget.stop()
+	status, body, err := h(r.WithContext(budget), c)
 	if apiApplied != nil { // the route's own limits first, then the API's
 		c.applied = append(c.applied, *apiApplied)
 	}

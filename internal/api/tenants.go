@@ -183,8 +183,9 @@ func tenantOf(r *http.Request, c *call) (string, error) {
 
 // storeError maps a Store error: no such job → 404; bad input the API's
 // checks missed → 422; a reply of the wrong shape → 500 (a bug, logged by
-// the caller's wrapper); anything else is Redis failing → 503 with
-// Retry-After: 1, counted under op and logged.
+// the caller's wrapper); anything else is Redis failing → redisFailure
+// (507 when out of memory, else 503; Retry-After), counted under op and
+// logged.
 func (s *Server) storeError(r *http.Request, op string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -194,7 +195,5 @@ func (s *Server) storeError(r *http.Request, op string, err error) error {
 	case errors.Is(err, store.ErrProtocol):
 		return err
 	}
-	s.metrics.RedisErrors.WithLabelValues(op).Inc()
-	s.opts.Logger.WarnContext(r.Context(), "store unavailable", "op", op, "err", err)
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "storage unavailable, retry later", RetryAfter: 1}
+	return s.redisFailure(r, op, err)
 }

@@ -89,7 +89,19 @@ type RedisConfig struct {
 	// Shards is the number of shards, 1…store.MaxShards; default
 	// store.ShardsDefault.
 	Shards int `yaml:"shards"`
+	// RequestTimeout bounds the Redis work of one API request (every /v1
+	// route; /readyz has its own bound, api.ReadyTimeoutDefault): past it
+	// the request answers 503 unavailable. Positive, at most
+	// MaxRequestTimeout; default RequestTimeoutDefault.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
+
+// RequestTimeoutDefault is RedisConfig.RequestTimeout's default, and
+// MaxRequestTimeout its upper bound.
+const (
+	RequestTimeoutDefault = time.Second
+	MaxRequestTimeout     = time.Minute
+)
 
 // DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and
 // symbols"). Lead and MinLead are fixed in <prefix>:meta once written.

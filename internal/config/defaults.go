@@ -53,6 +53,7 @@ func (r RedisConfig) withDefaults() RedisConfig {
 	r.URL = cmp.Or(r.URL, RedisURLDefault)
 	r.Prefix = cmp.Or(r.Prefix, RedisPrefixDefault)
 	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
+	r.RequestTimeout = cmp.Or(r.RequestTimeout, RequestTimeoutDefault)
 	return r
 }
 

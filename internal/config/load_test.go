@@ -75,7 +75,7 @@ func problemFields(t *testing.T, err error) []string {
 func defaultConfig() *Config {
 	return &Config{
 		Listen: "127.0.0.1:8080",
-		Redis:  RedisConfig{URL: "redis://127.0.0.1:6379/0", Prefix: "sluice", Shards: 16},
+		Redis:  RedisConfig{URL: "redis://127.0.0.1:6379/0", Prefix: "sluice", Shards: 16, RequestTimeout: time.Second},
 		Limits: map[string]LimitConfig{
 			"api": {Algorithm: bucket.SlidingWindow, Limit: 1000, Window: time.Minute, FailOpen: ptr(true)},
 		},
@@ -174,7 +174,7 @@ func TestLoadEveryKey(t *testing.T) {
 		Listen: "0.0.0.0:9090",
 		Redis: RedisConfig{
 			URL: "rediss://user:pw@redis.internal:6380/0", Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"},
-			Prefix: "sl.test-1", Shards: 32,
+			Prefix: "sl.test-1", Shards: 32, RequestTimeout: 2500 * time.Millisecond,
 		},
 		Auth: AuthConfig{Keys: []KeyConfig{
 			{Name: "producer", SHA256: strings.ToUpper(producerHash), Tenants: []string{"acme-*", "globex"}, Limits: []string{"search", "geo"}},

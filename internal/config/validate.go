@@ -132,6 +132,9 @@ func (r RedisConfig) validate(p *problems) {
 	if r.Shards < 1 || r.Shards > store.MaxShards {
 		p.add("redis.shards", "must be from 1 to %d, got %d", store.MaxShards, r.Shards)
 	}
+	if r.RequestTimeout <= 0 || r.RequestTimeout > MaxRequestTimeout {
+		p.add("redis.request_timeout", "must be positive and at most %s, got %s", dur(MaxRequestTimeout), dur(r.RequestTimeout))
+	}
 }
 
 // validatePolicies checks each set field of the defaults and of every

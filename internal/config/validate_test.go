@@ -284,3 +284,23 @@ func TestRedisURLErrorHidesPassword(t *testing.T) {
 		t.Errorf("error reveals the password: %v", err)
 	}
 }
+
+func TestRequestTimeoutBounds(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"redis: {request_timeout: -1s}", []string{"redis.request_timeout"}},
+		{"redis: {request_timeout: 2m}", []string{"redis.request_timeout"}},
+		{"redis: {request_timeout: 1m}", nil},
+		{"redis: {request_timeout: 250ms}", nil},
+	} {
+		c, err := loadString(t, tc.yaml+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.yaml, got, tc.want, err)
+		}
+		if err == nil && c.Redis.RequestTimeout <= 0 {
+			t.Errorf("%s: RequestTimeout = %s", tc.yaml, c.Redis.RequestTimeout)
+		}
+	}
+}

@@ -43,6 +43,7 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_limit_decisions_total":         {kind: counter, labels: []string{"limit", "outcome"}, dir: "internal/api", values: map[string][]string{"outcome": {"allowed", "limited"}}},
 	"sluice_redis_errors_total":            {kind: counter, labels: []string{"op"}, dir: "internal/api"},
 	"sluice_api_limiter_fail_open_total":   {kind: counter, dir: "internal/api"},
+	"sluice_api_storage_full_total":        {kind: counter, dir: "internal/api"},
 	"sluice_http_request_duration_seconds": {kind: histogram, labels: []string{"route", "code"}, dir: "internal/api"},
 
 	"sluice_dispatch_released_total":       {kind: counter, labels: []string{"type"}, dir: "internal/dispatch", values: map[string][]string{"type": {"webhook", "http", "task", "other"}}},
