@@ -129,7 +129,7 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 			opts.APILimiter, opts.APILimit, opts.APIFailOpen = lim, lc.Bucket(), lc.FailsOpen()
 			continue
 		}
-		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket()}
+		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket(), Shared: lc.Shared()}
 	}
 	return opts, nil
 }

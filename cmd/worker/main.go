@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer stopMetrics()
 	err = worker.Serve(ctx, rdb, w, worker.ServersConfig{Concurrency: cfg.Worker.Concurrency, Fetchers: cfg.Worker.Fetchers,
 		TaskCheckInterval: cfg.Worker.TaskCheckInterval, ShutdownTimeout: cfg.Worker.ShutdownTimeout, Lead: cfg.Dispatch.Lead,
-		MaxTimeout: maxTimeout, Logger: log, LogLevel: cfg.Log.SlogLevel(), LogAttrs: []any{"metrics", addr, "version", version.String()}}, func() {
+		MaxTimeout: maxTimeout, Logger: log, AsynqLogLevel: cfg.Log.AsynqSlogLevel(), LogAttrs: []any{"metrics", addr, "version", version.String()}}, func() {
 		if ready != nil {
 			ready(addr)
 		}

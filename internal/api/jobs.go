@@ -407,7 +407,8 @@ func admitApplied(a store.Admission, retry time.Duration) bucket.Applied {
 
 // jobView is a job as GET and DELETE /v1/jobs/{id} show it. Times are
 // RFC 3339 UTC with milliseconds, null when unset; job is the job as
-// stored (its canonical JSON), null once canceled.
+// stored (its canonical JSON) with an http job's secret header values
+// redacted (redactedJob), null once canceled.
 type jobView struct {
 	ID             string          `json:"id"`
 	Tenant         string          `json:"tenant"`
@@ -439,7 +440,7 @@ func viewOf(j store.Job) jobView {
 		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
 		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey}
 	if json.Valid(j.Body) {
-		v.Job = j.Body
+		v.Job = redactedJob(j.Body)
 	}
 	for _, a := range j.Attempts {
 		v.Attempts = append(v.Attempts, attemptView{At: timeString(a.At), Status: a.Status, LatencyMS: a.Latency.Milliseconds(), Error: a.Error})

@@ -7,6 +7,9 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 )
 
+// MaxCheckKeyLen bounds the key of a check, in bytes.
+const MaxCheckKeyLen = 256
+
 // checkRequest is the body of POST /v1/limits/{name}/check.
 type checkRequest struct {
 	Key  string `json:"key"`
@@ -44,7 +47,7 @@ func (s *Server) check(r *http.Request, c *call) (int, any, error) {
 	if err := validateCheck(req, lim.Limit); err != nil {
 		return 0, nil, err
 	}
-	d, err := lim.Limiter.Allow(r.Context(), req.Key, *req.Cost)
+	d, err := lim.Limiter.Allow(r.Context(), checkKey(lim, c.key.Name, req.Key), *req.Cost)
 	if err != nil {
 		return 0, nil, s.limiterError(name, err)
 	}
@@ -64,12 +67,22 @@ func (s *Server) check(r *http.Request, c *call) (int, any, error) {
 	return http.StatusOK, resp, nil
 }
 
+// checkKey is the limiter key of a check of key by the API key named
+// apiKey: key itself when the limit is shared, else "<apiKey>:<key>" (the
+// name, never the secret; names hold no ':', so two API keys never meet).
+func checkKey(l Limit, apiKey, key string) string {
+	if l.Shared {
+		return key
+	}
+	return apiKey + ":" + key
+}
+
 func validateCheck(req checkRequest, l bucket.Limit) error {
 	switch {
 	case req.Key == "":
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "key: required, 1 to %d bytes", bucket.MaxKeyLen)
-	case len(req.Key) > bucket.MaxKeyLen:
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "key: %d bytes, at most %d", len(req.Key), bucket.MaxKeyLen)
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "key: required, 1 to %d bytes", MaxCheckKeyLen)
+	case len(req.Key) > MaxCheckKeyLen:
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "key: %d bytes, at most %d", len(req.Key), MaxCheckKeyLen)
 	case req.Cost == nil:
 		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "cost: required, a positive integer")
 	case *req.Cost < 1:

@@ -94,6 +94,10 @@ type Options struct {
 type Limit struct {
 	Limiter bucket.Allower
 	Limit   bucket.Limit
+	// Shared makes every API key checking a key string use one bucket
+	// (config scope shared); false (scope api_key, the default) gives each
+	// API key its own (see checkKey).
+	Shared bool
 }
 
 // Server is the HTTP API. It is safe for concurrent use.

@@ -216,5 +216,7 @@ var (
 	ErrInvalidKey = errors.New("invalid limiter key")
 )
 
-// MaxKeyLen bounds a limiter key, so one caller cannot make Redis keys of any size.
-const MaxKeyLen = 256
+// MaxKeyLen bounds a limiter key, so one caller cannot make Redis keys of any
+// size. It leaves room for the API's check keys: an API key's name (at most
+// 64 bytes), ':' and the caller's key (at most 256 bytes).
+const MaxKeyLen = 512

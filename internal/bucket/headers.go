@@ -33,11 +33,12 @@ const (
 //     `"name";q=<limit>;w=<seconds>` and `"name";r=<remaining>;t=<seconds>`.
 //     On an allowed decision t is the seconds until the limit is full again
 //     (window reset); on a refused one t is the Retry-After of that limit.
-//   - X-RateLimit-Limit, -Remaining and -Reset (delta seconds) for the most
-//     restrictive limit (see MostRestrictive).
+//     Either is capped at w (see tSeconds): t never exceeds the window.
+//   - X-RateLimit-Limit, -Remaining and -Reset (delta seconds, the same t)
+//     for the most restrictive limit (see MostRestrictive).
 //   - Retry-After (delay-seconds, at least 1) when any limit refused: the
-//     largest of the refusing limits' waits, so it never points earlier than
-//     any t.
+//     largest of the refusing limits' waits, uncapped, so it never points
+//     earlier than any t.
 //
 // Seconds are rounded up. WriteHeaders does nothing when applied is empty.
 func WriteHeaders(h http.Header, applied []Applied) {
@@ -49,14 +50,14 @@ func WriteHeaders(h http.Header, applied []Applied) {
 	for _, a := range applied {
 		name := sfString(a.Name)
 		policies = append(policies, name+";q="+itoa(a.Decision.Limit)+";w="+itoa(ceilSeconds(a.Limit.PolicyWindow())))
-		states = append(states, name+";r="+itoa(a.Decision.Remaining)+";t="+itoa(tSeconds(a.Decision)))
+		states = append(states, name+";r="+itoa(a.Decision.Remaining)+";t="+itoa(tSeconds(a)))
 	}
 	h.Set(HeaderPolicy, strings.Join(policies, ", "))
 	h.Set(HeaderRateLimit, strings.Join(states, ", "))
 
-	m := applied[MostRestrictive(applied)].Decision
-	h.Set(HeaderLimit, itoa(m.Limit))
-	h.Set(HeaderRemaining, itoa(m.Remaining))
+	m := applied[MostRestrictive(applied)]
+	h.Set(HeaderLimit, itoa(m.Decision.Limit))
+	h.Set(HeaderRemaining, itoa(m.Decision.Remaining))
 	h.Set(HeaderReset, itoa(tSeconds(m)))
 	if s := RetryAfterSeconds(applied); s > 0 {
 		h.Set(HeaderRetryAfter, itoa(s))
@@ -70,7 +71,7 @@ func RetryAfterSeconds(applied []Applied) int64 {
 	var s int64
 	for _, a := range applied {
 		if !a.Decision.Allowed {
-			s = max(s, tSeconds(a.Decision))
+			s = max(s, waitSeconds(a.Decision))
 		}
 	}
 	return s
@@ -102,9 +103,19 @@ func moreRestrictive(a, b Decision) bool {
 	return a.ResetAfter > b.ResetAfter
 }
 
-// tSeconds is the t parameter: Retry-After (≥ 1) when refused, seconds until
-// reset when allowed.
-func tSeconds(d Decision) int64 {
+// tSeconds is a's t parameter: waitSeconds, capped at w (the policy window
+// in whole seconds, ≥ 1). A sliding window counter's reset (its weighted
+// count back to 0) is up to two windows away, and its wait for a large cost
+// can be too; but some quota comes back within one window of any use, which
+// is what t announces (draft-10: "until additional quota is made
+// available"). Retry-After keeps the uncapped wait.
+func tSeconds(a Applied) int64 {
+	return min(waitSeconds(a.Decision), ceilSeconds(a.Limit.PolicyWindow()))
+}
+
+// waitSeconds is Retry-After (≥ 1) when refused, seconds until reset when
+// allowed; whole seconds rounded up.
+func waitSeconds(d Decision) int64 {
 	if !d.Allowed {
 		return max(ceilSeconds(d.RetryAfter), 1)
 	}

@@ -2,10 +2,12 @@ package bucket
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/dunglas/httpsfv"
+	"pgregory.net/rapid"
 )
 
 // member is one parsed member of a RateLimit or RateLimit-Policy list.
@@ -14,7 +16,7 @@ type member struct {
 	params map[string]int64
 }
 
-func parseList(t *testing.T, h http.Header, field string) []member {
+func parseList(t tb, h http.Header, field string) []member {
 	t.Helper()
 	list, err := httpsfv.UnmarshalList(h.Values(field))
 	if err != nil {
@@ -135,5 +137,85 @@ func TestWriteHeadersEmptyWritesNothing(t *testing.T) {
 	WriteHeaders(h, nil)
 	if len(h) != 0 {
 		t.Errorf("headers written for no limits: %v", h)
+	}
+}
+
+// rateLimitT is t of the first member of the RateLimit header and w of the
+// first member of RateLimit-Policy.
+func rateLimitT(t tb, h http.Header) (tp, w int64) {
+	t.Helper()
+	return parseList(t, h, HeaderRateLimit)[0].params["t"], parseList(t, h, HeaderPolicy)[0].params["w"]
+}
+
+// TestSlidingWindowTNeverExceedsWindow is the probe's case: the API limiter
+// (sliding window, 1000 a minute) a few seconds into a window answered
+// t=115 for w=60, its reset being the weighted count's return to 0 (up to
+// two windows away).
+func TestSlidingWindowTNeverExceedsWindow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, apiLimit)
+	key := newKey()
+	for i, now := range []time.Duration{5 * time.Second, 5 * time.Second, 6 * time.Second, 65 * time.Second, 119 * time.Second} {
+		d := f.allowAt(key, 10, at(now))
+		if !d.Allowed || d.ResetAfter <= apiLimit.Window {
+			t.Fatalf("call %d at %v: %+v, want allowed with a reset beyond the window (the probe's case)", i+1, now, d)
+		}
+		h := http.Header{}
+		WriteHeaders(h, []Applied{{Name: "api", Limit: apiLimit, Decision: d}})
+		tp, w := rateLimitT(t, h)
+		if w != 60 || tp > w || tp < 1 {
+			t.Errorf("call %d at %v (reset %v): t=%d w=%d, want 1 ≤ t ≤ w = 60", i+1, now, d.ResetAfter, tp, w)
+		}
+		if h.Get(HeaderReset) != itoa(tp) {
+			t.Errorf("call %d: X-RateLimit-Reset = %s, want t = %d", i+1, h.Get(HeaderReset), tp)
+		}
+	}
+	// A refusal whose wait is longer than the window: t stops at w,
+	// Retry-After keeps the real wait.
+	f.allowAt(key, 10, at(121*time.Second))
+	d := f.allowAt(key, 1000, at(125*time.Second))
+	if d.Allowed || d.RetryAfter <= apiLimit.Window {
+		t.Fatalf("cost 1000 after use: %+v, want refused for more than a window", d)
+	}
+	h := http.Header{}
+	WriteHeaders(h, []Applied{{Name: "api", Limit: apiLimit, Decision: d}})
+	if tp, w := rateLimitT(t, h); tp != w || h.Get(HeaderRetryAfter) != itoa(ceilSeconds(d.RetryAfter)) {
+		t.Errorf("long refusal (wait %v): t=%d w=%d Retry-After=%s, want t = w and Retry-After the whole wait", d.RetryAfter, tp, w, h.Get(HeaderRetryAfter))
+	}
+}
+
+// TestPropertyTNeverExceedsWindow, for every algorithm on random timelines:
+// each decision's t is at most w; a refusal's Retry-After is at least t and
+// equals it when the wait fits in the window; an allowed decision's t is its
+// reset when that fits in the window.
+func TestPropertyTNeverExceedsWindow(t *testing.T) {
+	t.Parallel()
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			t.Parallel()
+			s := newShared(t)
+			rapid.Check(t, func(rt *rapid.T) {
+				l := drawLimit(rt, a)
+				f := s.fixture(rt, "lim", l)
+				key := newKey()
+				window := ceilSeconds(l.PolicyWindow())
+				for _, e := range drawTimeline(rt, refill(l)/4, l.Capacity(), 25) {
+					d := f.allowAt(key, e.cost, e.at)
+					h := http.Header{}
+					WriteHeaders(h, []Applied{{Name: "x", Limit: l, Decision: d}})
+					tp, w := rateLimitT(rt, h)
+					wait := waitSeconds(d)
+					retryAfter, _ := strconv.ParseInt(h.Get(HeaderRetryAfter), 10, 64)
+					switch {
+					case w != window || tp > w:
+						rt.Fatalf("at %v: %+v: t=%d w=%d, want t ≤ w = %d", e.at.Sub(epoch), d, tp, w, window)
+					case !d.Allowed && (retryAfter < tp || retryAfter != wait):
+						rt.Fatalf("at %v: %+v: Retry-After %d, want the whole wait %d ≥ t = %d", e.at.Sub(epoch), d, retryAfter, wait, tp)
+					case wait <= w && tp != wait:
+						rt.Fatalf("at %v: %+v: t=%d, want the wait %d (it fits in w = %d)", e.at.Sub(epoch), d, tp, wait, w)
+					}
+				}
+			})
+		})
 	}
 }

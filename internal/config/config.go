@@ -218,6 +218,7 @@ type WorkerConfig struct {
 const (
 	LogFormatDefault = "text"
 	LogLevelDefault  = "info"
+	LogAsynqDefault  = "warn"
 )
 
 // LogConfig selects logging.
@@ -226,4 +227,9 @@ type LogConfig struct {
 	Format string `yaml:"format"`
 	// Level is "debug", "info", "warn" or "error"; default LogLevelDefault.
 	Level string `yaml:"level"`
+	// Asynq is the least level of asynq's own lines in the worker's log,
+	// "debug", "info", "warn" or "error"; default LogAsynqDefault (at debug
+	// asynq logs "All queues are empty" on every empty poll of every server).
+	// A line shows only when Level lets it through too.
+	Asynq string `yaml:"asynq"`
 }

@@ -45,6 +45,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Log = LogConfig{
 		Format: cmp.Or(c.Log.Format, LogFormatDefault),
 		Level:  cmp.Or(c.Log.Level, LogLevelDefault),
+		Asynq:  cmp.Or(c.Log.Asynq, LogAsynqDefault),
 	}
 	return &out
 }

@@ -22,10 +22,21 @@ const (
 	FailOpenDefault       = true
 )
 
+// Scopes of a checkable limit's buckets (limits.<name>.scope).
+const (
+	// ScopeAPIKey gives each API key its own bucket per key string: one API
+	// key cannot spend another's tokens.
+	ScopeAPIKey = "api_key"
+	// ScopeShared gives every API key checking a key string the same bucket.
+	ScopeShared = "shared"
+	// ScopeDefault is the scope of a limit without one.
+	ScopeDefault = ScopeAPIKey
+)
+
 // LimitConfig is one named limit. Window algorithms (fixed_window,
 // sliding_log, sliding_window) take Limit and Window; bucket algorithms
 // (token_bucket, gcra) take Rate and Burst. No field has a default except
-// FailOpen.
+// FailOpen and Scope.
 type LimitConfig struct {
 	// Algorithm is one of bucket.Algorithms.
 	Algorithm bucket.Algorithm `yaml:"algorithm"`
@@ -42,6 +53,9 @@ type LimitConfig struct {
 	// unreachable; default FailOpenDefault. Setting it on another limit is
 	// an error.
 	FailOpen *bool `yaml:"fail_open"`
+	// Scope, for the checkable limits (not `api`, always per API key), is
+	// ScopeAPIKey or ScopeShared; "" means ScopeDefault (see Shared).
+	Scope string `yaml:"scope"`
 }
 
 // DefaultAPILimit returns the `api` limit used when the file has none:
@@ -70,6 +84,10 @@ func (l LimitConfig) FailsOpen() bool {
 	return *l.FailOpen
 }
 
+// Shared reports whether every API key checking a key string shares one
+// bucket (Scope ScopeShared); otherwise each API key has its own.
+func (l LimitConfig) Shared() bool { return l.Scope == ScopeShared }
+
 // validateLimits checks every limit by name, naming the offending field; a
 // limit whose fields pass is also checked with bucket.Limit.Validate.
 func validateLimits(p *problems, limits map[string]LimitConfig) {
@@ -82,6 +100,12 @@ func validateLimits(p *problems, limits map[string]LimitConfig) {
 		before := len(p.errs)
 		if l.FailOpen != nil && name != APILimitName {
 			p.add(at+".fail_open", "only the %s limit takes fail_open", APILimitName)
+		}
+		switch {
+		case l.Scope != "" && name == APILimitName:
+			p.add(at+".scope", "the %s limit is always per API key and takes no scope", APILimitName)
+		case l.Scope != "" && l.Scope != ScopeAPIKey && l.Scope != ScopeShared:
+			p.add(at+".scope", "must be %s or %s, got %q", ScopeAPIKey, ScopeShared, l.Scope)
 		}
 		switch {
 		case l.Algorithm == "":

@@ -91,7 +91,7 @@ func defaultConfig() *Config {
 		LimitsBytes: LimitsBytesConfig{MaxJobBytes: policy.MiB, MaxBatchBytes: 16 * policy.MiB},
 		TaskQueues:  []string{"default"},
 		Worker:      WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 4},
-		Log:         LogConfig{Format: "text", Level: "info"},
+		Log:         LogConfig{Format: "text", Level: "info", Asynq: "warn"},
 	}
 }
 
@@ -214,7 +214,7 @@ func TestLoadEveryKey(t *testing.T) {
 		TaskQueues:  []string{"critical", "low"},
 		Egress:      EgressConfig{Allow: []string{"10.1.2.3/16", "fd00::/8", "192.168.1.10/32"}},
 		Worker:      WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2},
-		Log:         LogConfig{Format: "json", Level: "debug"},
+		Log:         LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
 	}
 	assertConfig(t, got, want)
 

@@ -266,7 +266,19 @@ func (l LogConfig) validate(p *problems) {
 	if _, ok := logLevels[l.Level]; !ok {
 		p.add("log.level", "must be debug, info, warn or error, got %q", l.Level)
 	}
+	if _, ok := logLevels[l.Asynq]; !ok {
+		p.add("log.asynq", "must be debug, info, warn or error, got %q", l.Asynq)
+	}
 }
 
 // SlogLevel returns Level as a slog.Level (info for an invalid Level).
 func (l LogConfig) SlogLevel() slog.Level { return logLevels[l.Level] }
+
+// AsynqSlogLevel returns Asynq as a slog.Level: LogAsynqDefault's when
+// unset, info for an invalid value.
+func (l LogConfig) AsynqSlogLevel() slog.Level {
+	if l.Asynq == "" {
+		return logLevels[LogAsynqDefault]
+	}
+	return logLevels[l.Asynq]
+}

@@ -20,6 +20,7 @@ type limitYAML struct {
 	Rate      yamlRate         `yaml:"rate"`
 	Burst     int64            `yaml:"burst"`
 	FailOpen  *bool            `yaml:"fail_open"`
+	Scope     string           `yaml:"scope"`
 }
 
 // UnmarshalYAML implements yaml.v3's obsolete Unmarshaler, whose unmarshal
@@ -36,6 +37,7 @@ func (l *LimitConfig) UnmarshalYAML(unmarshal func(any) error) error {
 		Rate:      bucket.Rate(m.Rate),
 		Burst:     m.Burst,
 		FailOpen:  m.FailOpen,
+		Scope:     m.Scope,
 	}
 	return nil
 }

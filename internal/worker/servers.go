@@ -23,9 +23,12 @@ type ServersConfig struct {
 	// by ShutdownTimeout with Lead (D) and MaxTimeout, the largest
 	// configured attempt timeout.
 	ShutdownTimeout, Lead, MaxTimeout time.Duration
-	// Logger receives asynq's logs at LogLevel and above, and Serve's.
-	Logger   *slog.Logger
-	LogLevel slog.Level
+	// Logger receives Serve's lines, and asynq's at AsynqLogLevel and
+	// above (cmd/worker passes config log.asynq, default warn: asynq's
+	// debug lines include "All queues are empty" on every empty poll, about
+	// a hundred a second). Logger's handler filters both by its own level.
+	Logger        *slog.Logger
+	AsynqLogLevel slog.Level
 	// LogAttrs are added to the "worker running" line (the metrics address).
 	LogAttrs []any
 }
@@ -53,7 +56,7 @@ func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg Server
 	}
 	for _, n := range Split(cfg.Concurrency, cfg.Fetchers) {
 		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: n, TaskCheckInterval: cfg.TaskCheckInterval,
-			ShutdownTimeout: shutdown, Queues: w.Queues(), Logger: asynqLogger{cfg.Logger}, LogLevel: asynqLevel(cfg.LogLevel)})
+			ShutdownTimeout: shutdown, Queues: w.Queues(), Logger: asynqLogger{cfg.Logger}, LogLevel: asynqLevel(cfg.AsynqLogLevel)})
 		if err := srv.Start(w); err != nil {
 			shutdownAll()
 			return fmt.Errorf("start asynq server: %w", err)
@@ -110,7 +113,8 @@ func (a asynqLogger) Fatal(args ...any) {
 	os.Exit(1)
 }
 
-// asynqLevel is level as asynq's log level.
+// asynqLevel is level as asynq's log level: each slog level maps to the
+// asynq level of the same name, a level between two to the higher one.
 func asynqLevel(level slog.Level) asynq.LogLevel {
 	switch {
 	case level <= slog.LevelDebug:
