@@ -51,12 +51,12 @@ func TestRedactedJobLeavesOtherJobsAlone(t *testing.T) {
 // secretHeaders are the credentials an http job carries upstream; none of
 // their values may come back from the API.
 var secretHeaders = map[string]string{
-	"Authorization":       "Bearer upstream-bearer-1",
-	"Cookie":              "sid=upstream-cookie-2",
-	"X-Api-Key":           "upstream-apikey-3",
-	"Proxy-Authorization": "Basic upstream-proxy-4",
-	"X-Auth-Token":        "upstream-token-5",
-	"X-Client-Secret":     "upstream-secret-6",
+	"Authorization":   "Bearer upstream-bearer-1",
+	"Cookie":          "sid=upstream-cookie-2",
+	"X-Api-Key":       "upstream-apikey-3",
+	"X-Session-Id":    "upstream-session-4", // (Proxy-Authorization is hop-by-hop: refused at enqueue)
+	"X-Auth-Token":    "upstream-token-5",
+	"X-Client-Secret": "upstream-secret-6",
 }
 
 // requireRedacted fails unless the view r shows job id with every secret
