@@ -100,7 +100,7 @@ func TestCostAboveDispatchBurstIsInvalid(t *testing.T) {
 	it := item(`{}`)
 	it.Cost = 3
 	r := e.enqueue("acme", it)[0]
-	if r.Outcome != Refused || r.Code != CodeInvalid || !strings.Contains(r.Detail, "min(burst, admit_burst) = 2") {
+	if r.Outcome != Refused || r.Code != CodeInvalid || !strings.Contains(r.Detail, "min(burst, admit.burst) = 2") {
 		t.Fatalf("cost 3 with burst 2: got %+v, want invalid naming the limit", r)
 	}
 	if st := e.state("acme"); st.Exists || st.AdmitTokens != 100 {

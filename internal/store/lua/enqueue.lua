@@ -96,7 +96,7 @@ end
 local function caps(it)
   local size = #it.body
   if it.cost > math.min(p.burst, p.admit_burst) then
-    return {'refused', 'invalid', 0, 'cost ' .. istr(it.cost) .. ' exceeds min(burst, admit_burst) = '
+    return {'refused', 'invalid', 0, 'cost ' .. istr(it.cost) .. ' exceeds min(burst, admit.burst) = '
       .. istr(math.min(p.burst, p.admit_burst))}
   end
   if size > p.max_backlog_bytes then
