@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -266,8 +267,9 @@ func checkURL(raw string, add adder) {
 }
 
 // CheckURL checks the url of a webhook or http job: an absolute http or
-// https URL with a host, without credentials or an IPv6 zone, its port (if
-// any) 1 to 65535, holding nothing Go's client would write to the request
+// https URL with a host, without credentials, an IPv6 zone only on a
+// link-local address (the egress guard decides on those), its port (if any)
+// 1 to 65535, holding nothing Go's client would write to the request
 // line as it is — no space, other whitespace or ASCII control character
 // anywhere, no byte outside ASCII in the query (percent-encode them). The error says what is wrong without naming the
 // field. The sender (internal/webhook) applies it again to stored jobs.
@@ -287,8 +289,8 @@ func CheckURL(raw string) error {
 	if u.User != nil {
 		return errors.New("credentials in the URL are not allowed; use headers")
 	}
-	if strings.Contains(u.Hostname(), "%") {
-		return errors.New("an IPv6 zone (%25…) is not allowed in the host")
+	if host := u.Hostname(); strings.Contains(host, "%") && !linkLocal(host) {
+		return errors.New("an IPv6 zone (%25…) fits only a link-local address (fe80::/10)")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -358,6 +360,13 @@ func validHeaderName(name string) bool {
 		}
 	}
 	return true
+}
+
+// linkLocal reports whether host is a link-local IPv6 address (with its
+// zone): the only kind a zone selects an interface for.
+func linkLocal(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast())
 }
 
 // depth is how deep arrays and objects nest in the JSON text data (valid

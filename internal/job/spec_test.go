@@ -78,9 +78,10 @@ func TestValidate(t *testing.T) {
 			[]string{"headers", "headers", "headers"}},
 		{"Proxy-* headers", `{"type":"http","method":"GET","url":"https://x.io","headers":{"PROXY-AUTHORIZATION":"x","Proxy-Connection":"y"}}`,
 			[]string{"headers", "headers"}},
-		// #18 hostile requests: a zone picks the sending host's interface; a
+		// #18 hostile requests: a zone that means nothing (not link-local); a
 		// port Go parses but no socket has; a payload Redis's cjson cannot read.
-		{"IPv6 zone", `{"type":"webhook","url":"http://[2606:4700::1%25eth0]/","event":"e"}`, []string{"url"}},
+		{"IPv6 zone on a global address", `{"type":"webhook","url":"http://[2606:4700::1%25eth0]/","event":"e"}`, []string{"url"}},
+		{"IPv6 zone on a link-local address", `{"type":"webhook","url":"http://[fe80::1%25eth0]:8080/","event":"e"}`, nil},
 		{"IPv6 without a zone", `{"type":"webhook","url":"http://[2606:4700::1]:8443/","event":"e"}`, nil},
 		{"port above 65535", `{"type":"webhook","url":"http://x.io:65536/","event":"e"}`, []string{"url"}},
 		{"port 0", `{"type":"webhook","url":"http://x.io:0/","event":"e"}`, []string{"url"}},
