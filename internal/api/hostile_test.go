@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // keyspace is every key under a test's prefix: key → its type, whether it
@@ -112,8 +114,8 @@ func deep(n int) string {
 // and checks that each gets its documented status and error code in the
 // JSON error shape, and that the keyspace under the test's prefix is the
 // same afterwards, key by key (type, TTL presence, DUMP), except the API
-// limiter's keys <prefix>:rl:{api:<key name>} (README "Rate-limit
-// headers": a refused request is still charged to the API key).
+// limiter's keys <prefix>:rl:{api:<key name>} (README "API": a refused
+// request is still counted against its API key).
 func TestHostileRequestsChangeNothing(t *testing.T) {
 	t.Parallel()
 	var rdb *redis.Client
@@ -204,6 +206,7 @@ func TestHostileRequestsChangeNothing(t *testing.T) {
 		{name: "10 000 [ unclosed", path: jobs, body: strings.Repeat("[", 10_000), status: 400, code: malformed},
 		{name: "payload 10 001 deep", path: jobs, body: deep(10_001), status: 400, code: malformed},
 		{name: "task payload 1 000 deep", path: jobs, body: deep(1000), status: 422, code: invalid},
+		{name: "task payload past the depth bound", path: jobs, body: deep(job.MaxPayloadDepth + 1), status: 422, code: invalid},
 		{name: "batch nested 10 000 deep", path: bat, body: `{"jobs":` + strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000) + `}`, status: 400, code: malformed},
 
 		// numbers
