@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,7 @@ const (
 	CodeUnauthorized      = "unauthorized"
 	CodeForbidden         = "forbidden"
 	CodeNotFound          = "not_found"
+	CodeMethodNotAllowed  = "method_not_allowed" // 405: routes serve the path with other methods, listed in Allow
 	CodeConflict          = "conflict"
 	CodeTooLarge          = "too_large"
 	CodeUnsupportedMedia  = "unsupported_media_type"
@@ -136,13 +138,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decodeJSON reads one JSON object from r's body into v: the Content-Type must
-// be application/json (415), the body at most limit bytes, read without
-// buffering more than that (413), no unknown fields and nothing after the
-// object (400).
+// be application/json (415, checkContentType), the body at most limit bytes,
+// read without buffering more than that (413), no unknown fields and nothing
+// after the object (400).
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json")
+	if err := checkContentType(r); err != nil {
+		return err
 	}
 	if r.ContentLength > limit {
 		return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body is %d bytes, the limit is %d", r.ContentLength, limit)
@@ -167,9 +168,8 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 // without buffering more (413), one well-formed JSON value (400). The raw
 // bytes are kept for fingerprints and for strict decoding by the caller.
 func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return nil, errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json")
+	if err := checkContentType(r); err != nil {
+		return nil, err
 	}
 	if r.ContentLength > limit {
 		return nil, errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "body is %d bytes, the limit is %d", r.ContentLength, limit)
@@ -186,6 +186,20 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 		return nil, errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", syntaxError(raw))
 	}
 	return raw, nil
+}
+
+// checkContentType is the 415 for a request whose Content-Type is not
+// application/json, or names a charset other than utf-8: JSON is UTF-8
+// (RFC 8259 §8.1), and a body in another charset would be misread.
+func checkContentType(r *http.Request) error {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type: charset %q; JSON bodies are utf-8", cs)
+	}
+	return nil
 }
 
 func decodeError(err error, limit int64) error {

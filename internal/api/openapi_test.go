@@ -248,7 +248,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
-	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict, CodeTooLarge,
+	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllowed, CodeConflict, CodeTooLarge,
 		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeRateLimited, CodeBacklogFull,
 		CodeUnavailable, CodeStorageFull, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -169,9 +170,21 @@ func (s *Server) routes() {
 		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(CostRead, s.deadLetters))
 		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(CostWrite, s.replayJob))
 	}
-	s.mux.Handle("/v1/", s.v1(CostRead, func(*http.Request, *call) (int, any, error) {
-		return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no such route")
-	}))
+	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
+}
+
+// catchAll is the pattern of every /v1 request no route serves.
+const catchAll = "/v1/"
+
+// noRoute answers a /v1 request no route serves: 405 method_not_allowed
+// with Allow when routes serve its path with other methods, else 404.
+func (s *Server) noRoute(r *http.Request, c *call) (int, any, error) {
+	if allow := s.mux.allowed(r); len(allow) > 0 {
+		c.w.Header().Set("Allow", strings.Join(allow, ", "))
+		return 0, nil, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			"%s is not served on this path; it takes %s", r.Method, strings.Join(allow, ", "))
+	}
+	return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no such route")
 }
 
 // readyz is GET /readyz: 200 when Redis answers PING within
@@ -305,4 +318,17 @@ type routeMux struct {
 func (m *routeMux) Handle(pattern string, h http.Handler) {
 	m.patterns = append(m.patterns, pattern)
 	m.ServeMux.Handle(pattern, h)
+}
+
+// allowed lists the methods routes other than catchAll serve r's path with.
+func (m *routeMux) allowed(r *http.Request) []string {
+	var out []string
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.WithContext(r.Context()) // a shallow copy
+		probe.Method = method
+		if _, pattern := m.Handler(probe); pattern != "" && pattern != catchAll {
+			out = append(out, method)
+		}
+	}
+	return out
 }

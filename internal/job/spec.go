@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,6 +28,10 @@ const (
 	MaxIdemKeyLen    = 255 // bytes of printable ASCII (CheckIdemKey)
 	MaxAttemptsLimit = 100
 	MaxHeaders       = 64
+	// MaxPayloadDepth bounds how deep arrays and objects nest in payload
+	// (a bare number or string is depth 0, [] is 1). Redis's cjson, which
+	// reads a task job's body in the dispatch script, stops at 1000.
+	MaxPayloadDepth  = 512
 	DefaultTaskQueue = "default"
 	// MaxDelay bounds delay: 10¹³ µs, about 115 days (2777h46m40s).
 	MaxDelay = 10_000_000_000_000 * time.Microsecond
@@ -131,6 +137,9 @@ func (s *Spec) Check(r Rules) (Attrs, error) {
 		s.validateTask(r, add)
 	default:
 		checkType(s.Type, add)
+	}
+	if d := depth(s.Payload); d > MaxPayloadDepth {
+		add("payload", "nests arrays and objects %d deep, at most %d", d, MaxPayloadDepth)
 	}
 	a := s.attrs(r, add)
 	return a, errors.Join(errs...)
@@ -258,10 +267,11 @@ func checkURL(raw string, add adder) {
 }
 
 // CheckURL checks the url of a webhook or http job: an absolute http or
-// https URL with a host and without credentials, holding nothing Go's client
-// would write to the request line as it is — no space, other whitespace or
-// ASCII control character anywhere, no byte outside ASCII in the query
-// (percent-encode them). The error says what is wrong without naming the
+// https URL with a host, without credentials, an IPv6 zone only on a
+// link-local address (the egress guard decides on those), its port (if any)
+// 1 to 65535, holding nothing Go's client would write to the request
+// line as it is — no space, other whitespace or ASCII control character
+// anywhere, no byte outside ASCII in the query (percent-encode them). The error says what is wrong without naming the
 // field. The sender (internal/webhook) applies it again to stored jobs.
 func CheckURL(raw string) error {
 	if raw == "" {
@@ -278,6 +288,14 @@ func CheckURL(raw string) error {
 	}
 	if u.User != nil {
 		return errors.New("credentials in the URL are not allowed; use headers")
+	}
+	if host := u.Hostname(); strings.Contains(host, "%") && !linkLocal(host) {
+		return errors.New("an IPv6 zone (%25…) fits only a link-local address (fe80::/10)")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s is not 1 to 65535", p)
+		}
 	}
 	for i := 0; i < len(u.RawQuery); i++ {
 		if u.RawQuery[i] >= utf8.RuneSelf {
@@ -342,4 +360,33 @@ func validHeaderName(name string) bool {
 		}
 	}
 	return true
+}
+
+// linkLocal reports whether host is a link-local IPv6 address (with its
+// zone): the only kind a zone selects an interface for.
+func linkLocal(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast())
+}
+
+// depth is how deep arrays and objects nest in the JSON text data (valid
+// JSON, or empty: 0).
+func depth(data []byte) int {
+	d, most, in := 0, 0, false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case in && c == '\\':
+			i++
+		case in:
+			in = c != '"'
+		case c == '"':
+			in = true
+		case c == '[' || c == '{':
+			d++
+			most = max(most, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return most
 }

@@ -78,6 +78,16 @@ func TestValidate(t *testing.T) {
 			[]string{"headers", "headers", "headers"}},
 		{"Proxy-* headers", `{"type":"http","method":"GET","url":"https://x.io","headers":{"PROXY-AUTHORIZATION":"x","Proxy-Connection":"y"}}`,
 			[]string{"headers", "headers"}},
+		// #18 hostile requests: a zone that means nothing (not link-local); a
+		// port Go parses but no socket has; a payload Redis's cjson cannot read.
+		{"IPv6 zone on a global address", `{"type":"webhook","url":"http://[2606:4700::1%25eth0]/","event":"e"}`, []string{"url"}},
+		{"IPv6 zone on a link-local address", `{"type":"webhook","url":"http://[fe80::1%25eth0]:8080/","event":"e"}`, nil},
+		{"IPv6 without a zone", `{"type":"webhook","url":"http://[2606:4700::1]:8443/","event":"e"}`, nil},
+		{"port above 65535", `{"type":"webhook","url":"http://x.io:65536/","event":"e"}`, []string{"url"}},
+		{"port 0", `{"type":"webhook","url":"http://x.io:0/","event":"e"}`, []string{"url"}},
+		{"payload at the depth bound", `{"type":"task","task_type":"t","payload":{"a":` + nest(MaxPayloadDepth-1) + `}}`, nil},
+		{"payload past the depth bound", `{"type":"webhook","url":"https://x.io","event":"e","payload":` + nest(MaxPayloadDepth+1) + `}`, []string{"payload"}},
+		{"brackets in strings do not nest", `{"type":"task","task_type":"t","payload":"` + strings.Repeat("[{", 600) + `\"[{"}`, nil},
 		{"end-to-end headers pass", `{"type":"http","method":"GET","url":"https://x.io","headers":{"Authorization":"x","X-Proxy-Id":"y","Accept":"z"}}`, nil},
 	}
 	for _, tc := range cases {
@@ -141,6 +151,27 @@ func TestCheckUTF8(t *testing.T) {
 			t.Errorf("CheckUTF8(%q) = %v, want a *UTF8Error in %s", tc.body, err, tc.path)
 		}
 	}
+	// #18: escapes of unpaired surrogates are not Unicode either (and Redis's
+	// cjson refuses them); a pair, other escapes and escaped backslashes pass.
+	for body, path := range map[string]string{
+		`{"type":"task","payload":{"a":["\ud800"]}}`: "payload.a[0]",
+		`{"type":"task","payload":"x\uDC00"}`:        "payload",
+		`{"type":"task","payload":"\ud83d\u0041"}`:   "payload",
+		`{"type":"task","payload":"\ude00\ud83d"}`:   "payload",
+		`{"type":"webhook","event":"e\\\ud800"}`:     "event",
+		`{"type":"task","payload":{"\udbff":1}}`:     "a key of payload",
+		`{"type":"task","payload":"\ud83d"}`:         "payload",
+	} {
+		err := CheckUTF8([]byte(body))
+		var ue *UTF8Error
+		if !errors.As(err, &ue) || ue.Path != path || ue.Escape == "" || body[ue.Offset:ue.Offset+6] != ue.Escape ||
+			!strings.Contains(err.Error(), "surrogate") {
+			t.Errorf("CheckUTF8(%s) = %v, want an unpaired surrogate in %s", body, err, path)
+		}
+	}
+	if err := CheckUTF8([]byte(`{"type":"task","payload":"\\ud800 \u00e9 \"\ud83d\ude00\uDBFF\uDFFF"}`)); err != nil {
+		t.Errorf("escapes refused: %v", err)
+	}
 	if err := CheckUTF8([]byte(`{"type":"webhook","event":"café ✓","payload":"\ud83d\ude00"}`)); err != nil {
 		t.Errorf("valid UTF-8 refused: %v", err)
 	}
@@ -168,3 +199,6 @@ func TestCanonicalFillsDefaultsAndDropsScheduling(t *testing.T) {
 		t.Errorf("cost default = %d, want 1", *s.Cost)
 	}
 }
+
+// nest is n arrays, one in the other.
+func nest(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }

@@ -5,38 +5,98 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
 // UTF8Error is CheckUTF8's error for a job whose JSON is not valid UTF-8
 // (RFC 8259 §8.1): a string holding bytes that are no UTF-8 encoding, which
 // Go's decoder (Parse) would replace with U+FFFD in a field and keep as they
-// are in payload.
+// are in payload; or a \u escape of a UTF-16 surrogate that is not half of
+// a pair (\ud800 alone: no Unicode character, RFC 8259 §8.2), which Redis's
+// cjson refuses to decode.
 type UTF8Error struct {
-	// Offset is the byte offset of the first invalid byte in the JSON.
+	// Offset is the byte offset of the first invalid byte in the JSON, or
+	// of the backslash of the unpaired surrogate's escape.
 	Offset int
 	// Path locates the string holding it: "payload.items[2]", "event", or
 	// "a key of payload"; "" when it could not be located.
 	Path string
+	// Escape is the unpaired surrogate's escape ("\ud800"); "" when the
+	// problem is a byte.
+	Escape string
 }
 
 func (e *UTF8Error) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("invalid UTF-8 at byte %d", e.Offset)
+	what := "invalid UTF-8"
+	if e.Escape != "" {
+		what = "unpaired UTF-16 surrogate " + e.Escape
 	}
-	return fmt.Sprintf("invalid UTF-8 in %s (byte %d)", e.Path, e.Offset)
+	if e.Path == "" {
+		return fmt.Sprintf("%s at byte %d", what, e.Offset)
+	}
+	return fmt.Sprintf("%s in %s (byte %d)", what, e.Path, e.Offset)
 }
 
-// CheckUTF8 returns a *UTF8Error, locating the first invalid byte, when
-// the JSON text data is not valid UTF-8 anywhere (a field, a key, the
-// payload); nil otherwise. Producers' jobs are checked with it before Parse.
+// CheckUTF8 returns a *UTF8Error, locating the first problem, when the
+// JSON text data is not valid UTF-8 anywhere (a field, a key, the payload)
+// or a string holds an escaped unpaired surrogate; nil otherwise.
+// Producers' jobs are checked with it before Parse.
 func CheckUTF8(data []byte) error {
-	if utf8.Valid(data) {
-		return nil
+	if !utf8.Valid(data) {
+		off := invalidOffset(data)
+		return &UTF8Error{Offset: off, Path: jsonPathAt(data, off)}
 	}
-	off := invalidOffset(data)
-	return &UTF8Error{Offset: off, Path: jsonPathAt(data, off)}
+	if off := unpairedSurrogate(data); off >= 0 {
+		return &UTF8Error{Offset: off, Path: jsonPathAt(data, off), Escape: string(data[off : off+6])}
+	}
+	return nil
 }
+
+// unpairedSurrogate is the offset of the first \u escape in a string of the
+// JSON text data that encodes a UTF-16 surrogate outside a high-low pair;
+// -1 when there is none.
+func unpairedSurrogate(data []byte) int {
+	in := false // inside a string
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c != '\\':
+		case i+1 < len(data) && data[i+1] != 'u':
+			i++ // a one-letter escape
+		default:
+			switch r := escapedUnit(data, i); {
+			case r < 0:
+				i++
+			case utf16.IsSurrogate(rune(r)) && r < 0xdc00 && isLowSurrogate(escapedUnit(data, i+6)):
+				i += 11 // the pair
+			case utf16.IsSurrogate(rune(r)):
+				return i
+			default:
+				i += 5
+			}
+		}
+	}
+	return -1
+}
+
+// escapedUnit is the UTF-16 code unit of the \uXXXX escape at data[i:];
+// -1 when there is none.
+func escapedUnit(data []byte, i int) int {
+	if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
+}
+
+func isLowSurrogate(r int) bool { return r >= 0xdc00 && r <= 0xdfff }
 
 // invalidOffset is the offset of the first byte of data that starts no
 // valid UTF-8 encoding (data is known to hold one).
