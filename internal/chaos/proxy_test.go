@@ -1,0 +1,190 @@
+package chaos
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echoServer answers every line with the same line, on loopback.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+func newProxy(t *testing.T) *Proxy {
+	t.Helper()
+	p, err := Listen(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func dial(t *testing.T, p *Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatalf("dial the proxy: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+// roundTrip writes line and reads the echo within d; it returns the echo
+// and the error of the read.
+func roundTrip(c net.Conn, r *bufio.Reader, line string, d time.Duration) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "", err
+	}
+	s, err := r.ReadString('\n')
+	if len(s) > 0 {
+		s = s[:len(s)-1]
+	}
+	return s, err
+}
+
+func TestProxyForwards(t *testing.T) {
+	p := newProxy(t)
+	c, r := dial(t, p)
+	for _, line := range []string{"ping", "pong", "a longer line of bytes"} {
+		if got, err := roundTrip(c, r, line, 2*time.Second); err != nil || got != line {
+			t.Fatalf("echo of %q through the proxy: %q, %v", line, got, err)
+		}
+	}
+}
+
+func TestLatencyIsAddedEachWay(t *testing.T) {
+	p := newProxy(t)
+	c, r := dial(t, p)
+	if _, err := roundTrip(c, r, "warm", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const lat = 60 * time.Millisecond
+	p.SetLatency(lat)
+	start := time.Now()
+	if got, err := roundTrip(c, r, "slow", 2*time.Second); err != nil || got != "slow" {
+		t.Fatalf("echo with latency: %q, %v", got, err)
+	}
+	if took := time.Since(start); took < 2*lat {
+		t.Errorf("round trip with %s each way took %s, want ≥ %s", lat, took, 2*lat)
+	}
+	p.SetLatency(0)
+	start = time.Now()
+	if _, err := roundTrip(c, r, "fast", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= 2*lat {
+		t.Errorf("round trip after SetLatency(0) took %s, want < %s", took, 2*lat)
+	}
+}
+
+func TestCutClosesEveryOpenConnection(t *testing.T) {
+	p := newProxy(t)
+	type conn struct {
+		c net.Conn
+		r *bufio.Reader
+	}
+	var cs []conn
+	for range 3 {
+		c, r := dial(t, p)
+		if _, err := roundTrip(c, r, "hi", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, conn{c, r})
+	}
+	if n := p.Cut(); n != 3 {
+		t.Errorf("Cut closed %d connections, want 3", n)
+	}
+	for i, c := range cs {
+		_ = c.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := c.r.ReadString('\n')
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Errorf("connection %d after Cut: read %v, want it closed", i, err)
+		}
+	}
+	if got := p.Open(); got != 0 {
+		t.Errorf("%d connections open after Cut, want 0", got)
+	}
+	c, r := dial(t, p) // a new connection works
+	if got, err := roundTrip(c, r, "again", 2*time.Second); err != nil || got != "again" {
+		t.Fatalf("echo after Cut: %q, %v", got, err)
+	}
+}
+
+func TestBlackholeAcceptsAndNeverAnswersUntilResume(t *testing.T) {
+	p := newProxy(t)
+	old, oldR := dial(t, p)
+	if _, err := roundTrip(old, oldR, "before", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	// An open connection carries nothing.
+	if got, err := roundTrip(old, oldR, "held", 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("open connection in the black hole: %q, %v, want a timeout", got, err)
+	}
+	// A new one is accepted (the dial succeeds) and gets no answer.
+	fresh, freshR := dial(t, p)
+	if got, err := roundTrip(fresh, freshR, "new", 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("new connection in the black hole: %q, %v, want a timeout", got, err)
+	}
+	p.Resume()
+	// The held bytes go through on resume, the new connection is connected.
+	_ = old.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := oldR.ReadString('\n'); err != nil || got != "held\n" {
+		t.Errorf("open connection after Resume: %q, %v, want the held line", got, err)
+	}
+	_ = fresh.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := freshR.ReadString('\n'); err != nil || got != "new\n" {
+		t.Errorf("new connection after Resume: %q, %v, want its line", got, err)
+	}
+	if got, err := roundTrip(fresh, freshR, "after", 2*time.Second); err != nil || got != "after" {
+		t.Errorf("echo after Resume: %q, %v", got, err)
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	p, err := Listen(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, p)
+	p.Blackhole()
+	_, _ = roundTrip(c, r, "x", 50*time.Millisecond)
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", p.Addr(), time.Second); err == nil {
+		t.Error("the proxy accepts after Close")
+	}
+}
