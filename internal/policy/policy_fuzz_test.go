@@ -133,7 +133,8 @@ func FuzzByteSize(f *testing.F) {
 // FuzzValidTenantID asserts that an accepted tenant id is 1 to
 // MaxTenantIDLen bytes of [A-Za-z0-9._@-], neither "." nor "..", one URL
 // path segment as it is (no escaping), without ':' or braces; and that a
-// refusal wraps ErrInvalidTenantID and never echoes a long id.
+// refusal wraps ErrInvalidTenantID and never echoes the id (its message
+// stays short whatever the id).
 func FuzzValidTenantID(f *testing.F) {
 	for _, s := range []string{"acme", "a.b_c@d-e", ".", "..", "...", "", "a:b", "{s1}", "a/b", "a%2Fb", "é", "a b",
 		strings.Repeat("x", MaxTenantIDLen), strings.Repeat("x", MaxTenantIDLen+1)} {
@@ -145,8 +146,8 @@ func FuzzValidTenantID(f *testing.F) {
 			if !errors.Is(err, ErrInvalidTenantID) {
 				t.Fatalf("error %v does not wrap ErrInvalidTenantID", err)
 			}
-			if len(id) > 2 && strings.Contains(err.Error(), id) {
-				t.Fatalf("error %q echoes the id", err)
+			if len(err.Error()) > 100 || (len(id) > 16 && strings.Contains(err.Error(), id)) {
+				t.Fatalf("error %q echoes the id or grows with it", err)
 			}
 			return
 		}
