@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -97,4 +98,28 @@ func compact(t *testing.T, raw json.RawMessage) []byte {
 		t.Fatalf("compact %q: %v", raw, err)
 	}
 	return b.Bytes()
+}
+
+// TestInvalidJSONMessageIsBounded is FuzzReadBatch's finding: a 422 for an
+// unknown field echoed the field's name whole, so a batch body of one
+// 16 MiB key got a 16 MiB error message back (and in every log of it). The
+// message is now cut to 256 bytes (maxInvalidJSONMessage) at a rune
+// boundary.
+func TestInvalidJSONMessageIsBounded(t *testing.T) {
+	s := &Server{opts: Options{MaxBatchBytes: 1 << 20}}
+	for _, key := range []string{strings.Repeat("B", 100_000), strings.Repeat("é", 50_000)} {
+		_, err := readBatchBody(s, []byte(`{"`+key+`":[{}]}`))
+		var e *Error
+		if !errors.As(err, &e) || e.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("readBatch with a long unknown field = %v, want a 422", err)
+		}
+		if len(e.Message) > 256 || !utf8.ValidString(e.Message) ||
+			!strings.HasPrefix(e.Message, `unknown field "`) || !strings.HasSuffix(e.Message, "…") {
+			t.Fatalf("message of %d bytes: %.80q…", len(e.Message), e.Message)
+		}
+	}
+	short := invalidJSON(errors.New(`json: unknown field "x"`)).(*Error)
+	if short.Message != `unknown field "x"` {
+		t.Fatalf("a short message was changed: %q", short.Message)
+	}
 }
