@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
@@ -281,7 +282,9 @@ func parseJob(raw []byte) (job.Spec, error) {
 }
 
 // invalidJSON is the 422 for well-formed JSON that does not decode into
-// its type (an unknown field, a wrong type).
+// its type (an unknown field, a wrong type). Its message is at most
+// maxInvalidJSONMessage bytes: an unknown field's name is the client's and
+// may be as long as the body.
 func invalidJSON(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
@@ -289,13 +292,30 @@ func invalidJSON(err error) error {
 		if typeErr.Type.Kind() == reflect.Struct {
 			want = "a JSON object"
 		}
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s: want %s, got JSON %s", cmp.Or(typeErr.Field, "body"), want, typeErr.Value)
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s",
+			clipMessage(fmt.Sprintf("%s: want %s, got JSON %s", cmp.Or(typeErr.Field, "body"), want, typeErr.Value)))
 	}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "json: "); i >= 0 {
 		msg = msg[i+len("json: "):]
 	}
-	return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", msg)
+	return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", clipMessage(msg))
+}
+
+// maxInvalidJSONMessage bounds invalidJSON's message, in bytes.
+const maxInvalidJSONMessage = 256
+
+// clipMessage cuts msg to maxInvalidJSONMessage bytes at a UTF-8 boundary,
+// ending it with "…" when cut.
+func clipMessage(msg string) string {
+	if len(msg) <= maxInvalidJSONMessage {
+		return msg
+	}
+	cut := maxInvalidJSONMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // itemOf validates spec (every problem in one 422) and builds its Item;

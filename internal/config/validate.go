@@ -39,7 +39,28 @@ func (c *Config) validate() error {
 	}
 	c.Worker.validate(&p)
 	c.Log.validate(&p)
+	validateMetaUnits(&p, c)
 	return errors.Join(p.errs...)
+}
+
+// validateMetaUnits refuses a positive duration of the meta hash below 1µs:
+// the hash stores whole microseconds, so it would be stored as 0 — a setting
+// left out (every process then uses its own) or a lead ParseMeta refuses.
+func validateMetaUnits(p *problems, c *Config) {
+	for _, f := range []struct {
+		path string
+		d    time.Duration
+	}{
+		{"dispatch.lead", c.Dispatch.Lead}, {"dispatch.min_lead", c.Dispatch.MinLead},
+		{"dispatch.tolerance", c.Dispatch.Tolerance}, {"dispatch.grace", c.Dispatch.Grace},
+		{"retention.succeeded", c.Retention.Succeeded}, {"retention.canceled", c.Retention.Canceled},
+		{"retention.dead", c.Retention.Dead}, {"retention.idempotency", c.Retention.Idempotency},
+		{"throttle.default_pause", c.Throttle.DefaultPause}, {"throttle.max_pause", c.Throttle.MaxPause},
+	} {
+		if f.d > 0 && f.d < time.Microsecond {
+			p.add(f.path, "must be at least 1µs (Redis holds it in whole microseconds), got %s", dur(f.d))
+		}
+	}
 }
 
 // problems collects *policy.FieldError values.

@@ -323,8 +323,9 @@ func HopByHop(name string) bool {
 }
 
 // CheckHeader checks one header of an http job: the name an RFC 9110
-// token and not hop-by-hop (HopByHop), the value free of CR, LF and NUL and
-// at most 8 KiB. The error lists every problem without naming the field.
+// token and not hop-by-hop (HopByHop), the value free of control characters
+// other than tab (CR, LF, NUL, DEL, …: Go's client would refuse to send it)
+// and at most 8 KiB. The error lists every problem without naming the field.
 // The sender (internal/webhook) applies it again to stored jobs.
 func CheckHeader(name, value string) error {
 	if p := headerProblems(name, value); len(p) > 0 {
@@ -343,10 +344,23 @@ func headerProblems(name, value string) []string {
 		out = append(out, fmt.Sprintf("header %q is hop-by-hop (Connection, Upgrade, Keep-Alive, TE, Trailer, "+
 			"Transfer-Encoding, Expect, Proxy-*) and may not be set", name))
 	}
-	if strings.ContainsAny(value, "\r\n\x00") || len(value) > maxHeaderValueLen {
-		out = append(out, fmt.Sprintf("value of header %q holds CR, LF or NUL or is longer than %d bytes", name, maxHeaderValueLen))
+	if !validHeaderValue(value) || len(value) > maxHeaderValueLen {
+		out = append(out, fmt.Sprintf("value of header %q holds a control character other than tab (CR, LF, NUL, …) "+
+			"or is longer than %d bytes", name, maxHeaderValueLen))
 	}
 	return out
+}
+
+// validHeaderValue reports whether value holds only RFC 9110 field-value
+// bytes: no control character but HTAB. Go's client refuses to send any
+// other ("net/http: invalid header field value").
+func validHeaderValue(value string) bool {
+	for _, c := range []byte(value) {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

@@ -137,16 +137,19 @@ func headerNumber(h http.Header, name string) (float64, bool) {
 
 // resetDelta turns a reset value into a delta from now: with epochs allowed,
 // ≥ 10¹² is epoch milliseconds and ≥ 10⁹ epoch seconds; otherwise delta
-// seconds.
+// seconds. Like every header delay it is clamped to 0 … maxHeaderSeconds.
 func resetDelta(v float64, now time.Time, epochs bool) time.Duration {
+	var d time.Duration
 	switch {
 	case epochs && v >= 1e12:
-		return max(time.UnixMilli(int64(v)).Sub(now), 0)
+		d = time.UnixMilli(int64(min(v, 1e18))).Sub(now) // 10¹⁸ ms: far past any clamp, exact as an int64
 	case epochs && v >= 1e9:
 		sec, frac := math.Modf(v)
-		return max(time.Unix(int64(sec), int64(frac*1e9)).Sub(now), 0)
+		d = time.Unix(int64(sec), int64(frac*1e9)).Sub(now)
+	default:
+		return seconds(v)
 	}
-	return seconds(v)
+	return min(max(d, 0), time.Duration(maxHeaderSeconds)*time.Second)
 }
 
 // seconds converts a non-negative number of seconds to a Duration, clamped
