@@ -72,6 +72,16 @@ type options struct {
 	scaleWarmup  int
 	scaleConc    int
 
+	// soak
+	soakDuration  time.Duration
+	soakRate      int
+	soakTenants   int
+	soakProducers int
+	soakConc      int
+	soakEvery     time.Duration
+	soakWarmup    time.Duration
+	soakRetention time.Duration
+
 	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 }
 
@@ -125,6 +135,15 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.scaleWarmup, "scale-warmup", 2000, "scale: deliveries before the window opens")
 	fs.IntVar(&o.scaleConc, "scale-concurrency", 100, "scale: worker concurrency")
 
+	fs.DurationVar(&o.soakDuration, "soak-duration", 30*time.Minute, "soak: how long the producers run")
+	fs.IntVar(&o.soakRate, "soak-rate", 500, "soak: jobs per second through POST /v1/tenants/{t}/jobs")
+	fs.IntVar(&o.soakTenants, "soak-tenants", 300, "soak: tenants the jobs go to, round robin")
+	fs.IntVar(&o.soakProducers, "soak-producers", 32, "soak: producer goroutines")
+	fs.IntVar(&o.soakConc, "soak-concurrency", 100, "soak: worker concurrency")
+	fs.DurationVar(&o.soakEvery, "soak-every", 30*time.Second, "soak: time between readings")
+	fs.DurationVar(&o.soakWarmup, "soak-warmup", 5*time.Minute, "soak: readings before this are the warm-up")
+	fs.DurationVar(&o.soakRetention, "soak-retention", 30*time.Second, "soak: retention.succeeded, canceled, dead and idempotency")
+
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -149,7 +168,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "soak"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -169,6 +188,9 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("bad isolation flags")
 	case o.scaleWindow < 1 || o.scaleWarmup < 0 || o.scaleConc < 1:
 		return o, fmt.Errorf("bad scale flags")
+	case o.soakDuration <= 0 || o.soakRate < 1 || o.soakTenants < 1 || o.soakProducers < 1 || o.soakConc < 1 ||
+		o.soakEvery <= 0 || o.soakWarmup < 0 || o.soakRetention < time.Second:
+		return o, fmt.Errorf("bad soak flags")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return o, fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -194,6 +216,8 @@ func run(ctx context.Context, o options) error {
 			err = isolation(ctx, e, &t)
 		case "scale":
 			err = scale(ctx, e, &t)
+		case "soak":
+			err = soak(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)
