@@ -72,6 +72,17 @@ type options struct {
 	scaleWarmup  int
 	scaleConc    int
 
+	// noisy
+	noisyTenants    int
+	noisySample     int
+	noisySampleRate float64
+	noisyRestRate   float64
+	noisyProducers  int
+	noisyAdmit      float64
+	noisyFactor     float64
+	noisyDuration   time.Duration
+	noisyConc       int
+
 	// soak
 	soakDuration  time.Duration
 	soakRate      int
@@ -135,6 +146,16 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.scaleWarmup, "scale-warmup", 2000, "scale: deliveries before the window opens")
 	fs.IntVar(&o.scaleConc, "scale-concurrency", 100, "scale: worker concurrency")
 
+	fs.IntVar(&o.noisyTenants, "noisy-tenants", 10000, "noisy: tenants, the noisy one included")
+	fs.IntVar(&o.noisySample, "noisy-sample", 100, "noisy: quiet tenants measured (slot → arrival)")
+	fs.Float64Var(&o.noisySampleRate, "noisy-sample-rate", 1, "noisy: jobs/s of each measured tenant")
+	fs.Float64Var(&o.noisyRestRate, "noisy-rest-rate", 200, "noisy: jobs/s of the other quiet tenants together, round robin")
+	fs.IntVar(&o.noisyProducers, "noisy-producers", 64, "noisy: quiet producer goroutines (the noisy tenant has 16 more)")
+	fs.Float64Var(&o.noisyAdmit, "noisy-admit-rate", 4, "noisy: the noisy tenant's admit rate per second (burst: twice that)")
+	fs.Float64Var(&o.noisyFactor, "noisy-factor", 100, "noisy: the noisy tenant sends this many times its admit rate")
+	fs.DurationVar(&o.noisyDuration, "noisy-duration", 60*time.Second, "noisy: how long each run's producers (and the noisy tenant) run")
+	fs.IntVar(&o.noisyConc, "noisy-concurrency", 200, "noisy: worker concurrency")
+
 	fs.DurationVar(&o.soakDuration, "soak-duration", 30*time.Minute, "soak: how long the producers run")
 	fs.IntVar(&o.soakRate, "soak-rate", 500, "soak: jobs per second through POST /v1/tenants/{t}/jobs")
 	fs.IntVar(&o.soakTenants, "soak-tenants", 300, "soak: tenants the jobs go to, round robin")
@@ -159,6 +180,8 @@ func parseFlags(args []string) (options, error) {
 			"scale-window":         func() { o.scaleWindow = 5000 },
 			"scale-warmup":         func() { o.scaleWarmup = 1000 },
 			"scale-tenants":        func() { *scale = "10,1000,20000" },
+			"noisy-duration":       func() { o.noisyDuration = 15 * time.Second },
+			"noisy-tenants":        func() { o.noisyTenants = 2000 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -168,7 +191,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "soak"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "noisy", "soak"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -188,6 +211,9 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("bad isolation flags")
 	case o.scaleWindow < 1 || o.scaleWarmup < 0 || o.scaleConc < 1:
 		return o, fmt.Errorf("bad scale flags")
+	case o.noisyTenants < 2 || o.noisySample < 1 || o.noisySample > o.noisyTenants-1 || o.noisySampleRate <= 0 || o.noisyRestRate < 0 ||
+		o.noisyProducers < 1 || o.noisyAdmit <= 0 || o.noisyFactor <= 0 || o.noisyDuration <= 0 || o.noisyConc < 1:
+		return o, fmt.Errorf("bad noisy flags")
 	case o.soakDuration <= 0 || o.soakRate < 1 || o.soakTenants < 1 || o.soakProducers < 1 || o.soakConc < 1 ||
 		o.soakEvery <= 0 || o.soakWarmup < 0 || o.soakRetention < time.Second:
 		return o, fmt.Errorf("bad soak flags")
@@ -216,6 +242,8 @@ func run(ctx context.Context, o options) error {
 			err = isolation(ctx, e, &t)
 		case "scale":
 			err = scale(ctx, e, &t)
+		case "noisy":
+			err = noisy(ctx, e, &t)
 		case "soak":
 			err = soak(ctx, e, &t)
 		}
