@@ -89,17 +89,18 @@ func (sl *sluice) request(ctx context.Context, c *http.Client, method, path stri
 	return answer{status: resp.StatusCode, header: resp.Header, body: b}, err
 }
 
-// metricValues reads the named unlabelled series (e.g. go_goroutines) of a
-// Prometheus text page; a missing one is absent from the map.
+// metricValues reads the named series (go_goroutines, or with its labels:
+// sluice_worker_claims_total{outcome="stale"}) of a Prometheus text page; a
+// missing one is absent from the map.
 func (sl *sluice) metricValues(ctx context.Context, url string, names ...string) map[string]float64 {
 	out := map[string]float64{}
 	for _, l := range sl.scrape(ctx, url, names) {
-		name, v, ok := strings.Cut(l, " ")
-		if !ok {
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
 			continue
 		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-			out[name] = f
+		if f, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+			out[l[:i]] = f
 		}
 	}
 	return out

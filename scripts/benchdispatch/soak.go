@@ -26,8 +26,13 @@ type soakSample struct {
 	keys     int64         // DBSIZE
 	accepted int64
 	arrived  int
+	stale    float64 // the worker's stale claims so far (a release swept before its claim)
+	swept    float64 // the dispatcher's swept leases so far
 	load     string
 }
+
+// staleClaims is the worker's series of claims refused as stale.
+const staleClaims = `sluice_worker_claims_total{outcome="stale"}`
 
 // soakCounts are the producers' outcomes.
 type soakCounts struct {
@@ -70,29 +75,39 @@ func soak(ctx context.Context, e *env, t *table) error {
 	}()
 
 	read := func(label string) soakSample {
-		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes")
-		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes")
+		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", "sluice_dispatch_swept_total")
+		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims)
 		keys, _ := e.rdb.DBSize(ctx).Result()
 		n, _ := rec.count()
 		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
 			wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], redis: e.usedMemory(ctx), keys: keys,
-			accepted: c.accepted.Load(), arrived: n, load: loadAverage()}
-		e.logf("soak %s %s: throttler %.0f goroutines %s heap, worker %.0f goroutines %s heap, redis %s, %d keys, accepted %d, arrived %d, load %s",
-			s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.load)
+			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
+		e.logf("soak %s %s: throttler %.0f goroutines %s heap, worker %.0f goroutines %s heap, redis %s, %d keys, accepted %d, arrived %d, "+
+			"swept %.0f, stale claims %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)),
+			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
 		return s
 	}
 	samples := []soakSample{read("")}
+	var collapsed time.Duration // when the deliveries fell too far behind, else 0
 	tick := time.NewTicker(o.soakEvery)
 	for running := true; running; {
 		select {
 		case <-done:
 			running = false
 		case <-tick.C:
-			samples = append(samples, read(""))
+			s := read("")
+			samples = append(samples, s)
+			// Bounded: stop when the deliveries fall more than two
+			// minutes of load behind (Redis would only fill up).
+			if behind := s.accepted - c.canceled.Load() - int64(s.arrived); behind > 120*int64(o.soakRate) && collapsed == 0 {
+				collapsed = s.at
+				stopLoad()
+			}
 		}
 	}
 	tick.Stop()
 	if ctx.Err() != nil {
+		printSoakSamples(os.Stdout, samples)
 		return ctx.Err()
 	}
 	loadTime := time.Since(start)
@@ -129,6 +144,13 @@ func soak(ctx context.Context, e *env, t *table) error {
 	printSoakSamples(os.Stdout, samples)
 	soakRows(t, o, &c, samples, loadTime)
 	const part = "6 soak"
+	if collapsed > 0 {
+		t.row(part, "load stopped early: deliveries more than 2 minutes of load behind", fmt.Sprintf("at %s", collapsed.Round(time.Second)), "", "",
+			"never", "NO")
+	}
+	last := samples[len(samples)-1]
+	t.row(part, "dispatcher leases swept / worker stale claims (releases that reached no worker within grace)",
+		fmt.Sprintf("%.0f / %.0f", last.swept, last.stale), "", "", "", "")
 	arrived, _ := rec.count()
 	t.row(part, "drain after the producers stopped", fmt.Sprintf("%d of %d delivered in %.1f s", arrived, want, drainTime.Seconds()), "", "", "all", yes(drained))
 	orphans, expiring, tenantsLeft, detail := ks.verdict(keep)
@@ -190,14 +212,14 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 
 func printSoakSamples(w *os.File, samples []soakSample) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tload average\t")
+	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tload average\t")
 	for _, s := range samples {
 		at := s.at.Round(time.Second).String()
 		if s.label != "" {
 			at += " (" + s.label + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
-			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.load)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
+			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
