@@ -16,7 +16,14 @@
 //     the job's slot from its record) alone and next to a noisy tenant with a
 //     large backlog;
 //   - scale: Redis commands and Redis CPU per dispatched job over a fixed
-//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants.
+//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants;
+//   - noisy (only when named in -parts): 10 000 tenants enqueueing through
+//     POST /v1/tenants/{t}/jobs, a sample of them measured (slot → receiver
+//     arrival), alone and next to one tenant sending at 100 × its admit rate;
+//     that tenant's 429s and Retry-After checked, Redis memory and CPU;
+//   - soak (only when named in -parts; scripts/soak): a steady rate for a
+//     bounded time with short retentions; goroutines, heap and Redis memory
+//     read periodically, then the keyspace checked for keys without a TTL.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis, which the program flushes before each run: use a
