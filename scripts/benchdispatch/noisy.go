@@ -71,7 +71,7 @@ func noisy(ctx context.Context, e *env, t *table) error {
 	o := e.o
 	const part = "5 noisy"
 	rest := o.noisyTenants - 1 - o.noisySample
-	t.row(part, fmt.Sprintf("%d tenants: %d measured at %g/s each, %d more at %g/s together, %d producers over HTTP; noisy: admit %g/s burst %d, "+
+	t.row(part, fmt.Sprintf("%d tenants (each first enqueues one job): %d measured at %g/s each, %d more at %g/s together, %d producers over HTTP; noisy: admit %g/s burst %d, "+
 		"hammering POST …/jobs at %g/s (%.0f×) for %s; worker concurrency %d", o.noisyTenants, o.noisySample, o.noisySampleRate, rest, o.noisyRestRate,
 		o.noisyProducers, o.noisyAdmit, noisyBurst(o), o.noisyAdmit*o.noisyFactor, o.noisyFactor, o.noisyDuration, o.noisyConc),
 		"quiet next to noisy", "quiet alone", "difference", "", "")
@@ -162,7 +162,9 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 		quiet[i] = fmt.Sprintf("q%05d", i)
 	}
 	sample, rest := quiet[:o.noisySample], quiet[o.noisySample:]
-	if err := seedTenants(ctx, e, name, quiet); err != nil {
+	client := loadClient(2 * (o.noisyProducers + 16))
+	defer client.CloseIdleConnections()
+	if err := sl.seedTenants(ctx, client, name, quiet); err != nil {
 		return res, err
 	}
 
@@ -173,8 +175,6 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 	restRun := name + "-rest"
 	e.rcv.startCounting(restRun)
 	e.rcv.startCounting(name + "-noisy")
-	client := loadClient(2 * (o.noisyProducers + 16))
-	defer client.CloseIdleConnections()
 
 	meter, c0 := e.cpuMeter(ctx, sl), sl.counters(ctx)
 	memStop := make(chan struct{})
@@ -253,22 +253,25 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 	return res, nil
 }
 
-// seedTenants enqueues one job for each tenant through the Store (the
-// enqueue script the API runs), so that every tenant exists before the
-// measurement, and waits until they were delivered.
-func seedTenants(ctx context.Context, e *env, name string, tenants []string) error {
+// seedTenants enqueues one job for each tenant through POST …/jobs from
+// the quiet producers, so that every tenant exists and has used the API
+// before the measurement, and waits until those jobs were delivered.
+func (sl *sluice) seedTenants(ctx context.Context, c *http.Client, name string, tenants []string) error {
 	run := name + "-seed"
-	rec := e.rcv.startCounting(run)
-	items, err := e.storeItems(run, 1)
+	rec := sl.e.rcv.startCounting(run)
+	n := &quietCounts{tenants: map[string]bool{}}
+	err := parallel(ctx, len(tenants), sl.e.o.noisyProducers, func(i int) error {
+		if !sl.quietJob(ctx, c, tenants[i], sl.e.rcv.url(run), i, n) {
+			return fmt.Errorf("seed: a job for %s was refused", tenants[i])
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if err := e.enqueueStore(ctx, tenants, items, 8); err != nil {
-		return fmt.Errorf("seed %d tenants: %w", len(tenants), err)
-	}
 	if !rec.waitRequests(ctx, len(tenants), time.Now().Add(3*time.Minute)) {
-		n, _ := rec.count()
-		return fmt.Errorf("seed: %d of %d jobs delivered within 3 minutes", n, len(tenants))
+		got, _ := rec.count()
+		return fmt.Errorf("seed: %d of %d jobs delivered within 3 minutes", got, len(tenants))
 	}
 	return nil
 }
