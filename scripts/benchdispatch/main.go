@@ -157,7 +157,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.noisySample, "noisy-sample", 100, "noisy: quiet tenants measured (slot → arrival)")
 	fs.Float64Var(&o.noisySampleRate, "noisy-sample-rate", 1, "noisy: jobs/s of each measured tenant")
 	fs.Float64Var(&o.noisyRestRate, "noisy-rest-rate", 200, "noisy: jobs/s of the other quiet tenants together, round robin")
-	fs.IntVar(&o.noisyProducers, "noisy-producers", 64, "noisy: quiet producer goroutines (the noisy tenant has 16 more)")
+	fs.IntVar(&o.noisyProducers, "noisy-producers", 64, "noisy: quiet producer goroutines (the noisy tenant has 48 more)")
 	fs.Float64Var(&o.noisyAdmit, "noisy-admit-rate", 4, "noisy: the noisy tenant's admit rate per second (burst: twice that)")
 	fs.Float64Var(&o.noisyFactor, "noisy-factor", 100, "noisy: the noisy tenant sends this many times its admit rate")
 	fs.DurationVar(&o.noisyDuration, "noisy-duration", 60*time.Second, "noisy: how long each run's producers (and the noisy tenant) run")

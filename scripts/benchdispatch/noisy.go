@@ -128,6 +128,10 @@ func noisy(ctx context.Context, e *env, t *table) error {
 	return nil
 }
 
+// noisyHammers is the number of goroutines sending the noisy tenant's
+// requests: enough to keep 400/s going at a 100 ms round trip.
+const noisyHammers = 48
+
 func noisyBurst(o options) int { return max(1, int(math.Ceil(2*o.noisyAdmit))) }
 
 func formatCounts(m map[string]int) string {
@@ -162,7 +166,7 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 		quiet[i] = fmt.Sprintf("q%05d", i)
 	}
 	sample, rest := quiet[:o.noisySample], quiet[o.noisySample:]
-	client := loadClient(2 * (o.noisyProducers + 16))
+	client := loadClient(2 * (o.noisyProducers + noisyHammers))
 	defer client.CloseIdleConnections()
 	if err := sl.seedTenants(ctx, client, name, quiet); err != nil {
 		return res, err
@@ -204,7 +208,7 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 	}
 	if withNoisy {
 		res.noisy = &hammerCounts{retryAfter: map[string]int{}}
-		produce(o.noisyAdmit*o.noisyFactor, 16, func(i int) { sl.hammer(ctx, client, e.rcv.url(name+"-noisy"), i, res.noisy) })
+		produce(o.noisyAdmit*o.noisyFactor, noisyHammers, func(i int) { sl.hammer(ctx, client, e.rcv.url(name+"-noisy"), i, res.noisy) })
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
