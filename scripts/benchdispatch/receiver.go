@@ -31,7 +31,8 @@ type arrival struct {
 }
 
 // recording is one run's arrivals, in the order the handler saw them; a
-// counting one (startCounting) keeps only the number of requests.
+// counting one (startCounting) keeps only the number of requests and the
+// distinct webhook-ids.
 type recording struct {
 	mu       sync.Mutex
 	counting bool
@@ -71,8 +72,9 @@ func (r *receiver) start(run string) *recording {
 	return rec
 }
 
-// startCounting (re)creates run's recording keeping only a count of the
-// requests (a long soak would otherwise keep every arrival) and returns it.
+// startCounting (re)creates run's recording keeping only the count of the
+// requests and the webhook-ids (a long soak would otherwise keep every
+// arrival) and returns it.
 func (r *receiver) startCounting(run string) *recording {
 	rec := r.start(run)
 	rec.counting = true
@@ -101,17 +103,16 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (rec *recording) add(a arrival) {
 	rec.mu.Lock()
 	rec.n++
+	rec.ids[a.id]++
 	if !rec.counting {
 		rec.arrivals = append(rec.arrivals, a)
-		rec.ids[a.id]++
 	}
 	close(rec.change)
 	rec.change = make(chan struct{})
 	rec.mu.Unlock()
 }
 
-// count is the number of requests seen so far and of distinct webhook-ids
-// (0 for a counting recording).
+// count is the number of requests seen so far and of distinct webhook-ids.
 func (rec *recording) count() (requests, distinct int) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

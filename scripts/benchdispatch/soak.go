@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -37,6 +39,29 @@ const staleClaims = `sluice_worker_claims_total{outcome="stale"}`
 // soakCounts are the producers' outcomes.
 type soakCounts struct {
 	sent, accepted, canceled, dead, refused, errs atomic.Int64
+	mu                                            sync.Mutex
+	codes                                         map[string]int // "POST 503 unavailable" → refusals, "DELETE …", errors
+}
+
+// failed counts one refusal or error under what.
+func (n *soakCounts) failed(what string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.codes == nil {
+		n.codes = map[string]int{}
+	}
+	n.codes[what]++
+}
+
+// errorCode is the code of a Sluice JSON error body, else "?".
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+		return "?"
+	}
+	return e.Error.Code
 }
 
 // soak is part 6 (scripts/soak): a steady rate of webhook jobs through POST
@@ -78,7 +103,7 @@ func soak(ctx context.Context, e *env, t *table) error {
 		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", "sluice_dispatch_swept_total")
 		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims)
 		keys, _ := e.rdb.DBSize(ctx).Result()
-		n, _ := rec.count()
+		_, n := rec.count()
 		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
 			wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], redis: e.usedMemory(ctx), keys: keys,
 			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
@@ -116,7 +141,7 @@ func soak(ctx context.Context, e *env, t *table) error {
 	// (the dead ones once, answered 400).
 	want := int(c.accepted.Load() - c.canceled.Load())
 	stopped := time.Now()
-	drained := rec.waitRequests(ctx, want, stopped.Add(2*time.Minute))
+	drained := rec.waitDistinct(ctx, want, stopped.Add(2*time.Minute))
 	drainTime := time.Since(stopped)
 	samples = append(samples, read("drained"))
 
@@ -151,12 +176,16 @@ func soak(ctx context.Context, e *env, t *table) error {
 	last := samples[len(samples)-1]
 	t.row(part, "dispatcher leases swept / worker stale claims (releases that reached no worker within grace)",
 		fmt.Sprintf("%.0f / %.0f", last.swept, last.stale), "", "", "", "")
-	arrived, _ := rec.count()
-	t.row(part, "drain after the producers stopped", fmt.Sprintf("%d of %d delivered in %.1f s", arrived, want, drainTime.Seconds()), "", "", "all", yes(drained))
+	requests, arrived := rec.count()
+	t.row(part, "drain after the producers stopped: jobs delivered (requests beyond one per job)", fmt.Sprintf("%d of %d in %.1f s (%d)",
+		arrived, want, drainTime.Seconds(), requests-arrived), "", "", "all", yes(drained))
 	orphans, expiring, tenantsLeft, detail := ks.verdict(keep)
 	t.row(part, fmt.Sprintf("keys %.0f s after the drain (retention %s)", expiryTime.Seconds(), o.soakRetention),
 		fmt.Sprintf("%d: %s", ks.total(), detail), "", "", "", "")
 	t.row(part, "keys without a TTL, not permanent", fmt.Sprintf("%d", orphans), "", "", "0", yes(orphans == 0))
+	for _, l := range e.describeOrphans(ctx, ks, keep, 8) {
+		t.note("soak: left without a TTL: %s", l)
+	}
 	t.row(part, "tenants with a key left behind", fmt.Sprintf("%d of %d (%d keys still expiring)", tenantsLeft, o.soakTenants, expiring), "", "", "0", yes(tenantsLeft == 0))
 	if extra := sl.problems(5); extra != "" {
 		e.logf("soak: log lines:\n%s", extra)
@@ -186,9 +215,11 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 	switch {
 	case err != nil:
 		n.errs.Add(1)
+		n.failed("POST error: " + errClass(err))
 		return
 	case a.status != http.StatusAccepted:
 		n.refused.Add(1)
+		n.failed(fmt.Sprintf("POST %d %s", a.status, errorCode(a.body)))
 		return
 	}
 	n.accepted.Add(1)
@@ -199,11 +230,18 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 		var ref struct{ ID string }
 		if json.Unmarshal(a.body, &ref) != nil {
 			n.errs.Add(1)
+			n.failed("POST reply without an id")
 			return
 		}
 		d, err := sl.request(ctx, c, http.MethodDelete, "/v1/jobs/"+ref.ID, nil, nil)
-		if err != nil || d.status != http.StatusOK {
+		switch {
+		case err != nil:
 			n.errs.Add(1)
+			n.failed("DELETE error: " + errClass(err))
+			return
+		case d.status != http.StatusOK:
+			n.errs.Add(1)
+			n.failed(fmt.Sprintf("DELETE %d %s", d.status, errorCode(d.body)))
 			return
 		}
 		n.canceled.Add(1)
@@ -233,8 +271,11 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 	t.row(part, fmt.Sprintf("%d jobs/s over %d tenants for %s, %d producers (1 %% canceled, 1 %% dead, 10 %% with Idempotency-Key), "+
 		"retention %s, worker concurrency %d; a reading every %s, warm-up %s", o.soakRate, o.soakTenants, o.soakDuration, o.soakProducers,
 		o.soakRetention, o.soakConc, o.soakEvery, o.soakWarmup), "", "", "", "", "")
-	t.row(part, "enqueued: accepted / refused / errors (achieved rate)", fmt.Sprintf("%d / %d / %d (%.0f/s)", c.accepted.Load(), c.refused.Load(),
-		c.errs.Load(), float64(c.sent.Load())/loadTime.Seconds()), "", "", fmt.Sprintf("%d/s, none refused", o.soakRate),
+	c.mu.Lock()
+	codes := formatCounts(c.codes)
+	c.mu.Unlock()
+	t.row(part, "enqueued: accepted / refused / errors (achieved rate); what failed", fmt.Sprintf("%d / %d / %d (%.0f/s); %s", c.accepted.Load(), c.refused.Load(),
+		c.errs.Load(), float64(c.sent.Load())/loadTime.Seconds(), codes), "", "", fmt.Sprintf("%d/s, none refused", o.soakRate),
 		yes(c.refused.Load() == 0 && c.errs.Load() == 0 && float64(c.sent.Load())/loadTime.Seconds() >= 0.98*float64(o.soakRate)))
 	var post []soakSample
 	for _, s := range samples {
@@ -270,6 +311,48 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 		t.row(part, fmt.Sprintf("%s, %s → %s (means of %d readings)", m.name, post[0].at.Round(time.Second), post[len(post)-1].at.Round(time.Second), k),
 			fmt.Sprintf("%s → %s", m.show(a), m.show(b)), "", fmt.Sprintf("%+.1f %%", g), "≤ 2 % growth", yes(g <= 2))
 	}
+}
+
+// errClass shortens a request error to its kind.
+func errClass(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Timeout"):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// describeOrphans describes up to n keys without a TTL that are neither
+// permanent nor asynq's bookkeeping: its type and, for a hash, its short
+// fields (a job record's state, gen, times) — for the diagnosis.
+func (e *env) describeOrphans(ctx context.Context, ks keyScan, keep *regexp.Regexp, n int) []string {
+	var keys []string
+	for k, ttl := range ks {
+		if ttl < 0 && !keep.MatchString(k) && (!strings.HasPrefix(k, "asynq:") || strings.Contains(k, ":t:")) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		typ, _ := e.rdb.Type(ctx, k).Result()
+		line := fmt.Sprintf("%s (%s)", k, typ)
+		if typ == "hash" {
+			h, _ := e.rdb.HGetAll(ctx, k).Result()
+			var fields []string
+			for f, v := range h {
+				if len(v) <= 80 {
+					fields = append(fields, f+"="+v)
+				}
+			}
+			sort.Strings(fields)
+			line += " " + strings.Join(fields, " ")
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // keyScan is the keyspace at one time, each key with its PTTL.
