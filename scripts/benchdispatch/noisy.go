@@ -197,7 +197,7 @@ func noisyPartRun(ctx context.Context, e *env, withNoisy bool) (noisyRun, error)
 	half := max(1, o.noisyProducers/2)
 	produce(o.noisySampleRate*float64(len(sample)), half, func(i int) {
 		tenant := sample[i%len(sample)]
-		if sl.quietJob(ctx, client, tenant, e.rcv.url(name+"-"+tenant), i, res.quiet) {
+		if ok, _ := sl.quietJob(ctx, client, tenant, e.rcv.url(name+"-"+tenant), i, res.quiet); ok {
 			res.quiet.sampleAccepted.Add(1)
 		}
 	})
@@ -265,10 +265,14 @@ func (sl *sluice) seedTenants(ctx context.Context, c *http.Client, name string, 
 	rec := sl.e.rcv.startCounting(run)
 	n := &quietCounts{tenants: map[string]bool{}}
 	err := parallel(ctx, len(tenants), sl.e.o.noisyProducers, func(i int) error {
-		if !sl.quietJob(ctx, c, tenants[i], sl.e.rcv.url(run), i, n) {
-			return fmt.Errorf("seed: a job for %s was refused", tenants[i])
+		why := ""
+		for range 5 { // a loaded machine may answer 503 (Redis slower than redis.request_timeout)
+			var ok bool
+			if ok, why = sl.quietJob(ctx, c, tenants[i], sl.e.rcv.url(run), i, n); ok {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("seed: a job for %s was refused five times: %s", tenants[i], why)
 	})
 	if err != nil {
 		return err
@@ -281,8 +285,9 @@ func (sl *sluice) seedTenants(ctx context.Context, c *http.Client, name string, 
 }
 
 // quietJob enqueues job i for tenant through POST …/jobs and records the
-// outcome and the round trip; it reports whether the job was accepted.
-func (sl *sluice) quietJob(ctx context.Context, c *http.Client, tenant, url string, i int, n *quietCounts) bool {
+// outcome and the round trip; it reports whether the job was accepted, and
+// if not why.
+func (sl *sluice) quietJob(ctx context.Context, c *http.Client, tenant, url string, i int, n *quietCounts) (bool, string) {
 	body := fmt.Appendf(nil, `{"type":"webhook","url":%q,"event":"quiet","payload":{"i":%d}}`, url, i)
 	n.sent.Add(1)
 	t0 := time.Now()
@@ -295,13 +300,13 @@ func (sl *sluice) quietJob(ctx context.Context, c *http.Client, tenant, url stri
 	switch {
 	case err != nil:
 		n.errs.Add(1)
-		return false
+		return false, err.Error()
 	case a.status != http.StatusAccepted:
 		n.refused.Add(1)
-		return false
+		return false, fmt.Sprintf("%d %s", a.status, snippet(a.body))
 	}
 	n.accepted.Add(1)
-	return true
+	return true, ""
 }
 
 // hammer sends one job of cost 1 for the noisy tenant and checks a 429.
