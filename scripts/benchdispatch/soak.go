@@ -272,7 +272,7 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 		"retention %s, worker concurrency %d; a reading every %s, warm-up %s", o.soakRate, o.soakTenants, o.soakDuration, o.soakProducers,
 		o.soakRetention, o.soakConc, o.soakEvery, o.soakWarmup), "", "", "", "", "")
 	c.mu.Lock()
-	codes := formatCounts(c.codes)
+	codes := formatCounts(c.codes, "")
 	c.mu.Unlock()
 	t.row(part, "enqueued: accepted / refused / errors (achieved rate); what failed", fmt.Sprintf("%d / %d / %d (%.0f/s); %s", c.accepted.Load(), c.refused.Load(),
 		c.errs.Load(), float64(c.sent.Load())/loadTime.Seconds(), codes), "", "", fmt.Sprintf("%d/s, none refused", o.soakRate),
