@@ -16,7 +16,14 @@
 //     the job's slot from its record) alone and next to a noisy tenant with a
 //     large backlog;
 //   - scale: Redis commands and Redis CPU per dispatched job over a fixed
-//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants.
+//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants;
+//   - noisy (only when named in -parts): 10 000 tenants enqueueing through
+//     POST /v1/tenants/{t}/jobs, a sample of them measured (slot → receiver
+//     arrival), alone and next to one tenant sending at 100 × its admit rate;
+//     that tenant's 429s and Retry-After checked, Redis memory and CPU;
+//   - soak (only when named in -parts; scripts/soak): a steady rate for a
+//     bounded time with short retentions; goroutines, heap and Redis memory
+//     read periodically, then the keyspace checked for keys without a TTL.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis, which the program flushes before each run: use a
@@ -72,6 +79,27 @@ type options struct {
 	scaleWarmup  int
 	scaleConc    int
 
+	// noisy
+	noisyTenants    int
+	noisySample     int
+	noisySampleRate float64
+	noisyRestRate   float64
+	noisyProducers  int
+	noisyAdmit      float64
+	noisyFactor     float64
+	noisyDuration   time.Duration
+	noisyConc       int
+
+	// soak
+	soakDuration  time.Duration
+	soakRate      int
+	soakTenants   int
+	soakProducers int
+	soakConc      int
+	soakEvery     time.Duration
+	soakWarmup    time.Duration
+	soakRetention time.Duration
+
 	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 }
 
@@ -125,6 +153,25 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.scaleWarmup, "scale-warmup", 2000, "scale: deliveries before the window opens")
 	fs.IntVar(&o.scaleConc, "scale-concurrency", 100, "scale: worker concurrency")
 
+	fs.IntVar(&o.noisyTenants, "noisy-tenants", 10000, "noisy: tenants, the noisy one included")
+	fs.IntVar(&o.noisySample, "noisy-sample", 100, "noisy: quiet tenants measured (slot → arrival)")
+	fs.Float64Var(&o.noisySampleRate, "noisy-sample-rate", 1, "noisy: jobs/s of each measured tenant")
+	fs.Float64Var(&o.noisyRestRate, "noisy-rest-rate", 200, "noisy: jobs/s of the other quiet tenants together, round robin")
+	fs.IntVar(&o.noisyProducers, "noisy-producers", 64, "noisy: quiet producer goroutines (the noisy tenant has 48 more)")
+	fs.Float64Var(&o.noisyAdmit, "noisy-admit-rate", 4, "noisy: the noisy tenant's admit rate per second (burst: twice that)")
+	fs.Float64Var(&o.noisyFactor, "noisy-factor", 100, "noisy: the noisy tenant sends this many times its admit rate")
+	fs.DurationVar(&o.noisyDuration, "noisy-duration", 60*time.Second, "noisy: how long each run's producers (and the noisy tenant) run")
+	fs.IntVar(&o.noisyConc, "noisy-concurrency", 200, "noisy: worker concurrency")
+
+	fs.DurationVar(&o.soakDuration, "soak-duration", 30*time.Minute, "soak: how long the producers run")
+	fs.IntVar(&o.soakRate, "soak-rate", 500, "soak: jobs per second through POST /v1/tenants/{t}/jobs")
+	fs.IntVar(&o.soakTenants, "soak-tenants", 300, "soak: tenants the jobs go to, round robin")
+	fs.IntVar(&o.soakProducers, "soak-producers", 32, "soak: producer goroutines")
+	fs.IntVar(&o.soakConc, "soak-concurrency", 100, "soak: worker concurrency")
+	fs.DurationVar(&o.soakEvery, "soak-every", 30*time.Second, "soak: time between readings")
+	fs.DurationVar(&o.soakWarmup, "soak-warmup", 5*time.Minute, "soak: readings before this are the warm-up")
+	fs.DurationVar(&o.soakRetention, "soak-retention", 30*time.Second, "soak: retention.succeeded, canceled, dead and idempotency")
+
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -140,6 +187,8 @@ func parseFlags(args []string) (options, error) {
 			"scale-window":         func() { o.scaleWindow = 5000 },
 			"scale-warmup":         func() { o.scaleWarmup = 1000 },
 			"scale-tenants":        func() { *scale = "10,1000,20000" },
+			"noisy-duration":       func() { o.noisyDuration = 15 * time.Second },
+			"noisy-tenants":        func() { o.noisyTenants = 2000 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -149,7 +198,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "noisy", "soak"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -169,6 +218,12 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("bad isolation flags")
 	case o.scaleWindow < 1 || o.scaleWarmup < 0 || o.scaleConc < 1:
 		return o, fmt.Errorf("bad scale flags")
+	case o.noisyTenants < 2 || o.noisySample < 1 || o.noisySample > o.noisyTenants-1 || o.noisySampleRate <= 0 || o.noisyRestRate < 0 ||
+		o.noisyProducers < 1 || o.noisyAdmit <= 0 || o.noisyFactor <= 0 || o.noisyDuration <= 0 || o.noisyConc < 1:
+		return o, fmt.Errorf("bad noisy flags")
+	case o.soakDuration <= 0 || o.soakRate < 1 || o.soakTenants < 1 || o.soakProducers < 1 || o.soakConc < 1 ||
+		o.soakEvery <= 0 || o.soakWarmup < 0 || o.soakRetention < time.Second:
+		return o, fmt.Errorf("bad soak flags")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return o, fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -194,6 +249,10 @@ func run(ctx context.Context, o options) error {
 			err = isolation(ctx, e, &t)
 		case "scale":
 			err = scale(ctx, e, &t)
+		case "noisy":
+			err = noisy(ctx, e, &t)
+		case "soak":
+			err = soak(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,9 +30,13 @@ type arrival struct {
 	id string    // webhook-id header
 }
 
-// recording is one run's arrivals, in the order the handler saw them.
+// recording is one run's arrivals, in the order the handler saw them; a
+// counting one (startCounting) keeps only the number of requests and the
+// distinct webhook-ids.
 type recording struct {
 	mu       sync.Mutex
+	counting bool
+	n        int
 	arrivals []arrival
 	ids      map[string]int // webhook-id → deliveries
 	change   chan struct{}  // closed and replaced on every arrival
@@ -54,7 +59,8 @@ func (r *receiver) close() {
 	_ = r.srv.Shutdown(ctx)
 }
 
-// url is the endpoint of run.
+// url is the endpoint of run. A request to it with the query status=N is
+// answered N (400: a permanent failure, the job is dead at once).
 func (r *receiver) url(run string) string { return r.base + "/r/" + run }
 
 // start (re)creates run's recording and returns it.
@@ -63,6 +69,15 @@ func (r *receiver) start(run string) *recording {
 	r.mu.Lock()
 	r.runs[run] = rec
 	r.mu.Unlock()
+	return rec
+}
+
+// startCounting (re)creates run's recording keeping only the count of the
+// requests and the webhook-ids (a long soak would otherwise keep every
+// arrival) and returns it.
+func (r *receiver) startCounting(run string) *recording {
+	rec := r.start(run)
+	rec.counting = true
 	return rec
 }
 
@@ -78,13 +93,20 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	rec.add(arrival{at: at, id: req.Header.Get("webhook-id")})
+	if code, err := strconv.Atoi(req.URL.Query().Get("status")); err == nil && code >= 200 && code <= 599 {
+		w.WriteHeader(code)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (rec *recording) add(a arrival) {
 	rec.mu.Lock()
-	rec.arrivals = append(rec.arrivals, a)
+	rec.n++
 	rec.ids[a.id]++
+	if !rec.counting {
+		rec.arrivals = append(rec.arrivals, a)
+	}
 	close(rec.change)
 	rec.change = make(chan struct{})
 	rec.mu.Unlock()
@@ -94,7 +116,29 @@ func (rec *recording) add(a arrival) {
 func (rec *recording) count() (requests, distinct int) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return len(rec.arrivals), len(rec.ids)
+	return rec.n, len(rec.ids)
+}
+
+// waitRequests waits until n requests arrived, ctx ended or the deadline
+// passed; it reports whether n arrived.
+func (rec *recording) waitRequests(ctx context.Context, n int, deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		rec.mu.Lock()
+		got, change := rec.n, rec.change
+		rec.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+			return false
+		case <-change:
+		}
+	}
 }
 
 // snapshot returns a copy of the arrivals so far.

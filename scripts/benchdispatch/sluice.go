@@ -25,6 +25,7 @@ type setup struct {
 	tenants     map[string]string // tenant → its override, YAML flow map
 	workerConc  int               // worker.concurrency
 	startWorker bool              // start the worker with the throttler (else call startWorker)
+	extra       string            // further top-level YAML sections, e.g. "retention: {succeeded: 30s}\n"
 }
 
 // sluice is a running throttler and, once started, a worker.
@@ -69,6 +70,7 @@ log: {level: warn}
 			fmt.Fprintf(&b, "  %s: %s\n", t, o)
 		}
 	}
+	b.WriteString(s.extra)
 	return b.String()
 }
 

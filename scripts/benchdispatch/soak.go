@@ -1,0 +1,464 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// soakSample is one reading of the soak's processes and Redis.
+type soakSample struct {
+	at       time.Duration // since the producers started
+	label    string        // "" during the load, else what the reading follows
+	thG      float64       // throttler go_goroutines
+	thHeap   float64       // throttler go_memstats_heap_alloc_bytes
+	wkG      float64       // worker go_goroutines
+	wkHeap   float64       // worker go_memstats_heap_alloc_bytes
+	redis    int64         // used_memory, bytes
+	keys     int64         // DBSIZE
+	accepted int64
+	arrived  int
+	stale    float64 // the worker's stale claims so far (a release swept before its claim)
+	swept    float64 // the dispatcher's swept leases so far
+	load     string
+}
+
+// staleClaims is the worker's series of claims refused as stale.
+const staleClaims = `sluice_worker_claims_total{outcome="stale"}`
+
+// soakCounts are the producers' outcomes.
+type soakCounts struct {
+	sent, accepted, canceled, dead, refused, errs atomic.Int64
+	mu                                            sync.Mutex
+	codes                                         map[string]int // "POST 503 unavailable" → refusals, "DELETE …", errors
+}
+
+// failed counts one refusal or error under what.
+func (n *soakCounts) failed(what string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.codes == nil {
+		n.codes = map[string]int{}
+	}
+	n.codes[what]++
+}
+
+// errorCode is the code of a Sluice JSON error body, else "?".
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+		return "?"
+	}
+	return e.Error.Code
+}
+
+// soak is part 6 (scripts/soak): a steady rate of webhook jobs through POST
+// /v1/tenants/{t}/jobs over many tenants for a bounded duration, with short
+// retentions; every -soak-every it reads the throttler's and the worker's
+// goroutines and heap and Redis's used_memory. At the end it waits for the
+// backlog to drain and the retention to pass, then scans the keyspace for
+// keys without a TTL and tenants left behind.
+func soak(ctx context.Context, e *env, t *table) error {
+	o := e.o
+	ret := o.soakRetention.String()
+	sl, err := e.startSluice(ctx, setup{name: "soak", defaultRate: "10/s", defaultConc: 10, workerConc: o.soakConc, startWorker: true,
+		extra: fmt.Sprintf("retention: {succeeded: %s, canceled: %s, dead: %s, idempotency: %s}\n", ret, ret, ret, ret)})
+	if err != nil {
+		return err
+	}
+	defer sl.stop()
+	rec := e.rcv.startCounting("soak")
+	tenants := make([]string, o.soakTenants)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("soak-%04d", i)
+	}
+	client := loadClient(2 * o.soakProducers)
+	defer client.CloseIdleConnections()
+
+	var c soakCounts
+	start := time.Now()
+	pctx, stopLoad := context.WithTimeout(ctx, o.soakDuration)
+	defer stopLoad()
+	work := make(chan int, 1024)
+	go emit(pctx, float64(o.soakRate), work)
+	done := make(chan struct{})
+	go func() {
+		consume(o.soakProducers, work, func(i int) { sl.soakJob(ctx, client, tenants, i, &c) })
+		close(done)
+	}()
+
+	read := func(label string) soakSample {
+		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", "sluice_dispatch_swept_total")
+		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims)
+		keys, _ := e.rdb.DBSize(ctx).Result()
+		_, n := rec.count()
+		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
+			wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], redis: e.usedMemory(ctx), keys: keys,
+			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
+		e.logf("soak %s %s: throttler %.0f goroutines %s heap, worker %.0f goroutines %s heap, redis %s, %d keys, accepted %d, arrived %d, "+
+			"swept %.0f, stale claims %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)),
+			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
+		return s
+	}
+	samples := []soakSample{read("")}
+	var collapsed time.Duration // when the deliveries fell too far behind, else 0
+	tick := time.NewTicker(o.soakEvery)
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			s := read("")
+			samples = append(samples, s)
+			// Bounded: stop when the deliveries fall more than two
+			// minutes of load behind (Redis would only fill up).
+			if behind := s.accepted - c.canceled.Load() - int64(s.arrived); behind > 120*int64(o.soakRate) && collapsed == 0 {
+				collapsed = s.at
+				stopLoad()
+			}
+		}
+	}
+	tick.Stop()
+	if ctx.Err() != nil {
+		printSoakSamples(os.Stdout, samples)
+		return ctx.Err()
+	}
+	loadTime := time.Since(start)
+
+	// Drain: every accepted job but the canceled ones reaches the receiver
+	// (the dead ones once, answered 400).
+	want := int(c.accepted.Load() - c.canceled.Load())
+	stopped := time.Now()
+	drained := rec.waitDistinct(ctx, want, stopped.Add(2*time.Minute))
+	drainTime := time.Since(stopped)
+	samples = append(samples, read("drained"))
+
+	// Expiry: wait until no Sluice key but the permanent ones is left.
+	keep := permanentKeys(prefix)
+	deadline := time.Now().Add(3*o.soakRetention + 90*time.Second)
+	for time.Now().Before(deadline) {
+		left, err := e.scanKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if left.sluiceLeft(keep) == 0 {
+			break
+		}
+		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
+	expiryTime := time.Since(stopped) - drainTime
+	samples = append(samples, read("expired"))
+	ks, err := e.scanKeys(ctx)
+	if err != nil {
+		return err
+	}
+	printSoakSamples(os.Stdout, samples)
+	soakRows(t, o, &c, samples, loadTime)
+	const part = "6 soak"
+	if collapsed > 0 {
+		t.row(part, "load stopped early: deliveries more than 2 minutes of load behind", fmt.Sprintf("at %s", collapsed.Round(time.Second)), "", "",
+			"never", "NO")
+	}
+	last := samples[len(samples)-1]
+	t.row(part, "dispatcher leases swept / worker stale claims (releases that reached no worker within grace)",
+		fmt.Sprintf("%.0f / %.0f", last.swept, last.stale), "", "", "", "")
+	requests, arrived := rec.count()
+	t.row(part, "drain after the producers stopped: jobs delivered (requests beyond one per job)", fmt.Sprintf("%d of %d in %.1f s (%d)",
+		arrived, want, drainTime.Seconds(), requests-arrived), "", "", "all", yes(drained))
+	orphans, expiring, tenantsLeft, detail := ks.verdict(keep)
+	t.row(part, fmt.Sprintf("keys %.0f s after the drain (retention %s)", expiryTime.Seconds(), o.soakRetention),
+		fmt.Sprintf("%d: %s", ks.total(), detail), "", "", "", "")
+	t.row(part, "keys without a TTL, not permanent", fmt.Sprintf("%d", orphans), "", "", "0", yes(orphans == 0))
+	for _, l := range e.describeOrphans(ctx, ks, keep, 8) {
+		t.note("soak: left without a TTL: %s", l)
+	}
+	t.row(part, "tenants with a key left behind", fmt.Sprintf("%d of %d (%d keys still expiring)", tenantsLeft, o.soakTenants, expiring), "", "", "0", yes(tenantsLeft == 0))
+	if extra := sl.problems(5); extra != "" {
+		e.logf("soak: log lines:\n%s", extra)
+	}
+	t.gap()
+	return nil
+}
+
+// soakJob sends job i of the soak to tenant i mod len(tenants): every 100th
+// (i ≡ 17) is delayed by an hour and canceled at once, every 100th (i ≡ 59)
+// fails permanently at the receiver (a dead letter), every 10th (i ≡ 3)
+// carries an Idempotency-Key.
+func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string, i int, n *soakCounts) {
+	tenant := tenants[i%len(tenants)]
+	url, extra, header := sl.e.rcv.url("soak"), "", map[string]string(nil)
+	switch {
+	case i%100 == 17:
+		extra = `,"delay":"1h"`
+	case i%100 == 59:
+		url += "?status=400"
+	case i%10 == 3:
+		header = map[string]string{"Idempotency-Key": fmt.Sprintf("soak-%d", i)}
+	}
+	body := fmt.Appendf(nil, `{"type":"webhook","url":%q,"event":"soak","payload":{"i":%d}%s}`, url, i, extra)
+	n.sent.Add(1)
+	a, err := sl.request(ctx, c, http.MethodPost, "/v1/tenants/"+tenant+"/jobs", body, header)
+	switch {
+	case err != nil:
+		n.errs.Add(1)
+		n.failed("POST error: " + errClass(err))
+		return
+	case a.status != http.StatusAccepted:
+		n.refused.Add(1)
+		n.failed(fmt.Sprintf("POST %d %s", a.status, errorCode(a.body)))
+		return
+	}
+	n.accepted.Add(1)
+	switch i % 100 {
+	case 59:
+		n.dead.Add(1)
+	case 17:
+		var ref struct{ ID string }
+		if json.Unmarshal(a.body, &ref) != nil {
+			n.errs.Add(1)
+			n.failed("POST reply without an id")
+			return
+		}
+		d, err := sl.request(ctx, c, http.MethodDelete, "/v1/jobs/"+ref.ID, nil, nil)
+		switch {
+		case err != nil:
+			n.errs.Add(1)
+			n.failed("DELETE error: " + errClass(err))
+			return
+		case d.status != http.StatusOK:
+			n.errs.Add(1)
+			n.failed(fmt.Sprintf("DELETE %d %s", d.status, errorCode(d.body)))
+			return
+		}
+		n.canceled.Add(1)
+	}
+}
+
+func printSoakSamples(w *os.File, samples []soakSample) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tload average\t")
+	for _, s := range samples {
+		at := s.at.Round(time.Second).String()
+		if s.label != "" {
+			at += " (" + s.label + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
+			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// soakRows adds the load and the growth after warm-up: the mean of the
+// first three readings at or after the warm-up against the mean of the last
+// three under load.
+func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime time.Duration) {
+	const part = "6 soak"
+	t.row(part, fmt.Sprintf("%d jobs/s over %d tenants for %s, %d producers (1 %% canceled, 1 %% dead, 10 %% with Idempotency-Key), "+
+		"retention %s, worker concurrency %d; a reading every %s, warm-up %s", o.soakRate, o.soakTenants, o.soakDuration, o.soakProducers,
+		o.soakRetention, o.soakConc, o.soakEvery, o.soakWarmup), "", "", "", "", "")
+	c.mu.Lock()
+	codes := formatCounts(c.codes, "")
+	c.mu.Unlock()
+	t.row(part, "enqueued: accepted / refused / errors (achieved rate); what failed", fmt.Sprintf("%d / %d / %d (%.0f/s); %s", c.accepted.Load(), c.refused.Load(),
+		c.errs.Load(), float64(c.sent.Load())/loadTime.Seconds(), codes), "", "", fmt.Sprintf("%d/s, none refused", o.soakRate),
+		yes(c.refused.Load() == 0 && c.errs.Load() == 0 && float64(c.sent.Load())/loadTime.Seconds() >= 0.98*float64(o.soakRate)))
+	var post []soakSample
+	for _, s := range samples {
+		if s.label == "" && s.at >= o.soakWarmup {
+			post = append(post, s)
+		}
+	}
+	if len(post) < 2 {
+		t.row(part, "growth after warm-up", fmt.Sprintf("too few readings after the warm-up (%d)", len(post)), "", "", "", "")
+		return
+	}
+	k := min(3, len(post)/2)
+	for _, m := range []struct {
+		name string
+		v    func(soakSample) float64
+		show func(float64) string
+	}{
+		{"throttler goroutines", func(s soakSample) float64 { return s.thG }, func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		{"throttler heap", func(s soakSample) float64 { return s.thHeap }, mb},
+		{"worker goroutines", func(s soakSample) float64 { return s.wkG }, func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		{"worker heap", func(s soakSample) float64 { return s.wkHeap }, mb},
+		{"redis used_memory", func(s soakSample) float64 { return float64(s.redis) }, mb},
+	} {
+		mean := func(ss []soakSample) float64 {
+			var sum float64
+			for _, s := range ss {
+				sum += m.v(s)
+			}
+			return sum / float64(len(ss))
+		}
+		a, b := mean(post[:k]), mean(post[len(post)-k:])
+		g := 100 * (b - a) / a
+		t.row(part, fmt.Sprintf("%s, %s → %s (means of %d readings)", m.name, post[0].at.Round(time.Second), post[len(post)-1].at.Round(time.Second), k),
+			fmt.Sprintf("%s → %s", m.show(a), m.show(b)), "", fmt.Sprintf("%+.1f %%", g), "≤ 2 % growth", yes(g <= 2))
+	}
+}
+
+// errClass shortens a request error to its kind.
+func errClass(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Timeout"):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// describeOrphans describes up to n keys without a TTL that are neither
+// permanent nor asynq's bookkeeping: its type and, for a hash, its short
+// fields (a job record's state, gen, times) — for the diagnosis.
+func (e *env) describeOrphans(ctx context.Context, ks keyScan, keep *regexp.Regexp, n int) []string {
+	var keys []string
+	for k, ttl := range ks {
+		if ttl < 0 && !keep.MatchString(k) && (!strings.HasPrefix(k, "asynq:") || strings.Contains(k, ":t:")) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		typ, _ := e.rdb.Type(ctx, k).Result()
+		line := fmt.Sprintf("%s (%s)", k, typ)
+		if typ == "hash" {
+			h, _ := e.rdb.HGetAll(ctx, k).Result()
+			var fields []string
+			for f, v := range h {
+				if len(v) <= 80 {
+					fields = append(fields, f+"="+v)
+				}
+			}
+			sort.Strings(fields)
+			line += " " + strings.Join(fields, " ")
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// keyScan is the keyspace at one time, each key with its PTTL.
+type keyScan map[string]time.Duration
+
+// scanKeys SCANs the whole keyspace and reads every key's PTTL.
+func (e *env) scanKeys(ctx context.Context) (keyScan, error) {
+	out := keyScan{}
+	var cursor uint64
+	for {
+		keys, next, err := e.rdb.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		pipe := e.rdb.Pipeline()
+		for _, k := range keys {
+			pipe.PTTL(ctx, k)
+		}
+		cmds, err := pipe.Exec(ctx)
+		if err != nil && len(keys) > 0 {
+			return nil, fmt.Errorf("pttl: %w", err)
+		}
+		for i, k := range keys {
+			d, _ := cmds[i].(interface{ Val() time.Duration })
+			if d != nil {
+				out[k] = d.Val()
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+func (ks keyScan) total() int { return len(ks) }
+
+// sluiceLeft counts the keys under Sluice's prefix that keep does not match.
+func (ks keyScan) sluiceLeft(keep *regexp.Regexp) int {
+	n := 0
+	for k := range ks {
+		if strings.HasPrefix(k, prefix+":") && !keep.MatchString(k) {
+			n++
+		}
+	}
+	return n
+}
+
+// tenantOf finds the tenant in a tenant key (…:t:<tenant>[:q|:head|:dead])
+// or an idempotency key (…:idem:<tenant>:<key>).
+var tenantOf = regexp.MustCompile(`:(?:t|idem):([^:]+)`)
+
+// verdict classifies the keys: permanent (keep), asynq's own (its queues'
+// bookkeeping; a task key without a TTL would be an orphan), and the rest:
+// those without a TTL are orphans, those with one still expiring. It
+// returns the orphans (asynq task keys included), the expiring keys, the
+// tenants still holding a key, and a description.
+func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, detail string) {
+	var perm, asynqKeys int
+	shapes := map[string]int{}
+	ts := map[string]bool{}
+	var examples []string
+	ids := regexp.MustCompile(`[0-9a-zA-Z_-]{20,}|\d{4}-\d{2}-\d{2}`)
+	for k, ttl := range ks {
+		switch {
+		case keep.MatchString(k):
+			perm++
+			continue
+		case strings.HasPrefix(k, "asynq:"):
+			asynqKeys++
+			if ttl < 0 {
+				shapes[ids.ReplaceAllString(k, "…")]++
+			}
+			if !strings.Contains(k, ":t:") || ttl >= 0 {
+				continue
+			}
+		}
+		if m := tenantOf.FindStringSubmatch(k); m != nil && strings.HasPrefix(k, prefix+":") {
+			ts[m[1]] = true
+		}
+		if ttl < 0 {
+			orphans++
+			if len(examples) < 5 {
+				examples = append(examples, k)
+			}
+		} else {
+			expiring++
+		}
+	}
+	var sh []string
+	for s, n := range shapes {
+		sh = append(sh, fmt.Sprintf("%s ×%d", s, n))
+	}
+	sort.Strings(sh)
+	detail = fmt.Sprintf("%d permanent (meta, policy, vclock, leases, workers), %d asynq's own (without TTL: %s), %d expiring, %d without a TTL",
+		perm, asynqKeys, strings.Join(sh, ", "), expiring, orphans)
+	if len(examples) > 0 {
+		detail += " e.g. " + strings.Join(examples, ", ")
+	}
+	return orphans, expiring, len(ts), detail
+}
+
+// permanentKeys matches the keys a deployment keeps for good under p (as
+// internal/e2e's expiry test lists them): meta, per shard the policy hash
+// and the virtual clock, the worker heartbeats, the dispatch leases and
+// members.
+func permanentKeys(p string) *regexp.Regexp {
+	q := regexp.QuoteMeta(p)
+	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock)|dispatch:lease:\d+|dispatch:members)$`)
+}
