@@ -131,14 +131,14 @@ type faultRun struct {
 }
 
 func newFaultRun(t *testing.T, c *cluster, sc faultScale, throttlers ...*proc) *faultRun {
-	return &faultRun{t: t, c: c, sc: sc, throttlers: throttlers, ids: map[string]string{}, idAt: map[string]time.Time{}, done: make(chan struct{})}
+	return &faultRun{t: t, c: c, sc: sc, throttlers: slices.Clone(throttlers), ids: map[string]string{}, idAt: map[string]time.Time{}, done: make(chan struct{})}
 }
 
 // setThrottlers replaces the throttlers producers send to.
 func (r *faultRun) setThrottlers(ps ...*proc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.throttlers = ps
+	r.throttlers = slices.Clone(ps) // the caller may go on changing its slice
 }
 
 // accepted is the number of jobs accepted so far.
