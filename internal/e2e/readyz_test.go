@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // TestReadyzFollowsRedis: a throttler and a worker on a Redis of their own;
@@ -48,21 +44,5 @@ func TestReadyzFollowsRedis(t *testing.T) {
 // the same dir has the data back) and waits until it answers.
 func startRedis(t *testing.T, port int, dir string) *proc {
 	t.Helper()
-	p := startProc(t, "redis-"+strconv.Itoa(port), "redis-server", []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "yes", "--appendfsync", "always",
-		"--dir", dir, "--maxmemory-policy", "noeviction", "--loglevel", "warning",
-	}, nil)
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
-	defer rdb.Close()
-	poll(t, 10*time.Second, func() (bool, string) {
-		if !p.running() {
-			t.Fatalf("redis-server on port %d ended: %s", port, p.status)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		err := rdb.Ping(ctx).Err()
-		return err == nil, fmt.Sprintf("redis-server on port %d does not answer: %v", port, err)
-	})
-	return p
+	return startRedisAOF(t, port, dir, "always")
 }
