@@ -61,19 +61,14 @@ func startPrivateRedis(t *testing.T) *privateRedis {
 	p := &privateRedis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), proc: cmd.Process}
 	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			t.Fatalf("private redis-server on %s did not answer: %v; log: %s", p.addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the server to come up, not waiting for an effect
-	}
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		return err == nil, fmt.Sprintf("private redis-server on %s did not answer: %v; log: %s", p.addr, err, log)
+	})
+	return p
 }
 
 // freeze stops the server (SIGSTOP) until the test ends: a cleanup

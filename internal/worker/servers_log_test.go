@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -79,16 +80,10 @@ func TestServeKeepsAsynqDebugOutOfTheLog(t *testing.T) {
 	}
 	quiet, stopQuiet := serve(slog.LevelWarn)
 	loud, stopLoud := serve(slog.LevelDebug)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if empty, _ := loud.counts(); empty >= 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("asynq at debug logged \"All queues are empty\" fewer than 20 times in 30s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the loud server's lines
-	}
+	redistest.Poll(t, 30*time.Second, "asynq at debug logged \"All queues are empty\" 20 times", func() bool {
+		empty, _ := loud.counts()
+		return empty >= 20
+	})
 	stopLoud()
 	stopQuiet()
 	if empty, below := quiet.counts(); empty != 0 || below != 0 {
