@@ -98,6 +98,20 @@ func proxied(t *testing.T) (*chaos.Proxy, *cluster) {
 	return px, faultCluster(t, strings.Replace(redistest.URL(), redistest.Addr(), px.Addr(), 1))
 }
 
+// proxiedRun starts a throttler and a worker behind a proxy and a run of
+// sc's producers, and returns once a quarter of the jobs is accepted: the
+// moment the network scenarios inject their fault.
+func proxiedRun(t *testing.T, sc faultScale) (*chaos.Proxy, *faultRun) {
+	t.Helper()
+	px, c := proxied(t)
+	th := c.startThrottler()
+	c.startWorker()
+	run := newFaultRun(t, c, sc, th)
+	run.start()
+	run.waitAccepted(sc.jobs / 4)
+	return px, run
+}
+
 // during holds a timed fault for d.
 func during(d time.Duration) {
 	t := time.NewTimer(d)
@@ -106,12 +120,7 @@ func during(d time.Duration) {
 }
 
 func blackholeScenario(t *testing.T, sc faultScale) {
-	px, c := proxied(t)
-	th := c.startThrottler()
-	c.startWorker()
-	run := newFaultRun(t, c, sc, th)
-	run.start()
-	run.waitAccepted(sc.jobs / 4)
+	px, run := proxiedRun(t, sc)
 	px.Blackhole()
 	during(sc.hole)
 	px.Resume()
@@ -120,12 +129,7 @@ func blackholeScenario(t *testing.T, sc faultScale) {
 }
 
 func cutScenario(t *testing.T, sc faultScale) {
-	px, c := proxied(t)
-	th := c.startThrottler()
-	c.startWorker()
-	run := newFaultRun(t, c, sc, th)
-	run.start()
-	run.waitAccepted(sc.jobs / 4)
+	px, run := proxiedRun(t, sc)
 	cut := 0
 	for i := range sc.cuts {
 		if i > 0 {
@@ -138,12 +142,7 @@ func cutScenario(t *testing.T, sc faultScale) {
 }
 
 func latencyScenario(t *testing.T, sc faultScale) {
-	px, c := proxied(t)
-	th := c.startThrottler()
-	c.startWorker()
-	run := newFaultRun(t, c, sc, th)
-	run.start()
-	run.waitAccepted(sc.jobs / 4)
+	px, run := proxiedRun(t, sc)
 	px.SetLatency(50 * time.Millisecond)
 	during(sc.slow)
 	px.SetLatency(0)
