@@ -77,15 +77,7 @@ func FuzzDuration(f *testing.F) {
 		if strings.HasSuffix(d.String(), "m0s") || strings.HasSuffix(d.String(), "h0m") {
 			t.Fatalf("String %q keeps a trailing zero unit", d.String())
 		}
-		var y struct {
-			D Duration `yaml:"d"`
-		}
-		out, err := yaml.Marshal(struct {
-			D Duration `yaml:"d"`
-		}{d})
-		if err != nil || yaml.Unmarshal(out, &y) != nil || y.D != d {
-			t.Fatalf("YAML round trip of %s: %s → %d, %v", d, out, y.D, err)
-		}
+		yamlRoundTrip(t, d)
 	})
 }
 
@@ -118,15 +110,7 @@ func FuzzByteSize(f *testing.F) {
 				t.Fatalf("JSON %s → %d, %v; want %d", js, j, err, b)
 			}
 		}
-		var y struct {
-			B ByteSize `yaml:"b"`
-		}
-		out, err := yaml.Marshal(struct {
-			B ByteSize `yaml:"b"`
-		}{b})
-		if err != nil || yaml.Unmarshal(out, &y) != nil || y.B != b {
-			t.Fatalf("YAML round trip of %d: %s → %d, %v", b, out, y.B, err)
-		}
+		yamlRoundTrip(t, b)
 	})
 }
 
@@ -316,4 +300,20 @@ func onlyBackoffOrder(err error) bool {
 		}
 	}
 	return true
+}
+
+// yamlRoundTrip fails t unless v, as a YAML field, decodes back to v.
+func yamlRoundTrip[T comparable](t *testing.T, v T) {
+	t.Helper()
+	type doc struct {
+		V T `yaml:"v"`
+	}
+	out, err := yaml.Marshal(doc{v})
+	var back doc
+	if err == nil {
+		err = yaml.Unmarshal(out, &back)
+	}
+	if err != nil || back.V != v {
+		t.Fatalf("YAML round trip of %v: %s → %v, %v", v, out, back.V, err)
+	}
 }
