@@ -27,7 +27,9 @@ func String() string { return cached() }
 
 // UserAgent is "Sluice/" + String(), the User-Agent of every request Sluice
 // sends.
-func UserAgent() string { return "Sluice/" + String() }
+func UserAgent() string { return userAgent() }
+
+var userAgent = sync.OnceValue(func() string { return "Sluice/" + String() }) // once, not per request
 
 var cached = sync.OnceValue(func() string {
 	info, _ := debug.ReadBuildInfo()
