@@ -122,13 +122,20 @@ func (rec *recording) count() (requests, distinct int) {
 // waitRequests waits until n requests arrived, ctx ended or the deadline
 // passed; it reports whether n arrived.
 func (rec *recording) waitRequests(ctx context.Context, n int, deadline time.Time) bool {
+	return rec.waitUntil(ctx, deadline, func() bool { return rec.n >= n })
+}
+
+// waitUntil waits until reached (called with rec.mu held) holds, ctx ended
+// or the deadline passed, waking on every arrival; it reports whether
+// reached held.
+func (rec *recording) waitUntil(ctx context.Context, deadline time.Time, reached func() bool) bool {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for {
 		rec.mu.Lock()
-		got, change := rec.n, rec.change
+		done, change := reached(), rec.change
 		rec.mu.Unlock()
-		if got >= n {
+		if done {
 			return true
 		}
 		select {
@@ -151,21 +158,5 @@ func (rec *recording) snapshot() []arrival {
 // waitDistinct waits until n distinct webhook-ids arrived, ctx ended or
 // the deadline passed; it reports whether n arrived.
 func (rec *recording) waitDistinct(ctx context.Context, n int, deadline time.Time) bool {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		rec.mu.Lock()
-		got, change := len(rec.ids), rec.change
-		rec.mu.Unlock()
-		if got >= n {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-timer.C:
-			return false
-		case <-change:
-		}
-	}
+	return rec.waitUntil(ctx, deadline, func() bool { return len(rec.ids) >= n })
 }
