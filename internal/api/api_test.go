@@ -64,6 +64,12 @@ func newFixture(t *testing.T, tweak func(o *Options, rdb *redis.Client, prefix s
 	if tweak != nil {
 		tweak(&opts, rdb, prefix)
 	}
+	return serveFixture(t, opts)
+}
+
+// serveFixture builds the API from opts and serves it until t ends.
+func serveFixture(t *testing.T, opts Options) *fixture {
+	t.Helper()
 	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

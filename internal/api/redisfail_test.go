@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,13 +110,7 @@ func newPrivateFixture(t *testing.T, r *privateRedis, tweak func(o *Options, rdb
 	if tweak != nil {
 		tweak(&opts, rdb, prefix)
 	}
-	srv, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return &fixture{srv: srv, http: hs, metrics: srv.metrics}, rdb, cfg.Redis.RequestTimeout
+	return serveFixture(t, opts), rdb, cfg.Redis.RequestTimeout
 }
 
 // timed runs f and fails t when it took longer than bound.
