@@ -22,7 +22,7 @@ func (sl *sluice) counters(ctx context.Context) counters {
 	c := counters{at: time.Now(), v: map[string]float64{}}
 	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total",
 		"sluice_worker_send_lateness_seconds_sum", "sluice_worker_send_lateness_seconds_count",
-		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count"}
+		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count", handoffMetric}
 	for _, base := range []string{sl.api, sl.metrics} {
 		if base == "" {
 			continue

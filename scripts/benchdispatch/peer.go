@@ -168,29 +168,23 @@ func precisionPeer(ctx context.Context, e *env) (precisionRun, error) {
 
 // bareAsynq runs n tasks (enqueued before the server starts) through a
 // plain asynq server of the given concurrency whose handler POSTs each to
-// the receiver's run; it returns the receiver's arrivals and the Redis
-// commands spent.
-func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) ([]arrival, int64, cpuShares, error) {
+// the receiver's run; it returns the receiver's arrivals, the Redis
+// counters' change and the CPU over the run, and the spread of the tasks
+// over hash slots (one queue: one slot).
+func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) (tputRun, error) {
 	if err := e.flush(ctx); err != nil {
-		return nil, 0, cpuShares{}, err
+		return tputRun{}, err
 	}
 	rec := e.rcv.start(run)
 	if err := enqueueTasks(ctx, asynq.NewClientFromRedisClient(e.rdb), n); err != nil {
-		return nil, 0, cpuShares{}, fmt.Errorf("enqueue bare asynq tasks: %w", err)
+		return tputRun{}, fmt.Errorf("enqueue bare asynq tasks: %w", err)
 	}
 	post := newPoster(e.rcv.url(run), concurrency)
 	defer post.client.CloseIdleConnections()
-	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
-		Concurrency:       concurrency,
-		Queues:            map[string]int{peerQueue: 1},
-		TaskCheckInterval: e.o.tci,
-		ShutdownTimeout:   2 * time.Second,
-		Logger:            quietLogger{},
-		LogLevel:          asynq.FatalLevel,
-	})
+	srv := asynq.NewServerFromRedisClient(e.rdb, peerConfig(e, concurrency))
 	rs0, err := e.redisStats(ctx)
 	if err != nil {
-		return nil, 0, cpuShares{}, err
+		return tputRun{}, err
 	}
 	meter := e.cpuMeter(ctx, nil)
 	start := time.Now()
@@ -198,18 +192,34 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) ([]a
 		id, _ := asynq.GetTaskID(ctx)
 		return post.post(ctx, id)
 	})); err != nil {
-		return nil, 0, cpuShares{}, fmt.Errorf("start bare asynq server: %w", err)
+		return tputRun{}, fmt.Errorf("start bare asynq server: %w", err)
 	}
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
 	rs1, err := e.redisStats(ctx)
 	srv.Shutdown()
 	if err != nil {
-		return nil, 0, cpuShares{}, err
+		return tputRun{}, err
 	}
+	res := tputRun{arr: rec.snapshot(), redis: rs1.sub(rs0), cpu: cpu,
+		spread: spreadOf(map[string]float64{peerQueue: float64(n)}, "one queue")}
 	if !done {
 		_, got := rec.count()
-		return rec.snapshot(), rs1.sub(rs0).calls, cpu, fmt.Errorf("bare asynq delivered %d of %d: %w", got, n, errTimeout)
+		return res, fmt.Errorf("bare asynq delivered %d of %d: %w", got, n, errTimeout)
 	}
-	return rec.snapshot(), rs1.sub(rs0).calls, cpu, nil
+	return res, nil
+}
+
+// peerConfig is the bare asynq server's configuration: the given
+// concurrency, the one peer queue, the bench's TaskCheckInterval, asynq's
+// defaults otherwise (DelayedTaskCheckInterval 5 s among them).
+func peerConfig(e *env, concurrency int) asynq.Config {
+	return asynq.Config{
+		Concurrency:       concurrency,
+		Queues:            map[string]int{peerQueue: 1},
+		TaskCheckInterval: e.o.tci,
+		ShutdownTimeout:   2 * time.Second,
+		Logger:            quietLogger{},
+		LogLevel:          asynq.FatalLevel,
+	}
 }
