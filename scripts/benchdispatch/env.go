@@ -165,7 +165,7 @@ func (e *env) redisSummary(ctx context.Context, since redisStats, at time.Time) 
 		}
 	}
 	b.WriteString("\n")
-	for _, q := range []string{prefix + ":webhook", "default"} {
+	for _, q := range append([]string{wire.WebhookQueue(prefix), "default"}, wire.HandoffQueueNames(prefix)...) {
 		pending, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "pending")).Result()
 		active, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "active")).Result()
 		if pending+active > 0 {

@@ -17,6 +17,11 @@
 //     large backlog;
 //   - scale: Redis commands and Redis CPU per dispatched job over a fixed
 //     window of deliveries with 10, 1 000 and 100 000 backlogged tenants;
+//   - idle: one throttler and one worker with no jobs, Redis commands per
+//     second over a window, beside one idle bare asynq server of the same
+//     TaskCheckInterval and concurrency; then jobs enqueued one at a time
+//     from idle, due at once and delayed 1 s: slot → receiver arrival and
+//     due time → arrival;
 //   - noisy (only when named in -parts): 10 000 tenants enqueueing through
 //     POST /v1/tenants/{t}/jobs, a sample of them measured (slot → receiver
 //     arrival), alone and next to one tenant sending at 100 × its admit rate;
@@ -90,6 +95,12 @@ type options struct {
 	noisyDuration   time.Duration
 	noisyConc       int
 
+	// idle
+	idleSettle  time.Duration // from start to the window
+	idleWindow  time.Duration // Redis commands counted over it
+	idleWakeups int           // jobs due at once, and as many delayed ones
+	idleGap     time.Duration // idle before each wake-up job
+
 	// soak
 	soakDuration  time.Duration
 	soakRate      int
@@ -124,9 +135,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.throttler, "throttler", "", "the cmd/throttler binary")
 	fs.StringVar(&o.worker, "worker", "", "the cmd/worker binary")
 	fs.StringVar(&o.dir, "dir", "", "directory for configs and logs")
-	parts := fs.String("parts", "precision,throughput,isolation,scale", "parts to run, comma-separated")
+	parts := fs.String("parts", "precision,throughput,isolation,scale,idle", "parts to run, comma-separated")
 	fs.BoolVar(&o.quick, "quick", false, "a short run: 500 precision jobs, 30s peer, 5000 throughput jobs, "+
-		"20000 noisy jobs, scale window 5000 and 10,1000,20000 tenants (flags given explicitly win)")
+		"20000 noisy jobs, scale window 5000 and 10,1000,20000 tenants, 3 idle wake-ups of each kind (flags given explicitly win)")
 
 	fs.IntVar(&o.precJobs, "precision-jobs", 2000, "precision: jobs for the one tenant (and tasks for the peer)")
 	fs.IntVar(&o.precRate, "precision-rate", 50, "precision: the tenant's rate per second (burst 1)")
@@ -163,6 +174,11 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.noisyDuration, "noisy-duration", 60*time.Second, "noisy: how long each run's producers (and the noisy tenant) run")
 	fs.IntVar(&o.noisyConc, "noisy-concurrency", 200, "noisy: worker concurrency")
 
+	fs.DurationVar(&o.idleSettle, "idle-settle", 2*time.Second, "idle: time from the start to the window")
+	fs.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "idle: the window Redis commands are counted over")
+	fs.IntVar(&o.idleWakeups, "idle-wakeups", 5, "idle: jobs due at once enqueued from idle, and as many delayed 1s")
+	fs.DurationVar(&o.idleGap, "idle-gap", time.Second, "idle: idle time before each wake-up job")
+
 	fs.DurationVar(&o.soakDuration, "soak-duration", 30*time.Minute, "soak: how long the producers run")
 	fs.IntVar(&o.soakRate, "soak-rate", 500, "soak: jobs per second through POST /v1/tenants/{t}/jobs")
 	fs.IntVar(&o.soakTenants, "soak-tenants", 300, "soak: tenants the jobs go to, round robin")
@@ -189,6 +205,7 @@ func parseFlags(args []string) (options, error) {
 			"scale-tenants":        func() { *scale = "10,1000,20000" },
 			"noisy-duration":       func() { o.noisyDuration = 15 * time.Second },
 			"noisy-tenants":        func() { o.noisyTenants = 2000 },
+			"idle-wakeups":         func() { o.idleWakeups = 3 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -198,7 +215,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "noisy", "soak"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -224,6 +241,8 @@ func parseFlags(args []string) (options, error) {
 	case o.soakDuration <= 0 || o.soakRate < 1 || o.soakTenants < 1 || o.soakProducers < 1 || o.soakConc < 1 ||
 		o.soakEvery <= 0 || o.soakWarmup < 0 || o.soakRetention < time.Second:
 		return o, fmt.Errorf("bad soak flags")
+	case o.idleSettle < 0 || o.idleWindow <= 0 || o.idleWakeups < 1 || o.idleGap < time.Second:
+		return o, fmt.Errorf("bad idle flags (-idle-gap at least 1s: each wake-up starts from idle)")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return o, fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -249,6 +268,8 @@ func run(ctx context.Context, o options) error {
 			err = isolation(ctx, e, &t)
 		case "scale":
 			err = scale(ctx, e, &t)
+		case "idle":
+			err = idle(ctx, e, &t)
 		case "noisy":
 			err = noisy(ctx, e, &t)
 		case "soak":
