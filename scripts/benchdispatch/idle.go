@@ -63,6 +63,8 @@ func idle(ctx context.Context, e *env, t *table) error {
 		t.note("idle: bare asynq: %v", err)
 	}
 	idleRows(e, t, s, peer)
+	t.note("idle: a wake-up's slot is set by the pass that released the job; enqueue (or run_at) → arrival adds the wait " +
+		"for that pass. asynq's due time: its enqueue, or its whole-second ProcessAt (forwarded every 5 s by default).")
 	t.note("idle: Redis commands/s by command, Sluice:%s", s.redis.perSecond(8, s.window))
 	t.note("idle: Redis commands/s by command, bare asynq:%s", peer.redis.perSecond(8, peer.window))
 	return nil
