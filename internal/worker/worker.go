@@ -82,9 +82,11 @@ type Config struct {
 	// ID names this worker in the heartbeats; default
 	// "<hostname>-<pid>-<random>".
 	ID string
-	// Concurrency is what the heartbeat announces: the total Concurrency of
-	// the process's asynq servers (cmd/worker splits it over
-	// worker.fetchers servers).
+	// Concurrency is the most jobs ProcessTask delivers at a time (a batch
+	// fans out into up to Concurrency of them, waiting and running), and
+	// what the heartbeat announces. cmd/worker gives the process's asynq
+	// servers the same total concurrency: in asynq's count a batch or a
+	// single job of an earlier dispatcher is one task.
 	Concurrency int
 	// MinLead (L, default store.MinLeadDefault) is checked at Start against
 	// 1.5 × TaskCheckInterval + 2 RTT. It is fixed in <prefix>:meta: the
@@ -112,7 +114,9 @@ type Config struct {
 	// ClockSamplesDefault.
 	ClockRefresh time.Duration
 	ClockSamples int
-	// Spin is the busy-wait before a slot; default SpinDefault.
+	// Spin is the busy-wait before a slot; default SpinDefault. One
+	// scheduler per Worker sleeps on one timer until Spin before the
+	// earliest waiting slot, then spins once for every slot due.
 	Spin time.Duration
 	// DefaultTimeout is the attempt timeout of a job that carries none;
 	// default TimeoutDefault.
@@ -184,6 +188,8 @@ func defaultID() string {
 type Worker struct {
 	cfg     Config
 	clock   *Clock
+	sched   *scheduler    // every wait for a slot
+	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
 	metrics *metrics
 	// current is the settings applied now (Settings); stored the settings
 	// last read from <prefix>:meta (nil before the first read), touched only
@@ -209,7 +215,9 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), metrics: m, logged: map[string]struct{}{}}
+	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
+		jobs: make(chan struct{}, cfg.Concurrency), metrics: m,
+		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
 	return w, nil
