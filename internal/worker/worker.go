@@ -224,9 +224,15 @@ func New(cfg Config) (*Worker, error) {
 }
 
 // Queues are the asynq queues the Worker serves, with equal priorities:
-// dispatch.WebhookQueue(Prefix) and dispatch.HTTPQueue(Prefix).
+// the hand-off queues of batches (wire.HandoffQueueNames(Prefix)) and the
+// queues of single jobs of dispatchers of an earlier version
+// (wire.WebhookQueue(Prefix), wire.HTTPQueue(Prefix)).
 func (w *Worker) Queues() map[string]int {
-	return map[string]int{wire.WebhookQueue(w.cfg.Prefix): 1, wire.HTTPQueue(w.cfg.Prefix): 1}
+	out := map[string]int{wire.WebhookQueue(w.cfg.Prefix): 1, wire.HTTPQueue(w.cfg.Prefix): 1}
+	for _, q := range wire.HandoffQueueNames(w.cfg.Prefix) {
+		out[q] = 1
+	}
+	return out
 }
 
 // ID is the worker's id in the heartbeats.

@@ -1,0 +1,165 @@
+package worker_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/worker"
+)
+
+// commandCounter is a go-redis hook counting the commands that reach Redis
+// through its client (a pipeline counts each of its commands).
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// gatedServer is a Worker behind one real asynq server polling through a
+// client of its own with a DequeueGate; counted counts what passes the gate.
+type gatedServer struct {
+	w       *worker.Worker
+	gate    *worker.DequeueGate
+	counted *commandCounter
+}
+
+// startGatedServer starts exec's Worker (newWorker), a DequeueGate with
+// safetyNet on the hand-off channel, and one asynq server (TCI 20 ms)
+// polling through a dedicated client: gate, then a command counter.
+func (h *harness) startGatedServer(exec worker.Executor, safetyNet time.Duration) *gatedServer {
+	h.t.Helper()
+	w := h.newWorker(exec, nil)
+	client, _ := redistest.New(h.t)
+	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix,
+		Queues: slices.Sorted(maps.Keys(w.Queues())), SafetyNet: safetyNet, Logger: testLogger(h.t)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	counted := &commandCounter{}
+	client.AddHook(gate)
+	client.AddHook(counted) // inner: sees only what the gate lets through
+	if err := gate.Start(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(gate.Stop)
+	srv := asynq.NewServerFromRedisClient(client, asynq.Config{
+		Concurrency: 4, TaskCheckInterval: worker.TaskCheckIntervalDefault,
+		Queues: w.Queues(), ShutdownTimeout: 2 * time.Second, Logger: quietLogger{}, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(w); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(srv.Shutdown)
+	return &gatedServer{w: w, gate: gate, counted: counted}
+}
+
+// handOff enqueues rs as one batch on their shard's hand-off queue, as a
+// dispatcher does, and publishes the queue's name when announce is set.
+func (h *harness) handOff(rs []wire.Release, announce bool) {
+	h.t.Helper()
+	client := asynq.NewClientFromRedisClient(h.rdb)
+	shard, _ := store.ShardOfJobID(rs[0].ID)
+	queue := wire.HandoffQueueOf(h.prefix, shard)
+	if _, err := client.EnqueueContext(h.ctx, batchOf(h.t, rs...), asynq.Queue(queue), asynq.MaxRetry(0),
+		asynq.Timeout(10*time.Second)); err != nil {
+		h.t.Fatal(err)
+	}
+	if announce {
+		if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), queue).Err(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough: with a
+// safety net of an hour, an idle server's dequeues are answered by the
+// gate (each queue reaches Redis about once, at the start); a batch
+// enqueued without an announcement stays in its queue, and its
+// announcement gets it fetched and delivered.
+func TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	exec := &sentExecutor{}
+	gs := h.startGatedServer(exec, time.Hour)
+	queues := int64(len(gs.w.Queues()))
+
+	redistest.Poll(t, 5*time.Second, "100 dequeues answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local >= 100
+	})
+	local, real := gs.gate.Counts()
+	if real > 2*queues {
+		t.Fatalf("%d dequeues reached Redis while idle (%d answered locally), want about one per queue (%d)", real, local, queues)
+	}
+
+	h.policy("t1", store.Overrides{RateUS: ptr(400_000), Burst: ptr(1)}) // T = 400ms
+	h.enqueue("t1", 2)
+	rel := h.passOf(0, 500*time.Millisecond, 3*time.Second).Released
+	if len(rel) != 2 {
+		t.Fatalf("released %+v, want two jobs", rel)
+	}
+	later := rel[1:] // its slot 400ms away: the batch can wait for its announcement
+	h.handOff(later, false)
+	redistest.Hold(t, 200*time.Millisecond, "an unannounced batch stays unfetched", func() bool {
+		return len(exec.sent()) == 0
+	})
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), wire.HandoffQueueOf(h.prefix, 0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Poll(t, 5*time.Second, "the announced batch delivered", func() bool {
+		return slices.Equal(exec.sent(), idsOf(later))
+	})
+	if j := h.jobOf(later[0].ID); j.State != store.StateSucceeded {
+		t.Fatalf("job %s: %s, want succeeded", later[0].ID, j.State)
+	}
+}
+
+// TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond: everything one
+// gated asynq server sends to Redis (asynq's own background included) over
+// 300 of its dequeues stays under 100 commands a second.
+func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(&sentExecutor{}, worker.SafetyNetDefault)
+	redistest.Poll(t, 5*time.Second, "the first dequeue answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > 0
+	})
+	start, before := time.Now(), gs.counted.n.Load()
+	localBefore, realBefore := gs.gate.Counts()
+	redistest.Poll(t, 20*time.Second, "1 000 more dequeues", func() bool {
+		local, real := gs.gate.Counts()
+		return local+real-localBefore-realBefore >= 1000
+	})
+	elapsed, sent := time.Since(start), gs.counted.n.Load()-before
+	local, real := gs.gate.Counts()
+	perSecond := float64(sent) / elapsed.Seconds()
+	t.Logf("idle: %d commands to Redis in %s (%.0f/s); dequeues %d local, %d real", sent, elapsed.Round(time.Millisecond),
+		perSecond, local-localBefore, real-realBefore)
+	if perSecond > 100 {
+		t.Fatalf("%.0f commands/s while idle, want ≤ 100", perSecond)
+	}
+	if real-realBefore >= (local-localBefore)/5 {
+		t.Fatalf("%d of %d dequeues reached Redis, want most answered by the gate", real-realBefore, local+real-localBefore-realBefore)
+	}
+}
