@@ -17,8 +17,11 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// SafetyNetDefault is GateConfig.SafetyNet's default.
-const SafetyNetDefault = 500 * time.Millisecond
+// Defaults of GateConfig.
+const (
+	SafetyNetDefault   = 500 * time.Millisecond
+	LegacyQuietDefault = 10 * time.Second
+)
 
 // GateConfig configures a DequeueGate.
 type GateConfig struct {
@@ -28,14 +31,25 @@ type GateConfig struct {
 	// Prefix names the channel, wire.HandoffChannel(Prefix); default
 	// store.PrefixDefault.
 	Prefix string
-	// Queues are the asynq queues the gate answers for (Worker.Queues's
-	// names); the dequeues of any other queue pass untouched.
+	// Queues are the announced queues the gate answers for: the hand-off
+	// queues, wire.HandoffQueueNames(Prefix).
 	Queues []string
+	// Legacy are queues nobody announces: the per-job queues of dispatchers
+	// of an earlier version (wire.WebhookQueue, wire.HTTPQueue). One is
+	// answered for only once no real poll found a task in it for
+	// LegacyQuiet (and the gate was built that long ago): an earlier
+	// dispatcher handing off keeps its queue polled on every poll, as
+	// without the gate, and an idle one costs a poll per SafetyNet. The
+	// dequeues of any queue in neither list pass untouched.
+	Legacy []string
 	// SafetyNet is the longest a queue goes without a real poll while it is
-	// believed empty: a batch whose announcement was lost (or a task of a
-	// dispatcher that announces nothing, such as a per-job task of an
-	// earlier version) is picked up within it. Default SafetyNetDefault.
+	// believed empty: a batch whose announcement was lost, or the first
+	// task on a quiet legacy queue, is picked up within it. Default
+	// SafetyNetDefault.
 	SafetyNet time.Duration
+	// LegacyQuiet is how long a legacy queue must have been found empty
+	// before the gate answers for it; default LegacyQuietDefault.
+	LegacyQuiet time.Duration
 	// Logger receives the subscription's errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -53,7 +67,9 @@ type GateConfig struct {
 //
 // Until the subscription is confirmed, and whenever it breaks, nothing is
 // known empty: every dequeue goes to Redis; on each (re)subscription every
-// queue is marked dirty. Every other command (asynq's heartbeats,
+// queue is marked dirty. Legacy queues, which nobody announces, are
+// answered for only once they have been quiet for a while (see
+// GateConfig.Legacy). Every other command (asynq's heartbeats,
 // forwarder, recoverer, …; dequeues of other queues) passes untouched.
 //
 // The zero DequeueGate is not usable; NewDequeueGate returns one. Its
@@ -72,9 +88,23 @@ type DequeueGate struct {
 
 // gateQueue is one queue's state, guarded by the gate's mu.
 type gateQueue struct {
-	empty   bool      // the last real poll, sent at polled, found it empty
-	polled  time.Time // when that poll was sent
-	version uint64    // bumped by every announcement
+	announced bool      // a hand-off queue (else a legacy one)
+	empty     bool      // the last real poll, sent at polled, found it empty
+	polled    time.Time // when that poll was sent
+	found     time.Time // legacy: the last real poll that found a task (or the gate's start)
+	version   uint64    // bumped by every announcement
+}
+
+// knownEmpty reports whether a dequeue of q at at may be answered locally;
+// hearing is whether announcements are heard.
+func (q *gateQueue) knownEmpty(at time.Time, hearing bool, cfg *GateConfig) bool {
+	if !q.empty || at.Sub(q.polled) >= cfg.SafetyNet {
+		return false
+	}
+	if q.announced {
+		return hearing
+	}
+	return at.Sub(q.found) >= cfg.LegacyQuiet
 }
 
 var _ redis.Hook = (*DequeueGate)(nil)
@@ -86,18 +116,24 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("new dequeue gate: Redis is required")
 	}
-	if cfg.SafetyNet < 0 {
-		return nil, fmt.Errorf("new dequeue gate: negative safety net %s", cfg.SafetyNet)
+	if cfg.SafetyNet < 0 || cfg.LegacyQuiet < 0 {
+		return nil, fmt.Errorf("new dequeue gate: negative safety net %s or legacy quiet %s", cfg.SafetyNet, cfg.LegacyQuiet)
 	}
 	cfg.Prefix = cmp.Or(cfg.Prefix, store.PrefixDefault)
 	cfg.SafetyNet = cmp.Or(cfg.SafetyNet, SafetyNetDefault)
+	cfg.LegacyQuiet = cmp.Or(cfg.LegacyQuiet, LegacyQuietDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}}
+	now := time.Now()
 	for _, q := range cfg.Queues {
-		s := &gateQueue{}
+		s := &gateQueue{announced: true}
 		g.byKey[asynqPendingKey(q)], g.byName[q] = s, s
+	}
+	for _, q := range cfg.Legacy {
+		s := &gateQueue{found: now}
+		g.byKey[asynqPendingKey(q)] = s
 	}
 	return g, nil
 }
@@ -129,7 +165,7 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		at := time.Now()
 		g.mu.Lock()
-		known := g.hearing && q.empty && at.Sub(q.polled) < g.cfg.SafetyNet
+		known := q.knownEmpty(at, g.hearing, &g.cfg)
 		version := q.version
 		g.mu.Unlock()
 		if known {
@@ -142,6 +178,9 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		g.mu.Lock()
 		if q.version == version { // no announcement since the poll was sent
 			q.empty, q.polled = errors.Is(err, redis.Nil), at
+		}
+		if err == nil {
+			q.found = at
 		}
 		g.mu.Unlock()
 		return err

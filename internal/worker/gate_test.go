@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -44,14 +43,16 @@ type gatedServer struct {
 }
 
 // startGatedServer starts exec's Worker (newWorker), a DequeueGate with
-// safetyNet on the hand-off channel, and one asynq server (TCI 20 ms)
-// polling through a dedicated client: gate, then a command counter.
-func (h *harness) startGatedServer(exec worker.Executor, safetyNet time.Duration) *gatedServer {
+// safetyNet and legacyQuiet on the hand-off channel, and one asynq server
+// (TCI 20 ms) polling through a dedicated client: gate, then a command
+// counter.
+func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet time.Duration) *gatedServer {
 	h.t.Helper()
 	w := h.newWorker(exec, nil)
 	client, _ := redistest.New(h.t)
 	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix,
-		Queues: slices.Sorted(maps.Keys(w.Queues())), SafetyNet: safetyNet, Logger: testLogger(h.t)})
+		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
+		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Logger: testLogger(h.t)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough(t *testing.T)
 	t.Parallel()
 	h := newHarness(t, 1)
 	exec := &sentExecutor{}
-	gs := h.startGatedServer(exec, time.Hour)
+	gs := h.startGatedServer(exec, time.Hour, time.Millisecond)
 	queues := int64(len(gs.w.Queues()))
 
 	redistest.Poll(t, 5*time.Second, "100 dequeues answered by the gate", func() bool {
@@ -136,11 +137,12 @@ func TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough(t *testing.T)
 
 // TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond: everything one
 // gated asynq server sends to Redis (asynq's own background included) over
-// 300 of its dequeues stays under 100 commands a second.
+// 1 000 of its dequeues stays under 100 commands a second (legacy queues
+// quiet after 50 ms rather than 10 s, to keep the test short).
 func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	gs := h.startGatedServer(&sentExecutor{}, worker.SafetyNetDefault)
+	gs := h.startGatedServer(&sentExecutor{}, worker.SafetyNetDefault, 50*time.Millisecond)
 	redistest.Poll(t, 5*time.Second, "the first dequeue answered by the gate", func() bool {
 		local, _ := gs.gate.Counts()
 		return local > 0
@@ -161,5 +163,30 @@ func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
 	}
 	if real-realBefore >= (local-localBefore)/5 {
 		t.Fatalf("%d of %d dequeues reached Redis, want most answered by the gate", real-realBefore, local+real-localBefore-realBefore)
+	}
+}
+
+// TestGateKeepsALegacyQueueInUsePolled: a per-job task of an earlier
+// dispatcher (no announcement) on a legacy queue found busy is fetched at
+// the next poll and sent at its slot, though the safety net is an hour.
+func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(nil, time.Hour, time.Hour)
+	r, task := h.release("t1")
+	client := asynq.NewClientFromRedisClient(h.rdb)
+	if _, err := client.EnqueueContext(h.ctx, task, asynq.Queue(wire.WebhookQueue(h.prefix)), asynq.MaxRetry(0),
+		asynq.Timeout(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := h.recv.waitFor(t, "t1", 1, 5*time.Second)
+	if got[0].id != r.ID {
+		t.Fatalf("arrived %+v, want job %s", got, r.ID)
+	}
+	if off := got[0].redis.Sub(r.Slot); off > sendBound() {
+		t.Fatalf("sent %s after its slot, want within %s", off, sendBound())
+	}
+	if _, real := gs.gate.Counts(); real == 0 {
+		t.Fatal("no dequeue reached Redis")
 	}
 }
