@@ -138,6 +138,30 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 	return g, nil
 }
 
+// Gate returns the DequeueGate for w's queues (the hand-off queues
+// announced on wire.HandoffChannel(Prefix), the legacy ones not),
+// subscribing on rdb, with safetyNet (0: SafetyNetDefault) and w's
+// logger. Add it to the asynq server's own client and Start it.
+func (w *Worker) Gate(rdb redis.UniversalClient, safetyNet time.Duration) (*DequeueGate, error) {
+	return NewDequeueGate(GateConfig{Redis: rdb, Prefix: w.cfg.Prefix, Queues: wire.HandoffQueueNames(w.cfg.Prefix),
+		Legacy: []string{wire.WebhookQueue(w.cfg.Prefix), wire.HTTPQueue(w.cfg.Prefix)}, SafetyNet: safetyNet,
+		Logger: w.cfg.Logger})
+}
+
+// StartGate adds w's Gate to client, the asynq server's own Redis client,
+// and starts it, subscribing on rdb; stop ends it (close client after).
+func (w *Worker) StartGate(ctx context.Context, rdb, client redis.UniversalClient, safetyNet time.Duration) (stop func(), err error) {
+	gate, err := w.Gate(rdb, safetyNet)
+	if err != nil {
+		return nil, err
+	}
+	client.AddHook(gate)
+	if err := gate.Start(ctx); err != nil {
+		return nil, err
+	}
+	return gate.Stop, nil
+}
+
 // asynqPendingKey is asynq's list of a queue's pending tasks (asynq
 // internal/base: PendingKey), the dequeue script's KEYS[1]; its KEYS[2…4]
 // are the queue's paused, active and lease keys.
