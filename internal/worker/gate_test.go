@@ -167,15 +167,22 @@ func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
 }
 
 // TestGateKeepsALegacyQueueInUsePolled: a per-job task of an earlier
-// dispatcher (no announcement) on a legacy queue found busy is fetched at
-// the next poll and sent at its slot, though the safety net is an hour.
+// dispatcher (no announcement) on a legacy queue found busy is fetched
+// before its slot, 300 ms away, and sent at it, though the safety net is an
+// hour.
 func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	gs := h.startGatedServer(nil, time.Hour, time.Hour)
-	r, task := h.release("t1")
+	h.policy("t1", store.Overrides{RateUS: ptr(300_000), Burst: ptr(1)})
+	h.enqueue("t1", 2)
+	rel := h.passOf(0, 500*time.Millisecond, 3*time.Second).Released
+	if len(rel) != 2 {
+		t.Fatalf("released %+v, want two jobs", rel)
+	}
+	r := rel[1]
 	client := asynq.NewClientFromRedisClient(h.rdb)
-	if _, err := client.EnqueueContext(h.ctx, task, asynq.Queue(wire.WebhookQueue(h.prefix)), asynq.MaxRetry(0),
+	if _, err := client.EnqueueContext(h.ctx, taskOf(r), asynq.Queue(wire.WebhookQueue(h.prefix)), asynq.MaxRetry(0),
 		asynq.Timeout(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +193,10 @@ func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	if off := got[0].redis.Sub(r.Slot); off > sendBound() {
 		t.Fatalf("sent %s after its slot, want within %s", off, sendBound())
 	}
+	redistest.Poll(t, 5*time.Second, "the job succeeded at its first release's gen", func() bool {
+		j := h.jobOf(r.ID)
+		return j.Gen == r.Gen && j.State == store.StateSucceeded
+	})
 	if _, real := gs.gate.Counts(); real == 0 {
 		t.Fatal("no dequeue reached Redis")
 	}
