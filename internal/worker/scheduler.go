@@ -11,8 +11,9 @@ import (
 // scheduler releases waiters at local instants with sub-millisecond
 // precision for the whole process at the cost of one timer: its one
 // goroutine sleeps on a timer until spin before the earliest instant it
-// holds, then spins (yielding the processor between checks) and releases
-// every waiter whose instant has come, all in the same spin. It runs only
+// holds, then approaches it in short precise sleeps and a final spin
+// (approach) and releases every waiter whose instant has come, all in the
+// same spin. It runs only
 // while it holds a waiter: an idle scheduler has no goroutine.
 //
 // Instants are compared on the monotonic clock (times from time.Now or
@@ -107,8 +108,9 @@ func (s *scheduler) run() {
 		}
 		next := s.waiters[0].at
 		s.mu.Unlock()
-		if d := next.Sub(now) - s.spin; d > 0 {
-			timer.Reset(d)
+		d := next.Sub(now)
+		if d > s.spin {
+			timer.Reset(d - s.spin)
 			select {
 			case <-timer.C:
 			case <-s.kick:
@@ -116,8 +118,30 @@ func (s *scheduler) run() {
 			}
 			continue
 		}
-		runtime.Gosched()
+		approach(d)
 	}
+}
+
+// The last stretch before an instant: Go's timers wake up to a millisecond
+// late (the runtime's poller waits in whole milliseconds), so within spin
+// of an instant the goroutine blocks its thread in short precise sleeps
+// (nanosleep: ~50 µs of slack on Linux) while more than preciseSlack is
+// left, at most preciseChunk at a time (a waiter that arrives meanwhile with
+// an earlier instant is seen within it), then yields in a loop for the
+// rest. A busy spin over the whole of spin would cost a processor whenever
+// instants are dense.
+const (
+	preciseSlack = 100 * time.Microsecond
+	preciseChunk = 200 * time.Microsecond
+)
+
+// approach waits part of d, the time left to the earliest instant.
+func approach(d time.Duration) {
+	if d > preciseSlack {
+		preciseSleep(min(d-preciseSlack, preciseChunk))
+		return
+	}
+	runtime.Gosched()
 }
 
 // waitHeap is a min-heap of waiters by instant (container/heap).
