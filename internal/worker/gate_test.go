@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,7 +51,9 @@ func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet 
 	h.t.Helper()
 	w := h.newWorker(exec, nil)
 	client, _ := redistest.New(h.t)
-	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix,
+	sub := redis.NewClient(&redis.Options{Addr: redistest.Addr(), ClientName: subscriberName(h.prefix)})
+	h.t.Cleanup(func() { _ = sub.Close() })
+	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: sub, Prefix: h.prefix,
 		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
 		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Logger: testLogger(h.t)})
 	if err != nil {
@@ -73,6 +76,9 @@ func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet 
 	h.t.Cleanup(srv.Shutdown)
 	return &gatedServer{w: w, gate: gate, counted: counted}
 }
+
+// subscriberName names the gate's subscription connection (CLIENT LIST).
+func subscriberName(prefix string) string { return "gate-" + prefix }
 
 // handOff enqueues rs as one batch on their shard's hand-off queue, as a
 // dispatcher does, and publishes the queue's name when announce is set.
@@ -200,4 +206,45 @@ func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	if _, real := gs.gate.Counts(); real == 0 {
 		t.Fatal("no dequeue reached Redis")
 	}
+}
+
+// TestGatePollsEveryQueueWhileDeafAndAfterResubscribing: when the
+// subscription's connection is killed, the gate stops answering (every
+// queue goes to Redis again) until go-redis has resubscribed; then it
+// answers again.
+func TestGatePollsEveryQueueWhileDeafAndAfterResubscribing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(&sentExecutor{}, time.Hour, time.Millisecond)
+	redistest.Poll(t, 5*time.Second, "dequeues answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > 0
+	})
+	list, err := h.rdb.ClientList(h.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " name="+subscriberName(h.prefix)+" ") {
+			id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		}
+	}
+	if id == "" {
+		t.Fatalf("no connection named %s in\n%s", subscriberName(h.prefix), list)
+	}
+	_, realBefore := gs.gate.Counts()
+	if err := h.rdb.Do(h.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	queues := int64(len(wire.HandoffQueueNames(h.prefix)))
+	redistest.Poll(t, 5*time.Second, "every hand-off queue polled in Redis again", func() bool {
+		_, real := gs.gate.Counts()
+		return real-realBefore >= queues
+	})
+	localAfter, _ := gs.gate.Counts()
+	redistest.Poll(t, 5*time.Second, "the gate answering again after resubscribing", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > localAfter+queues
+	})
 }
