@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
@@ -141,11 +142,25 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 // Gate returns the DequeueGate for w's queues (the hand-off queues
 // announced on wire.HandoffChannel(Prefix), the legacy ones not),
 // subscribing on rdb, with safetyNet (0: SafetyNetDefault) and w's
-// logger. Add it to the asynq server's own client and Start it.
+// logger; its counts are registered with w's Registerer as
+// sluice_worker_dequeues_total{answered="gate"|"redis"}. Add it to the
+// asynq server's own client and Start it. Call it once per Worker.
 func (w *Worker) Gate(rdb redis.UniversalClient, safetyNet time.Duration) (*DequeueGate, error) {
-	return NewDequeueGate(GateConfig{Redis: rdb, Prefix: w.cfg.Prefix, Queues: wire.HandoffQueueNames(w.cfg.Prefix),
+	g, err := NewDequeueGate(GateConfig{Redis: rdb, Prefix: w.cfg.Prefix, Queues: wire.HandoffQueueNames(w.cfg.Prefix),
 		Legacy: []string{wire.WebhookQueue(w.cfg.Prefix), wire.HTTPQueue(w.cfg.Prefix)}, SafetyNet: safetyNet,
 		Logger: w.cfg.Logger})
+	if err != nil || w.cfg.Registerer == nil {
+		return g, err
+	}
+	for answered, n := range map[string]*atomic.Int64{"gate": &g.local, "redis": &g.real} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_worker_dequeues_total",
+			Help:        "asynq dequeues of the served queues, by who answered: the dequeue gate (queue known empty) or Redis.",
+			ConstLabels: prometheus.Labels{"answered": answered}}, func() float64 { return float64(n.Load()) })
+		if err := w.cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("register dequeue gate metrics: %w", err)
+		}
+	}
+	return g, nil
 }
 
 // StartGate adds w's Gate to client, the asynq server's own Redis client,

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -247,4 +248,77 @@ func TestGatePollsEveryQueueWhileDeafAndAfterResubscribing(t *testing.T) {
 		local, _ := gs.gate.Counts()
 		return local > localAfter+queues
 	})
+}
+
+// TestGateAnswersOnlyDequeuesOfKnownEmptyQueues drives the hook directly
+// with a script of the dequeue's key layout: before Start every dequeue goes
+// to Redis; once heard, an empty queue's second dequeue is answered with
+// redis.Nil locally; an announcement sends the next one to Redis again; a
+// script with other keys always passes; the counts are exported.
+func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	w := h.newWorker(&sentExecutor{}, nil)
+	gate, err := w.Gate(h.rdb, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := redistest.New(t)
+	client.AddHook(gate)
+	queue := wire.HandoffQueue(h.prefix, 3)
+	dequeue := redis.NewScript(`return redis.call("RPOP", KEYS[1])`)
+	keys := func(q string) []string {
+		k := "asynq:{" + q + "}:"
+		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
+	}
+	if err := dequeue.Load(h.ctx, client).Err(); err != nil { // EVALSHA succeeds: one call per dequeue
+		t.Fatal(err)
+	}
+	run := func(q string) error { return dequeue.Run(h.ctx, client, keys(q), 0, "x").Err() }
+	counts := func() (float64, float64) {
+		return h.counter("sluice_worker_dequeues_total", "answered=gate"), h.counter("sluice_worker_dequeues_total", "answered=redis")
+	}
+
+	for range 2 {
+		if err := run(queue); !errors.Is(err, redis.Nil) {
+			t.Fatalf("dequeue of an empty queue = %v, want redis.Nil", err)
+		}
+	}
+	if local, real := counts(); local != 0 || real != 2 {
+		t.Fatalf("before Start: %v answered by the gate, %v by Redis; want 0, 2", local, real)
+	}
+	if err := gate.Start(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Stop()
+	for range 3 {
+		_ = run(queue) // the first after the subscription goes to Redis (every queue dirty)
+	}
+	if local, real := counts(); local != 2 || real != 3 {
+		t.Fatalf("heard: %v answered by the gate, %v by Redis; want 2, 3", local, real)
+	}
+	if err := client.RPush(h.ctx, keys(queue)[0], "task").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(queue); !errors.Is(err, redis.Nil) {
+		t.Fatalf("unannounced: %v, want the gate's redis.Nil", err)
+	}
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), queue).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Poll(t, 5*time.Second, "the announced queue's task dequeued", func() bool {
+		return run(queue) == nil
+	})
+	_ = run(queue) // Redis: empty again, so known empty
+	other := []string{"asynq:{" + queue + "}:pending", "a", "b", "c"}
+	local, real := counts()
+	if err := dequeue.Run(h.ctx, client, other, 0, "x").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if l, r := counts(); l != local || r != real {
+		t.Fatalf("a script with other keys: gate %v → %v, Redis %v → %v; want neither counted", local, l, real, r)
+	}
+	if _ = run(queue); h.counter("sluice_worker_dequeues_total", "answered=gate") != local+1 {
+		t.Fatal("the empty queue's dequeue was not answered by the gate")
+	}
 }
