@@ -44,7 +44,8 @@ type GateConfig struct {
 	// dequeues of any queue in neither list pass untouched.
 	Legacy []string
 	// SafetyNet is the longest a queue goes without a real poll while it is
-	// believed empty: a batch whose announcement was lost, or the first
+	// believed empty: a batch whose announcement was lost (or that asynq
+	// itself put back, from a server shut down mid-batch), or the first
 	// task on a quiet legacy queue, is picked up within it. Default
 	// SafetyNetDefault.
 	SafetyNet time.Duration

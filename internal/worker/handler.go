@@ -24,16 +24,17 @@ var _ asynq.Handler = (*Worker)(nil)
 //
 //  1. decode the payload {id, gen, slot_us};
 //  2. wait on the Worker's scheduler (monotonic clock, one timer for the
-//     process, spinning the last Spin) until ε/2 + RTT/2 before the slot, so that the claim reaches Redis at slot − ε/2 and is
-//     accepted (now ≥ slot − ε); a task picked up after its slot claims at
-//     once;
+//     process, a precise approach over the last Spin) until ε/2 + RTT/2
+//     before the slot, so that the claim reaches Redis at slot − ε/2 and
+//     is accepted (now ≥ slot − ε); a task picked up after its slot claims
+//     at once;
 //  3. claim with tolerance ε: early (before the slot, or the tenant's send
 //     schedule does not allow it yet: a later job of the tenant went out
 //     first) → wait the reply's Δ and claim again (up to maxEarlyClaims
 //     times); stale, canceled or returned → done;
-//  4. wait (on the scheduler) for the claimed slot itself, execute with the job's
-//     timeout (a panic is a retryable failure with reason "panic"), then
-//     finish with the outcome.
+//  4. wait (on the scheduler) for the claimed slot itself, execute with
+//     the job's timeout (a panic is a retryable failure with reason
+//     "panic"), then finish with the outcome.
 //
 // It returns nil for every task it could decode, whatever happened: Sluice
 // owns retries, and a job this handler could not settle (Redis unavailable,

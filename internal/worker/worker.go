@@ -120,9 +120,10 @@ type Config struct {
 	// ClockSamplesDefault.
 	ClockRefresh time.Duration
 	ClockSamples int
-	// Spin is the busy-wait before a slot; default SpinDefault. One
-	// scheduler per Worker sleeps on one timer until Spin before the
-	// earliest waiting slot, then spins once for every slot due.
+	// Spin is how long before a slot the Worker's one scheduler leaves its
+	// timer (which may wake a millisecond late) for a precise approach
+	// (short nanosleeps, then a spin of the last 100 µs) that releases
+	// every slot due at once; default SpinDefault.
 	Spin time.Duration
 	// DefaultTimeout is the attempt timeout of a job that carries none;
 	// default TimeoutDefault.
