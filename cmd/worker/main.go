@@ -1,5 +1,6 @@
-// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3) in asynq
-// servers on <prefix>:webhook and <prefix>:http (internal/worker), serves
+// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3) in an
+// asynq server on the hand-off queues <prefix>:h0…h7 and, for earlier
+// dispatchers, <prefix>:webhook and <prefix>:http (internal/worker), serves
 // Prometheus metrics on /metrics, and drains on SIGTERM or SIGINT.
 //
 //	worker [--config PATH] [--metrics-listen ADDR|off]
@@ -82,7 +83,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return fmt.Errorf("metrics: %w", err)
 	}
 	defer stopMetrics()
-	err = worker.Serve(ctx, rdb, w, worker.ServersConfig{Concurrency: cfg.Worker.Concurrency, Fetchers: cfg.Worker.Fetchers,
+	arb, err := cfg.Redis.Client() // asynq's own: its dequeue gate answers idle polls
+	if err != nil {
+		return err
+	}
+	defer arb.Close()
+	stopGate, err := w.StartGate(ctx, rdb, arb, cfg.Worker.IdlePoll)
+	if err != nil {
+		return err
+	}
+	defer stopGate()
+	err = worker.Serve(ctx, arb, w, worker.ServersConfig{Concurrency: cfg.Worker.Concurrency, Fetchers: cfg.Worker.Fetchers,
 		TaskCheckInterval: cfg.Worker.TaskCheckInterval, ShutdownTimeout: cfg.Worker.ShutdownTimeout, Lead: cfg.Dispatch.Lead,
 		MaxTimeout: maxTimeout, Logger: log, AsynqLogLevel: cfg.Log.AsynqSlogLevel(), LogAttrs: []any{"metrics", addr, "version", version.String()}}, func() {
 		if ready != nil {

@@ -105,24 +105,26 @@ log: {format: json, level: debug}
 	}
 	defer d.Stop()
 
-	// worker.concurrency 5 over the default 4 fetchers: four asynq servers
-	// on the webhook queue, of concurrency 2, 1, 1, 1.
+	// worker.concurrency 5 and the default single fetcher: one asynq server
+	// of concurrency 5 on the hand-off queues and the per-job ones.
 	var conc []int
-	redistest.Poll(t, 10*time.Second, "four asynq servers on the webhook queue", func() bool {
+	redistest.Poll(t, 10*time.Second, "one asynq server on the hand-off and webhook queues", func() bool {
 		servers, err := asynq.NewInspectorFromRedisClient(rdb).Servers()
 		if err != nil {
 			t.Fatal(err)
 		}
 		conc = conc[:0]
 		for _, s := range servers {
-			if _, ok := s.Queues[wire.WebhookQueue(prefix)]; ok {
+			_, webhook := s.Queues[wire.WebhookQueue(prefix)]
+			_, handoff := s.Queues[wire.HandoffQueue(prefix, wire.HandoffQueues-1)]
+			if webhook && handoff {
 				conc = append(conc, s.Concurrency)
 			}
 		}
-		return len(conc) == 4
+		return len(conc) == 1
 	})
-	if slices.Sort(conc); !slices.Equal(conc, []int{1, 1, 1, 2}) {
-		t.Fatalf("asynq servers' concurrency %v, want [1 1 1 2]", conc)
+	if !slices.Equal(conc, []int{5}) {
+		t.Fatalf("asynq servers' concurrency %v, want [5]", conc)
 	}
 
 	var del delivery

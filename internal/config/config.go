@@ -190,7 +190,8 @@ type EgressConfig struct {
 // Defaults of WorkerConfig.
 const (
 	WorkerConcurrencyDefault = 100
-	FetchersDefault          = 4
+	FetchersDefault          = 1
+	IdlePollDefault          = worker.SafetyNetDefault
 	TaskCheckIntervalDefault = worker.TaskCheckIntervalDefault
 	ShutdownTimeoutDefault   = 20 * time.Second
 )
@@ -207,11 +208,16 @@ type WorkerConfig struct {
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// Fetchers is how many asynq servers the process runs, sharing
-	// Concurrency between them; default min(FetchersDefault, Concurrency).
-	// One asynq server fetches its tasks one Redis round trip at a time,
-	// which caps a process at about 1 / RTT tasks per second however large
-	// its concurrency; each fetcher adds one such loop.
+	// Concurrency between them; default FetchersDefault (1). One asynq
+	// server fetches one task per Redis round trip; a task is a batch of
+	// jobs, so one server keeps up (an earlier version's per-job tasks
+	// needed about 4). Each fetcher adds an idle poll loop.
 	Fetchers int `yaml:"fetchers"`
+	// IdlePoll is the longest a hand-off queue believed empty goes without
+	// a real poll (worker.GateConfig.SafetyNet): between announcements of
+	// new batches the worker does not poll Redis, except this often per
+	// queue in case an announcement was lost; default IdlePollDefault.
+	IdlePoll time.Duration `yaml:"idle_poll"`
 }
 
 // Defaults of LogConfig.

@@ -37,10 +37,8 @@ func (c *Config) WithDefaults() *Config {
 		Concurrency:       cmp.Or(c.Worker.Concurrency, WorkerConcurrencyDefault),
 		TaskCheckInterval: cmp.Or(c.Worker.TaskCheckInterval, TaskCheckIntervalDefault),
 		ShutdownTimeout:   cmp.Or(c.Worker.ShutdownTimeout, ShutdownTimeoutDefault),
-		Fetchers:          c.Worker.Fetchers,
-	}
-	if out.Worker.Fetchers == 0 {
-		out.Worker.Fetchers = min(FetchersDefault, max(out.Worker.Concurrency, 1))
+		Fetchers:          cmp.Or(c.Worker.Fetchers, FetchersDefault),
+		IdlePoll:          cmp.Or(c.Worker.IdlePoll, IdlePollDefault),
 	}
 	out.Log = LogConfig{
 		Format: cmp.Or(c.Log.Format, LogFormatDefault),

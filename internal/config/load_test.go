@@ -90,8 +90,9 @@ func defaultConfig() *Config {
 		},
 		LimitsBytes: LimitsBytesConfig{MaxJobBytes: policy.MiB, MaxBatchBytes: 16 * policy.MiB},
 		TaskQueues:  []string{"default"},
-		Worker:      WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 4},
-		Log:         LogConfig{Format: "text", Level: "info", Asynq: "warn"},
+		Worker: WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 1,
+			IdlePoll: 500 * time.Millisecond},
+		Log: LogConfig{Format: "text", Level: "info", Asynq: "warn"},
 	}
 }
 
@@ -213,8 +214,9 @@ func TestLoadEveryKey(t *testing.T) {
 		LimitsBytes: LimitsBytesConfig{MaxJobBytes: 64 * policy.KiB, MaxBatchBytes: 2 * policy.MiB},
 		TaskQueues:  []string{"critical", "low"},
 		Egress:      EgressConfig{Allow: []string{"10.1.2.3/16", "fd00::/8", "192.168.1.10/32"}},
-		Worker:      WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2},
-		Log:         LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Worker: WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2,
+			IdlePoll: 250 * time.Millisecond},
+		Log: LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
 	}
 	assertConfig(t, got, want)
 

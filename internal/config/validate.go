@@ -271,6 +271,7 @@ func (w WorkerConfig) validate(p *problems) {
 	p.atLeast("worker.concurrency", w.Concurrency, 1)
 	p.positive("worker.task_check_interval", w.TaskCheckInterval)
 	p.positive("worker.shutdown_timeout", w.ShutdownTimeout)
+	p.positive("worker.idle_poll", w.IdlePoll)
 	if w.Fetchers < 1 || w.Fetchers > max(w.Concurrency, 1) {
 		p.add("worker.fetchers", "must be between 1 and worker.concurrency (%d), got %d", w.Concurrency, w.Fetchers)
 	}

@@ -259,6 +259,7 @@ func TestTimingConstraints(t *testing.T) {
 		{"fetchers equal to concurrency", "worker: {concurrency: 3, fetchers: 3}", nil},
 		{"fetchers above concurrency", "worker: {concurrency: 3, fetchers: 4}", []string{"worker.fetchers"}},
 		{"negative fetchers", "worker: {fetchers: -1}", []string{"worker.fetchers"}},
+		{"negative idle poll", "worker: {idle_poll: -1s}", []string{"worker.idle_poll"}},
 		{"negative grace", "dispatch: {grace: -1s}", []string{"dispatch.grace"}},
 		{"max_pause below default_pause", "throttle: {default_pause: 2h}", []string{"throttle.max_pause"}},
 		{"floor 1", "throttle: {adaptive_floor: 1}", nil},

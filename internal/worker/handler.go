@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -14,35 +14,87 @@ import (
 
 var _ asynq.Handler = (*Worker)(nil)
 
-// ProcessTask is the asynq handler of webhook and http tasks (DESIGN §2.3):
+// ProcessTask is the asynq handler of Sluice's hand-off tasks: batches
+// (wire.TaskTypeBatch, on the hand-off queues) and, for dispatchers of an
+// earlier version, single webhook and http jobs (wire.TaskTypeWebhook,
+// TaskTypeHTTP). A batch's jobs are delivered concurrently, each as a single
+// job is (below), each holding one of the Worker's Concurrency job slots
+// while it waits and runs; the batch returns once every job settled, so it
+// holds its asynq slot until then. A single job is delivered the same way:
 //
 //  1. decode the payload {id, gen, slot_us};
-//  2. sleep on the monotonic clock until ε/2 + RTT/2 before the slot (spin
-//     the last Spin), so that the claim reaches Redis at slot − ε/2 and is
-//     accepted (now ≥ slot − ε); a task picked up after its slot claims at
-//     once;
+//  2. wait on the Worker's scheduler (monotonic clock, one timer for the
+//     process, a precise approach over the last Spin) until ε/2 + RTT/2
+//     before the slot, so that the claim reaches Redis at slot − ε/2 and
+//     is accepted (now ≥ slot − ε); a task picked up after its slot claims
+//     at once;
 //  3. claim with tolerance ε: early (before the slot, or the tenant's send
 //     schedule does not allow it yet: a later job of the tenant went out
 //     first) → wait the reply's Δ and claim again (up to maxEarlyClaims
 //     times); stale, canceled or returned → done;
-//  4. wait (spinning) for the claimed slot itself, execute with the job's
-//     timeout (a panic is a retryable failure with reason "panic"), then
-//     finish with the outcome.
+//  4. wait (on the scheduler) for the claimed slot itself, execute with
+//     the job's timeout (a panic is a retryable failure with reason
+//     "panic"), then finish with the outcome.
 //
 // It returns nil for every task it could decode, whatever happened: Sluice
 // owns retries, and a job this handler could not settle (Redis unavailable,
-// ctx ended) is recovered by the sweep. A malformed payload is returned as
+// ctx ended) is recovered by the sweep; a job of a batch not yet started
+// when ctx ends is not claimed at all. A malformed payload is returned as
 // an error, so asynq archives the task for inspection. Every wait ends with
 // ctx.
 func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	if t.Type() == wire.TaskTypeBatch {
+		return w.processBatch(ctx, t)
+	}
 	p, err := wire.DecodePayload(t.Payload())
 	if err != nil {
 		w.cfg.Logger.Error("drop malformed task", "type", t.Type(), "err", err)
 		return fmt.Errorf("process %s task: %w", t.Type(), err)
 	}
+	if err := w.acquire(ctx); err != nil {
+		return nil // the sweep returns the job
+	}
+	defer w.release()
 	w.deliver(ctx, p, w.cfg.Executor)
 	return nil
 }
+
+// processBatch delivers a batch's jobs concurrently, each in a job slot
+// taken in the batch's (slot) order, and returns once all settled.
+func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
+	b, err := wire.DecodeBatch(t.Payload())
+	if err != nil {
+		w.cfg.Logger.Error("drop malformed batch", "type", t.Type(), "err", err)
+		return fmt.Errorf("process %s task: %w", t.Type(), err)
+	}
+	w.metrics.batchJobs.Observe(float64(len(b.Jobs)))
+	var wg sync.WaitGroup
+	for _, p := range b.Jobs {
+		if err := w.acquire(ctx); err != nil {
+			break // ctx ended: the sweep returns the jobs not started
+		}
+		wg.Go(func() {
+			defer w.release()
+			w.deliver(ctx, p, w.cfg.Executor)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// acquire takes one of the Worker's Concurrency job slots, or fails when
+// ctx ends first.
+func (w *Worker) acquire(ctx context.Context) error {
+	select {
+	case w.jobs <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives a job slot back.
+func (w *Worker) release() { <-w.jobs }
 
 // deliver runs one delivery with exec: claim (waiting for the slot), wait
 // for the claimed slot, attempt and finish.
@@ -51,7 +103,7 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	if !ok {
 		return
 	}
-	_ = sleepUntil(ctx, w.clock.Local(job.Slot), w.cfg.Spin) // on ctx's end the attempt fails at once
+	_ = w.sched.Wait(ctx, w.clock.Local(job.Slot)) // on ctx's end the attempt fails at once
 	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
 	w.attempt(ctx, job, exec)
 }
@@ -65,7 +117,7 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 	early := 0
 	wait := w.claimAt(p.Slot())
 	for {
-		if err := sleepUntil(ctx, wait, w.cfg.Spin); err != nil {
+		if err := w.sched.Wait(ctx, wait); err != nil {
 			return store.ClaimedJob{}, false
 		}
 		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.Settings().Tolerance)
@@ -144,26 +196,4 @@ func (w *Worker) execute(ctx context.Context, job store.ClaimedJob, exec Executo
 		out.Kind, out.Error = wire.FinishRetry, "executor returned no outcome"
 	}
 	return out
-}
-
-// sleepUntil blocks until the local instant at (compared on the monotonic
-// clock) or ctx's end: on a timer until spin before at, then spinning. It
-// returns ctx.Err() when ctx ended first.
-func sleepUntil(ctx context.Context, at time.Time, spin time.Duration) error {
-	if d := time.Until(at) - spin; d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	for time.Now().Before(at) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		runtime.Gosched()
-	}
-	return ctx.Err()
 }

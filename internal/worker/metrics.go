@@ -20,6 +20,7 @@ type metrics struct {
 	waiting      prometheus.Gauge
 	finishErrors prometheus.Counter
 	rtt          prometheus.Gauge
+	batchJobs    prometheus.Histogram // jobs per batch task
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -66,11 +67,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_worker_redis_rtt_seconds",
 			Help: "Median Redis round-trip time of the last clock measurement.",
 		}),
+		batchJobs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_worker_batch_jobs",
+			Help:    "Jobs per batch task received.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.rtt} {
+	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.rtt,
+		m.batchJobs} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

@@ -14,8 +14,9 @@ import (
 
 // ServersConfig configures the asynq servers a worker process runs.
 type ServersConfig struct {
-	// Concurrency is the process's total, split over Fetchers servers
-	// (near-equal parts, see Split); Fetchers is 1 … Concurrency.
+	// Concurrency is the process's total (Config.Concurrency: jobs), split
+	// over Fetchers servers (near-equal parts, see Split) as the tasks they
+	// run at once; Fetchers is 1 … Concurrency.
 	Concurrency, Fetchers int
 	// TaskCheckInterval is every server's.
 	TaskCheckInterval time.Duration
@@ -36,10 +37,12 @@ type ServersConfig struct {
 // Serve runs cfg.Fetchers asynq servers on rdb serving w's queues with w
 // until ctx ends, then stops them fetching and waits for their running
 // tasks for up to the shutdown timeout (asynq puts unfinished tasks back;
-// Sluice's sweep recovers their jobs). An asynq server dequeues one task per
-// Redis round trip, so a process's fetch rate grows with its number of
-// servers. ready, when not nil, is called once every server fetches. Start
-// w first and stop it after Serve returns.
+// Sluice's sweep recovers their jobs). An asynq server dequeues one task —
+// a batch of jobs, or a single job of an earlier dispatcher — per Redis
+// round trip; one server is enough once a fetch brings a batch. rdb should
+// be a client of its own with a DequeueGate (NewAsynqClient), so that idle
+// polls stay off Redis. ready, when not nil, is called once every server
+// fetches. Start w first and stop it after Serve returns.
 func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg ServersConfig, ready func()) error {
 	shutdown, raised := ShutdownTimeout(cfg.ShutdownTimeout, cfg.Lead, cfg.MaxTimeout)
 	if raised {

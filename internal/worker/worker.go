@@ -1,11 +1,17 @@
 // Package worker runs Sluice's webhook and http jobs inside an asynq.Server
 // (DESIGN §2.3). A Worker is the server's asynq.Handler for the queues
-// Queues() names: for each task it waits on the monotonic clock until the
-// job's slot (converted from Redis time through a Clock), spins the last
-// ~1 ms, claims the job (the claim is the go-check), executes it with the
-// job's timeout, and finishes it with the classified outcome. It always
-// returns nil to asynq once the job is settled: Sluice owns retries and
+// Queues() names: a task is a batch of jobs (or one job of an earlier
+// dispatcher); for each job it waits on the monotonic clock until the job's
+// slot (converted from Redis time through a Clock; one scheduler wakes
+// every waiting job of the process, precise to well under a millisecond),
+// claims the job (the claim is the go-check), executes it with the job's
+// timeout, and finishes it with the classified outcome. It always returns
+// nil to asynq once the task's jobs are settled: Sluice owns retries and
 // recovery, and asynq runs every task with MaxRetry(0).
+//
+// A DequeueGate (gate.go) on the asynq server's own Redis client keeps the
+// server's idle polls off Redis: a hand-off queue is polled when a
+// dispatcher announces a batch on it, or as a safety net.
 //
 // Besides the handler, a started Worker heartbeats its concurrency into
 // Redis (the dispatcher releases no more jobs than the live workers can
@@ -82,9 +88,11 @@ type Config struct {
 	// ID names this worker in the heartbeats; default
 	// "<hostname>-<pid>-<random>".
 	ID string
-	// Concurrency is what the heartbeat announces: the total Concurrency of
-	// the process's asynq servers (cmd/worker splits it over
-	// worker.fetchers servers).
+	// Concurrency is the most jobs ProcessTask delivers at a time (a batch
+	// fans out into up to Concurrency of them, waiting and running), and
+	// what the heartbeat announces. cmd/worker gives the process's asynq
+	// servers the same total concurrency: in asynq's count a batch or a
+	// single job of an earlier dispatcher is one task.
 	Concurrency int
 	// MinLead (L, default store.MinLeadDefault) is checked at Start against
 	// 1.5 × TaskCheckInterval + 2 RTT. It is fixed in <prefix>:meta: the
@@ -112,7 +120,10 @@ type Config struct {
 	// ClockSamplesDefault.
 	ClockRefresh time.Duration
 	ClockSamples int
-	// Spin is the busy-wait before a slot; default SpinDefault.
+	// Spin is how long before a slot the Worker's one scheduler leaves its
+	// timer (which may wake a millisecond late) for a precise approach
+	// (short nanosleeps, then a spin of the last 100 µs) that releases
+	// every slot due at once; default SpinDefault.
 	Spin time.Duration
 	// DefaultTimeout is the attempt timeout of a job that carries none;
 	// default TimeoutDefault.
@@ -184,6 +195,8 @@ func defaultID() string {
 type Worker struct {
 	cfg     Config
 	clock   *Clock
+	sched   *scheduler    // every wait for a slot
+	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
 	metrics *metrics
 	// current is the settings applied now (Settings); stored the settings
 	// last read from <prefix>:meta (nil before the first read), touched only
@@ -209,16 +222,24 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), metrics: m, logged: map[string]struct{}{}}
+	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
+		jobs: make(chan struct{}, cfg.Concurrency), metrics: m,
+		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
 	return w, nil
 }
 
 // Queues are the asynq queues the Worker serves, with equal priorities:
-// dispatch.WebhookQueue(Prefix) and dispatch.HTTPQueue(Prefix).
+// the hand-off queues of batches (wire.HandoffQueueNames(Prefix)) and the
+// queues of single jobs of dispatchers of an earlier version
+// (wire.WebhookQueue(Prefix), wire.HTTPQueue(Prefix)).
 func (w *Worker) Queues() map[string]int {
-	return map[string]int{wire.WebhookQueue(w.cfg.Prefix): 1, wire.HTTPQueue(w.cfg.Prefix): 1}
+	out := map[string]int{wire.WebhookQueue(w.cfg.Prefix): 1, wire.HTTPQueue(w.cfg.Prefix): 1}
+	for _, q := range wire.HandoffQueueNames(w.cfg.Prefix) {
+		out[q] = 1
+	}
+	return out
 }
 
 // ID is the worker's id in the heartbeats.

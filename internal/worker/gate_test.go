@@ -1,0 +1,324 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/worker"
+)
+
+// commandCounter is a go-redis hook counting the commands that reach Redis
+// through its client (a pipeline counts each of its commands).
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// gatedServer is a Worker behind one real asynq server polling through a
+// client of its own with a DequeueGate; counted counts what passes the gate.
+type gatedServer struct {
+	w       *worker.Worker
+	gate    *worker.DequeueGate
+	counted *commandCounter
+}
+
+// startGatedServer starts exec's Worker (newWorker), a DequeueGate with
+// safetyNet and legacyQuiet on the hand-off channel, and one asynq server
+// (TCI 20 ms) polling through a dedicated client: gate, then a command
+// counter.
+func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet time.Duration) *gatedServer {
+	h.t.Helper()
+	w := h.newWorker(exec, nil)
+	client, _ := redistest.New(h.t)
+	sub := redis.NewClient(&redis.Options{Addr: redistest.Addr(), ClientName: subscriberName(h.prefix)})
+	h.t.Cleanup(func() { _ = sub.Close() })
+	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: sub, Prefix: h.prefix,
+		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
+		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Logger: testLogger(h.t)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	counted := &commandCounter{}
+	client.AddHook(gate)
+	client.AddHook(counted) // inner: sees only what the gate lets through
+	if err := gate.Start(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(gate.Stop)
+	srv := asynq.NewServerFromRedisClient(client, asynq.Config{
+		Concurrency: 4, TaskCheckInterval: worker.TaskCheckIntervalDefault,
+		Queues: w.Queues(), ShutdownTimeout: 2 * time.Second, Logger: quietLogger{}, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(w); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(srv.Shutdown)
+	return &gatedServer{w: w, gate: gate, counted: counted}
+}
+
+// subscriberName names the gate's subscription connection (CLIENT LIST).
+func subscriberName(prefix string) string { return "gate-" + prefix }
+
+// handOff enqueues rs as one batch on their shard's hand-off queue, as a
+// dispatcher does, and publishes the queue's name when announce is set.
+func (h *harness) handOff(rs []wire.Release, announce bool) {
+	h.t.Helper()
+	client := asynq.NewClientFromRedisClient(h.rdb)
+	shard, _ := store.ShardOfJobID(rs[0].ID)
+	queue := wire.HandoffQueueOf(h.prefix, shard)
+	if _, err := client.EnqueueContext(h.ctx, batchOf(h.t, rs...), asynq.Queue(queue), asynq.MaxRetry(0),
+		asynq.Timeout(10*time.Second)); err != nil {
+		h.t.Fatal(err)
+	}
+	if announce {
+		if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), queue).Err(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough: with a
+// safety net of an hour, an idle server's dequeues are answered by the
+// gate (each queue reaches Redis about once, at the start); a batch
+// enqueued without an announcement stays in its queue, and its
+// announcement gets it fetched and delivered.
+func TestGateAnswersIdlePollsLocallyAndLetsAnnouncedBatchesThrough(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	exec := &sentExecutor{}
+	gs := h.startGatedServer(exec, time.Hour, time.Millisecond)
+	queues := int64(len(gs.w.Queues()))
+
+	redistest.Poll(t, 5*time.Second, "100 dequeues answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local >= 100
+	})
+	local, real := gs.gate.Counts()
+	if real > 2*queues {
+		t.Fatalf("%d dequeues reached Redis while idle (%d answered locally), want about one per queue (%d)", real, local, queues)
+	}
+
+	h.policy("t1", store.Overrides{RateUS: ptr(400_000), Burst: ptr(1)}) // T = 400ms
+	h.enqueue("t1", 2)
+	rel := h.passOf(0, 500*time.Millisecond, 3*time.Second).Released
+	if len(rel) != 2 {
+		t.Fatalf("released %+v, want two jobs", rel)
+	}
+	later := rel[1:] // its slot 400ms away: the batch can wait for its announcement
+	h.handOff(later, false)
+	redistest.Hold(t, 200*time.Millisecond, "an unannounced batch stays unfetched", func() bool {
+		return len(exec.sent()) == 0
+	})
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), wire.HandoffQueueOf(h.prefix, 0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Poll(t, 5*time.Second, "the announced batch delivered", func() bool {
+		return slices.Equal(exec.sent(), idsOf(later))
+	})
+	if j := h.jobOf(later[0].ID); j.State != store.StateSucceeded {
+		t.Fatalf("job %s: %s, want succeeded", later[0].ID, j.State)
+	}
+}
+
+// TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond: everything one
+// gated asynq server sends to Redis (asynq's own background included) over
+// 1 000 of its dequeues stays under 100 commands a second (legacy queues
+// quiet after 50 ms rather than 10 s, to keep the test short).
+func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(&sentExecutor{}, worker.SafetyNetDefault, 50*time.Millisecond)
+	redistest.Poll(t, 5*time.Second, "the first dequeue answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > 0
+	})
+	start, before := time.Now(), gs.counted.n.Load()
+	localBefore, realBefore := gs.gate.Counts()
+	redistest.Poll(t, 20*time.Second, "1 000 more dequeues", func() bool {
+		local, real := gs.gate.Counts()
+		return local+real-localBefore-realBefore >= 1000
+	})
+	elapsed, sent := time.Since(start), gs.counted.n.Load()-before
+	local, real := gs.gate.Counts()
+	perSecond := float64(sent) / elapsed.Seconds()
+	t.Logf("idle: %d commands to Redis in %s (%.0f/s); dequeues %d local, %d real", sent, elapsed.Round(time.Millisecond),
+		perSecond, local-localBefore, real-realBefore)
+	if perSecond > 100 {
+		t.Fatalf("%.0f commands/s while idle, want ≤ 100", perSecond)
+	}
+	if real-realBefore >= (local-localBefore)/5 {
+		t.Fatalf("%d of %d dequeues reached Redis, want most answered by the gate", real-realBefore, local+real-localBefore-realBefore)
+	}
+}
+
+// TestGateKeepsALegacyQueueInUsePolled: a per-job task of an earlier
+// dispatcher (no announcement) on a legacy queue found busy is fetched
+// before its slot, 300 ms away, and sent at it, though the safety net is an
+// hour.
+func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(nil, time.Hour, time.Hour)
+	h.policy("t1", store.Overrides{RateUS: ptr(300_000), Burst: ptr(1)})
+	h.enqueue("t1", 2)
+	rel := h.passOf(0, 500*time.Millisecond, 3*time.Second).Released
+	if len(rel) != 2 {
+		t.Fatalf("released %+v, want two jobs", rel)
+	}
+	r := rel[1]
+	client := asynq.NewClientFromRedisClient(h.rdb)
+	if _, err := client.EnqueueContext(h.ctx, taskOf(r), asynq.Queue(wire.WebhookQueue(h.prefix)), asynq.MaxRetry(0),
+		asynq.Timeout(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := h.recv.waitFor(t, "t1", 1, 5*time.Second)
+	if got[0].id != r.ID {
+		t.Fatalf("arrived %+v, want job %s", got, r.ID)
+	}
+	if off := got[0].redis.Sub(r.Slot); off > sendBound() {
+		t.Fatalf("sent %s after its slot, want within %s", off, sendBound())
+	}
+	redistest.Poll(t, 5*time.Second, "the job succeeded at its first release's gen", func() bool {
+		j := h.jobOf(r.ID)
+		return j.Gen == r.Gen && j.State == store.StateSucceeded
+	})
+	if _, real := gs.gate.Counts(); real == 0 {
+		t.Fatal("no dequeue reached Redis")
+	}
+}
+
+// TestGatePollsEveryQueueWhileDeafAndAfterResubscribing: when the
+// subscription's connection is killed, the gate stops answering (every
+// queue goes to Redis again) until go-redis has resubscribed; then it
+// answers again.
+func TestGatePollsEveryQueueWhileDeafAndAfterResubscribing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	gs := h.startGatedServer(&sentExecutor{}, time.Hour, time.Millisecond)
+	redistest.Poll(t, 5*time.Second, "dequeues answered by the gate", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > 0
+	})
+	list, err := h.rdb.ClientList(h.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " name="+subscriberName(h.prefix)+" ") {
+			id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		}
+	}
+	if id == "" {
+		t.Fatalf("no connection named %s in\n%s", subscriberName(h.prefix), list)
+	}
+	_, realBefore := gs.gate.Counts()
+	if err := h.rdb.Do(h.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	queues := int64(len(wire.HandoffQueueNames(h.prefix)))
+	redistest.Poll(t, 5*time.Second, "every hand-off queue polled in Redis again", func() bool {
+		_, real := gs.gate.Counts()
+		return real-realBefore >= queues
+	})
+	localAfter, _ := gs.gate.Counts()
+	redistest.Poll(t, 5*time.Second, "the gate answering again after resubscribing", func() bool {
+		local, _ := gs.gate.Counts()
+		return local > localAfter+queues
+	})
+}
+
+// TestGateAnswersOnlyDequeuesOfKnownEmptyQueues drives the hook directly
+// with a script of the dequeue's key layout: before Start every dequeue goes
+// to Redis; once heard, an empty queue's second dequeue is answered with
+// redis.Nil locally; an announcement sends the next one to Redis again; a
+// script with other keys always passes; the counts are exported.
+func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	w := h.newWorker(&sentExecutor{}, nil)
+	gate, err := w.Gate(h.rdb, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := redistest.New(t)
+	client.AddHook(gate)
+	queue := wire.HandoffQueue(h.prefix, 3)
+	dequeue := redis.NewScript(`return redis.call("RPOP", KEYS[1])`)
+	keys := func(q string) []string {
+		k := "asynq:{" + q + "}:"
+		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
+	}
+	if err := dequeue.Load(h.ctx, client).Err(); err != nil { // EVALSHA succeeds: one call per dequeue
+		t.Fatal(err)
+	}
+	run := func(q string) error { return dequeue.Run(h.ctx, client, keys(q), 0, "x").Err() }
+	counts := func() (float64, float64) {
+		return h.counter("sluice_worker_dequeues_total", "answered=gate"), h.counter("sluice_worker_dequeues_total", "answered=redis")
+	}
+
+	for range 2 {
+		if err := run(queue); !errors.Is(err, redis.Nil) {
+			t.Fatalf("dequeue of an empty queue = %v, want redis.Nil", err)
+		}
+	}
+	if local, real := counts(); local != 0 || real != 2 {
+		t.Fatalf("before Start: %v answered by the gate, %v by Redis; want 0, 2", local, real)
+	}
+	if err := gate.Start(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Stop()
+	for range 3 {
+		_ = run(queue) // the first after the subscription goes to Redis (every queue dirty)
+	}
+	if local, real := counts(); local != 2 || real != 3 {
+		t.Fatalf("heard: %v answered by the gate, %v by Redis; want 2, 3", local, real)
+	}
+	if err := client.RPush(h.ctx, keys(queue)[0], "task").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(queue); !errors.Is(err, redis.Nil) {
+		t.Fatalf("unannounced: %v, want the gate's redis.Nil", err)
+	}
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), queue).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Poll(t, 5*time.Second, "the announced queue's task dequeued", func() bool {
+		return run(queue) == nil
+	})
+	_ = run(queue) // Redis: empty again, so known empty
+	other := []string{"asynq:{" + queue + "}:pending", "a", "b", "c"}
+	local, real := counts()
+	if err := dequeue.Run(h.ctx, client, other, 0, "x").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if l, r := counts(); l != local || r != real {
+		t.Fatalf("a script with other keys: gate %v → %v, Redis %v → %v; want neither counted", local, l, real, r)
+	}
+	if _ = run(queue); h.counter("sluice_worker_dequeues_total", "answered=gate") != local+1 {
+		t.Fatal("the empty queue's dequeue was not answered by the gate")
+	}
+}
