@@ -110,7 +110,7 @@ func (e *env) benchWork(rel []wire.Release) (claims, finishes commandStats) {
 	before := e.commandStats()
 	e.pipelined(scriptClaim, len(rel), func(i int) (int, []any) {
 		e.clock.Set(rel[i].SendAt)
-		return 0, claimArgs(rel[i].ID, rel[i].Gen, 2*ms)
+		return 0, claimArgs([]ClaimRequest{{ID: rel[i].ID, Gen: rel[i].Gen}}, 2*ms)
 	})
 	claimed := e.commandStats()
 	cfg := FinishConfig{}.WithDefaults()

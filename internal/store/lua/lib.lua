@@ -400,5 +400,19 @@ local function wake(before)
   return 0
 end
 
+-- note_earliest remembers the shard's earliest time before the call's
+-- first write to ready or delayed, once per call (BEFORE, BEFORE_READ);
+-- wake_if_earlier then publishes when the call moved it earlier (wake).
+-- For scripts that know only late whether they will write there.
+local BEFORE, BEFORE_READ = nil, false
+RESETS[#RESETS + 1] = function() BEFORE, BEFORE_READ = nil, false end
+local function note_earliest()
+  if not BEFORE_READ then BEFORE, BEFORE_READ = shard_earliest(), true end
+end
+local function wake_if_earlier()
+  if not BEFORE_READ then return 0 end
+  return wake(BEFORE)
+end
+
 -- Job states (DESIGN §2).
 local LIVE = {scheduled = true, queued = true, released = true, retrying = true}

@@ -10,11 +10,21 @@ local function ms(us) return math.max(1, math.floor(us / 1000)) end
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
   'idem', 'type', 'grace', 'logged', 'resv'}
 
--- load_job reads a record's decision fields; nil when there is none.
-local function load_job(id)
-  local r = redis.call('HMGET', k_job(id), unpack(J_FIELDS))
+-- load_job reads a record's decision fields, and the extra fields named
+-- (in j.extra, in order: a claim's body and created time in the same
+-- read); nil when there is none.
+local function load_job(id, ...)
+  local extra = {...}
+  local fields = J_FIELDS
+  if #extra > 0 then
+    fields = {unpack(J_FIELDS)}
+    for _, f in ipairs(extra) do fields[#fields + 1] = f end
+  end
+  local r = redis.call('HMGET', k_job(id), unpack(fields))
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+  local x = {}
+  for i = 1, #extra do x[i] = r[#J_FIELDS + i] end
+  return {id = id, extra = x, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
     bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
     first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
