@@ -116,7 +116,7 @@ func (e *env) benchWork(rel []wire.Release) (claims, finishes commandStats) {
 	cfg := FinishConfig{}.WithDefaults()
 	ok := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
 	e.pipelined(scriptFinish, len(rel), func(i int) (int, []any) {
-		return 0, e.store.finishArgs(rel[i].ID, rel[i].Gen, ok, cfg)
+		return 0, e.store.finishArgs([]FinishRequest{{ID: rel[i].ID, Gen: rel[i].Gen, Outcome: ok}}, cfg)
 	})
 	return claimed.minus(before), e.commandStats().minus(claimed)
 }

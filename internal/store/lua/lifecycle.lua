@@ -31,6 +31,17 @@ local function load_job(id, ...)
     resv = tonumber(r[13]) or 0}
 end
 
+-- hset_job writes fields of j's record in one HSET, together with the
+-- fields log_attempt left pending in j.pending (then cleared).
+local function hset_job(j, ...)
+  local args = {...}
+  if j.pending then
+    for _, v in ipairs(j.pending) do args[#args + 1] = v end
+    j.pending = nil
+  end
+  redis.call('HSET', k_job(j.id), unpack(args))
+end
+
 -- to_head queues a job in its tenant's head lane, behind the jobs already
 -- there (score: the tenant's next head sequence), gen + bump.
 local function to_head(j, t, bump)
@@ -39,7 +50,7 @@ local function to_head(j, t, bump)
   t.qtok = t.qtok + j.cost
   j.gen = j.gen + bump
   redis.call('ZADD', k_head(j.tenant), t.hseq, j.id)
-  redis.call('HSET', k_job(j.id), 'state', 'queued', 'gen', j.gen)
+  hset_job(j, 'state', 'queued', 'gen', j.gen)
 end
 
 -- unrelease and unrun take a job out of the released or running counters.
@@ -57,8 +68,10 @@ end
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
 -- formatted here: cjson would print µs times with 14 significant digits.
--- e.outcome is one of the fixed outcome names (no escaping needed).
-local function log_attempt(j, n, e)
+-- e.outcome is one of the fixed outcome names (no escaping needed). With
+-- defer, the write is left in j.pending for the next hset_job of j (the
+-- caller makes sure one follows).
+local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
@@ -75,7 +88,11 @@ local function log_attempt(j, n, e)
     end
   end
   j.logged = j.logged + 1
-  redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+  if defer then
+    j.pending = {'log', s, 'logged', j.logged}
+  else
+    redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+  end
 end
 
 -- jitter is a fraction in [0, 1) drawn from the caller's seed and the job:
@@ -118,7 +135,7 @@ end
 local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
-  redis.call('HSET', jk, 'state', 'dead', 'ended', now)
+  hset_job(j, 'state', 'dead', 'ended', now)
   redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
   redis.call('ZADD', dk, now, j.id)
   redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
@@ -133,7 +150,7 @@ end
 -- idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
-  redis.call('HSET', jk, 'state', 'succeeded', 'ended', now)
+  hset_job(j, 'state', 'succeeded', 'ended', now)
   redis.call('HDEL', jk, 'body')
   redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
   if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
@@ -151,7 +168,7 @@ local function retry_or_dead(j, t, p, now, cfg)
   end
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
   redis.call('ZADD', K_DELAYED, due, j.id)
-  redis.call('HSET', k_job(j.id), 'state', 'retrying', 'due', due)
+  hset_job(j, 'state', 'retrying', 'due', due)
   return 'retrying'
 end
 
