@@ -1,7 +1,9 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ import (
 //	redis-µs/job        Redis CPU inside the FCALLs
 //	pass-, claim-, finish-cmds/job and -redis-µs/job: the same per script
 func BenchmarkHotPathCost(b *testing.B) {
-	for _, mode := range []string{"single"} {
+	for _, mode := range []string{"single", "batch", "coalesced"} {
 		b.Run("mode="+mode, func(b *testing.B) { benchmarkHotPath(b, mode) })
 	}
 }
@@ -96,8 +98,37 @@ func (e *env) hotClaims(mode string, rel []wire.Release) {
 				e.t.Fatalf("claim %s: %+v", r.ID, c)
 			}
 		}
+	case "batch":
+		for i, c := range e.claimBatch(0, claimReqs(rel...)...) {
+			if c.Outcome != ClaimOK {
+				e.t.Fatalf("claim %s: %+v", rel[i].ID, c)
+			}
+		}
+	case "coalesced":
+		c := NewCoalescer(e.store, 0)
+		e.concurrently(rel, func(r wire.Release) error {
+			cl, err := c.Claim(e.ctx, r.ID, r.Gen, 2*ms)
+			if err == nil && cl.Outcome != ClaimOK {
+				err = fmt.Errorf("claim %s: %+v", r.ID, cl)
+			}
+			return err
+		})
 	default:
 		e.t.Fatalf("mode %q", mode)
+	}
+}
+
+// concurrently runs f for every release, each in its own goroutine.
+func (e *env) concurrently(rel []wire.Release, f func(wire.Release) error) {
+	e.t.Helper()
+	errs := make([]error, len(rel))
+	var wg sync.WaitGroup
+	for i, r := range rel {
+		wg.Go(func() { errs[i] = f(r) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
@@ -111,6 +142,29 @@ func (e *env) hotFinishes(mode string, rel []wire.Release) {
 				e.t.Fatalf("finish %s: %s", r.ID, st)
 			}
 		}
+	case "batch":
+		reqs := make([]FinishRequest, len(rel))
+		for i, r := range rel {
+			reqs[i] = FinishRequest{ID: r.ID, Gen: r.Gen, Outcome: benchOK}
+		}
+		rs, err := e.store.FinishBatch(e.ctx, 0, reqs, FinishConfig{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for i, r := range rs {
+			if r != (FinishResult{State: StateSucceeded}) {
+				e.t.Fatalf("finish %s: %+v", rel[i].ID, r)
+			}
+		}
+	case "coalesced":
+		c := NewCoalescer(e.store, 0)
+		e.concurrently(rel, func(r wire.Release) error {
+			st, err := c.Finish(e.ctx, r.ID, r.Gen, benchOK, FinishConfig{})
+			if err == nil && st != StateSucceeded {
+				err = fmt.Errorf("finish %s: %s", r.ID, st)
+			}
+			return err
+		})
 	default:
 		e.t.Fatalf("mode %q", mode)
 	}

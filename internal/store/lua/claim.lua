@@ -147,7 +147,7 @@ for _, tn in ipairs(TENANT_ORDER) do
     save_tenant(tn, c.t)
     if how == 'moved' then
       note_earliest()
-      reschedule(tn, c.t, c.p, NOW)
+      lowered(reschedule(tn, c.t, c.p, NOW))
       expire_tenant(tn, c.t, c.p, NOW)
     end
   end

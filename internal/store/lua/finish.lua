@@ -122,7 +122,9 @@ local function finish_one(r)
     return {'ok', 'succeeded', 0}
   elseif kind == 'retry' then
     note_earliest()
-    return {'ok', retry_or_dead(j, t, p, NOW, cfg), 0}
+    local state, due = retry_or_dead(j, t, p, NOW, cfg)
+    lowered(due)
+    return {'ok', state, 0}
   elseif kind == 'permanent' then
     to_dead(j, t, NOW, cfg)
     return {'ok', 'dead', 0}
@@ -149,7 +151,7 @@ if #TENANT_ORDER > 0 then note_earliest() end
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
   save_tenant(tn, c.t)
-  reschedule(tn, c.t, c.p, NOW)
+  lowered(reschedule(tn, c.t, c.p, NOW))
   expire_tenant(tn, c.t, c.p, NOW)
   trim_dead(tn, NOW, cfg)
 end

@@ -402,16 +402,23 @@ end
 
 -- note_earliest remembers the shard's earliest time before the call's
 -- first write to ready or delayed, once per call (BEFORE, BEFORE_READ);
--- wake_if_earlier then publishes when the call moved it earlier (wake).
--- For scripts that know only late whether they will write there.
-local BEFORE, BEFORE_READ = nil, false
-RESETS[#RESETS + 1] = function() BEFORE, BEFORE_READ = nil, false end
+-- lowered(score) notes each score the call then writes there (LOWEST, the
+-- least); wake_if_earlier publishes LOWEST when it is earlier than BEFORE:
+-- then it is the shard's earliest time (every other score is ≥ BEFORE),
+-- with no second read. For scripts that know only late whether they will
+-- write there, and that write each tenant's score once.
+local BEFORE, BEFORE_READ, LOWEST = nil, false, nil
+RESETS[#RESETS + 1] = function() BEFORE, BEFORE_READ, LOWEST = nil, false, nil end
 local function note_earliest()
   if not BEFORE_READ then BEFORE, BEFORE_READ = shard_earliest(), true end
 end
+local function lowered(score)
+  if score and (LOWEST == nil or score < LOWEST) then LOWEST = score end
+end
 local function wake_if_earlier()
-  if not BEFORE_READ then return 0 end
-  return wake(BEFORE)
+  if not (BEFORE_READ and LOWEST) or (BEFORE and LOWEST >= BEFORE) then return 0 end
+  redis.call('PUBLISH', K_WAKE, istr(LOWEST))
+  return 1
 end
 
 -- Job states (DESIGN §2).

@@ -161,6 +161,7 @@ end
 -- retry_or_dead follows a failed attempt (already counted in j.attempt, j
 -- already unrun): dead when attempt ≥ max_attempts or the retry duration has
 -- run out, else retrying in the delayed set at now + backoff (field due).
+-- Returns the state, and the due time when retrying.
 local function retry_or_dead(j, t, p, now, cfg)
   if j.attempt >= p.max_attempts or retry_expired(j, p, now) then
     to_dead(j, t, now, cfg)
@@ -169,7 +170,7 @@ local function retry_or_dead(j, t, p, now, cfg)
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
   redis.call('ZADD', K_DELAYED, due, j.id)
   hset_job(j, 'state', 'retrying', 'due', due)
-  return 'retrying'
+  return 'retrying', due
 end
 
 -- trim_dead drops the tenant's dead letters older than the retention, then
