@@ -55,8 +55,8 @@ redis.call('HDEL', jk, 'body')
 redis.call('PEXPIRE', jk, retention_ms)
 if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), idem_ms) end
 
-save_tenant(tn, t)
 reschedule(tn, t, p, NOW)
+save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
 wake(before)
 

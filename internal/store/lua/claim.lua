@@ -43,15 +43,15 @@
 -- slot, and the order holds. The pass moves sslot where the plan has a gap
 -- (pass.lua), so a lateness does not outlive the backlog it happened in;
 -- it also tells the worker send_target, so one claim per job is the norm.
--- A tenant given a job back ends with reschedule(tenant) and its expiry; a
--- claimed job changes only what can let the tenant release more (a claim
--- moves a job from released to running: the concurrency sum stays, the
--- released tokens drop), so its tenant is rescheduled only when the
--- release cap may have held it out of ready (released tokens + max(burst,
--- the job's cost) > the cap; a head job costlier than both, left over from
--- a burst lowered since, waits for the next reschedule: its finish at the
--- latest). When that moved the shard's earliest time earlier, a wake-up is
--- published (lib.lua wake), as after a give-back.
+-- A tenant given a job back ends with reschedule(tenant) and its expiry. A
+-- claim changes nothing its ready score depends on but the released tokens
+-- (released to running: the concurrency sum stays), which only matter when
+-- the release cap held the tenant out of ready; so a tenant whose ready
+-- score stood for its state at its load (field rs = lib.lua sched_sig; the
+-- last reschedule records a tenant held by its cap as -1) is not
+-- rescheduled, and rs records its new state; any other is. When a
+-- reschedule moved the shard's earliest time earlier, a wake-up is
+-- published (lib.lua wake).
 
 local eps = tonumber(ARGV[3])
 local n = (#ARGV - 3) / 2
@@ -65,11 +65,13 @@ for i = 1, n do
   reqs[i] = {id = ARGV[2 + 2 * i], gen = gen}
 end
 
--- touched[tn]: 'saved' (a reservation: save only) or 'moved' (save,
--- reschedule, expire).
+-- touched[tn]: 'saved' (a reservation: save only), 'claimed' (a job
+-- claimed: save, and reschedule unless the score stands) or 'moved' (a
+-- job given back: save, reschedule, expire); the strongest wins.
 local touched = {}
+local RANK = {saved = 1, claimed = 2, moved = 3}
 local function touch(tn, how)
-  if touched[tn] ~= 'moved' then touched[tn] = how end
+  if RANK[how] > (RANK[touched[tn]] or 0) then touched[tn] = how end
 end
 
 local function give_back(j, t, reason)
@@ -90,6 +92,8 @@ local function claim_one(id, gen)
   if NOW < j.slot - eps then return {'early', j.slot - NOW} end
   local tn = j.tenant
   local t, p = tenant(tn)
+  local c = TENANTS[tn]
+  if c.sig == nil then c.sig = sched_sig(t, p) end -- what its ready score stands for
 
   if t.disabled == 1 then return give_back(j, t, 'disabled') end
   if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end
@@ -115,7 +119,7 @@ local function claim_one(id, gen)
   end
   if NOW < target - eps then return {'early', target - NOW} end
 
-  if t.rtok + math.max(p.burst, j.cost) > release_cap(t, p) then touch(tn, 'moved') else touch(tn, 'saved') end
+  touch(tn, 'claimed')
   unrelease(j, t)
   if in_plan then
     t.stat = math.max(t.stat, NOW) + j.cost * iv
@@ -144,12 +148,15 @@ for _, tn in ipairs(TENANT_ORDER) do
   local how = touched[tn]
   if how then
     local c = TENANTS[tn]
-    save_tenant(tn, c.t)
-    if how == 'moved' then
+    if how == 'claimed' and c.t.rs == c.sig then
+      c.t.rs = sched_sig(c.t, c.p) -- the score stands for the claims' changes too
+    elseif how ~= 'saved' then
       note_earliest()
       lowered(reschedule(tn, c.t, c.p, NOW))
-      expire_tenant(tn, c.t, c.p, NOW)
+      how = 'moved'
     end
+    save_tenant(tn, c.t)
+    if how == 'moved' then expire_tenant(tn, c.t, c.p, NOW) end
   end
 end
 wake_if_earlier()

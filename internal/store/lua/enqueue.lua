@@ -164,8 +164,8 @@ for _, it in ipairs(items) do
 end
 
 if accepted > 0 then
-  save_tenant(tn, t)
   reschedule(tn, t, p, NOW)
+  save_tenant(tn, t)
   expire_tenant(tn, t, p, NOW)
   reply[3] = wake(before)
 end

@@ -43,7 +43,10 @@
 -- episode, down to the floor; a success adds the step, up to full; then TAT
 -- is rescaled to the new effective interval (lib.lua refactor).
 -- Dead: see lib.lua to_dead. Each finish trims the tenant's dead set by age
--- and count (lib.lua trim_dead), then reschedule(tenant); when the call
+-- and count (lib.lua trim_dead), then reschedule(tenant) unless what the
+-- tenant's ready score depends on is as its last reschedule left it
+-- (lib.lua sched_sig, field rs: a success of a tenant below its
+-- concurrency cap changes none of it); when the call
 -- moved the shard's earliest time earlier (a tenant back from its
 -- concurrency cap or on a faster rate, a retry due soon), a wake-up is
 -- published (lib.lua wake).
@@ -145,13 +148,17 @@ end
 local reply = {'ok'}
 for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
 
--- Every tenant an attempt changed: saved, rescheduled, expired, its dead
--- set trimmed (each finish trims it, DESIGN §7); then the wake check.
-if #TENANT_ORDER > 0 then note_earliest() end
+-- Every tenant an attempt changed: rescheduled when what its ready score
+-- depends on changed (lib.lua sched_sig: a success of a tenant below its
+-- concurrency cap changes none of it), saved, expired, its dead set trimmed
+-- (each finish trims it, DESIGN §7); then the wake check.
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
+  if c.t.rs ~= sched_sig(c.t, c.p) then
+    note_earliest()
+    lowered(reschedule(tn, c.t, c.p, NOW))
+  end
   save_tenant(tn, c.t)
-  lowered(reschedule(tn, c.t, c.p, NOW))
   expire_tenant(tn, c.t, c.p, NOW)
   trim_dead(tn, NOW, cfg)
 end

@@ -133,7 +133,7 @@ end
 -- (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast'}
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs'}
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function() T_STORED, T_BUSY = {}, {} end
 local busy
@@ -325,8 +325,11 @@ end
 -- running ≥ concurrency, or would exceed its release cap with the head job
 -- (claim, finish and sweep re-add it). Returns the score, or nil when removed.
 -- A caller that has just read the head job may pass it (head = {id, cost},
--- or false when the tenant has none) to save the reads.
+-- or false when the tenant has none) to save the reads. It records what it
+-- decided on in field rs (sched_sig), so callers save the tenant after it.
+local sched_sig
 local function reschedule(tn, t, p, now, head)
+  t.rs = sched_sig(t, p)
   if blocked(t, p) then
     redis.call('ZREM', K_READY, tn)
     return nil
@@ -338,12 +341,32 @@ local function reschedule(tn, t, p, now, head)
     id, cost = head[1], head[2]
   end
   if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
+    if id then t.rs = -1 end -- held by its release cap: see sched_sig
     redis.call('ZREM', K_READY, tn)
     return nil
   end
   local score = math.max(earliest(t, p, cost, now), gate(t))
   redis.call('ZADD', K_READY, score, tn)
   return score
+end
+
+-- sched_sig is a digest, as an integer (52 bits of a SHA-1), of what
+-- reschedule decides on besides now and the head job's identity: whether
+-- the tenant is blocked (under the policy of the call), TAT, the pauses'
+-- end, the queued jobs (head-lane length, queued tokens), the released
+-- tokens and the release cap's lead, the effective interval and the burst.
+-- Every script that changes a queue changes the queued counts too. A
+-- script whose changes leave it equal to field rs (the last reschedule's)
+-- may skip reschedule: the tenant's ready score stands (up to now: a score
+-- already past is due either way). reschedule records -1 for a tenant it
+-- removed for its release cap (its head job's cost, not in the digest,
+-- decided), so any script that lowers the released tokens reschedules it.
+sched_sig = function(t, p)
+  local parts = {blocked(t, p) or '-'}
+  for _, v in ipairs({t.tat, gate(t), t.hlen, t.qtok, t.rtok, t.lead, interval(t, p), p.burst}) do
+    parts[#parts + 1] = istr(v)
+  end
+  return tonumber(string.sub(redis.sha1hex(table.concat(parts, ':')), 1, 13), 16)
 end
 
 -- expire_tenant: the tenant hash expires only when it holds no job and is

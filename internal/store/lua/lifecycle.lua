@@ -226,8 +226,8 @@ local function flush_tenants(cfg)
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
-      save_tenant(tn, c.t)
       reschedule(tn, c.t, c.p, NOW, c.head)
+      save_tenant(tn, c.t)
       expire_tenant(tn, c.t, c.p, NOW)
       if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
     end

@@ -48,8 +48,8 @@ refill(t, new, NOW)
 -- Write phase.
 redis.call('HSET', K_POLICY, field, encoded)
 if has_state then
-  save_tenant(field, t)
   reschedule(field, t, new, NOW)
+  save_tenant(field, t)
   expire_tenant(field, t, new, NOW)
   wake(before)
 end

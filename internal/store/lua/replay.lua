@@ -38,8 +38,8 @@ t.live = t.live + 1
 t.bytes = t.bytes + j.bytes
 t.qtok = t.qtok + j.cost
 
-save_tenant(tn, t)
 reschedule(tn, t, p, NOW)
+save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
 wake(before)
 local reply = {'ok'}
