@@ -111,16 +111,48 @@ local function merged(raw_defaults, raw_overrides)
 end
 
 -- load_policy reads the shard defaults ("*") once per call and the tenant's
--- overrides; the returned table is read-only.
-local POLICY_DEFAULTS = nil
-RESETS[#RESETS + 1] = function() POLICY_DEFAULTS = nil end
+-- overrides; the returned table is read-only. policy_put.lua stamps every
+-- write of the hash with a new epoch (field "#v", not a tenant id), read
+-- with the defaults; while it is the same, the tenants' stored texts are
+-- remembered across calls (POLICY_TEXTS, per policy key, with Redis
+-- Functions: the library's scope), so a tenant's overrides are read once
+-- per epoch instead of once per call. Bounded: a key's texts are dropped at
+-- POLICY_TEXTS_MAX tenants, the whole cache at POLICY_KEYS_MAX keys. A hash
+-- without an epoch (written before it existed) is read every call.
+local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 10000, 4096
+local POLICY_DEFAULTS, POLICY_RAW = nil, nil
+RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
+
+-- policy_texts returns the remembered texts of K_POLICY at epoch v (nil: none).
+local function policy_texts(v)
+  if not v then return nil end
+  local c = POLICY_TEXTS[K_POLICY]
+  if c and c.v == v and c.n < POLICY_TEXTS_MAX then return c end
+  if not c then
+    if POLICY_KEYS >= POLICY_KEYS_MAX then POLICY_TEXTS, POLICY_KEYS = {}, 0 end
+    POLICY_KEYS = POLICY_KEYS + 1
+  end
+  c = {v = v, n = 0, raw = {}}
+  POLICY_TEXTS[K_POLICY] = c
+  return c
+end
+
 local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
-    local r = redis.call('HMGET', K_POLICY, '*', tn)
-    POLICY_DEFAULTS, raw = r[1] or false, r[2]
+    local r = redis.call('HMGET', K_POLICY, '*', '#v', tn)
+    POLICY_DEFAULTS, raw = r[1] or false, r[3]
+    POLICY_RAW = policy_texts(r[2])
   else
-    raw = redis.call('HGET', K_POLICY, tn)
+    local known = POLICY_RAW and POLICY_RAW.raw[tn]
+    if known ~= nil then
+      raw = known or nil
+    else
+      raw = redis.call('HGET', K_POLICY, tn)
+    end
+  end
+  if POLICY_RAW and POLICY_RAW.raw[tn] == nil then
+    POLICY_RAW.raw[tn], POLICY_RAW.n = raw or false, POLICY_RAW.n + 1
   end
   local m = merged(POLICY_DEFAULTS or nil, raw or nil)
   return m[1], m[2]
