@@ -190,3 +190,23 @@ func tenantsOnShards(e *env, n int) []string {
 	}
 	return names
 }
+
+// A tenant's policy text is remembered across calls only within one policy
+// epoch: a PUT between two calls is seen by the second even for a tenant
+// that is not the first it reads.
+func TestPolicyTextsFollowTheEpoch(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.Burst, p.Concurrency = 3, 10 }))
+	b := e.released("b", 1)
+	a := e.released("a", 2) // both passes read a and b's texts
+	if _, err := e.store.PutTenantPolicy(e.ctx, "a", Overrides{Concurrency: ptr(1)}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(a[1].Slot)
+	cs := e.claimBatch(0, claimReqs(b[0], a[0], a[1])...)
+	if cs[0].Outcome != ClaimOK || cs[1].Outcome != ClaimOK || cs[2].Outcome != ClaimReturned || cs[2].Reason != "concurrency" {
+		t.Fatalf("claims: %+v, want b's and a's first ok, a's second returned (concurrency 1)", cs)
+	}
+	e.requireConsistent()
+}
