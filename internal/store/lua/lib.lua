@@ -165,7 +165,7 @@ end
 -- (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs'}
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs', 'c1'}
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function() T_STORED, T_BUSY = {}, {} end
 local busy
@@ -319,8 +319,14 @@ local function send_target(t, slot)
 end
 
 -- head_job is the tenant's next job: the head lane first (read only when
--- its length hlen says it holds any), then the backlog.
+-- its length hlen says it holds any), then the backlog. A tenant whose
+-- jobs all cost 1 (field c1 = 1) needs no read: it has a next job of cost
+-- 1 when its queued tokens qtok are > 0 (the id is then true).
 local function head_job(tn, t)
+  if t.c1 == 1 then
+    if t.qtok > 0 then return true, 1 end
+    return nil, 0
+  end
   local id = nil
   if t.hlen > 0 then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
   if not id then id = redis.call('LINDEX', k_queue(tn), 0) end
