@@ -148,26 +148,36 @@ func (e *env) pipelined(sc *script, n int, args func(i int) (int, []any)) {
 	}
 }
 
-// commandStats are totals of INFO commandstats, without INFO and CONFIG.
-type commandStats struct{ calls, usec int64 }
+// commandStats are totals of INFO commandstats, without INFO and CONFIG,
+// and the server's CPU time (INFO cpu: user + system, µs; unlike usec, a
+// wall time inside Redis, it does not grow when the host is busy and Redis
+// waits for a core, but it counts every client's work, INFO's included).
+type commandStats struct{ calls, usec, cpu int64 }
 
 func (a commandStats) minus(b commandStats) commandStats {
-	return commandStats{a.calls - b.calls, a.usec - b.usec}
+	return commandStats{a.calls - b.calls, a.usec - b.usec, a.cpu - b.cpu}
 }
 
-func (a *commandStats) add(b commandStats) { a.calls, a.usec = a.calls+b.calls, a.usec+b.usec }
+func (a *commandStats) add(b commandStats) {
+	a.calls, a.usec, a.cpu = a.calls+b.calls, a.usec+b.usec, a.cpu+b.cpu
+}
 
 // commandStats reads the server's command totals. The usec of FCALL (and
 // EVALSHA) includes the commands its function ran; they are counted in
 // calls only.
 func (e *env) commandStats() commandStats {
 	e.t.Helper()
-	info, err := e.rdb.Info(context.Background(), "commandstats").Result()
+	info, err := e.rdb.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var st commandStats
 	for _, line := range strings.Split(info, "\n") {
+		if name, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			st.cpu += int64(f * 1e6)
+			continue
+		}
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") || strings.HasPrefix(name, "cmdstat_info") ||
 			strings.HasPrefix(name, "cmdstat_config") {
