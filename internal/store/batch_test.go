@@ -210,3 +210,63 @@ func TestPolicyTextsFollowTheEpoch(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// A tenant with a costlier job queued is rescheduled by that job's cost
+// (field c1 is off for it): after its cost-1 job is released, its next
+// slot is the one for cost 2, not for cost 1.
+func TestRescheduleReadsACostlyHead(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.AdmitBurst = 100_000, 2, 4 }))
+	costly := item(`{"cost":2}`)
+	costly.Cost = 2
+	if got := outcomes(e.enqueue("acme", item(`{"cost":1}`), costly)); got != "AA" {
+		t.Fatalf("enqueue: %s, want both accepted", got)
+	}
+	rel := e.passTenant("acme", time.Microsecond, -1)
+	if len(rel) != 1 {
+		t.Fatalf("released %d, want the cost-1 job only", len(rel))
+	}
+	// TAT = slot + T; a cost-2 job's earliest slot is TAT − (b − 2)·T = TAT.
+	if got, want := e.state("acme").NextAt, rel[0].Slot.Add(100*ms); !got.Equal(want) {
+		t.Fatalf("next at %s, want %s (the slot for cost 2)", got, want)
+	}
+	// An enqueue behind it reschedules without the pass's knowledge of the
+	// head: still the slot for cost 2.
+	e.enqueueOne("acme", item(`{"cost":1,"n":2}`))
+	if got, want := e.state("acme").NextAt, rel[0].Slot.Add(100*ms); !got.Equal(want) {
+		t.Fatalf("after an enqueue: next at %s, want %s", got, want)
+	}
+	// Its claim and finish (no reschedule needed for the score) keep it.
+	e.claimAt(rel[0])
+	e.finish(rel[0].ID, rel[0].Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess}, FinishConfig{})
+	if got, want := e.state("acme").NextAt, rel[0].Slot.Add(100*ms); !got.Equal(want) {
+		t.Fatalf("after claim and finish: next at %s, want %s", got, want)
+	}
+	e.requireConsistent()
+}
+
+// A tenant held out of ready by its release cap comes back at the claim
+// that frees the cap, even though a claim changes nothing else its score
+// depends on.
+func TestClaimFreesTheReleaseCap(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 100_000, 1 }))
+	e.enqueue("acme", batchOf(4, "acme")...)
+	// D = 150ms: the cap is ⌈D/T⌉ + b = 3 tokens released at once.
+	rel := e.passTenant("acme", 150*ms, -1)
+	if st := e.state("acme"); st.Released != 2 {
+		t.Fatalf("released %d, want 2 (slots now and +100ms)", st.Released)
+	}
+	e.clock.Set(epoch.Add(200 * ms))
+	rel = append(rel, e.passTenant("acme", 150*ms, -1)...)
+	if st := e.state("acme"); st.Released != 3 || !st.NextAt.IsZero() {
+		t.Fatalf("state %+v: want 3 released and out of ready (the cap)", st)
+	}
+	e.claim(rel[0].ID, rel[0].Gen)
+	if st := e.state("acme"); st.NextAt.IsZero() {
+		t.Fatalf("after a claim freed the cap: not in ready (%+v)", st)
+	}
+	e.requireConsistent()
+}
