@@ -139,7 +139,12 @@ func (c *Coalescer) do(ctx context.Context, k coalesceKey, r *coalesceReq) error
 	case <-r.done:
 		return r.err
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-r.done: // answered meanwhile: prefer the answer
+			return r.err
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
