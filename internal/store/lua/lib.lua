@@ -405,11 +405,9 @@ end
 -- removed for its release cap (its head job's cost, not in the digest,
 -- decided), so any script that lowers the released tokens reschedules it.
 sched_sig = function(t, p)
-  local parts = {blocked(t, p) or '-'}
-  for _, v in ipairs({t.tat, gate(t), t.hlen, t.qtok, t.rtok, t.lead, interval(t, p), p.burst}) do
-    parts[#parts + 1] = istr(v)
-  end
-  return tonumber(string.sub(redis.sha1hex(table.concat(parts, ':')), 1, 13), 16)
+  local s = string.format('%s:%d:%d:%d:%d:%d:%d:%d:%d', blocked(t, p) or '-', t.tat, gate(t), t.hlen,
+    t.qtok, t.rtok, t.lead, interval(t, p), p.burst)
+  return tonumber(string.sub(redis.sha1hex(s), 1, 13), 16)
 end
 
 -- expire_tenant: the tenant hash expires only when it holds no job and is
