@@ -51,7 +51,7 @@
 -- last reschedule records a tenant held by its cap as -1) is not
 -- rescheduled, and rs records its new state; any other is. When a
 -- reschedule moved the shard's earliest time earlier, a wake-up is
--- published (lib.lua wake).
+-- published (lib.lua wake_if_earlier).
 
 local eps = tonumber(ARGV[3])
 local n = (#ARGV - 3) / 2

@@ -49,7 +49,7 @@
 -- concurrency cap changes none of it); when the call
 -- moved the shard's earliest time earlier (a tenant back from its
 -- concurrency cap or on a faster rate, a retry due soon), a wake-up is
--- published (lib.lua wake).
+-- published (lib.lua wake_if_earlier).
 
 local cfg = {succ_ret = tonumber(ARGV[3]), dead_ret = tonumber(ARGV[4]), dead_max = tonumber(ARGV[5]),
   log_n = tonumber(ARGV[6]), def_pause = tonumber(ARGV[7]), max_pause = tonumber(ARGV[8]),
