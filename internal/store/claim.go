@@ -32,47 +32,121 @@ import (
 // the tenant went out first, in which case it waits its turn. Late jobs thus
 // never go out in a clump, and a late claim forfeits no slot.
 //
-// Every change ends with reschedule(tenant); Claim publishes no wake-up (the
-// dispatcher passes at least every D/2). tolerance must be ≥ 0.
+// A job given back ends with reschedule(tenant), and so does a claim that
+// may have freed its tenant from the release cap; when that made the
+// shard's earliest time earlier, Claim publishes it on the shard's wake
+// channel. tolerance must be ≥ 0.
 // ErrNotFound for an id that cannot exist in this Store; other errors are
 // Redis's, wrapped.
 func (s *Store) Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (Claim, error) {
 	shard, err := s.jobShard(id)
-	if err == nil && tolerance < 0 {
-		err = invalidf("tolerance %s: want ≥ 0", tolerance)
-	}
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
-	d, err := s.run(ctx, scriptClaim, shard, claimArgs(id, gen, tolerance)...)
+	cs, err := s.claim(ctx, shard, []ClaimRequest{{ID: id, Gen: gen}}, tolerance)
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
+	return cs[0], nil
+}
+
+// ClaimRequest is one job of a ClaimBatch: its id and the gen its task
+// carries.
+type ClaimRequest struct {
+	ID  string
+	Gen int64
+}
+
+// ClaimBatch claims the jobs of reqs, all of one shard, in one script: each
+// exactly as Claim would, one after the other in request order, at one
+// Redis now (a job twice in reqs: the second is ClaimStale). Each tenant's
+// policy and state are read and saved once; one job's outcome (stale,
+// canceled, early, returned) never changes another's. The claims are in
+// request order. An id that cannot exist in this Store or is not of shard
+// is ErrInvalid (ErrNotFound for a malformed id) and nothing is claimed;
+// other errors are Redis's, wrapped, and then none or all of the claims
+// happened. An empty reqs claims nothing and returns nil.
+func (s *Store) ClaimBatch(ctx context.Context, shard int, reqs []ClaimRequest, tolerance time.Duration) ([]Claim, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	for _, r := range reqs {
+		if err := s.checkShard(r.ID, shard); err != nil {
+			return nil, fmt.Errorf("claim %d jobs on shard %d: %w", len(reqs), shard, err)
+		}
+	}
+	cs, err := s.claim(ctx, shard, reqs, tolerance)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d jobs on shard %d: %w", len(reqs), shard, err)
+	}
+	return cs, nil
+}
+
+// checkShard requires id to be a job id of shard.
+func (s *Store) checkShard(id string, shard int) error {
+	got, err := s.jobShard(id)
+	if err != nil {
+		return fmt.Errorf("job %q: %w", id, err)
+	}
+	if got != shard {
+		return fmt.Errorf("job %q is of shard %d: %w", id, got, invalidf("not of shard %d", shard))
+	}
+	return nil
+}
+
+// claim runs claim.lua for reqs, all of shard, and decodes its replies.
+func (s *Store) claim(ctx context.Context, shard int, reqs []ClaimRequest, tolerance time.Duration) ([]Claim, error) {
+	if tolerance < 0 {
+		return nil, invalidf("tolerance %s: want ≥ 0", tolerance)
+	}
+	d, err := s.run(ctx, scriptClaim, shard, claimArgs(reqs, tolerance)...)
+	if err != nil {
+		return nil, err
+	}
+	if d.Len() != 1+len(reqs) {
+		d.fail("%d claims for %d jobs", d.Len()-1, len(reqs))
+	}
+	cs := make([]Claim, len(reqs))
+	for i := range reqs {
+		if i+1 < d.Len() {
+			cs[i] = decodeClaim(d.list(i+1), reqs[i].ID)
+		}
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+// decodeClaim reads one job's reply of claim.lua.
+func decodeClaim(d decoder, id string) Claim {
 	var c Claim
-	switch kind := d.str(1); kind {
+	switch kind := d.str(0); kind {
 	case "claimed":
 		c.Outcome = ClaimOK
-		c.Job = ClaimedJob{ID: id, Tenant: d.str(2), Type: d.str(3), Body: []byte(d.str(4)),
-			Gen: d.int(5), Attempt: d.int(6), Timeout: us(d.int(7)), Slot: microsTime(d.int(8)),
-			Created: microsTime(d.int(9))}
+		c.Job = ClaimedJob{ID: id, Tenant: d.str(1), Type: d.str(2), Body: []byte(d.str(3)),
+			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
+			Created: microsTime(d.int(8))}
 	case "early":
-		c.Outcome, c.Wait = ClaimEarly, us(d.int(2))
+		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
 	case "stale":
-		c.Outcome, c.State = ClaimStale, State(d.str(2))
+		c.Outcome, c.State = ClaimStale, State(d.str(1))
 	case "canceled":
 		c.Outcome = ClaimCanceled
 	case "returned":
-		c.Outcome, c.Reason = ClaimReturned, d.str(2)
+		c.Outcome, c.Reason = ClaimReturned, d.str(1)
 	default:
 		d.fail("claim outcome %q", kind)
 	}
-	if err := d.Err(); err != nil {
-		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
-	}
-	return c, nil
+	return c
 }
 
 // claimArgs is ARGV[3…] of claim.lua.
-func claimArgs(id string, gen int64, tolerance time.Duration) []any {
-	return []any{id, gen, tolerance.Microseconds()}
+func claimArgs(reqs []ClaimRequest, tolerance time.Duration) []any {
+	args := make([]any, 0, 1+2*len(reqs))
+	args = append(args, tolerance.Microseconds())
+	for _, r := range reqs {
+		args = append(args, r.ID, r.Gen)
+	}
+	return args
 }

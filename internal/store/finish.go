@@ -163,36 +163,116 @@ func (c FinishConfig) validate() error {
 // reschedule(tenant). ErrNotFound when the record is gone; ErrInvalid for a
 // bad outcome or config.
 func (s *Store) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg FinishConfig) (State, error) {
-	cfg = cfg.WithDefaults()
 	shard, err := s.jobShard(id)
-	if err == nil {
-		err = errors.Join(cfg.validate(), checkOutcome(o))
-	}
 	if err != nil {
 		return "", fmt.Errorf("finish job %q: %w", id, err)
 	}
-	d, err := s.run(ctx, scriptFinish, shard, s.finishArgs(id, gen, o, cfg)...)
+	rs, err := s.finish(ctx, shard, []FinishRequest{{ID: id, Gen: gen, Outcome: o}}, cfg)
 	if err != nil {
 		return "", fmt.Errorf("finish job %q: %w", id, err)
 	}
-	state, stale := State(d.str(1)), d.int(2) == 1
-	if err := d.Err(); err != nil {
-		return "", fmt.Errorf("finish job %q: %w", id, err)
-	}
-	if stale {
-		return state, fmt.Errorf("finish job %q at gen %d: %w (job is %s)", id, gen, ErrStale, state)
-	}
-	return state, nil
+	return rs[0].State, rs[0].Err
 }
 
-// finishArgs is ARGV[3…] of finish.lua, for a checked o and cfg.
-func (s *Store) finishArgs(id string, gen int64, o wire.AttemptOutcome, cfg FinishConfig) []any {
-	return []any{id, gen, o.Kind.String(), o.Status,
-		o.Latency.Microseconds(), truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(),
-		cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant,
-		cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(), s.seedArg(),
-		boolInt(o.Congested()), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM,
-		cfg.IdempotencyRetention.Microseconds()}
+// FinishRequest is one attempt of a FinishBatch: the job, the gen it was
+// claimed at, and the attempt's outcome.
+type FinishRequest struct {
+	ID      string
+	Gen     int64
+	Outcome wire.AttemptOutcome
+}
+
+// FinishResult is one attempt's result in a FinishBatch: the job's state
+// after it, and Err as Finish would return it for that job alone (wrapping
+// ErrStale, with State the job's current state, or ErrNotFound), else nil.
+type FinishResult struct {
+	State State
+	Err   error
+}
+
+// FinishBatch records the attempts of reqs, all of jobs of one shard, in
+// one script: each exactly as Finish would, one after the other in request
+// order, at one Redis now. Each tenant's policy and state are read once and
+// saved, rescheduled, expired and its dead set trimmed once; one attempt's
+// refusal (stale, not found) never changes another's. The results are in
+// request order. An id that cannot exist in this Store or is not of shard,
+// a bad outcome or a bad cfg is an error and nothing is recorded; other
+// errors are Redis's, wrapped, and then none or all of the attempts were
+// recorded. An empty reqs records nothing and returns nil.
+func (s *Store) FinishBatch(ctx context.Context, shard int, reqs []FinishRequest, cfg FinishConfig) ([]FinishResult, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	for _, r := range reqs {
+		if err := s.checkShard(r.ID, shard); err != nil {
+			return nil, fmt.Errorf("finish %d jobs on shard %d: %w", len(reqs), shard, err)
+		}
+	}
+	rs, err := s.finish(ctx, shard, reqs, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("finish %d jobs on shard %d: %w", len(reqs), shard, err)
+	}
+	return rs, nil
+}
+
+// finish runs finish.lua for reqs, all of shard, and decodes its replies.
+func (s *Store) finish(ctx context.Context, shard int, reqs []FinishRequest, cfg FinishConfig) ([]FinishResult, error) {
+	cfg = cfg.WithDefaults()
+	errs := []error{cfg.validate()}
+	for _, r := range reqs {
+		if err := checkOutcome(r.Outcome); err != nil {
+			errs = append(errs, fmt.Errorf("job %q: %w", r.ID, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	d, err := s.run(ctx, scriptFinish, shard, s.finishArgs(reqs, cfg)...)
+	if err != nil {
+		return nil, err
+	}
+	if d.Len() != 1+len(reqs) {
+		d.fail("%d results for %d attempts", d.Len()-1, len(reqs))
+	}
+	rs := make([]FinishResult, len(reqs))
+	for i, r := range reqs {
+		if i+1 < d.Len() {
+			rs[i] = decodeFinish(d.list(i+1), r)
+		}
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// decodeFinish reads one attempt's reply of finish.lua.
+func decodeFinish(d decoder, r FinishRequest) FinishResult {
+	if d.str(0) == statusNotFound {
+		return FinishResult{Err: fmt.Errorf("finish job %q: %w", r.ID, ErrNotFound)}
+	}
+	if status := d.str(0); status != statusOK {
+		d.fail("finish status %q", status)
+	}
+	state, stale := State(d.str(1)), d.int(2) == 1
+	if stale {
+		return FinishResult{State: state, Err: fmt.Errorf("finish job %q at gen %d: %w (job is %s)", r.ID, r.Gen, ErrStale, state)}
+	}
+	return FinishResult{State: state}
+}
+
+// finishArgs is ARGV[3…] of finish.lua, for a checked cfg and outcomes.
+func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
+	args := make([]any, 0, 10+8*len(reqs))
+	args = append(args, cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(),
+		cfg.DeadMaxPerTenant, cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(),
+		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds())
+	for _, r := range reqs {
+		o := r.Outcome
+		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
+			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()))
+	}
+	return args
 }
 
 func checkOutcome(o wire.AttemptOutcome) error {

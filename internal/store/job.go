@@ -110,7 +110,9 @@ func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
 // out of every set, the tenant's counters decremented, the body dropped, the
 // record and its idempotency key expiring after Config.CanceledRetention.
 // A released job's asynq task finds the tombstone at its claim and is done.
-// It returns the record after the cancel and the state the job left.
+// When the cancel moved the shard's earliest time earlier (the tenant freed
+// from its concurrency or release cap), it is published on the shard's wake
+// channel. It returns the record after the cancel and the state the job left.
 // Running and terminal jobs: a *ConflictError (ErrConflict) with their state.
 // ErrNotFound when there is no such job.
 func (s *Store) Cancel(ctx context.Context, id string) (Job, State, error) {

@@ -3,7 +3,9 @@
 // delayed and lease sets, per-tenant policies, and the scripts that change
 // them atomically — enqueue with token-bucket admission, cancel, the
 // dispatcher's pass (promotion, lease sweep, paced release), the workers'
-// claim and finish, the admin pause/resume, dead letters and replay — and
+// claim and finish (one job, or many of one shard in one script:
+// ClaimBatch, FinishBatch, and the Coalescer that batches concurrent
+// callers), the admin pause/resume, dead letters and replay — and
 // the workers' capacity heartbeats and the task middleware's queue
 // heartbeats.
 //

@@ -38,6 +38,12 @@ import (
 //	                    their successes do not recover it (see Store.Finish).
 //	                    rf and cut_until expire with the hash: an idle tenant
 //	                    starts again at its full rate
+//	rs                  what the last reschedule decided the ready score on
+//	                    (lib.lua sched_sig; -1: held out by the release cap):
+//	                    a claim or finish that leaves it equal keeps the score
+//	c1                  1: every job of the tenant costs 1 (set by an enqueue
+//	                    into a tenant holding no job, cleared by a costlier
+//	                    enqueue or replay), so its next job's cost needs no read
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;

@@ -34,8 +34,8 @@ if op == 'pause' then
 else
   t.admin_paused, t.admin_until, t.paused_until, t.disabled = 0, 0, 0, 0
 end
-save_tenant(tn, t)
 local score = reschedule(tn, t, p, NOW)
+save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
 wake(before)
 return {'ok', score or -1}

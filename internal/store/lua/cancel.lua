@@ -13,7 +13,9 @@
 -- the lease set (the asynq task still in flight finds a tombstone at its
 -- claim). The record becomes a tombstone: state canceled, `ended` = now, body
 -- dropped, expiring after the retention, as does its idempotency key. The
--- tenant's counters are decremented, then reschedule(tenant) and expiry.
+-- tenant's counters are decremented, then reschedule(tenant), expiry and
+-- the wake check (a canceled released job frees its tenant's concurrency
+-- and release cap; a canceled head job lets a cheaper one be next).
 
 local id = ARGV[3]
 local retention_ms = math.floor(tonumber(ARGV[4]) / 1000)
@@ -30,6 +32,7 @@ local cost, size, idem = tonumber(j[3]), tonumber(j[4]), j[5] or ''
 local p = load_policy(tn)
 local t = load_tenant(tn, p)
 rescale_tat(t, p, NOW)
+local before = shard_earliest()
 
 -- Write phase.
 if state == 'queued' then
@@ -52,9 +55,10 @@ redis.call('HDEL', jk, 'body')
 redis.call('PEXPIRE', jk, retention_ms)
 if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), idem_ms) end
 
-save_tenant(tn, t)
 reschedule(tn, t, p, NOW)
+save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
+wake(before)
 
 local reply = {'ok', state}
 for _, v in ipairs(redis.call('HGETALL', jk)) do reply[#reply + 1] = v end

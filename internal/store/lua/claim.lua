@@ -2,14 +2,20 @@
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
--- ARGV[3]  job id                    ARGV[4]  gen the task carries
--- ARGV[5]  ε: tolerance µs
--- Reply:   {'ok', 'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs}
---          {'ok', 'early', wait µs}           not yet: claim again after wait
---          {'ok', 'stale', state}             gen not current or not released ('' = no record)
---          {'ok', 'canceled'}
---          {'ok', 'returned', reason}         back to the head lane unsent, gen + 1, no
---                                             attempt: disabled | paused | concurrency
+-- ARGV[3]  ε: tolerance µs
+-- ARGV[4…] the jobs, in pairs: job id, gen the task carries (at least one)
+-- Reply:   {'ok', r1, r2, …}, one r per job in request order, each one of
+--          {'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs}
+--          {'early', wait µs}           not yet: claim again after wait
+--          {'stale', state}             gen not current or not released ('' = no record)
+--          {'canceled'}
+--          {'returned', reason}         back to the head lane unsent, gen + 1, no
+--                                       attempt: disabled | paused | concurrency
+--
+-- The jobs are claimed one after the other, in request order, at one now:
+-- each decides on the state the ones before it left (a job twice in one
+-- call: the second is stale), and one job's refusal leaves the others as
+-- they are. Each tenant's policy and state are read once and saved once.
 --
 -- released(gen) → running(gen) when gen is current, the job is not
 -- canceled, the tenant is neither disabled nor paused (admin or upstream)
@@ -37,86 +43,121 @@
 -- slot, and the order holds. The pass moves sslot where the plan has a gap
 -- (pass.lua), so a lateness does not outlive the backlog it happened in;
 -- it also tells the worker send_target, so one claim per job is the norm.
--- Every change ends with reschedule(tenant). No wake-up is published: the
--- dispatcher passes at least every D/2.
+-- A tenant given a job back ends with reschedule(tenant) and its expiry. A
+-- claim changes nothing its ready score depends on but the released tokens
+-- (released to running: the concurrency sum stays), which only matter when
+-- the release cap held the tenant out of ready; so a tenant whose ready
+-- score stood for its state at its load (field rs = lib.lua sched_sig; the
+-- last reschedule records a tenant held by its cap as -1) is not
+-- rescheduled, and rs records its new state; any other is. When a
+-- reschedule moved the shard's earliest time earlier, a wake-up is
+-- published (lib.lua wake_if_earlier).
 
-local id, gen, eps = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-if not (gen and eps) then
-  return redis.error_reply('ERR sluice claim: want integer gen and tolerance')
+local eps = tonumber(ARGV[3])
+local n = (#ARGV - 3) / 2
+if not eps or n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR sluice claim: want a tolerance and (id, gen) pairs')
+end
+local reqs = {}
+for i = 1, n do
+  local gen = tonumber(ARGV[3 + 2 * i])
+  if not gen then return redis.error_reply('ERR sluice claim: want integer gens') end
+  reqs[i] = {id = ARGV[2 + 2 * i], gen = gen}
 end
 
--- Read phase.
-local j = load_job(id)
-if not j then return {'ok', 'stale', ''} end
-if j.state == 'canceled' then return {'ok', 'canceled'} end
-if j.state ~= 'released' or j.gen ~= gen then return {'ok', 'stale', j.state} end
-if NOW < j.slot - eps then return {'ok', 'early', j.slot - NOW} end
-local tn = j.tenant
-local p = load_policy(tn)
-local t = load_tenant(tn, p)
-rescale_tat(t, p, NOW)
-local grace = j.grace or 1000000
-
-local function finish(reply)
-  save_tenant(tn, t)
-  reschedule(tn, t, p, NOW)
-  expire_tenant(tn, t, p, NOW)
-  return reply
+-- touched[tn]: 'saved' (a reservation: save only), 'claimed' (a job
+-- claimed: save, and reschedule unless the score stands) or 'moved' (a
+-- job given back: save, reschedule, expire); the strongest wins.
+local touched = {}
+local RANK = {saved = 1, claimed = 2, moved = 3}
+local function touch(tn, how)
+  if RANK[how] > (RANK[touched[tn]] or 0) then touched[tn] = how end
 end
 
-local function give_back(reason)
-  redis.call('ZREM', K_LEASES, id)
+local function give_back(j, t, reason)
+  redis.call('ZREM', K_LEASES, j.id)
   unrelease(j, t)
   to_head(j, t, 1)
-  return finish({'ok', 'returned', reason})
+  touch(j.tenant, 'moved')
+  return {'returned', reason}
 end
 
--- Write phase.
-local reason = nil
-if t.disabled == 1 then
-  reason = 'disabled'
-elseif t.admin_paused == 1 or gate(t) > NOW then
-  reason = 'paused'
-elseif t.running >= p.concurrency then
-  reason = 'concurrency'
-end
-if reason then return give_back(reason) end
+-- claim_one claims one job (read phase: its record, then its tenant from
+-- the call's cache; write phase: the transition).
+local function claim_one(id, gen)
+  local j = load_job(id, 'body', 'created')
+  if not j then return {'stale', ''} end
+  if j.state == 'canceled' then return {'canceled'} end
+  if j.state ~= 'released' or j.gen ~= gen then return {'stale', j.state} end
+  if NOW < j.slot - eps then return {'early', j.slot - NOW} end
+  local tn = j.tenant
+  local t, p = tenant(tn)
+  local c = TENANTS[tn]
+  if c.sig == nil then c.sig = sched_sig(t, p) end -- what its ready score stands for
 
--- The send schedule (lib.lua send_target; a GCRA for out-of-order jobs).
-local iv = interval(t, p)
-local target = send_target(t, j.slot)
-local in_plan = target ~= nil
-if not in_plan and j.resv > 0 then
-  target = j.resv
-elseif not in_plan then
-  target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
-  if NOW < target - eps then
-    -- Reserve its turn: the GCRA and the jobs planned after the last one
-    -- sent move behind it, so a stream of them cannot starve it.
-    t.stat = math.max(t.stat, target) + j.cost * iv
-    t.slast = math.max(t.slast, target)
-    redis.call('HSET', k_job(id), 'resv', target)
-    save_tenant(tn, t)
-    return {'ok', 'early', target - NOW}
+  if t.disabled == 1 then return give_back(j, t, 'disabled') end
+  if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end
+  if t.running >= p.concurrency then return give_back(j, t, 'concurrency') end
+
+  -- The send schedule (lib.lua send_target; a GCRA for out-of-order jobs).
+  local iv = interval(t, p)
+  local target = send_target(t, j.slot)
+  local in_plan = target ~= nil
+  if not in_plan and j.resv > 0 then
+    target = j.resv
+  elseif not in_plan then
+    target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
+    if NOW < target - eps then
+      -- Reserve its turn: the GCRA and the jobs planned after the last one
+      -- sent move behind it, so a stream of them cannot starve it.
+      t.stat = math.max(t.stat, target) + j.cost * iv
+      t.slast = math.max(t.slast, target)
+      redis.call('HSET', k_job(id), 'resv', target)
+      touch(tn, 'saved')
+      return {'early', target - NOW}
+    end
+  end
+  if NOW < target - eps then return {'early', target - NOW} end
+
+  touch(tn, 'claimed')
+  unrelease(j, t)
+  if in_plan then
+    t.stat = math.max(t.stat, NOW) + j.cost * iv
+    t.slast, t.sslot = NOW, j.slot
+  elseif j.resv == 0 then
+    t.stat = math.max(t.stat, NOW) + j.cost * iv
+    t.slast = math.max(t.slast, NOW)
+  end
+  t.running = t.running + 1
+  t.live = t.live - 1
+  t.bytes = t.bytes - j.bytes
+  j.attempt = j.attempt + 1
+  if j.first == 0 then j.first = NOW end
+  redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
+  redis.call('ZADD', K_LEASES, NOW + p.timeout_us + (j.grace or 1000000), id)
+  return {'claimed', tn, j.type, j.extra[1] or '', j.gen, j.attempt, p.timeout_us, j.slot,
+    tonumber(j.extra[2]) or 0}
+end
+
+local reply = {'ok'}
+for i, r in ipairs(reqs) do reply[i + 1] = claim_one(r.id, r.gen) end
+
+-- Every tenant changed: saved; those given a job back or freed from their
+-- release cap also rescheduled and expired, then the wake check.
+for _, tn in ipairs(TENANT_ORDER) do
+  local how = touched[tn]
+  if how then
+    local c = TENANTS[tn]
+    if how == 'claimed' and c.t.rs == c.sig then
+      c.t.rs = sched_sig(c.t, c.p) -- the score stands for the claims' changes too
+    elseif how ~= 'saved' then
+      note_earliest()
+      lowered(reschedule(tn, c.t, c.p, NOW))
+      how = 'moved'
+    end
+    save_tenant(tn, c.t)
+    if how == 'moved' then expire_tenant(tn, c.t, c.p, NOW) end
   end
 end
-if NOW < target - eps then return {'ok', 'early', target - NOW} end
-
-unrelease(j, t)
-if in_plan then
-  t.stat = math.max(t.stat, NOW) + j.cost * iv
-  t.slast, t.sslot = NOW, j.slot
-elseif j.resv == 0 then
-  t.stat = math.max(t.stat, NOW) + j.cost * iv
-  t.slast = math.max(t.slast, NOW)
-end
-t.running = t.running + 1
-t.live = t.live - 1
-t.bytes = t.bytes - j.bytes
-j.attempt = j.attempt + 1
-if j.first == 0 then j.first = NOW end
-redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
-redis.call('ZADD', K_LEASES, NOW + p.timeout_us + grace, id)
-local rec = redis.call('HMGET', k_job(id), 'body', 'created')
-local body, created = rec[1] or '', tonumber(rec[2]) or 0
-return finish({'ok', 'claimed', tn, j.type, body, j.gen, j.attempt, p.timeout_us, j.slot, created})
+wake_if_earlier()
+return reply

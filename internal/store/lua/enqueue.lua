@@ -116,6 +116,13 @@ local function caps(it)
 end
 
 local function store(it)
+  -- c1 (lib.lua head_job): set when a tenant holding no job gets one of
+  -- cost 1, cleared by any job of a higher cost.
+  if it.cost > 1 then
+    t.c1 = 0
+  elseif t.live == 0 and t.running == 0 then
+    t.c1 = 1
+  end
   local run_at = it.run_at
   if it.delay > 0 then run_at = NOW + it.delay end
   local eta = math.max(NOW, math.max(t.tat, NOW) + (t.qtok - p.burst + it.cost) * interval(t, p))
@@ -164,8 +171,8 @@ for _, it in ipairs(items) do
 end
 
 if accepted > 0 then
-  save_tenant(tn, t)
   reschedule(tn, t, p, NOW)
+  save_tenant(tn, t)
   expire_tenant(tn, t, p, NOW)
   reply[3] = wake(before)
 end

@@ -2,17 +2,25 @@
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
--- ARGV[3]  job id                    ARGV[4]  gen of the claim
--- ARGV[5]  kind: success | retry | throttled | permanent | gone
--- ARGV[6]  HTTP status (0 = none)    ARGV[7]  latency µs
--- ARGV[8]  error text                ARGV[9]  pause µs asked by the upstream (0 = default)
--- ARGV[10] succeeded retention µs    ARGV[11] dead retention µs
--- ARGV[12] dead letters per tenant   ARGV[13] attempt log length
--- ARGV[14] default pause µs          ARGV[15] max pause µs
--- ARGV[16] jitter seed               ARGV[17] congestion signal (0|1)
--- ARGV[18] adaptive floor, ppm       ARGV[19] adaptive recovery step, ppm
--- ARGV[20] idempotency retention µs (0 = the record's)
--- Reply:   {'ok', state after, stale (0|1)} | {'not_found'}
+-- ARGV[3]  succeeded retention µs    ARGV[4]  dead retention µs
+-- ARGV[5]  dead letters per tenant   ARGV[6]  attempt log length
+-- ARGV[7]  default pause µs          ARGV[8]  max pause µs
+-- ARGV[9]  jitter seed               ARGV[10] adaptive floor, ppm
+-- ARGV[11] adaptive recovery step, ppm
+-- ARGV[12] idempotency retention µs (0 = the record's)
+-- ARGV[13…] the attempts, 8 arguments each (at least one):
+--          job id, gen of the claim, kind (success | retry | throttled |
+--          permanent | gone), HTTP status (0 = none), latency µs, error
+--          text, pause µs asked by the upstream (0 = default), congestion
+--          signal (0|1)
+-- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
+--          {'ok', state after, stale (0|1)} | {'not_found'}
+--
+-- The attempts are recorded one after the other, in request order, at one
+-- now, each on the state the ones before it left; one attempt's refusal
+-- (stale, not found) leaves the others as they are. Each tenant's policy
+-- and state are read once and saved, rescheduled, expired and trimmed
+-- once, after the last attempt.
 --
 -- Requires running(gen); otherwise (stale) the attempt is only appended to
 -- the log, marked stale, and the reply carries the job's current state.
@@ -35,51 +43,33 @@
 -- episode, down to the floor; a success adds the step, up to full; then TAT
 -- is rescaled to the new effective interval (lib.lua refactor).
 -- Dead: see lib.lua to_dead. Each finish trims the tenant's dead set by age
--- and count (lib.lua trim_dead), then reschedule(tenant); when the finish
--- let a tenant at its concurrency cap back into ready at the shard's
--- earliest time, a wake-up is published.
+-- and count (lib.lua trim_dead), then reschedule(tenant) unless what the
+-- tenant's ready score depends on is as its last reschedule left it
+-- (lib.lua sched_sig, field rs: a success of a tenant below its
+-- concurrency cap changes none of it); when the call
+-- moved the shard's earliest time earlier (a tenant back from its
+-- concurrency cap or on a faster rate, a retry due soon), a wake-up is
+-- published (lib.lua wake_if_earlier).
 
-local id, gen, kind = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local status, latency, err, pause = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
-local cfg = {succ_ret = tonumber(ARGV[10]), dead_ret = tonumber(ARGV[11]), dead_max = tonumber(ARGV[12]),
-  log_n = tonumber(ARGV[13]), def_pause = tonumber(ARGV[14]), max_pause = tonumber(ARGV[15]),
-  seed = ARGV[16], idem_ret = tonumber(ARGV[20]), trim = {}}
-local congested, floor, step = ARGV[17] == '1', tonumber(ARGV[18]), tonumber(ARGV[19])
+local cfg = {succ_ret = tonumber(ARGV[3]), dead_ret = tonumber(ARGV[4]), dead_max = tonumber(ARGV[5]),
+  log_n = tonumber(ARGV[6]), def_pause = tonumber(ARGV[7]), max_pause = tonumber(ARGV[8]),
+  seed = ARGV[9], idem_ret = tonumber(ARGV[12]), trim = {}}
+local floor, step = tonumber(ARGV[10]), tonumber(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
-if not (gen and KINDS[kind] and status and latency and pause and cfg.succ_ret and cfg.dead_ret
-    and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
-    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1) then
+local n = (#ARGV - 12) / 8
+if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == math.floor(n)) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
-local entry = {at = NOW, outcome = kind, status = status, latency = latency, err = err}
-
--- Read phase.
-local j = load_job(id)
-if not j then return {'not_found'} end
-if j.state ~= 'running' or j.gen ~= gen then
-  entry.stale, entry.gen = true, gen
-  log_attempt(j, cfg.log_n, entry)
-  return {'ok', j.state, 1}
-end
-local tn = j.tenant
-local p = load_policy(tn)
-local t = load_tenant(tn, p)
-rescale_tat(t, p, NOW)
-local was_capped = t.running + t.released >= p.concurrency
-
--- Write phase.
-redis.call('ZREM', K_LEASES, id)
-unrun(j, t)
-log_attempt(j, cfg.log_n, entry)
-
-local function uncount_attempt()
-  j.attempt = j.attempt - 1
-  redis.call('HSET', k_job(id), 'attempt', j.attempt)
-end
-
-if pause > 0 or kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
-  local d = pause > 0 and pause or cfg.def_pause
-  t.paused_until = math.max(t.paused_until, NOW + math.min(d, cfg.max_pause))
+local reqs = {}
+for i = 1, n do
+  local o = 12 + 8 * (i - 1)
+  local r = {id = ARGV[o + 1], gen = tonumber(ARGV[o + 2]), kind = ARGV[o + 3], status = tonumber(ARGV[o + 4]),
+    latency = tonumber(ARGV[o + 5]), err = ARGV[o + 6], pause = tonumber(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
+  if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause) then
+    return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
+  end
+  reqs[i] = r
 end
 
 -- adapt applies the adaptive rate rule to an adaptive tenant. An episode
@@ -92,49 +82,85 @@ end
 -- already. A success recovers additively, f ← min(full, f + step), also only
 -- for an attempt slotted ≥ cut_until (a reply to a request sent before the
 -- cut says nothing about the new rate). f = full is stored as 0 (absent).
-local function adapt()
+local function adapt(r, j, t, p)
   if p.adaptive ~= 1 or j.slot < t.cut_until then return end
   local f = factor(t, p)
-  if congested then
+  if r.congested then
     t.cut_until = math.max(NOW, t.paused_until, t.tat)
     f = math.max(floor, math.floor(f / 2))
-  elseif kind == 'success' then
+  elseif r.kind == 'success' then
     f = math.min(RF_FULL, f + step)
   end
   if f >= RF_FULL then f = 0 end
   t.rf = f
   refactor(t, p, NOW)
 end
-adapt()
 
-local state
-if kind == 'success' then
-  to_succeeded(j, t, NOW, cfg)
-  state = 'succeeded'
-elseif kind == 'retry' then
-  state = retry_or_dead(j, t, p, NOW, cfg)
-elseif kind == 'permanent' then
-  to_dead(j, t, NOW, cfg)
-  state = 'dead'
-elseif kind == 'throttled' then
-  uncount_attempt()
-  if retry_expired(j, p, NOW) then
-    to_dead(j, t, NOW, cfg)
-    state = 'dead'
-  else
-    to_head(j, t, 1)
-    state = 'queued'
+-- finish_one records one attempt (read phase: the record, then its tenant
+-- from the call's cache; write phase: the transition) and returns its reply.
+local function finish_one(r)
+  local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
+  local j = load_job(r.id)
+  if not j then return {'not_found'} end
+  if j.state ~= 'running' or j.gen ~= r.gen then
+    entry.stale, entry.gen = true, r.gen
+    log_attempt(j, cfg.log_n, entry)
+    return {'ok', j.state, 1}
   end
-else -- gone
-  uncount_attempt()
-  t.disabled = 1
+  local t, p = tenant(j.tenant)
+
+  redis.call('ZREM', K_LEASES, r.id)
+  unrun(j, t)
+  log_attempt(j, cfg.log_n, entry, true) -- written with the state below
+
+  if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
+    local d = r.pause > 0 and r.pause or cfg.def_pause
+    t.paused_until = math.max(t.paused_until, NOW + math.min(d, cfg.max_pause))
+  end
+  adapt(r, j, t, p)
+
+  local kind = r.kind
+  if kind == 'success' then
+    to_succeeded(j, t, NOW, cfg)
+    return {'ok', 'succeeded', 0}
+  elseif kind == 'retry' then
+    note_earliest()
+    local state, due = retry_or_dead(j, t, p, NOW, cfg)
+    lowered(due)
+    return {'ok', state, 0}
+  elseif kind == 'permanent' then
+    to_dead(j, t, NOW, cfg)
+    return {'ok', 'dead', 0}
+  end
+  -- Throttled or gone: the attempt is not counted (written with the state).
+  j.attempt = j.attempt - 1
+  j.pending[#j.pending + 1] = 'attempt'
+  j.pending[#j.pending + 1] = j.attempt
+  if kind == 'throttled' and retry_expired(j, p, NOW) then
+    to_dead(j, t, NOW, cfg)
+    return {'ok', 'dead', 0}
+  end
+  if kind == 'gone' then t.disabled = 1 end
   to_head(j, t, 1)
-  state = 'queued'
+  return {'ok', 'queued', 0}
 end
 
-save_tenant(tn, t)
-local score = reschedule(tn, t, p, NOW)
-expire_tenant(tn, t, p, NOW)
-trim_dead(tn, NOW, cfg)
-if was_capped and score then wake_at(score) end
-return {'ok', state, 0}
+local reply = {'ok'}
+for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
+
+-- Every tenant an attempt changed: rescheduled when what its ready score
+-- depends on changed (lib.lua sched_sig: a success of a tenant below its
+-- concurrency cap changes none of it), saved, expired, its dead set trimmed
+-- (each finish trims it, DESIGN §7); then the wake check.
+for _, tn in ipairs(TENANT_ORDER) do
+  local c = TENANTS[tn]
+  if c.t.rs ~= sched_sig(c.t, c.p) then
+    note_earliest()
+    lowered(reschedule(tn, c.t, c.p, NOW))
+  end
+  save_tenant(tn, c.t)
+  expire_tenant(tn, c.t, c.p, NOW)
+  trim_dead(tn, NOW, cfg)
+end
+wake_if_earlier()
+return reply

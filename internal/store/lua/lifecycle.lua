@@ -10,15 +10,36 @@ local function ms(us) return math.max(1, math.floor(us / 1000)) end
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
   'idem', 'type', 'grace', 'logged', 'resv'}
 
--- load_job reads a record's decision fields; nil when there is none.
-local function load_job(id)
-  local r = redis.call('HMGET', k_job(id), unpack(J_FIELDS))
+-- load_job reads a record's decision fields, and the extra fields named
+-- (in j.extra, in order: a claim's body and created time in the same
+-- read); nil when there is none.
+local function load_job(id, ...)
+  local extra = {...}
+  local fields = J_FIELDS
+  if #extra > 0 then
+    fields = {unpack(J_FIELDS)}
+    for _, f in ipairs(extra) do fields[#fields + 1] = f end
+  end
+  local r = redis.call('HMGET', k_job(id), unpack(fields))
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+  local x = {}
+  for i = 1, #extra do x[i] = r[#J_FIELDS + i] end
+  return {id = id, extra = x, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
     bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
     first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
     resv = tonumber(r[13]) or 0}
+end
+
+-- hset_job writes fields of j's record in one HSET, together with the
+-- fields log_attempt left pending in j.pending (then cleared).
+local function hset_job(j, ...)
+  local args = {...}
+  if j.pending then
+    for _, v in ipairs(j.pending) do args[#args + 1] = v end
+    j.pending = nil
+  end
+  redis.call('HSET', k_job(j.id), unpack(args))
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -29,7 +50,7 @@ local function to_head(j, t, bump)
   t.qtok = t.qtok + j.cost
   j.gen = j.gen + bump
   redis.call('ZADD', k_head(j.tenant), t.hseq, j.id)
-  redis.call('HSET', k_job(j.id), 'state', 'queued', 'gen', j.gen)
+  hset_job(j, 'state', 'queued', 'gen', j.gen)
 end
 
 -- unrelease and unrun take a job out of the released or running counters.
@@ -47,8 +68,10 @@ end
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
 -- formatted here: cjson would print µs times with 14 significant digits.
--- e.outcome is one of the fixed outcome names (no escaping needed).
-local function log_attempt(j, n, e)
+-- e.outcome is one of the fixed outcome names (no escaping needed). With
+-- defer, the write is left in j.pending for the next hset_job of j (the
+-- caller makes sure one follows).
+local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
@@ -65,7 +88,11 @@ local function log_attempt(j, n, e)
     end
   end
   j.logged = j.logged + 1
-  redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+  if defer then
+    j.pending = {'log', s, 'logged', j.logged}
+  else
+    redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+  end
 end
 
 -- jitter is a fraction in [0, 1) drawn from the caller's seed and the job:
@@ -108,7 +135,7 @@ end
 local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
-  redis.call('HSET', jk, 'state', 'dead', 'ended', now)
+  hset_job(j, 'state', 'dead', 'ended', now)
   redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
   redis.call('ZADD', dk, now, j.id)
   redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
@@ -123,7 +150,7 @@ end
 -- idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
-  redis.call('HSET', jk, 'state', 'succeeded', 'ended', now)
+  hset_job(j, 'state', 'succeeded', 'ended', now)
   redis.call('HDEL', jk, 'body')
   redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
   if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
@@ -134,6 +161,7 @@ end
 -- retry_or_dead follows a failed attempt (already counted in j.attempt, j
 -- already unrun): dead when attempt ≥ max_attempts or the retry duration has
 -- run out, else retrying in the delayed set at now + backoff (field due).
+-- Returns the state, and the due time when retrying.
 local function retry_or_dead(j, t, p, now, cfg)
   if j.attempt >= p.max_attempts or retry_expired(j, p, now) then
     to_dead(j, t, now, cfg)
@@ -141,8 +169,8 @@ local function retry_or_dead(j, t, p, now, cfg)
   end
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
   redis.call('ZADD', K_DELAYED, due, j.id)
-  redis.call('HSET', k_job(j.id), 'state', 'retrying', 'due', due)
-  return 'retrying'
+  hset_job(j, 'state', 'retrying', 'due', due)
+  return 'retrying', due
 end
 
 -- trim_dead drops the tenant's dead letters older than the retention, then
@@ -198,8 +226,8 @@ local function flush_tenants(cfg)
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
-      save_tenant(tn, c.t)
       reschedule(tn, c.t, c.p, NOW, c.head)
+      save_tenant(tn, c.t)
       expire_tenant(tn, c.t, c.p, NOW)
       if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
     end

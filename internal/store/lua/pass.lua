@@ -240,6 +240,13 @@ local function release_one(tn, c)
   local g = gate(t)
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
+  if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before reading one
+    if t.qtok <= 0 then return nil end
+    if (t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D)) or earliest(t, p, 1, NOW) > HORIZON then
+      c.head = {true, 1}
+      return nil
+    end
+  end
   local j = peek(tn, c)
   if not j then
     c.head = false

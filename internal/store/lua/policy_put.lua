@@ -8,7 +8,8 @@
 --          version equals it (0 = the entry must not exist); -1 = always
 -- Reply:   {'ok', new version} | {'version_mismatch', current version}
 --
--- The stored entry is the given object plus "version" = current + 1. For a
+-- The stored entry is the given object plus "version" = current + 1; field
+-- "#v" gets a new epoch (lib.lua load_policy). For a
 -- tenant entry whose tenant has state, the change is applied at once: the
 -- bucket is brought to now under the old policy, TAT is rescaled to the new
 -- T and b (lib.lua rescale_tat), admission tokens are kept, capped at the new
@@ -23,15 +24,17 @@ if not ok or type(entry) ~= 'table' or not if_version then
 end
 
 -- Read phase.
-local raw = redis.call('HMGET', K_POLICY, '*', field)
+local raw = redis.call('HMGET', K_POLICY, '*', field, '#v')
 local defaults = decode_policy(raw[1])
 local current = decode_policy(raw[2])
 local version = tonumber(current.version) or 0
 if if_version >= 0 and if_version ~= version then return {'version_mismatch', version} end
 entry.version = version + 1
 local encoded = cjson.encode(entry)
+-- A new epoch (lib.lua load_policy): scripts read the hash afresh.
+local epoch = redis.sha1hex((raw[3] or '') .. ':' .. istr(NOW) .. ':' .. field .. ':' .. encoded)
 if field == '*' then
-  redis.call('HSET', K_POLICY, '*', encoded)
+  redis.call('HSET', K_POLICY, '*', encoded, '#v', epoch)
   return {'ok', entry.version}
 end
 
@@ -46,10 +49,10 @@ rescale_tat(t, new, NOW)
 refill(t, new, NOW)
 
 -- Write phase.
-redis.call('HSET', K_POLICY, field, encoded)
+redis.call('HSET', K_POLICY, field, encoded, '#v', epoch)
 if has_state then
-  save_tenant(field, t)
   reschedule(field, t, new, NOW)
+  save_tenant(field, t)
   expire_tenant(field, t, new, NOW)
   wake(before)
 end

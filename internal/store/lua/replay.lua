@@ -37,9 +37,10 @@ if j.idem ~= '' then redis.call('PERSIST', k_idem(tn, j.idem)) end
 t.live = t.live + 1
 t.bytes = t.bytes + j.bytes
 t.qtok = t.qtok + j.cost
+if j.cost > 1 then t.c1 = 0 end -- lib.lua head_job
 
-save_tenant(tn, t)
 reschedule(tn, t, p, NOW)
+save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
 wake(before)
 local reply = {'ok'}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// BenchmarkHotPathCost measures what one delivered job costs Redis on the
+// store's hot path: a pass releases one job of each of 64 backlogged tenants
+// (T = 100ms, burst 1, one shard), workers claim each at its send time and
+// finish it with a success, and one new job per tenant keeps the backlogs
+// at their depth (untimed, not counted). The clock is fake; time moves on
+// to 90ms after the round's first slot between rounds, as BenchmarkPass.
+//
+// The calls run through the Store's API (one FCALL per call) in three
+// modes: single (Claim and Finish per job), batch (ClaimBatch and
+// FinishBatch with the round's jobs) and coalesced (a Coalescer under 64
+// concurrent callers). Reported per delivered job, from INFO commandstats
+// deltas (server-wide: run it alone, -run '^$' -bench HotPathCost):
+//
+//	cmds/job            every Redis command of pass + claim + finish (the
+//	                    FCALLs and the commands inside them)
+//	redis-µs/job        Redis time inside the FCALLs (commandstats usec: a
+//	                    wall time, inflated when the host is busy)
+//	redis-cpu-µs/job    the Redis server's CPU time (INFO cpu) over the
+//	                    three phases: steadier on a busy host
+//	pass-, claim-, finish-cmds/job and -redis-µs/job: the same per script
+func BenchmarkHotPathCost(b *testing.B) {
+	for _, mode := range []string{"single", "batch", "coalesced"} {
+		b.Run("mode="+mode, func(b *testing.B) { benchmarkHotPath(b, mode) })
+	}
+}
+
+func benchmarkHotPath(b *testing.B, mode string) {
+	const tenants, depth = 64, 3
+	e := newEnvShards(b, 1)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 100_000, 1, 10 }))
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+	}
+	for range depth {
+		e.benchEnqueue(names)
+	}
+	if err := e.store.LoadFunctions(e.ctx); err != nil {
+		b.Fatal(err)
+	}
+	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: -1}
+	var pass, claims, finishes commandStats
+	jobs := 0
+	b.ResetTimer()
+	for range b.N {
+		before := e.commandStats()
+		res := e.pass(0, cfg)
+		passed := e.commandStats()
+		pass.add(passed.minus(before))
+		if len(res.Released) != tenants {
+			b.Fatalf("round released %d jobs for %d tenants", len(res.Released), tenants)
+		}
+		e.clock.Set(res.Released[len(res.Released)-1].SendAt)
+		e.hotClaims(mode, res.Released)
+		claimed := e.commandStats()
+		claims.add(claimed.minus(passed))
+		e.hotFinishes(mode, res.Released)
+		finishes.add(e.commandStats().minus(claimed))
+		jobs += len(res.Released)
+		b.StopTimer()
+		e.benchEnqueue(names)
+		e.clock.Set(res.Released[0].Slot.Add(90 * ms))
+		b.StartTimer()
+	}
+	n := float64(jobs)
+	total := pass
+	total.add(claims)
+	total.add(finishes)
+	b.ReportMetric(float64(total.calls)/n, "cmds/job")
+	b.ReportMetric(float64(total.usec)/n, "redis-µs/job")
+	b.ReportMetric(float64(total.cpu)/n, "redis-cpu-µs/job")
+	for _, s := range []struct {
+		name string
+		st   commandStats
+	}{{"pass", pass}, {"claim", claims}, {"finish", finishes}} {
+		b.ReportMetric(float64(s.st.calls)/n, s.name+"-cmds/job")
+		b.ReportMetric(float64(s.st.usec)/n, s.name+"-redis-µs/job")
+	}
+}
+
+// benchOK is the success outcome the benchmarks finish with.
+var benchOK = wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200, Latency: 20 * ms}
+
+// hotClaims claims every release (the clock at or past its send time) in
+// mode, requiring each claimed.
+func (e *env) hotClaims(mode string, rel []wire.Release) {
+	e.t.Helper()
+	switch mode {
+	case "single":
+		for _, r := range rel {
+			if c := e.claim(r.ID, r.Gen); c.Outcome != ClaimOK {
+				e.t.Fatalf("claim %s: %+v", r.ID, c)
+			}
+		}
+	case "batch":
+		for i, c := range e.claimBatch(0, claimReqs(rel...)...) {
+			if c.Outcome != ClaimOK {
+				e.t.Fatalf("claim %s: %+v", rel[i].ID, c)
+			}
+		}
+	case "coalesced":
+		c := NewCoalescer(e.store, 0)
+		e.concurrently(rel, func(r wire.Release) error {
+			cl, err := c.Claim(e.ctx, r.ID, r.Gen, 2*ms)
+			if err == nil && cl.Outcome != ClaimOK {
+				err = fmt.Errorf("claim %s: %+v", r.ID, cl)
+			}
+			return err
+		})
+	default:
+		e.t.Fatalf("mode %q", mode)
+	}
+}
+
+// concurrently runs f for every release, each in its own goroutine.
+func (e *env) concurrently(rel []wire.Release, f func(wire.Release) error) {
+	e.t.Helper()
+	errs := make([]error, len(rel))
+	var wg sync.WaitGroup
+	for i, r := range rel {
+		wg.Go(func() { errs[i] = f(r) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// hotFinishes finishes every claimed release with a success in mode.
+func (e *env) hotFinishes(mode string, rel []wire.Release) {
+	e.t.Helper()
+	switch mode {
+	case "single":
+		for _, r := range rel {
+			if st := e.finish(r.ID, r.Gen, benchOK, FinishConfig{}); st != StateSucceeded {
+				e.t.Fatalf("finish %s: %s", r.ID, st)
+			}
+		}
+	case "batch":
+		reqs := make([]FinishRequest, len(rel))
+		for i, r := range rel {
+			reqs[i] = FinishRequest{ID: r.ID, Gen: r.Gen, Outcome: benchOK}
+		}
+		rs, err := e.store.FinishBatch(e.ctx, 0, reqs, FinishConfig{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for i, r := range rs {
+			if r != (FinishResult{State: StateSucceeded}) {
+				e.t.Fatalf("finish %s: %+v", rel[i].ID, r)
+			}
+		}
+	case "coalesced":
+		c := NewCoalescer(e.store, 0)
+		e.concurrently(rel, func(r wire.Release) error {
+			st, err := c.Finish(e.ctx, r.ID, r.Gen, benchOK, FinishConfig{})
+			if err == nil && st != StateSucceeded {
+				err = fmt.Errorf("finish %s: %s", r.ID, st)
+			}
+			return err
+		})
+	default:
+		e.t.Fatalf("mode %q", mode)
+	}
+}
