@@ -95,7 +95,7 @@ func (m *Middleware) newWorker(dep deployment) (*worker.Worker, error) {
 		return nil, err
 	}
 	return worker.New(worker.Config{
-		Store:             st,
+		Store:             store.NewCoalescer(st, 0), // claims and finishes of one shard that meet share a call
 		Redis:             m.cfg.Redis,
 		Executor:          executor{},
 		Prefix:            m.cfg.Prefix,

@@ -120,7 +120,9 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	w, err := worker.New(worker.Config{Store: st, Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
+	// The Coalescer turns the claims and finishes of one shard that meet in
+	// time into one script call each (store.NewCoalescer).
+	w, err := worker.New(worker.Config{Store: store.NewCoalescer(st, 0), Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
 		Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead, TaskCheckInterval: cfg.Worker.TaskCheckInterval,
 		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log})
 	if err != nil {
