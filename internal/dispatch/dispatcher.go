@@ -1,8 +1,18 @@
 // Package dispatch runs Sluice's dispatch loops (DESIGN §2.2): per shard,
 // it holds the shard's lease, runs the pass script (promote, sweep, release
-// due jobs at their tenants' rates) and hands every released job to asynq
-// with the task id "<job id>:<gen>", MaxRetry(0) and a whole-second timeout
-// covering the wait for the slot, one late claim, the attempt and the grace.
+// due jobs at their tenants' rates) and hands the released jobs to asynq.
+//
+// # Hand-off
+//
+// A pass's webhook and http releases go in batches (package wire's
+// TaskTypeBatch): in send-time order, at most BatchMax jobs and BatchSpan
+// of send times each, on the shard's hand-off queue (wire.HandoffQueueOf),
+// with the task id "b:<first job id>:<its gen>" (a repeated enqueue
+// conflicts), MaxRetry(0) and a whole-second timeout covering, for its
+// latest job, the wait for the slot, one late claim, the attempt and the
+// grace. After the pass's batches are in, the queue's name is published
+// once on wire.HandoffChannel: workers poll a hand-off queue when told. A
+// task job goes as one task to its producer's queue, id "<job id>:<gen>".
 //
 // # Wake-ups
 //
@@ -89,6 +99,9 @@ const taskLiveCache = time.Second
 const (
 	LeaseTTLDefault           = 3 * time.Second
 	EnqueueParallelismDefault = 8
+	BatchMaxDefault           = 64
+	// BatchMaxLimit is the most jobs a batch may carry (BatchMax's bound).
+	BatchMaxLimit = 1000
 )
 
 // Config configures a Dispatcher. Store, Asynq and Redis are required; every
@@ -132,6 +145,14 @@ type Config struct {
 	// EnqueueParallelism is the most asynq enqueues one pass runs at once;
 	// default EnqueueParallelismDefault.
 	EnqueueParallelism int
+	// BatchMax is the most webhook and http jobs one batch task carries,
+	// 1 … BatchMaxLimit; default BatchMaxDefault.
+	BatchMax int
+	// BatchSpan is the widest span of send times within one batch; default
+	// Pass.MinLead (L). A pass's releases span up to D, so it hands off at
+	// least D/L batches, which the workers fetch in parallel, and no job of
+	// a batch waits in its worker more than L longer than the batch's first.
+	BatchSpan time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives errors and lease changes; nil discards them.
@@ -148,6 +169,8 @@ func (c Config) withDefaults() Config {
 	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.EnqueueParallelism = cmp.Or(c.EnqueueParallelism, EnqueueParallelismDefault)
+	c.BatchMax = cmp.Or(c.BatchMax, BatchMaxDefault)
+	c.BatchSpan = cmp.Or(c.BatchSpan, c.Pass.MinLead)
 	if c.clock == nil {
 		c.clock = realClock{}
 	}
@@ -171,6 +194,9 @@ func (c Config) validate() error {
 	if c.MaxSleep <= 0 || c.CapacityRefresh <= 0 || c.LeaseTTL < 30*time.Millisecond || c.EnqueueParallelism < 1 {
 		errs = append(errs, fmt.Errorf("max sleep %s, capacity refresh %s, lease TTL %s, enqueue parallelism %d: want > 0, > 0, ≥ 30ms, ≥ 1",
 			c.MaxSleep, c.CapacityRefresh, c.LeaseTTL, c.EnqueueParallelism))
+	}
+	if c.BatchMax < 1 || c.BatchMax > BatchMaxLimit || c.BatchSpan <= 0 {
+		errs = append(errs, fmt.Errorf("batch max %d, batch span %s: want 1 … %d and > 0", c.BatchMax, c.BatchSpan, BatchMaxLimit))
 	}
 	return errors.Join(errs...)
 }

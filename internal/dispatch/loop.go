@@ -96,7 +96,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
 	left := d.budget.spend(len(res.Released))
-	d.handoff(ctx, res.Released)
+	d.handoff(ctx, s.shard, res.Released)
 
 	d.metrics.passes.Inc()
 	d.metrics.passSeconds.Observe(d.cfg.clock.Now().Sub(start).Seconds())
