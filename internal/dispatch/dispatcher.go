@@ -18,11 +18,13 @@
 //
 // After a pass a shard loop sleeps until the pass's NextWake (a ready score
 // − D, a delayed job's due time or a lease deadline), at most MaxSleep
-// (default D/2: claim, finish and sweep re-add tenants to the ready set
-// without a PUBLISH). An enqueue that moves a shard's earliest time earlier
-// PUBLISHes it on the shard's wake channel; one SUBSCRIBE connection per
-// Dispatcher carries the channels of all shards and wakes the shard's loop
-// at that time − D. A pass that stopped at a bound (More) while free worker
+// (default MaxSleepDefault, 2 s: a safety net only). A script that moves a
+// shard's earliest time earlier PUBLISHes it on the shard's wake channel;
+// one SUBSCRIBE connection per Dispatcher carries the channels of all
+// shards and wakes the shard's loop at that time − D. When that
+// subscription is lost and restored (go-redis subscribes again on a new
+// connection), messages published meanwhile are lost: every shard passes
+// at once. A pass that stopped at a bound (More) while free worker
 // capacity is left runs again at once. Idle tenants cost nothing; an idle
 // shard costs one cheap pass per MaxSleep.
 //
@@ -44,9 +46,11 @@
 //
 // Workers heartbeat their concurrency; a pass may release at most its share
 // of the free capacity (Capacity − InFlight, split across the shards this
-// Dispatcher owns), read by one goroutine every CapacityRefresh (every 2 ms
-// while it is used up) so that no pass waits on the reading. When it is
-// used up the loops wait for the next reading.
+// Dispatcher owns), read by one goroutine so that no pass waits on the
+// reading — on demand only: after passes that released jobs, at most every
+// CapacityRefresh, and every 2 ms while loops wait for capacity; an idle
+// Dispatcher reads none. When it is used up the loops wait for the next
+// reading.
 //
 // A released task job whose queue has no live middleware is not handed to
 // asynq (the sweep returns it after its grace).
@@ -100,6 +104,7 @@ const (
 	LeaseTTLDefault           = 3 * time.Second
 	EnqueueParallelismDefault = 8
 	BatchMaxDefault           = 64
+	MaxSleepDefault           = 2 * time.Second
 	// BatchMaxLimit is the most jobs a batch may carry (BatchMax's bound).
 	BatchMaxLimit = 1000
 )
@@ -128,10 +133,14 @@ type Config struct {
 	// override Pass's, so every throttler applies what the last one started
 	// wrote. Default store.MetaRefreshDefault.
 	MetaRefresh time.Duration
-	// MaxSleep bounds a shard loop's sleep between passes; default Pass.Lead/2.
+	// MaxSleep bounds a shard loop's sleep between passes: the safety net
+	// under the wake-ups, for a change no script published (or a PUBLISH
+	// lost other than by a reconnection, which wakes every shard). An idle
+	// shard costs one pass per MaxSleep. Default MaxSleepDefault.
 	MaxSleep time.Duration
-	// CapacityRefresh is how often the free worker capacity is read from
-	// Redis; default Pass.Lead/4.
+	// CapacityRefresh is the least interval between two readings of the
+	// free worker capacity, taken only while passes release jobs or wait
+	// for capacity; default Pass.Lead/4.
 	CapacityRefresh time.Duration
 	// LeaseTTL is a shard lease's lifetime and a membership's; renewed every
 	// LeaseTTL/3, taken over by another Dispatcher at most LeaseTTL +
@@ -164,7 +173,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, store.PrefixDefault)
 	c.Pass = c.Pass.WithDefaults()
-	c.MaxSleep = cmp.Or(c.MaxSleep, c.Pass.Lead/2)
+	c.MaxSleep = cmp.Or(c.MaxSleep, MaxSleepDefault)
 	c.MetaRefresh = cmp.Or(c.MetaRefresh, store.MetaRefreshDefault)
 	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
@@ -275,8 +284,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started, d.cancel, d.done = true, cancel, make(chan struct{})
 
 	var loops, fanout sync.WaitGroup
-	fanout.Go(func() { d.fanOut(ps.Channel()) })
-	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
+	fanout.Go(func() { d.fanOut(ps.ChannelWithSubscriptions()) })
+	fanout.Go(func() { d.budget.run(runCtx) })
 	fanout.Go(func() { d.followMeta(runCtx) })
 	if !d.cfg.DisableLeases {
 		d.beat(ctx) // the fair share is known before the loops take leases
@@ -311,27 +320,49 @@ func (d *Dispatcher) Stop() {
 }
 
 // fanOut turns wake messages into per-shard wake-ups; a full wake channel
-// keeps the earliest time. It ends when the subscription is closed.
-func (d *Dispatcher) fanOut(msgs <-chan *redis.Message) {
+// keeps the earliest time. A subscription confirmation after the first —
+// go-redis subscribes again after a reconnection, and messages published
+// meanwhile are lost — wakes every shard at once. It ends when the
+// subscription is closed.
+func (d *Dispatcher) fanOut(msgs <-chan any) {
 	byChannel := make(map[string]int, d.shards)
 	for i := range d.shards {
 		byChannel[wakeChannel(d.cfg.Prefix, i)] = i
 	}
+	confirmed := 1 // Start received the first confirmation
 	for msg := range msgs {
-		shard, ok := byChannel[msg.Channel]
-		if !ok {
-			continue
-		}
-		at := parseMicros(msg.Payload) // 0 (now) when malformed
-		ch := d.wakes[shard]
-		for {
-			select {
-			case ch <- at:
-			case old := <-ch:
-				at = min(at, old)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
 				continue
 			}
-			break
+			// One confirmation per channel: the first of each round after
+			// Start's (all channels are subscribed by then) wakes.
+			if confirmed++; confirmed <= d.shards || (confirmed-1)%d.shards != 0 {
+				continue
+			}
+			d.metrics.resubscribed.Inc()
+			for shard := range d.shards {
+				d.wake(shard, 0)
+			}
+		case *redis.Message:
+			if shard, ok := byChannel[m.Channel]; ok {
+				d.wake(shard, parseMicros(m.Payload)) // 0 (now) when malformed
+			}
+		}
+	}
+}
+
+// wake tells shard's loop to pass at at µs (Redis time) − D; 0 is now. A
+// pending earlier wake-up is kept.
+func (d *Dispatcher) wake(shard int, at int64) {
+	ch := d.wakes[shard]
+	for {
+		select {
+		case ch <- at:
+			return
+		case old := <-ch:
+			at = min(at, old)
 		}
 	}
 }
