@@ -26,8 +26,14 @@ import (
 type budget struct {
 	store   Store
 	refresh time.Duration
-	demand  chan struct{} // poked (non-blocking): a reading is wanted
-	empty   chan struct{} // poked (non-blocking): the capacity is used up, read again soon
+
+	// The workers' total concurrency as last read, and when (run's own:
+	// only read touches them).
+	capacity   int
+	capacityAt time.Time
+
+	demand chan struct{} // poked (non-blocking): a reading is wanted
+	empty  chan struct{} // poked (non-blocking): the capacity is used up, read again soon
 
 	mu    sync.Mutex
 	ready bool          // a reading has succeeded
@@ -101,13 +107,28 @@ func (b *budget) read(ctx context.Context) {
 	b.fresh = make(chan struct{})
 }
 
+// readFree reads the free capacity: the workers' total concurrency (read
+// at most every capacityEvery: workers come and go far more rarely than
+// jobs) less the jobs in flight (one ZCARD per shard, pipelined).
 func (b *budget) readFree(ctx context.Context) (int, error) {
-	free, err := b.store.FreeCapacity(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read free worker capacity: %w", err)
+	if now := time.Now(); b.capacityAt.IsZero() || now.Sub(b.capacityAt) >= capacityEvery {
+		c, err := b.store.Capacity(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read worker capacity: %w", err)
+		}
+		b.capacity, b.capacityAt = c, now
 	}
-	return free, nil
+	n, err := b.store.InFlight(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read jobs in flight: %w", err)
+	}
+	return max(b.capacity-n, 0), nil
 }
+
+// capacityEvery is the longest the workers' total concurrency is reused
+// between readings: a worker that joins is used within it; one that left
+// is counted until its heartbeat expires anyway.
+const capacityEvery = time.Second
 
 // share returns the Capacity of one pass over one of owned shards:
 // ⌈free / owned⌉ but at least minShare, at most free, and 0 when nothing is

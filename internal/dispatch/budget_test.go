@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// gatedStore answers FreeCapacity from its fields; while gate is set, it
+// gatedStore answers InFlight from its fields; while gate is set, it
 // waits for it to be closed. It counts the readings.
 type gatedStore struct {
 	fakeStore
@@ -21,7 +21,7 @@ type gatedStore struct {
 	err      error
 }
 
-func (g *gatedStore) FreeCapacity(ctx context.Context) (int, error) {
+func (g *gatedStore) InFlight(ctx context.Context) (int, error) {
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -35,7 +35,7 @@ func (g *gatedStore) FreeCapacity(ctx context.Context) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reads++
-	return g.capacity - g.inFlight, g.err
+	return g.inFlight, g.err
 }
 
 func (g *gatedStore) set(f func(g *gatedStore)) {

@@ -82,7 +82,8 @@ import (
 type Store interface {
 	Shards() int
 	Pass(ctx context.Context, shard int, cfg store.PassConfig) (store.PassResult, error)
-	FreeCapacity(ctx context.Context) (int, error)
+	Capacity(ctx context.Context) (int, error)
+	InFlight(ctx context.Context) (int, error)
 	TaskQueueLive(ctx context.Context, queue string) (bool, error)
 }
 
