@@ -95,7 +95,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	reg.MustRegister(dispatch.NewStateCollector(st, rdb, slices.Sorted(maps.Keys(cfg.Tenants)), cfg.SluiceQueues(), log))
 	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
-		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), Registerer: reg, Logger: log.With("component", "dispatcher")})
+		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,
+		MaxSleep: cfg.Dispatch.MaxSleep, Registerer: reg, Logger: log.With("component", "dispatcher")})
 	if err != nil {
 		return err
 	}

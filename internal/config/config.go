@@ -126,6 +126,18 @@ type DispatchConfig struct {
 	// MaxTenants is K, the most tenants visited per pass; default
 	// store.MaxTenantsDefault.
 	MaxTenants int `yaml:"max_tenants"`
+	// BatchMax is the most webhook and http jobs one hand-off batch (one
+	// asynq task) carries; 1 … dispatch.BatchMaxLimit; default
+	// dispatch.BatchMaxDefault.
+	BatchMax int `yaml:"batch_max"`
+	// BatchSpan is the widest span of send times within one batch; > 0;
+	// default MinLead (a pass, spanning up to Lead, hands off at least
+	// Lead/MinLead batches).
+	BatchSpan time.Duration `yaml:"batch_span"`
+	// MaxSleep is the longest a dispatcher's shard loop sleeps without a
+	// wake-up: the safety net under the wake-ups (an idle shard costs one
+	// pass per MaxSleep); > 0; default dispatch.MaxSleepDefault.
+	MaxSleep time.Duration `yaml:"max_sleep"`
 }
 
 // AdaptiveFloorDefault is ThrottleConfig.AdaptiveFloor's default:

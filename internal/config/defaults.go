@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -80,6 +81,9 @@ func (d DispatchConfig) withDefaults() DispatchConfig {
 	d.Grace = cmp.Or(d.Grace, store.GraceDefault)
 	d.MaxPromotions = cmp.Or(d.MaxPromotions, store.MaxPromotionsDefault)
 	d.MaxTenants = cmp.Or(d.MaxTenants, store.MaxTenantsDefault)
+	d.BatchMax = cmp.Or(d.BatchMax, dispatch.BatchMaxDefault)
+	d.BatchSpan = cmp.Or(d.BatchSpan, d.MinLead)
+	d.MaxSleep = cmp.Or(d.MaxSleep, dispatch.MaxSleepDefault)
 	return d
 }
 

@@ -82,6 +82,7 @@ func defaultConfig() *Config {
 		Dispatch: DispatchConfig{
 			Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Tolerance: 2 * time.Millisecond,
 			Grace: time.Second, MaxPromotions: 1000, MaxTenants: 256,
+			BatchMax: 64, BatchSpan: 50 * time.Millisecond, MaxSleep: 2 * time.Second,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 30 * time.Second, MaxPause: time.Hour, AdaptiveFloor: 0.05},
 		Retention: RetentionConfig{
@@ -205,6 +206,7 @@ func TestLoadEveryKey(t *testing.T) {
 		Dispatch: DispatchConfig{
 			Lead: 300 * time.Millisecond, MinLead: 120 * time.Millisecond, Tolerance: 5 * time.Millisecond,
 			Grace: 2 * time.Second, MaxPromotions: 50, MaxTenants: 16,
+			BatchMax: 200, BatchSpan: 80 * time.Millisecond, MaxSleep: 5 * time.Second,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 10 * time.Second, MaxPause: 15 * time.Minute, AdaptiveFloor: 0.25},
 		Retention: RetentionConfig{

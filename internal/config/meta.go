@@ -53,8 +53,10 @@ func (c *Config) PassConfig() store.PassConfig {
 	}
 }
 
-// SluiceQueues are the asynq queues Sluice feeds: webhook, http and the
-// task queues of the allow-list.
+// SluiceQueues are the asynq queues Sluice feeds: the hand-off queues,
+// webhook and http (per-job tasks of earlier versions) and the task queues
+// of the allow-list.
 func (c *Config) SluiceQueues() []string {
-	return append([]string{wire.WebhookQueue(c.Redis.Prefix), wire.HTTPQueue(c.Redis.Prefix)}, c.TaskQueues...)
+	out := append(wire.HandoffQueueNames(c.Redis.Prefix), wire.WebhookQueue(c.Redis.Prefix), wire.HTTPQueue(c.Redis.Prefix))
+	return append(out, c.TaskQueues...)
 }

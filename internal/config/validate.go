@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 )
@@ -199,6 +200,11 @@ func (d DispatchConfig) validate(p *problems, taskCheckInterval time.Duration) {
 	}
 	p.atLeast("dispatch.max_promotions", d.MaxPromotions, 1)
 	p.atLeast("dispatch.max_tenants", d.MaxTenants, 1)
+	if d.BatchMax < 1 || d.BatchMax > dispatch.BatchMaxLimit {
+		p.add("dispatch.batch_max", "must be 1 … %d, got %d", dispatch.BatchMaxLimit, d.BatchMax)
+	}
+	p.positive("dispatch.batch_span", d.BatchSpan)
+	p.positive("dispatch.max_sleep", d.MaxSleep)
 }
 
 func (t ThrottleConfig) validate(p *problems) {

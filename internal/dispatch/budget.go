@@ -8,21 +8,32 @@ import (
 )
 
 // budget is one Dispatcher's view of free worker capacity (DESIGN §2.2
-// "Back-pressure"): Capacity − InFlight as read from Redis by one refresher
-// goroutine (run), every refresh — every fullRefresh while it is used up —
-// less what this Dispatcher has released since. All shard loops of the
-// Dispatcher draw from it without waiting on Redis: a pass never waits for
-// the read, and a loop that finds nothing free waits for the next read
-// (fresh). Safe for concurrent use.
+// "Back-pressure"): Capacity − InFlight as read from Redis by one reader
+// goroutine (run), less what this Dispatcher has released since. Readings
+// are taken on demand only — when a pass released jobs (the workers' state
+// moves) or found the capacity used up (want) —, at most one every refresh
+// (every fullRefresh while the last reading found nothing free): an idle
+// Dispatcher reads nothing. All shard loops of the Dispatcher draw from it
+// without waiting on Redis: a pass never waits for a reading except the
+// first, and a loop that finds nothing free waits for the next (want).
+// Safe for concurrent use.
 //
 // Several Dispatchers (replicas owning different shards) each see the whole
 // free capacity, so together they can overshoot it by what they release
-// within one refresh; the next refresh corrects it, and an overshoot only
-// makes released jobs wait longer in asynq.
+// within one refresh; and after a long idle time the first pass uses the
+// last reading, however old. The next reading corrects either, and an
+// overshoot only makes released jobs wait longer in asynq.
 type budget struct {
 	store   Store
 	refresh time.Duration
-	empty   chan struct{} // poked (non-blocking) when spending used the capacity up
+
+	// The workers' total concurrency as last read, and when (run's own:
+	// only read touches them).
+	capacity   int
+	capacityAt time.Time
+
+	demand chan struct{} // poked (non-blocking): a reading is wanted
+	empty  chan struct{} // poked (non-blocking): the capacity is used up, read again soon
 
 	mu    sync.Mutex
 	ready bool          // a reading has succeeded
@@ -32,22 +43,27 @@ type budget struct {
 }
 
 func newBudget(store Store, refresh time.Duration) *budget {
-	return &budget{store: store, refresh: refresh, empty: make(chan struct{}, 1), fresh: make(chan struct{})}
+	return &budget{store: store, refresh: refresh, demand: make(chan struct{}, 1), empty: make(chan struct{}, 1), fresh: make(chan struct{})}
 }
 
-// run reads the free capacity until ctx is done: at once, then after every
-// interval; a poke shortens the wait to fullRefresh. active
-// reports whether anybody needs the reads (this Dispatcher owns a shard);
-// while it does not, run only waits.
-func (b *budget) run(ctx context.Context, active func() bool) {
+// run takes a reading whenever one is wanted (poke), then waits the
+// refresh interval before it takes the next — only fullRefresh when the
+// capacity is used up meanwhile —, until ctx is done.
+func (b *budget) run(ctx context.Context) {
 	for {
-		wait := b.refresh
-		if active() {
-			b.read(ctx)
-			b.mu.Lock()
-			wait = b.interval()
-			b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.demand:
 		}
+		select { // a used-up capacity from before this reading is no news
+		case <-b.empty:
+		default:
+		}
+		b.read(ctx)
+		b.mu.Lock()
+		wait := b.interval()
+		b.mu.Unlock()
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -56,12 +72,22 @@ func (b *budget) run(ctx context.Context, active func() bool) {
 		case <-timer.C:
 		case <-b.empty:
 			timer.Stop()
-			select {
-			case <-ctx.Done():
+			if !sleepCtx(ctx, fullRefresh) {
 				return
-			case <-time.After(fullRefresh):
 			}
 		}
+	}
+}
+
+// sleepCtx sleeps d (real time) and reports false when ctx ended it.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
@@ -81,18 +107,33 @@ func (b *budget) read(ctx context.Context) {
 	b.fresh = make(chan struct{})
 }
 
+// readFree reads the free capacity: the workers' total concurrency (read
+// at most every capacityEvery: workers come and go far more rarely than
+// jobs) less the jobs in flight (one ZCARD per shard, pipelined).
 func (b *budget) readFree(ctx context.Context) (int, error) {
-	free, err := b.store.FreeCapacity(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read free worker capacity: %w", err)
+	if now := time.Now(); b.capacityAt.IsZero() || now.Sub(b.capacityAt) >= capacityEvery {
+		c, err := b.store.Capacity(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read worker capacity: %w", err)
+		}
+		b.capacity, b.capacityAt = c, now
 	}
-	return free, nil
+	n, err := b.store.InFlight(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read jobs in flight: %w", err)
+	}
+	return max(b.capacity-n, 0), nil
 }
+
+// capacityEvery is the longest the workers' total concurrency is reused
+// between readings: a worker that joins is used within it; one that left
+// is counted until its heartbeat expires anyway.
+const capacityEvery = time.Second
 
 // share returns the Capacity of one pass over one of owned shards:
 // ⌈free / owned⌉ but at least minShare, at most free, and 0 when nothing is
 // free. Before the first reading it waits for one (or ctx); after a failed
-// reading it returns that error.
+// reading it returns that error and asks for another reading.
 func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	b.mu.Lock()
 	for !b.ready && b.err == nil {
@@ -108,6 +149,7 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	}
 	defer b.mu.Unlock()
 	if b.err != nil {
+		b.poke()
 		return 0, b.err
 	}
 	owned = max(owned, 1)
@@ -120,29 +162,43 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 const minShare = 16
 
 // spend takes n released jobs off the free capacity and reports whether any
-// is left. Using it up asks the refresher for an early reading.
+// is left. Releasing jobs asks for a reading (the workers' state moves).
 func (b *budget) spend(n int) (left bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.free = max(b.free-n, 0)
-	if b.free == 0 && n > 0 {
+	if n > 0 {
 		b.poke()
+		if b.free == 0 {
+			b.used()
+		}
 	}
 	return b.free > 0
 }
 
-// poke asks run for a reading soon.
+// poke asks run for a reading, as soon as the refresh interval allows.
 func (b *budget) poke() {
+	select {
+	case b.demand <- struct{}{}:
+	default:
+	}
+}
+
+// used tells run that the capacity is used up: read again soon.
+func (b *budget) used() {
 	select {
 	case b.empty <- struct{}{}:
 	default:
 	}
 }
 
-// next returns a channel closed by the next reading.
-func (b *budget) next() <-chan struct{} {
+// want asks for a reading soon (a loop found the capacity used up) and
+// returns a channel closed by it.
+func (b *budget) want() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.poke()
+	b.used()
 	return b.fresh
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// gatedStore answers FreeCapacity from its fields; while gate is set, it
+// gatedStore answers InFlight from its fields; while gate is set, it
 // waits for it to be closed. It counts the readings.
 type gatedStore struct {
 	fakeStore
@@ -21,7 +21,7 @@ type gatedStore struct {
 	err      error
 }
 
-func (g *gatedStore) FreeCapacity(ctx context.Context) (int, error) {
+func (g *gatedStore) InFlight(ctx context.Context) (int, error) {
 	g.mu.Lock()
 	gate := g.gate
 	g.mu.Unlock()
@@ -35,7 +35,7 @@ func (g *gatedStore) FreeCapacity(ctx context.Context) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reads++
-	return g.capacity - g.inFlight, g.err
+	return g.inFlight, g.err
 }
 
 func (g *gatedStore) set(f func(g *gatedStore)) {
@@ -63,7 +63,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx, func() bool { return true }) }()
+	go func() { defer close(done); b.run(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	shared := make(chan int, 1)
@@ -86,7 +86,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	if left := b.spend(30); left {
 		t.Fatal("spend(30) of 30 reported capacity left")
 	}
-	next := b.next()
+	next := b.want()
 	if n, err := b.share(ctx, 1); err != nil || n != 0 {
 		t.Fatalf("share while a reading hangs: %d, %v; want 0 at once", n, err)
 	}
@@ -103,7 +103,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 
 	// A failed reading is the passes' error until a reading succeeds.
 	g.set(func(g *gatedStore) { g.err = errors.New("redis down") })
-	next = b.next()
+	next = b.want()
 	b.spend(5)
 	<-next
 	if _, err := b.share(ctx, 1); err == nil {
@@ -112,4 +112,31 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	if r := g.readings(); r != 3 {
 		t.Fatalf("%d readings, want 3 (one at start, two brought forward)", r)
 	}
+}
+
+// TestBudgetReadsOnlyOnDemand: an idle Dispatcher reads no capacity: the
+// budget reads when a pass first needs a share, when jobs were released,
+// and when a loop waits for capacity (want) — never on a timer.
+func TestBudgetReadsOnlyOnDemand(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}}
+	b := newBudget(g, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if n, err := b.share(ctx, 1); err != nil || n != 40 {
+		t.Fatalf("first share %d, %v; want 40", n, err)
+	}
+	b.spend(0) // a pass that released nothing
+	redistest.Hold(t, 100*time.Millisecond, "no reading while idle", func() bool { return g.readings() == 1 })
+	b.spend(3)
+	eventually(t, time.Second, "a reading after a release", func() bool { return g.readings() == 2 })
+	g.set(func(g *gatedStore) { g.inFlight = 40 })
+	<-b.want()
+	if n, err := b.share(ctx, 1); err != nil || n != 0 || g.readings() != 3 {
+		t.Fatalf("after want: share %d, %v, %d readings; want 0, nil, 3", n, err, g.readings())
+	}
+	redistest.Hold(t, 100*time.Millisecond, "no reading while nobody wants one", func() bool { return g.readings() == 3 })
 }

@@ -67,7 +67,7 @@ type benchEnv struct {
 const sinkTolerance = 50 * time.Millisecond
 
 // claimingSink stands in for asynq and the workers: it records each task
-// and claims and finishes its job at the slot, so tenants stay under their
+// and claims and finishes each of its jobs at its slot, so tenants stay under their
 // release caps.
 type claimingSink struct {
 	fakeAsynq
@@ -77,35 +77,40 @@ type claimingSink struct {
 }
 
 func (s *claimingSink) EnqueueContext(ctx context.Context, t *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
-	p, err := wire.DecodePayload(t.Payload())
+	b, err := wire.DecodeBatch(t.Payload())
 	if err != nil {
 		return nil, err
 	}
-	s.wg.Go(func() {
-		ctx, slot := context.Background(), p.Slot()
-		for range 3 { // early replies: wait and claim again
-			timer := time.NewTimer(time.Until(slot))
-			select {
-			case <-s.done:
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
-			c, err := s.st.Claim(ctx, p.ID, p.Gen, sinkTolerance)
-			switch {
-			case err != nil:
-				return
-			case c.Outcome == store.ClaimOK:
-				_, _ = s.st.Finish(ctx, p.ID, c.Job.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204}, store.FinishConfig{})
-				return
-			case c.Outcome == store.ClaimEarly:
-				slot = time.Now().Add(c.Wait)
-			default:
-				return
-			}
-		}
-	})
+	for _, p := range b.Jobs {
+		s.wg.Go(func() { s.claim(p) })
+	}
 	return s.fakeAsynq.EnqueueContext(ctx, t, opts...)
+}
+
+// claim claims and finishes p's job at its slot.
+func (s *claimingSink) claim(p wire.Payload) {
+	ctx, slot := context.Background(), p.Slot()
+	for range 3 { // early replies: wait and claim again
+		timer := time.NewTimer(time.Until(slot))
+		select {
+		case <-s.done:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		c, err := s.st.Claim(ctx, p.ID, p.Gen, sinkTolerance)
+		switch {
+		case err != nil:
+			return
+		case c.Outcome == store.ClaimOK:
+			_, _ = s.st.Finish(ctx, p.ID, c.Job.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204}, store.FinishConfig{})
+			return
+		case c.Outcome == store.ClaimEarly:
+			slot = time.Now().Add(c.Wait)
+		default:
+			return
+		}
+	}
 }
 
 func newBenchEnv(b *testing.B, n int, leases bool) *benchEnv {
@@ -162,12 +167,14 @@ func (e *benchEnv) released() (total, distinct int) {
 	for _, s := range e.sinks {
 		s.mu.Lock()
 		for _, t := range s.tasks {
-			p, err := wire.DecodePayload(t.Payload())
+			b, err := wire.DecodeBatch(t.Payload())
 			if err != nil {
 				e.b.Fatal(err)
 			}
-			total++
-			seen[p.ID] = true
+			for _, p := range b.Jobs {
+				total++
+				seen[p.ID] = true
+			}
 		}
 		s.mu.Unlock()
 	}

@@ -1,18 +1,30 @@
 // Package dispatch runs Sluice's dispatch loops (DESIGN §2.2): per shard,
 // it holds the shard's lease, runs the pass script (promote, sweep, release
-// due jobs at their tenants' rates) and hands every released job to asynq
-// with the task id "<job id>:<gen>", MaxRetry(0) and a whole-second timeout
-// covering the wait for the slot, one late claim, the attempt and the grace.
+// due jobs at their tenants' rates) and hands the released jobs to asynq.
+//
+// # Hand-off
+//
+// A pass's webhook and http releases go in batches (package wire's
+// TaskTypeBatch): in send-time order, at most BatchMax jobs and BatchSpan
+// of send times each, on the shard's hand-off queue (wire.HandoffQueueOf),
+// with the task id "b:<first job id>:<its gen>" (a repeated enqueue
+// conflicts), MaxRetry(0) and a whole-second timeout covering, for its
+// latest job, the wait for the slot, one late claim, the attempt and the
+// grace. After the pass's batches are in, the queue's name is published
+// once on wire.HandoffChannel: workers poll a hand-off queue when told. A
+// task job goes as one task to its producer's queue, id "<job id>:<gen>".
 //
 // # Wake-ups
 //
 // After a pass a shard loop sleeps until the pass's NextWake (a ready score
 // − D, a delayed job's due time or a lease deadline), at most MaxSleep
-// (default D/2: claim, finish and sweep re-add tenants to the ready set
-// without a PUBLISH). An enqueue that moves a shard's earliest time earlier
-// PUBLISHes it on the shard's wake channel; one SUBSCRIBE connection per
-// Dispatcher carries the channels of all shards and wakes the shard's loop
-// at that time − D. A pass that stopped at a bound (More) while free worker
+// (default MaxSleepDefault, 2 s: a safety net only). A script that moves a
+// shard's earliest time earlier PUBLISHes it on the shard's wake channel;
+// one SUBSCRIBE connection per Dispatcher carries the channels of all
+// shards and wakes the shard's loop at that time − D. When that
+// subscription is lost and restored (go-redis subscribes again on a new
+// connection), messages published meanwhile are lost: every shard passes
+// at once. A pass that stopped at a bound (More) while free worker
 // capacity is left runs again at once. Idle tenants cost nothing; an idle
 // shard costs one cheap pass per MaxSleep.
 //
@@ -34,9 +46,11 @@
 //
 // Workers heartbeat their concurrency; a pass may release at most its share
 // of the free capacity (Capacity − InFlight, split across the shards this
-// Dispatcher owns), read by one goroutine every CapacityRefresh (every 2 ms
-// while it is used up) so that no pass waits on the reading. When it is
-// used up the loops wait for the next reading.
+// Dispatcher owns), read by one goroutine so that no pass waits on the
+// reading — on demand only: after passes that released jobs, at most every
+// CapacityRefresh, and every 2 ms while loops wait for capacity; an idle
+// Dispatcher reads none. When it is used up the loops wait for the next
+// reading.
 //
 // A released task job whose queue has no live middleware is not handed to
 // asynq (the sweep returns it after its grace).
@@ -68,7 +82,8 @@ import (
 type Store interface {
 	Shards() int
 	Pass(ctx context.Context, shard int, cfg store.PassConfig) (store.PassResult, error)
-	FreeCapacity(ctx context.Context) (int, error)
+	Capacity(ctx context.Context) (int, error)
+	InFlight(ctx context.Context) (int, error)
 	TaskQueueLive(ctx context.Context, queue string) (bool, error)
 }
 
@@ -89,6 +104,10 @@ const taskLiveCache = time.Second
 const (
 	LeaseTTLDefault           = 3 * time.Second
 	EnqueueParallelismDefault = 8
+	BatchMaxDefault           = 64
+	MaxSleepDefault           = 2 * time.Second
+	// BatchMaxLimit is the most jobs a batch may carry (BatchMax's bound).
+	BatchMaxLimit = 1000
 )
 
 // Config configures a Dispatcher. Store, Asynq and Redis are required; every
@@ -115,10 +134,14 @@ type Config struct {
 	// override Pass's, so every throttler applies what the last one started
 	// wrote. Default store.MetaRefreshDefault.
 	MetaRefresh time.Duration
-	// MaxSleep bounds a shard loop's sleep between passes; default Pass.Lead/2.
+	// MaxSleep bounds a shard loop's sleep between passes: the safety net
+	// under the wake-ups, for a change no script published (or a PUBLISH
+	// lost other than by a reconnection, which wakes every shard). An idle
+	// shard costs one pass per MaxSleep. Default MaxSleepDefault.
 	MaxSleep time.Duration
-	// CapacityRefresh is how often the free worker capacity is read from
-	// Redis; default Pass.Lead/4.
+	// CapacityRefresh is the least interval between two readings of the
+	// free worker capacity, taken only while passes release jobs or wait
+	// for capacity; default Pass.Lead/4.
 	CapacityRefresh time.Duration
 	// LeaseTTL is a shard lease's lifetime and a membership's; renewed every
 	// LeaseTTL/3, taken over by another Dispatcher at most LeaseTTL +
@@ -132,6 +155,14 @@ type Config struct {
 	// EnqueueParallelism is the most asynq enqueues one pass runs at once;
 	// default EnqueueParallelismDefault.
 	EnqueueParallelism int
+	// BatchMax is the most webhook and http jobs one batch task carries,
+	// 1 … BatchMaxLimit; default BatchMaxDefault.
+	BatchMax int
+	// BatchSpan is the widest span of send times within one batch; default
+	// Pass.MinLead (L). A pass's releases span up to D, so it hands off at
+	// least D/L batches, which the workers fetch in parallel, and no job of
+	// a batch waits in its worker more than L longer than the batch's first.
+	BatchSpan time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives errors and lease changes; nil discards them.
@@ -143,11 +174,13 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, store.PrefixDefault)
 	c.Pass = c.Pass.WithDefaults()
-	c.MaxSleep = cmp.Or(c.MaxSleep, c.Pass.Lead/2)
+	c.MaxSleep = cmp.Or(c.MaxSleep, MaxSleepDefault)
 	c.MetaRefresh = cmp.Or(c.MetaRefresh, store.MetaRefreshDefault)
 	c.CapacityRefresh = cmp.Or(c.CapacityRefresh, c.Pass.Lead/4)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.EnqueueParallelism = cmp.Or(c.EnqueueParallelism, EnqueueParallelismDefault)
+	c.BatchMax = cmp.Or(c.BatchMax, BatchMaxDefault)
+	c.BatchSpan = cmp.Or(c.BatchSpan, c.Pass.MinLead)
 	if c.clock == nil {
 		c.clock = realClock{}
 	}
@@ -171,6 +204,9 @@ func (c Config) validate() error {
 	if c.MaxSleep <= 0 || c.CapacityRefresh <= 0 || c.LeaseTTL < 30*time.Millisecond || c.EnqueueParallelism < 1 {
 		errs = append(errs, fmt.Errorf("max sleep %s, capacity refresh %s, lease TTL %s, enqueue parallelism %d: want > 0, > 0, ≥ 30ms, ≥ 1",
 			c.MaxSleep, c.CapacityRefresh, c.LeaseTTL, c.EnqueueParallelism))
+	}
+	if c.BatchMax < 1 || c.BatchMax > BatchMaxLimit || c.BatchSpan <= 0 {
+		errs = append(errs, fmt.Errorf("batch max %d, batch span %s: want 1 … %d and > 0", c.BatchMax, c.BatchSpan, BatchMaxLimit))
 	}
 	return errors.Join(errs...)
 }
@@ -249,8 +285,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started, d.cancel, d.done = true, cancel, make(chan struct{})
 
 	var loops, fanout sync.WaitGroup
-	fanout.Go(func() { d.fanOut(ps.Channel()) })
-	fanout.Go(func() { d.budget.run(runCtx, func() bool { return d.owned.Load() > 0 }) })
+	fanout.Go(func() { d.fanOut(ps.ChannelWithSubscriptions()) })
+	fanout.Go(func() { d.budget.run(runCtx) })
 	fanout.Go(func() { d.followMeta(runCtx) })
 	if !d.cfg.DisableLeases {
 		d.beat(ctx) // the fair share is known before the loops take leases
@@ -285,27 +321,49 @@ func (d *Dispatcher) Stop() {
 }
 
 // fanOut turns wake messages into per-shard wake-ups; a full wake channel
-// keeps the earliest time. It ends when the subscription is closed.
-func (d *Dispatcher) fanOut(msgs <-chan *redis.Message) {
+// keeps the earliest time. A subscription confirmation after the first —
+// go-redis subscribes again after a reconnection, and messages published
+// meanwhile are lost — wakes every shard at once. It ends when the
+// subscription is closed.
+func (d *Dispatcher) fanOut(msgs <-chan any) {
 	byChannel := make(map[string]int, d.shards)
 	for i := range d.shards {
 		byChannel[wakeChannel(d.cfg.Prefix, i)] = i
 	}
+	confirmed := 1 // Start received the first confirmation
 	for msg := range msgs {
-		shard, ok := byChannel[msg.Channel]
-		if !ok {
-			continue
-		}
-		at := parseMicros(msg.Payload) // 0 (now) when malformed
-		ch := d.wakes[shard]
-		for {
-			select {
-			case ch <- at:
-			case old := <-ch:
-				at = min(at, old)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
 				continue
 			}
-			break
+			// One confirmation per channel: the first of each round after
+			// Start's (all channels are subscribed by then) wakes.
+			if confirmed++; confirmed <= d.shards || (confirmed-1)%d.shards != 0 {
+				continue
+			}
+			d.metrics.resubscribed.Inc()
+			for shard := range d.shards {
+				d.wake(shard, 0)
+			}
+		case *redis.Message:
+			if shard, ok := byChannel[m.Channel]; ok {
+				d.wake(shard, parseMicros(m.Payload)) // 0 (now) when malformed
+			}
+		}
+	}
+}
+
+// wake tells shard's loop to pass at at µs (Redis time) − D; 0 is now. A
+// pending earlier wake-up is kept.
+func (d *Dispatcher) wake(shard int, at int64) {
+	ch := d.wakes[shard]
+	for {
+		select {
+		case ch <- at:
+			return
+		case old := <-ch:
+			at = min(at, old)
 		}
 	}
 }

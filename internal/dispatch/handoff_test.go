@@ -57,51 +57,13 @@ func TestQueuesDeriveFromThePrefix(t *testing.T) {
 	}
 }
 
-func TestTaskForEachJobType(t *testing.T) {
+func TestTaskForTaskJobs(t *testing.T) {
 	t.Parallel()
 	d := &Dispatcher{cfg: Config{Prefix: "p"}.withDefaults()}
 	slot := time.UnixMicro(1772366400123456)
-	base := wire.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Gen: 3, Slot: slot, SendAt: slot, Timeout: 15 * time.Second}
-
-	web := base
-	web.Type = "webhook"
-	task, opts, err := d.taskFor(web)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if task.Type() != wire.TaskTypeWebhook {
-		t.Errorf("webhook task type %q", task.Type())
-	}
-	p, err := wire.DecodePayload(task.Payload())
-	if err != nil || p.ID != web.ID || p.Gen != 3 || p.SlotUS != 1772366400123456 {
-		t.Errorf("webhook payload %+v, %v", p, err)
-	}
-	wantOpts := map[string]bool{`TaskID("j1_01J0000000000000000000000:3")`: true, "MaxRetry(0)": true, "Timeout(17s)": true, `Queue("p:webhook")`: true}
-	checkOpts(t, "webhook", opts, wantOpts)
-
-	h := base
-	h.Type = "http"
-	task, opts, err = d.taskFor(h)
-	if err != nil || task.Type() != wire.TaskTypeHTTP {
-		t.Fatalf("http: %v, %v", task, err)
-	}
-	wantOpts[`Queue("p:webhook")`], wantOpts[`Queue("p:http")`] = false, true
-	checkOpts(t, "http", opts, wantOpts)
-
-	// A tenant whose send schedule runs 3.5s late: the task's timeout
-	// covers the wait for SendAt too.
-	late := web
-	late.SendAt = slot.Add(3500 * time.Millisecond)
-	_, opts, err = d.taskFor(late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkOpts(t, "late webhook", opts, map[string]bool{`TaskID("j1_01J0000000000000000000000:3")`: true,
-		"MaxRetry(0)": true, "Timeout(20s)": true, `Queue("p:webhook")`: true}) // ⌈0.2 + 15 + 1 + 3.5⌉
-
-	tj := base
-	tj.Type, tj.Queue, tj.TaskType = "task", "emails", "email:send"
-	task, opts, err = d.taskFor(tj)
+	tj := wire.Release{ID: "j1_01J0000000000000000000000", Tenant: "acme", Type: "task", Gen: 3, Slot: slot, SendAt: slot,
+		Timeout: 15 * time.Second, Queue: "emails", TaskType: "email:send"}
+	task, opts, err := d.taskFor(tj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +74,23 @@ func TestTaskForEachJobType(t *testing.T) {
 	if err != nil || hp != (wire.Payload{ID: tj.ID, Gen: 3, SlotUS: 1772366400123456}) {
 		t.Errorf("task headers %v → %+v, %v", task.Headers(), hp, err)
 	}
-	wantOpts[`Queue("p:http")`], wantOpts[`Queue("emails")`] = false, true
-	checkOpts(t, "task", opts, wantOpts)
+	checkOpts(t, "task", opts, map[string]bool{`TaskID("j1_01J0000000000000000000000:3")`: true,
+		"MaxRetry(0)": true, "Timeout(17s)": true, `Queue("emails")`: true}) // ⌈0.2 + 15 + 1⌉
+
+	// A tenant whose send schedule runs 3.5s late: the task's timeout
+	// covers the wait for SendAt too.
+	late := tj
+	late.SendAt = slot.Add(3500 * time.Millisecond)
+	_, opts, err = d.taskFor(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOpts(t, "late task", opts, map[string]bool{"Timeout(20s)": true}) // ⌈0.2 + 15 + 1 + 3.5⌉
 
 	for _, bad := range []wire.Release{
-		{ID: "j1_x", Type: "carrier-pigeon", Gen: 1, Slot: slot},
 		{ID: "j1_x", Type: "task", Gen: 1, Slot: slot, Queue: "{q}", TaskType: "t"},
 		{ID: "j1_x", Type: "task", Gen: 1, Slot: slot, Queue: "q"},
+		{ID: "j1_x", Type: "task", Gen: 1, Slot: slot, TaskType: "t"},
 	} {
 		if _, _, err := d.taskFor(bad); err == nil {
 			t.Errorf("taskFor(%+v) succeeded", bad)
@@ -169,8 +141,8 @@ func TestHandoffSkipsTaskJobsNoMiddlewareServes(t *testing.T) {
 	eventually(t, time.Second, "two tasks handed off", func() bool { return len(asy.enqueued()) == 2 })
 	d.Stop()
 	got := asy.enqueued()
-	if len(got) != 2 || slices.Contains(got, "t:j1") || !slices.Contains(got, "t:j2") || !slices.Contains(got, wire.TaskTypeWebhook) {
-		t.Fatalf("handed off %v, want t:j2 and %s, not t:j1", got, wire.TaskTypeWebhook)
+	if len(got) != 2 || slices.Contains(got, "t:j1") || !slices.Contains(got, "t:j2") || !slices.Contains(got, wire.TaskTypeBatch) {
+		t.Fatalf("handed off %v, want t:j2 and %s, not t:j1", got, wire.TaskTypeBatch)
 	}
 	if n := testutil.ToFloat64(d.metrics.unserved); n != 1 {
 		t.Fatalf("unserved releases %v, want 1", n)

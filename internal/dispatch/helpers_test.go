@@ -64,9 +64,8 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg store.PassConfig) (st
 	return store.PassResult{Now: f.clock.Now()}, nil
 }
 
-func (f *fakeStore) FreeCapacity(context.Context) (int, error) {
-	return max(f.capacity-f.inFlight, 0), nil
-}
+func (f *fakeStore) Capacity(context.Context) (int, error) { return f.capacity, nil }
+func (f *fakeStore) InFlight(context.Context) (int, error) { return f.inFlight, nil }
 
 // TaskQueueLive: every task queue is served, unless listed in unserved.
 func (f *fakeStore) TaskQueueLive(_ context.Context, queue string) (bool, error) {

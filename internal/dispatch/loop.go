@@ -24,6 +24,7 @@ type shardLoop struct {
 	passed     time.Time       // end of the last pass
 	due        time.Time       // the next pass (zero: at once)
 	capWait    <-chan struct{} // when set: a wait also ends at the next capacity reading
+	starved    bool            // the last pass ran out of worker capacity with work left
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -78,11 +79,11 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
-	if capacity == 0 && d.cfg.clock.Now().Sub(s.passed) < d.cfg.MaxSleep {
-		// The workers are full: nothing can be released. Promotions and
-		// sweeps wait for the regular pass; look again after the next
+	if capacity == 0 && s.starved && d.cfg.clock.Now().Sub(s.passed) < d.cfg.MaxSleep {
+		// The workers are still full: nothing can be released. Promotions
+		// and sweeps wait for the regular pass; look again after the next
 		// reading of the free capacity.
-		s.capWait = d.budget.next()
+		s.capWait = d.budget.want()
 		return s.passed.Add(d.cfg.MaxSleep), false
 	}
 	cfg := d.passConfig()
@@ -96,7 +97,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
 	left := d.budget.spend(len(res.Released))
-	d.handoff(ctx, res.Released)
+	d.handoff(ctx, s.shard, res.Released)
 
 	d.metrics.passes.Inc()
 	d.metrics.passSeconds.Observe(d.cfg.clock.Now().Sub(start).Seconds())
@@ -110,11 +111,12 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	// More: P or K stopped the pass: run again at once. CapacityReached:
 	// the shard's share ran out; run again only while free capacity is left.
 	again = res.More || (res.CapacityReached && left)
-	if res.CapacityReached && !left {
+	s.starved = res.CapacityReached && !left
+	if s.starved {
 		// The workers are full: tenants wait in ready at scores already due,
 		// so NextWake is now. Passing before the free capacity is read again
 		// would only spin on Redis; wait for the reading (or a wake-up).
-		next, s.capWait = end.Add(d.cfg.MaxSleep), d.budget.next()
+		next, s.capWait = end.Add(d.cfg.MaxSleep), d.budget.want()
 	}
 	return next, again
 }

@@ -20,6 +20,11 @@ type metrics struct {
 	swept         prometheus.Counter
 	owned         prometheus.Gauge
 	unserved      prometheus.Counter
+	resubscribed  prometheus.Counter
+	// By queue: the hand-off queues (wire.HandoffQueueNames), and "task"
+	// for task jobs (one task each, on the producers' queues).
+	handoffJobs    *prometheus.CounterVec
+	handoffBatches *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		enqueueErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_dispatch_enqueue_errors_total",
-			Help: "Released jobs asynq did not take (the sweep returns them after their grace).",
+			Help: "Hand-offs that failed: a batch or task job asynq did not take (the sweep returns its jobs after their grace), or a hand-off announcement.",
 		}),
 		passErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_dispatch_pass_errors_total",
@@ -62,11 +67,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Released task jobs not handed to asynq because no live middleware serves their queue " +
 				"(the sweep returns them after their grace; nothing piles up in the queue).",
 		}),
+		resubscribed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_dispatch_wake_resubscriptions_total",
+			Help: "Times the wake-up subscription was restored after a lost connection (every shard is then passed at once).",
+		}),
+		handoffJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dispatch_handoff_jobs_total",
+			Help: "Released jobs asynq took, by hand-off queue (\"task\": task jobs, on their producers' queues).",
+		}, []string{"queue"}),
+		handoffBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dispatch_handoff_batches_total",
+			Help: "asynq tasks the hand-off enqueued, by hand-off queue (\"task\": task jobs, one task each).",
+		}, []string{"queue"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved} {
+	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register dispatcher metrics: %w", err)
 		}

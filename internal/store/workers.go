@@ -53,8 +53,8 @@ func (s *Store) Capacity(ctx context.Context) (int, error) {
 }
 
 // FreeCapacity is Capacity − InFlight (at least 0) read in one round trip
-// (one pipeline; in Cluster, one per master): what the dispatcher's budget
-// reads every few milliseconds while the workers are full.
+// (one pipeline; in Cluster, one per master). The dispatcher's budget reads
+// the two apart instead, Capacity only every second.
 func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
 	for try := 0; ; try++ {
 		var sum *redisscript.Pending
