@@ -131,8 +131,14 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 	}
 	b.spend(0) // a pass that released nothing
 	redistest.Hold(t, 100*time.Millisecond, "no reading while idle", func() bool { return g.readings() == 1 })
+	b.mu.Lock()
+	released := b.fresh // closed when the reading the release asks for has completed
+	b.mu.Unlock()
 	b.spend(3)
-	eventually(t, time.Second, "a reading after a release", func() bool { return g.readings() == 2 })
+	<-released
+	if r := g.readings(); r != 2 {
+		t.Fatalf("%d readings after a release, want 2", r)
+	}
 	g.set(func(g *gatedStore) { g.inFlight = 40 })
 	<-b.want()
 	if n, err := b.share(ctx, 1); err != nil || n != 0 || g.readings() != 3 {
