@@ -38,9 +38,11 @@ type GateConfig struct {
 	// Legacy are queues nobody announces: the per-job queues of dispatchers
 	// of an earlier version (wire.WebhookQueue, wire.HTTPQueue). One is
 	// answered for only once no real poll found a task in it for
-	// LegacyQuiet (and the gate was built that long ago): an earlier
-	// dispatcher handing off keeps its queue polled on every poll, as
-	// without the gate, and an idle one costs a poll per SafetyNet. The
+	// LegacyQuiet (from the start, a legacy queue counts as quiet): an
+	// earlier dispatcher handing off keeps its queue polled on every poll,
+	// as without the gate, and an idle one costs a poll per SafetyNet — so
+	// during a rolling upgrade the first task of an earlier dispatcher after
+	// a quiet spell waits up to SafetyNet (its claim then re-slots it). The
 	// dequeues of any queue in neither list pass untouched.
 	Legacy []string
 	// SafetyNet is the longest a queue goes without a real poll while it is
@@ -93,7 +95,7 @@ type gateQueue struct {
 	announced bool      // a hand-off queue (else a legacy one)
 	empty     bool      // the last real poll, sent at polled, found it empty
 	polled    time.Time // when that poll was sent
-	found     time.Time // legacy: the last real poll that found a task (or the gate's start)
+	found     time.Time // legacy: the last real poll that found a task (zero: none yet)
 	version   uint64    // bumped by every announcement
 }
 
@@ -128,13 +130,12 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}}
-	now := time.Now()
 	for _, q := range cfg.Queues {
 		s := &gateQueue{announced: true}
 		g.byKey[asynqPendingKey(q)], g.byName[q] = s, s
 	}
 	for _, q := range cfg.Legacy {
-		s := &gateQueue{found: now}
+		s := &gateQueue{}
 		g.byKey[asynqPendingKey(q)] = s
 	}
 	return g, nil
