@@ -22,6 +22,7 @@ import (
 const (
 	SafetyNetDefault   = 500 * time.Millisecond
 	LegacyQuietDefault = 10 * time.Second
+	HoldDefault        = 100 * time.Millisecond
 )
 
 // GateConfig configures a DequeueGate.
@@ -54,6 +55,12 @@ type GateConfig struct {
 	// LegacyQuiet is how long a legacy queue must have been found empty
 	// before the gate answers for it; default LegacyQuietDefault.
 	LegacyQuiet time.Duration
+	// Hold is the longest a dequeue is held when every gated queue is
+	// known empty: it waits for an announcement (or the next safety-net
+	// poll) instead of answering at once and leaving the server to sleep
+	// its task-check interval, so an announced batch is fetched within a
+	// pub/sub delivery. Default HoldDefault; negative: never hold.
+	Hold time.Duration
 	// Logger receives the subscription's errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -66,8 +73,13 @@ type GateConfig struct {
 // it empty, no message naming it arrived on wire.HandoffChannel(Prefix)
 // since that poll was sent, and that poll is less than SafetyNet old. A
 // dispatcher publishes a queue's name after enqueuing a batch on it, so a
-// batch is fetched at the server's next poll (within 1.5 ×
-// TaskCheckInterval), as without the gate.
+// batch is fetched at once: while every gated queue is known empty a
+// dequeue is held (up to GateConfig.Hold) until an announcement arrives,
+// and a dequeue of a queue known empty is redirected to an announced queue
+// when there is one (the same script on that queue's keys: asynq acks a
+// task by the queue its message names), so the server neither sleeps its
+// TaskCheckInterval nor finishes a round of empty queues before reaching
+// the announced one.
 //
 // Until the subscription is confirmed, and whenever it breaks, nothing is
 // known empty: every dequeue goes to Redis; on each (re)subscription every
@@ -85,13 +97,15 @@ type DequeueGate struct {
 	local   atomic.Int64 // dequeues answered locally
 	real    atomic.Int64 // dequeues of gated queues sent to Redis
 	mu      sync.Mutex
-	hearing bool // the subscription is confirmed and unbroken
+	hearing bool          // the subscription is confirmed and unbroken
+	wake    chan struct{} // closed (and replaced) at every announcement and hearing change
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 // gateQueue is one queue's state, guarded by the gate's mu.
 type gateQueue struct {
+	name      string    // the asynq queue
 	announced bool      // a hand-off queue (else a legacy one)
 	empty     bool      // the last real poll, sent at polled, found it empty
 	polled    time.Time // when that poll was sent
@@ -126,16 +140,17 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, store.PrefixDefault)
 	cfg.SafetyNet = cmp.Or(cfg.SafetyNet, SafetyNetDefault)
 	cfg.LegacyQuiet = cmp.Or(cfg.LegacyQuiet, LegacyQuietDefault)
+	cfg.Hold = cmp.Or(cfg.Hold, HoldDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}}
+	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}, wake: make(chan struct{})}
 	for _, q := range cfg.Queues {
-		s := &gateQueue{announced: true}
+		s := &gateQueue{name: q, announced: true}
 		g.byKey[asynqPendingKey(q)], g.byName[q] = s, s
 	}
 	for _, q := range cfg.Legacy {
-		s := &gateQueue{}
+		s := &gateQueue{name: q}
 		g.byKey[asynqPendingKey(q)] = s
 	}
 	return g, nil
@@ -207,6 +222,22 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		at := time.Now()
 		g.mu.Lock()
 		known := q.knownEmpty(at, g.hearing, &g.cfg)
+		if known {
+			if hold := g.holdFor(at); hold > 0 {
+				wake := g.wake
+				g.mu.Unlock()
+				g.hold(ctx, wake, hold)
+				at = time.Now()
+				g.mu.Lock()
+				known = q.knownEmpty(at, g.hearing, &g.cfg)
+			}
+		}
+		if known {
+			if d := g.dirty(at); d != nil {
+				redirect(cmd.Args(), d.name)
+				q, known = d, false
+			}
+		}
 		version := q.version
 		g.mu.Unlock()
 		if known {
@@ -225,6 +256,56 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		g.mu.Unlock()
 		return err
+	}
+}
+
+// holdFor is how long a dequeue of a queue known empty at at is held: 0
+// unless every gated queue is known empty, else up to Hold and no later
+// than the first safety-net poll due. Called with mu held.
+func (g *DequeueGate) holdFor(at time.Time) time.Duration {
+	if g.cfg.Hold <= 0 {
+		return 0
+	}
+	hold := g.cfg.Hold
+	for _, q := range g.byKey {
+		if !q.knownEmpty(at, g.hearing, &g.cfg) {
+			return 0
+		}
+		hold = min(hold, q.polled.Add(g.cfg.SafetyNet).Sub(at))
+	}
+	return hold
+}
+
+// hold waits for wake, d or ctx's end.
+func (g *DequeueGate) hold(ctx context.Context, wake <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// dirty is an announced queue not known empty at at, or nil. Called with mu
+// held.
+func (g *DequeueGate) dirty(at time.Time) *gateQueue {
+	for _, q := range g.byName {
+		if !q.knownEmpty(at, g.hearing, &g.cfg) {
+			return q
+		}
+	}
+	return nil
+}
+
+// redirect points the dequeue args (see dequeued) at queue q: its four
+// keys and its task key prefix (asynq internal/base: TaskKeyPrefix).
+func redirect(args []any, q string) {
+	pending := asynqPendingKey(q)
+	prefix := strings.TrimSuffix(pending, "pending")
+	args[3], args[4], args[5], args[6] = pending, prefix+"paused", prefix+"active", prefix+"lease"
+	if len(args) > 8 {
+		args[8] = prefix + "t:"
 	}
 }
 
@@ -264,7 +345,14 @@ func (g *DequeueGate) announced(queue string) {
 	g.mu.Lock()
 	q.version++
 	q.empty = false
+	g.wakeAll()
 	g.mu.Unlock()
+}
+
+// wakeAll releases the held dequeues. Called with mu held.
+func (g *DequeueGate) wakeAll() {
+	close(g.wake)
+	g.wake = make(chan struct{})
 }
 
 // hear sets whether announcements are being heard; either way every queue
@@ -277,6 +365,7 @@ func (g *DequeueGate) hear(on bool) {
 		q.version++
 		q.empty = false
 	}
+	g.wakeAll()
 }
 
 // Start subscribes to the hand-off channel and follows it until Stop or
