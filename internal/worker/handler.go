@@ -137,7 +137,13 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 				w.cfg.Logger.Warn("claim still early; leaving the job to the sweep", "job", p.ID, "gen", p.Gen, "wait", c.Wait)
 				return store.ClaimedJob{}, false
 			}
-			wait = time.Now().Add(c.Wait)
+			// c.Wait runs from the script's now, half a round trip before
+			// this reply: aim the next claim like the first (claimAt), so
+			// that it lands inside the window rather than a round trip
+			// after the target — a late claim shifts the tenant's send
+			// schedule, and a shift that every re-claim adds up grows over
+			// a long backlog.
+			wait = time.Now().Add(c.Wait - w.clock.RTT() - w.Settings().Tolerance/2)
 		case store.ClaimReturned:
 			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", p.Gen, "reason", c.Reason,
 				"lead_at_pickup", p.Slot().Sub(pickedUp))
