@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -334,5 +335,53 @@ func TestPermanentFailureCountsADeadLetterAndItsLatency(t *testing.T) {
 	}
 	if m := h.metrics("sluice_worker_delivery_seconds"); !strings.Contains(m, `value:"permanent"] 1`) {
 		t.Errorf("delivery latency histogram:\n%s", m)
+	}
+}
+
+// earlyOnceStore answers a job's first claim "early" by wait and records
+// when the second claim comes, which it answers "canceled".
+type earlyOnceStore struct {
+	worker.Store
+	wait    time.Duration
+	mu      sync.Mutex
+	replied time.Time // when the early reply left
+	again   time.Time // when the second claim came
+	done    chan struct{}
+}
+
+func (s *earlyOnceStore) Claim(_ context.Context, _ string, _ int64, _ time.Duration) (store.Claim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.replied.IsZero() {
+		s.replied = time.Now()
+		return store.Claim{Outcome: store.ClaimEarly, Wait: s.wait}, nil
+	}
+	s.again = time.Now()
+	close(s.done)
+	return store.Claim{Outcome: store.ClaimCanceled}, nil
+}
+
+// TestReclaimAfterAnEarlyReplyAimsInsideTheWindow: after an "early, wait
+// W" reply the worker claims again half a tolerance and a round trip
+// before W is up — like its first claim — not at W, when the claim would
+// land a round trip past its target and shift the tenant's send schedule.
+// (Tolerance 400 ms, W 1 s: the re-claim is due ~800 ms after the reply;
+// 100 ms of slack for a busy machine.)
+func TestReclaimAfterAnEarlyReplyAimsInsideTheWindow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	st := &earlyOnceStore{Store: h.st, wait: time.Second, done: make(chan struct{})}
+	w := h.newWorker(&sentExecutor{}, func(c *worker.Config) {
+		c.Store = st
+		c.Settings.Tolerance = 400 * time.Millisecond
+	})
+	payload, _ := json.Marshal(wire.Payload{ID: "0-early", Gen: 1, SlotUS: time.Now().UnixMicro()})
+	h.process(w, asynq.NewTask(wire.TaskTypeWebhook, payload))
+	<-st.done
+	st.mu.Lock()
+	gap := st.again.Sub(st.replied)
+	st.mu.Unlock()
+	if lo, hi := 750*time.Millisecond, 900*time.Millisecond; gap < lo || gap > hi {
+		t.Fatalf("re-claim %s after the early reply, want within [%s, %s] (W − ε/2 − RTT)", gap, lo, hi)
 	}
 }
