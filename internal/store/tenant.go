@@ -9,7 +9,12 @@ import (
 
 // TenantState is a snapshot of one tenant, as its next decision would see it.
 //
-// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times:
+// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times,
+// stored packed in the hash's one field s: their values in lib.lua T_FIELDS' order,
+// each a little-endian IEEE 754 double (exact: every value is an integer
+// below 2⁵³; lib.lua load_tenant). A field stored under its own
+// name (as before s existed) is read over s and folded into it at the next
+// save, so a tenant written field by field is migrated on its first change:
 //
 //	tat, tat_t, tat_b   GCRA TAT of the plan (release slots) and the T and b it was computed with
 //	slast, sslot, stat  the send schedule (claim.lua): when the last job was claimed,

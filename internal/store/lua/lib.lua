@@ -160,47 +160,63 @@ end
 
 -- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for
 -- the first time starts with a full admission bucket. Fields: see tenant.go.
--- load_tenant remembers the stored values (T_STORED) so that save_tenant
--- writes only the fields that changed, and whether the tenant was busy
--- (T_BUSY, see expire_tenant).
+-- The state is packed in the hash's one field s: the values of T_FIELDS, in
+-- order, as little-endian doubles (struct T_PACK; every value is an integer
+-- below 2^53, so exact), read with one HGETALL and one struct.unpack and
+-- written with one HSET — a listpack's fields cost a scan each, and their
+-- text a conversion each. A field of T_FIELDS stored under its own name
+-- (the representation before s, or a test's write) overrides s, and
+-- save_tenant folds it into s and deletes it: an older tenant is migrated
+-- on its first save. load_tenant remembers what was stored (T_STORED) so
+-- that save_tenant writes only when something changed, and whether the
+-- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs', 'c1'}
+local T_PACK, T_INDEX -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
-RESETS[#RESETS + 1] = function() T_STORED, T_BUSY = {}, {} end
+RESETS[#RESETS + 1] = function()
+  T_STORED, T_BUSY = {}, {}
+  if T_PACK then return end
+  T_PACK, T_INDEX = '<' .. string.rep('d', #T_FIELDS), {}
+  for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
+end
 local busy
 
 local function load_tenant(tn, p)
-  -- HGETALL rather than HMGET of the fields: a tenant hash is small, so a
-  -- listpack, where each field HMGET names is a scan of its own (~30 % of
-  -- the read's time at 28 fields).
   local all = redis.call('HGETALL', k_tenant(tn))
-  local by = {}
-  for i = 1, #all, 2 do by[all[i]] = all[i + 1] end
-  local raw, t = {}, {}
-  for i, f in ipairs(T_FIELDS) do
-    local v = tonumber(by[f])
-    raw[i] = v
-    t[f] = v or 0
+  local packed, named = nil, nil
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == 's' then
+      packed = all[i + 1]
+    elseif T_INDEX[f] then
+      named = named or {}
+      named[#named + 1] = f
+      named[f] = tonumber(all[i + 1])
+    end
   end
-  if not raw[4] then t.atok = p.admit_burst; t.ats = NOW end
-  T_STORED[t], T_BUSY[t] = raw, busy(t)
+  local t, v = {}, {}
+  if packed then v = {struct.unpack(T_PACK, packed)} end
+  for i, f in ipairs(T_FIELDS) do t[f] = v[i] or 0 end
+  if named then
+    for _, f in ipairs(named) do t[f] = named[f] or 0 end
+  end
+  if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
+  T_STORED[t], T_BUSY[t] = {packed = packed, named = named}, busy(t)
   return t
 end
 
 local function save_tenant(tn, t)
   local stored = T_STORED[t] or {}
-  local args = {}
-  for i, f in ipairs(T_FIELDS) do
-    local v = t[f]
-    if v ~= stored[i] then
-      args[#args + 1] = f
-      args[#args + 1] = v
-      stored[i] = v
-    end
-  end
-  T_STORED[t] = stored
-  if #args > 0 then redis.call('HSET', k_tenant(tn), unpack(args)) end
+  local v = {}
+  for i, f in ipairs(T_FIELDS) do v[i] = t[f] end
+  local packed = struct.pack(T_PACK, unpack(v))
+  if packed == stored.packed and not stored.named then return end
+  local key = k_tenant(tn)
+  redis.call('HSET', key, 's', packed)
+  if stored.named then redis.call('HDEL', key, unpack(stored.named)) end
+  T_STORED[t] = {packed = packed}
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
