@@ -134,13 +134,14 @@ local function claim_one(id, gen)
   j.attempt = j.attempt + 1
   if j.first == 0 then j.first = NOW end
   redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
-  redis.call('ZADD', K_LEASES, NOW + p.timeout_us + (j.grace or 1000000), id)
+  lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
   return {'claimed', tn, j.type, j.extra[1] or '', j.gen, j.attempt, p.timeout_us, j.slot,
     tonumber(j.extra[2]) or 0}
 end
 
 local reply = {'ok'}
 for i, r in ipairs(reqs) do reply[i + 1] = claim_one(r.id, r.gen) end
+leases_flush()
 
 -- Every tenant changed: saved; those given a job back or freed from their
 -- release cap also rescheduled and expired, then the wake check.

@@ -109,7 +109,7 @@ local function finish_one(r)
   end
   local t, p = tenant(j.tenant)
 
-  redis.call('ZREM', K_LEASES, r.id)
+  lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
 
@@ -147,6 +147,7 @@ end
 
 local reply = {'ok'}
 for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
+leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
 -- depends on changed (lib.lua sched_sig: a success of a tenant below its

@@ -501,5 +501,27 @@ local function wake_if_earlier()
   return 1
 end
 
+-- Lease writes a script defers to its end, one command for all its jobs:
+-- lease_add(id, deadline) and lease_del(id) queue them, leases_flush runs
+-- the removals, then the additions (in commands of at most LEASE_CHUNK
+-- jobs). A script defers only writes that nothing before its flush reads,
+-- and only one kind per job.
+local LEASE_ADD, LEASE_DEL, LEASE_CHUNK = {}, {}, 500
+RESETS[#RESETS + 1] = function() LEASE_ADD, LEASE_DEL = {}, {} end
+local function lease_add(id, deadline)
+  LEASE_ADD[#LEASE_ADD + 1] = deadline
+  LEASE_ADD[#LEASE_ADD + 1] = id
+end
+local function lease_del(id) LEASE_DEL[#LEASE_DEL + 1] = id end
+local function leases_flush()
+  for i = 1, #LEASE_DEL, LEASE_CHUNK do
+    redis.call('ZREM', K_LEASES, unpack(LEASE_DEL, i, math.min(#LEASE_DEL, i + LEASE_CHUNK - 1)))
+  end
+  for i = 1, #LEASE_ADD, 2 * LEASE_CHUNK do
+    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD, i, math.min(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
+  end
+  LEASE_ADD, LEASE_DEL = {}, {}
+end
+
 -- Job states (DESIGN §2).
 local LIVE = {scheduled = true, queued = true, released = true, retrying = true}

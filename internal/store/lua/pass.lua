@@ -208,6 +208,25 @@ local function peek(tn, c)
   end
 end
 
+-- pop_next takes the tenant's next queued job out of its lane or backlog
+-- (head lane first), dropping tombstones and vanished records on the way:
+-- for a tenant whose jobs all cost 1, decided on before it is read.
+local function pop_next(tn, c)
+  while true do
+    local id, from_head = nil, c.t.hlen > 0
+    if from_head then
+      id = redis.call('ZPOPMIN', k_head(tn))[1]
+      if id then c.t.hlen = c.t.hlen - 1 end
+    end
+    if not id then id = redis.call('LPOP', k_queue(tn)) end
+    if not id then return nil end
+    local r = redis.call('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    if r[1] == 'queued' then
+      return {id = id, cost = tonumber(r[2]) or 1, gen = tonumber(r[3]) or 0, type = r[4] or ''}
+    end
+  end
+end
+
 -- task_route reads a task job's asynq queue and task type from its body.
 local function task_route(id)
   local ok, b = pcall(cjson.decode, redis.call('HGET', k_job(id), 'body') or '')
@@ -240,34 +259,44 @@ local function release_one(tn, c)
   local g = gate(t)
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
-  if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before reading one
+  local j, e
+  if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before taking one
     if t.qtok <= 0 then return nil end
-    if (t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D)) or earliest(t, p, 1, NOW) > HORIZON then
-      c.head = {true, 1}
+    c.head = {true, 1}
+    if t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D) then return nil end
+    e = earliest(t, p, 1, NOW)
+  else
+    j = peek(tn, c)
+    if not j then
+      c.head = false
+      return nil
+    end
+    c.head = {j.id, j.cost}
+    if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
+    e = earliest(t, p, j.cost, NOW)
+  end
+  if e > HORIZON then return nil end
+  local slot = math.max(e, g)
+  local spread = slot >= NOW + L
+  if spread then
+    slot = spaced(slot)
+    if slot > HORIZON then return nil end
+  end
+  if j then
+    drop(tn, c, j.id, j.from_head)
+  else
+    j = pop_next(tn, c)
+    if not j then
+      c.head = false
       return nil
     end
   end
-  local j = peek(tn, c)
-  if not j then
-    c.head = false
-    return nil
-  end
-  c.head = {j.id, j.cost}
-  if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
-  local e = earliest(t, p, j.cost, NOW)
-  if e > HORIZON then return nil end
-  local slot = math.max(e, g)
-  if slot >= NOW + L then
-    slot = spaced(slot)
-    if slot > HORIZON then return nil end
-    taken[#taken + 1] = slot
-  end
+  if spread then taken[#taken + 1] = slot end
   -- A slot later than the plan's next one is a gap in the plan: the send
   -- schedule's lateness (claim.lua) does not carry over it.
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  drop(tn, c, j.id, j.from_head)
   take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
@@ -279,7 +308,7 @@ local function release_one(tn, c)
   -- two. The lease runs grace past it.
   local send_at = send_target(t, slot) or slot
   redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'grace', GRACE, 'resv', 0)
-  redis.call('ZADD', K_LEASES, send_at + GRACE, j.id)
+  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
   released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
@@ -316,6 +345,7 @@ if truncated then
 end
 
 -- 4. Save and reschedule every tenant the pass changed.
+leases_flush()
 flush_tenants(cfg)
 if vmax > vclock then redis.call('SET', K_VCLOCK, istr(vmax)) end
 
