@@ -386,11 +386,31 @@ end
 -- A caller that has just read the head job may pass it (head = {id, cost},
 -- or false when the tenant has none) to save the reads. It records what it
 -- decided on in field rs (sched_sig), so callers save the tenant after it.
+-- Between ready_defer() and ready_flush() its writes to ready are queued
+-- (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and one
+-- ZADD: for a caller that reschedules many tenants, each once, and reads
+-- ready only after the flush.
 local sched_sig
+local READY_ADD, READY_DEL = nil, nil
+RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
+local function ready_defer() READY_ADD, READY_DEL = {}, {} end
+local function ready_flush()
+  local add, del = READY_ADD, READY_DEL
+  READY_ADD, READY_DEL = nil, nil
+  for i = 1, #del, 500 do redis.call('ZREM', K_READY, unpack(del, i, math.min(#del, i + 499))) end
+  for i = 1, #add, 1000 do redis.call('ZADD', K_READY, unpack(add, i, math.min(#add, i + 999))) end
+end
+local function unready(tn)
+  if READY_DEL then
+    READY_DEL[#READY_DEL + 1] = tn
+  else
+    redis.call('ZREM', K_READY, tn)
+  end
+end
 local function reschedule(tn, t, p, now, head)
   t.rs = sched_sig(t, p)
   if blocked(t, p) then
-    redis.call('ZREM', K_READY, tn)
+    unready(tn)
     return nil
   end
   local id, cost
@@ -401,11 +421,16 @@ local function reschedule(tn, t, p, now, head)
   end
   if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
     if id then t.rs = -1 end -- held by its release cap: see sched_sig
-    redis.call('ZREM', K_READY, tn)
+    unready(tn)
     return nil
   end
   local score = math.max(earliest(t, p, cost, now), gate(t))
-  redis.call('ZADD', K_READY, score, tn)
+  if READY_ADD then
+    READY_ADD[#READY_ADD + 1] = score
+    READY_ADD[#READY_ADD + 1] = tn
+  else
+    redis.call('ZADD', K_READY, score, tn)
+  end
   return score
 end
 

@@ -221,8 +221,10 @@ end
 -- flush_tenants saves, reschedules (with the head job the caller may have
 -- left in the cache entry's head) and expires every cached tenant, and trims
 -- the dead sets that grew. An entry whose touched field is false (the
--- caller read it but changed nothing) is skipped.
+-- caller read it but changed nothing) is skipped. The ready set is written
+-- once, after the last tenant (lib.lua ready_defer).
 local function flush_tenants(cfg)
+  ready_defer()
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
@@ -232,4 +234,5 @@ local function flush_tenants(cfg)
       if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
     end
   end
+  ready_flush()
 end
