@@ -92,6 +92,38 @@ func TestTenantPackedFieldsMatchLua(t *testing.T) {
 	if !slices.Equal(lua, tenantPacked) {
 		t.Fatalf("lib.lua T_FIELDS %s, tenantPacked %s", strings.Join(lua, ","), strings.Join(tenantPacked, ","))
 	}
+	if m := regexp.MustCompile(`local T_PACK = '<(d*)'`).FindSubmatch(src); m == nil || len(m[1]) != len(tenantPacked) {
+		t.Fatalf("lib.lua T_PACK: %q, want %d doubles", m, len(tenantPacked))
+	}
+	// tenant_of and pack_tenant write the list out.
+	names := func(re, text string) []string {
+		m := regexp.MustCompile(re).FindStringSubmatch(string(src))
+		if m == nil {
+			t.Fatalf("lib.lua: no %s", text)
+		}
+		return strings.FieldsFunc(m[1], func(r rune) bool { return r == ',' || r == ' ' || r == '\n' })
+	}
+	if got := names(`(?s)local function tenant_of\(s\)\s*local (.*?) = struct\.unpack`, "tenant_of"); !slices.Equal(got, tenantPacked) {
+		t.Fatalf("tenant_of unpacks %v", got)
+	}
+	var fields []string
+	for _, f := range names(`(?s)return struct\.pack\(T_PACK, (.*?)\)`, "pack_tenant") {
+		fields = append(fields, strings.TrimPrefix(f, "t."))
+	}
+	if !slices.Equal(fields, tenantPacked) {
+		t.Fatalf("pack_tenant packs %v", fields)
+	}
+	m = regexp.MustCompile(`(?s)local function tenant_of.*?return \{(.*?)\}`).FindSubmatch(src)
+	var ctor []string
+	for _, kv := range regexp.MustCompile(`([a-z_0-9]+) = ([a-z_0-9]+)`).FindAllSubmatch(m[1], -1) {
+		if string(kv[1]) != string(kv[2]) {
+			t.Fatalf("tenant_of sets %s = %s", kv[1], kv[2])
+		}
+		ctor = append(ctor, string(kv[1]))
+	}
+	if !slices.Equal(ctor, tenantPacked) {
+		t.Fatalf("tenant_of returns %v", ctor)
+	}
 }
 
 // toNamedFields rewrites tenant's hash as the scripts wrote it before field
