@@ -47,9 +47,9 @@
 -- claim changes nothing its ready score depends on but the released tokens
 -- (released to running: the concurrency sum stays), which only matter when
 -- the release cap held the tenant out of ready; so a tenant whose ready
--- score stood for its state at its load (field rs = lib.lua sched_sig; the
--- last reschedule records a tenant held by its cap as -1) is not
--- rescheduled, and rs records its new state; any other is. When a
+-- score stood for its state at its load (field rs = lib.lua sched_sig,
+-- which leaves the released tokens out; the last reschedule records a
+-- tenant held by its cap as -1) is not rescheduled; any other is. When a
 -- reschedule moved the shard's earliest time earlier, a wake-up is
 -- published (lib.lua wake_if_earlier).
 
@@ -82,10 +82,12 @@ local function give_back(j, t, reason)
   return {'returned', reason}
 end
 
+local FIELDS = job_fields('body', 'created')
+
 -- claim_one claims one job (read phase: its record, then its tenant from
 -- the call's cache; write phase: the transition).
 local function claim_one(id, gen)
-  local j = load_job(id, 'body', 'created')
+  local j = load_job(id, FIELDS)
   if not j then return {'stale', ''} end
   if j.state == 'canceled' then return {'canceled'} end
   if j.state ~= 'released' or j.gen ~= gen then return {'stale', j.state} end
@@ -93,7 +95,7 @@ local function claim_one(id, gen)
   local tn = j.tenant
   local t, p = tenant(tn)
   local c = TENANTS[tn]
-  if c.sig == nil then c.sig = sched_sig(t, p) end -- what its ready score stands for
+  if c.sig == nil then c.sig = t.rs ~= -1 and sched_sig(t, p) end -- what its ready score stands for (false: held)
 
   if t.disabled == 1 then return give_back(j, t, 'disabled') end
   if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end
@@ -149,9 +151,8 @@ for _, tn in ipairs(TENANT_ORDER) do
   local how = touched[tn]
   if how then
     local c = TENANTS[tn]
-    if how == 'claimed' and c.t.rs == c.sig then
-      c.t.rs = sched_sig(c.t, c.p) -- the score stands for the claims' changes too
-    elseif how ~= 'saved' then
+    local stands = how == 'claimed' and c.t.rs == c.sig -- and rs with it: claims change nothing it covers
+    if how ~= 'saved' and not stands then
       note_earliest()
       lowered(reschedule(tn, c.t, c.p, NOW))
       how = 'moved'

@@ -451,19 +451,22 @@ local function reschedule(tn, t, p, now, head)
 end
 
 -- sched_sig is a digest, as an integer (52 bits of a SHA-1), of what
--- reschedule decides on besides now and the head job's identity: whether
--- the tenant is blocked (under the policy of the call), TAT, the pauses'
--- end, the queued jobs (head-lane length, queued tokens), the released
--- tokens and the release cap's lead, the effective interval and the burst.
+-- reschedule decides on besides now, the head job's identity and the
+-- released tokens: whether the tenant is blocked (under the policy of the
+-- call), TAT, the pauses' end, the queued jobs (head-lane length, queued
+-- tokens), the release cap's lead, the effective interval and the burst.
 -- Every script that changes a queue changes the queued counts too. A
 -- script whose changes leave it equal to field rs (the last reschedule's)
 -- may skip reschedule: the tenant's ready score stands (up to now: a score
--- already past is due either way). reschedule records -1 for a tenant it
--- removed for its release cap (its head job's cost, not in the digest,
--- decided), so any script that lowers the released tokens reschedules it.
+-- already past is due either way). The released tokens only decide whether
+-- the release cap holds the tenant out, so they are left out: fewer of them
+-- never hold out a tenant that was not, only the pass adds to them (and it
+-- reschedules every tenant it released from), and reschedule records -1
+-- for a tenant it removed for its release cap (its head job's cost, not in
+-- the digest, decided), so any script that lowers them reschedules it.
 sched_sig = function(t, p)
-  local s = string.format('%s:%d:%d:%d:%d:%d:%d:%d:%d', blocked(t, p) or '-', t.tat, gate(t), t.hlen,
-    t.qtok, t.rtok, t.lead, interval(t, p), p.burst)
+  local s = string.format('%s:%d:%d:%d:%d:%d:%d:%d', blocked(t, p) or '-', t.tat, gate(t), t.hlen,
+    t.qtok, t.lead, interval(t, p), p.burst)
   return tonumber(string.sub(redis.sha1hex(s), 1, 13), 16)
 end
 

@@ -10,20 +10,22 @@ local function ms(us) return math.max(1, math.floor(us / 1000)) end
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
   'idem', 'type', 'grace', 'logged', 'resv'}
 
--- load_job reads a record's decision fields, and the extra fields named
--- (in j.extra, in order: a claim's body and created time in the same
--- read); nil when there is none.
-local function load_job(id, ...)
-  local extra = {...}
-  local fields = J_FIELDS
-  if #extra > 0 then
-    fields = {unpack(J_FIELDS)}
-    for _, f in ipairs(extra) do fields[#fields + 1] = f end
-  end
-  local r = redis.call('HMGET', k_job(id), unpack(fields))
+-- job_fields is J_FIELDS followed by the extra fields named (a claim's body
+-- and created time), for load_job.
+local function job_fields(...)
+  local fields = {unpack(J_FIELDS)}
+  for _, f in ipairs({...}) do fields[#fields + 1] = f end
+  return fields
+end
+
+-- load_job reads a record's decision fields, and the extra fields of
+-- fields (job_fields; default none) in the same read, in j.extra in their
+-- order; nil when there is none.
+local function load_job(id, fields)
+  local r = redis.call('HMGET', k_job(id), unpack(fields or J_FIELDS))
   if not r[1] then return nil end
   local x = {}
-  for i = 1, #extra do x[i] = r[#J_FIELDS + i] end
+  for i = #J_FIELDS + 1, #r do x[#x + 1] = r[i] end
   return {id = id, extra = x, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
     bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
     first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
@@ -71,13 +73,12 @@ end
 -- e.outcome is one of the fixed outcome names (no escaping needed). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
+local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
 local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
-  local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
-    .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0)
-    .. ',"latency_us":' .. istr(e.latency or 0) .. ',"error":' .. err
-    .. (e.stale and ',"stale":true' or '') .. '}'
+  local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
+    e.latency or 0, err, e.stale and ',"stale":true' or '')
   local jk = k_job(j.id)
   local s = entry
   if j.logged > 0 then
