@@ -82,12 +82,10 @@ local function give_back(j, t, reason)
   return {'returned', reason}
 end
 
-local FIELDS = job_fields('body', 'created')
-
 -- claim_one claims one job (read phase: its record, then its tenant from
 -- the call's cache; write phase: the transition).
 local function claim_one(id, gen)
-  local j = load_job(id, FIELDS)
+  local j = load_claimed(id)
   if not j then return {'stale', ''} end
   if j.state == 'canceled' then return {'canceled'} end
   if j.state ~= 'released' or j.gen ~= gen then return {'stale', j.state} end
@@ -95,7 +93,8 @@ local function claim_one(id, gen)
   local tn = j.tenant
   local t, p = tenant(tn)
   local c = TENANTS[tn]
-  if c.sig == nil then c.sig = t.rs ~= -1 and sched_sig(t, p) end -- what its ready score stands for (false: held)
+  -- What its ready score stands for (false: held out by its release cap).
+  if c.sig == nil then c.sig = t.rs ~= -1 and sched_sig(t, p) end
 
   if t.disabled == 1 then return give_back(j, t, 'disabled') end
   if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end
@@ -137,8 +136,7 @@ local function claim_one(id, gen)
   if j.first == 0 then j.first = NOW end
   redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  return {'claimed', tn, j.type, j.extra[1] or '', j.gen, j.attempt, p.timeout_us, j.slot,
-    tonumber(j.extra[2]) or 0}
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created}
 end
 
 local reply = {'ok'}

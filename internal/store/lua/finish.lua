@@ -100,7 +100,7 @@ end
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
   local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
-  local j = load_job(r.id)
+  local j = load_finished(r.id)
   if not j then return {'not_found'} end
   if j.state ~= 'running' or j.gen ~= r.gen then
     entry.stale, entry.gen = true, r.gen

@@ -10,27 +10,39 @@ local function ms(us) return math.max(1, math.floor(us / 1000)) end
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
   'idem', 'type', 'grace', 'logged', 'resv'}
 
--- job_fields is J_FIELDS followed by the extra fields named (a claim's body
--- and created time), for load_job.
-local function job_fields(...)
-  local fields = {unpack(J_FIELDS)}
-  for _, f in ipairs({...}) do fields[#fields + 1] = f end
-  return fields
-end
-
--- load_job reads a record's decision fields, and the extra fields of
--- fields (job_fields; default none) in the same read, in j.extra in their
--- order; nil when there is none.
-local function load_job(id, fields)
-  local r = redis.call('HMGET', k_job(id), unpack(fields or J_FIELDS))
+-- load_job reads a record's decision fields; nil when there is none.
+local function load_job(id)
+  local r = redis.call('HMGET', k_job(id), unpack(J_FIELDS))
   if not r[1] then return nil end
-  local x = {}
-  for i = #J_FIELDS + 1, #r do x[#x + 1] = r[i] end
-  return {id = id, extra = x, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
     bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
     first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
     resv = tonumber(r[13]) or 0}
+end
+
+-- load_claimed and load_finished read only what a claim and a finish
+-- decide on (each field named costs a scan of the record): a claim the
+-- fields of J_FIELDS but idem and logged, and the body and created time
+-- it replies with; a finish those of J_FIELDS but type, grace and resv.
+local function load_claimed(id)
+  local r = redis.call('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+    'slot', 'type', 'grace', 'resv', 'body', 'created')
+  if not r[1] then return nil end
+  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
+    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, type = r[9] or '',
+    grace = tonumber(r[10]), resv = tonumber(r[11]) or 0, body = r[12] or '',
+    created = tonumber(r[13]) or 0}
+end
+local function load_finished(id)
+  local r = redis.call('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+    'slot', 'idem', 'logged')
+  if not r[1] then return nil end
+  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
+    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
+    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, idem = r[9] or '',
+    logged = tonumber(r[10]) or 0}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
