@@ -49,7 +49,7 @@
 -- the release cap held the tenant out of ready; so a tenant whose ready
 -- score stood for its state at its load (field rs = lib.lua sched_sig,
 -- which leaves the released tokens out; the last reschedule records a
--- tenant held by its cap as -1) is not rescheduled; any other is. When a
+-- tenant held by its cap as RS_HELD) is not rescheduled; any other is. When a
 -- reschedule moved the shard's earliest time earlier, a wake-up is
 -- published (lib.lua wake_if_earlier).
 
@@ -94,7 +94,7 @@ local function claim_one(id, gen)
   local t, p = tenant(tn)
   local c = TENANTS[tn]
   -- What its ready score stands for (false: held out by its release cap).
-  if c.sig == nil then c.sig = t.rs ~= -1 and sched_sig(t, p) end
+  if c.sig == nil then c.sig = t.rs ~= RS_HELD and sched_sig(t, p) end
 
   if t.disabled == 1 then return give_back(j, t, 'disabled') end
   if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end

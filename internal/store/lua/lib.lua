@@ -167,13 +167,14 @@ end
 -- text a conversion each. A field of T_FIELDS stored under its own name
 -- (the representation before s, or a test's write) overrides s, and
 -- save_tenant folds it into s and deletes it: an older tenant is migrated
--- on its first save. load_tenant remembers what was stored (T_STORED) so
--- that save_tenant writes only when something changed, and whether the
+-- on its first save. Field rs (sched_sig's digest, a string) is stored
+-- beside s, in the same HSET. load_tenant remembers what was stored
+-- (T_STORED) so that save_tenant writes only what changed, and whether the
 -- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs', 'c1'}
-local T_PACK = '<dddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1'}
+local T_PACK = '<ddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function()
@@ -190,26 +191,28 @@ local busy
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
-    slast, rs, c1 = struct.unpack(T_PACK, s)
+    slast, c1 = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
-    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, rs = rs, c1 = c1}
+    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
-    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.rs, t.c1)
+    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1)
 end
 
 local function load_tenant(tn, p)
   local all = redis.call('HGETALL', k_tenant(tn))
-  local packed, named = nil, nil
+  local packed, rs, named = nil, '', nil
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
       packed = all[i + 1]
+    elseif f == 'rs' then
+      rs = all[i + 1]
     elseif T_INDEX[f] then
       named = named or {}
       named[#named + 1] = f
@@ -217,22 +220,29 @@ local function load_tenant(tn, p)
     end
   end
   local t = tenant_of(packed or T_ZERO)
+  t.rs = rs
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
-  T_STORED[t], T_BUSY[t] = {packed = packed, named = named}, busy(t)
+  T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, named = named}, busy(t)
   return t
 end
 
 local function save_tenant(tn, t)
   local stored = T_STORED[t] or {}
   local packed = pack_tenant(t)
-  if packed == stored.packed and not stored.named then return end
+  local args = {}
+  if packed ~= stored.packed or stored.named then args = {'s', packed} end
+  if t.rs ~= stored.rs then
+    args[#args + 1] = 'rs'
+    args[#args + 1] = t.rs
+  end
+  if #args == 0 then return end
   local key = k_tenant(tn)
-  redis.call('HSET', key, 's', packed)
+  redis.call('HSET', key, unpack(args))
   if stored.named then redis.call('HDEL', key, unpack(stored.named)) end
-  T_STORED[t] = {packed = packed}
+  T_STORED[t] = {packed = packed, rs = t.rs}
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
@@ -406,7 +416,7 @@ end
 -- (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and one
 -- ZADD: for a caller that reschedules many tenants, each once, and reads
 -- ready only after the flush.
-local sched_sig
+local sched_sig, RS_HELD
 local READY_ADD, READY_DEL = nil, nil
 RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
 local function ready_defer() READY_ADD, READY_DEL = {}, {} end
@@ -436,7 +446,7 @@ local function reschedule(tn, t, p, now, head)
     id, cost = head[1], head[2]
   end
   if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
-    if id then t.rs = -1 end -- held by its release cap: see sched_sig
+    if id then t.rs = RS_HELD end -- held by its release cap: see sched_sig
     unready(tn)
     return nil
   end
@@ -450,7 +460,7 @@ local function reschedule(tn, t, p, now, head)
   return score
 end
 
--- sched_sig is a digest, as an integer (52 bits of a SHA-1), of what
+-- sched_sig is a digest, as a string of doubles (struct SIG_PACK), of what
 -- reschedule decides on besides now, the head job's identity and the
 -- released tokens: whether the tenant is blocked (under the policy of the
 -- call), TAT, the pauses' end, the queued jobs (head-lane length, queued
@@ -461,13 +471,16 @@ end
 -- already past is due either way). The released tokens only decide whether
 -- the release cap holds the tenant out, so they are left out: fewer of them
 -- never hold out a tenant that was not, only the pass adds to them (and it
--- reschedules every tenant it released from), and reschedule records -1
+-- reschedules every tenant it released from), and reschedule records RS_HELD
 -- for a tenant it removed for its release cap (its head job's cost, not in
 -- the digest, decided), so any script that lowers them reschedules it.
+-- The digest is the values themselves, packed (no hash: equal digests are
+-- equal values); RS_HELD is no packed string's.
+RS_HELD = 'held'
+local SIG_PACK, BLOCKED_CODE = '<dddddddd', {disabled = 1, paused = 2, concurrency = 3}
 sched_sig = function(t, p)
-  local s = string.format('%s:%d:%d:%d:%d:%d:%d:%d', blocked(t, p) or '-', t.tat, gate(t), t.hlen,
-    t.qtok, t.lead, interval(t, p), p.burst)
-  return tonumber(string.sub(redis.sha1hex(s), 1, 13), 16)
+  return struct.pack(SIG_PACK, BLOCKED_CODE[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
+    interval(t, p), p.burst)
 end
 
 -- expire_tenant: the tenant hash expires only when it holds no job and is
