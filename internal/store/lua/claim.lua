@@ -134,7 +134,8 @@ local function claim_one(id, gen)
   t.bytes = t.bytes - j.bytes
   j.attempt = j.attempt + 1
   if j.first == 0 then j.first = NOW end
-  redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
+  redis.call('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
+    'first', istr(j.first))
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
   return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created}
 end

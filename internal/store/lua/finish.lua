@@ -135,7 +135,7 @@ local function finish_one(r)
   -- Throttled or gone: the attempt is not counted (written with the state).
   j.attempt = j.attempt - 1
   j.pending[#j.pending + 1] = 'attempt'
-  j.pending[#j.pending + 1] = j.attempt
+  j.pending[#j.pending + 1] = istr(j.attempt)
   if kind == 'throttled' and retry_expired(j, p, NOW) then
     to_dead(j, t, NOW, cfg)
     return {'ok', 'dead', 0}

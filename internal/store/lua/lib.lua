@@ -32,6 +32,8 @@ local BASE, NOW
 local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK
 local RESETS = {}
 
+-- Numbers given to redis.call go as istr strings on the hot paths: Redis
+-- formats a Lua number with %.17g, several times the cost of an integer's.
 local function istr(n) return string.format('%d', n) end
 
 local function begin()
@@ -452,10 +454,10 @@ local function reschedule(tn, t, p, now, head)
   end
   local score = math.max(earliest(t, p, cost, now), gate(t))
   if READY_ADD then
-    READY_ADD[#READY_ADD + 1] = score
+    READY_ADD[#READY_ADD + 1] = istr(score)
     READY_ADD[#READY_ADD + 1] = tn
   else
-    redis.call('ZADD', K_READY, score, tn)
+    redis.call('ZADD', K_READY, istr(score), tn)
   end
   return score
 end
@@ -499,7 +501,7 @@ local function expire_tenant(tn, t, p, now)
   end
   local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
   local until_us = math.max(t.tat, t.stat, gate(t), full_at) - now
-  redis.call('PEXPIRE', key, math.floor(math.max(0, until_us) / 1000) + 1000)
+  redis.call('PEXPIRE', key, istr(math.floor(math.max(0, until_us) / 1000) + 1000))
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready
@@ -566,7 +568,7 @@ end
 local LEASE_ADD, LEASE_DEL, LEASE_CHUNK = {}, {}, 500
 RESETS[#RESETS + 1] = function() LEASE_ADD, LEASE_DEL = {}, {} end
 local function lease_add(id, deadline)
-  LEASE_ADD[#LEASE_ADD + 1] = deadline
+  LEASE_ADD[#LEASE_ADD + 1] = istr(deadline)
   LEASE_ADD[#LEASE_ADD + 1] = id
 end
 local function lease_del(id) LEASE_DEL[#LEASE_DEL + 1] = id end

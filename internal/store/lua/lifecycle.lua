@@ -4,7 +4,7 @@
 -- Used by pass, claim, finish and the admin scripts. Callers keep the
 -- tenant counters (see tenant.go) and call reschedule last.
 
-local function ms(us) return math.max(1, math.floor(us / 1000)) end
+local function ms(us) return istr(math.max(1, math.floor(us / 1000))) end
 
 -- J_FIELDS are the record fields the lifecycle scripts decide on.
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
@@ -63,8 +63,8 @@ local function to_head(j, t, bump)
   t.hlen = t.hlen + 1
   t.qtok = t.qtok + j.cost
   j.gen = j.gen + bump
-  redis.call('ZADD', k_head(j.tenant), t.hseq, j.id)
-  hset_job(j, 'state', 'queued', 'gen', j.gen)
+  redis.call('ZADD', k_head(j.tenant), istr(t.hseq), j.id)
+  hset_job(j, 'state', 'queued', 'gen', istr(j.gen))
 end
 
 -- unrelease and unrun take a job out of the released or running counters.
@@ -102,9 +102,9 @@ local function log_attempt(j, n, e, defer)
   end
   j.logged = j.logged + 1
   if defer then
-    j.pending = {'log', s, 'logged', j.logged}
+    j.pending = {'log', s, 'logged', istr(j.logged)}
   else
-    redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+    redis.call('HSET', jk, 'log', s, 'logged', istr(j.logged))
   end
 end
 
@@ -148,9 +148,9 @@ end
 local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
-  hset_job(j, 'state', 'dead', 'ended', now)
+  hset_job(j, 'state', 'dead', 'ended', istr(now))
   redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
-  redis.call('ZADD', dk, now, j.id)
+  redis.call('ZADD', dk, istr(now), j.id)
   redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
   if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
@@ -163,7 +163,7 @@ end
 -- idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
-  hset_job(j, 'state', 'succeeded', 'ended', now)
+  hset_job(j, 'state', 'succeeded', 'ended', istr(now))
   redis.call('HDEL', jk, 'body')
   redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
   if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
@@ -181,8 +181,8 @@ local function retry_or_dead(j, t, p, now, cfg)
     return 'dead'
   end
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
-  redis.call('ZADD', K_DELAYED, due, j.id)
-  hset_job(j, 'state', 'retrying', 'due', due)
+  redis.call('ZADD', K_DELAYED, istr(due), j.id)
+  hset_job(j, 'state', 'retrying', 'due', istr(due))
   return 'retrying', due
 end
 

@@ -53,6 +53,7 @@ if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max 
   return redis.error_reply('ERR sluice pass: want 11 integer arguments')
 end
 local VT_SCALE = 1000000
+local GRACE_S = istr(GRACE)
 local HORIZON = NOW + D
 local more = 0
 
@@ -307,7 +308,8 @@ local function release_one(tn, c)
   -- told to claim at the slot plus that lateness (send_at): one claim, not
   -- two. The lease runs grace past it.
   local send_at = send_target(t, slot) or slot
-  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'grace', GRACE, 'resv', 0)
+  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+    'resv', '0')
   lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
