@@ -51,6 +51,8 @@ import (
 //	c1                  1: every job of the tenant costs 1 (set by an enqueue
 //	                    into a tenant holding no job, cleared by a costlier
 //	                    enqueue or replay), so its next job's cost needs no read
+//	dz                  1: the tenant's dead set is known empty (a trim found it
+//	                    so; to_dead clears it), so a finish's trim needs no read
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;

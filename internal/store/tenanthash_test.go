@@ -18,7 +18,7 @@ import (
 // in order (lib.lua T_FIELDS): the Go twin the test helpers decode with.
 var tenantPacked = []string{"tat", "tat_t", "tat_b", "atok", "ats", "live", "bytes", "qtok",
 	"running", "released", "rtok", "hseq", "hlen", "paused_until", "admin_paused", "admin_until",
-	"disabled", "vt", "lead", "rf", "cut_until", "stat", "sslot", "slast", "c1"}
+	"disabled", "vt", "lead", "rf", "cut_until", "stat", "sslot", "slast", "c1", "dz"}
 
 // tenantFields expands a tenant hash as HGETALL returns it into its fields
 // as the scripts read them: field s unpacked (little-endian doubles), then

@@ -151,17 +151,18 @@ leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
 -- depends on changed (lib.lua sched_sig: a success of a tenant below its
--- concurrency cap changes none of it), saved, expired, its dead set trimmed
--- (each finish trims it, DESIGN §7); then the wake check.
+-- concurrency cap changes none of it), its dead set trimmed (each finish
+-- trims it, DESIGN §7; lifecycle.lua trim_dead), saved, expired; then the wake
+-- check.
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
     note_earliest()
     lowered(reschedule(tn, c.t, c.p, NOW))
   end
+  trim_dead(tn, c.t, NOW, cfg)
   save_tenant(tn, c.t)
   expire_tenant(tn, c.t, c.p, NOW)
-  trim_dead(tn, NOW, cfg)
 end
 wake_if_earlier()
 return reply

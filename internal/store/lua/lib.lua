@@ -175,8 +175,8 @@ end
 -- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1'}
-local T_PACK = '<ddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz'}
+local T_PACK = '<dddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function()
@@ -193,17 +193,17 @@ local busy
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
-    slast, c1 = struct.unpack(T_PACK, s)
+    slast, c1, dz = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
-    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1}
+    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
-    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1)
+    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz)
 end
 
 local function load_tenant(tn, p)

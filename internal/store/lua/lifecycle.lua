@@ -155,6 +155,7 @@ local function to_dead(j, t, now, cfg)
   if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
+  t.dz = 0
   cfg.trim[j.tenant] = true
 end
 
@@ -189,10 +190,17 @@ end
 -- trim_dead drops the tenant's dead letters older than the retention, then
 -- the oldest beyond max — at most 1000 of each per call — deleting their
 -- records and the idempotency keys that still name them. Returns the count.
-local function trim_dead(tn, now, cfg)
+-- A tenant whose dead set is known empty (field dz = 1: set when a trim
+-- finds it empty, cleared by to_dead, the one writer of the set) needs no
+-- read; its caller saves the tenant after it.
+local function trim_dead(tn, t, now, cfg)
+  if t.dz == 1 then return 0 end
   local key = k_dead(tn)
   local n = redis.call('ZCARD', key)
-  if n == 0 then return 0 end
+  if n == 0 then
+    t.dz = 1
+    return 0
+  end
   local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
   local over = n - #ids - cfg.dead_max
   if over > 0 then
@@ -211,6 +219,7 @@ local function trim_dead(tn, now, cfg)
     redis.call('DEL', jk)
   end
   if #ids > 0 then redis.call('ZREM', key, unpack(ids)) end
+  if #ids == n then t.dz = 1 end
   return #ids
 end
 
@@ -242,9 +251,9 @@ local function flush_tenants(cfg)
     local c = TENANTS[tn]
     if c.touched ~= false then
       reschedule(tn, c.t, c.p, NOW, c.head)
+      if cfg and cfg.trim[tn] then trim_dead(tn, c.t, NOW, cfg) end
       save_tenant(tn, c.t)
       expire_tenant(tn, c.t, c.p, NOW)
-      if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
     end
   end
   ready_flush()
