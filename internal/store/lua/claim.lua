@@ -53,14 +53,14 @@
 -- reschedule moved the shard's earliest time earlier, a wake-up is
 -- published (lib.lua wake_if_earlier).
 
-local eps = tonumber(ARGV[3])
+local eps = tonum(ARGV[3])
 local n = (#ARGV - 3) / 2
-if not eps or n < 1 or n ~= math.floor(n) then
+if not eps or n < 1 or n ~= mfloor(n) then
   return redis.error_reply('ERR sluice claim: want a tolerance and (id, gen) pairs')
 end
 local reqs = {}
 for i = 1, n do
-  local gen = tonumber(ARGV[3 + 2 * i])
+  local gen = tonum(ARGV[3 + 2 * i])
   if not gen then return redis.error_reply('ERR sluice claim: want integer gens') end
   reqs[i] = {id = ARGV[2 + 2 * i], gen = gen}
 end
@@ -75,7 +75,7 @@ local function touch(tn, how)
 end
 
 local function give_back(j, t, reason)
-  redis.call('ZREM', K_LEASES, j.id)
+  rcall('ZREM', K_LEASES, j.id)
   unrelease(j, t)
   to_head(j, t, 1)
   touch(j.tenant, 'moved')
@@ -107,13 +107,13 @@ local function claim_one(id, gen)
   if not in_plan and j.resv > 0 then
     target = j.resv
   elseif not in_plan then
-    target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
+    target = mmax(j.slot, t.stat - (p.burst - j.cost) * iv)
     if NOW < target - eps then
       -- Reserve its turn: the GCRA and the jobs planned after the last one
       -- sent move behind it, so a stream of them cannot starve it.
-      t.stat = math.max(t.stat, target) + j.cost * iv
-      t.slast = math.max(t.slast, target)
-      redis.call('HSET', k_job(id), 'resv', target)
+      t.stat = mmax(t.stat, target) + j.cost * iv
+      t.slast = mmax(t.slast, target)
+      rcall('HSET', k_job(id), 'resv', target)
       touch(tn, 'saved')
       return {'early', target - NOW}
     end
@@ -123,18 +123,18 @@ local function claim_one(id, gen)
   touch(tn, 'claimed')
   unrelease(j, t)
   if in_plan then
-    t.stat = math.max(t.stat, NOW) + j.cost * iv
+    t.stat = mmax(t.stat, NOW) + j.cost * iv
     t.slast, t.sslot = NOW, j.slot
   elseif j.resv == 0 then
-    t.stat = math.max(t.stat, NOW) + j.cost * iv
-    t.slast = math.max(t.slast, NOW)
+    t.stat = mmax(t.stat, NOW) + j.cost * iv
+    t.slast = mmax(t.slast, NOW)
   end
   t.running = t.running + 1
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
   j.attempt = j.attempt + 1
   if j.first == 0 then j.first = NOW end
-  redis.call('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
+  rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
   return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created}

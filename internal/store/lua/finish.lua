@@ -51,21 +51,21 @@
 -- concurrency cap or on a faster rate, a retry due soon), a wake-up is
 -- published (lib.lua wake_if_earlier).
 
-local cfg = {succ_ret = tonumber(ARGV[3]), dead_ret = tonumber(ARGV[4]), dead_max = tonumber(ARGV[5]),
-  log_n = tonumber(ARGV[6]), def_pause = tonumber(ARGV[7]), max_pause = tonumber(ARGV[8]),
-  seed = ARGV[9], idem_ret = tonumber(ARGV[12]), trim = {}}
-local floor, step = tonumber(ARGV[10]), tonumber(ARGV[11])
+local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = tonum(ARGV[5]),
+  log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
+  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
+local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
 local n = (#ARGV - 12) / 8
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
-    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == math.floor(n)) then
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local reqs = {}
 for i = 1, n do
   local o = 12 + 8 * (i - 1)
-  local r = {id = ARGV[o + 1], gen = tonumber(ARGV[o + 2]), kind = ARGV[o + 3], status = tonumber(ARGV[o + 4]),
-    latency = tonumber(ARGV[o + 5]), err = ARGV[o + 6], pause = tonumber(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
+  local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
+    latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
@@ -86,10 +86,10 @@ local function adapt(r, j, t, p)
   if p.adaptive ~= 1 or j.slot < t.cut_until then return end
   local f = factor(t, p)
   if r.congested then
-    t.cut_until = math.max(NOW, t.paused_until, t.tat)
-    f = math.max(floor, math.floor(f / 2))
+    t.cut_until = mmax(NOW, t.paused_until, t.tat)
+    f = mmax(floor, mfloor(f / 2))
   elseif r.kind == 'success' then
-    f = math.min(RF_FULL, f + step)
+    f = mmin(RF_FULL, f + step)
   end
   if f >= RF_FULL then f = 0 end
   t.rf = f
@@ -115,7 +115,7 @@ local function finish_one(r)
 
   if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause
-    t.paused_until = math.max(t.paused_until, NOW + math.min(d, cfg.max_pause))
+    t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
   adapt(r, j, t, p)
 

@@ -29,6 +29,10 @@
 -- shard base, now and the key names from KEYS/ARGV and clears the per-call
 -- caches (RESETS), so helpers defined once, at library load, serve every call.
 local BASE, NOW
+-- Aliases of the globals the hot paths call, bound by begin() (a library's
+-- load may not read the standard libraries): an upvalue each instead of
+-- two table lookups per use.
+local rcall, tonum, mmax, mmin, mfloor
 local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK
 local RESETS = {}
 
@@ -42,6 +46,7 @@ local function begin()
     return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
   end
   NOW = clock(ARGV[2]) -- clock.lua
+  if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
   -- Key builders: the Lua twin of keys.go.
   K_READY = KEYS[1]
   K_DELAYED = BASE .. 'delayed'
@@ -102,7 +107,7 @@ local function merged(raw_defaults, raw_overrides)
   local m = by and by[o]
   if m then return m end
   local ov = decode_policy(raw_overrides)
-  m = {merge_policy(decode_policy(raw_defaults), ov), tonumber(ov.version) or 0}
+  m = {merge_policy(decode_policy(raw_defaults), ov), tonum(ov.version) or 0}
   if MERGED_N >= MERGED_MAX then MERGED, MERGED_N, by = {}, 0, nil end
   if not by then
     by = {}
@@ -142,7 +147,7 @@ end
 local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
-    local r = redis.call('HMGET', K_POLICY, '*', '#v', tn)
+    local r = rcall('HMGET', K_POLICY, '*', '#v', tn)
     POLICY_DEFAULTS, raw = r[1] or false, r[3]
     POLICY_RAW = policy_texts(r[2])
   else
@@ -150,7 +155,7 @@ local function load_policy(tn)
     if known ~= nil then
       raw = known or nil
     else
-      raw = redis.call('HGET', K_POLICY, tn)
+      raw = rcall('HGET', K_POLICY, tn)
     end
   end
   if POLICY_RAW and POLICY_RAW.raw[tn] == nil then
@@ -207,7 +212,7 @@ local function pack_tenant(t)
 end
 
 local function load_tenant(tn, p)
-  local all = redis.call('HGETALL', k_tenant(tn))
+  local all = rcall('HGETALL', k_tenant(tn))
   local packed, rs, named = nil, '', nil
   for i = 1, #all, 2 do
     local f = all[i]
@@ -218,7 +223,7 @@ local function load_tenant(tn, p)
     elseif T_INDEX[f] then
       named = named or {}
       named[#named + 1] = f
-      named[f] = tonumber(all[i + 1])
+      named[f] = tonum(all[i + 1])
     end
   end
   local t = tenant_of(packed or T_ZERO)
@@ -242,8 +247,8 @@ local function save_tenant(tn, t)
   end
   if #args == 0 then return end
   local key = k_tenant(tn)
-  redis.call('HSET', key, unpack(args))
-  if stored.named then redis.call('HDEL', key, unpack(stored.named)) end
+  rcall('HSET', key, unpack(args))
+  if stored.named then rcall('HDEL', key, unpack(stored.named)) end
   T_STORED[t] = {packed = packed, rs = t.rs}
 end
 
@@ -267,7 +272,7 @@ local function interval(t, p)
   local f = factor(t, p)
   if f == RF_FULL then return p.rate_us end
   local n = p.rate_us * RF_FULL
-  local q = math.floor(n / f)
+  local q = mfloor(n / f)
   if q * f < n then q = q + 1 end
   return q
 end
@@ -275,8 +280,8 @@ end
 -- scale is d·to/from, rounded down; the product is split so that it stays
 -- exact within doubles (error below 1 µs).
 local function scale(d, from, to)
-  local q = math.floor(d / from)
-  return q * to + math.floor((d - q * from) * to / from)
+  local q = mfloor(d / from)
+  return q * to + mfloor((d - q * from) * to / from)
 end
 
 -- rescale_tat applies a rate or burst change of the policy to the GCRA
@@ -296,7 +301,7 @@ local function rescale_tat(t, p, now)
   local iv = interval(t, p)
   if t.tat_t == iv and t.tat_b == p.burst then return end
   if t.tat_t > 0 and t.tat > now then
-    t.tat = now + math.min(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
+    t.tat = now + mmin(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
   end
   rescale_stat(t, now, t.tat_t, iv)
   t.tat_t, t.tat_b = iv, p.burst
@@ -316,9 +321,9 @@ end
 local function refactor(t, p, now)
   local iv, old = interval(t, p), t.tat_t
   if old > 0 and old ~= iv and t.tat > now then
-    t.tat = math.max(now + math.min(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
+    t.tat = mmax(now + mmin(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
   elseif old > 0 and old ~= iv and t.tat > 0 then
-    t.tat = math.max(t.tat, t.tat - old + iv)
+    t.tat = mmax(t.tat, t.tat - old + iv)
   end
   rescale_stat(t, now, old, iv)
   t.tat_t = iv
@@ -329,7 +334,7 @@ end
 local function refill(t, p, now)
   local cap, iv = p.admit_burst, p.admit_us
   if t.atok < cap and now > t.ats then
-    local n = math.floor((now - t.ats) / iv)
+    local n = mfloor((now - t.ats) / iv)
     t.atok = t.atok + n
     t.ats = t.ats + n * iv
   end
@@ -342,19 +347,19 @@ end
 -- admit_wait is the time until cost tokens exist (> 0 when refused now).
 local function admit_wait(t, p, cost, now)
   if t.atok >= cost then return 0 end
-  return math.max(1, (cost - t.atok) * p.admit_us - (now - t.ats))
+  return mmax(1, (cost - t.atok) * p.admit_us - (now - t.ats))
 end
 
 -- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T),
 -- T the effective interval.
 local function earliest(t, p, c, now)
-  return math.max(now, t.tat - (p.burst - c) * interval(t, p))
+  return mmax(now, t.tat - (p.burst - c) * interval(t, p))
 end
 
 -- take advances TAT past a slot given to a job of cost c: TAT ← max(TAT,
 -- slot) + c·T, T the effective interval.
 local function take(t, p, slot, c)
-  t.tat = math.max(t.tat, slot) + c * interval(t, p)
+  t.tat = mmax(t.tat, slot) + c * interval(t, p)
 end
 
 -- send_target is when a job planned at slot goes out under the tenant's
@@ -364,7 +369,7 @@ end
 -- planned before it (out of order: claim.lua's GCRA decides).
 local function send_target(t, slot)
   if slot < t.sslot then return nil end
-  return math.max(slot, t.slast + (slot - t.sslot))
+  return mmax(slot, t.slast + (slot - t.sslot))
 end
 
 -- head_job is the tenant's next job: the head lane first (read only when
@@ -377,15 +382,15 @@ local function head_job(tn, t)
     return nil, 0
   end
   local id = nil
-  if t.hlen > 0 then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
-  if not id then id = redis.call('LINDEX', k_queue(tn), 0) end
+  if t.hlen > 0 then id = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
+  if not id then id = rcall('LINDEX', k_queue(tn), 0) end
   if not id then return nil, 0 end
-  return id, tonumber(redis.call('HGET', k_job(id), 'cost')) or 1
+  return id, tonum(rcall('HGET', k_job(id), 'cost')) or 1
 end
 
 -- gate is the end of the tenant's timed pauses (upstream and admin): no slot
 -- may be earlier.
-local function gate(t) return math.max(t.paused_until, t.admin_until) end
+local function gate(t) return mmax(t.paused_until, t.admin_until) end
 
 -- release_cap is the most tokens the tenant may have released and unclaimed
 -- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b (T the effective interval), with D the
@@ -425,14 +430,14 @@ local function ready_defer() READY_ADD, READY_DEL = {}, {} end
 local function ready_flush()
   local add, del = READY_ADD, READY_DEL
   READY_ADD, READY_DEL = nil, nil
-  for i = 1, #del, 500 do redis.call('ZREM', K_READY, unpack(del, i, math.min(#del, i + 499))) end
-  for i = 1, #add, 1000 do redis.call('ZADD', K_READY, unpack(add, i, math.min(#add, i + 999))) end
+  for i = 1, #del, 500 do rcall('ZREM', K_READY, unpack(del, i, mmin(#del, i + 499))) end
+  for i = 1, #add, 1000 do rcall('ZADD', K_READY, unpack(add, i, mmin(#add, i + 999))) end
 end
 local function unready(tn)
   if READY_DEL then
     READY_DEL[#READY_DEL + 1] = tn
   else
-    redis.call('ZREM', K_READY, tn)
+    rcall('ZREM', K_READY, tn)
   end
 end
 local function reschedule(tn, t, p, now, head)
@@ -452,12 +457,12 @@ local function reschedule(tn, t, p, now, head)
     unready(tn)
     return nil
   end
-  local score = math.max(earliest(t, p, cost, now), gate(t))
+  local score = mmax(earliest(t, p, cost, now), gate(t))
   if READY_ADD then
     READY_ADD[#READY_ADD + 1] = istr(score)
     READY_ADD[#READY_ADD + 1] = tn
   else
-    redis.call('ZADD', K_READY, istr(score), tn)
+    rcall('ZADD', K_READY, istr(score), tn)
   end
   return score
 end
@@ -496,12 +501,12 @@ end
 local function expire_tenant(tn, t, p, now)
   local key = k_tenant(tn)
   if busy(t) then
-    if not T_BUSY[t] then redis.call('PERSIST', key) end
+    if not T_BUSY[t] then rcall('PERSIST', key) end
     return
   end
-  local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = math.max(t.tat, t.stat, gate(t), full_at) - now
-  redis.call('PEXPIRE', key, istr(math.floor(math.max(0, until_us) / 1000) + 1000))
+  local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
+  local until_us = mmax(t.tat, t.stat, gate(t), full_at) - now
+  rcall('PEXPIRE', key, istr(mfloor(mmax(0, until_us) / 1000) + 1000))
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready
@@ -509,8 +514,8 @@ end
 local function shard_earliest()
   local best = nil
   for _, key in ipairs({K_READY, K_DELAYED}) do
-    local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local s = tonumber(r[2])
+    local r = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local s = tonum(r[2])
     if s and (best == nil or s < best) then best = s end
   end
   return best
@@ -522,7 +527,7 @@ end
 local function wake_at(score)
   local after = shard_earliest()
   if after and after >= score then
-    redis.call('PUBLISH', K_WAKE, istr(score))
+    rcall('PUBLISH', K_WAKE, istr(score))
     return 1
   end
   return 0
@@ -533,7 +538,7 @@ end
 local function wake(before)
   local after = shard_earliest()
   if after and (before == nil or after < before) then
-    redis.call('PUBLISH', K_WAKE, istr(after))
+    rcall('PUBLISH', K_WAKE, istr(after))
     return 1
   end
   return 0
@@ -556,7 +561,7 @@ local function lowered(score)
 end
 local function wake_if_earlier()
   if not (BEFORE_READ and LOWEST) or (BEFORE and LOWEST >= BEFORE) then return 0 end
-  redis.call('PUBLISH', K_WAKE, istr(LOWEST))
+  rcall('PUBLISH', K_WAKE, istr(LOWEST))
   return 1
 end
 
@@ -574,10 +579,10 @@ end
 local function lease_del(id) LEASE_DEL[#LEASE_DEL + 1] = id end
 local function leases_flush()
   for i = 1, #LEASE_DEL, LEASE_CHUNK do
-    redis.call('ZREM', K_LEASES, unpack(LEASE_DEL, i, math.min(#LEASE_DEL, i + LEASE_CHUNK - 1)))
+    rcall('ZREM', K_LEASES, unpack(LEASE_DEL, i, mmin(#LEASE_DEL, i + LEASE_CHUNK - 1)))
   end
   for i = 1, #LEASE_ADD, 2 * LEASE_CHUNK do
-    redis.call('ZADD', K_LEASES, unpack(LEASE_ADD, i, math.min(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
+    rcall('ZADD', K_LEASES, unpack(LEASE_ADD, i, mmin(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
   end
   LEASE_ADD, LEASE_DEL = {}, {}
 end

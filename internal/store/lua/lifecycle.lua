@@ -4,7 +4,7 @@
 -- Used by pass, claim, finish and the admin scripts. Callers keep the
 -- tenant counters (see tenant.go) and call reschedule last.
 
-local function ms(us) return istr(math.max(1, math.floor(us / 1000))) end
+local function ms(us) return istr(mmax(1, mfloor(us / 1000))) end
 
 -- J_FIELDS are the record fields the lifecycle scripts decide on.
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
@@ -12,13 +12,13 @@ local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
 
 -- load_job reads a record's decision fields; nil when there is none.
 local function load_job(id)
-  local r = redis.call('HMGET', k_job(id), unpack(J_FIELDS))
+  local r = rcall('HMGET', k_job(id), unpack(J_FIELDS))
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
-    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
-    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
-    idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
-    resv = tonumber(r[13]) or 0}
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0,
+    idem = r[9] or '', type = r[10] or '', grace = tonum(r[11]), logged = tonum(r[12]) or 0,
+    resv = tonum(r[13]) or 0}
 end
 
 -- load_claimed and load_finished read only what a claim and a finish
@@ -26,23 +26,23 @@ end
 -- fields of J_FIELDS but idem and logged, and the body and created time
 -- it replies with; a finish those of J_FIELDS but type, grace and resv.
 local function load_claimed(id)
-  local r = redis.call('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'type', 'grace', 'resv', 'body', 'created')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
-    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
-    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, type = r[9] or '',
-    grace = tonumber(r[10]), resv = tonumber(r[11]) or 0, body = r[12] or '',
-    created = tonumber(r[13]) or 0}
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
+    grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
+    created = tonum(r[13]) or 0}
 end
 local function load_finished(id)
-  local r = redis.call('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'idem', 'logged')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
-    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
-    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0, idem = r[9] or '',
-    logged = tonumber(r[10]) or 0}
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
+    logged = tonum(r[10]) or 0}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -53,7 +53,7 @@ local function hset_job(j, ...)
     for _, v in ipairs(j.pending) do args[#args + 1] = v end
     j.pending = nil
   end
-  redis.call('HSET', k_job(j.id), unpack(args))
+  rcall('HSET', k_job(j.id), unpack(args))
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -63,7 +63,7 @@ local function to_head(j, t, bump)
   t.hlen = t.hlen + 1
   t.qtok = t.qtok + j.cost
   j.gen = j.gen + bump
-  redis.call('ZADD', k_head(j.tenant), istr(t.hseq), j.id)
+  rcall('ZADD', k_head(j.tenant), istr(t.hseq), j.id)
   hset_job(j, 'state', 'queued', 'gen', istr(j.gen))
 end
 
@@ -94,7 +94,7 @@ local function log_attempt(j, n, e, defer)
   local jk = k_job(j.id)
   local s = entry
   if j.logged > 0 then
-    s = (redis.call('HGET', jk, 'log') or '') .. '\n' .. entry
+    s = (rcall('HGET', jk, 'log') or '') .. '\n' .. entry
     if j.logged >= n then -- at the cap: count the lines (n may have changed)
       local _, nl = string.gsub(s, '\n', '')
       for _ = n, nl do s = string.sub(s, string.find(s, '\n', 1, true) + 1) end
@@ -104,14 +104,14 @@ local function log_attempt(j, n, e, defer)
   if defer then
     j.pending = {'log', s, 'logged', istr(j.logged)}
   else
-    redis.call('HSET', jk, 'log', s, 'logged', istr(j.logged))
+    rcall('HSET', jk, 'log', s, 'logged', istr(j.logged))
   end
 end
 
 -- jitter is a fraction in [0, 1) drawn from the caller's seed and the job:
 -- deterministic for one seed (tests), spread across jobs and generations.
 local function jitter(seed, j)
-  return tonumber(string.sub(redis.sha1hex(seed .. ':' .. j.id .. ':' .. istr(j.gen)), 1, 8), 16)
+  return tonum(string.sub(redis.sha1hex(seed .. ':' .. j.id .. ':' .. istr(j.gen)), 1, 8), 16)
     / 4294967296
 end
 
@@ -123,8 +123,8 @@ local function backoff(p, k, frac)
   local lo, d = p.min_backoff_us, p.max_doublings
   local b
   if k - 1 <= d then b = lo * 2 ^ (k - 1) else b = lo * 2 ^ d * (k - d) end
-  b = math.min(b, p.max_backoff_us)
-  return math.floor(b + b * (frac * 0.2 - 0.1))
+  b = mmin(b, p.max_backoff_us)
+  return mfloor(b + b * (frac * 0.2 - 0.1))
 end
 
 -- retry_expired: max_retry_duration (0 = none) has run out since the first attempt.
@@ -149,10 +149,10 @@ local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
   hset_job(j, 'state', 'dead', 'ended', istr(now))
-  redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
-  redis.call('ZADD', dk, istr(now), j.id)
-  redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
+  rcall('PEXPIRE', jk, ms(cfg.dead_ret))
+  rcall('ZADD', dk, istr(now), j.id)
+  rcall('PEXPIRE', dk, ms(cfg.dead_ret))
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
   t.dz = 0
@@ -165,9 +165,9 @@ end
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
   hset_job(j, 'state', 'succeeded', 'ended', istr(now))
-  redis.call('HDEL', jk, 'body')
-  redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
+  rcall('HDEL', jk, 'body')
+  rcall('PEXPIRE', jk, ms(cfg.succ_ret))
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
 end
@@ -182,7 +182,7 @@ local function retry_or_dead(j, t, p, now, cfg)
     return 'dead'
   end
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
-  redis.call('ZADD', K_DELAYED, istr(due), j.id)
+  rcall('ZADD', K_DELAYED, istr(due), j.id)
   hset_job(j, 'state', 'retrying', 'due', istr(due))
   return 'retrying', due
 end
@@ -196,29 +196,29 @@ end
 local function trim_dead(tn, t, now, cfg)
   if t.dz == 1 then return 0 end
   local key = k_dead(tn)
-  local n = redis.call('ZCARD', key)
+  local n = rcall('ZCARD', key)
   if n == 0 then
     t.dz = 1
     return 0
   end
-  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
+  local ids = rcall('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
   local over = n - #ids - cfg.dead_max
   if over > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', key, #ids, #ids + math.min(over, 1000) - 1)) do
+    for _, id in ipairs(rcall('ZRANGE', key, #ids, #ids + mmin(over, 1000) - 1)) do
       ids[#ids + 1] = id
     end
   end
   for _, id in ipairs(ids) do
     local jk = k_job(id)
-    local idem = redis.call('HGET', jk, 'idem')
+    local idem = rcall('HGET', jk, 'idem')
     if idem and idem ~= '' then
       local ik = k_idem(tn, idem)
-      local v = redis.call('GET', ik)
-      if v and string.sub(v, -#id - 1) == ' ' .. id then redis.call('DEL', ik) end
+      local v = rcall('GET', ik)
+      if v and string.sub(v, -#id - 1) == ' ' .. id then rcall('DEL', ik) end
     end
-    redis.call('DEL', jk)
+    rcall('DEL', jk)
   end
-  if #ids > 0 then redis.call('ZREM', key, unpack(ids)) end
+  if #ids > 0 then rcall('ZREM', key, unpack(ids)) end
   if #ids == n then t.dz = 1 end
   return #ids
 end
