@@ -157,8 +157,8 @@ func TestAdaptiveRecoversAdditively(t *testing.T) {
 		e.requireFactor("acme", min(RateFactorFull, 500_000+50_000*k), fmt.Sprintf("after success %d", k))
 		prev = c
 	}
-	if rf := e.rdb.HGet(e.ctx, e.store.keys.tenant("acme"), "rf").Val(); rf != "0" {
-		t.Fatalf("field rf at full rate: %q, want 0", rf)
+	if rf := e.tenantField("acme", "rf"); rf != 0 {
+		t.Fatalf("field rf at full rate: %d, want 0", rf)
 	}
 	// Full again: the next slot is T after the last.
 	if c := e.inFlight("acme", 1)[0]; c.Slot.Sub(prev.Slot) != 100*ms {

@@ -152,7 +152,13 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb *redis.Client, key str
 			ks.problem("tenant key %s: tenant %q belongs to shard %d", key, tn, ShardOf(tn, ks.shards))
 		}
 		ks.tenantTTL[tn] = ttl
-		ks.tenants[tn], err = rdb.HGetAll(ctx, key).Result()
+		var h map[string]string
+		if h, err = rdb.HGetAll(ctx, key).Result(); err == nil {
+			var ok bool
+			if ks.tenants[tn], ok = tenantFields(h); !ok {
+				ks.problem("tenant %q: packed state of %d bytes", tn, len(h["s"]))
+			}
+		}
 	case strings.HasPrefix(rest, "j:"):
 		ks.jobs[strings.TrimPrefix(rest, "j:")], err = rdb.HGetAll(ctx, key).Result()
 	case strings.HasPrefix(rest, "idem:"):

@@ -28,9 +28,7 @@ func (e *env) toHeadLane(tenant, id string, seq float64) {
 	if err := e.rdb.ZAdd(e.ctx, e.store.keys.tenantHead(tenant), redisZ(seq, id)).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.rdb.HIncrBy(e.ctx, e.store.keys.tenant(tenant), "hlen", 1).Err(); err != nil {
-		e.t.Fatal(err)
-	}
+	e.addTenantField(tenant, "hlen", 1)
 }
 
 func TestCancelEachCancelableState(t *testing.T) {

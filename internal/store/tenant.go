@@ -9,7 +9,12 @@ import (
 
 // TenantState is a snapshot of one tenant, as its next decision would see it.
 //
-// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times:
+// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times,
+// all but rs stored packed in the hash's field s: their values in lib.lua T_FIELDS' order,
+// each a little-endian IEEE 754 double (exact: every value is an integer
+// below 2⁵³; lib.lua load_tenant). A field stored under its own
+// name (as before s existed) is read over s and folded into it at the next
+// save, so a tenant written field by field is migrated on its first change:
 //
 //	tat, tat_t, tat_b   GCRA TAT of the plan (release slots) and the T and b it was computed with
 //	slast, sslot, stat  the send schedule (claim.lua): when the last job was claimed,
@@ -39,11 +44,15 @@ import (
 //	                    rf and cut_until expire with the hash: an idle tenant
 //	                    starts again at its full rate
 //	rs                  what the last reschedule decided the ready score on
-//	                    (lib.lua sched_sig; -1: held out by the release cap):
-//	                    a claim or finish that leaves it equal keeps the score
+//	                    (lib.lua sched_sig: the values packed, a string; "held":
+//	                    held out by the release cap): a claim or finish that
+//	                    leaves it equal keeps the score. Stored beside s, as
+//	                    its own field (not packed)
 //	c1                  1: every job of the tenant costs 1 (set by an enqueue
 //	                    into a tenant holding no job, cleared by a costlier
 //	                    enqueue or replay), so its next job's cost needs no read
+//	dz                  1: the tenant's dead set is known empty (a trim found it
+//	                    so; to_dead clears it), so a finish's trim needs no read
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;

@@ -40,7 +40,7 @@ func TestPopSkipsTombstones(t *testing.T) {
 	e.rdb.HSet(e.ctx, key, "state", "canceled")
 	e.rdb.PExpire(e.ctx, key, time.Hour)
 	for field, by := range map[string]int64{"live": -1, "bytes": -1, "qtok": -1} {
-		e.rdb.HIncrBy(e.ctx, e.store.keys.tenant("acme"), field, by)
+		e.addTenantField("acme", field, by)
 	}
 	rel, ok := e.pop("acme", 0)
 	if !ok || rel.ID != rs[1].ID || rel.Gen != 1 {

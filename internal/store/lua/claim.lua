@@ -47,20 +47,20 @@
 -- claim changes nothing its ready score depends on but the released tokens
 -- (released to running: the concurrency sum stays), which only matter when
 -- the release cap held the tenant out of ready; so a tenant whose ready
--- score stood for its state at its load (field rs = lib.lua sched_sig; the
--- last reschedule records a tenant held by its cap as -1) is not
--- rescheduled, and rs records its new state; any other is. When a
+-- score stood for its state at its load (field rs = lib.lua sched_sig,
+-- which leaves the released tokens out; the last reschedule records a
+-- tenant held by its cap as RS_HELD) is not rescheduled; any other is. When a
 -- reschedule moved the shard's earliest time earlier, a wake-up is
 -- published (lib.lua wake_if_earlier).
 
-local eps = tonumber(ARGV[3])
+local eps = tonum(ARGV[3])
 local n = (#ARGV - 3) / 2
-if not eps or n < 1 or n ~= math.floor(n) then
+if not eps or n < 1 or n ~= mfloor(n) then
   return redis.error_reply('ERR sluice claim: want a tolerance and (id, gen) pairs')
 end
 local reqs = {}
 for i = 1, n do
-  local gen = tonumber(ARGV[3 + 2 * i])
+  local gen = tonum(ARGV[3 + 2 * i])
   if not gen then return redis.error_reply('ERR sluice claim: want integer gens') end
   reqs[i] = {id = ARGV[2 + 2 * i], gen = gen}
 end
@@ -75,7 +75,7 @@ local function touch(tn, how)
 end
 
 local function give_back(j, t, reason)
-  redis.call('ZREM', K_LEASES, j.id)
+  rcall('ZREM', K_LEASES, j.id)
   unrelease(j, t)
   to_head(j, t, 1)
   touch(j.tenant, 'moved')
@@ -85,7 +85,7 @@ end
 -- claim_one claims one job (read phase: its record, then its tenant from
 -- the call's cache; write phase: the transition).
 local function claim_one(id, gen)
-  local j = load_job(id, 'body', 'created')
+  local j = load_claimed(id)
   if not j then return {'stale', ''} end
   if j.state == 'canceled' then return {'canceled'} end
   if j.state ~= 'released' or j.gen ~= gen then return {'stale', j.state} end
@@ -93,7 +93,8 @@ local function claim_one(id, gen)
   local tn = j.tenant
   local t, p = tenant(tn)
   local c = TENANTS[tn]
-  if c.sig == nil then c.sig = sched_sig(t, p) end -- what its ready score stands for
+  -- What its ready score stands for (false: held out by its release cap).
+  if c.sig == nil then c.sig = t.rs ~= RS_HELD and sched_sig(t, p) end
 
   if t.disabled == 1 then return give_back(j, t, 'disabled') end
   if t.admin_paused == 1 or gate(t) > NOW then return give_back(j, t, 'paused') end
@@ -106,13 +107,13 @@ local function claim_one(id, gen)
   if not in_plan and j.resv > 0 then
     target = j.resv
   elseif not in_plan then
-    target = math.max(j.slot, t.stat - (p.burst - j.cost) * iv)
+    target = mmax(j.slot, t.stat - (p.burst - j.cost) * iv)
     if NOW < target - eps then
       -- Reserve its turn: the GCRA and the jobs planned after the last one
       -- sent move behind it, so a stream of them cannot starve it.
-      t.stat = math.max(t.stat, target) + j.cost * iv
-      t.slast = math.max(t.slast, target)
-      redis.call('HSET', k_job(id), 'resv', target)
+      t.stat = mmax(t.stat, target) + j.cost * iv
+      t.slast = mmax(t.slast, target)
+      rcall('HSET', k_job(id), 'resv', target)
       touch(tn, 'saved')
       return {'early', target - NOW}
     end
@@ -122,25 +123,26 @@ local function claim_one(id, gen)
   touch(tn, 'claimed')
   unrelease(j, t)
   if in_plan then
-    t.stat = math.max(t.stat, NOW) + j.cost * iv
+    t.stat = mmax(t.stat, NOW) + j.cost * iv
     t.slast, t.sslot = NOW, j.slot
   elseif j.resv == 0 then
-    t.stat = math.max(t.stat, NOW) + j.cost * iv
-    t.slast = math.max(t.slast, NOW)
+    t.stat = mmax(t.stat, NOW) + j.cost * iv
+    t.slast = mmax(t.slast, NOW)
   end
   t.running = t.running + 1
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
   j.attempt = j.attempt + 1
   if j.first == 0 then j.first = NOW end
-  redis.call('HSET', k_job(id), 'state', 'running', 'attempt', j.attempt, 'claimed', NOW, 'first', j.first)
-  redis.call('ZADD', K_LEASES, NOW + p.timeout_us + (j.grace or 1000000), id)
-  return {'claimed', tn, j.type, j.extra[1] or '', j.gen, j.attempt, p.timeout_us, j.slot,
-    tonumber(j.extra[2]) or 0}
+  rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
+    'first', istr(j.first))
+  lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created}
 end
 
 local reply = {'ok'}
 for i, r in ipairs(reqs) do reply[i + 1] = claim_one(r.id, r.gen) end
+leases_flush()
 
 -- Every tenant changed: saved; those given a job back or freed from their
 -- release cap also rescheduled and expired, then the wake check.
@@ -148,9 +150,8 @@ for _, tn in ipairs(TENANT_ORDER) do
   local how = touched[tn]
   if how then
     local c = TENANTS[tn]
-    if how == 'claimed' and c.t.rs == c.sig then
-      c.t.rs = sched_sig(c.t, c.p) -- the score stands for the claims' changes too
-    elseif how ~= 'saved' then
+    local stands = how == 'claimed' and c.t.rs == c.sig -- and rs with it: claims change nothing it covers
+    if how ~= 'saved' and not stands then
       note_earliest()
       lowered(reschedule(tn, c.t, c.p, NOW))
       how = 'moved'

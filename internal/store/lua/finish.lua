@@ -51,21 +51,21 @@
 -- concurrency cap or on a faster rate, a retry due soon), a wake-up is
 -- published (lib.lua wake_if_earlier).
 
-local cfg = {succ_ret = tonumber(ARGV[3]), dead_ret = tonumber(ARGV[4]), dead_max = tonumber(ARGV[5]),
-  log_n = tonumber(ARGV[6]), def_pause = tonumber(ARGV[7]), max_pause = tonumber(ARGV[8]),
-  seed = ARGV[9], idem_ret = tonumber(ARGV[12]), trim = {}}
-local floor, step = tonumber(ARGV[10]), tonumber(ARGV[11])
+local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = tonum(ARGV[5]),
+  log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
+  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
+local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
 local n = (#ARGV - 12) / 8
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
-    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == math.floor(n)) then
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local reqs = {}
 for i = 1, n do
   local o = 12 + 8 * (i - 1)
-  local r = {id = ARGV[o + 1], gen = tonumber(ARGV[o + 2]), kind = ARGV[o + 3], status = tonumber(ARGV[o + 4]),
-    latency = tonumber(ARGV[o + 5]), err = ARGV[o + 6], pause = tonumber(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
+  local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
+    latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
@@ -86,10 +86,10 @@ local function adapt(r, j, t, p)
   if p.adaptive ~= 1 or j.slot < t.cut_until then return end
   local f = factor(t, p)
   if r.congested then
-    t.cut_until = math.max(NOW, t.paused_until, t.tat)
-    f = math.max(floor, math.floor(f / 2))
+    t.cut_until = mmax(NOW, t.paused_until, t.tat)
+    f = mmax(floor, mfloor(f / 2))
   elseif r.kind == 'success' then
-    f = math.min(RF_FULL, f + step)
+    f = mmin(RF_FULL, f + step)
   end
   if f >= RF_FULL then f = 0 end
   t.rf = f
@@ -100,7 +100,7 @@ end
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
   local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
-  local j = load_job(r.id)
+  local j = load_finished(r.id)
   if not j then return {'not_found'} end
   if j.state ~= 'running' or j.gen ~= r.gen then
     entry.stale, entry.gen = true, r.gen
@@ -109,13 +109,13 @@ local function finish_one(r)
   end
   local t, p = tenant(j.tenant)
 
-  redis.call('ZREM', K_LEASES, r.id)
+  lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
 
   if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause
-    t.paused_until = math.max(t.paused_until, NOW + math.min(d, cfg.max_pause))
+    t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
   adapt(r, j, t, p)
 
@@ -135,7 +135,7 @@ local function finish_one(r)
   -- Throttled or gone: the attempt is not counted (written with the state).
   j.attempt = j.attempt - 1
   j.pending[#j.pending + 1] = 'attempt'
-  j.pending[#j.pending + 1] = j.attempt
+  j.pending[#j.pending + 1] = istr(j.attempt)
   if kind == 'throttled' and retry_expired(j, p, NOW) then
     to_dead(j, t, NOW, cfg)
     return {'ok', 'dead', 0}
@@ -147,20 +147,22 @@ end
 
 local reply = {'ok'}
 for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
+leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
 -- depends on changed (lib.lua sched_sig: a success of a tenant below its
--- concurrency cap changes none of it), saved, expired, its dead set trimmed
--- (each finish trims it, DESIGN §7); then the wake check.
+-- concurrency cap changes none of it), its dead set trimmed (each finish
+-- trims it, DESIGN §7; lifecycle.lua trim_dead), saved, expired; then the wake
+-- check.
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
     note_earliest()
     lowered(reschedule(tn, c.t, c.p, NOW))
   end
+  trim_dead(tn, c.t, NOW, cfg)
   save_tenant(tn, c.t)
   expire_tenant(tn, c.t, c.p, NOW)
-  trim_dead(tn, NOW, cfg)
 end
 wake_if_earlier()
 return reply

@@ -29,9 +29,15 @@
 -- shard base, now and the key names from KEYS/ARGV and clears the per-call
 -- caches (RESETS), so helpers defined once, at library load, serve every call.
 local BASE, NOW
+-- Aliases of the globals the hot paths call, bound by begin() (a library's
+-- load may not read the standard libraries): an upvalue each instead of
+-- two table lookups per use.
+local rcall, tonum, mmax, mmin, mfloor
 local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK
 local RESETS = {}
 
+-- Numbers given to redis.call go as istr strings on the hot paths: Redis
+-- formats a Lua number with %.17g, several times the cost of an integer's.
 local function istr(n) return string.format('%d', n) end
 
 local function begin()
@@ -40,6 +46,7 @@ local function begin()
     return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
   end
   NOW = clock(ARGV[2]) -- clock.lua
+  if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
   -- Key builders: the Lua twin of keys.go.
   K_READY = KEYS[1]
   K_DELAYED = BASE .. 'delayed'
@@ -100,7 +107,7 @@ local function merged(raw_defaults, raw_overrides)
   local m = by and by[o]
   if m then return m end
   local ov = decode_policy(raw_overrides)
-  m = {merge_policy(decode_policy(raw_defaults), ov), tonumber(ov.version) or 0}
+  m = {merge_policy(decode_policy(raw_defaults), ov), tonum(ov.version) or 0}
   if MERGED_N >= MERGED_MAX then MERGED, MERGED_N, by = {}, 0, nil end
   if not by then
     by = {}
@@ -140,7 +147,7 @@ end
 local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
-    local r = redis.call('HMGET', K_POLICY, '*', '#v', tn)
+    local r = rcall('HMGET', K_POLICY, '*', '#v', tn)
     POLICY_DEFAULTS, raw = r[1] or false, r[3]
     POLICY_RAW = policy_texts(r[2])
   else
@@ -148,7 +155,7 @@ local function load_policy(tn)
     if known ~= nil then
       raw = known or nil
     else
-      raw = redis.call('HGET', K_POLICY, tn)
+      raw = rcall('HGET', K_POLICY, tn)
     end
   end
   if POLICY_RAW and POLICY_RAW.raw[tn] == nil then
@@ -160,47 +167,89 @@ end
 
 -- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for
 -- the first time starts with a full admission bucket. Fields: see tenant.go.
--- load_tenant remembers the stored values (T_STORED) so that save_tenant
--- writes only the fields that changed, and whether the tenant was busy
--- (T_BUSY, see expire_tenant).
+-- The state is packed in the hash's one field s: the values of T_FIELDS, in
+-- order, as little-endian doubles (struct T_PACK; every value is an integer
+-- below 2^53, so exact), read with one HGETALL and one struct.unpack and
+-- written with one HSET — a listpack's fields cost a scan each, and their
+-- text a conversion each. A field of T_FIELDS stored under its own name
+-- (the representation before s, or a test's write) overrides s, and
+-- save_tenant folds it into s and deletes it: an older tenant is migrated
+-- on its first save. Field rs (sched_sig's digest, a string) is stored
+-- beside s, in the same HSET. load_tenant remembers what was stored
+-- (T_STORED) so that save_tenant writes only what changed, and whether the
+-- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'rs', 'c1'}
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz'}
+local T_PACK = '<dddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
-RESETS[#RESETS + 1] = function() T_STORED, T_BUSY = {}, {} end
+RESETS[#RESETS + 1] = function()
+  T_STORED, T_BUSY = {}, {}
+  if T_INDEX then return end
+  T_INDEX, T_ZERO = {}, string.rep('\0', 8 * #T_FIELDS)
+  for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
+end
 local busy
 
+-- tenant_of unpacks field s into a tenant table; pack_tenant packs one.
+-- Both name T_FIELDS in its order, written out (a test checks): no loop,
+-- no table but the tenant's.
+local function tenant_of(s)
+  local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
+    paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
+    slast, c1, dz = struct.unpack(T_PACK, s)
+  return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
+    bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
+    hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
+    admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
+    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz}
+end
+local function pack_tenant(t)
+  return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
+    t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
+    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz)
+end
+
 local function load_tenant(tn, p)
-  -- HGETALL rather than HMGET of the fields: a tenant hash is small, so a
-  -- listpack, where each field HMGET names is a scan of its own (~30 % of
-  -- the read's time at 28 fields).
-  local all = redis.call('HGETALL', k_tenant(tn))
-  local by = {}
-  for i = 1, #all, 2 do by[all[i]] = all[i + 1] end
-  local raw, t = {}, {}
-  for i, f in ipairs(T_FIELDS) do
-    local v = tonumber(by[f])
-    raw[i] = v
-    t[f] = v or 0
+  local all = rcall('HGETALL', k_tenant(tn))
+  local packed, rs, named = nil, '', nil
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == 's' then
+      packed = all[i + 1]
+    elseif f == 'rs' then
+      rs = all[i + 1]
+    elseif T_INDEX[f] then
+      named = named or {}
+      named[#named + 1] = f
+      named[f] = tonum(all[i + 1])
+    end
   end
-  if not raw[4] then t.atok = p.admit_burst; t.ats = NOW end
-  T_STORED[t], T_BUSY[t] = raw, busy(t)
+  local t = tenant_of(packed or T_ZERO)
+  t.rs = rs
+  if named then
+    for _, f in ipairs(named) do t[f] = named[f] or 0 end
+  end
+  if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
+  T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, named = named}, busy(t)
   return t
 end
 
 local function save_tenant(tn, t)
   local stored = T_STORED[t] or {}
+  local packed = pack_tenant(t)
   local args = {}
-  for i, f in ipairs(T_FIELDS) do
-    local v = t[f]
-    if v ~= stored[i] then
-      args[#args + 1] = f
-      args[#args + 1] = v
-      stored[i] = v
-    end
+  if packed ~= stored.packed or stored.named then args = {'s', packed} end
+  if t.rs ~= stored.rs then
+    args[#args + 1] = 'rs'
+    args[#args + 1] = t.rs
   end
-  T_STORED[t] = stored
-  if #args > 0 then redis.call('HSET', k_tenant(tn), unpack(args)) end
+  if #args == 0 then return end
+  local key = k_tenant(tn)
+  rcall('HSET', key, unpack(args))
+  if stored.named then rcall('HDEL', key, unpack(stored.named)) end
+  T_STORED[t] = {packed = packed, rs = t.rs}
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
@@ -223,7 +272,7 @@ local function interval(t, p)
   local f = factor(t, p)
   if f == RF_FULL then return p.rate_us end
   local n = p.rate_us * RF_FULL
-  local q = math.floor(n / f)
+  local q = mfloor(n / f)
   if q * f < n then q = q + 1 end
   return q
 end
@@ -231,8 +280,8 @@ end
 -- scale is d·to/from, rounded down; the product is split so that it stays
 -- exact within doubles (error below 1 µs).
 local function scale(d, from, to)
-  local q = math.floor(d / from)
-  return q * to + math.floor((d - q * from) * to / from)
+  local q = mfloor(d / from)
+  return q * to + mfloor((d - q * from) * to / from)
 end
 
 -- rescale_tat applies a rate or burst change of the policy to the GCRA
@@ -252,7 +301,7 @@ local function rescale_tat(t, p, now)
   local iv = interval(t, p)
   if t.tat_t == iv and t.tat_b == p.burst then return end
   if t.tat_t > 0 and t.tat > now then
-    t.tat = now + math.min(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
+    t.tat = now + mmin(scale(t.tat - now, t.tat_t, iv), p.burst * iv)
   end
   rescale_stat(t, now, t.tat_t, iv)
   t.tat_t, t.tat_b = iv, p.burst
@@ -272,9 +321,9 @@ end
 local function refactor(t, p, now)
   local iv, old = interval(t, p), t.tat_t
   if old > 0 and old ~= iv and t.tat > now then
-    t.tat = math.max(now + math.min(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
+    t.tat = mmax(now + mmin(scale(t.tat - now, old, iv), p.burst * iv), t.tat - old + iv)
   elseif old > 0 and old ~= iv and t.tat > 0 then
-    t.tat = math.max(t.tat, t.tat - old + iv)
+    t.tat = mmax(t.tat, t.tat - old + iv)
   end
   rescale_stat(t, now, old, iv)
   t.tat_t = iv
@@ -285,7 +334,7 @@ end
 local function refill(t, p, now)
   local cap, iv = p.admit_burst, p.admit_us
   if t.atok < cap and now > t.ats then
-    local n = math.floor((now - t.ats) / iv)
+    local n = mfloor((now - t.ats) / iv)
     t.atok = t.atok + n
     t.ats = t.ats + n * iv
   end
@@ -298,19 +347,19 @@ end
 -- admit_wait is the time until cost tokens exist (> 0 when refused now).
 local function admit_wait(t, p, cost, now)
   if t.atok >= cost then return 0 end
-  return math.max(1, (cost - t.atok) * p.admit_us - (now - t.ats))
+  return mmax(1, (cost - t.atok) * p.admit_us - (now - t.ats))
 end
 
 -- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T),
 -- T the effective interval.
 local function earliest(t, p, c, now)
-  return math.max(now, t.tat - (p.burst - c) * interval(t, p))
+  return mmax(now, t.tat - (p.burst - c) * interval(t, p))
 end
 
 -- take advances TAT past a slot given to a job of cost c: TAT ← max(TAT,
 -- slot) + c·T, T the effective interval.
 local function take(t, p, slot, c)
-  t.tat = math.max(t.tat, slot) + c * interval(t, p)
+  t.tat = mmax(t.tat, slot) + c * interval(t, p)
 end
 
 -- send_target is when a job planned at slot goes out under the tenant's
@@ -320,7 +369,7 @@ end
 -- planned before it (out of order: claim.lua's GCRA decides).
 local function send_target(t, slot)
   if slot < t.sslot then return nil end
-  return math.max(slot, t.slast + (slot - t.sslot))
+  return mmax(slot, t.slast + (slot - t.sslot))
 end
 
 -- head_job is the tenant's next job: the head lane first (read only when
@@ -333,15 +382,15 @@ local function head_job(tn, t)
     return nil, 0
   end
   local id = nil
-  if t.hlen > 0 then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
-  if not id then id = redis.call('LINDEX', k_queue(tn), 0) end
+  if t.hlen > 0 then id = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
+  if not id then id = rcall('LINDEX', k_queue(tn), 0) end
   if not id then return nil, 0 end
-  return id, tonumber(redis.call('HGET', k_job(id), 'cost')) or 1
+  return id, tonum(rcall('HGET', k_job(id), 'cost')) or 1
 end
 
 -- gate is the end of the tenant's timed pauses (upstream and admin): no slot
 -- may be earlier.
-local function gate(t) return math.max(t.paused_until, t.admin_until) end
+local function gate(t) return mmax(t.paused_until, t.admin_until) end
 
 -- release_cap is the most tokens the tenant may have released and unclaimed
 -- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b (T the effective interval), with D the
@@ -370,11 +419,31 @@ end
 -- A caller that has just read the head job may pass it (head = {id, cost},
 -- or false when the tenant has none) to save the reads. It records what it
 -- decided on in field rs (sched_sig), so callers save the tenant after it.
-local sched_sig
+-- Between ready_defer() and ready_flush() its writes to ready are queued
+-- (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and one
+-- ZADD: for a caller that reschedules many tenants, each once, and reads
+-- ready only after the flush.
+local sched_sig, RS_HELD
+local READY_ADD, READY_DEL = nil, nil
+RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
+local function ready_defer() READY_ADD, READY_DEL = {}, {} end
+local function ready_flush()
+  local add, del = READY_ADD, READY_DEL
+  READY_ADD, READY_DEL = nil, nil
+  for i = 1, #del, 500 do rcall('ZREM', K_READY, unpack(del, i, mmin(#del, i + 499))) end
+  for i = 1, #add, 1000 do rcall('ZADD', K_READY, unpack(add, i, mmin(#add, i + 999))) end
+end
+local function unready(tn)
+  if READY_DEL then
+    READY_DEL[#READY_DEL + 1] = tn
+  else
+    rcall('ZREM', K_READY, tn)
+  end
+end
 local function reschedule(tn, t, p, now, head)
   t.rs = sched_sig(t, p)
   if blocked(t, p) then
-    redis.call('ZREM', K_READY, tn)
+    unready(tn)
     return nil
   end
   local id, cost
@@ -384,30 +453,41 @@ local function reschedule(tn, t, p, now, head)
     id, cost = head[1], head[2]
   end
   if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
-    if id then t.rs = -1 end -- held by its release cap: see sched_sig
-    redis.call('ZREM', K_READY, tn)
+    if id then t.rs = RS_HELD end -- held by its release cap: see sched_sig
+    unready(tn)
     return nil
   end
-  local score = math.max(earliest(t, p, cost, now), gate(t))
-  redis.call('ZADD', K_READY, score, tn)
+  local score = mmax(earliest(t, p, cost, now), gate(t))
+  if READY_ADD then
+    READY_ADD[#READY_ADD + 1] = istr(score)
+    READY_ADD[#READY_ADD + 1] = tn
+  else
+    rcall('ZADD', K_READY, istr(score), tn)
+  end
   return score
 end
 
--- sched_sig is a digest, as an integer (52 bits of a SHA-1), of what
--- reschedule decides on besides now and the head job's identity: whether
--- the tenant is blocked (under the policy of the call), TAT, the pauses'
--- end, the queued jobs (head-lane length, queued tokens), the released
--- tokens and the release cap's lead, the effective interval and the burst.
+-- sched_sig is a digest, as a string of doubles (struct SIG_PACK), of what
+-- reschedule decides on besides now, the head job's identity and the
+-- released tokens: whether the tenant is blocked (under the policy of the
+-- call), TAT, the pauses' end, the queued jobs (head-lane length, queued
+-- tokens), the release cap's lead, the effective interval and the burst.
 -- Every script that changes a queue changes the queued counts too. A
 -- script whose changes leave it equal to field rs (the last reschedule's)
 -- may skip reschedule: the tenant's ready score stands (up to now: a score
--- already past is due either way). reschedule records -1 for a tenant it
--- removed for its release cap (its head job's cost, not in the digest,
--- decided), so any script that lowers the released tokens reschedules it.
+-- already past is due either way). The released tokens only decide whether
+-- the release cap holds the tenant out, so they are left out: fewer of them
+-- never hold out a tenant that was not, only the pass adds to them (and it
+-- reschedules every tenant it released from), and reschedule records RS_HELD
+-- for a tenant it removed for its release cap (its head job's cost, not in
+-- the digest, decided), so any script that lowers them reschedules it.
+-- The digest is the values themselves, packed (no hash: equal digests are
+-- equal values); RS_HELD is no packed string's.
+RS_HELD = 'held'
+local SIG_PACK, BLOCKED_CODE = '<dddddddd', {disabled = 1, paused = 2, concurrency = 3}
 sched_sig = function(t, p)
-  local s = string.format('%s:%d:%d:%d:%d:%d:%d:%d:%d', blocked(t, p) or '-', t.tat, gate(t), t.hlen,
-    t.qtok, t.rtok, t.lead, interval(t, p), p.burst)
-  return tonumber(string.sub(redis.sha1hex(s), 1, 13), 16)
+  return struct.pack(SIG_PACK, BLOCKED_CODE[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
+    interval(t, p), p.burst)
 end
 
 -- expire_tenant: the tenant hash expires only when it holds no job and is
@@ -421,12 +501,12 @@ end
 local function expire_tenant(tn, t, p, now)
   local key = k_tenant(tn)
   if busy(t) then
-    if not T_BUSY[t] then redis.call('PERSIST', key) end
+    if not T_BUSY[t] then rcall('PERSIST', key) end
     return
   end
-  local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = math.max(t.tat, t.stat, gate(t), full_at) - now
-  redis.call('PEXPIRE', key, math.floor(math.max(0, until_us) / 1000) + 1000)
+  local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
+  local until_us = mmax(t.tat, t.stat, gate(t), full_at) - now
+  rcall('PEXPIRE', key, istr(mfloor(mmax(0, until_us) / 1000) + 1000))
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready
@@ -434,8 +514,8 @@ end
 local function shard_earliest()
   local best = nil
   for _, key in ipairs({K_READY, K_DELAYED}) do
-    local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local s = tonumber(r[2])
+    local r = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local s = tonum(r[2])
     if s and (best == nil or s < best) then best = s end
   end
   return best
@@ -447,7 +527,7 @@ end
 local function wake_at(score)
   local after = shard_earliest()
   if after and after >= score then
-    redis.call('PUBLISH', K_WAKE, istr(score))
+    rcall('PUBLISH', K_WAKE, istr(score))
     return 1
   end
   return 0
@@ -458,7 +538,7 @@ end
 local function wake(before)
   local after = shard_earliest()
   if after and (before == nil or after < before) then
-    redis.call('PUBLISH', K_WAKE, istr(after))
+    rcall('PUBLISH', K_WAKE, istr(after))
     return 1
   end
   return 0
@@ -481,8 +561,30 @@ local function lowered(score)
 end
 local function wake_if_earlier()
   if not (BEFORE_READ and LOWEST) or (BEFORE and LOWEST >= BEFORE) then return 0 end
-  redis.call('PUBLISH', K_WAKE, istr(LOWEST))
+  rcall('PUBLISH', K_WAKE, istr(LOWEST))
   return 1
+end
+
+-- Lease writes a script defers to its end, one command for all its jobs:
+-- lease_add(id, deadline) and lease_del(id) queue them, leases_flush runs
+-- the removals, then the additions (in commands of at most LEASE_CHUNK
+-- jobs). A script defers only writes that nothing before its flush reads,
+-- and only one kind per job.
+local LEASE_ADD, LEASE_DEL, LEASE_CHUNK = {}, {}, 500
+RESETS[#RESETS + 1] = function() LEASE_ADD, LEASE_DEL = {}, {} end
+local function lease_add(id, deadline)
+  LEASE_ADD[#LEASE_ADD + 1] = istr(deadline)
+  LEASE_ADD[#LEASE_ADD + 1] = id
+end
+local function lease_del(id) LEASE_DEL[#LEASE_DEL + 1] = id end
+local function leases_flush()
+  for i = 1, #LEASE_DEL, LEASE_CHUNK do
+    rcall('ZREM', K_LEASES, unpack(LEASE_DEL, i, mmin(#LEASE_DEL, i + LEASE_CHUNK - 1)))
+  end
+  for i = 1, #LEASE_ADD, 2 * LEASE_CHUNK do
+    rcall('ZADD', K_LEASES, unpack(LEASE_ADD, i, mmin(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
+  end
+  LEASE_ADD, LEASE_DEL = {}, {}
 end
 
 -- Job states (DESIGN §2).

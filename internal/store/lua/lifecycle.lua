@@ -4,31 +4,45 @@
 -- Used by pass, claim, finish and the admin scripts. Callers keep the
 -- tenant counters (see tenant.go) and call reschedule last.
 
-local function ms(us) return math.max(1, math.floor(us / 1000)) end
+local function ms(us) return istr(mmax(1, mfloor(us / 1000))) end
 
 -- J_FIELDS are the record fields the lifecycle scripts decide on.
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
   'idem', 'type', 'grace', 'logged', 'resv'}
 
--- load_job reads a record's decision fields, and the extra fields named
--- (in j.extra, in order: a claim's body and created time in the same
--- read); nil when there is none.
-local function load_job(id, ...)
-  local extra = {...}
-  local fields = J_FIELDS
-  if #extra > 0 then
-    fields = {unpack(J_FIELDS)}
-    for _, f in ipairs(extra) do fields[#fields + 1] = f end
-  end
-  local r = redis.call('HMGET', k_job(id), unpack(fields))
+-- load_job reads a record's decision fields; nil when there is none.
+local function load_job(id)
+  local r = rcall('HMGET', k_job(id), unpack(J_FIELDS))
   if not r[1] then return nil end
-  local x = {}
-  for i = 1, #extra do x[i] = r[#J_FIELDS + i] end
-  return {id = id, extra = x, state = r[1], tenant = r[2], cost = tonumber(r[3]) or 1,
-    bytes = tonumber(r[4]) or 0, gen = tonumber(r[5]) or 0, attempt = tonumber(r[6]) or 0,
-    first = tonumber(r[7]) or 0, slot = tonumber(r[8]) or 0,
-    idem = r[9] or '', type = r[10] or '', grace = tonumber(r[11]), logged = tonumber(r[12]) or 0,
-    resv = tonumber(r[13]) or 0}
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0,
+    idem = r[9] or '', type = r[10] or '', grace = tonum(r[11]), logged = tonum(r[12]) or 0,
+    resv = tonum(r[13]) or 0}
+end
+
+-- load_claimed and load_finished read only what a claim and a finish
+-- decide on (each field named costs a scan of the record): a claim the
+-- fields of J_FIELDS but idem and logged, and the body and created time
+-- it replies with; a finish those of J_FIELDS but type, grace and resv.
+local function load_claimed(id)
+  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+    'slot', 'type', 'grace', 'resv', 'body', 'created')
+  if not r[1] then return nil end
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
+    grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
+    created = tonum(r[13]) or 0}
+end
+local function load_finished(id)
+  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+    'slot', 'idem', 'logged')
+  if not r[1] then return nil end
+  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
+    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
+    logged = tonum(r[10]) or 0}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -39,7 +53,7 @@ local function hset_job(j, ...)
     for _, v in ipairs(j.pending) do args[#args + 1] = v end
     j.pending = nil
   end
-  redis.call('HSET', k_job(j.id), unpack(args))
+  rcall('HSET', k_job(j.id), unpack(args))
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -49,8 +63,8 @@ local function to_head(j, t, bump)
   t.hlen = t.hlen + 1
   t.qtok = t.qtok + j.cost
   j.gen = j.gen + bump
-  redis.call('ZADD', k_head(j.tenant), t.hseq, j.id)
-  hset_job(j, 'state', 'queued', 'gen', j.gen)
+  rcall('ZADD', k_head(j.tenant), istr(t.hseq), j.id)
+  hset_job(j, 'state', 'queued', 'gen', istr(j.gen))
 end
 
 -- unrelease and unrun take a job out of the released or running counters.
@@ -71,17 +85,16 @@ end
 -- e.outcome is one of the fixed outcome names (no escaping needed). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
+local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
 local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
-  local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
-    .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0)
-    .. ',"latency_us":' .. istr(e.latency or 0) .. ',"error":' .. err
-    .. (e.stale and ',"stale":true' or '') .. '}'
+  local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
+    e.latency or 0, err, e.stale and ',"stale":true' or '')
   local jk = k_job(j.id)
   local s = entry
   if j.logged > 0 then
-    s = (redis.call('HGET', jk, 'log') or '') .. '\n' .. entry
+    s = (rcall('HGET', jk, 'log') or '') .. '\n' .. entry
     if j.logged >= n then -- at the cap: count the lines (n may have changed)
       local _, nl = string.gsub(s, '\n', '')
       for _ = n, nl do s = string.sub(s, string.find(s, '\n', 1, true) + 1) end
@@ -89,16 +102,16 @@ local function log_attempt(j, n, e, defer)
   end
   j.logged = j.logged + 1
   if defer then
-    j.pending = {'log', s, 'logged', j.logged}
+    j.pending = {'log', s, 'logged', istr(j.logged)}
   else
-    redis.call('HSET', jk, 'log', s, 'logged', j.logged)
+    rcall('HSET', jk, 'log', s, 'logged', istr(j.logged))
   end
 end
 
 -- jitter is a fraction in [0, 1) drawn from the caller's seed and the job:
 -- deterministic for one seed (tests), spread across jobs and generations.
 local function jitter(seed, j)
-  return tonumber(string.sub(redis.sha1hex(seed .. ':' .. j.id .. ':' .. istr(j.gen)), 1, 8), 16)
+  return tonum(string.sub(redis.sha1hex(seed .. ':' .. j.id .. ':' .. istr(j.gen)), 1, 8), 16)
     / 4294967296
 end
 
@@ -110,8 +123,8 @@ local function backoff(p, k, frac)
   local lo, d = p.min_backoff_us, p.max_doublings
   local b
   if k - 1 <= d then b = lo * 2 ^ (k - 1) else b = lo * 2 ^ d * (k - d) end
-  b = math.min(b, p.max_backoff_us)
-  return math.floor(b + b * (frac * 0.2 - 0.1))
+  b = mmin(b, p.max_backoff_us)
+  return mfloor(b + b * (frac * 0.2 - 0.1))
 end
 
 -- retry_expired: max_retry_duration (0 = none) has run out since the first attempt.
@@ -135,13 +148,14 @@ end
 local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
-  hset_job(j, 'state', 'dead', 'ended', now)
-  redis.call('PEXPIRE', jk, ms(cfg.dead_ret))
-  redis.call('ZADD', dk, now, j.id)
-  redis.call('PEXPIRE', dk, ms(cfg.dead_ret))
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
+  hset_job(j, 'state', 'dead', 'ended', istr(now))
+  rcall('PEXPIRE', jk, ms(cfg.dead_ret))
+  rcall('ZADD', dk, istr(now), j.id)
+  rcall('PEXPIRE', dk, ms(cfg.dead_ret))
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
+  t.dz = 0
   cfg.trim[j.tenant] = true
 end
 
@@ -150,10 +164,10 @@ end
 -- idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
-  hset_job(j, 'state', 'succeeded', 'ended', now)
-  redis.call('HDEL', jk, 'body')
-  redis.call('PEXPIRE', jk, ms(cfg.succ_ret))
-  if j.idem ~= '' then redis.call('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
+  hset_job(j, 'state', 'succeeded', 'ended', istr(now))
+  rcall('HDEL', jk, 'body')
+  rcall('PEXPIRE', jk, ms(cfg.succ_ret))
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
 end
@@ -168,36 +182,44 @@ local function retry_or_dead(j, t, p, now, cfg)
     return 'dead'
   end
   local due = now + backoff(p, j.attempt, jitter(cfg.seed, j))
-  redis.call('ZADD', K_DELAYED, due, j.id)
-  hset_job(j, 'state', 'retrying', 'due', due)
+  rcall('ZADD', K_DELAYED, istr(due), j.id)
+  hset_job(j, 'state', 'retrying', 'due', istr(due))
   return 'retrying', due
 end
 
 -- trim_dead drops the tenant's dead letters older than the retention, then
 -- the oldest beyond max — at most 1000 of each per call — deleting their
 -- records and the idempotency keys that still name them. Returns the count.
-local function trim_dead(tn, now, cfg)
+-- A tenant whose dead set is known empty (field dz = 1: set when a trim
+-- finds it empty, cleared by to_dead, the one writer of the set) needs no
+-- read; its caller saves the tenant after it.
+local function trim_dead(tn, t, now, cfg)
+  if t.dz == 1 then return 0 end
   local key = k_dead(tn)
-  local n = redis.call('ZCARD', key)
-  if n == 0 then return 0 end
-  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
+  local n = rcall('ZCARD', key)
+  if n == 0 then
+    t.dz = 1
+    return 0
+  end
+  local ids = rcall('ZRANGEBYSCORE', key, '-inf', '(' .. istr(now - cfg.dead_ret), 'LIMIT', 0, 1000)
   local over = n - #ids - cfg.dead_max
   if over > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', key, #ids, #ids + math.min(over, 1000) - 1)) do
+    for _, id in ipairs(rcall('ZRANGE', key, #ids, #ids + mmin(over, 1000) - 1)) do
       ids[#ids + 1] = id
     end
   end
   for _, id in ipairs(ids) do
     local jk = k_job(id)
-    local idem = redis.call('HGET', jk, 'idem')
+    local idem = rcall('HGET', jk, 'idem')
     if idem and idem ~= '' then
       local ik = k_idem(tn, idem)
-      local v = redis.call('GET', ik)
-      if v and string.sub(v, -#id - 1) == ' ' .. id then redis.call('DEL', ik) end
+      local v = rcall('GET', ik)
+      if v and string.sub(v, -#id - 1) == ' ' .. id then rcall('DEL', ik) end
     end
-    redis.call('DEL', jk)
+    rcall('DEL', jk)
   end
-  if #ids > 0 then redis.call('ZREM', key, unpack(ids)) end
+  if #ids > 0 then rcall('ZREM', key, unpack(ids)) end
+  if #ids == n then t.dz = 1 end
   return #ids
 end
 
@@ -221,15 +243,18 @@ end
 -- flush_tenants saves, reschedules (with the head job the caller may have
 -- left in the cache entry's head) and expires every cached tenant, and trims
 -- the dead sets that grew. An entry whose touched field is false (the
--- caller read it but changed nothing) is skipped.
+-- caller read it but changed nothing) is skipped. The ready set is written
+-- once, after the last tenant (lib.lua ready_defer).
 local function flush_tenants(cfg)
+  ready_defer()
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
       reschedule(tn, c.t, c.p, NOW, c.head)
+      if cfg and cfg.trim[tn] then trim_dead(tn, c.t, NOW, cfg) end
       save_tenant(tn, c.t)
       expire_tenant(tn, c.t, c.p, NOW)
-      if cfg and cfg.trim[tn] then trim_dead(tn, NOW, cfg) end
     end
   end
+  ready_flush()
 end

@@ -44,15 +44,16 @@
 -- while visited tenants were still in the round. next wake = min(first ready
 -- score − D, first delayed due time, first lease deadline).
 
-local D, L, GRACE = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local P, K, CAP = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local cfg = {seed = ARGV[9], dead_ret = tonumber(ARGV[10]), dead_max = tonumber(ARGV[11]),
-  log_n = tonumber(ARGV[12]), trim = {}}
-local S = tonumber(ARGV[13])
+local D, L, GRACE = tonum(ARGV[3]), tonum(ARGV[4]), tonum(ARGV[5])
+local P, K, CAP = tonum(ARGV[6]), tonum(ARGV[7]), tonum(ARGV[8])
+local cfg = {seed = ARGV[9], dead_ret = tonum(ARGV[10]), dead_max = tonum(ARGV[11]),
+  log_n = tonum(ARGV[12]), trim = {}}
+local S = tonum(ARGV[13])
 if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S) then
   return redis.error_reply('ERR sluice pass: want 11 integer arguments')
 end
 local VT_SCALE = 1000000
+local GRACE_S = istr(GRACE)
 local HORIZON = NOW + D
 local more = 0
 
@@ -64,8 +65,8 @@ local function bounded(ids, n)
   end
   return ids
 end
-local due = bounded(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, P + 1), P)
-local expired = bounded(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local due = bounded(rcall('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local expired = bounded(rcall('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
 -- With no capacity nothing can be released: the ready tenants are not even
 -- read (the pass only promotes and sweeps), so full workers cost one cheap
 -- pass per capacity refresh, whatever the number of tenants.
@@ -76,11 +77,11 @@ local blocked_by_capacity = 0
 -- cannot: reading all K when the workers take a handful per pass would cost
 -- K tenant reads for those few releases.
 local want = K
-if CAP > 0 then want = math.min(K, CAP + 2) end
+if CAP > 0 then want = mmin(K, CAP + 2) end
 local truncated = false
 if CAP ~= 0 then
-  ready = redis.call('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, want + 1)
-elseif redis.call('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
+  ready = rcall('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, want + 1)
+elseif rcall('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
   blocked_by_capacity = 1
 end
 if #ready > 2 * want then
@@ -105,18 +106,18 @@ for i = 1, #ready, 2 do
   tenant(ready[i])
   local c = TENANTS[ready[i]]
   c.touched = c.touched or false
-  scores[ready[i]] = tonumber(ready[i + 1])
+  scores[ready[i]] = tonum(ready[i + 1])
 end
-local vclock = tonumber(redis.call('GET', K_VCLOCK)) or 0
+local vclock = tonum(rcall('GET', K_VCLOCK)) or 0
 
 -- 1. Promotion.
 local promoted = 0
 for _, j in ipairs(due_jobs) do
-  redis.call('ZREM', K_DELAYED, j.id)
+  rcall('ZREM', K_DELAYED, j.id)
   if j.state == 'scheduled' then
     local t = tenant(j.tenant)
-    redis.call('RPUSH', k_queue(j.tenant), j.id)
-    redis.call('HSET', k_job(j.id), 'state', 'queued')
+    rcall('RPUSH', k_queue(j.tenant), j.id)
+    rcall('HSET', k_job(j.id), 'state', 'queued')
     t.qtok = t.qtok + j.cost
     promoted = promoted + 1
   elseif j.state == 'retrying' then
@@ -128,7 +129,7 @@ end
 -- 2. Sweep.
 local swept = 0
 for _, j in ipairs(expired_jobs) do
-  redis.call('ZREM', K_LEASES, j.id)
+  rcall('ZREM', K_LEASES, j.id)
   if j.state == 'released' then
     local t = tenant(j.tenant)
     unrelease(j, t)
@@ -140,7 +141,7 @@ for _, j in ipairs(expired_jobs) do
     log_attempt(j, cfg.log_n, {at = NOW, outcome = 'lease_expired',
       err = 'lease expired: no finish within timeout + grace'})
     j.gen = j.gen + 1
-    redis.call('HSET', k_job(j.id), 'gen', j.gen)
+    rcall('HSET', k_job(j.id), 'gen', j.gen)
     retry_or_dead(j, t, p, NOW, cfg)
     swept = swept + 1
   end
@@ -158,7 +159,7 @@ local function heap_push(x)
   heap[#heap + 1] = x
   local i = #heap
   while i > 1 do
-    local up = math.floor(i / 2)
+    local up = mfloor(i / 2)
     if not less(heap[i], heap[up]) then break end
     heap[i], heap[up] = heap[up], heap[i]
     i = up
@@ -184,33 +185,52 @@ end
 -- tombstones and vanished records from the lane or the backlog on the way.
 local function drop(tn, c, id, from_head)
   if from_head then
-    redis.call('ZREM', k_head(tn), id)
+    rcall('ZREM', k_head(tn), id)
     c.t.hlen = c.t.hlen - 1
   else
-    redis.call('LPOP', k_queue(tn))
+    rcall('LPOP', k_queue(tn))
   end
 end
 local function peek(tn, c)
   while true do
     local id, from_head = nil, c.t.hlen > 0
-    if from_head then id = redis.call('ZRANGE', k_head(tn), 0, 0)[1] end
+    if from_head then id = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
     if not id then
       from_head = false
-      id = redis.call('LINDEX', k_queue(tn), 0)
+      id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r = redis.call('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
     if r[1] == 'queued' then
-      return {id = id, from_head = from_head, cost = tonumber(r[2]) or 1, gen = tonumber(r[3]) or 0,
+      return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
         type = r[4] or ''}
     end
     drop(tn, c, id, from_head)
   end
 end
 
+-- pop_next takes the tenant's next queued job out of its lane or backlog
+-- (head lane first), dropping tombstones and vanished records on the way:
+-- for a tenant whose jobs all cost 1, decided on before it is read.
+local function pop_next(tn, c)
+  while true do
+    local id, from_head = nil, c.t.hlen > 0
+    if from_head then
+      id = rcall('ZPOPMIN', k_head(tn))[1]
+      if id then c.t.hlen = c.t.hlen - 1 end
+    end
+    if not id then id = rcall('LPOP', k_queue(tn)) end
+    if not id then return nil end
+    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    if r[1] == 'queued' then
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
+    end
+  end
+end
+
 -- task_route reads a task job's asynq queue and task type from its body.
 local function task_route(id)
-  local ok, b = pcall(cjson.decode, redis.call('HGET', k_job(id), 'body') or '')
+  local ok, b = pcall(cjson.decode, rcall('HGET', k_job(id), 'body') or '')
   if not ok or type(b) ~= 'table' then return '', '' end
   local q, tt = b.queue, b.task_type
   return type(q) == 'string' and q or '', type(tt) == 'string' and tt or ''
@@ -240,34 +260,44 @@ local function release_one(tn, c)
   local g = gate(t)
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
-  if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before reading one
+  local j, e
+  if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before taking one
     if t.qtok <= 0 then return nil end
-    if (t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D)) or earliest(t, p, 1, NOW) > HORIZON then
-      c.head = {true, 1}
+    c.head = {true, 1}
+    if t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D) then return nil end
+    e = earliest(t, p, 1, NOW)
+  else
+    j = peek(tn, c)
+    if not j then
+      c.head = false
+      return nil
+    end
+    c.head = {j.id, j.cost}
+    if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
+    e = earliest(t, p, j.cost, NOW)
+  end
+  if e > HORIZON then return nil end
+  local slot = mmax(e, g)
+  local spread = slot >= NOW + L
+  if spread then
+    slot = spaced(slot)
+    if slot > HORIZON then return nil end
+  end
+  if j then
+    drop(tn, c, j.id, j.from_head)
+  else
+    j = pop_next(tn, c)
+    if not j then
+      c.head = false
       return nil
     end
   end
-  local j = peek(tn, c)
-  if not j then
-    c.head = false
-    return nil
-  end
-  c.head = {j.id, j.cost}
-  if t.rtok > 0 and t.rtok + j.cost > release_cap(t, p, D) then return nil end
-  local e = earliest(t, p, j.cost, NOW)
-  if e > HORIZON then return nil end
-  local slot = math.max(e, g)
-  if slot >= NOW + L then
-    slot = spaced(slot)
-    if slot > HORIZON then return nil end
-    taken[#taken + 1] = slot
-  end
+  if spread then taken[#taken + 1] = slot end
   -- A slot later than the plan's next one is a gap in the plan: the send
   -- schedule's lateness (claim.lua) does not carry over it.
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  drop(tn, c, j.id, j.from_head)
   take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
@@ -278,8 +308,9 @@ local function release_one(tn, c)
   -- told to claim at the slot plus that lateness (send_at): one claim, not
   -- two. The lease runs grace past it.
   local send_at = send_target(t, slot) or slot
-  redis.call('HSET', k_job(j.id), 'state', 'released', 'gen', j.gen, 'slot', slot, 'grace', GRACE, 'resv', 0)
-  redis.call('ZADD', K_LEASES, send_at + GRACE, j.id)
+  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+    'resv', '0')
+  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
   released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
@@ -289,7 +320,7 @@ end
 local vmax = vclock
 for _, tn in ipairs(TENANT_ORDER) do
   local t = TENANTS[tn].t
-  t.vt = math.max(t.vt, vclock)
+  t.vt = mmax(t.vt, vclock)
   heap_push({tn = tn, vt = t.vt, score = scores[tn] or NOW})
 end
 local visited, left, cap_reached = #heap, CAP, blocked_by_capacity
@@ -303,8 +334,8 @@ while #heap > 0 do
   c.touched = true
   local cost = release_one(top.tn, c)
   if cost then
-    vmax = math.max(vmax, c.t.vt)
-    c.t.vt = c.t.vt + math.floor(cost * VT_SCALE / c.p.weight)
+    vmax = mmax(vmax, c.t.vt)
+    c.t.vt = c.t.vt + mfloor(cost * VT_SCALE / c.p.weight)
     top.vt = c.t.vt
     heap_push(top)
     if left > 0 then left = left - 1 end
@@ -316,12 +347,13 @@ if truncated then
 end
 
 -- 4. Save and reschedule every tenant the pass changed.
+leases_flush()
 flush_tenants(cfg)
-if vmax > vclock then redis.call('SET', K_VCLOCK, istr(vmax)) end
+if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
 
 local next_wake = nil
 for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
-  local s = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+  local s = tonum(rcall('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
   if s then
     if key == K_READY then s = s - D end
     if next_wake == nil or s < next_wake then next_wake = s end
