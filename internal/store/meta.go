@@ -27,6 +27,14 @@ type MetaMismatchError struct {
 }
 
 func (e *MetaMismatchError) Error() string {
+	for _, d := range e.Diffs {
+		if strings.HasPrefix(d, "schema:") {
+			return fmt.Sprintf("%s %s: %s — Redis holds the keys of another Sluice version; to upgrade, stop every "+
+				"throttler, worker and sluicetask middleware of the earlier version, then `DEL %s` and start this one "+
+				"(its settings are written again from the throttler's file; tenants and jobs are kept and migrated on first touch)",
+				ErrMetaMismatch, e.Key, strings.Join(e.Diffs, "; "), e.Key)
+		}
+	}
 	return fmt.Sprintf("%s %s: %s — configure the stored values (redis.shards, dispatch.lead, dispatch.min_lead), "+
 		"or change them offline: stop every throttler and worker first (no such command exists yet; resharding rewrites job ids)",
 		ErrMetaMismatch, e.Key, strings.Join(e.Diffs, "; "))

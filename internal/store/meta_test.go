@@ -25,7 +25,7 @@ func TestEnsureMetaWritesOnceAndRefusesMismatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"prefix": prefix, "shards": "16", "hash": "crc32-ieee", "schema": "1", "lead_us": "100000", "min_lead_us": "50000"}
+	want := map[string]string{"prefix": prefix, "shards": "16", "hash": "crc32-ieee", "schema": "2", "lead_us": "100000", "min_lead_us": "50000"}
 	for k, v := range want {
 		if stored[k] != v {
 			t.Errorf("meta %s = %q, want %q", k, stored[k], v)
@@ -117,15 +117,46 @@ func TestReadMetaRefusesUnreadableFields(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
-	rdb.HSet(ctx, wire.MetaKey(prefix), "prefix", prefix, "shards", "4", "hash", wire.MetaHash, "schema", "2",
+	rdb.HSet(ctx, wire.MetaKey(prefix), "prefix", prefix, "shards", "4", "hash", wire.MetaHash, "schema", "9",
 		"lead_us", "100000", "min_lead_us", "x", "attempt_log", "-1")
 	_, _, err := ReadMeta(ctx, rdb, prefix)
 	if !errors.Is(err, wire.ErrMetaField) {
 		t.Fatalf("ReadMeta: %v, want wire.ErrMetaField", err)
 	}
-	for _, s := range []string{`schema "2"`, `min_lead_us "x"`, `attempt_log "-1"`} {
+	for _, s := range []string{`schema "9"`, `min_lead_us "x"`, `attempt_log "-1"`} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
+	}
+}
+
+// TestEnsureMetaRefusesAnEarlierSchemaWithTheUpgradeSteps: a Redis written
+// by a Sluice of key schema 1 (tenant fields by name) is refused, changed
+// in nothing, with the steps of the upgrade in the error.
+func TestEnsureMetaRefusesAnEarlierSchemaWithTheUpgradeSteps(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	ctx := context.Background()
+	m := wire.Meta{Prefix: prefix, Shards: 16, Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond}
+	fields := m.FixedFields()
+	for i := 0; i < len(fields); i += 2 {
+		if fields[i] == "schema" {
+			fields[i+1] = "1"
+		}
+	}
+	if err := rdb.HSet(ctx, wire.MetaKey(prefix), fields).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := EnsureMeta(ctx, rdb, m)
+	if !errors.Is(err, ErrMetaMismatch) {
+		t.Fatalf("EnsureMeta over schema 1: %v, want ErrMetaMismatch", err)
+	}
+	for _, s := range []string{`schema: stored "1", configured "2"`, "stop every throttler, worker and sluicetask", "DEL " + wire.MetaKey(prefix)} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+	if got, _ := rdb.HGet(ctx, wire.MetaKey(prefix), "schema").Result(); got != "1" {
+		t.Fatalf("stored schema %q after the refusal, want it unchanged", got)
 	}
 }

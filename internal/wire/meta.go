@@ -49,7 +49,11 @@ type Settings struct {
 // The fixed parts of the meta hash.
 const (
 	MetaHash   = "crc32-ieee" // shard = crc32-IEEE(tenant) mod shards
-	MetaSchema = 1            // the key layout's version
+	// MetaSchema is the key layout's version: 2 since issue 13 keeps a
+	// tenant's state packed in one hash field (scripts of schema 1 read
+	// the fields by name). A schema-1 tenant is migrated on first touch, but
+	// processes of the two schemas must never run at once.
+	MetaSchema = 2
 )
 
 // MetaKey is the key of the meta hash under prefix: "<prefix>:meta".
