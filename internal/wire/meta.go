@@ -48,7 +48,7 @@ type Settings struct {
 
 // The fixed parts of the meta hash.
 const (
-	MetaHash   = "crc32-ieee" // shard = crc32-IEEE(tenant) mod shards
+	MetaHash = "crc32-ieee" // shard = crc32-IEEE(tenant) mod shards
 	// MetaSchema is the key layout's version: 2 since issue 13 keeps a
 	// tenant's state packed in one hash field (scripts of schema 1 read
 	// the fields by name). A schema-1 tenant is migrated on first touch, but
