@@ -58,8 +58,11 @@ func (c PassConfig) validate() error {
 
 // Pass runs one dispatcher pass over shard in one script (DESIGN §2.2):
 //
-//  1. promotes up to P due delayed jobs, by due time: scheduled → the
-//     backlog's tail, retrying → the head lane (in head-sequence order);
+//  1. promotes up to P delayed jobs due by now + D, by due time: scheduled
+//     → the backlog's tail, retrying → the head lane (in head-sequence
+//     order); one not yet due is promoted only when its tenant has no job
+//     queued, and then keeps its due time as the earliest slot it may be
+//     released at (it leaves at its run_at); else it waits for its due time;
 //  2. sweeps up to P expired leases: a released job past its send time
 //     (SendAt) + grace goes
 //     back to the head lane with gen + 1 and no attempt used (the hand-off to

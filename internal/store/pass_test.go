@@ -351,3 +351,54 @@ func TestPassSpacesClaims(t *testing.T) {
 		t.Errorf("%d jobs still queued, want the %d not released", waiting, len(tenants)-len(got))
 	}
 }
+
+// A delayed job of a tenant with nothing queued is promoted D ahead of its
+// due time and released with its due time as its slot — it leaves at
+// run_at, not a pass after it; the next wake is its due time − D. One of a
+// tenant with queued jobs waits in the delayed set until its due time (no
+// job of that tenant waits behind it), and the next wake is that due time.
+func TestPassPromotesADelayedJobAheadOnlyForAnIdleTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1_000_000, 1 })) // T = 1 s
+	const lead = 100 * ms
+	due := func(d time.Duration) Item {
+		it := item(`{"d":1}`)
+		it.Delay = d
+		return it
+	}
+	idle := e.enqueue("acme", due(300*ms))[0]
+	at := e.job(idle.ID).RunAt
+	shard := e.store.keys.shardOf("acme")
+	res := e.pass(shard, PassConfig{Lead: lead, MinLead: 50 * ms, Grace: time.Second, Capacity: -1})
+	if res.Promoted != 0 || len(res.Released) != 0 || !res.NextWake.Equal(at.Add(-lead)) {
+		t.Fatalf("300 ms before due: promoted %d, released %d, next wake %s; want 0, 0, due − D = %s",
+			res.Promoted, len(res.Released), res.NextWake, at.Add(-lead))
+	}
+	e.clock.Advance(250 * ms) // 50 ms before due: within D
+	res = e.pass(shard, PassConfig{Lead: lead, MinLead: 50 * ms, Grace: time.Second, Capacity: -1})
+	if res.Promoted != 1 || len(res.Released) != 1 || res.Released[0].ID != idle.ID {
+		t.Fatalf("50 ms before due: promoted %d, released %+v; want the delayed job released ahead", res.Promoted, res.Released)
+	}
+	if r := res.Released[0]; !r.Slot.Equal(at) || !r.SendAt.Equal(at) {
+		t.Fatalf("released with slot %s, send at %s; want its due time %s", r.Slot, r.SendAt, at)
+	}
+	if c := e.claim(idle.ID, res.Released[0].Gen); c.Outcome != ClaimEarly {
+		t.Fatalf("claim 50 ms before due: %+v, want early", c)
+	}
+	e.requireConsistent()
+
+	busy := e.enqueue("busy", item(`{"q":1}`), item(`{"q":2}`))
+	delayed := e.enqueue("busy", due(60*ms))[0]
+	bshard := e.store.keys.shardOf("busy")
+	e.pass(bshard, PassConfig{Lead: lead, MinLead: 50 * ms, Grace: time.Second, Capacity: -1}) // the first queued job leaves
+	if j := e.job(delayed.ID); j.State != StateScheduled {
+		t.Fatalf("delayed job of a tenant with a queued job: %s before its due time, want scheduled", j.State)
+	}
+	e.clock.Advance(60 * ms)
+	res = e.pass(bshard, PassConfig{Lead: lead, MinLead: 50 * ms, Grace: time.Second, Capacity: -1})
+	if j := e.job(delayed.ID); j.State != StateQueued || res.Promoted != 1 {
+		t.Fatalf("at its due time: %s, promoted %d; want queued behind %s, 1", j.State, res.Promoted, busy[1].ID)
+	}
+	e.requireConsistent()
+}

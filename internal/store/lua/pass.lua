@@ -13,8 +13,14 @@
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
 --            send at µs}, …}
 --
--- 1. Promote due delayed jobs (at most P, by due time): scheduled → the
---    backlog's tail, retrying → the head lane (next head sequence).
+-- 1. Promote delayed jobs due by now + D (at most P, by due time):
+--    scheduled → the backlog's tail, retrying → the head lane (next head
+--    sequence). One due later than now is promoted ahead only when its
+--    tenant has no job queued (nothing would wait behind it): its due time
+--    becomes the job's not-before slot (record field nb; the tenant then
+--    takes the pass's reading path, c1 = 0), so it is released D ahead like
+--    any job and sent at its due time, not a pass after it; else it waits
+--    in the delayed set until its due time, as before.
 -- 2. Sweep expired leases (at most P): released → head lane, gen + 1, no
 --    attempt used; running (past claim + timeout + grace) → gen + 1, attempt
 --    logged as lease_expired, retrying after the backoff or dead.
@@ -42,7 +48,8 @@
 -- more: P or K cut the work short (or the ready read was cut by the
 -- capacity bound while capacity is left). capacity reached: the capacity ran out
 -- while visited tenants were still in the round. next wake = min(first ready
--- score − D, first delayed due time, first lease deadline).
+-- score − D, first delayed due time past now + D, minus D, the due time of
+-- a delayed job left waiting (1.), first lease deadline).
 
 local D, L, GRACE = tonum(ARGV[3]), tonum(ARGV[4]), tonum(ARGV[5])
 local P, K, CAP = tonum(ARGV[6]), tonum(ARGV[7]), tonum(ARGV[8])
@@ -65,7 +72,14 @@ local function bounded(ids, n)
   end
   return ids
 end
-local due = bounded(rcall('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local due_raw = rcall('ZRANGEBYSCORE', K_DELAYED, '-inf', istr(HORIZON), 'WITHSCORES', 'LIMIT', 0, P + 1)
+local due, due_at = {}, {}
+for i = 1, #due_raw, 2 do
+  due[#due + 1] = due_raw[i]
+  due_at[due_raw[i]] = tonum(due_raw[i + 1])
+end
+local due_cut = #due > P -- more only when promoting made progress (below)
+if due_cut then due[#due] = nil end
 local expired = bounded(rcall('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
 -- With no capacity nothing can be released: the ready tenants are not even
 -- read (the pass only promotes and sweeps), so full workers cost one cheap
@@ -112,19 +126,38 @@ local vclock = tonum(rcall('GET', K_VCLOCK)) or 0
 
 -- 1. Promotion.
 local promoted = 0
+local waiting = nil -- the earliest due time of a job left for its due time
 for _, j in ipairs(due_jobs) do
-  rcall('ZREM', K_DELAYED, j.id)
+  local at = due_at[j.id] or NOW
+  local t = j.tenant and TENANTS[j.tenant] and TENANTS[j.tenant].t
+  if at > NOW and t and (t.qtok > 0 or t.hlen > 0) then
+    waiting = mmin(waiting or at, at)
+    j.state = 'waiting' -- nothing to do before its due time
+  else
+    rcall('ZREM', K_DELAYED, j.id)
+  end
   if j.state == 'scheduled' then
     local t = tenant(j.tenant)
     rcall('RPUSH', k_queue(j.tenant), j.id)
-    rcall('HSET', k_job(j.id), 'state', 'queued')
+    if at > NOW then
+      rcall('HSET', k_job(j.id), 'state', 'queued', 'nb', istr(at))
+      t.c1 = 0
+    else
+      rcall('HSET', k_job(j.id), 'state', 'queued')
+    end
     t.qtok = t.qtok + j.cost
     promoted = promoted + 1
   elseif j.state == 'retrying' then
-    to_head(j, tenant(j.tenant), 0)
+    local t = tenant(j.tenant)
+    to_head(j, t, 0)
+    if at > NOW then
+      rcall('HSET', k_job(j.id), 'nb', istr(at))
+      t.c1 = 0
+    end
     promoted = promoted + 1
   end -- any other record was not due here: only the stray member goes
 end
+if due_cut and promoted > 0 then more = 1 end
 
 -- 2. Sweep.
 local swept = 0
@@ -200,10 +233,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type', 'nb')
     if r[1] == 'queued' then
       return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
-        type = r[4] or ''}
+        type = r[4] or '', nb = tonum(r[5]) or 0}
     end
     drop(tn, c, id, from_head)
   end
@@ -277,7 +310,7 @@ local function release_one(tn, c)
     e = earliest(t, p, j.cost, NOW)
   end
   if e > HORIZON then return nil end
-  local slot = mmax(e, g)
+  local slot = mmax(e, g, j and j.nb or 0) -- nb: a delayed job promoted ahead of its due time
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)
@@ -351,13 +384,17 @@ leases_flush()
 flush_tenants(cfg)
 if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
 
-local next_wake = nil
+local next_wake = waiting
 for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
-  local s = tonum(rcall('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-  if s then
-    if key == K_READY then s = s - D end
-    if next_wake == nil or s < next_wake then next_wake = s end
+  local s
+  if key == K_DELAYED then -- past the horizon: taken D ahead (those before it are promoted or waiting)
+    s = tonum(rcall('ZRANGEBYSCORE', key, '(' .. istr(HORIZON), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2])
+    if s then s = s - D end
+  else
+    s = tonum(rcall('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+    if s and key == K_READY then s = s - D end
   end
+  if s and (next_wake == nil or s < next_wake) then next_wake = s end
 end
 
 local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited}
