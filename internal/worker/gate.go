@@ -22,7 +22,6 @@ import (
 const (
 	SafetyNetDefault   = 500 * time.Millisecond
 	LegacyQuietDefault = 10 * time.Second
-	HoldDefault        = 100 * time.Millisecond
 )
 
 // GateConfig configures a DequeueGate.
@@ -59,7 +58,11 @@ type GateConfig struct {
 	// known empty: it waits for an announcement (or the next safety-net
 	// poll) instead of answering at once and leaving the server to sleep
 	// its task-check interval, so an announced batch is fetched within a
-	// pub/sub delivery. Default HoldDefault; negative: never hold.
+	// pub/sub delivery. Default SafetyNet (a hold never outlasts the next
+	// safety-net poll anyway), so that asynq's server
+	// rarely finishes a round and sleeps its TaskCheckInterval, during
+	// which an announcement would wait; negative: never hold. A hold also
+	// delays the server's shutdown by at most that long.
 	Hold time.Duration
 	// Logger receives the subscription's errors; nil discards them.
 	Logger *slog.Logger
@@ -140,7 +143,7 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, store.PrefixDefault)
 	cfg.SafetyNet = cmp.Or(cfg.SafetyNet, SafetyNetDefault)
 	cfg.LegacyQuiet = cmp.Or(cfg.LegacyQuiet, LegacyQuietDefault)
-	cfg.Hold = cmp.Or(cfg.Hold, HoldDefault)
+	cfg.Hold = cmp.Or(cfg.Hold, cfg.SafetyNet)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

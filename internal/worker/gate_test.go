@@ -56,7 +56,7 @@ func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet 
 	h.t.Cleanup(func() { _ = sub.Close() })
 	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: sub, Prefix: h.prefix,
 		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
-		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Logger: testLogger(h.t)})
+		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Hold: 100 * time.Millisecond, Logger: testLogger(h.t)}) // short holds: more dequeues to count
 	if err != nil {
 		h.t.Fatal(err)
 	}
