@@ -72,15 +72,18 @@ func waitLoad(wait func(context.Context, time.Time) error, n int, gap, lead time
 	base := time.Now().Add(lead)
 	cpu0 := processCPU()
 	var wg sync.WaitGroup
-	for i := range n {
-		at := base.Add(time.Duration(i) * gap)
-		if d := time.Until(at.Add(-lead)); d > 0 {
-			time.Sleep(d) // the dispatcher's release: lead before the slot
+	// The dispatcher's releases, each lead before its instant: at every
+	// tick, every wait whose release time has come starts.
+	tick := time.NewTicker(min(gap, time.Millisecond))
+	defer tick.Stop()
+	for i := 0; i < n; <-tick.C {
+		for ; i < n && !time.Now().Before(base.Add(time.Duration(i)*gap-lead)); i++ {
+			k, at := i, base.Add(time.Duration(i)*gap)
+			wg.Go(func() {
+				_ = wait(context.Background(), at)
+				errs[k] = time.Since(at)
+			})
 		}
-		wg.Go(func() {
-			_ = wait(context.Background(), at)
-			errs[i] = time.Since(at)
-		})
 	}
 	wg.Wait()
 	return errs, processCPU() - cpu0
