@@ -190,15 +190,8 @@ func TestHandoffEnqueuesBatchesAndAnnouncesTheQueue(t *testing.T) {
 // bounds.
 func TestPassesHandOffEveryJobInBatches(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
+	rdb, prefix, st := realStore(t, 1, 10_000)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Heartbeat(ctx, "w", 10_000, time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	const tenants, perTenant = 4, 50
 	for i := range tenants {
 		tn := fmt.Sprintf("t%d", i)

@@ -244,3 +244,20 @@ func (t *fakeTimer) drain() {
 	default:
 	}
 }
+
+// realStore is a store.Store on a fresh key prefix with shards shards and,
+// when capacity > 0, one worker announcing that capacity for an hour.
+func realStore(tb testing.TB, shards, capacity int) (*redis.Client, string, *store.Store) {
+	tb.Helper()
+	rdb, prefix := redistest.New(tb)
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if capacity > 0 {
+		if err := st.Heartbeat(context.Background(), "worker", capacity, time.Hour); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return rdb, prefix, st
+}

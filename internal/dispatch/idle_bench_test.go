@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/store"
 )
 
 // BenchmarkIdleCommands measures what an idle throttler costs Redis: one
@@ -37,15 +36,8 @@ func BenchmarkIdleCommands(b *testing.B) {
 const idleSettle, idleWindow = time.Second, 4 * time.Second
 
 func benchIdleCommands(b *testing.B) {
-	rdb, prefix := redistest.New(b)
+	rdb, prefix, st := realStore(b, 16, 100)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := st.Heartbeat(ctx, "idle-bench", 100, time.Hour); err != nil {
-		b.Fatal(err)
-	}
 	d, err := New(Config{Store: st, Asynq: &fakeAsynq{}, Redis: rdb, Prefix: prefix, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)

@@ -107,15 +107,8 @@ func (r *recordingAsynq) handedOff(id string) (time.Time, wire.Payload, bool) {
 // the enqueue's PUBLISH wakes the shard's loop at the job's time − D.
 func TestIdleLoopsHandNewAndDelayedJobsOffInTime(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
+	rdb, prefix, st := realStore(t, 4, 100)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Heartbeat(ctx, "w", 100, time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	rec := &recordingAsynq{at: map[string]time.Time{}, job: map[string]wire.Payload{}}
 	d := start(t, Config{Store: st, Asynq: rec, Redis: rdb, Prefix: prefix, MaxSleep: time.Hour,
 		Registerer: prometheus.NewRegistry()})

@@ -12,19 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func TestStateCollectorReadsTenantsAndQueues(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
+	rdb, prefix, st := realStore(t, 4, 0)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
 	items := []store.Item{{Type: "webhook", Body: []byte(`{}`)}, {Type: "webhook", Body: []byte(`{}`)}, {Type: "webhook", Body: []byte(`{}`)}}
 	if _, err := st.Enqueue(ctx, "acme", items); err != nil {
 		t.Fatal(err)
