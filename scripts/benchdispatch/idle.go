@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // idleTarget is issue 13's bound on the Redis commands per second of one
@@ -166,27 +168,15 @@ func withDelay(body []byte, d time.Duration) []byte {
 // delayed) and measures it against its job's record: the slot of its
 // release, and its due time (run_at when it has one, else its enqueue).
 func wakeLatencies(ctx context.Context, e *env, arr []arrival, delayed map[string]bool) (now, later wakeups, err error) {
-	seen := map[string]bool{}
-	for _, a := range arr {
-		if seen[a.id] {
-			continue
-		}
-		seen[a.id] = true
-		j, err := e.st.GetJob(ctx, a.id)
-		if err != nil {
-			return now, later, err
-		}
-		if j.Slot.IsZero() {
-			return now, later, fmt.Errorf("job %s (state %s) has no slot in its record", a.id, j.State)
-		}
+	err = firstArrivals(ctx, e, arr, func(a arrival, j store.Job) {
 		due, w := j.Created, &now
 		if delayed[a.id] {
 			due, w = j.RunAt, &later
 		}
 		w.slot = append(w.slot, a.at.Sub(j.Slot))
 		w.due = append(w.due, a.at.Sub(due))
-	}
-	return now, later, nil
+	})
+	return now, later, err
 }
 
 // idlePeer runs one bare asynq server with no tasks, measures it idle, then

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // isoRun is the quiet tenant's measurement in one isolation run.
@@ -136,8 +138,24 @@ func isolationRun(ctx context.Context, e *env, withNoisy bool) (isoRun, error) {
 // again, has the slot of its last release.
 func slotLatencies(ctx context.Context, e *env, arr []arrival) ([]time.Duration, time.Time, error) {
 	var first time.Time
-	seen := map[string]bool{}
 	var lat []time.Duration
+	err := firstArrivals(ctx, e, arr, func(a arrival, j store.Job) {
+		lat = append(lat, a.at.Sub(j.Slot))
+		if first.IsZero() || j.Slot.Before(first) {
+			first = j.Slot
+		}
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	slices.Sort(lat)
+	return lat, first, nil
+}
+
+// firstArrivals calls f with the first arrival of each job and the job's
+// record, which must carry a slot.
+func firstArrivals(ctx context.Context, e *env, arr []arrival, f func(arrival, store.Job)) error {
+	seen := map[string]bool{}
 	for _, a := range arr {
 		if seen[a.id] {
 			continue
@@ -145,16 +163,12 @@ func slotLatencies(ctx context.Context, e *env, arr []arrival) ([]time.Duration,
 		seen[a.id] = true
 		j, err := e.st.GetJob(ctx, a.id)
 		if err != nil {
-			return nil, first, err
+			return err
 		}
 		if j.Slot.IsZero() {
-			return nil, first, fmt.Errorf("job %s (state %s) has no slot in its record", a.id, j.State)
+			return fmt.Errorf("job %s (state %s) has no slot in its record", a.id, j.State)
 		}
-		lat = append(lat, a.at.Sub(j.Slot))
-		if first.IsZero() || j.Slot.Before(first) {
-			first = j.Slot
-		}
+		f(a, j)
 	}
-	slices.Sort(lat)
-	return lat, first, nil
+	return nil
 }
