@@ -4,6 +4,10 @@
 // SIGTERM or SIGINT.
 //
 //	throttler [--config PATH]
+//	throttler migrate --from URL [--config PATH] [--dry-run]
+//
+// The second form copies a stopped deployment from the Redis at URL to the
+// one the configuration names (internal/migrate), e.g. onto a Cluster.
 //
 // See DESIGN §7 for the configuration; SLUICE_CONFIG, SLUICE_REDIS_URL and
 // SLUICE_LISTEN override it.
@@ -51,6 +55,9 @@ func main() {
 // run serves until ctx is done, then drains. ready, when not nil, is called
 // with the listening address once the server accepts connections.
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string)) error {
+	if len(args) > 0 && args[0] == "migrate" {
+		return runMigrate(ctx, args[1:], getenv, logOut)
+	}
 	cfg, err := config.FromFlags(args, getenv)
 	if err != nil {
 		return err

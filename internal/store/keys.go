@@ -63,6 +63,10 @@ func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
 // the dispatcher (internal/dispatch) subscribes to it.
 func WakeChannel(prefix string, shard int) string { return keyspace{prefix: prefix}.wake(shard) }
 
+// LeasesKey is shard's lease set under prefix, "<p>:{s<shard>}:leases": the
+// jobs released or running, by lease deadline (internal/migrate counts it).
+func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix}.leases(shard) }
+
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
 
