@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,10 +20,7 @@ import (
 // are safe for concurrent use. Stop (or the t.Cleanup of NewCluster) kills
 // every node.
 type Cluster struct {
-	dir string
-
-	mu    sync.Mutex
-	nodes []*proc // masters first, then replicas, as created
+	g group // the nodes, in creation order
 }
 
 // ClusterConfig shapes a Cluster. The zero value is 3 masters with one
@@ -80,7 +76,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir}
+	c := &Cluster{g: group{dir: dir}}
 	if err := c.start(cli, cfg); err != nil {
 		c.Stop()
 		return nil, err
@@ -93,15 +89,15 @@ func (c *Cluster) start(cli string, cfg ClusterConfig) error {
 	if !cfg.NoReplicas {
 		n, replicas = 2*cfg.Masters, 1
 	}
-	for range n {
-		p, err := startProc(c.dir, true,
+	for i := range n {
+		p, err := startProc(c.g.dir, true,
 			"--cluster-enabled", "yes", "--cluster-node-timeout", strconv.FormatInt(cfg.NodeTimeout.Milliseconds(), 10),
-			"--cluster-config-file", "nodes-"+strconv.Itoa(len(c.nodes))+".conf",
+			"--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf",
 			"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
 		if err != nil {
 			return err
 		}
-		c.nodes = append(c.nodes, p)
+		c.g.add(p)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -110,7 +106,7 @@ func (c *Cluster) start(cli string, cfg ClusterConfig) error {
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
 	}
-	for _, p := range c.nodes {
+	for _, p := range c.g.snapshot() {
 		if err := c.awaitNode(p, n); err != nil {
 			return err
 		}
@@ -147,15 +143,7 @@ func (c *Cluster) awaitNode(p *proc, n int) error {
 // Addrs returns the address (host:port) of every node, masters and
 // replicas, killed ones included, in creation order: seed addresses for a
 // client.
-func (c *Cluster) Addrs() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	addrs := make([]string, len(c.nodes))
-	for i, p := range c.nodes {
-		addrs[i] = p.addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return c.g.addrs() }
 
 // URL returns the Cluster as a redis+cluster:// URL (every node a seed):
 // the form Sluice's config accepts in redis.url and SLUICE_REDIS_URL.
@@ -181,7 +169,7 @@ func (c *Cluster) Client() *redis.ClusterClient {
 // as a live node's CLUSTER SLOTS says (no client's cached view).
 func (c *Cluster) MasterOf(ctx context.Context, key string) (string, error) {
 	var lastErr error = errors.New("no live node")
-	for _, p := range c.live() {
+	for _, p := range live(c.g.snapshot()) {
 		rc := p.client()
 		addr, err := masterOfSlot(ctx, rc, key)
 		_ = rc.Close()
@@ -213,7 +201,7 @@ func masterOfSlot(ctx context.Context, rc *redis.Client, key string) (string, er
 // Masters returns the addresses of the live nodes that are masters now.
 func (c *Cluster) Masters(ctx context.Context) ([]string, error) {
 	var masters []string
-	for _, p := range c.live() {
+	for _, p := range live(c.g.snapshot()) {
 		rc := p.client()
 		role, err := rc.Do(ctx, "ROLE").Slice()
 		_ = rc.Close()
@@ -229,37 +217,7 @@ func (c *Cluster) Masters(ctx context.Context) ([]string, error) {
 
 // Kill kills the node at addr with SIGKILL (kill -9) and waits until its
 // process is gone. It is an error when no live node has that address.
-func (c *Cluster) Kill(addr string) error {
-	for _, p := range c.live() {
-		if p.addr == addr {
-			p.kill()
-			return nil
-		}
-	}
-	return fmt.Errorf("no live cluster node at %s", addr)
-}
-
-func (c *Cluster) live() []*proc {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var live []*proc
-	for _, p := range c.nodes {
-		if p.alive() {
-			live = append(live, p)
-		}
-	}
-	return live
-}
+func (c *Cluster) Kill(addr string) error { return c.g.kill(addr) }
 
 // Stop kills every node and removes the directory. Idempotent.
-func (c *Cluster) Stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.nodes {
-		p.kill()
-	}
-	if c.dir != "" {
-		_ = os.RemoveAll(c.dir)
-		c.dir = ""
-	}
-}
+func (c *Cluster) Stop() { c.g.stop() }

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,10 +84,16 @@ func launch(bin, dir string, port int, args []string) (*proc, error) {
 func (p *proc) awaitPing(within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
+	return pingUntil(c, within, p.exited)
+}
+
+// pingUntil PINGs through c until it answers, failing when gone is closed
+// (nil: never) or within passes.
+func pingUntil(c *redis.Client, within time.Duration, gone <-chan struct{}) error {
 	deadline := time.Now().Add(within)
 	for {
 		select {
-		case <-p.exited:
+		case <-gone:
 			return errors.New("exited")
 		default:
 		}
@@ -162,5 +170,72 @@ func waitFor(within time.Duration, what string, cond func(ctx context.Context) e
 			return fmt.Errorf("%s: not within %s: %w", what, within, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// group is the processes of one setup (a Cluster, a Sentinel setup) and the
+// directory they share. Its methods are safe for concurrent use.
+type group struct {
+	mu    sync.Mutex
+	dir   string
+	procs []*proc
+}
+
+func (g *group) add(p *proc) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.procs = append(g.procs, p)
+}
+
+// snapshot returns the processes, killed ones included, in start order.
+func (g *group) snapshot() []*proc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.procs)
+}
+
+// addrs returns the processes' addresses in start order.
+func (g *group) addrs() []string {
+	ps := g.snapshot()
+	addrs := make([]string, len(ps))
+	for i, p := range ps {
+		addrs[i] = p.addr
+	}
+	return addrs
+}
+
+// live returns the processes of ps that have not exited.
+func live(ps []*proc) []*proc {
+	var out []*proc
+	for _, p := range ps {
+		if p.alive() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// kill kills the live process at addr (kill -9) and waits until it is gone;
+// it is an error when no live process has that address.
+func (g *group) kill(addr string) error {
+	for _, p := range live(g.snapshot()) {
+		if p.addr == addr {
+			p.kill()
+			return nil
+		}
+	}
+	return fmt.Errorf("no live process at %s", addr)
+}
+
+// stop kills every process and removes the directory. Idempotent.
+func (g *group) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.procs {
+		p.kill()
+	}
+	if g.dir != "" {
+		_ = os.RemoveAll(g.dir)
+		g.dir = ""
 	}
 }

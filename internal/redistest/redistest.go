@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -256,19 +255,7 @@ func freePort() (int, error) {
 func ping(o *redis.Options, within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(within)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.Join(errors.New("ping timed out"), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return pingUntil(c, within, nil)
 }
 
 // EvalOnlyClient returns a client (of the test Redis's kind) of a new ACL

@@ -8,10 +8,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,12 +25,11 @@ const SentinelMasterName = "sluice-test"
 // are safe for concurrent use. Stop (or the t.Cleanup of NewSentinel) kills
 // every process.
 type Sentinel struct {
-	dir string
-
-	mu        sync.Mutex
-	data      []*proc // the primary it started with, then the replica
-	sentinels []*proc
+	g group // the primary it started with, the replica, the 3 sentinels
 }
+
+// dataNodes is how many of Sentinel.g's processes are data nodes.
+const dataNodes = 2
 
 // SentinelDownAfter is the sentinels' down-after-milliseconds: how long the
 // primary may not answer before a failover starts.
@@ -59,7 +56,7 @@ func StartSentinel() (*Sentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sentinel{dir: dir}
+	s := &Sentinel{g: group{dir: dir}}
 	if err := s.start(); err != nil {
 		s.Stop()
 		return nil, err
@@ -69,30 +66,30 @@ func StartSentinel() (*Sentinel, error) {
 
 func (s *Sentinel) start() error {
 	data := []string{"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"}
-	primary, err := startProc(s.dir, false, data...)
+	primary, err := startProc(s.g.dir, false, data...)
 	if err != nil {
 		return err
 	}
-	s.data = append(s.data, primary)
+	s.g.add(primary)
 	host, port, _ := net.SplitHostPort(primary.addr)
-	replica, err := startProc(s.dir, false, append(data, "--replicaof", host, port)...)
+	replica, err := startProc(s.g.dir, false, append(data, "--replicaof", host, port)...)
 	if err != nil {
 		return err
 	}
-	s.data = append(s.data, replica)
+	s.g.add(replica)
 	for i := range 3 {
-		conf := filepath.Join(s.dir, "sentinel-"+strconv.Itoa(i)+".conf")
+		conf := filepath.Join(s.g.dir, "sentinel-"+strconv.Itoa(i)+".conf")
 		body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 2\n"+
 			"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 			"sentinel failover-timeout %[1]s 10000\n", SentinelMasterName, host, port, SentinelDownAfter.Milliseconds())
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			return err
 		}
-		p, err := startProc(s.dir, false, conf, "--sentinel")
+		p, err := startProc(s.g.dir, false, conf, "--sentinel")
 		if err != nil {
 			return err
 		}
-		s.sentinels = append(s.sentinels, p)
+		s.g.add(p)
 	}
 	return s.awaitReady()
 }
@@ -100,9 +97,10 @@ func (s *Sentinel) start() error {
 // awaitReady waits until the replica's link is up and every sentinel sees
 // one replica and two other sentinels.
 func (s *Sentinel) awaitReady() error {
-	rc := s.data[1].client()
+	ps := s.g.snapshot()
+	rc := ps[1].client()
 	defer rc.Close()
-	err := waitFor(30*time.Second, "replica link on "+s.data[1].addr, func(ctx context.Context) error {
+	err := waitFor(30*time.Second, "replica link on "+ps[1].addr, func(ctx context.Context) error {
 		repl, err := rc.Info(ctx, "replication").Result()
 		if err == nil && !strings.Contains(repl, "master_link_status:up") {
 			err = fmt.Errorf("link not up: %s", repl)
@@ -112,7 +110,7 @@ func (s *Sentinel) awaitReady() error {
 	if err != nil {
 		return err
 	}
-	for _, p := range s.sentinels {
+	for _, p := range ps[dataNodes:] {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
 		err := waitFor(30*time.Second, "sentinel "+p.addr+" ready", func(ctx context.Context) error {
 			m, err := sc.Master(ctx, SentinelMasterName).Result()
@@ -136,21 +134,11 @@ func (s *Sentinel) awaitReady() error {
 func (s *Sentinel) MasterName() string { return SentinelMasterName }
 
 // SentinelAddrs returns the sentinels' addresses (host:port).
-func (s *Sentinel) SentinelAddrs() []string { return addrsOf(&s.mu, s.sentinels) }
+func (s *Sentinel) SentinelAddrs() []string { return s.g.addrs()[dataNodes:] }
 
 // DataAddrs returns the addresses of the primary it started with and of the
 // replica, in that order (after a failover the roles swap).
-func (s *Sentinel) DataAddrs() []string { return addrsOf(&s.mu, s.data) }
-
-func addrsOf(mu *sync.Mutex, ps []*proc) []string {
-	mu.Lock()
-	defer mu.Unlock()
-	addrs := make([]string, len(ps))
-	for i, p := range ps {
-		addrs[i] = p.addr
-	}
-	return addrs
-}
+func (s *Sentinel) DataAddrs() []string { return s.g.addrs()[:dataNodes] }
 
 // URL returns the setup as a redis+sentinel:// URL (every sentinel, the
 // master name): the form Sluice's config accepts in redis.url and
@@ -179,10 +167,7 @@ func (s *Sentinel) Client() *redis.Client {
 // answers says.
 func (s *Sentinel) Master(ctx context.Context) (string, error) {
 	var lastErr error = errors.New("no live sentinel")
-	s.mu.Lock()
-	sentinels := slices.Clone(s.sentinels)
-	s.mu.Unlock()
-	for _, p := range s.live(sentinels) {
+	for _, p := range live(s.g.snapshot()[dataNodes:]) {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: p.addr, MaxRetries: -1})
 		hp, err := sc.GetMasterAddrByName(ctx, SentinelMasterName).Result()
 		_ = sc.Close()
@@ -197,40 +182,7 @@ func (s *Sentinel) Master(ctx context.Context) (string, error) {
 // Kill kills the data node or sentinel at addr with SIGKILL (kill -9) and
 // waits until its process is gone. It is an error when no live process has
 // that address.
-func (s *Sentinel) Kill(addr string) error {
-	s.mu.Lock()
-	all := slices.Concat(s.data, s.sentinels)
-	s.mu.Unlock()
-	for _, p := range s.live(all) {
-		if p.addr == addr {
-			p.kill()
-			return nil
-		}
-	}
-	return fmt.Errorf("no live sentinel-setup process at %s", addr)
-}
-
-func (s *Sentinel) live(ps []*proc) []*proc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var live []*proc
-	for _, p := range ps {
-		if p.alive() {
-			live = append(live, p)
-		}
-	}
-	return live
-}
+func (s *Sentinel) Kill(addr string) error { return s.g.kill(addr) }
 
 // Stop kills every process and removes the directory. Idempotent.
-func (s *Sentinel) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range slices.Concat(s.sentinels, s.data) {
-		p.kill()
-	}
-	if s.dir != "" {
-		_ = os.RemoveAll(s.dir)
-		s.dir = ""
-	}
-}
+func (s *Sentinel) Stop() { s.g.stop() }
