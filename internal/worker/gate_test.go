@@ -304,7 +304,8 @@ func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
 		return run(queue) == nil
 	})
 	_ = run(queue) // Redis: empty again, so known empty
-	tag := "asynq:{" + queue + "}:" // one slot: a Cluster runs the script too
+	// Other keys, in the queue's slot: a Cluster runs the script too.
+	tag := "asynq:{" + queue + "}:"
 	other := []string{tag + "pending", tag + "a", tag + "b", tag + "c"}
 	local, real := counts()
 	if err := dequeue.Run(h.ctx, client, other, 0, "x").Err(); !errors.Is(err, redis.Nil) {
