@@ -173,8 +173,9 @@ func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
 // TestGateKeepsALegacyQueueInUsePolled: an earlier dispatcher hands off
 // per-job tasks (no announcement) on a legacy queue. Found busy by the
 // gated server's first poll, the queue stays polled: the next task, slotted
-// a second later, is fetched before its slot and sent at it, though the
-// safety net is an hour.
+// a second later, is fetched before its slot and sent when due (at its
+// slot, or a second after the first send when that one was late), though
+// the safety net is an hour.
 func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
@@ -201,8 +202,16 @@ func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	if got[1].id != r.ID {
 		t.Fatalf("arrived %+v, want job %s second", got, r.ID)
 	}
-	if off := got[1].redis.Sub(r.Slot); off > sendBound() {
-		t.Fatalf("sent %s after its slot, want within %s", off, sendBound())
+	// Its slot, or a second after the first job's send if that one went
+	// out late (its late pickup waited for the server's start, slower on a
+	// Cluster): the tenant's schedule keeps its distances over sends.
+	due := r.Slot
+	if next := got[0].redis.Add(time.Second); next.After(due) {
+		due = next
+	}
+	if off := got[1].redis.Sub(due); off > sendBound() {
+		t.Fatalf("sent %s after it was due (slot %s, first send +1s %s), want within %s", off,
+			r.Slot.Format(time.StampMicro), got[0].redis.Add(time.Second).Format(time.StampMicro), sendBound())
 	}
 	redistest.Poll(t, 5*time.Second, "the job succeeded at its first release's gen", func() bool {
 		j := h.jobOf(r.ID)
