@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestCheckBucketsPerAPIKey: by default (scope api_key) two API keys
@@ -24,14 +26,14 @@ func TestCheckBucketsPerAPIKey(t *testing.T) {
 		}
 	}
 
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	var prefix string
-	f := newFixture(t, func(_ *Options, c *redis.Client, p string) { rdb, prefix = c, p })
+	f := newFixture(t, func(_ *Options, c redis.UniversalClient, p string) { rdb, prefix = c, p })
 	drain(f)
 	if r := f.check(t, adminToken, `{"key":"user-42","cost":1}`); r.status != http.StatusOK || r.body["remaining"] != 2.0 {
 		t.Errorf("ops after producer emptied its bucket: %d %v, want 200 with its own 2 left", r.status, r.body)
 	}
-	keys, err := rdb.Keys(context.Background(), prefix+":rl:{search:*").Result()
+	keys, err := redistest.Keys(context.Background(), rdb, prefix+":rl:{search:*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestCheckBucketsPerAPIKey(t *testing.T) {
 		t.Errorf("search buckets %v hold an API key's secret", keys)
 	}
 
-	shared := newFixture(t, func(o *Options, _ *redis.Client, _ string) {
+	shared := newFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		l := o.Limits["search"]
 		l.Shared = true
 		o.Limits["search"] = l

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // auditKeyspace checks every key under prefix against the data model
@@ -36,7 +38,7 @@ import (
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
-func auditKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards int) ([]string, error) {
+func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string, shards int) ([]string, error) {
 	ks, err := loadKeyspace(ctx, rdb, prefix, shards)
 	if err != nil {
 		return nil, err
@@ -87,23 +89,23 @@ func (ks *keyspaceSnapshot) problem(format string, args ...any) {
 
 var keyPattern = regexp.MustCompile(`^\{s(\d+)\}:(.*)$`)
 
-func loadKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards int) (*keyspaceSnapshot, error) {
+func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string, shards int) (*keyspaceSnapshot, error) {
 	ks := &keyspaceSnapshot{prefix: prefix, shards: shards, keys: map[string]auditedKey{},
 		jobs: map[string]map[string]string{}, tenants: map[string]map[string]string{},
 		tenantTTL: map[string]time.Duration{},
 		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
 		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{}}
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if err := ks.load(ctx, rdb, iter.Val()); err != nil {
+	keys, err := redistest.Keys(ctx, rdb, prefix+":*")
+	for _, k := range keys {
+		if err := ks.load(ctx, rdb, k); err != nil {
 			return nil, err
 		}
 	}
-	return ks, iter.Err()
+	return ks, err
 }
 
 // load reads one key into the snapshot according to its name.
-func (ks *keyspaceSnapshot) load(ctx context.Context, rdb *redis.Client, key string) error {
+func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient, key string) error {
 	if key == ks.prefix+":workers" {
 		return nil // worker heartbeats (workers_test.go checks them)
 	}

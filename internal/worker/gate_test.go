@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,8 +51,9 @@ func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet 
 	h.t.Helper()
 	w := h.newWorker(exec, nil)
 	client, _ := redistest.New(h.t)
-	sub := redis.NewClient(&redis.Options{Addr: redistest.Addr(), ClientName: subscriberName(h.prefix)})
-	h.t.Cleanup(func() { _ = sub.Close() })
+	o := redistest.Options()
+	o.ClientName = subscriberName(h.prefix)
+	sub := redistest.NewClient(h.t, o)
 	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: sub, Prefix: h.prefix,
 		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
 		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Hold: 100 * time.Millisecond, Logger: testLogger(h.t)}) // short holds: more dequeues to count
@@ -173,8 +173,9 @@ func TestGateKeepsAnIdleWorkerUnderAHundredCommandsPerSecond(t *testing.T) {
 // TestGateKeepsALegacyQueueInUsePolled: an earlier dispatcher hands off
 // per-job tasks (no announcement) on a legacy queue. Found busy by the
 // gated server's first poll, the queue stays polled: the next task, slotted
-// a second later, is fetched before its slot and sent at it, though the
-// safety net is an hour.
+// a second later, is fetched before its slot and sent when due (at its
+// slot, or a second after the first send when that one was late), though
+// the safety net is an hour.
 func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
@@ -201,8 +202,16 @@ func TestGateKeepsALegacyQueueInUsePolled(t *testing.T) {
 	if got[1].id != r.ID {
 		t.Fatalf("arrived %+v, want job %s second", got, r.ID)
 	}
-	if off := got[1].redis.Sub(r.Slot); off > sendBound() {
-		t.Fatalf("sent %s after its slot, want within %s", off, sendBound())
+	// Its slot, or a second after the first job's send if that one went
+	// out late (its late pickup waited for the server's start, slower on a
+	// Cluster): the tenant's schedule keeps its distances over sends.
+	due := r.Slot
+	if next := got[0].redis.Add(time.Second); next.After(due) {
+		due = next
+	}
+	if off := got[1].redis.Sub(due); off > sendBound() {
+		t.Fatalf("sent %s after it was due (slot %s, first send +1s %s), want within %s", off,
+			r.Slot.Format(time.StampMicro), got[0].redis.Add(time.Second).Format(time.StampMicro), sendBound())
 	}
 	redistest.Poll(t, 5*time.Second, "the job succeeded at its first release's gen", func() bool {
 		j := h.jobOf(r.ID)
@@ -225,22 +234,9 @@ func TestGatePollsEveryQueueWhileDeafAndAfterResubscribing(t *testing.T) {
 		local, _ := gs.gate.Counts()
 		return local > 0
 	})
-	list, err := h.rdb.ClientList(h.ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var id string
-	for line := range strings.Lines(list) {
-		if strings.Contains(line, " name="+subscriberName(h.prefix)+" ") {
-			id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
-		}
-	}
-	if id == "" {
-		t.Fatalf("no connection named %s in\n%s", subscriberName(h.prefix), list)
-	}
 	_, realBefore := gs.gate.Counts()
-	if err := h.rdb.Do(h.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
-		t.Fatal(err)
+	if killed, err := redistest.KillClients(h.ctx, h.rdb, subscriberName(h.prefix), false); err != nil || killed == 0 {
+		t.Fatalf("close the connections named %s: %d closed, %v", subscriberName(h.prefix), killed, err)
 	}
 	queues := int64(len(wire.HandoffQueueNames(h.prefix)))
 	redistest.Poll(t, 5*time.Second, "every hand-off queue polled in Redis again", func() bool {
@@ -317,7 +313,9 @@ func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
 		return run(queue) == nil
 	})
 	_ = run(queue) // Redis: empty again, so known empty
-	other := []string{"asynq:{" + queue + "}:pending", "a", "b", "c"}
+	// Other keys, in the queue's slot: a Cluster runs the script too.
+	tag := "asynq:{" + queue + "}:"
+	other := []string{tag + "pending", tag + "a", tag + "b", tag + "c"}
 	local, real := counts()
 	if err := dequeue.Run(h.ctx, client, other, 0, "x").Err(); !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
