@@ -30,7 +30,7 @@ const tci = 20 * time.Millisecond
 type env struct {
 	t      *testing.T
 	ctx    context.Context
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	queue  string
 	st     *store.Store

@@ -43,7 +43,7 @@ type fixture struct {
 
 // newFixture serves the API on real Redis. tweak may change the options
 // (e.g. point the API limiter elsewhere) before the server is built.
-func newFixture(t *testing.T, tweak func(o *Options, rdb *redis.Client, prefix string)) *fixture {
+func newFixture(t *testing.T, tweak func(o *Options, rdb redis.UniversalClient, prefix string)) *fixture {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
 	search := newLimiter(t, rdb, prefix, "search", searchLimit)
@@ -235,7 +235,7 @@ func TestCheckBadInput(t *testing.T) {
 func TestAPILimiterRefusesAndNamesItself(t *testing.T) {
 	t.Parallel()
 	small := bucket.Limit{Algorithm: bucket.SlidingWindow, Limit: 2, Window: time.Minute}
-	f := newFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
+	f := newFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
 		o.APILimiter = newLimiter(t, rdb, prefix, ReservedLimit, small)
 		o.APILimit = small
 	})
@@ -260,7 +260,7 @@ func TestAPILimiterRefusesAndNamesItself(t *testing.T) {
 	}
 }
 
-func deadRedis(t *testing.T) *redis.Client {
+func deadRedis(t *testing.T) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -270,7 +270,7 @@ func TestAPILimiterFailsOpenOrClosed(t *testing.T) {
 	t.Parallel()
 	for _, failOpen := range []bool{true, false} {
 		var logs bytes.Buffer
-		f := newFixture(t, func(o *Options, _ *redis.Client, prefix string) {
+		f := newFixture(t, func(o *Options, _ redis.UniversalClient, prefix string) {
 			o.APILimiter = newLimiter(t, deadRedis(t), prefix, ReservedLimit, apiLimit)
 			o.APIFailOpen = failOpen
 			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -319,7 +319,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		}
 	}
 
-	down := newFixture(t, func(o *Options, _ *redis.Client, _ string) { o.Redis = deadRedis(t) })
+	down := newFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.Redis = deadRedis(t) })
 	if r := down.do(t, "GET", "/readyz", "", "", ""); r.status != 503 || errorCode(r) != CodeUnavailable {
 		t.Errorf("readyz with Redis down: %d %q, want 503 unavailable", r.status, errorCode(r))
 	}

@@ -27,7 +27,7 @@ type keyspace map[string]string
 // snapshot reads the keyspace under prefix, leaving out the API limiter's
 // own keys (skip): a refused request is still charged against the API
 // limit, by design, and nothing else may change.
-func snapshot(t *testing.T, rdb *redis.Client, prefix string, skip map[string]bool) keyspace {
+func snapshot(t *testing.T, rdb redis.UniversalClient, prefix string, skip map[string]bool) keyspace {
 	t.Helper()
 	ctx := context.Background()
 	out := keyspace{}
@@ -57,7 +57,7 @@ func snapshot(t *testing.T, rdb *redis.Client, prefix string, skip map[string]bo
 // contents is key k's value as bytes that depend on the value only: a
 // hash's or a set's members sorted (DUMP walks a hash table in an order that
 // a lookup's incremental rehash step may change), DUMP for other types.
-func contents(t *testing.T, rdb *redis.Client, k, typ string) string {
+func contents(t *testing.T, rdb redis.UniversalClient, k, typ string) string {
 	t.Helper()
 	ctx := context.Background()
 	var parts []string
@@ -144,10 +144,10 @@ func deep(n int) string {
 // request is still counted against its API key).
 func TestHostileRequestsChangeNothing(t *testing.T) {
 	t.Parallel()
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	var prefix string
 	const jobBytes, batchBytes = 32 << 10, 64 << 10
-	f := newStoreFixture(t, func(o *Options, c *redis.Client, p string) {
+	f := newStoreFixture(t, func(o *Options, c redis.UniversalClient, p string) {
 		rdb, prefix = c, p
 		o.MaxJobBytes, o.MaxBatchBytes = jobBytes, batchBytes
 	})

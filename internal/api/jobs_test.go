@@ -29,9 +29,9 @@ func hook(n int) string {
 
 // newStoreFixture is newFixture with a store.Store on the test's prefix
 // and the task queue "default" allowed.
-func newStoreFixture(t *testing.T, tweak func(o *Options, rdb *redis.Client, prefix string)) *fixture {
+func newStoreFixture(t *testing.T, tweak func(o *Options, rdb redis.UniversalClient, prefix string)) *fixture {
 	t.Helper()
-	return newFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
+	return newFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
 		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
 		if err != nil {
 			t.Fatal(err)
@@ -382,7 +382,7 @@ type hidden struct{ io.Reader }
 
 func TestEnqueueBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.MaxJobBytes, o.MaxBatchBytes = 2048, 4096 })
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.MaxJobBytes, o.MaxBatchBytes = 2048, 4096 })
 	jobs, bat := "/v1/tenants/acme-bad/jobs", "/v1/tenants/acme-bad/jobs:batch"
 	big := `{"type":"webhook","url":"https://e.example","event":"e","payload":"` + strings.Repeat("x", 3000) + `"}`
 	cases := []struct {
@@ -505,7 +505,7 @@ func TestCancelOverHTTP(t *testing.T) {
 
 func TestEgressAllowOpensLoopbackAtEnqueue(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) {
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		o.EgressAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
 	r := f.post(t, "/v1/tenants/acme-local/jobs", producerToken, `{"type":"webhook","url":"http://127.0.0.1:9/h","event":"e"}`)

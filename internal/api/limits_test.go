@@ -24,9 +24,9 @@ func TestCheckBucketsPerAPIKey(t *testing.T) {
 		}
 	}
 
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	var prefix string
-	f := newFixture(t, func(_ *Options, c *redis.Client, p string) { rdb, prefix = c, p })
+	f := newFixture(t, func(_ *Options, c redis.UniversalClient, p string) { rdb, prefix = c, p })
 	drain(f)
 	if r := f.check(t, adminToken, `{"key":"user-42","cost":1}`); r.status != http.StatusOK || r.body["remaining"] != 2.0 {
 		t.Errorf("ops after producer emptied its bucket: %d %v, want 200 with its own 2 left", r.status, r.body)
@@ -43,7 +43,7 @@ func TestCheckBucketsPerAPIKey(t *testing.T) {
 		t.Errorf("search buckets %v hold an API key's secret", keys)
 	}
 
-	shared := newFixture(t, func(o *Options, _ *redis.Client, _ string) {
+	shared := newFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		l := o.Limits["search"]
 		l.Shared = true
 		o.Limits["search"] = l

@@ -100,7 +100,7 @@ func TestViewsRedactUpstreamCredentials(t *testing.T) {
 	}))
 	t.Cleanup(receiver.Close)
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.EgressAllow = loopback })
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.EgressAllow = loopback })
 
 	headers := map[string]string{"X-Account": "7"}
 	for k, v := range secretHeaders {

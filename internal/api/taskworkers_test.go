@@ -62,7 +62,7 @@ func requireNoTaskWorker(t *testing.T, r response, queue string) {
 func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 	t.Parallel()
 	storeClock := &testClock{t: time.Now()}
-	f := newStoreFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
 		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: storeClock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestEnqueueTaskJobNeedsALiveTaskWorker(t *testing.T) {
 // withdrawn middleware is seen at once.
 func TestTaskWorkerCacheOff(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.TaskWorkerCache = -1 })
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.TaskWorkerCache = -1 })
 	ctx, st := context.Background(), f.srv.opts.Store
 	if err := st.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestTaskWorkerCacheOff(t *testing.T) {
 // leaves no key behind.
 func TestTaskJobReplayAnswersWithoutALiveWorker(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.TaskWorkerCache = -1 })
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.TaskWorkerCache = -1 })
 	ctx, st := context.Background(), f.srv.opts.Store
 	const jobs, bat = "/v1/tenants/acme-t/jobs", "/v1/tenants/acme-t/jobs:batch"
 	if err := st.TaskHeartbeat(ctx, "default", "w1", 4, 20*time.Millisecond, time.Hour); err != nil {

@@ -65,7 +65,7 @@ func TestGetTenantShowsPolicyAndState(t *testing.T) {
 
 func TestPutPolicy(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) {
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		o.Defaults = policy.Overrides{Retry: policy.RetryOverrides{MaxBackoff: durationPtr(time.Minute)}}
 	})
 	body := `{"rate":"3/s","burst":2,"admit":{"rate":"1/h","burst":2},"retry":{"min_backoff":"2s"},"adaptive":false}`
@@ -102,7 +102,7 @@ func TestPutPolicy(t *testing.T) {
 
 func TestPutPolicyRefusesBadInputListingEveryProblem(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) {
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		o.Defaults = policy.Overrides{Retry: policy.RetryOverrides{MaxBackoff: durationPtr(time.Minute)}}
 	})
 	secret := "whsec_" + strings.Repeat("A", 32)
@@ -149,7 +149,7 @@ func durationPtr(d time.Duration) *policy.Duration {
 
 func TestStoreDownIsUnavailable(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, prefix string) {
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, prefix string) {
 		st, err := store.NewStore(deadRedis(t), store.Config{Prefix: prefix, Shards: 4})
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 )
 
 func ExampleLimiter() {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
+	rdb := redis.NewUniversalClient(redistest.Options())
 	defer rdb.Close()
 
 	// 5 requests per second with bursts of 10, per API key.

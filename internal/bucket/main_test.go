@@ -32,7 +32,7 @@ type tb interface {
 // fixture is one limiter on the test Redis with its client.
 type fixture struct {
 	t   tb
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	lim *Limiter
 }
 

@@ -14,7 +14,7 @@ import (
 // shared gives a property one client, prefix and Batcher; each iteration
 // builds its limiters on them (no I/O, no goroutine) and uses fresh keys.
 type shared struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	b      *Batcher
 }

@@ -54,7 +54,7 @@ func BenchmarkShardContention(b *testing.B) {
 type benchEnv struct {
 	b      *testing.B
 	ctx    context.Context
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	st     *store.Store
 	sinks  []*claimingSink

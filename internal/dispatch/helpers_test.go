@@ -247,7 +247,7 @@ func (t *fakeTimer) drain() {
 
 // realStore is a store.Store on a fresh key prefix with shards shards and,
 // when capacity > 0, one worker announcing that capacity for an hour.
-func realStore(tb testing.TB, shards, capacity int) (*redis.Client, string, *store.Store) {
+func realStore(tb testing.TB, shards, capacity int) (redis.UniversalClient, string, *store.Store) {
 	tb.Helper()
 	rdb, prefix := redistest.New(tb)
 	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})

@@ -53,8 +53,9 @@ func TestResubscriptionWakesEveryShard(t *testing.T) {
 	t.Parallel()
 	st := newFakeStore(3)
 	cfg, fc := fakeClockConfig(t, st)
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr(), ClientName: cfg.Prefix})
-	t.Cleanup(func() { _ = rdb.Close() })
+	o := redistest.Options()
+	o.ClientName = cfg.Prefix
+	rdb := redistest.NewClient(t, o)
 	cfg.Redis = rdb
 	t0 := fc.Now()
 	d := start(t, cfg)

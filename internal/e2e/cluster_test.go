@@ -38,7 +38,7 @@ type cluster struct {
 	shards   int
 	cfgPath  string
 	redisURL string
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	clock    *worker.Clock // the receiver's estimate of Redis's clock
 	recv     *receiver
 	http     *http.Client // to the throttlers' APIs

@@ -90,12 +90,12 @@ func faultCluster(t *testing.T, redisURL string, sections ...string) *cluster {
 // processes reach Redis through it (the test's own reads go direct).
 func proxied(t *testing.T) (*chaos.Proxy, *cluster) {
 	t.Helper()
-	px, err := chaos.Listen(redistest.Addr())
+	px, err := chaos.Listen(redistest.Addr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	return px, faultCluster(t, strings.Replace(redistest.URL(), redistest.Addr(), px.Addr(), 1))
+	return px, faultCluster(t, strings.Replace(redistest.URL(), redistest.Addr(t), px.Addr(), 1))
 }
 
 // proxiedRun starts a throttler and a worker behind a proxy and a run of
@@ -175,7 +175,7 @@ func startRedisAOF(t *testing.T, port int, dir, fsync string) *proc {
 
 // ownRedis starts a redis-server with AOF for one test and a cluster on
 // it; the receiver reads job slots from it too.
-func ownRedis(t *testing.T, fsync string, sections ...string) (port int, dir string, rs *proc, c *cluster, rdb *redis.Client) {
+func ownRedis(t *testing.T, fsync string, sections ...string) (port int, dir string, rs *proc, c *cluster, rdb redis.UniversalClient) {
 	t.Helper()
 	port, dir = freePort(t), t.TempDir()
 	rs = startRedisAOF(t, port, dir, fsync)
@@ -399,7 +399,7 @@ func oomScenario(t *testing.T, sc faultScale) {
 }
 
 // usedMemory is INFO memory's used_memory, in bytes.
-func usedMemory(t *testing.T, rdb *redis.Client) int64 {
+func usedMemory(t *testing.T, rdb redis.UniversalClient) int64 {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "memory").Result()
 	if err != nil {

@@ -1,6 +1,17 @@
-// Package redistest gives tests a real Redis: a redis-server started on a free
-// loopback port for the test binary (or the one named by SLUICE_TEST_REDIS_URL),
-// and a unique key prefix per test so tests can run with t.Parallel().
+// Package redistest gives tests a real Redis, started for the test binary
+// by Main, and a unique key prefix per test so tests can run with
+// t.Parallel(). SLUICE_TEST_REDIS (EnvMode) picks what Main starts:
+//
+//   - single (default): one redis-server on a free loopback port, or the one
+//     SLUICE_TEST_REDIS_URL (EnvURL) names;
+//   - cluster: a Redis Cluster of 3 masters and 3 replicas (StartCluster);
+//   - sentinel: a primary, a replica and 3 sentinels (StartSentinel).
+//
+// New gives a client of that kind; URL gives the same Redis in the URL form
+// Sluice's config reads, for tests that build a config or start binaries.
+// Everything Main started is killed after the last test. Tests that need
+// a Cluster or Sentinel setup of their own (to kill a node) call
+// NewCluster or NewSentinel, whose processes die when the test ends.
 //
 // There is no fallback: a test binary that cannot get a Redis fails loudly.
 //
@@ -21,11 +32,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -34,18 +42,38 @@ import (
 	"go.uber.org/goleak"
 )
 
-// EnvURL names the environment variable that points tests at an existing Redis
-// instead of starting one.
+// EnvURL names the environment variable that points tests at an existing
+// single-node Redis instead of starting one (mode single only).
 const EnvURL = "SLUICE_TEST_REDIS_URL"
 
-var (
-	mu      sync.Mutex
-	opts    *redis.Options // set by Main
-	started *server
+// EnvMode names the environment variable that selects what Main starts for
+// the test binary: ModeSingle (default), ModeCluster or ModeSentinel.
+const EnvMode = "SLUICE_TEST_REDIS"
+
+// Mode is the kind of Redis a test binary runs against.
+type Mode string
+
+// The modes EnvMode selects.
+const (
+	// ModeSingle: one redis-server (or the one EnvURL names).
+	ModeSingle Mode = "single"
+	// ModeCluster: a Cluster of 3 masters and 3 replicas (StartCluster).
+	ModeCluster Mode = "cluster"
+	// ModeSentinel: a primary, a replica and 3 sentinels (StartSentinel).
+	ModeSentinel Mode = "sentinel"
 )
 
-// Main starts (or finds) the test Redis, runs the tests, stops the server it
-// started, checks for leaked goroutines and exits with the tests' status.
+var (
+	mu       sync.Mutex
+	mode     Mode
+	uopts    *redis.UniversalOptions // set by Main
+	urlForm  string                  // the URL of what Main set up
+	stopTest func()                  // stops what Main started, or nil
+)
+
+// Main starts (or finds) the test Redis of the mode EnvMode selects, runs
+// the tests, stops what it started (after every test, before the leak
+// check), checks for leaked goroutines and exits with the tests' status.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -56,8 +84,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
-	if started != nil {
-		started.stop()
+	if stopTest != nil {
+		stopTest()
 	}
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
@@ -69,54 +97,137 @@ func run(m *testing.M) int {
 }
 
 func setup() error {
-	if u := os.Getenv(EnvURL); u != "" {
-		o, err := redis.ParseURL(u)
+	m := Mode(os.Getenv(EnvMode))
+	if m == "" {
+		m = ModeSingle
+	}
+	mode = m
+	u := os.Getenv(EnvURL)
+	switch {
+	case m == ModeSingle && u != "":
+		return setupURL(u)
+	case m == ModeSingle:
+		return setupSingle()
+	case u != "":
+		return fmt.Errorf("%s=%s: %s is for a single node only, unset it", EnvMode, m, EnvURL)
+	case m == ModeCluster:
+		c, err := StartCluster(ClusterConfig{})
 		if err != nil {
-			return fmt.Errorf("parse %s=%q: %w", EnvURL, u, err)
+			return err
 		}
-		opts = o
-		return ping(o, 5*time.Second)
-	}
-	var lastErr error
-	for range 5 { // the free port can be taken between probe and bind: retry
-		s, err := startServer()
-		if err == nil {
-			started = s
-			opts = &redis.Options{Addr: s.addr}
-			return nil
+		stopTest, urlForm = c.Stop, c.URL()
+		uopts = &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true}
+		return nil
+	case m == ModeSentinel:
+		s, err := StartSentinel()
+		if err != nil {
+			return err
 		}
-		lastErr = err
+		stopTest, urlForm = s.Stop, s.URL()
+		uopts = &redis.UniversalOptions{Addrs: s.SentinelAddrs(), MasterName: s.MasterName()}
+		return nil
+	default:
+		return fmt.Errorf("%s=%q: want %s, %s or %s", EnvMode, m, ModeSingle, ModeCluster, ModeSentinel)
 	}
-	return lastErr
 }
 
-// URL is the address of the test Redis as a redis:// URL, for code under test
-// that takes a URL (subprocesses, config). It panics before Main has run.
+func setupURL(u string) error {
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		return fmt.Errorf("parse %s=%q: %w", EnvURL, u, err)
+	}
+	uopts = &redis.UniversalOptions{Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
+	urlForm = u
+	return ping(o, 5*time.Second)
+}
+
+func setupSingle() error {
+	dir, err := os.MkdirTemp("", "sluice-redis-")
+	if err != nil {
+		return err
+	}
+	p, err := startProc(dir, false, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	stopTest = func() {
+		p.kill()
+		_ = os.RemoveAll(dir)
+	}
+	urlForm = "redis://" + p.addr + "/0"
+	uopts = &redis.UniversalOptions{Addrs: []string{p.addr}}
+	return nil
+}
+
+// CurrentMode returns the mode Main set up. It panics before Main has run.
+func CurrentMode() Mode {
+	_ = Options()
+	return mode
+}
+
+// URL is the test Redis as a URL Sluice's config accepts (redis.url,
+// SLUICE_REDIS_URL), for code under test that takes one (subprocesses,
+// config): redis://host:port/db for a single node, redis+cluster://… for a
+// Cluster, redis+sentinel://…?master_name=… for Sentinel. It panics before
+// Main has run.
 func URL() string {
-	o := options()
-	return fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
+	_ = Options()
+	return urlForm
 }
 
-// Addr is the host:port of the test Redis.
-func Addr() string { return options().Addr }
+// Addr is the host:port of the single-node test Redis. It fails t in the
+// other modes: a test that needs one address (a proxy in front of Redis)
+// runs in single mode only — see RequireSingle.
+func Addr(t testing.TB) string {
+	t.Helper()
+	if CurrentMode() != ModeSingle {
+		t.Fatalf("redistest.Addr in mode %s: only a single node has one address", mode)
+	}
+	return Options().Addrs[0]
+}
 
-func options() *redis.Options {
+// RequireSingle skips t, with a logged reason, unless the test binary runs
+// against a single node: for the few tests that need one address (a proxy
+// in front of Redis, a restart of the server). The single-node run of the
+// suite covers them.
+func RequireSingle(t testing.TB, why string) {
+	t.Helper()
+	if m := CurrentMode(); m != ModeSingle {
+		t.Skipf("needs a single node (%s); covered by the single-node run, this run is %s", why, m)
+	}
+}
+
+// Options returns a copy of the options of the test Redis:
+// redis.NewUniversalClient of it gives a client of the mode's kind (change
+// ClientName and the like first). It panics before Main has run.
+func Options() *redis.UniversalOptions {
 	mu.Lock()
 	defer mu.Unlock()
-	if opts == nil {
+	if uopts == nil {
 		panic("redistest: call redistest.Main(m) from TestMain")
 	}
-	return opts
+	o := *uopts
+	o.Addrs = slices.Clone(o.Addrs)
+	return &o
 }
 
-// New returns a client to the test Redis and a key prefix unique to t. The
-// client is closed when t ends. Keys are not deleted: the prefix isolates them.
-func New(t testing.TB) (*redis.Client, string) {
+// New returns a client to the test Redis — a *redis.Client for a single
+// node or Sentinel (a failover client), a *redis.ClusterClient for a
+// Cluster — and a key prefix unique to t. The client is closed when t
+// ends. Keys are not deleted: the prefix isolates them.
+func New(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
-	o := *options()
-	rdb := redis.NewClient(&o)
+	return NewClient(t, Options()), Prefix(t)
+}
+
+// NewClient returns a client built from o (from Options), closed when t
+// ends.
+func NewClient(t testing.TB, o *redis.UniversalOptions) redis.UniversalClient {
+	t.Helper()
+	rdb := redis.NewUniversalClient(o)
 	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb, Prefix(t)
+	return rdb
 }
 
 var unsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -131,50 +242,6 @@ func Prefix(t testing.TB) string {
 		name = name[len(name)-40:]
 	}
 	return "test-" + name + "-" + hex.EncodeToString(b[:])
-}
-
-type server struct {
-	cmd  *exec.Cmd
-	dir  string
-	addr string
-}
-
-func startServer() (*server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("redis-server not on PATH (install it, e.g. apt-get install redis-server, or set %s): %w", EnvURL, err)
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "sluice-redis-")
-	if err != nil {
-		return nil, err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--maxmemory-policy", "noeviction", "--loglevel", "warning",
-		"--logfile", filepath.Join(dir, "redis.log"))
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	s := &server{cmd: cmd, dir: dir, addr: addr}
-	if err := ping(&redis.Options{Addr: addr}, 10*time.Second); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-		s.stop()
-		return nil, fmt.Errorf("redis-server on %s did not answer: %w; log: %s", addr, err, strings.TrimSpace(string(log)))
-	}
-	return s, nil
-}
-
-func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	_ = os.RemoveAll(s.dir)
 }
 
 func freePort() (int, error) {
@@ -204,22 +271,33 @@ func ping(o *redis.Options, within time.Duration) error {
 	}
 }
 
-// EvalOnlyClient returns a client of a new ACL user of admin's server who
-// may run every command but the function commands (FUNCTION, FCALL,
-// FCALL_RO get NOPERM): a managed Redis that allows scripts but not
-// Functions. The user is named after prefix and deleted, and the client
-// closed, when t ends.
-func EvalOnlyClient(t testing.TB, admin *redis.Client, prefix string) *redis.Client {
+// EvalOnlyClient returns a client (of the test Redis's kind) of a new ACL
+// user who may run every command but the function commands (FUNCTION,
+// FCALL, FCALL_RO get NOPERM): a managed Redis that allows scripts but not
+// Functions. The user is created through admin — on every node of a
+// Cluster — named after prefix and deleted, and the client closed, when t
+// ends.
+func EvalOnlyClient(t testing.TB, admin redis.UniversalClient, prefix string) redis.UniversalClient {
 	t.Helper()
 	user := "evalonly-" + prefix
-	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
-		"-function", "-fcall", "-fcall_ro").Err(); err != nil {
+	if err := onEveryNode(context.Background(), admin, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+		"-function", "-fcall", "-fcall_ro"); err != nil {
 		t.Fatalf("create eval-only user: %v", err)
 	}
-	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
-	opts := *admin.Options()
-	opts.Username, opts.Password = user, "pw"
-	rdb := redis.NewClient(&opts)
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	t.Cleanup(func() { _ = onEveryNode(context.Background(), admin, "ACL", "DELUSER", user) })
+	o := Options()
+	o.Username, o.Password = user, "pw"
+	return NewClient(t, o)
+}
+
+// onEveryNode runs a command on admin's server, or on every node (masters
+// and replicas) when admin is a ClusterClient.
+func onEveryNode(ctx context.Context, admin redis.UniversalClient, args ...any) error {
+	cc, ok := admin.(*redis.ClusterClient)
+	if !ok {
+		return admin.Do(ctx, args...).Err()
+	}
+	return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+		return c.Do(ctx, args...).Err()
+	})
 }

@@ -36,7 +36,7 @@ import (
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
-func auditKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards int) ([]string, error) {
+func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string, shards int) ([]string, error) {
 	ks, err := loadKeyspace(ctx, rdb, prefix, shards)
 	if err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func (ks *keyspaceSnapshot) problem(format string, args ...any) {
 
 var keyPattern = regexp.MustCompile(`^\{s(\d+)\}:(.*)$`)
 
-func loadKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards int) (*keyspaceSnapshot, error) {
+func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string, shards int) (*keyspaceSnapshot, error) {
 	ks := &keyspaceSnapshot{prefix: prefix, shards: shards, keys: map[string]auditedKey{},
 		jobs: map[string]map[string]string{}, tenants: map[string]map[string]string{},
 		tenantTTL: map[string]time.Duration{},
@@ -103,7 +103,7 @@ func loadKeyspace(ctx context.Context, rdb *redis.Client, prefix string, shards 
 }
 
 // load reads one key into the snapshot according to its name.
-func (ks *keyspaceSnapshot) load(ctx context.Context, rdb *redis.Client, key string) error {
+func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient, key string) error {
 	if key == ks.prefix+":workers" {
 		return nil // worker heartbeats (workers_test.go checks them)
 	}

@@ -65,7 +65,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 type env struct {
 	t      testing.TB
 	ctx    context.Context
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	store  *Store
 	clock  *fakeClock

@@ -3,13 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,9 +33,10 @@ import (
 func TestStoreOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	addrs := startRedisCluster(t, 3)
+	cl := redistest.NewCluster(t, redistest.ClusterConfig{NoReplicas: true})
+	addrs := cl.Addrs()
 
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	cc := cl.Client()
 	t.Cleanup(func() { _ = cc.Close() })
 	clock := &fakeClock{t: epoch}
 	store, err := NewStore(cc, Config{Prefix: redistest.Prefix(t), Shards: 16, Clock: clock.Now})
@@ -327,127 +322,4 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	if len(slots) != store.Shards() {
 		t.Fatalf("the 16 shards use %d slots, want 16", len(slots))
 	}
-}
-
-// startRedisCluster starts n redis-server processes in cluster mode on free
-// loopback ports, joins them into a cluster of n masters and waits until
-// every node reports it ok. It returns the nodes' addresses. The processes
-// are killed when t ends.
-func startRedisCluster(t *testing.T, n int) []string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not on PATH: %v", err)
-	}
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Fatalf("redis-cli not on PATH: %v", err)
-	}
-	dir := t.TempDir()
-	used := map[int]bool{}
-	addrs := make([]string, n)
-	nodes := make([]*redis.Client, n)
-	for i := range n {
-		addrs[i], nodes[i] = startClusterNode(t, bin, dir, used)
-	}
-
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.CommandContext(cctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	for i, c := range nodes {
-		redistest.Poll(t, 10*time.Second, "cluster ok on "+addrs[i], func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			info, err := c.ClusterInfo(ctx).Result()
-			return err == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, "cluster_slots_ok:16384") &&
-				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n))
-		})
-	}
-	return addrs
-}
-
-// startClusterNode starts one cluster-mode redis-server on a free port whose
-// cluster bus port (+10000) is free too, retrying when the port was taken
-// meanwhile. It returns the node's address and a client to it.
-func startClusterNode(t *testing.T, bin, dir string, used map[int]bool) (string, *redis.Client) {
-	t.Helper()
-	for try := 0; ; try++ {
-		port := freeClusterPort(t, used)
-		used[port] = true
-		log := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
-		cmd := exec.Command(bin,
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--loglevel", "warning", "--logfile", log)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start redis-server: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() {
-			_ = cmd.Wait()
-			close(exited)
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-		t.Cleanup(func() { _ = c.Close() })
-		up := false
-		redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
-			select {
-			case <-exited:
-				return true, ""
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			err := c.Ping(ctx).Err()
-			up = err == nil
-			return up, fmt.Sprintf("redis-server on %s does not answer: %v", addr, err)
-		})
-		if up {
-			return addr, c
-		}
-		out, _ := os.ReadFile(log)
-		if try == 4 {
-			t.Fatalf("redis-server on %s exited: %s", addr, out)
-		}
-		t.Logf("redis-server on %s exited, retrying on another port: %s", addr, out)
-	}
-}
-
-// freeClusterPort returns a loopback port that is free, with port+10000 (the
-// cluster bus) free too, and neither in used.
-func freeClusterPort(t *testing.T, used map[int]bool) int {
-	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if port+10000 > 65535 || used[port] || used[port+10000] {
-			_ = l.Close()
-			continue
-		}
-		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		_ = l.Close()
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		used[port+10000] = true
-		return port
-	}
-	t.Fatal("no free port with a free cluster bus port after 100 tries")
-	return 0
 }

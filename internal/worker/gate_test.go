@@ -52,8 +52,9 @@ func (h *harness) startGatedServer(exec worker.Executor, safetyNet, legacyQuiet 
 	h.t.Helper()
 	w := h.newWorker(exec, nil)
 	client, _ := redistest.New(h.t)
-	sub := redis.NewClient(&redis.Options{Addr: redistest.Addr(), ClientName: subscriberName(h.prefix)})
-	h.t.Cleanup(func() { _ = sub.Close() })
+	o := redistest.Options()
+	o.ClientName = subscriberName(h.prefix)
+	sub := redistest.NewClient(h.t, o)
 	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: sub, Prefix: h.prefix,
 		Queues: wire.HandoffQueueNames(h.prefix), Legacy: []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)},
 		SafetyNet: safetyNet, LegacyQuiet: legacyQuiet, Hold: 100 * time.Millisecond, Logger: testLogger(h.t)}) // short holds: more dequeues to count

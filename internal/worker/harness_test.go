@@ -134,7 +134,7 @@ func (r *receiver) waitFor(t *testing.T, tenant string, n int, within time.Durat
 type harness struct {
 	t      *testing.T
 	ctx    context.Context
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	reg    *prometheus.Registry // every dispatcher's and worker's metrics
 	st     *store.Store

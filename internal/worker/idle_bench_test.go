@@ -72,7 +72,7 @@ type benchWorker struct {
 	w       *worker.Worker
 	st      *store.Store
 	counted *commandCounter
-	rdb     *redis.Client // uncounted: reads INFO
+	rdb     redis.UniversalClient // uncounted: reads INFO
 }
 
 func newBenchWorker(b *testing.B) *benchWorker {
