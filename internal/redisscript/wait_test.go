@@ -3,7 +3,6 @@ package redisscript
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -13,21 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// replicasOf is the number of replicas connected to the Redis rdb talks to.
-func replicasOf(t *testing.T, rdb *redis.Client) int {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "replication").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`connected_slaves:(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		t.Fatalf("no connected_slaves in %s", info)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
 // TestRunFunctionWaitLoadsAndWaits: on a Runner without a library the call
 // is EVALSHA; a script Redis does not know is loaded and run again, and
 // the WAIT after it answers how many replicas confirmed (every one, when
@@ -36,10 +20,10 @@ func TestRunFunctionWaitLoadsAndWaits(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
-	replicas := replicasOf(t, rdb)
+	key := prefix + ":{w}:k"
+	replicas := redistest.ConnectedReplicas(t, rdb, key)
 	s := fresh(prefix, "redis.call('SET', KEYS[1], ARGV[1]) return tonumber(ARGV[1]) + 1")
 	r := NewRunner(rdb, nil)
-	key := prefix + ":{w}:k"
 	for i, want := range []int{replicas, replicas + 1} {
 		rep, acked, err := r.RunFunctionWait(ctx, Wait{Replicas: want, Timeout: 50 * time.Millisecond}, "unused", s, []string{key}, 41+i)
 		if err != nil {
@@ -64,11 +48,12 @@ func TestRunFunctionWaitLoadsAndWaits(t *testing.T) {
 	}
 }
 
-// A Ring cannot say which connection a write went to: no WAIT.
+// A Ring cannot say which connection a write went to: no WAIT, and no
+// command sent.
 func TestRunFunctionWaitRefusesARing(t *testing.T) {
 	t.Parallel()
 	_, prefix := redistest.New(t)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redistest.Addr()}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}) // never dialled
 	t.Cleanup(func() { _ = ring.Close() })
 	s := fresh(prefix, "return 1")
 	_, _, err := NewRunner(ring, nil).RunFunctionWait(context.Background(), Wait{Replicas: 1, Timeout: time.Millisecond}, "f", s, []string{prefix + ":k"})

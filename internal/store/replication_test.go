@@ -2,11 +2,10 @@ package store
 
 import (
 	"errors"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -16,15 +15,7 @@ import (
 // with its replica).
 func waitingEnv(t *testing.T) (*env, *Store, int) {
 	e := newEnv(t)
-	info, err := e.rdb.Info(e.ctx, "replication").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`connected_slaves:(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		t.Fatalf("no connected_slaves in INFO replication: %s", info)
-	}
-	replicas, _ := strconv.Atoi(m[1])
+	replicas := redistest.ConnectedReplicas(t, e.rdb, e.store.keys.ready(e.store.keys.shardOf("acme")))
 	st, err := NewStore(e.rdb, Config{Prefix: e.prefix, Shards: 4, Clock: e.clock.Now,
 		WaitReplicas: replicas + 1, WaitTimeout: 20 * time.Millisecond})
 	if err != nil {
