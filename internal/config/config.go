@@ -75,14 +75,42 @@ const (
 
 // RedisConfig locates Redis. Shards and Prefix are fixed in <prefix>:meta on
 // first start; changing them later is an offline command.
+//
+// Three deployments, picked by what is set (Kind):
+//   - a single node: URL only (redis://, rediss:// or unix://);
+//   - a Redis Cluster: Addrs (with or without Cluster: true), or Cluster:
+//     true with a redis:// URL whose host is the one seed, or a
+//     redis+cluster:// URL (see URL);
+//   - Sentinel: Sentinel.MasterName and Sentinel.Addrs, or a
+//     redis+sentinel:// URL.
+//
+// Setting two of them (Sentinel with Addrs or Cluster, a redis+cluster://
+// URL with Sentinel, a redis+sentinel:// URL with Addrs or Cluster …) is
+// an error.
 type RedisConfig struct {
-	// URL is a go-redis URL (redis://, rediss:// or unix://); default
-	// RedisURLDefault. $SLUICE_REDIS_URL overrides it. With Addrs set it
-	// supplies only credentials and TLS, and its database must be 0.
+	// URL is a go-redis URL; default RedisURLDefault. $SLUICE_REDIS_URL
+	// overrides it. redis://, rediss:// or unix:// name a single node — or,
+	// with Addrs, Cluster or Sentinel set, supply only credentials, TLS and
+	// (Sentinel) the database: the database must be 0 on a Cluster.
+	// redis+cluster://[user:pass@]host:port?addr=host2:port2&addr=… (or
+	// rediss+cluster://) is a Cluster seeded with every address (go-redis
+	// ParseClusterURL after the scheme's "+cluster" is dropped; its other
+	// query options apply). redis+sentinel://[user:pass@]host:port[/db]?
+	// addr=host2:port2&master_name=NAME[&username=…&password=…] (or
+	// rediss+sentinel://) is Sentinel: the URL's hosts are sentinels, its
+	// userinfo the sentinels' credentials and the username and password
+	// parameters the primary's (go-redis ParseFailoverURL).
 	URL string `yaml:"url"`
 	// Addrs, when not empty, selects Redis Cluster with these host:port seed
 	// addresses.
 	Addrs []string `yaml:"addrs"`
+	// Cluster selects Redis Cluster explicitly: seeded by Addrs, or by the
+	// URL's host when Addrs is empty. Default false (Addrs alone selects
+	// Cluster too).
+	Cluster bool `yaml:"cluster"`
+	// Sentinel, when its MasterName or Addrs is set, selects a primary
+	// managed by Redis Sentinel.
+	Sentinel SentinelConfig `yaml:"sentinel"`
 	// Prefix starts every Sluice key; 1–64 characters of [A-Za-z0-9_.-];
 	// default RedisPrefixDefault.
 	Prefix string `yaml:"prefix"`
@@ -110,6 +138,20 @@ type RedisConfig struct {
 // WaitTimeoutDefault is RedisConfig.WaitTimeout's default (when below half
 // of RequestTimeout).
 const WaitTimeoutDefault = store.WaitTimeoutDefault
+
+// SentinelConfig locates a primary through Redis Sentinel. The primary's
+// credentials, TLS and database come from RedisConfig.URL.
+type SentinelConfig struct {
+	// MasterName is the name the sentinels monitor the primary under;
+	// required with Addrs.
+	MasterName string `yaml:"master_name"`
+	// Addrs are the sentinels' host:port addresses; at least one.
+	Addrs []string `yaml:"addrs"`
+	// Username and Password authenticate to the sentinels (not to the
+	// primary); default none.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
 
 // RequestTimeoutDefault is RedisConfig.RequestTimeout's default, and
 // MaxRequestTimeout its upper bound.

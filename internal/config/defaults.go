@@ -18,6 +18,7 @@ import (
 func (c *Config) WithDefaults() *Config {
 	out := *c
 	out.Redis.Addrs = slices.Clone(c.Redis.Addrs)
+	out.Redis.Sentinel.Addrs = slices.Clone(c.Redis.Sentinel.Addrs)
 	out.Auth.Keys = slices.Clone(c.Auth.Keys)
 	out.Tenants = maps.Clone(c.Tenants)
 	out.TaskQueues = slices.Clone(c.TaskQueues)

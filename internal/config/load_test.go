@@ -176,7 +176,7 @@ func TestLoadEveryKey(t *testing.T) {
 	want := &Config{
 		Listen: "0.0.0.0:9090",
 		Redis: RedisConfig{
-			URL: "rediss://user:pw@redis.internal:6380/0", Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"},
+			URL: "rediss://user:pw@redis.internal:6380/0", Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}, Cluster: true,
 			Prefix: "sl.test-1", Shards: 32, RequestTimeout: 2500 * time.Millisecond,
 			WaitReplicas: 1, WaitTimeout: 750 * time.Millisecond,
 		},

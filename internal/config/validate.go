@@ -8,13 +8,10 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -130,23 +127,18 @@ func validateListen(p *problems, addr string) {
 }
 
 func (r RedisConfig) validate(p *problems) {
-	opts, err := redis.ParseURL(r.URL)
-	if err != nil {
-		// A *url.Error quotes the whole URL, password included: keep only
-		// its cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		p.add("redis.url", "not a valid Redis URL: %w", err)
-	}
-	for i, a := range r.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			p.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, got %q", a)
+	hostPorts(p, "redis.addrs", r.Addrs)
+	hostPorts(p, "redis.sentinel.addrs", r.Sentinel.Addrs)
+	if !r.twoDeployments(p) { // else the URL is read as the wrong kind
+		if err := r.checkURL(); err != nil {
+			p.add("redis.url", "%w", err)
 		}
 	}
-	if len(r.Addrs) > 0 && opts != nil && opts.DB != 0 {
-		p.add("redis.url", "database must be 0 with redis.addrs (Redis Cluster), got %d", opts.DB)
+	if r.Sentinel.set() && r.Sentinel.MasterName == "" {
+		p.add("redis.sentinel.master_name", "must be set with redis.sentinel.addrs")
+	}
+	if r.Sentinel.set() && len(r.Sentinel.Addrs) == 0 {
+		p.add("redis.sentinel.addrs", "must list at least one sentinel host:port")
 	}
 	if !validName(r.Prefix) {
 		p.add("redis.prefix", "%s, got %q", nameRule, r.Prefix)
@@ -169,6 +161,35 @@ func (r RedisConfig) validateWait(p *problems) {
 		p.add("redis.wait_timeout", "must be from 1ms to %s, got %s", dur(store.MaxWaitTimeout), dur(r.WaitTimeout))
 	} else if r.RequestTimeout > 0 && r.WaitTimeout >= r.RequestTimeout {
 		p.add("redis.wait_timeout", "must be below redis.request_timeout (%s: the enqueue and its WAIT share it), got %s", dur(r.RequestTimeout), dur(r.WaitTimeout))
+	}
+}
+
+// twoDeployments adds a problem, and reports true, when r names two
+// deployments (Sentinel and Cluster) or names one in two places.
+func (r RedisConfig) twoDeployments(p *problems) bool {
+	_, form := urlForm(r.URL)
+	cluster := len(r.Addrs) > 0 || r.Cluster
+	switch {
+	case r.Sentinel.set() && cluster:
+		p.add("redis.sentinel", "set with redis.addrs or redis.cluster: Sentinel and Cluster exclude each other")
+	case r.Sentinel.set() && form != RedisSingle:
+		p.add("redis.sentinel", "set with a redis+%s:// redis.url: give the deployment in one place", form)
+	case form == RedisSentinel && cluster:
+		p.add("redis.url", "a redis+sentinel:// URL with redis.addrs or redis.cluster set: Sentinel and Cluster exclude each other")
+	case form == RedisCluster && len(r.Addrs) > 0:
+		p.add("redis.addrs", "set with a redis+cluster:// redis.url: give the seeds in one place")
+	default:
+		return false
+	}
+	return true
+}
+
+// hostPorts adds a problem for each address of addrs that is not host:port.
+func hostPorts(p *problems, path string, addrs []string) {
+	for i, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", path, i), "must be host:port, got %q", a)
+		}
 	}
 }
 
