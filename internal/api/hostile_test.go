@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // keyspace is every key under a test's prefix: key → its type, whether it
@@ -31,9 +32,11 @@ func snapshot(t *testing.T, rdb redis.UniversalClient, prefix string, skip map[s
 	t.Helper()
 	ctx := context.Background()
 	out := keyspace{}
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	keys, err := redistest.Keys(ctx, rdb, prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
 		if skip[k] {
 			continue
 		}
@@ -47,9 +50,6 @@ func snapshot(t *testing.T, rdb redis.UniversalClient, prefix string, skip map[s
 		}
 		sum := sha256.Sum256([]byte(contents(t, rdb, k, typ)))
 		out[k] = fmt.Sprintf("%s ttl=%v %s", typ, ttl >= 0, hex.EncodeToString(sum[:8]))
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

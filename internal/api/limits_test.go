@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestCheckBucketsPerAPIKey: by default (scope api_key) two API keys
@@ -31,7 +33,7 @@ func TestCheckBucketsPerAPIKey(t *testing.T) {
 	if r := f.check(t, adminToken, `{"key":"user-42","cost":1}`); r.status != http.StatusOK || r.body["remaining"] != 2.0 {
 		t.Errorf("ops after producer emptied its bucket: %d %v, want 200 with its own 2 left", r.status, r.body)
 	}
-	keys, err := rdb.Keys(context.Background(), prefix+":rl:{search:*").Result()
+	keys, err := redistest.Keys(context.Background(), rdb, prefix+":rl:{search:*")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package bucket
 import (
 	"context"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestKeyLayout: a decision writes exactly the key
@@ -15,7 +17,7 @@ func TestKeyLayout(t *testing.T) {
 	for _, a := range Algorithms {
 		f := newFixture(t, equivalent[a])
 		f.allowAt("user-1", 1, at(base))
-		keys, err := f.rdb.Keys(context.Background(), f.lim.prefix+":*").Result()
+		keys, err := redistest.Keys(context.Background(), f.rdb, f.lim.prefix+":*")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,27 +21,12 @@ import (
 func killSubscription(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
 	ctx := context.Background()
-	list, err := rdb.ClientList(ctx).Result()
+	killed, err := redistest.KillClients(ctx, rdb, name, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed := 0
-	for _, line := range strings.Split(list, "\n") {
-		fields := map[string]string{}
-		for _, kv := range strings.Fields(line) {
-			k, v, _ := strings.Cut(kv, "=")
-			fields[k] = v
-		}
-		if fields["name"] != name || fields["sub"] == "0" || fields["sub"] == "" {
-			continue
-		}
-		if err := rdb.ClientKillByFilter(ctx, "ID", fields["id"]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		killed++
-	}
 	if killed == 0 {
-		t.Fatalf("no subscribed connection named %q in %s", name, list)
+		t.Fatalf("no subscribed connection named %q", name)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestIdleTenantsLeaveNoKeysBehind: with retentions of 1s, a tenant whose
@@ -84,7 +86,7 @@ func (c *cluster) waitNoKeysBut(t *testing.T, within time.Duration, keep *regexp
 func (c *cluster) keysBut(keep *regexp.Regexp) []string {
 	c.t.Helper()
 	ctx := context.Background()
-	keys, err := c.rdb.Keys(ctx, c.prefix+":*").Result() // a test's prefix holds few keys
+	keys, err := redistest.Keys(ctx, c.rdb, c.prefix+":*")
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -90,6 +90,7 @@ func faultCluster(t *testing.T, redisURL string, sections ...string) *cluster {
 // processes reach Redis through it (the test's own reads go direct).
 func proxied(t *testing.T) (*chaos.Proxy, *cluster) {
 	t.Helper()
+	redistest.RequireSingle(t, "a proxy in front of one Redis address: a Cluster's clients follow the nodes' own addresses")
 	px, err := chaos.Listen(redistest.Addr(t))
 	if err != nil {
 		t.Fatal(err)

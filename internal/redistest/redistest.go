@@ -289,15 +289,3 @@ func EvalOnlyClient(t testing.TB, admin redis.UniversalClient, prefix string) re
 	o.Username, o.Password = user, "pw"
 	return NewClient(t, o)
 }
-
-// onEveryNode runs a command on admin's server, or on every node (masters
-// and replicas) when admin is a ClusterClient.
-func onEveryNode(ctx context.Context, admin redis.UniversalClient, args ...any) error {
-	cc, ok := admin.(*redis.ClusterClient)
-	if !ok {
-		return admin.Do(ctx, args...).Err()
-	}
-	return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-		return c.Do(ctx, args...).Err()
-	})
-}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // auditKeyspace checks every key under prefix against the data model
@@ -93,13 +95,13 @@ func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string,
 		tenantTTL: map[string]time.Duration{},
 		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
 		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{}}
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if err := ks.load(ctx, rdb, iter.Val()); err != nil {
+	keys, err := redistest.Keys(ctx, rdb, prefix+":*")
+	for _, k := range keys {
+		if err := ks.load(ctx, rdb, k); err != nil {
 			return nil, err
 		}
 	}
-	return ks, iter.Err()
+	return ks, err
 }
 
 // load reads one key into the snapshot according to its name.
