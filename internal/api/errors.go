@@ -31,7 +31,13 @@ const (
 	CodeRateLimited       = "rate_limited"
 	CodeBacklogFull       = "backlog_full"
 	CodeUnavailable       = "unavailable"
-	CodeStorageFull       = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
+	// CodeReplicationTimeout (503): a write stored on the Redis primary that
+	// fewer replicas than redis.wait_replicas confirmed within
+	// redis.wait_timeout — possibly stored (a failover before the replicas
+	// catch up would lose it). A retry with the same idempotency key answers
+	// 202 once the replicas confirm it, without a second job.
+	CodeReplicationTimeout = "replication_timeout"
+	CodeStorageFull        = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
 )
 
 // StorageFullRetryAfter is the Retry-After, in seconds, of a 507

@@ -9,13 +9,6 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 )
 
-// CodeReplicationTimeout is the 503 of a write stored on the Redis primary
-// that fewer replicas than redis.wait_replicas confirmed within
-// redis.wait_timeout: the job is possibly stored (a failover before the
-// replicas catch up would lose it). Retrying with the same idempotency key
-// answers 202 once the replicas confirm it, without a second job.
-const CodeReplicationTimeout = "replication_timeout"
-
 // ReplicationRetryAfter is the Retry-After, in seconds, of a 503
 // replication_timeout.
 const ReplicationRetryAfter = 1
