@@ -31,24 +31,32 @@ var ErrNoWaitNode = errors.New("WAIT after a script needs a single-node, Sentine
 //
 // Like RunFunction, it loads the library or turns to EVALSHA when Redis
 // asks, and then runs the call (and its WAIT) again. On a Cluster whose
-// slot moved (a failover), it reloads the slot map and tries once more.
+// slot moved (a failover), it reloads the slot map and tries once more; a
+// connection error (a dead master) has the map reloaded for the next call.
 func (r *Runner) RunFunctionWait(ctx context.Context, w Wait, fn string, s *Script, keys []string, args ...any) (Reply, int, error) {
 	node, err := r.nodeFor(ctx, keys)
 	if err != nil {
 		return Reply{}, 0, fmt.Errorf("script %s: %w", s.name, err)
 	}
 	v, acked, err := r.callWait(ctx, node, w, fn, s, keys, args, true)
-	if err != nil && redis.HasErrorPrefix(err, "MOVED") {
-		if c, ok := r.rdb.(*redis.ClusterClient); ok {
-			c.ReloadState(ctx)
-			if node, err = r.nodeFor(ctx, keys); err != nil {
-				return Reply{}, 0, fmt.Errorf("script %s: %w", s.name, err)
-			}
-			v, acked, err = r.callWait(ctx, node, w, fn, s, keys, args, true)
+	if c, ok := r.rdb.(*redis.ClusterClient); ok && err != nil && !isRedisError(err) {
+		c.ReloadState(ctx) // a dead master: learn its successor before the next call
+	}
+	if c, ok := r.rdb.(*redis.ClusterClient); ok && redis.HasErrorPrefix(err, "MOVED") {
+		c.ReloadState(ctx)
+		if node, err = r.nodeFor(ctx, keys); err != nil {
+			return Reply{}, 0, fmt.Errorf("script %s: %w", s.name, err)
 		}
+		v, acked, err = r.callWait(ctx, node, w, fn, s, keys, args, true)
 	}
 	out, err := reply(s.name, v, err)
 	return out, acked, err
+}
+
+// isRedisError reports an error Redis answered (not a connection's).
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // Confirm writes nothing of value — a short-lived marker key in key's
