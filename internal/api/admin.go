@@ -111,6 +111,10 @@ func (s *Server) replayJob(r *http.Request, c *call) (int, any, error) {
 	if errors.Is(err, store.ErrConflict) {
 		return 0, nil, errorf(http.StatusConflict, CodeConflict, "job %q is not dead: %s", r.PathValue("id"), err.Error())
 	}
+	if errors.Is(err, store.ErrNotReplicated) {
+		return 0, nil, s.notReplicated("replay", err, []string{j.ID},
+			"the job is back in its backlog on the primary: GET /v1/jobs/{id} shows it, and replay it again if it is dead after a failover")
+	}
 	if err != nil {
 		return 0, nil, s.storeError(r, "replay", err)
 	}

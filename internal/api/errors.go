@@ -31,7 +31,13 @@ const (
 	CodeRateLimited       = "rate_limited"
 	CodeBacklogFull       = "backlog_full"
 	CodeUnavailable       = "unavailable"
-	CodeStorageFull       = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
+	// CodeReplicationTimeout (503): a write stored on the Redis primary that
+	// fewer replicas than redis.wait_replicas confirmed within
+	// redis.wait_timeout — possibly stored (a failover before the replicas
+	// catch up would lose it). A retry with the same idempotency key answers
+	// 202 once the replicas confirm it, without a second job.
+	CodeReplicationTimeout = "replication_timeout"
+	CodeStorageFull        = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
 )
 
 // StorageFullRetryAfter is the Retry-After, in seconds, of a 507
@@ -59,6 +65,9 @@ type Error struct {
 	Message string
 	// RetryAfter, when > 0, is sent as the Retry-After header (seconds).
 	RetryAfter int64
+	// JobID, when set, names the job the error is about (job_id): a 503
+	// replication_timeout's possibly stored job.
+	JobID string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -116,6 +125,7 @@ type errorBody struct {
 type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	JobID   string `json:"job_id,omitempty"`
 }
 
 // writeError renders err. Anything that is not an *Error is a 500 whose cause
@@ -128,7 +138,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfter, 10))
 	}
-	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message}})
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, JobID: e.JobID}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -89,7 +90,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		}
 	}
 	res, err := s.storeEnqueue(r, tenant, []store.Item{it})
-	if err != nil {
+	if res == nil {
 		return 0, nil, err
 	}
 	out := resultOf(0, tenant, res[0])
@@ -97,6 +98,8 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	switch {
 	case out.Error != nil:
 		return 0, nil, &Error{Status: out.Status, Code: out.Error.Code, Message: out.Error.Message, RetryAfter: out.RetryAfter}
+	case err != nil:
+		return 0, nil, s.notReplicated("enqueue", err, []string{out.ID}, retryEnqueue(key))
 	case out.Replayed:
 		c.w.Header().Set(HeaderReplayed, "true")
 	}
@@ -178,7 +181,7 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 		return batchAnswer(results)
 	}
 	res, err := s.storeEnqueue(r, tenant, items)
-	if err != nil {
+	if res == nil {
 		return 0, nil, err
 	}
 	for k, rr := range res {
@@ -190,6 +193,10 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 		retry = results[0].retry
 	}
 	c.applied = append(c.applied, admitApplied(res[len(res)-1].Admit, retry))
+	if err != nil {
+		c.w.Header().Set("Retry-After", strconv.Itoa(ReplicationRetryAfter))
+		return s.batchNotReplicated(err, results)
+	}
 	return status, body, nil
 }
 
@@ -369,10 +376,13 @@ func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
 	return c.capacity, nil
 }
 
-// storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was stored).
+// storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was
+// stored) without results. A *store.NotReplicatedError comes back as it
+// is, with the results (redis.wait_replicas: stored on the primary, not
+// confirmed by enough replicas).
 func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item) ([]store.Result, error) {
 	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
-	if err != nil {
+	if err != nil && (res == nil || !errors.Is(err, store.ErrNotReplicated)) {
 		return nil, s.storeError(r, "enqueue", err)
 	}
 	for _, rr := range res {
@@ -383,7 +393,7 @@ func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item
 			s.metrics.Decisions.WithLabelValues(AdmitLimit, outcome(false)).Inc()
 		}
 	}
-	return res, nil
+	return res, err
 }
 
 // resultOf maps one store result to its HTTP status and body.

@@ -250,7 +250,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
 	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllowed, CodeConflict, CodeTooLarge,
 		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeRateLimited, CodeBacklogFull,
-		CodeUnavailable, CodeStorageFull, "internal"}
+		CodeUnavailable, CodeReplicationTimeout, CodeStorageFull, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {
 		t.Errorf("ErrorCode enum = %v, want the codes of errors.go %v", codes, wantCodes)
 	}

@@ -188,16 +188,28 @@ func (s *Server) noRoute(r *http.Request, c *call) (int, any, error) {
 }
 
 // readyz is GET /readyz: 200 when Redis answers PING within
-// Options.ReadyTimeout, else 503 unavailable with Retry-After: 1.
+// Options.ReadyTimeout — on a Cluster every master of a fresh slot map
+// (one dead master makes its slots unusable, and a PING to a random node
+// would flap) —, else 503 unavailable with Retry-After: 1.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
 	defer cancel()
-	if err := s.opts.Redis.Ping(ctx).Err(); err != nil {
+	if err := pingAll(ctx, s.opts.Redis); err != nil {
 		s.metrics.RedisErrors.WithLabelValues("ping").Inc()
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "Redis is not reachable", RetryAfter: 1})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// pingAll pings rdb: every master of a Cluster (ForEachMaster reloads the
+// slot map first, so a promoted replica replaces a dead master), else the
+// one Redis (a Sentinel client's current primary).
+func pingAll(ctx context.Context, rdb redis.UniversalClient) error {
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+	return rdb.Ping(ctx).Err()
 }
 
 // call is what a /v1 handler knows about its request beyond *http.Request.

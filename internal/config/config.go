@@ -122,7 +122,22 @@ type RedisConfig struct {
 	// the request answers 503 unavailable. Positive, at most
 	// MaxRequestTimeout; default RequestTimeoutDefault.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// WaitReplicas, when > 0, makes every write that accepts a job (enqueue,
+	// batch, replay) answer only after WAIT confirms it on this many
+	// replicas; fewer within WaitTimeout is a 503 replication_timeout (the
+	// job possibly stored). 0 … store.MaxWaitReplicas; default 0
+	// (asynchronous replication).
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds the WAIT: 1ms … store.MaxWaitTimeout and below
+	// RequestTimeout (the script and the WAIT share one request's budget);
+	// default WaitTimeoutDefault, or half of RequestTimeout when that is
+	// less.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
 }
+
+// WaitTimeoutDefault is RedisConfig.WaitTimeout's default (when below half
+// of RequestTimeout).
+const WaitTimeoutDefault = store.WaitTimeoutDefault
 
 // SentinelConfig locates a primary through Redis Sentinel. The primary's
 // credentials, TLS and database come from RedisConfig.URL.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
@@ -55,6 +56,7 @@ func (r RedisConfig) withDefaults() RedisConfig {
 	r.Prefix = cmp.Or(r.Prefix, RedisPrefixDefault)
 	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
 	r.RequestTimeout = cmp.Or(r.RequestTimeout, RequestTimeoutDefault)
+	r.WaitTimeout = cmp.Or(r.WaitTimeout, min(WaitTimeoutDefault, max(r.RequestTimeout/2, time.Millisecond)))
 	return r
 }
 

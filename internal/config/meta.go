@@ -32,10 +32,12 @@ func (c *Config) Meta() wire.Meta {
 }
 
 // StoreConfig is the store.Config of c (redis.prefix and shards, the
-// canceled and idempotency retention).
+// canceled and idempotency retention, redis.wait_replicas and
+// wait_timeout).
 func (c *Config) StoreConfig() store.Config {
 	return store.Config{Prefix: c.Redis.Prefix, Shards: c.Redis.Shards,
-		CanceledRetention: c.Retention.Canceled, IdempotencyRetention: c.Retention.Idempotency}
+		CanceledRetention: c.Retention.Canceled, IdempotencyRetention: c.Retention.Idempotency,
+		WaitReplicas: c.Redis.WaitReplicas, WaitTimeout: c.Redis.WaitTimeout}
 }
 
 // PassConfig is the dispatcher's pass bounds (DESIGN §2.2) from c's dispatch

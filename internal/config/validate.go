@@ -149,6 +149,19 @@ func (r RedisConfig) validate(p *problems) {
 	if r.RequestTimeout <= 0 || r.RequestTimeout > MaxRequestTimeout {
 		p.add("redis.request_timeout", "must be positive and at most %s, got %s", dur(MaxRequestTimeout), dur(r.RequestTimeout))
 	}
+	r.validateWait(p)
+}
+
+// validateWait checks redis.wait_replicas and redis.wait_timeout.
+func (r RedisConfig) validateWait(p *problems) {
+	if r.WaitReplicas < 0 || r.WaitReplicas > store.MaxWaitReplicas {
+		p.add("redis.wait_replicas", "must be from 0 to %d, got %d", store.MaxWaitReplicas, r.WaitReplicas)
+	}
+	if r.WaitTimeout < time.Millisecond || r.WaitTimeout > store.MaxWaitTimeout {
+		p.add("redis.wait_timeout", "must be from 1ms to %s, got %s", dur(store.MaxWaitTimeout), dur(r.WaitTimeout))
+	} else if r.RequestTimeout > 0 && r.WaitTimeout >= r.RequestTimeout {
+		p.add("redis.wait_timeout", "must be below redis.request_timeout (%s: the enqueue and its WAIT share it), got %s", dur(r.RequestTimeout), dur(r.WaitTimeout))
+	}
 }
 
 // twoDeployments adds a problem, and reports true, when r names two

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -302,6 +303,36 @@ func TestRequestTimeoutBounds(t *testing.T) {
 		}
 		if err == nil && c.Redis.RequestTimeout <= 0 {
 			t.Errorf("%s: RequestTimeout = %s", tc.yaml, c.Redis.RequestTimeout)
+		}
+	}
+}
+
+func TestWaitReplicasBounds(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+		// wantTimeout is the resolved wait_timeout when the file is valid.
+		wantTimeout time.Duration
+	}{
+		{"redis: {wait_replicas: 1}", nil, 500 * time.Millisecond},
+		{"redis: {wait_replicas: 2, request_timeout: 250ms}", nil, 125 * time.Millisecond},
+		{"redis: {wait_replicas: 1, wait_timeout: 2s, request_timeout: 5s}", nil, 2 * time.Second},
+		{"redis: {wait_replicas: -1}", []string{"redis.wait_replicas"}, 0},
+		{"redis: {wait_replicas: 17}", []string{"redis.wait_replicas"}, 0},
+		{"redis: {wait_timeout: 3s, request_timeout: 5s}", []string{"redis.wait_timeout"}, 0},
+		{"redis: {wait_timeout: -1ms}", []string{"redis.wait_timeout"}, 0},
+		{"redis: {wait_timeout: 1s}", []string{"redis.wait_timeout"}, 0}, // not below request_timeout (1s)
+		{"redis: {wait_replicas: 99, wait_timeout: 1s}", []string{"redis.wait_replicas", "redis.wait_timeout"}, 0},
+	} {
+		c, err := loadString(t, tc.yaml+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.yaml, got, tc.want, err)
+		}
+		if err == nil && c.Redis.WaitTimeout != tc.wantTimeout {
+			t.Errorf("%s: WaitTimeout = %s, want %s", tc.yaml, c.Redis.WaitTimeout, tc.wantTimeout)
+		}
+		if err == nil && c.StoreConfig().WaitReplicas != c.Redis.WaitReplicas {
+			t.Errorf("%s: StoreConfig().WaitReplicas = %d, want %d", tc.yaml, c.StoreConfig().WaitReplicas, c.Redis.WaitReplicas)
 		}
 	}
 }

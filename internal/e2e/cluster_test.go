@@ -56,6 +56,12 @@ type options struct {
 	tenants  map[string]string
 	sections map[string]string
 	redisURL string // default: the test Redis
+	// client, when set, is a client of the Redis at redisURL, for the
+	// test's own reads (default: redistest.New's, of the test Redis).
+	client redis.UniversalClient
+	// redisExtra is added to the redis section's flow mapping
+	// (", wait_replicas: 1").
+	redisExtra string
 }
 
 // newCluster writes the configuration and starts the receiver. The base
@@ -68,6 +74,9 @@ type options struct {
 func newCluster(t *testing.T, o options) *cluster {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
+	if o.client != nil {
+		rdb = o.client
+	}
 	c := &cluster{t: t, prefix: prefix, shards: shards, rdb: rdb, redisURL: cmp.Or(o.redisURL, redistest.URL())}
 	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: c.shards})
 	if err != nil {
@@ -83,7 +92,7 @@ func newCluster(t *testing.T, o options) *cluster {
 
 	sections := map[string]string{
 		"listen": "127.0.0.1:0",
-		"redis":  fmt.Sprintf("{prefix: %s, shards: %d}", prefix, c.shards),
+		"redis":  fmt.Sprintf("{prefix: %s, shards: %d%s}", prefix, c.shards, o.redisExtra),
 		"auth":   fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}]}`, adminKey),
 		"limits": "{api: {algorithm: sliding_window, limit: 1000000, window: 1s}}",
 		"defaults": "{adaptive: false, concurrency: 50, timeout: 2s, " +

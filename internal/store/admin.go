@@ -109,13 +109,20 @@ func parseCursor(c string) (int64, string, error) {
 // attempts or retry duration are used up gets exactly one more attempt —
 // admission not charged, backlog caps not applied. It returns the record
 // after the replay. A job that is not dead: a *ConflictError (ErrConflict);
-// no such job: ErrNotFound.
+// no such job: ErrNotFound. With Config.WaitReplicas, a replay fewer
+// replicas confirmed in time returns the record and a *NotReplicatedError.
 func (s *Store) Replay(ctx context.Context, id string) (Job, error) {
 	shard, err := s.jobShard(id)
 	if err != nil {
 		return Job{}, fmt.Errorf("replay job %q: %w", id, err)
 	}
-	d, err := s.run(ctx, scriptReplay, shard, id)
+	var d decoder
+	acked := 0
+	if s.waiting() {
+		d, acked, err = s.runWaited(ctx, scriptReplay, shard, id)
+	} else {
+		d, err = s.run(ctx, scriptReplay, shard, id)
+	}
 	if errors.Is(err, ErrConflict) {
 		state := State(d.str(1))
 		if derr := d.Err(); derr != nil {
@@ -133,6 +140,11 @@ func (s *Store) Replay(ctx context.Context, id string) (Job, error) {
 	job, err := parseJob(id, fields)
 	if err != nil {
 		return Job{}, fmt.Errorf("replay job %q: %w", id, err)
+	}
+	if s.waiting() {
+		if err := s.checkAcked(acked); err != nil {
+			return job, fmt.Errorf("replay job %q: %w", id, err)
+		}
 	}
 	return job, nil
 }

@@ -124,14 +124,24 @@ type Admission struct {
 // a wake-up PUBLISH when the shard's earliest time moved earlier. Items are
 // decided one by one: a batch can be partially accepted, and a refused item
 // changes nothing. The error is for the call as a whole (bad arguments:
-// ErrInvalid; Redis failures), in which case nothing was stored.
+// ErrInvalid; Redis failures), in which case nothing was stored — except
+// a *NotReplicatedError (Config.WaitReplicas), which comes with the
+// results: the accepted items are stored on the master, and fewer replicas
+// than asked confirmed them (or, for a call of replays only, the originals)
+// in time.
 func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Result, error) {
 	shard := s.keys.shardOf(tenant)
 	args, err := s.enqueueArgs(tenant, shard, items)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
-	d, err := s.run(ctx, scriptEnqueue, shard, args...)
+	var d decoder
+	acked := 0
+	if s.waiting() {
+		d, acked, err = s.runWaited(ctx, scriptEnqueue, shard, args...)
+	} else {
+		d, err = s.run(ctx, scriptEnqueue, shard, args...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
@@ -147,7 +157,31 @@ func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Res
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
+	if s.waiting() {
+		if err := s.replicated(ctx, shard, results, acked); err != nil {
+			return results, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
+		}
+	}
 	return results, nil
+}
+
+// replicated checks an enqueue's confirmation (acked replicas after its
+// script): a call that stored a job needs WaitReplicas; one that only
+// replayed earlier jobs confirms the master's writes so far (the
+// originals among them); one that refused everything wrote nothing.
+func (s *Store) replicated(ctx context.Context, shard int, results []Result, acked int) error {
+	var stored, replayed bool
+	for _, r := range results {
+		stored = stored || r.Outcome == Accepted
+		replayed = replayed || r.Outcome == Duplicate
+	}
+	switch {
+	case stored:
+		return s.checkAcked(acked)
+	case replayed:
+		return s.confirm(ctx, shard)
+	}
+	return nil
 }
 
 // enqueueArgs validates the call and builds ARGV[3…] of enqueue.lua.

@@ -29,6 +29,7 @@ import (
 //	<p>:{s7}:t:<tenant>:dead       ZSET   dead letters
 //	<p>:{s7}:j:<id>                HASH   job record (fields: see Job), attempt log included
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
+//	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,

@@ -36,6 +36,13 @@ const (
 	// is far below Redis Cluster's 16384 slots.
 	MaxShards                = 1024
 	CanceledRetentionDefault = 24 * time.Hour
+	// WaitTimeoutDefault is Config.WaitTimeout's default; MaxWaitTimeout
+	// its bound, below go-redis's 3 s read timeout (a WAIT must be answered
+	// within one read).
+	WaitTimeoutDefault = 500 * time.Millisecond
+	MaxWaitTimeout     = 2 * time.Second
+	// MaxWaitReplicas bounds Config.WaitReplicas.
+	MaxWaitReplicas = 16
 )
 
 // Config configures a Store. The zero value is valid: every field has a default.
@@ -53,6 +60,15 @@ type Config struct {
 	// IdempotencyRetention is how long a canceled job's idempotency key is
 	// kept; 0 means as long as the tombstone (CanceledRetention).
 	IdempotencyRetention time.Duration
+	// WaitReplicas, when > 0, makes Enqueue and Replay confirm their
+	// writes with WAIT WaitReplicas WaitTimeout on the connection (and
+	// master) that ran them, and report fewer confirmations as a
+	// *NotReplicatedError. 0 … MaxWaitReplicas; default 0 (asynchronous
+	// replication: a 202 can be lost in a failover).
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT: 1ms … MaxWaitTimeout; default
+	// WaitTimeoutDefault. Unused when WaitReplicas is 0.
+	WaitTimeout time.Duration
 	// Clock, when set, replaces Redis TIME as every script's now (tests).
 	// Nil in production: one clock, Redis's, for every host.
 	Clock func() time.Time
@@ -63,6 +79,7 @@ func (c Config) WithDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
 	c.Shards = cmp.Or(c.Shards, ShardsDefault)
 	c.CanceledRetention = cmp.Or(c.CanceledRetention, CanceledRetentionDefault)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, WaitTimeoutDefault)
 	return c
 }
 
@@ -78,6 +95,12 @@ func (c Config) validate() error {
 	}
 	if c.CanceledRetention < time.Millisecond {
 		errs = append(errs, invalidf("canceled retention %s: want at least 1ms", c.CanceledRetention))
+	}
+	if c.WaitReplicas < 0 || c.WaitReplicas > MaxWaitReplicas {
+		errs = append(errs, invalidf("wait replicas %d: want 0 … %d", c.WaitReplicas, MaxWaitReplicas))
+	}
+	if c.WaitTimeout < time.Millisecond || c.WaitTimeout > MaxWaitTimeout {
+		errs = append(errs, invalidf("wait timeout %s: want 1ms … %s", c.WaitTimeout, MaxWaitTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -97,6 +120,8 @@ type Store struct {
 	// runner runs the scripts: the library's functions by FCALL until Redis
 	// turns out to have no Functions, EVALSHA then.
 	runner *redisscript.Runner
+	// wait is the replication Enqueue and Replay confirm (Config.WaitReplicas).
+	wait redisscript.Wait
 }
 
 // NewStore returns a Store on rdb (a plain client or a Cluster client; the
@@ -113,6 +138,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		clock:  cfg.Clock,
 		seed:   rand.Uint64,
 		runner: redisscript.NewRunner(rdb, librarySource),
+		wait:   waitConfig(cfg),
 	}, nil
 }
 
