@@ -59,7 +59,10 @@ func (sl *sluice) enqueueHTTP(ctx context.Context, tenant string, jobs [][]byte)
 // enqueueStore enqueues perTenant copies of items[0] for each tenant through
 // the dispatch Store (the enqueue script the API runs), workers at once.
 func (e *env) enqueueStore(ctx context.Context, tenants []string, items []store.Item, workers int) error {
-	return parallel(ctx, len(tenants), workers, func(i int) error { return e.enqueueTenant(ctx, tenants[i], items) })
+	return parallel(ctx, len(tenants), workers, func(i int) error {
+		_, err := e.enqueueTenant(ctx, tenants[i], items)
+		return err
+	})
 }
 
 // parallel runs f(0), …, f(n−1) on workers goroutines. A goroutine stops
@@ -88,19 +91,23 @@ func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	return cmpErr(first, ctx.Err())
 }
 
-func (e *env) enqueueTenant(ctx context.Context, tenant string, items []store.Item) error {
+// enqueueTenant enqueues items for tenant through Store.Enqueue and
+// returns the jobs' ids; a refused item is an error.
+func (e *env) enqueueTenant(ctx context.Context, tenant string, items []store.Item) ([]string, error) {
+	ids := make([]string, 0, len(items))
 	for start := 0; start < len(items); start += store.MaxBatch {
 		res, err := e.st.Enqueue(ctx, tenant, items[start:min(start+store.MaxBatch, len(items))])
 		if err != nil {
-			return err
+			return ids, err
 		}
 		for _, r := range res {
 			if r.Outcome != store.Accepted {
-				return fmt.Errorf("enqueue for %s: refused: %s %s", tenant, r.Code, r.Detail)
+				return ids, fmt.Errorf("enqueue for %s: refused: %s %s", tenant, r.Code, r.Detail)
 			}
+			ids = append(ids, r.ID)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 func cmpErr(a, b error) error {

@@ -6,15 +6,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/scripts/procstat"
 )
 
-// cpuMeter measures the CPU time of named processes, and of the whole
-// machine, over an interval (Linux /proc; elsewhere it measures nothing).
+// cpuMeter measures the CPU time of named groups of processes, and of the
+// whole machine, over an interval (Linux /proc; elsewhere it measures
+// nothing).
 type cpuMeter struct {
-	pids  map[string]int
+	pids  map[string][]int
 	start map[string]float64
 	at    time.Time
 }
@@ -26,8 +30,9 @@ type cpuShares struct {
 	seconds float64
 }
 
-// newCPUMeter starts measuring pids (name → pid); "machine" is added.
-func newCPUMeter(pids map[string]int) *cpuMeter {
+// newCPUMeter starts measuring pids (name → the pids whose CPU is summed
+// under it); "machine" is added.
+func newCPUMeter(pids map[string][]int) *cpuMeter {
 	m := &cpuMeter{pids: pids, at: time.Now()}
 	m.start = m.sample()
 	return m
@@ -35,9 +40,11 @@ func newCPUMeter(pids map[string]int) *cpuMeter {
 
 func (m *cpuMeter) sample() map[string]float64 {
 	s := map[string]float64{}
-	for name, pid := range m.pids {
-		if v, ok := procstat.ProcessCPU(pid); ok {
-			s[name] = v
+	for name, group := range m.pids {
+		for _, pid := range group {
+			if v, ok := procstat.ProcessCPU(pid); ok {
+				s[name] += v
+			}
 		}
 	}
 	if v, ok := procstat.MachineBusy(); ok {
@@ -97,32 +104,51 @@ func (c cpuShares) list(names []string, show func(cores float64) string) string 
 	return strings.Join(parts, ", ")
 }
 
-// redisPID is the Redis server's process id (0 when unknown).
-func (e *env) redisPID(ctx context.Context) int {
-	info, err := e.rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, _ := strconv.Atoi(v)
-			return pid
+// redisPIDs are the Redis server's process id, or every Cluster master's
+// (none when unknown).
+func (e *env) redisPIDs(ctx context.Context) []int {
+	var (
+		mu   sync.Mutex
+		pids []int
+	)
+	_ = e.eachMaster(ctx, func(ctx context.Context, _ string, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
 		}
-	}
-	return 0
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+				if pid, err := strconv.Atoi(v); err == nil && pid > 0 {
+					mu.Lock()
+					pids = append(pids, pid)
+					mu.Unlock()
+				}
+			}
+		}
+		return nil
+	})
+	return pids
 }
 
-// cpuMeter starts measuring Redis, this program ("bench": receiver and
-// asynq peers) and, when given, the Sluice processes.
+// cpuMeter starts measuring Redis (every master of a Cluster), this
+// program ("bench": receiver and asynq peers) and, when given, the Sluice
+// processes.
 func (e *env) cpuMeter(ctx context.Context, sl *sluice) *cpuMeter {
-	pids := map[string]int{"bench": os.Getpid()}
-	if pid := e.redisPID(ctx); pid > 0 {
-		pids["redis"] = pid
+	if sl == nil {
+		return e.cpuMeterOf(ctx, nil, nil)
 	}
-	if sl != nil {
-		pids["throttler"] = sl.throttler.cmd.Process.Pid
-		if sl.worker != nil {
-			pids["worker"] = sl.worker.cmd.Process.Pid
+	return e.cpuMeterOf(ctx, []*proc{sl.throttler}, []*proc{sl.worker})
+}
+
+// cpuMeterOf starts measuring Redis, this program, and the throttlers and
+// the workers given, each kind summed under one name (nil ones left out).
+func (e *env) cpuMeterOf(ctx context.Context, throttlers, workers []*proc) *cpuMeter {
+	pids := map[string][]int{"bench": {os.Getpid()}, "redis": e.redisPIDs(ctx)}
+	for name, ps := range map[string][]*proc{"throttler": throttlers, "worker": workers} {
+		for _, p := range ps {
+			if p != nil {
+				pids[name] = append(pids[name], p.cmd.Process.Pid)
+			}
 		}
 	}
 	return newCPUMeter(pids)

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,14 +28,16 @@ const (
 
 // env is what every part shares: the options, the Redis client, a dispatch
 // Store on Sluice's keys (direct enqueues, job records), the receiver and a
-// keep-alive HTTP client for the API.
+// keep-alive HTTP client for the API. Its twin on a Redis Cluster
+// (onCluster) shares all but the client, the store and addrs.
 type env struct {
-	o    options
-	rdb  *redis.Client
-	st   *store.Store
-	rcv  *receiver
-	http *http.Client
-	runs int // Sluice runs started, for file names
+	o     options
+	rdb   redis.UniversalClient // a *redis.Client, or a *redis.ClusterClient when addrs is set
+	addrs []string              // the Cluster's seed addresses (redis.addrs of the configs); nil: the single node of o.redisURL
+	st    *store.Store
+	rcv   *receiver
+	http  *http.Client
+	runs  *int // Sluice runs started, for file names (shared with the twin)
 }
 
 func newEnv(ctx context.Context, o options) (*env, error) {
@@ -58,22 +62,63 @@ func newEnv(ctx context.Context, o options) (*env, error) {
 		return nil, err
 	}
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, DisableCompression: true}
-	return &env{o: o, rdb: rdb, st: st, rcv: rcv, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+	return &env{o: o, rdb: rdb, st: st, rcv: rcv, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}, runs: new(int)}, nil
 }
 
+// close closes what newEnv opened; a Cluster twin closes only its client.
 func (e *env) close() {
+	if e.addrs != nil {
+		_ = e.rdb.Close()
+		return
+	}
 	e.http.CloseIdleConnections()
 	e.rcv.close()
 	_ = e.rdb.Close()
 }
 
-// flush empties the Redis (everything of the previous run) and resets its
-// command statistics.
-func (e *env) flush(ctx context.Context) error {
-	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
-		return fmt.Errorf("flushall: %w", err)
+// onCluster returns e's twin on the Redis Cluster of -cluster (a private
+// one: flushed before every run): a Cluster client and a Store on it, the
+// same options, receiver and HTTP client. The caller closes it.
+func (e *env) onCluster(ctx context.Context) (*env, error) {
+	if len(e.o.cluster) == 0 {
+		return nil, fmt.Errorf("no -cluster addresses: run it through scripts/bench-dispatch")
 	}
-	return e.rdb.ConfigResetStat(ctx).Err()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.o.cluster, PoolSize: 64})
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("ping the cluster %v: %w", e.o.cluster, err)
+	}
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	c := *e
+	c.rdb, c.addrs, c.st = rdb, e.o.cluster, st
+	return &c, nil
+}
+
+// eachMaster runs f on every master of a Cluster (concurrently), else once
+// on the single node; addr names the node.
+func (e *env) eachMaster(ctx context.Context, f func(ctx context.Context, addr string, c redis.Cmdable) error) error {
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return f(ctx, c.Options().Addr, c) })
+	}
+	return f(ctx, "", e.rdb)
+}
+
+// flush empties the Redis (everything of the previous run) and resets its
+// command statistics, on every master of a Cluster.
+func (e *env) flush(ctx context.Context) error {
+	return e.eachMaster(ctx, func(ctx context.Context, addr string, c redis.Cmdable) error {
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("flushall %s: %w", addr, err)
+		}
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			return fmt.Errorf("config resetstat %s: %w", addr, err)
+		}
+		return nil
+	})
 }
 
 // webhookJob is one webhook job to the receiver's run, as a producer sends it.
@@ -95,11 +140,13 @@ func (e *env) storeItems(run string, n int) ([]store.Item, error) {
 	return items, nil
 }
 
-// redisStats are cumulative Redis counters.
+// redisStats are cumulative Redis counters, of a single node or summed
+// over a Cluster's masters.
 type redisStats struct {
-	calls int64   // commands, summed over INFO commandstats (script-invoked ones included)
-	cpu   float64 // used_cpu_sys + used_cpu_user, seconds
-	cmds  map[string]cmdStat
+	calls   int64   // commands, summed over INFO commandstats (script-invoked ones included)
+	cpu     float64 // used_cpu_sys + used_cpu_user, seconds
+	cmds    map[string]cmdStat
+	masters map[string]float64 // a Cluster's masters: address → their cpu; nil on a single node
 }
 
 // cmdStat is one command's INFO commandstats counters.
@@ -107,6 +154,12 @@ type cmdStat struct{ calls, usec int64 }
 
 func (a redisStats) sub(b redisStats) redisStats {
 	d := redisStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, cmds: map[string]cmdStat{}}
+	for addr, cpu := range a.masters {
+		if d.masters == nil {
+			d.masters = map[string]float64{}
+		}
+		d.masters[addr] = cpu - b.masters[addr]
+	}
 	for name, c := range a.cmds {
 		if c.calls -= b.cmds[name].calls; c.calls > 0 {
 			c.usec -= b.cmds[name].usec
@@ -135,12 +188,44 @@ func (a redisStats) top(n int, jobs int) string {
 	return b.String()
 }
 
+// redisStats reads the counters, summed over every master of a Cluster
+// (each master's cpu kept in masters).
 func (e *env) redisStats(ctx context.Context) (redisStats, error) {
-	info, err := e.rdb.Info(ctx, "commandstats", "cpu").Result()
-	if err != nil {
-		return redisStats{}, fmt.Errorf("info: %w", err)
+	var (
+		mu  sync.Mutex
+		sum redisStats
+	)
+	err := e.eachMaster(ctx, func(ctx context.Context, addr string, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return fmt.Errorf("info %s: %w", addr, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sum = sum.add(addr, parseInfo(info))
+		return nil
+	})
+	return sum, err
+}
+
+// add is a plus one node's counters s (its cpu also under masters[addr]
+// when addr is not empty).
+func (a redisStats) add(addr string, s redisStats) redisStats {
+	out := redisStats{calls: a.calls + s.calls, cpu: a.cpu + s.cpu, cmds: maps.Clone(a.cmds), masters: maps.Clone(a.masters)}
+	if out.cmds == nil {
+		out.cmds = map[string]cmdStat{}
 	}
-	return parseInfo(info), nil
+	for name, c := range s.cmds {
+		sum := out.cmds[name]
+		out.cmds[name] = cmdStat{calls: sum.calls + c.calls, usec: sum.usec + c.usec}
+	}
+	if addr != "" {
+		if out.masters == nil {
+			out.masters = map[string]float64{}
+		}
+		out.masters[addr] += s.cpu
+	}
+	return out
 }
 
 // logf reports progress and side findings on stderr (the table goes to
@@ -153,15 +238,15 @@ func (e *env) logf(format string, args ...any) {
 // the last flush, and the asynq queues' lengths.
 func (e *env) redisSummary(ctx context.Context, since redisStats, at time.Time) string {
 	var b strings.Builder
-	info, err := e.rdb.Info(ctx, "commandstats", "cpu").Result()
+	now, err := e.redisStats(ctx)
 	if err != nil {
 		return "  redis: " + err.Error() + "\n"
 	}
-	st := parseInfo(info).sub(since)
+	st := now.sub(since)
 	fmt.Fprintf(&b, "  redis over the run's last %.0f s: %.1f s CPU, %d commands;", time.Since(at).Seconds(), st.cpu, st.calls)
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			fmt.Fprintf(&b, " %s", strings.TrimSpace(line))
+	for _, name := range []string{"evalsha", "eval"} {
+		if c, ok := now.cmds[name]; ok {
+			fmt.Fprintf(&b, " cmdstat_%s:calls=%d,usec=%d", name, c.calls, c.usec)
 		}
 	}
 	b.WriteString("\n")

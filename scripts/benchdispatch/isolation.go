@@ -85,7 +85,7 @@ func isolationRun(ctx context.Context, e *env, withNoisy bool) (isoRun, error) {
 		if err != nil {
 			return isoRun{}, err
 		}
-		if err := e.enqueueTenant(ctx, "noisy", items); err != nil {
+		if _, err := e.enqueueTenant(ctx, "noisy", items); err != nil {
 			return isoRun{}, fmt.Errorf("enqueue the noisy backlog: %w", err)
 		}
 		if err := sleepCtx(ctx, time.Second); err != nil { // let the noisy tenant reach its pace

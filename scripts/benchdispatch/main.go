@@ -26,13 +26,20 @@
 //     POST /v1/tenants/{t}/jobs, a sample of them measured (slot → receiver
 //     arrival), alone and next to one tenant sending at 100 × its admit rate;
 //     that tenant's 429s and Retry-After checked, Redis memory and CPU;
+//   - scale-out (only when named in -parts; needs -cluster, a private
+//     Redis Cluster): the throughput run on the single node and on the
+//     Cluster side by side (Redis commands and CPU per job, the ratio),
+//     the Cluster masters' CPU and the busiest one's share, then 3
+//     throttlers and 2 workers on the Cluster with many tenants, each
+//     tenant's arrivals checked against its rate bound;
 //   - soak (only when named in -parts; scripts/soak): a steady rate for a
 //     bounded time with short retentions; goroutines, heap and Redis memory
 //     read periodically, then the keyspace checked for keys without a TTL.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
-// against the given Redis, which the program flushes before each run: use a
-// private redis-server. Run it through scripts/bench-dispatch.
+// against the given Redis (or Cluster), which the program flushes before
+// each run: use a private redis-server. Run it through
+// scripts/bench-dispatch.
 package main
 
 import (
@@ -50,10 +57,11 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	redisURL  string // a private Redis: flushed before every run
-	throttler string // cmd/throttler binary
-	worker    string // cmd/worker binary
-	dir       string // configs and logs
+	redisURL  string   // a private Redis: flushed before every run
+	cluster   []string // seed addresses of a private Redis Cluster (scale-out): flushed before every run
+	throttler string   // cmd/throttler binary
+	worker    string   // cmd/worker binary
+	dir       string   // configs and logs
 	parts     []string
 	quick     bool
 
@@ -111,6 +119,13 @@ type options struct {
 	soakWarmup    time.Duration
 	soakRetention time.Duration
 
+	// scale-out
+	soTenants    int
+	soJobs       int // per tenant
+	soRate       int // per tenant, per second (burst 1)
+	soThrottlers int
+	soWorkers    int
+
 	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 }
 
@@ -132,12 +147,14 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("benchdispatch", flag.ContinueOnError)
 	fs.StringVar(&o.redisURL, "redis", "", "a private Redis (flushed before every run)")
+	clusterAddrs := fs.String("cluster", "", "scale-out: seed addresses of a private Redis Cluster, comma-separated (flushed before every run)")
 	fs.StringVar(&o.throttler, "throttler", "", "the cmd/throttler binary")
 	fs.StringVar(&o.worker, "worker", "", "the cmd/worker binary")
 	fs.StringVar(&o.dir, "dir", "", "directory for configs and logs")
 	parts := fs.String("parts", "precision,throughput,isolation,scale,idle", "parts to run, comma-separated")
 	fs.BoolVar(&o.quick, "quick", false, "a short run: 500 precision jobs, 30s peer, 5000 throughput jobs, "+
-		"20000 noisy jobs, scale window 5000 and 10,1000,20000 tenants, 3 idle wake-ups of each kind (flags given explicitly win)")
+		"20000 noisy jobs, scale window 5000 and 10,1000,20000 tenants, 3 idle wake-ups of each kind, "+
+		"10000 scale-out tenants (flags given explicitly win)")
 
 	fs.IntVar(&o.precJobs, "precision-jobs", 2000, "precision: jobs for the one tenant (and tasks for the peer)")
 	fs.IntVar(&o.precRate, "precision-rate", 50, "precision: the tenant's rate per second (burst 1)")
@@ -188,6 +205,12 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.soakWarmup, "soak-warmup", 5*time.Minute, "soak: readings before this are the warm-up")
 	fs.DurationVar(&o.soakRetention, "soak-retention", 30*time.Second, "soak: retention.succeeded, canceled, dead and idempotency")
 
+	fs.IntVar(&o.soTenants, "scaleout-tenants", 100000, "scale-out: tenants of the many-tenant run on the Cluster")
+	fs.IntVar(&o.soJobs, "scaleout-jobs", 3, "scale-out: jobs per tenant (≥ 3: with burst 1 two arrivals never exceed b + r·Δ + 1)")
+	fs.IntVar(&o.soRate, "scaleout-rate", 10, "scale-out: each tenant's rate per second (burst 1)")
+	fs.IntVar(&o.soThrottlers, "scaleout-throttlers", 3, "scale-out: throttlers of the many-tenant run")
+	fs.IntVar(&o.soWorkers, "scaleout-workers", 2, "scale-out: workers of the many-tenant run (each of -concurrency)")
+
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -206,6 +229,7 @@ func parseFlags(args []string) (options, error) {
 			"noisy-duration":       func() { o.noisyDuration = 15 * time.Second },
 			"noisy-tenants":        func() { o.noisyTenants = 2000 },
 			"idle-wakeups":         func() { o.idleWakeups = 3 },
+			"scaleout-tenants":     func() { o.soTenants = 10000 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -215,7 +239,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -226,7 +250,14 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.scaleTenants = append(o.scaleTenants, n)
 	}
+	if *clusterAddrs != "" {
+		o.cluster = strings.Split(*clusterAddrs, ",")
+	}
 	switch {
+	case slices.Contains(o.parts, "scale-out") && len(o.cluster) == 0:
+		return o, fmt.Errorf("-parts scale-out needs -cluster (scripts/bench-dispatch starts one)")
+	case o.soTenants < 1 || o.soJobs < 1 || o.soRate < 1 || o.soThrottlers < 1 || o.soWorkers < 1:
+		return o, fmt.Errorf("bad scale-out flags")
 	case o.redisURL == "" || o.throttler == "" || o.worker == "" || o.dir == "":
 		return o, fmt.Errorf("-redis, -throttler, -worker and -dir are required")
 	case o.precJobs < 2 || o.precRate < 1 || o.tputJobs < 2 || o.tputTenants < 1 || o.concurrency < 1:
@@ -274,6 +305,8 @@ func run(ctx context.Context, o options) error {
 			err = noisy(ctx, e, &t)
 		case "soak":
 			err = soak(ctx, e, &t)
+		case "scale-out":
+			err = scaleOut(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,15 +40,22 @@ type sluice struct {
 	metrics    string // the worker's /metrics base URL
 	rs0        redisStats
 	started    time.Time
-	throttlers int // throttler starts, for log names
+	throttlers int    // throttler starts, for log names
+	tag        string // in log names: one of several throttlers or workers on one config
+	capacity   int    // the workers' capacity startWorker waits for; 0: s.workerConc
 }
 
 // config renders s as the YAML file both binaries read (DESIGN §7):
 // admission, backlog caps and the API's own limiter set so that nothing is
-// refused, loopback webhooks allowed.
-func (s setup) config(tci time.Duration) string {
+// refused, loopback webhooks allowed; a Redis Cluster of seed addresses
+// addrs when not empty, else the single node of $SLUICE_REDIS_URL.
+func (s setup) config(tci time.Duration, addrs []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `redis: {prefix: %s, shards: %d}
+	cluster := ""
+	if len(addrs) > 0 {
+		cluster = fmt.Sprintf(", addrs: [%s]", strings.Join(addrs, ", "))
+	}
+	fmt.Fprintf(&b, `redis: {prefix: %s, shards: %d%s}
 auth:
   keys:
     - {name: bench, key: %s, tenants: ["*"], admin: true}
@@ -63,7 +71,7 @@ limits:
 egress: {allow: ["127.0.0.0/8"]}
 worker: {concurrency: %d, task_check_interval: %s}
 log: {level: warn}
-`, prefix, shards, apiKey, s.defaultRate, s.defaultConc, s.workerConc, tci)
+`, prefix, shards, cluster, apiKey, s.defaultRate, s.defaultConc, s.workerConc, tci)
 	if len(s.tenants) > 0 {
 		b.WriteString("tenants:\n")
 		for t, o := range s.tenants {
@@ -81,9 +89,9 @@ func (e *env) startSluice(ctx context.Context, s setup) (*sluice, error) {
 	if err := e.flush(ctx); err != nil {
 		return nil, err
 	}
-	e.runs++
-	base := filepath.Join(e.o.dir, fmt.Sprintf("%02d-%s", e.runs, s.name))
-	if err := os.WriteFile(base+".yaml", []byte(s.config(e.o.tci)), 0o600); err != nil {
+	*e.runs++
+	base := filepath.Join(e.o.dir, fmt.Sprintf("%02d-%s", *e.runs, s.name))
+	if err := os.WriteFile(base+".yaml", []byte(s.config(e.o.tci, e.addrs)), 0o600); err != nil {
 		return nil, err
 	}
 	port, err := freePort()
@@ -107,12 +115,22 @@ func (e *env) startSluice(ctx context.Context, s setup) (*sluice, error) {
 	return sl, nil
 }
 
+// redisEnv is the environment that points a Sluice process at the Redis:
+// $SLUICE_REDIS_URL for a single node; nothing for a Cluster (its
+// addresses are in the config file).
+func (e *env) redisEnv() []string {
+	if len(e.addrs) > 0 {
+		return nil
+	}
+	return []string{"SLUICE_REDIS_URL=" + e.o.redisURL}
+}
+
 // startThrottler starts the throttler (again) and waits until it is ready.
 func (sl *sluice) startThrottler(ctx context.Context) error {
 	var err error
 	sl.throttler, err = startProc("throttler", sl.e.o.throttler, []string{"--config", sl.config},
-		[]string{"SLUICE_REDIS_URL=" + sl.e.o.redisURL, "SLUICE_LISTEN=" + strings.TrimPrefix(sl.api, "http://")},
-		fmt.Sprintf("%s-throttler-%d.log", strings.TrimSuffix(sl.config, ".yaml"), sl.throttlers))
+		append(sl.e.redisEnv(), "SLUICE_LISTEN="+strings.TrimPrefix(sl.api, "http://")),
+		fmt.Sprintf("%s-throttler%s-%d.log", strings.TrimSuffix(sl.config, ".yaml"), sl.tag, sl.throttlers))
 	if err != nil {
 		return err
 	}
@@ -145,7 +163,8 @@ func (sl *sluice) waitReady(ctx context.Context) error {
 	return fmt.Errorf("throttler not ready after 20s: %s", sl.throttler.tail(20))
 }
 
-// startWorker starts the worker and waits until its capacity is announced.
+// startWorker starts the worker and waits until its capacity (sl.capacity
+// when set: the total of several) is announced.
 func (sl *sluice) startWorker(ctx context.Context) error {
 	base := strings.TrimSuffix(sl.config, ".yaml")
 	maddr, err := freePort()
@@ -154,7 +173,7 @@ func (sl *sluice) startWorker(ctx context.Context) error {
 	}
 	sl.metrics = "http://" + maddr
 	sl.worker, err = startProc("worker", sl.e.o.worker, []string{"--config", sl.config, "--metrics-listen", maddr},
-		[]string{"SLUICE_REDIS_URL=" + sl.e.o.redisURL}, base+"-worker.log")
+		sl.e.redisEnv(), base+"-worker"+sl.tag+".log")
 	if err != nil {
 		return err
 	}
@@ -163,7 +182,7 @@ func (sl *sluice) startWorker(ctx context.Context) error {
 		if sl.worker.exited() {
 			return fmt.Errorf("worker exited: %s", sl.worker.tail(20))
 		}
-		if c, err := sl.e.st.Capacity(ctx); err == nil && c >= sl.s.workerConc {
+		if c, err := sl.e.st.Capacity(ctx); err == nil && c >= cmp.Or(sl.capacity, sl.s.workerConc) {
 			return nil
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
