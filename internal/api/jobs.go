@@ -443,6 +443,8 @@ type jobView struct {
 	Attempts       []attemptView   `json:"attempts"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Job            json.RawMessage `json:"job"`
+	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
+	DeadReason string `json:"dead_reason,omitempty"`
 	// CanceledFrom is the state a DELETE canceled the job in.
 	CanceledFrom string `json:"canceled_from,omitempty"`
 }
@@ -458,7 +460,8 @@ type attemptView struct {
 func viewOf(j store.Job) jobView {
 	v := jobView{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
 		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
-		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey}
+		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey,
+		DeadReason: j.DeadReason}
 	if json.Valid(j.Body) {
 		v.Job = redactedJob(j.Body)
 	}

@@ -89,7 +89,7 @@ func TestParamsFromPolicyUnits(t *testing.T) {
 
 func TestOverridesOfKeepsUnsetFieldsUnset(t *testing.T) {
 	t.Parallel()
-	in := `{"rate":"20/s","admit":{"burst":7},"max_backlog_bytes":"1KiB","retry":{"min_backoff":"250ms","max_doublings":3},"adaptive":false,"unsigned":false,"disable_on_gone":false}`
+	in := `{"rate":"20/s","admit":{"burst":7},"max_backlog_bytes":"1KiB","retry":{"min_backoff":"250ms","max_doublings":3},"adaptive":false}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestOverridesOfEveryField(t *testing.T) {
 	t.Parallel()
 	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
 		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
-		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":false,"disable_on_gone":false}`
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
