@@ -49,9 +49,11 @@ type jobRef struct {
 // Idempotency-Key header, fingerprinted by the SHA-256 of the raw body.
 // 202 with a jobRef (a replay also sets Idempotent-Replayed: true); 429
 // rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch,
-// invalid, or no_task_worker (a task job for a queue no sluicetask
-// middleware serves; it stores nothing, not even the idempotency key, but a
-// replay of an accepted request still answers 202). Every answer from the
+// invalid, no_task_worker (a task job for a queue no sluicetask
+// middleware serves) or no_webhook_secret (a webhook job of a tenant with
+// no signing secret whose policy is not unsigned: webhookSecretRefusal);
+// those two store nothing, not even the idempotency key, but a replay of an
+// accepted request still answers 202. Every answer from the
 // store carries the "admit" headers.
 func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
@@ -79,6 +81,9 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
+	if spec.Type == wire.TypeWebhook {
+		s.webhookSecretRefusal(&it, tenant)
+	}
 	if spec.Type == wire.TypeTask {
 		refusal, err := s.taskQueueRefusal(r, &it, spec.Queue)
 		if err != nil {
@@ -249,6 +254,9 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
+	if spec.Type == wire.TypeWebhook {
+		s.webhookSecretRefusal(&it, capacity.tenant)
+	}
 	return it, taskQueue, nil
 }
 
@@ -397,7 +405,7 @@ func resultOf(index int, tenant string, r store.Result) batchResult {
 	case store.CodeRateLimited, store.CodeBacklogFull:
 		br.Status, br.retry = http.StatusTooManyRequests, r.RetryAfter
 		br.RetryAfter = max(1, int64((r.RetryAfter+time.Second-1)/time.Second))
-	case store.CodeIdempotencyMismatch, store.CodeInvalid, store.Code(CodeNoTaskWorker):
+	case store.CodeIdempotencyMismatch, store.CodeInvalid, store.Code(CodeNoTaskWorker), store.CodeNoWebhookSecret:
 	default:
 		br.Error.Code = CodeInvalid
 	}
