@@ -44,7 +44,8 @@ type sluice struct {
 
 // config renders s as the YAML file both binaries read (DESIGN §7):
 // admission, backlog caps and the API's own limiter set so that nothing is
-// refused, loopback webhooks allowed.
+// refused, loopback webhooks allowed and sent unsigned (the receiver checks
+// no signatures; without unsigned a tenant with no secret is refused).
 func (s setup) config(tci time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `redis: {prefix: %s, shards: %d}
@@ -52,6 +53,7 @@ auth:
   keys:
     - {name: bench, key: %s, tenants: ["*"], admin: true}
 defaults:
+  unsigned: true
   rate: %s
   burst: 1
   concurrency: %d
