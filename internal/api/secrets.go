@@ -55,16 +55,23 @@ func secretsOff() error {
 			"on the throttler and the workers; secrets in the configuration file keep signing"}
 }
 
+// secretsTenant checks an admin key allowed the path's tenant, then that
+// secrets by API are on (503 secrets_disabled otherwise).
+func (s *Server) secretsTenant(r *http.Request, c *call) (string, error) {
+	tenant, err := s.adminTenant(r, c)
+	if err == nil && s.opts.Secrets == nil {
+		err = secretsOff()
+	}
+	return tenant, err
+}
+
 // createSecret is POST /v1/tenants/{tenant}/secrets: 201 with the new
 // secret; 422 for a bad import or expire_previous_in; 409 when the tenant
 // already holds store.MaxSecrets live secrets; 503 without a key.
 func (s *Server) createSecret(r *http.Request, c *call) (int, any, error) {
-	tenant, err := s.adminTenant(r, c)
+	tenant, err := s.secretsTenant(r, c)
 	if err != nil {
 		return 0, nil, err
-	}
-	if s.opts.Secrets == nil {
-		return 0, nil, secretsOff()
 	}
 	var req secretRequest
 	if r.ContentLength != 0 {
@@ -122,12 +129,9 @@ func (req secretRequest) resolve() (string, time.Duration, error) {
 // listSecrets is GET /v1/tenants/{tenant}/secrets: the tenant's live
 // secrets by API, oldest first, without the secrets.
 func (s *Server) listSecrets(r *http.Request, c *call) (int, any, error) {
-	tenant, err := s.adminTenant(r, c)
+	tenant, err := s.secretsTenant(r, c)
 	if err != nil {
 		return 0, nil, err
-	}
-	if s.opts.Secrets == nil {
-		return 0, nil, secretsOff()
 	}
 	set, err := s.opts.Store.Secrets(r.Context(), tenant)
 	if err != nil {
@@ -143,12 +147,9 @@ func (s *Server) listSecrets(r *http.Request, c *call) (int, any, error) {
 // deleteSecret is DELETE /v1/tenants/{tenant}/secrets/{id}: 204; 404 for
 // an id the tenant has no live secret by.
 func (s *Server) deleteSecret(r *http.Request, c *call) (int, any, error) {
-	tenant, err := s.adminTenant(r, c)
+	tenant, err := s.secretsTenant(r, c)
 	if err != nil {
 		return 0, nil, err
-	}
-	if s.opts.Secrets == nil {
-		return 0, nil, secretsOff()
 	}
 	id := r.PathValue("id")
 	err = store.ValidSecretID(id)

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,27 +19,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // secretsFixture is a store fixture whose tenants have no file secrets,
 // with secrets by API sealed by a fresh key, logging at debug into logs.
@@ -49,7 +31,7 @@ type secretsFixture struct {
 	ring   *secretbox.Keyring
 	rdb    *redis.Client
 	prefix string
-	logs   *syncBuffer
+	logs   *redistest.SyncBuffer
 }
 
 func testKeyring(t *testing.T, id string) *secretbox.Keyring {
@@ -67,7 +49,7 @@ func testKeyring(t *testing.T, id string) *secretbox.Keyring {
 
 func newSecretsFixture(t *testing.T, ring *secretbox.Keyring) *secretsFixture {
 	t.Helper()
-	sf := &secretsFixture{ring: ring, logs: &syncBuffer{}}
+	sf := &secretsFixture{ring: ring, logs: &redistest.SyncBuffer{}}
 	sf.fixture = newStoreFixture(t, func(o *Options, rdb *redis.Client, prefix string) {
 		o.FileSigned, o.Secrets = nil, ring
 		o.Logger = slog.New(slog.NewTextHandler(sf.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
