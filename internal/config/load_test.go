@@ -193,7 +193,7 @@ func TestLoadEveryKey(t *testing.T) {
 				MaxDoublings: ptr(3), MaxRetryDuration: ptr(policy.Duration(0)),
 			},
 			Timeout:  ptr(policy.Duration(30 * time.Second)),
-			Adaptive: ptr(false),
+			Adaptive: ptr(false), Unsigned: ptr(true), DisableOnGone: ptr(true),
 		},
 		Tenants: map[string]policy.Overrides{
 			"acme-eu":          {Burst: ptr[int64](10), WebhookSecrets: policy.Secrets{secretA, secretB}},
