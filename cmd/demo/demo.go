@@ -148,7 +148,7 @@ func introduce(out io.Writer, base string, o options, states map[string]tenantSt
 		total += s.Jobs
 		if len(o.Secrets.verifiers(s.Tenant)) == 0 {
 			unsigned = append(unsigned, s.Tenant)
-			fmt.Fprintf(out, "Note: tenant %s has no webhook_secrets: its deliveries are unsigned and not checked.\n", s.Tenant)
+			fmt.Fprintf(out, "Note: tenant %s has no webhook_secrets: its webhook jobs are refused (no_webhook_secret) unless its policy says unsigned: true, and then not checked.\n", s.Tenant)
 		}
 	}
 	fmt.Fprintf(out, "Enqueuing %d webhooks at once: %s.\n\n", total, describeShares(o.Shares, states))

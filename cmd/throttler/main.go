@@ -36,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/httpserver"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -127,10 +128,19 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 	if err != nil {
 		return api.Options{}, err
 	}
+	ring, err := cfg.Secrets.Keyring()
+	if err != nil {
+		return api.Options{}, fmt.Errorf("secrets: %w", err)
+	}
+	fileKeys, _, err := policy.SigningKeys(cfg.Defaults, cfg.Tenants)
+	if err != nil {
+		return api.Options{}, err
+	}
 	opts := api.Options{EgressAllow: allow, Keys: cfg.Auth.ByHash(), Limits: map[string]api.Limit{}, Redis: rdb,
 		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
 		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
-		RequestTimeout: cfg.Redis.RequestTimeout}
+		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring,
+		FileSigned: func(tenant string) bool { return len(fileKeys(tenant)) > 0 }}
 	for name, lim := range limiters {
 		lc := cfg.Limits[name]
 		if name == config.APILimitName {

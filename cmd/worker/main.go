@@ -116,7 +116,11 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("egress.allow: %w", err)
 	}
-	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants)
+	ring, err := cfg.Secrets.Keyring()
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("secrets: %w", err)
+	}
+	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants, st, ring)
 	if err != nil {
 		return nil, 0, nil, err
 	}

@@ -31,7 +31,7 @@ func FuzzReadBatch(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	s := &Server{opts: Options{MaxBatchBytes: 1 << 20}}
+	s := &Server{opts: Options{MaxBatchBytes: 1 << 20, FileSigned: fileSigned}}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		jobs, err := readBatchBody(s, body)
 		if err != nil {
@@ -106,7 +106,7 @@ func compact(t *testing.T, raw json.RawMessage) []byte {
 // message is now cut to 256 bytes (maxInvalidJSONMessage) at a rune
 // boundary.
 func TestInvalidJSONMessageIsBounded(t *testing.T) {
-	s := &Server{opts: Options{MaxBatchBytes: 1 << 20}}
+	s := &Server{opts: Options{MaxBatchBytes: 1 << 20, FileSigned: fileSigned}}
 	for _, key := range []string{strings.Repeat("B", 100_000), strings.Repeat("é", 50_000)} {
 		_, err := readBatchBody(s, []byte(`{"`+key+`":[{}]}`))
 		var e *Error

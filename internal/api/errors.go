@@ -27,7 +27,9 @@ const (
 	CodeUnsupportedMedia  = "unsupported_media_type"
 	CodeInvalid           = "invalid"
 	CodeIdempotencyMismat = "idempotency_mismatch"
-	CodeNoTaskWorker      = "no_task_worker" // 422: a task job for a queue no sluicetask middleware serves
+	CodeNoTaskWorker      = "no_task_worker"    // 422: a task job for a queue no sluicetask middleware serves
+	CodeNoWebhookSecret   = "no_webhook_secret" // 422: a webhook job of a tenant with no signing secret (and not unsigned)
+	CodeSecretsDisabled   = "secrets_disabled"  // 503: no secrets.key: the secrets routes are off
 	CodeRateLimited       = "rate_limited"
 	CodeBacklogFull       = "backlog_full"
 	CodeUnavailable       = "unavailable"

@@ -50,9 +50,11 @@ type jobRef struct {
 // Idempotency-Key header, fingerprinted by the SHA-256 of the raw body.
 // 202 with a jobRef (a replay also sets Idempotent-Replayed: true); 429
 // rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch,
-// invalid, or no_task_worker (a task job for a queue no sluicetask
-// middleware serves; it stores nothing, not even the idempotency key, but a
-// replay of an accepted request still answers 202). Every answer from the
+// invalid, no_task_worker (a task job for a queue no sluicetask
+// middleware serves) or no_webhook_secret (a webhook job of a tenant with
+// no signing secret whose policy is not unsigned: webhookSecretRefusal);
+// those two store nothing, not even the idempotency key, but a replay of an
+// accepted request still answers 202. Every answer from the
 // store carries the "admit" headers.
 func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
@@ -80,6 +82,9 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
+	if spec.Type == wire.TypeWebhook {
+		s.webhookSecretRefusal(&it, tenant)
+	}
 	if spec.Type == wire.TypeTask {
 		refusal, err := s.taskQueueRefusal(r, &it, spec.Queue)
 		if err != nil {
@@ -256,6 +261,9 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
+	if spec.Type == wire.TypeWebhook {
+		s.webhookSecretRefusal(&it, capacity.tenant)
+	}
 	return it, taskQueue, nil
 }
 
@@ -407,7 +415,7 @@ func resultOf(index int, tenant string, r store.Result) batchResult {
 	case store.CodeRateLimited, store.CodeBacklogFull:
 		br.Status, br.retry = http.StatusTooManyRequests, r.RetryAfter
 		br.RetryAfter = max(1, int64((r.RetryAfter+time.Second-1)/time.Second))
-	case store.CodeIdempotencyMismatch, store.CodeInvalid, store.Code(CodeNoTaskWorker):
+	case store.CodeIdempotencyMismatch, store.CodeInvalid, store.Code(CodeNoTaskWorker), store.CodeNoWebhookSecret:
 	default:
 		br.Error.Code = CodeInvalid
 	}
@@ -453,6 +461,8 @@ type jobView struct {
 	Attempts       []attemptView   `json:"attempts"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Job            json.RawMessage `json:"job"`
+	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
+	DeadReason string `json:"dead_reason,omitempty"`
 	// CanceledFrom is the state a DELETE canceled the job in.
 	CanceledFrom string `json:"canceled_from,omitempty"`
 }
@@ -468,7 +478,8 @@ type attemptView struct {
 func viewOf(j store.Job) jobView {
 	v := jobView{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
 		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
-		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey}
+		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey,
+		DeadReason: j.DeadReason}
 	if json.Valid(j.Body) {
 		v.Job = redactedJob(j.Body)
 	}

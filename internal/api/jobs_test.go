@@ -27,8 +27,10 @@ func hook(n int) string {
 	return fmt.Sprintf(`{"type":"webhook","url":"https://example.com/hook","event":"invoice.paid","payload":{"n":%d}}`, n)
 }
 
-// newStoreFixture is newFixture with a store.Store on the test's prefix
-// and the task queue "default" allowed.
+// newStoreFixture is newFixture with a store.Store on the test's prefix,
+// the task queue "default" allowed, and every tenant signed by the
+// configuration file (fileSigned), as a deployment whose tenants all have
+// webhook_secrets; secrets_test.go drops that to test the secrets by API.
 func newStoreFixture(t *testing.T, tweak func(o *Options, rdb redis.UniversalClient, prefix string)) *fixture {
 	t.Helper()
 	return newFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
@@ -36,7 +38,7 @@ func newStoreFixture(t *testing.T, tweak func(o *Options, rdb redis.UniversalCli
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.Store, o.TaskQueues = st, []string{"default"}
+		o.Store, o.TaskQueues, o.FileSigned = st, []string{"default"}, fileSigned
 		if tweak != nil {
 			tweak(o, rdb, prefix)
 		}
@@ -52,6 +54,10 @@ func (f *fixture) setPolicy(t *testing.T, tenant string, o store.Overrides) {
 }
 
 func p64(v int64) *int64 { return &v }
+
+// fileSigned is Options.FileSigned of a configuration that gives every
+// tenant webhook_secrets.
+func fileSigned(string) bool { return true }
 
 // slowAdmit refills admission tokens once an hour, so token counts do not
 // move between requests.

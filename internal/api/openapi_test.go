@@ -232,6 +232,8 @@ func TestOpenAPIDocument(t *testing.T) {
 		"POST /v1/tenants/{tenant}/pause", "POST /v1/tenants/{tenant}/resume",
 		"GET /v1/tenants/{tenant}/dead", "POST /v1/limits/{name}/check",
 		"GET /metrics", "GET /healthz", "GET /readyz", "GET /openapi.json",
+		// issue #16: webhook secrets by API
+		"POST /v1/tenants/{tenant}/secrets", "GET /v1/tenants/{tenant}/secrets", "DELETE /v1/tenants/{tenant}/secrets/{id}",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {
@@ -249,8 +251,8 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
 	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllowed, CodeConflict, CodeTooLarge,
-		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeRateLimited, CodeBacklogFull,
-		CodeUnavailable, CodeReplicationTimeout, CodeStorageFull, "internal"}
+		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeNoWebhookSecret, CodeRateLimited, CodeBacklogFull,
+		CodeUnavailable, CodeReplicationTimeout, CodeSecretsDisabled, CodeStorageFull, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {
 		t.Errorf("ErrorCode enum = %v, want the codes of errors.go %v", codes, wantCodes)
 	}

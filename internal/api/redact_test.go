@@ -125,7 +125,7 @@ func TestViewsRedactUpstreamCredentials(t *testing.T) {
 	if err != nil || cl.Outcome != store.ClaimOK {
 		t.Fatalf("claim: %v %+v", err, cl)
 	}
-	exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil)
+	exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

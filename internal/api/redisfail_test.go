@@ -105,6 +105,7 @@ func newPrivateFixture(t *testing.T, r *privateRedis, tweak func(o *Options, rdb
 		Registry:       prometheus.NewRegistry(),
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Store:          st,
+		FileSigned:     fileSigned,
 		RequestTimeout: cfg.Redis.RequestTimeout,
 	}
 	if tweak != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -86,6 +87,14 @@ type Options struct {
 	// Defaults are the configuration's policy defaults; a PUT of a tenant's
 	// policy is validated merged over them.
 	Defaults policy.Overrides
+	// Secrets seals webhook secrets by API (config.SecretsConfig.Keyring).
+	// Nil: the secrets routes answer 503 secrets_disabled.
+	Secrets *secretbox.Keyring
+	// FileSigned reports whether the configuration file gives tenant
+	// webhook secrets (policy.SigningKeys); a webhook job of any other
+	// tenant is refused (422 no_webhook_secret) unless it holds a live
+	// secret by API or its policy says unsigned. Nil: no tenant's.
+	FileSigned func(tenant string) bool
 	// MaxJobBytes bounds one job's body, MaxBatchBytes a batch request's
 	// body (defaults config.MaxJobBytesDefault, config.MaxBatchBytesDefault).
 	MaxJobBytes, MaxBatchBytes int64
@@ -169,6 +178,9 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/resume", s.v1(CostWrite, s.resumeTenant))
 		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(CostRead, s.deadLetters))
 		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(CostWrite, s.replayJob))
+		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(CostWrite, s.createSecret))
+		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(CostRead, s.listSecrets))
+		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(CostWrite, s.deleteSecret))
 	}
 	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
 }

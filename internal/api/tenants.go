@@ -87,7 +87,7 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 // replaces the tenant's overrides (policy.Overrides JSON). Optional If-Match:
 // the version ("3" or 3; 0 = the tenant has no overrides yet; * = any); a
 // stale one is a 409. Every problem of the merged policy is listed in one
-// 422. webhook_secrets are refused (422): they are configured in the file.
+// 422. webhook_secrets are refused (422): see POST /v1/tenants/{t}/secrets.
 // 200 with the new version (also as the ETag) and the effective policy.
 func (s *Server) putPolicy(r *http.Request, c *call) (int, any, error) {
 	if !c.key.Admin {
@@ -140,7 +140,7 @@ func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Over
 	errs := []error{merged.Validate()}
 	if o.WebhookSecrets != nil {
 		errs = append(errs, &policy.FieldError{Field: "webhook_secrets", Err: errors.New(
-			"not stored by the API for now: configure them in the configuration file (tenants.<id>.webhook_secrets)")})
+			"not part of the policy: create secrets with POST /v1/tenants/{tenant}/secrets, or configure them in the configuration file (tenants.<id>.webhook_secrets)")})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return policy.Overrides{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid policy: %s", joinMessages(err))

@@ -68,7 +68,7 @@ func TestPutPolicy(t *testing.T) {
 	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
 		o.Defaults = policy.Overrides{Retry: policy.RetryOverrides{MaxBackoff: durationPtr(time.Minute)}}
 	})
-	body := `{"rate":"3/s","burst":2,"admit":{"rate":"1/h","burst":2},"retry":{"min_backoff":"2s"},"adaptive":false}`
+	body := `{"rate":"3/s","burst":2,"admit":{"rate":"1/h","burst":2},"retry":{"min_backoff":"2s"},"adaptive":false,"unsigned":false,"disable_on_gone":false}`
 	if r := f.put(t, "acme-p", producerToken, body); r.status != http.StatusForbidden || errorCode(r) != CodeForbidden {
 		t.Fatalf("PUT by a non-admin key: %d %v, want 403", r.status, r.body)
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	Worker WorkerConfig `yaml:"worker"`
 	// Log selects the log format and level.
 	Log LogConfig `yaml:"log"`
+	// Secrets configures webhook secrets by API: the key that encrypts them
+	// in Redis, and whether defaults.webhook_secrets may be shared.
+	Secrets SecretsConfig `yaml:"secrets"`
 }
 
 // Defaults of the top-level fields and of RedisConfig.

@@ -43,6 +43,7 @@ func (c *Config) WithDefaults() *Config {
 		Fetchers:          cmp.Or(c.Worker.Fetchers, FetchersDefault),
 		IdlePoll:          cmp.Or(c.Worker.IdlePoll, IdlePollDefault),
 	}
+	out.Secrets = c.Secrets.withDefaults()
 	out.Log = LogConfig{
 		Format: cmp.Or(c.Log.Format, LogFormatDefault),
 		Level:  cmp.Or(c.Log.Level, LogLevelDefault),

@@ -40,8 +40,8 @@ func FromFlags(args []string, getenv func(string) string) (*Config, error) {
 	return Load(*path, getenv)
 }
 
-// Load reads the YAML file at path ("" = no file), applies $SLUICE_REDIS_URL
-// and $SLUICE_LISTEN from getenv when set (nil getenv = no environment),
+// Load reads the YAML file at path ("" = no file), applies $SLUICE_REDIS_URL,
+// $SLUICE_LISTEN, $SLUICE_SECRETS_KEY and $SLUICE_SECRETS_KEY_ID from getenv when set (nil getenv = no environment),
 // hashes plaintext API keys, fills in defaults and validates. An empty file
 // is the same as no file. Unknown keys, bad values and a second YAML document
 // are errors; every problem found is reported at once.
@@ -63,6 +63,12 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		}
 		if v := getenv(EnvListen); v != "" {
 			c.Listen = v
+		}
+		if v := getenv(EnvSecretsKey); v != "" {
+			c.Secrets.Key = v
+		}
+		if v := getenv(EnvSecretsKeyID); v != "" {
+			c.Secrets.KeyID = v
 		}
 	}
 	out := c.WithDefaults()

@@ -94,7 +94,8 @@ func defaultConfig() *Config {
 		TaskQueues:  []string{"default"},
 		Worker: WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 1,
 			IdlePoll: 500 * time.Millisecond},
-		Log: LogConfig{Format: "text", Level: "info", Asynq: "warn"},
+		Log:     LogConfig{Format: "text", Level: "info", Asynq: "warn"},
+		Secrets: SecretsConfig{KeyID: SecretsKeyIDDefault},
 	}
 }
 
@@ -194,7 +195,7 @@ func TestLoadEveryKey(t *testing.T) {
 				MaxDoublings: ptr(3), MaxRetryDuration: ptr(policy.Duration(0)),
 			},
 			Timeout:  ptr(policy.Duration(30 * time.Second)),
-			Adaptive: ptr(false),
+			Adaptive: ptr(false), Unsigned: ptr(true), DisableOnGone: ptr(true),
 		},
 		Tenants: map[string]policy.Overrides{
 			"acme-eu":          {Burst: ptr[int64](10), WebhookSecrets: policy.Secrets{secretA, secretB}},
@@ -221,6 +222,8 @@ func TestLoadEveryKey(t *testing.T) {
 		Worker: WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2,
 			IdlePoll: 250 * time.Millisecond},
 		Log: LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Secrets: SecretsConfig{Key: testSecretsKey, KeyID: "2026-12",
+			PreviousKeys: []SecretKeyConfig{{ID: "2026-06", Key: testSecretsKeyOld}}},
 	}
 	assertConfig(t, got, want)
 
@@ -376,3 +379,9 @@ func TestMetaCarriesEverySetting(t *testing.T) {
 		t.Errorf("settings %+v, want store.DefaultSettings() %+v", m.Settings, store.DefaultSettings())
 	}
 }
+
+// The keys of testdata/everything.yaml: bytes 0…31 and 31…0.
+const (
+	testSecretsKey    = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+	testSecretsKeyOld = "Hx4dHBsaGRgXFhUUExIREA8ODQwLCgkIBwYFBAMCAQA="
+)

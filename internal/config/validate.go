@@ -37,6 +37,7 @@ func (c *Config) validate() error {
 	}
 	c.Worker.validate(&p)
 	c.Log.validate(&p)
+	c.Secrets.validate(&p, len(c.Defaults.WebhookSecrets))
 	validateMetaUnits(&p, c)
 	return errors.Join(p.errs...)
 }

@@ -314,7 +314,7 @@ func TestComposeSluice(t *testing.T) {
 // to be one config reads or one of extra; it returns those of extra used.
 func checkEnvironment(t *testing.T, s service, extra []string) []string {
 	t.Helper()
-	known := []string{config.EnvConfig, config.EnvRedisURL, config.EnvListen}
+	known := []string{config.EnvConfig, config.EnvRedisURL, config.EnvListen, config.EnvSecretsKey, config.EnvSecretsKeyID}
 	var used []string
 	for k := range s.Environment {
 		switch {

@@ -66,7 +66,9 @@ type options struct {
 
 // newCluster writes the configuration and starts the receiver. The base
 // configuration: 4 shards; one admin key; the API limiter out of the way;
-// defaults with adaptive rates off (the tests check fixed rates), an
+// defaults with adaptive rates off (the tests check fixed rates) and
+// unsigned webhooks (the receiver checks no signatures, and the tenants have
+// no secret: without unsigned their webhook jobs are refused), an
 // attempt timeout of 2s and retries from 100ms apart (a killed worker's
 // running jobs come back 2.5s after their claim); grace 500ms (its
 // released ones after 500ms); loopback egress allowed; workers of
@@ -95,7 +97,7 @@ func newCluster(t *testing.T, o options) *cluster {
 		"redis":  fmt.Sprintf("{prefix: %s, shards: %d%s}", prefix, c.shards, o.redisExtra),
 		"auth":   fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}]}`, adminKey),
 		"limits": "{api: {algorithm: sliding_window, limit: 1000000, window: 1s}}",
-		"defaults": "{adaptive: false, concurrency: 50, timeout: 2s, " +
+		"defaults": "{adaptive: false, unsigned: true, concurrency: 50, timeout: 2s, " +
 			"retry: {max_attempts: 8, min_backoff: 100ms, max_backoff: 1s, max_doublings: 3}}",
 		"dispatch": "{grace: 500ms}",
 		"egress":   `{allow: ["127.0.0.0/8"]}`,

@@ -33,6 +33,8 @@ type Overrides struct {
 	Retry           RetryOverrides `json:"retry,omitzero" yaml:"retry,omitempty"`
 	Timeout         *Duration      `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Adaptive        *bool          `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
+	Unsigned        *bool          `json:"unsigned,omitempty" yaml:"unsigned,omitempty"`
+	DisableOnGone   *bool          `json:"disable_on_gone,omitempty" yaml:"disable_on_gone,omitempty"`
 	WebhookSecrets  Secrets        `json:"webhook_secrets,omitzero" yaml:"webhook_secrets,omitempty"`
 }
 
@@ -80,6 +82,8 @@ func (o Overrides) applyTo(p *Policy) {
 	setDuration(&p.Retry.MaxRetryDuration, o.Retry.MaxRetryDuration)
 	setDuration(&p.Timeout, o.Timeout)
 	set(&p.Adaptive, o.Adaptive)
+	set(&p.Unsigned, o.Unsigned)
+	set(&p.DisableOnGone, o.DisableOnGone)
 	if o.WebhookSecrets != nil {
 		p.WebhookSecrets = slices.Clone(o.WebhookSecrets)
 	}

@@ -34,6 +34,8 @@ const (
 	MaxRetryDurationDefault = 24 * time.Hour
 	TimeoutDefault          = 15 * time.Second
 	AdaptiveDefault         = true
+	UnsignedDefault         = false
+	DisableOnGoneDefault    = false
 )
 
 // Upper bounds enforced by Validate (the lower bounds are on the fields).
@@ -79,6 +81,14 @@ type Policy struct {
 	Retry           Retry         // retry curve and limits; defaults on Retry
 	Timeout         time.Duration // bounds one attempt; default 15s, at most MaxTimeout
 	Adaptive        bool          // cut the rate on upstream pushback, recover on success; default true
+	// Unsigned lets webhook jobs of a tenant with no signing secret (none
+	// by API, none in the configuration) be enqueued and sent unsigned;
+	// false refuses them at enqueue (422 no_webhook_secret); default false.
+	Unsigned bool
+	// DisableOnGone makes a 410 to an http job disable the tenant, as a 410
+	// to a webhook job always does; false dead-letters only that job;
+	// default false.
+	DisableOnGone bool
 	// WebhookSecrets sign webhook deliveries; default none.
 	WebhookSecrets Secrets
 }
@@ -131,8 +141,10 @@ func Builtin() Policy {
 			MaxDoublings:     MaxDoublingsDefault,
 			MaxRetryDuration: MaxRetryDurationDefault,
 		},
-		Timeout:  TimeoutDefault,
-		Adaptive: AdaptiveDefault,
+		Timeout:       TimeoutDefault,
+		Adaptive:      AdaptiveDefault,
+		Unsigned:      UnsignedDefault,
+		DisableOnGone: DisableOnGoneDefault,
 	}
 }
 

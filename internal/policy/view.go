@@ -25,6 +25,8 @@ type View struct {
 	Retry           RetryView    `json:"retry"`
 	Timeout         Duration     `json:"timeout"`
 	Adaptive        bool         `json:"adaptive"`
+	Unsigned        bool         `json:"unsigned"`
+	DisableOnGone   bool         `json:"disable_on_gone"`
 }
 
 // AdmitView is View's form of Admit.
@@ -59,8 +61,10 @@ func (p Policy) View() View {
 			MaxDoublings:     p.Retry.MaxDoublings,
 			MaxRetryDuration: Duration(p.Retry.MaxRetryDuration),
 		},
-		Timeout:  Duration(p.Timeout),
-		Adaptive: p.Adaptive,
+		Timeout:       Duration(p.Timeout),
+		Adaptive:      p.Adaptive,
+		Unsigned:      p.Unsigned,
+		DisableOnGone: p.DisableOnGone,
 	}
 }
 

@@ -26,6 +26,8 @@ type overridesYAML struct {
 	Retry           RetryOverrides `yaml:"retry"`
 	Timeout         *Duration      `yaml:"timeout"`
 	Adaptive        *bool          `yaml:"adaptive"`
+	Unsigned        *bool          `yaml:"unsigned"`
+	DisableOnGone   *bool          `yaml:"disable_on_gone"`
 	WebhookSecrets  Secrets        `yaml:"webhook_secrets"`
 }
 
@@ -47,6 +49,8 @@ func (o *Overrides) UnmarshalYAML(unmarshal func(any) error) error {
 		Retry:           m.Retry,
 		Timeout:         m.Timeout,
 		Adaptive:        m.Adaptive,
+		Unsigned:        m.Unsigned,
+		DisableOnGone:   m.DisableOnGone,
 		WebhookSecrets:  m.WebhookSecrets,
 	}
 	return nil

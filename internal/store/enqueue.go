@@ -48,7 +48,9 @@ type Item struct {
 	// IdemKey replays an earlier request (which answers as usual: Duplicate,
 	// or CodeIdempotencyMismatch): for a new job that must not be stored
 	// now — a task job whose queue has no live worker — whose retried
-	// request must still get its original answer.
+	// request must still get its original answer. The code
+	// CodeNoWebhookSecret is waived in the same script when the tenant's
+	// policy says unsigned or it holds a live secret by API (AddSecret).
 	Unless *Refusal
 }
 

@@ -136,8 +136,9 @@ func (c FinishConfig) validate() error {
 //     the head lane (StateQueued) without using an attempt — StateDead when
 //     max_retry_duration has passed.
 //   - FinishPermanent → StateDead.
-//   - FinishGone → the tenant is disabled until Resume; the job returns to
-//     the head lane without using an attempt; its backlog is kept.
+//   - FinishGone (a 410) → StateDead at once, Job.DeadReason "gone"; a
+//     webhook job's tenant is disabled until Resume (its backlog kept), an
+//     http or task job's only when its policy sets disable_on_gone.
 //
 // An adaptive tenant (policy adaptive = 1, DESIGN §4.2) sends at a rate
 // factor f of its policy rate (TenantState.RateFactor; every slot is

@@ -206,19 +206,21 @@ func TestFinishThrottled(t *testing.T) {
 	}
 }
 
-// 410: the tenant is disabled with its backlog kept; Resume clears it, and
-// the upstream pause too.
+// 410 to a webhook job: the job is dead at once (reason gone, its attempt
+// counted), the tenant disabled with its backlog kept; Resume clears the
+// disable (and the upstream pause) and the rest of the backlog goes out.
 func TestFinishGoneAndResume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rs := e.enqueue("acme", item(`1`), item(`2`), item(`3`))
 	c := e.attempt(rs[0].ID)
-	if st := e.finish(rs[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishGone, Status: 410}, FinishConfig{}); st != StateQueued {
-		t.Fatalf("state %s", st)
+	if st := e.finish(rs[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishGone, Status: 410}, FinishConfig{}); st != StateDead {
+		t.Fatalf("state %s, want dead", st)
 	}
 	st := e.state("acme")
-	if !st.Disabled || st.Queued != 3 || !st.NextAt.IsZero() || e.job(rs[0].ID).Attempt != 0 {
-		t.Fatalf("after a 410: %+v", st)
+	j := e.job(rs[0].ID)
+	if !st.Disabled || st.Queued != 2 || !st.NextAt.IsZero() || st.DeadLetters != 1 || j.Attempt != 1 || j.DeadReason != DeadReasonGone {
+		t.Fatalf("after a 410: tenant %+v, job attempt %d reason %q", st, j.Attempt, j.DeadReason)
 	}
 	e.clock.Advance(time.Hour)
 	if got := e.passTenant("acme", time.Second, -1); len(got) != 0 {
@@ -235,10 +237,38 @@ func TestFinishGoneAndResume(t *testing.T) {
 	if st.Disabled || !st.PausedUntil.IsZero() || !st.NextAt.Equal(e.clock.Now()) {
 		t.Fatalf("after resume: %+v", st)
 	}
-	if got := e.passTenant("acme", time.Second, -1); len(got) == 0 || got[0].ID != rs[0].ID {
-		t.Fatalf("after resume released %+v, want the head lane first", got)
+	if got := e.passTenant("acme", time.Second, -1); len(got) == 0 || got[0].ID != rs[1].ID {
+		t.Fatalf("after resume released %+v, want the second job first (the first is dead)", got)
 	}
 	e.requireConsistent()
+}
+
+// 410 to an http job: only that job is dead (reason gone), the tenant keeps
+// sending; with disable_on_gone the tenant is disabled as for a webhook.
+func TestFinishGoneHTTPKillsOnlyItsJob(t *testing.T) {
+	t.Parallel()
+	for _, disable := range []bool{false, true} {
+		e := newEnv(t)
+		if disable {
+			e.seed(params(func(p *Params) { p.DisableOnGone = 1 }))
+		}
+		h := func(n string) Item { return Item{Type: "http", Body: []byte(n)} }
+		rs := e.enqueue("acme", h(`1`), h(`2`))
+		c := e.attempt(rs[0].ID)
+		if st := e.finish(rs[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishGone, Status: 410}, FinishConfig{}); st != StateDead {
+			t.Fatalf("disable_on_gone %v: state %s, want dead", disable, st)
+		}
+		st := e.state("acme")
+		if st.Disabled != disable || st.Queued != 1 || e.job(rs[0].ID).DeadReason != DeadReasonGone {
+			t.Fatalf("disable_on_gone %v: after a 410 %+v", disable, st)
+		}
+		e.clock.Advance(time.Second)
+		got := e.passTenant("acme", time.Second, -1)
+		if sent := len(got) == 1 && got[0].ID == rs[1].ID; sent == disable {
+			t.Fatalf("disable_on_gone %v: released %+v", disable, got)
+		}
+		e.requireConsistent()
+	}
 }
 
 // Permanent → dead; replay → queued at the tail, same id, attempts and log

@@ -44,6 +44,7 @@ func (s State) Terminal() bool {
 //	log      the attempt log: one JSON object a line, newest last, the last
 //	         N kept (FinishConfig.AttemptLog)
 //	logged   attempts ever logged
+//	reason   why the job died, when told: "gone" (a 410; Finish)
 type Job struct {
 	ID      string
 	Tenant  string
@@ -59,10 +60,12 @@ type Job struct {
 	ETA     time.Time // the lower bound reported at enqueue
 	Slot    time.Time // the slot of the last release; zero before the first
 	Ended   time.Time // terminal time; zero while live
-	IdemKey string    // idempotency key, "" when none
-	Claimed time.Time // the last claim; zero before the first
-	First   time.Time // the first attempt's claim; zero before it
-	Due     time.Time // when retrying: the next attempt's earliest time
+	// DeadReason is why a dead job died, when recorded: DeadReasonGone.
+	DeadReason string
+	IdemKey    string    // idempotency key, "" when none
+	Claimed    time.Time // the last claim; zero before the first
+	First      time.Time // the first attempt's claim; zero before it
+	Due        time.Time // when retrying: the next attempt's earliest time
 	// Attempts is the attempt log, oldest first: the last
 	// FinishConfig.AttemptLog attempts; Logged counts all of them.
 	Attempts []Attempt
@@ -153,28 +156,32 @@ func (s *Store) jobShard(id string) (int, error) {
 	return shard, nil
 }
 
+// DeadReasonGone is Job.DeadReason of a job dead of a 410.
+const DeadReasonGone = "gone"
+
 // parseJob reads a record's fields with checked integer conversions.
 func parseJob(id string, m map[string]string) (Job, error) {
 	p := fieldParser{m: m}
 	j := Job{
-		ID:      id,
-		Tenant:  m["tenant"],
-		Type:    m["type"],
-		Cost:    p.int("cost"),
-		Bytes:   p.int("bytes"),
-		State:   State(m["state"]),
-		Gen:     p.int("gen"),
-		Attempt: p.int("attempt"),
-		Created: p.micros("created"),
-		RunAt:   p.micros("run_at"),
-		ETA:     p.micros("eta"),
-		Slot:    p.micros("slot"),
-		Ended:   p.micros("ended"),
-		IdemKey: m["idem"],
-		Claimed: p.micros("claimed"),
-		First:   p.micros("first"),
-		Due:     p.micros("due"),
-		Logged:  p.int("logged"),
+		ID:         id,
+		Tenant:     m["tenant"],
+		Type:       m["type"],
+		Cost:       p.int("cost"),
+		Bytes:      p.int("bytes"),
+		State:      State(m["state"]),
+		Gen:        p.int("gen"),
+		Attempt:    p.int("attempt"),
+		Created:    p.micros("created"),
+		RunAt:      p.micros("run_at"),
+		ETA:        p.micros("eta"),
+		Slot:       p.micros("slot"),
+		Ended:      p.micros("ended"),
+		IdemKey:    m["idem"],
+		DeadReason: m["reason"],
+		Claimed:    p.micros("claimed"),
+		First:      p.micros("first"),
+		Due:        p.micros("due"),
+		Logged:     p.int("logged"),
 	}
 	if body, ok := m["body"]; ok {
 		j.Body = []byte(body)

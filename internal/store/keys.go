@@ -30,6 +30,7 @@ import (
 //	<p>:{s7}:j:<id>                HASH   job record (fields: see Job), attempt log included
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
+//	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -101,6 +102,9 @@ func (k keyspace) job(id string) (string, error) {
 	}
 	return k.base(shard) + "j:" + id, nil
 }
+
+// secrets is the hash of tenant's webhook secrets by API.
+func (k keyspace) secrets(tenant string) string { return k.base(k.shardOf(tenant)) + "sec:" + tenant }
 
 func (k keyspace) idem(tenant, key string) string {
 	return k.base(k.shardOf(tenant)) + "idem:" + tenant + ":" + key

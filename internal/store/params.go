@@ -37,6 +37,8 @@ type Params struct {
 	MaxRetryDurationUS int64 `json:"max_retry_duration_us"` // µs from the first attempt, 0 (no limit) … MaxDurationUS
 	TimeoutUS          int64 `json:"timeout_us"`            // per attempt, µs, 1 … MaxDurationUS
 	Adaptive           int64 `json:"adaptive"`              // 1 = adaptive rate on, 0 = off
+	Unsigned           int64 `json:"unsigned"`              // 1 = webhook jobs without a secret are accepted (sent unsigned)
+	DisableOnGone      int64 `json:"disable_on_gone"`       // 1 = a 410 to an http job disables the tenant too
 }
 
 // Overrides are a tenant's policy overrides in Params' units: a nil field
@@ -59,6 +61,8 @@ type Overrides struct {
 	MaxRetryDurationUS *int64 `json:"max_retry_duration_us,omitempty"`
 	TimeoutUS          *int64 `json:"timeout_us,omitempty"`
 	Adaptive           *int64 `json:"adaptive,omitempty"`
+	Unsigned           *int64 `json:"unsigned,omitempty"`
+	DisableOnGone      *int64 `json:"disable_on_gone,omitempty"`
 }
 
 // Bounds at the scripts' boundary, in their units, derived from the policy
@@ -93,6 +97,8 @@ func ParamsOf(p policy.Policy) Params {
 		MaxRetryDurationUS: ceilMicros(p.Retry.MaxRetryDuration),
 		TimeoutUS:          ceilMicros(p.Timeout),
 		Adaptive:           boolInt(p.Adaptive),
+		Unsigned:           boolInt(p.Unsigned),
+		DisableOnGone:      boolInt(p.DisableOnGone),
 	}
 }
 
@@ -116,8 +122,10 @@ func (p Params) Policy() policy.Policy {
 			MaxDoublings:     int(p.MaxDoublings),
 			MaxRetryDuration: micros(p.MaxRetryDurationUS),
 		},
-		Timeout:  micros(p.TimeoutUS),
-		Adaptive: p.Adaptive == 1,
+		Timeout:       micros(p.TimeoutUS),
+		Adaptive:      p.Adaptive == 1,
+		Unsigned:      p.Unsigned == 1,
+		DisableOnGone: p.DisableOnGone == 1,
 	}
 }
 
@@ -129,7 +137,7 @@ func OverridesOf(o policy.Overrides) Overrides {
 	set := [...]bool{o.Rate != nil, o.Burst != nil, o.Concurrency != nil, o.Weight != nil,
 		o.Admit.Rate != nil, o.Admit.Burst != nil, o.MaxBacklog != nil, o.MaxBacklogBytes != nil,
 		r.MaxAttempts != nil, r.MinBackoff != nil, r.MaxBackoff != nil, r.MaxDoublings != nil,
-		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil}
+		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil, o.Unsigned != nil, o.DisableOnGone != nil}
 	p := ParamsOf(policy.Resolve(o))
 	var out Overrides
 	for i, f := range paramFields {
@@ -167,6 +175,8 @@ var paramFields = []paramField{
 	{"max_retry_duration_us", 0, int64(MaxDurationUS), func(p *Params) *int64 { return &p.MaxRetryDurationUS }, func(o *Overrides) **int64 { return &o.MaxRetryDurationUS }},
 	{"timeout_us", 1, int64(MaxDurationUS), func(p *Params) *int64 { return &p.TimeoutUS }, func(o *Overrides) **int64 { return &o.TimeoutUS }},
 	{"adaptive", 0, 1, func(p *Params) *int64 { return &p.Adaptive }, func(o *Overrides) **int64 { return &o.Adaptive }},
+	{"unsigned", 0, 1, func(p *Params) *int64 { return &p.Unsigned }, func(o *Overrides) **int64 { return &o.Unsigned }},
+	{"disable_on_gone", 0, 1, func(p *Params) *int64 { return &p.DisableOnGone }, func(o *Overrides) **int64 { return &o.DisableOnGone }},
 }
 
 // Validate reports every out-of-range field of p at once; each error wraps

@@ -119,7 +119,7 @@ func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	}
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,"admit":{"rate":"100/s","burst":1000},` +
 		`"max_backlog":100000,"max_backlog_bytes":"256MiB","retry":{"max_attempts":8,"min_backoff":"1s",` +
-		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true}`
+		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -178,7 +178,7 @@ func TestOverridesOfEveryField(t *testing.T) {
 	t.Parallel()
 	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
 		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
-		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false}`
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)

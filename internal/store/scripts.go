@@ -45,6 +45,10 @@ var (
 	luaPolicyPut string
 	//go:embed lua/tenant_state.lua
 	luaTenantState string
+	//go:embed lua/secrets_write.lua
+	luaSecretsWrite string
+	//go:embed lua/secrets_read.lua
+	luaSecretsRead string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -72,10 +76,12 @@ var (
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
 	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
 	// shard-tagged (no lib.lua).
-	scriptWorkers     = standalone("workers", luaWorkers)
-	scriptTaskWorkers = standalone("task_workers", luaTaskWorkers)
-	scriptPolicyPut   = assemble("policy_put", luaPolicyPut)
-	scriptTenantState = assemble("tenant_state", luaTenantState)
+	scriptWorkers      = standalone("workers", luaWorkers)
+	scriptTaskWorkers  = standalone("task_workers", luaTaskWorkers)
+	scriptPolicyPut    = assemble("policy_put", luaPolicyPut)
+	scriptTenantState  = assemble("tenant_state", luaTenantState)
+	scriptSecretsWrite = assemble("secrets_write", luaSecretsWrite)
+	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in

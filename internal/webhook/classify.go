@@ -52,7 +52,7 @@ const (
 //   - 503 with a valid Retry-After: FinishThrottled as for 429; without one:
 //     FinishRetry.
 //   - 408, 425, other 5xx: FinishRetry.
-//   - 410: FinishGone (disable the tenant).
+//   - 410: FinishGone (the job is dead; a webhook job's tenant is disabled).
 //   - other 4xx, 1xx and anything else: FinishPermanent.
 //   - no response: an *EgressError is FinishPermanent with reason
 //     egress_denied, ErrInvalidJob FinishPermanent invalid_job; timeouts

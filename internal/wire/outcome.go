@@ -14,7 +14,7 @@ const (
 	FinishRetry                           // retryable failure: retry per the policy's curve, or dead when exhausted
 	FinishThrottled                       // upstream said slow down: pause the tenant Pause, job to the head lane, no attempt used
 	FinishPermanent                       // permanent failure: dead letter
-	FinishGone                            // 410: disable the tenant, job to the head lane, no attempt used
+	FinishGone                            // 410: the job is dead (reason gone); a webhook job's tenant is disabled (an http job's with disable_on_gone)
 )
 
 var finishKinds = [...]string{FinishSuccess: "success", FinishRetry: "retry",

@@ -2,12 +2,14 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/netip"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -20,8 +22,14 @@ type WebhookExecutor struct {
 	// Client sends every request: webhook.NewClient with the egress
 	// allow-list (SSRF-safe, no redirects, no proxies). Required.
 	Client *http.Client
-	// Secrets returns a tenant's decoded signing keys; nil or an empty
-	// result signs nothing.
+	// Signing gives a webhook job's signing keys (secrets by API ∪ the
+	// configuration's); when set, Secrets is not used. A tenant with no
+	// key whose policy is not unsigned gets a permanent failure
+	// ("no_webhook_secret"); keys that cannot be read now, a retry
+	// ("signing_keys_unavailable"). Never an unsigned send by accident.
+	Signing *SigningKeys
+	// Secrets returns a tenant's decoded signing keys when Signing is nil;
+	// nil or an empty result signs nothing.
 	Secrets func(tenant string) [][]byte
 	// UserAgent is "Sluice/<version>"; empty means version.UserAgent(), this
 	// binary's (what the cmd/worker binary sends).
@@ -31,16 +39,19 @@ type WebhookExecutor struct {
 var _ Executor = (*WebhookExecutor)(nil)
 
 // NewWebhookExecutor builds cmd/worker's executor: a webhook.NewClient with
-// the egress allow-list, and the signing keys of the configuration's
-// policies (policy.SigningKeys of defaults and tenants). It also returns the
-// largest configured attempt timeout (for the shutdown rule). Close releases
-// the client's idle connections.
-func NewWebhookExecutor(allow []netip.Prefix, defaults policy.Overrides, tenants map[string]policy.Overrides) (*WebhookExecutor, time.Duration, error) {
-	secrets, maxTimeout, err := policy.SigningKeys(defaults, tenants)
+// the egress allow-list, and SigningKeys over the secrets by API in st
+// (opened with ring; nil when secrets.key is not configured) and the
+// configuration's (policy.SigningKeys of defaults and tenants). It also
+// returns the largest configured attempt timeout (for the shutdown rule).
+// Close releases the client's idle connections.
+func NewWebhookExecutor(allow []netip.Prefix, defaults policy.Overrides, tenants map[string]policy.Overrides,
+	st SecretReader, ring *secretbox.Keyring) (*WebhookExecutor, time.Duration, error) {
+	file, maxTimeout, err := policy.SigningKeys(defaults, tenants)
 	if err != nil {
 		return nil, 0, err
 	}
-	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow}), Secrets: secrets}, maxTimeout, nil
+	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow}),
+		Signing: &SigningKeys{Store: st, Keyring: ring, File: file}}, maxTimeout, nil
 }
 
 // Close releases the client's idle connections.
@@ -53,9 +64,9 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if err != nil {
 		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}
-	var secrets [][]byte
-	if e.Secrets != nil {
-		secrets = e.Secrets(cj.Tenant)
+	secrets, failed := e.signingKeys(ctx, cj.Tenant, spec.Type)
+	if failed != nil {
+		return *failed
 	}
 	res := webhook.Deliver(ctx, e.Client, webhook.Request{
 		ID:        cj.ID,
@@ -66,4 +77,27 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 		EventTime: cj.Created,
 	})
 	return res.Outcome(time.Now())
+}
+
+// signingKeys returns the keys to sign a job of typ for tenant with, or the
+// outcome that ends the attempt unsent: a webhook job without a key (and
+// not unsigned) is a permanent failure, unknown keys a retry.
+func (e *WebhookExecutor) signingKeys(ctx context.Context, tenant, typ string) ([][]byte, *wire.AttemptOutcome) {
+	if e.Signing == nil {
+		if e.Secrets == nil {
+			return nil, nil
+		}
+		return e.Secrets(tenant), nil
+	}
+	if typ != wire.TypeWebhook {
+		return nil, nil // only webhook jobs are signed
+	}
+	keys, err := e.Signing.Keys(ctx, tenant)
+	switch {
+	case errors.Is(err, ErrNoSigningKey):
+		return nil, &wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "no_webhook_secret"}
+	case err != nil:
+		return nil, &wire.AttemptOutcome{Kind: wire.FinishRetry, Error: "signing_keys_unavailable"}
+	}
+	return keys, nil
 }

@@ -368,8 +368,10 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 	h.noStall(t)
 }
 
-// A 410 disables the tenant: nothing more is sent, the backlog stays (and
-// shows in its state); Resume delivers every remaining job exactly once.
+// A webhook receiver that answers 410 once: that job is dead at once
+// (reason gone, its attempt counted) and the tenant disabled with the other
+// 4 jobs kept; nothing is sent until Resume, then the other 4 arrive, each
+// once, at the tenant's rate.
 func TestWebhook410DisablesUntilResume(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
@@ -384,42 +386,80 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 		t.Fatalf("first request: job %q answered %d, want one of %v answered 410", first.id, first.status, ids)
 	}
 	var st store.TenantState
-	until(t, 3*time.Second, "the tenant disabled with all 5 jobs queued again", func() bool {
+	until(t, 3*time.Second, "the tenant disabled with the other 4 jobs queued", func() bool {
 		st = h.tenantState("gone")
-		return st.Disabled && st.Queued == 5 && st.Released == 0 && st.Running == 0
+		return st.Disabled && st.Queued == 4 && st.Released == 0 && st.Running == 0
 	})
 	// Nothing is released or running: no request can come before Resume.
-	if st.Backlog != 5 || !st.NextAt.IsZero() || len(recv.snapshot()) != 1 {
-		t.Fatalf("disabled tenant: %+v, %d requests; want the backlog of 5 kept, out of ready, 1 request", st, len(recv.snapshot()))
+	if st.Backlog != 4 || !st.NextAt.IsZero() || st.DeadLetters != 1 || len(recv.snapshot()) != 1 {
+		t.Fatalf("disabled tenant: %+v, %d requests; want the backlog of 4 kept, 1 dead letter, 1 request", st, len(recv.snapshot()))
 	}
-	if j := h.jobOf(first.id); j.State != store.StateQueued || j.Attempt != 0 || len(j.Attempts) != 1 || j.Attempts[0].Outcome != "gone" {
-		t.Fatalf("the 410 job: %+v, want queued, no attempt used, the 410 logged", j)
+	if j := h.jobOf(first.id); j.State != store.StateDead || j.DeadReason != store.DeadReasonGone || j.Attempt != 1 {
+		t.Fatalf("the 410 job: %+v, want dead, reason gone, 1 attempt", j)
 	}
 
 	if err := h.st.Resume(h.ctx, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	got := recv.waitCalls(t, 6, 5*time.Second)
+	got := recv.waitCalls(t, 5, 5*time.Second)
 	var after []arrival
 	for _, c := range got[1:] {
 		after = append(after, arrival{id: c.id, tenant: "gone", at: c.at})
 	}
-	until(t, 2*time.Second, "every job succeeded", func() bool {
-		for _, id := range ids {
+	rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == first.id })
+	until(t, 2*time.Second, "the other jobs succeeded", func() bool {
+		for _, id := range rest {
 			if h.jobOf(id).State != store.StateSucceeded {
 				return false
 			}
 		}
 		return true
 	})
-	exactlyOnce(t, after, ids)
-	if j := h.jobOf(first.id); j.Attempt != 1 {
-		t.Errorf("the 410 job used %d attempts, want 1 (the 410 is not counted)", j.Attempt)
-	}
+	exactlyOnce(t, after, rest)
 	if st := h.tenantState("gone"); st.Disabled || st.Backlog != 0 {
 		t.Errorf("after resume and delivery: %+v", st)
 	}
 	checkRate(t, after, 10, 1, sendBound())
+	h.noStall(t)
+}
+
+// An http job answered 410 is dead alone (reason gone): the tenant is not
+// disabled and its other jobs arrive.
+func TestHTTP410KillsOnlyItsJob(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	recv := newHookServer(t, answer("", http.StatusGone))
+	h.policy("api", store.Overrides{RateUS: ptr(20_000), Concurrency: ptr(1)})
+	h.startSigningWorker(10, nil)
+	spec := job.Spec{Type: wire.TypeHTTP, URL: recv.srv.URL + "/items/1", Method: http.MethodDelete}
+	items := make([]store.Item, 4)
+	for i := range items {
+		items[i] = store.Item{Type: wire.TypeHTTP, Body: spec.Canonical()}
+	}
+	rs, err := h.st.Enqueue(h.ctx, "api", items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startDispatcher(nil)
+	got := recv.waitCalls(t, 4, 5*time.Second)
+	if got[0].status != http.StatusGone {
+		t.Fatalf("first answer %d, want 410", got[0].status)
+	}
+	until(t, 2*time.Second, "one job dead of the 410, three succeeded", func() bool {
+		dead, ok := 0, 0
+		for _, r := range rs {
+			switch j := h.jobOf(r.ID); {
+			case j.State == store.StateDead && j.DeadReason == store.DeadReasonGone:
+				dead++
+			case j.State == store.StateSucceeded:
+				ok++
+			}
+		}
+		return dead == 1 && ok == 3
+	})
+	if st := h.tenantState("api"); st.Disabled || st.DeadLetters != 1 {
+		t.Fatalf("tenant after an http 410: %+v, want not disabled, 1 dead letter", st)
+	}
 	h.noStall(t)
 }
 

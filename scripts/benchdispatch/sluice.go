@@ -47,8 +47,10 @@ type sluice struct {
 
 // config renders s as the YAML file both binaries read (DESIGN §7):
 // admission, backlog caps and the API's own limiter set so that nothing is
-// refused, loopback webhooks allowed; a Redis Cluster of seed addresses
-// addrs when not empty, else the single node of $SLUICE_REDIS_URL.
+// refused, loopback webhooks allowed and sent unsigned (the receiver checks
+// no signatures; without unsigned a tenant with no secret is refused); a
+// Redis Cluster of seed addresses addrs when not empty, else the single node
+// of $SLUICE_REDIS_URL.
 func (s setup) config(tci time.Duration, addrs []string) string {
 	var b strings.Builder
 	cluster := ""
@@ -60,6 +62,7 @@ auth:
   keys:
     - {name: bench, key: %s, tenants: ["*"], admin: true}
 defaults:
+  unsigned: true
   rate: %s
   burst: 1
   concurrency: %d

@@ -18,7 +18,9 @@
 --          whole tokens left and the time until it is full again (0 = full).
 --
 -- Per item, in order: idempotency → the item's unless refusal (a new job
--- the caller does not want stored; a replay still answers) → cost fits
+-- the caller does not want stored; a replay still answers; the code
+-- 'no_webhook_secret' is waived when the tenant's policy says unsigned or
+-- it holds a live webhook secret by API, lib.lua secret_live) → cost fits
 -- min(burst, admit_burst) →
 -- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
 -- → store the job → backlog (RPUSH) or delayed set (run_at in the future) →
@@ -56,6 +58,13 @@ end
 local p = load_policy(tn)
 local t = load_tenant(tn, p)
 local before = shard_earliest()
+local signed -- read only when an item carries 'no_webhook_secret'
+for _, it in ipairs(items) do
+  if it.unless == 'no_webhook_secret' then
+    signed = p.unsigned == 1 or secret_live(tn)
+    break
+  end
+end
 for _, it in ipairs(items) do
   if it.idem ~= '' then
     local v = redis.call('GET', k_idem(tn, it.idem))
@@ -161,7 +170,9 @@ local reply = {'ok', NOW, 0, p.admit_us, p.admit_burst}
 local accepted = 0
 for _, it in ipairs(items) do
   local r = idempotency(it)
-  if not r and it.unless ~= '' then r = {'refused', it.unless, 0, it.unless_detail} end
+  if not r and it.unless ~= '' and not (signed and it.unless == 'no_webhook_secret') then
+    r = {'refused', it.unless, 0, it.unless_detail}
+  end
   r = r or caps(it)
   if not r then
     r = store(it)

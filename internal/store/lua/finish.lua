@@ -36,7 +36,9 @@
 --               (any other kind with pause > 0 pauses the tenant the same
 --               way: the upstream's quota is used up, DESIGN §4.2)
 --   permanent → dead;
---   gone      → the tenant is disabled; the attempt is not counted; head lane.
+--   gone      → dead at once, record field reason = 'gone'; a webhook job's
+--               tenant is disabled (its backlog kept, until resume), an http
+--               or task job's only when the policy says disable_on_gone.
 -- Adaptive rate (policy adaptive = 1, DESIGN §4.2; see adapt below): a
 -- congestion signal (throttled, or a retry after a 5xx or a timeout: the
 -- caller says which, ARGV[17]) halves the tenant's rate factor once per
@@ -107,6 +109,7 @@ local function finish_one(r)
     log_attempt(j, cfg.log_n, entry)
     return {'ok', j.state, 1}
   end
+  if r.kind == 'gone' then j.type = rcall('HGET', k_job(r.id), 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
@@ -131,8 +134,15 @@ local function finish_one(r)
   elseif kind == 'permanent' then
     to_dead(j, t, NOW, cfg)
     return {'ok', 'dead', 0}
+  elseif kind == 'gone' then
+    if j.type == 'webhook' or p.disable_on_gone == 1 then t.disabled = 1 end
+    j.pending = j.pending or {}
+    j.pending[#j.pending + 1] = 'reason'
+    j.pending[#j.pending + 1] = 'gone'
+    to_dead(j, t, NOW, cfg)
+    return {'ok', 'dead', 0}
   end
-  -- Throttled or gone: the attempt is not counted (written with the state).
+  -- Throttled: the attempt is not counted (written with the state).
   j.attempt = j.attempt - 1
   j.pending[#j.pending + 1] = 'attempt'
   j.pending[#j.pending + 1] = istr(j.attempt)
@@ -140,7 +150,6 @@ local function finish_one(r)
     to_dead(j, t, NOW, cfg)
     return {'ok', 'dead', 0}
   end
-  if kind == 'gone' then t.disabled = 1 end
   to_head(j, t, 1)
   return {'ok', 'queued', 0}
 end

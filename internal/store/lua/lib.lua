@@ -64,6 +64,15 @@ local function k_head(tn) return BASE .. 't:' .. tn .. ':head' end
 local function k_dead(tn) return BASE .. 't:' .. tn .. ':dead' end
 local function k_job(id) return BASE .. 'j:' .. id end
 local function k_idem(tn, key) return BASE .. 'idem:' .. tn .. ':' .. key end
+local function k_secrets(tn) return BASE .. 'sec:' .. tn end
+
+-- secret_live: the tenant holds a webhook secret by API that has not
+-- expired (secrets_write.lua keeps the summary field '~live': -1 when one
+-- never expires, else the latest expiry µs).
+local function secret_live(tn)
+  local v = rcall('HGET', k_secrets(tn), '~live')
+  return v == '-1' or (tonum(v) or 0) > NOW
+end
 
 -- Policy: BUILTIN ← field "*" ← field <tenant>, merged on every call, so a
 -- policy write is effective on the very next decision. Returns the effective

@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Webhook secrets by API (POST /v1/tenants/{t}/secrets): each tenant's are
+// one hash on its shard (keys.go, sec:<tenant>), written by
+// lua/secrets_write.lua and read by lua/secrets_read.lua; enqueue.lua reads
+// its summary field to refuse webhook jobs of a tenant with no secret
+// (CodeNoWebhookSecret). The store holds only sealed values (the caller
+// encrypts, internal/secretbox): it never sees a secret.
+
+// MaxSecrets is the most live secrets by API a tenant holds at once:
+// policy.MaxWebhookSecrets.
+const MaxSecrets = policy.MaxWebhookSecrets
+
+// CodeNoWebhookSecret refuses a webhook job of a tenant with no signing
+// secret (Item.Unless with this code): enqueue.lua waives it when the
+// tenant has a live secret by API or its policy says unsigned.
+const CodeNoWebhookSecret Code = "no_webhook_secret"
+
+// StoredSecret is one webhook secret by API as stored: Sealed is the
+// secretbox text (encrypted with the tenant id as additional data).
+type StoredSecret struct {
+	ID      string
+	Created time.Time // Redis time of the add
+	Expires time.Time // zero: never (until a later add expires it, or a delete)
+	Sealed  string
+}
+
+// SecretSet is what Secrets reads: the tenant's live secrets by API,
+// oldest first (by Created, then ID), whether its effective policy says
+// unsigned, and Redis's now.
+type SecretSet struct {
+	Now      time.Time
+	Unsigned bool
+	Secrets  []StoredSecret
+}
+
+// NewSecretID returns a fresh secret id, "whs_<ULID>".
+func NewSecretID(at time.Time) (string, error) {
+	u, err := ulid.New(ulid.Timestamp(at), ulid.DefaultEntropy())
+	if err != nil {
+		return "", fmt.Errorf("new secret id: %w", err)
+	}
+	return "whs_" + u.String(), nil
+}
+
+// ValidSecretID checks the form NewSecretID gives; the error wraps
+// ErrInvalid.
+func ValidSecretID(id string) error {
+	body, ok := strings.CutPrefix(id, "whs_")
+	if _, err := ulid.ParseStrict(body); !ok || err != nil {
+		return invalidf("secret id %q: want whs_<ULID>", id)
+	}
+	return nil
+}
+
+// AddSecret stores sealed as tenant's secret id in one script, and every
+// other live secret of the tenant then expires at min(its expiry, now +
+// expirePrevious) (0: at once) — a rotation: the previous secrets keep
+// signing until then. It returns the Redis time of the add. ErrConflict
+// when MaxSecrets live secrets would be exceeded; ErrInvalid
+// for a bad tenant, id, sealed value or a negative expirePrevious.
+func (s *Store) AddSecret(ctx context.Context, tenant, id, sealed string, expirePrevious time.Duration) (time.Time, error) {
+	err := errors.Join(checkTenant(tenant), ValidSecretID(id))
+	if sealed == "" || strings.ContainsAny(sealed, " \n") {
+		err = errors.Join(err, invalidf("sealed secret: want one non-empty word"))
+	}
+	if expirePrevious < 0 || expirePrevious > policy.MaxDuration {
+		err = errors.Join(err, invalidf("expire_previous_in %s: want 0 … %s", expirePrevious, policy.MaxDuration))
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("add secret of tenant %q: %w", tenant, err)
+	}
+	d, err := s.run(ctx, scriptSecretsWrite, s.keys.shardOf(tenant), tenant, "add", id, sealed,
+		ceilMicros(expirePrevious), MaxSecrets)
+	if errors.Is(err, ErrConflict) {
+		return time.Time{}, fmt.Errorf("add secret of tenant %q: %w: it has %d live secrets, the most is %d",
+			tenant, ErrConflict, d.int(1), MaxSecrets)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("add secret of tenant %q: %w", tenant, err)
+	}
+	now := d.int(1)
+	if err := d.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("add secret of tenant %q: %w", tenant, err)
+	}
+	return microsTime(now), nil
+}
+
+// DeleteSecret removes tenant's secret id; ErrNotFound when it has none
+// by that id (or it expired).
+func (s *Store) DeleteSecret(ctx context.Context, tenant, id string) error {
+	err := errors.Join(checkTenant(tenant), ValidSecretID(id))
+	if err == nil {
+		_, err = s.run(ctx, scriptSecretsWrite, s.keys.shardOf(tenant), tenant, "delete", id)
+	}
+	if err != nil {
+		return fmt.Errorf("delete secret %q of tenant %q: %w", id, tenant, err)
+	}
+	return nil
+}
+
+// Secrets reads tenant's live secrets by API and its unsigned flag in one
+// read-only script.
+func (s *Store) Secrets(ctx context.Context, tenant string) (SecretSet, error) {
+	if err := checkTenant(tenant); err != nil {
+		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
+	}
+	d, err := s.run(ctx, scriptSecretsRead, s.keys.shardOf(tenant), tenant)
+	if err != nil {
+		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
+	}
+	set := SecretSet{Now: microsTime(d.int(1)), Unsigned: d.int(2) == 1}
+	if (d.Len()-3)%4 != 0 {
+		d.fail("secrets reply of %d elements", d.Len())
+	}
+	for i := 3; i+3 < d.Len(); i += 4 {
+		sec := StoredSecret{ID: d.str(i), Created: microsTime(d.int(i + 1)), Sealed: d.str(i + 3)}
+		if e := d.int(i + 2); e > 0 {
+			sec.Expires = microsTime(e)
+		}
+		set.Secrets = append(set.Secrets, sec)
+	}
+	if err := d.Err(); err != nil {
+		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
+	}
+	slices.SortFunc(set.Secrets, func(a, b StoredSecret) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return set, nil
+}

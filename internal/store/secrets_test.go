@@ -1,0 +1,163 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// addSecret adds a secret with a fresh id and returns the id.
+func (e *env) addSecret(tenant, sealed string, expirePrevious time.Duration) string {
+	e.t.Helper()
+	id, err := NewSecretID(e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	at, err := e.store.AddSecret(e.ctx, tenant, id, sealed, expirePrevious)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !at.Equal(e.clock.Now()) {
+		e.t.Fatalf("added at %s, want now %s", at, e.clock.Now())
+	}
+	return id
+}
+
+func (e *env) secrets(tenant string) SecretSet {
+	e.t.Helper()
+	set, err := e.store.Secrets(e.ctx, tenant)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return set
+}
+
+func sealedOf(set SecretSet) string {
+	var out []string
+	for _, s := range set.Secrets {
+		out = append(out, s.Sealed)
+	}
+	return strings.Join(out, ",")
+}
+
+// A rotation: the previous secret expires expire_previous_in after the
+// add; until then both are live, then only the new one; an expired secret
+// cannot be deleted (not found) and is dropped from the hash at the next
+// write: deleting the last live secret leaves no key.
+func TestSecretsRotateExpireDelete(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.addSecret("acme", "k1:AAAA", time.Hour)
+	e.clock.Advance(time.Second)
+	second := e.addSecret("acme", "k1:BBBB", time.Minute)
+	set := e.secrets("acme")
+	if sealedOf(set) != "k1:AAAA,k1:BBBB" || set.Secrets[0].ID != first || set.Secrets[1].ID != second {
+		t.Fatalf("during the rotation: %+v", set)
+	}
+	if want := e.clock.Now().Add(time.Minute); !set.Secrets[0].Expires.Equal(want) || !set.Secrets[1].Expires.IsZero() {
+		t.Fatalf("expiries %s and %s, want %s and never", set.Secrets[0].Expires, set.Secrets[1].Expires, want)
+	}
+	e.clock.Advance(time.Minute)
+	if got := sealedOf(e.secrets("acme")); got != "k1:BBBB" {
+		t.Fatalf("after the rotation: %q, want only the new secret", got)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", first); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of the expired secret: %v, want ErrNotFound", err)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", second); err != nil {
+		t.Fatal(err)
+	}
+	if set := e.secrets("acme"); len(set.Secrets) != 0 || e.rdb.Exists(e.ctx, e.store.keys.secrets("acme")).Val() != 0 {
+		t.Fatalf("after deleting the last secret: %+v, key still there", set)
+	}
+}
+
+// expire_previous_in 0 ends the previous secrets at once; at most
+// MaxSecrets are live; bad input changes nothing.
+func TestSecretsBoundsAndBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSecret("acme", "k1:OLD", time.Hour)
+	e.addSecret("acme", "k1:NEW", 0)
+	if got := sealedOf(e.secrets("acme")); got != "k1:NEW" {
+		t.Fatalf("after a rotation with 0: %q", got)
+	}
+	for i := 1; i < MaxSecrets; i++ {
+		e.addSecret("acme", "k1:MORE", time.Hour)
+	}
+	id, _ := NewSecretID(e.clock.Now())
+	if _, err := e.store.AddSecret(e.ctx, "acme", id, "k1:X", time.Hour); !errors.Is(err, ErrConflict) {
+		t.Fatalf("secret %d: %v, want ErrConflict", MaxSecrets+1, err)
+	}
+	before := e.rdb.HGetAll(e.ctx, e.store.keys.secrets("acme")).Val()
+	for _, c := range []struct {
+		tenant, id, sealed string
+		d                  time.Duration
+	}{
+		{"acme", "whs_bad", "k1:X", time.Hour}, {"acme", "~live", "k1:X", time.Hour},
+		{"acme", id, "", time.Hour}, {"acme", id, "k1:A B", time.Hour},
+		{"acme", id, "k1:X", -time.Second}, {"bad:tenant", id, "k1:X", time.Hour},
+	} {
+		if _, err := e.store.AddSecret(e.ctx, c.tenant, c.id, c.sealed, c.d); !errors.Is(err, ErrInvalid) {
+			t.Errorf("AddSecret(%q, %q, %q, %s) = %v, want ErrInvalid", c.tenant, c.id, c.sealed, c.d, err)
+		}
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", "~live"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("DeleteSecret(~live) = %v, want ErrInvalid", err)
+	}
+	after := e.rdb.HGetAll(e.ctx, e.store.keys.secrets("acme")).Val()
+	if len(after) != len(before) || after["~live"] != before["~live"] {
+		t.Fatalf("bad input changed the hash: %d fields → %d", len(before), len(after))
+	}
+}
+
+// A webhook item carrying CodeNoWebhookSecret is refused unless the tenant
+// holds a live secret by API or its policy says unsigned.
+func TestEnqueueNoWebhookSecret(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	unsignedRefused := func(body string) Item {
+		it := item(body)
+		it.Unless = &Refusal{Code: CodeNoWebhookSecret, Detail: "no secret"}
+		return it
+	}
+	if r := e.enqueue("acme", unsignedRefused(`1`))[0]; r.Outcome != Refused || r.Code != CodeNoWebhookSecret {
+		t.Fatalf("no secret: %+v, want refused no_webhook_secret", r)
+	}
+	if st := e.state("acme"); st.Backlog != 0 {
+		t.Fatalf("a refused item was stored: %+v", st)
+	}
+	id := e.addSecret("acme", "k1:S", time.Hour)
+	if r := e.enqueue("acme", unsignedRefused(`2`))[0]; r.Outcome != Accepted {
+		t.Fatalf("with a secret: %+v, want accepted", r)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", id); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.enqueue("acme", unsignedRefused(`3`))[0]; r.Outcome != Refused {
+		t.Fatalf("after the delete: %+v, want refused", r)
+	}
+	// A secret that expires: live until its expiry, then refused again.
+	e.addSecret("acme", "k1:A", time.Hour)
+	b := e.addSecret("acme", "k1:B", time.Minute) // A now expires in a minute
+	if err := e.store.DeleteSecret(e.ctx, "acme", b); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.enqueue("acme", unsignedRefused(`4`))[0]; r.Outcome != Accepted {
+		t.Fatalf("with a secret expiring in a minute: %+v", r)
+	}
+	e.clock.Advance(time.Minute)
+	if r := e.enqueue("acme", unsignedRefused(`5`))[0]; r.Outcome != Refused {
+		t.Fatalf("after the last secret expired: %+v, want refused", r)
+	}
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Unsigned: ptr(1)}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.enqueue("acme", unsignedRefused(`6`))[0]; r.Outcome != Accepted {
+		t.Fatalf("with unsigned: %+v, want accepted", r)
+	}
+	if set := e.secrets("acme"); !set.Unsigned || len(set.Secrets) != 0 {
+		t.Fatalf("Secrets: %+v, want unsigned and none live", set)
+	}
+}

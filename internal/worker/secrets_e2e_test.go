@@ -1,0 +1,171 @@
+package worker_test
+
+import (
+	"crypto/rand"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sluicehq/sluice/internal/secretbox"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/worker"
+)
+
+// shiftClock is time.Now moved forward by an offset the test sets: the
+// workers' clock for secret expiry and cache refresh.
+type shiftClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *shiftClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *shiftClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+func newKeyring(t *testing.T) *secretbox.Keyring {
+	t.Helper()
+	key := make([]byte, secretbox.KeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := secretbox.NewKeyring(secretbox.Key{ID: "test", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ring
+}
+
+// addSecret seals secret for tenant and stores it as the API does.
+func (h *harness) addSecret(ring *secretbox.Keyring, tenant, secret string, expirePrevious time.Duration) string {
+	h.t.Helper()
+	id, err := store.NewSecretID(time.Now())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sealed, err := ring.Seal([]byte(secret), []byte(tenant))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.st.AddSecret(h.ctx, tenant, id, sealed, expirePrevious); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+// verifies reports which of secrets verify call's signature, and how many
+// signatures it carries.
+func verifies(t *testing.T, c hookCall, secrets ...string) ([]bool, int) {
+	t.Helper()
+	out := make([]bool, len(secrets))
+	for i, s := range secrets {
+		wh, err := standardwebhooks.NewWebhook(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = wh.Verify(c.body, c.header) == nil
+	}
+	return out, len(strings.Fields(c.header.Get(webhook.HeaderSignature)))
+}
+
+// Secrets by API sign at once, a rotation signs with both until the
+// previous one expires, a deleted secret stops signing once the cache
+// refreshes (≤ 1 s on the workers' clock), and a tenant with no secret gets
+// no unsigned delivery.
+func TestSecretsByAPISignRotateDelete(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	recv := newHookServer(t, answer(""))
+	ring := newKeyring(t)
+	clock := &shiftClock{}
+	h.policy("acme", store.Overrides{RateUS: ptr(10_000), Concurrency: ptr(5)})
+	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	t.Cleanup(client.CloseIdleConnections)
+	signing := &worker.SigningKeys{Store: h.st, Keyring: ring, Now: clock.Now}
+	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: signing},
+		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
+	h.startDispatcher(nil)
+	n := 0
+	deliver := func() hookCall { // one job, and its request
+		t.Helper()
+		h.enqueueTo("acme", recv.srv.URL+"/hooks", 1)
+		n++
+		return recv.waitCalls(t, n, 5*time.Second)[n-1]
+	}
+
+	s1, s2, s3 := newSecret(t), newSecret(t), newSecret(t)
+	h.addSecret(ring, "acme", s1, time.Hour)
+	if ok, sigs := verifies(t, deliver(), s1); !ok[0] || sigs != 1 {
+		t.Fatalf("after create: s1 verifies %v, %d signatures; want s1 alone", ok[0], sigs)
+	}
+
+	h.addSecret(ring, "acme", s2, time.Minute) // rotate: s1 signs for one more minute
+	clock.Advance(worker.SigningRefreshDefault)
+	if ok, sigs := verifies(t, deliver(), s1, s2); !ok[0] || !ok[1] || sigs != 2 {
+		t.Fatalf("during the rotation: s1 %v, s2 %v, %d signatures; want both", ok[0], ok[1], sigs)
+	}
+	clock.Advance(time.Minute)
+	if ok, sigs := verifies(t, deliver(), s1, s2); ok[0] || !ok[1] || sigs != 1 {
+		t.Fatalf("after s1 expired: s1 %v, s2 %v, %d signatures; want s2 alone", ok[0], ok[1], sigs)
+	}
+
+	id3 := h.addSecret(ring, "acme", s3, time.Hour)
+	clock.Advance(worker.SigningRefreshDefault)
+	if ok, sigs := verifies(t, deliver(), s2, s3); !ok[0] || !ok[1] || sigs != 2 {
+		t.Fatalf("with s3: s2 %v, s3 %v, %d signatures", ok[0], ok[1], sigs)
+	}
+	if err := h.st.DeleteSecret(h.ctx, "acme", id3); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(worker.SigningRefreshDefault) // the cache's bound: 1 s
+	if ok, sigs := verifies(t, deliver(), s2, s3); !ok[0] || ok[1] || sigs != 1 {
+		t.Fatalf("1 s after deleting s3: s2 %v, s3 %v, %d signatures; want s2 alone", ok[0], ok[1], sigs)
+	}
+
+	// A second worker process (a restart) reads the same secrets.
+	again, err := (&worker.SigningKeys{Store: h.st, Keyring: ring, Now: clock.Now}).Keys(h.ctx, "acme")
+	if err != nil || len(again) != 1 {
+		t.Fatalf("a new SigningKeys: %d keys, %v; want s2", len(again), err)
+	}
+	h.noStall(t)
+}
+
+// A tenant whose every secret is gone (and whose policy is not unsigned)
+// gets no unsigned request: its job fails permanently with
+// no_webhook_secret; with unsigned it is sent without a signature.
+func TestNoSecretIsNeverSentUnsigned(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	recv := newHookServer(t, answer(""))
+	ring := newKeyring(t)
+	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	t.Cleanup(client.CloseIdleConnections)
+	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: &worker.SigningKeys{Store: h.st, Keyring: ring}},
+		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
+	h.startDispatcher(nil)
+	id := h.enqueueTo("bare", recv.srv.URL+"/hooks", 1)[0]
+	until(t, 5*time.Second, "the job dead", func() bool { return h.jobOf(id).State == store.StateDead })
+	if j := h.jobOf(id); len(j.Attempts) != 1 || j.Attempts[0].Error != "no_webhook_secret" || len(recv.snapshot()) != 0 {
+		t.Fatalf("job %+v, %d requests; want dead of no_webhook_secret, nothing sent", j, len(recv.snapshot()))
+	}
+	h.policy("open", store.Overrides{Unsigned: ptr(1)})
+	h.enqueueTo("open", recv.srv.URL+"/hooks", 1)
+	c := recv.waitCalls(t, 1, 5*time.Second)[0]
+	if c.status != http.StatusOK || c.header.Get(webhook.HeaderSignature) != "" {
+		t.Fatalf("unsigned tenant: status %d, signature %q; want sent, unsigned", c.status, c.header.Get(webhook.HeaderSignature))
+	}
+	h.noStall(t)
+}

@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/secretbox"
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+// SigningRefreshDefault is SigningKeys.Refresh's default, and its bound: a
+// new or deleted secret by API signs (or stops signing) within a second.
+const SigningRefreshDefault = time.Second
+
+// MaxSigningTenants bounds SigningKeys' cache; past it the cache starts
+// afresh.
+const MaxSigningTenants = 100_000
+
+// ErrNoSigningKey: the tenant has no signing secret and its policy does not
+// say unsigned.
+var ErrNoSigningKey = errors.New("no webhook signing secret")
+
+// SecretReader reads a tenant's secrets by API: *store.Store.
+type SecretReader interface {
+	Secrets(ctx context.Context, tenant string) (store.SecretSet, error)
+}
+
+var _ SecretReader = (*store.Store)(nil)
+
+// SigningKeys gives the keys a tenant's webhooks are signed with: its live
+// secrets by API (decrypted with Keyring), newest first, then its
+// configuration's (File), at most policy.MaxWebhookSecrets. Each tenant's
+// secrets by API and unsigned flag are read from Redis at most once per
+// Refresh (one read-only script; concurrent callers share it), so the
+// delivery path adds no round trip beyond that; a secret's expiry is
+// applied at every call (its Redis-time expiry against the local clock).
+// Safe for concurrent use; the zero value signs with nothing.
+type SigningKeys struct {
+	// Store reads the secrets by API and the unsigned flag; nil: only File,
+	// and a tenant without file secrets is unsigned.
+	Store SecretReader
+	// Keyring opens the secrets by API (config.SecretsConfig.Keyring); nil
+	// while secrets.key is not configured: a tenant holding secrets by API
+	// then cannot be signed (an error, so its jobs retry).
+	Keyring *secretbox.Keyring
+	// File returns the tenant's configuration secrets (policy.SigningKeys).
+	File func(tenant string) [][]byte
+	// Refresh is how long a tenant's read is used; 0 < Refresh ≤ 1s;
+	// default SigningRefreshDefault.
+	Refresh time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]*signingEntry
+}
+
+// signingEntry is one tenant's last read; mu serialises its refresh.
+type signingEntry struct {
+	mu       sync.Mutex
+	read     time.Time // zero: never read
+	unsigned bool
+	secrets  []openedSecret // oldest first
+}
+
+type openedSecret struct {
+	key     []byte
+	expires time.Time // zero: never
+}
+
+// Keys returns tenant's signing keys. With none, it returns ErrNoSigningKey
+// unless the tenant's policy says unsigned (then nil, nil: send unsigned).
+// Other errors (Redis, a secret the keyring cannot open) mean the keys are
+// not known now: the caller retries later rather than sending unsigned.
+func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error) {
+	var file [][]byte
+	if k.File != nil {
+		file = k.File(tenant)
+	}
+	if k.Store == nil {
+		return file, nil
+	}
+	e := k.entry(tenant)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := k.now()
+	refresh := SigningRefreshDefault
+	if k.Refresh > 0 && k.Refresh < refresh {
+		refresh = k.Refresh
+	}
+	if e.read.IsZero() || now.Sub(e.read) >= refresh || now.Before(e.read) {
+		if err := k.read(ctx, tenant, e); err != nil {
+			return nil, err
+		}
+		e.read = now
+	}
+	keys := make([][]byte, 0, len(e.secrets)+len(file))
+	for i := len(e.secrets) - 1; i >= 0; i-- { // newest first
+		if s := e.secrets[i]; s.expires.IsZero() || s.expires.After(now) {
+			keys = append(keys, s.key)
+		}
+	}
+	keys = append(keys, file...)
+	if len(keys) == 0 && !e.unsigned {
+		return nil, fmt.Errorf("tenant %q: %w", tenant, ErrNoSigningKey)
+	}
+	return keys[:min(len(keys), policy.MaxWebhookSecrets)], nil
+}
+
+// read refreshes e from Redis, opening each secret.
+func (k *SigningKeys) read(ctx context.Context, tenant string, e *signingEntry) error {
+	set, err := k.Store.Secrets(ctx, tenant)
+	if err != nil {
+		return fmt.Errorf("read signing secrets: %w", err)
+	}
+	opened := make([]openedSecret, 0, len(set.Secrets))
+	for _, s := range set.Secrets {
+		plain, err := k.Keyring.Open(s.Sealed, []byte(tenant))
+		if err != nil {
+			return fmt.Errorf("open signing secret %s of tenant %q: %w", s.ID, tenant, err)
+		}
+		key, err := policy.ParseWebhookSecret(string(plain))
+		if err != nil {
+			return fmt.Errorf("signing secret %s of tenant %q: %w", s.ID, tenant, err)
+		}
+		opened = append(opened, openedSecret{key: key, expires: s.Expires})
+	}
+	e.secrets, e.unsigned = opened, set.Unsigned
+	return nil
+}
+
+func (k *SigningKeys) entry(tenant string) *signingEntry {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cache == nil || len(k.cache) >= MaxSigningTenants {
+		k.cache = make(map[string]*signingEntry)
+	}
+	e := k.cache[tenant]
+	if e == nil {
+		e = &signingEntry{}
+		k.cache[tenant] = e
+	}
+	return e
+}
+
+func (k *SigningKeys) now() time.Time {
+	if k.Now != nil {
+		return k.Now()
+	}
+	return time.Now()
+}
