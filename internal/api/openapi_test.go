@@ -232,6 +232,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"POST /v1/tenants/{tenant}/pause", "POST /v1/tenants/{tenant}/resume",
 		"GET /v1/tenants/{tenant}/dead", "POST /v1/limits/{name}/check",
 		"GET /metrics", "GET /healthz", "GET /readyz", "GET /openapi.json",
+		"GET /v1/tenants", "POST /v1/tenants/{tenant}/dead:replay", // issue #16
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {
