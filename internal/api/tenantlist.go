@@ -79,10 +79,10 @@ type tenantCursor struct {
 
 // tenantOrders are the sorts: each maps a view to its key, smaller first;
 // ties go by tenant id, so the order is total.
-var tenantOrders = map[string]func(store.TenantState) int64{
-	"name":    func(store.TenantState) int64 { return 0 },
-	"backlog": func(st store.TenantState) int64 { return -st.Backlog },
-	"oldest": func(st store.TenantState) int64 { // oldest first; none queued last
+var tenantOrders = map[string]func(store.TenantSummary) int64{
+	"name":    func(store.TenantSummary) int64 { return 0 },
+	"backlog": func(st store.TenantSummary) int64 { return -st.Backlog },
+	"oldest": func(st store.TenantSummary) int64 { // oldest first; none queued last
 		if st.OldestQueuedAt.IsZero() {
 			return 1 << 62
 		}
@@ -91,19 +91,21 @@ var tenantOrders = map[string]func(store.TenantState) int64{
 }
 
 // tenantStates are the state filters.
-var tenantStates = map[string]func(store.TenantState) bool{
-	"":         func(store.TenantState) bool { return true },
-	"disabled": func(st store.TenantState) bool { return st.Disabled },
-	"paused":   func(st store.TenantState) bool { return !st.Disabled && st.Paused() },
-	"active":   func(st store.TenantState) bool { return !st.Disabled && !st.Paused() },
+var tenantStates = map[string]func(store.TenantSummary) bool{
+	"":         func(store.TenantSummary) bool { return true },
+	"disabled": func(st store.TenantSummary) bool { return st.Disabled },
+	"paused":   func(st store.TenantSummary) bool { return !st.Disabled && st.Paused() },
+	"active":   func(st store.TenantSummary) bool { return !st.Disabled && !st.Paused() },
 }
 
 // listTenants is GET /v1/tenants?cursor=&limit=&sort=&state=: a page of the
 // views of every tenant with state in Redis that the key may see, in the
 // sort's order (name: by id; backlog: largest first; oldest: oldest queued
-// job first), after the cursor's position. Each page reads every tenant
-// (store.Tenants) and answers limit of them: each tenant appears once
-// along the cursors while nothing changes. Bad parameters: 400.
+// job first), after the cursor's position. Each page reads a summary of
+// every tenant (store.Tenants: a few Redis commands per tenant), then the
+// full state of the page's (store.TenantState, one script each): each
+// tenant appears once along the cursors while nothing changes. Bad
+// parameters: 400.
 func (s *Server) listTenants(r *http.Request, c *call) (int, any, error) {
 	q, err := parseTenantQuery(r)
 	if err != nil {
@@ -114,21 +116,24 @@ func (s *Server) listTenants(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, s.storeError(r, "list_tenants", err)
 	}
 	key, keep := tenantOrders[q.sort], tenantStates[q.state]
-	all = slices.DeleteFunc(all, func(st store.TenantState) bool {
+	all = slices.DeleteFunc(all, func(st store.TenantSummary) bool {
 		return !keep(st) || !c.key.AllowsTenant(st.Tenant)
 	})
-	order := func(a, b store.TenantState) int {
+	order := func(a, b store.TenantSummary) int {
 		return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Tenant, b.Tenant))
 	}
 	slices.SortFunc(all, order)
 	if q.after != nil {
-		pos := store.TenantState{Tenant: q.after.Tenant}
-		all = slices.DeleteFunc(all, func(st store.TenantState) bool {
-			return cmp.Or(cmp.Compare(key(st), q.after.Key), cmp.Compare(st.Tenant, pos.Tenant)) <= 0
+		all = slices.DeleteFunc(all, func(st store.TenantSummary) bool {
+			return cmp.Or(cmp.Compare(key(st), q.after.Key), cmp.Compare(st.Tenant, q.after.Tenant)) <= 0
 		})
 	}
 	page := tenantPage{Tenants: []tenantView{}}
-	for _, st := range all[:min(q.limit, len(all))] {
+	for _, sum := range all[:min(q.limit, len(all))] {
+		st, err := s.opts.Store.TenantState(r.Context(), sum.Tenant)
+		if err != nil {
+			return 0, nil, s.storeError(r, "tenant_state", err)
+		}
 		page.Tenants = append(page.Tenants, tenantViewOf(st))
 	}
 	if len(all) > q.limit {

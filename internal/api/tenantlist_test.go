@@ -97,8 +97,16 @@ func TestListTenants(t *testing.T) {
 	if len(byBacklog) != n+1 {
 		t.Fatalf("sort=backlog listed %d", len(byBacklog))
 	}
-	if got := f.listAll(t, adminToken, "sort=oldest"); len(got) != n+1 {
-		t.Fatalf("sort=oldest listed %d", len(got))
+	// The tenants got their first jobs in name order, globex last: oldest
+	// first is name order.
+	byOldest := f.listAll(t, adminToken, "sort=oldest")
+	if len(byOldest) != n+1 {
+		t.Fatalf("sort=oldest listed %d", len(byOldest))
+	}
+	for i, v := range byOldest {
+		if v["tenant"] != byName[i]["tenant"] {
+			t.Fatalf("sort=oldest: item %d is %v, want %v", i, v["tenant"], byName[i]["tenant"])
+		}
 	}
 	if got := f.listAll(t, producerToken, "sort=name"); len(got) != n || got[n-1]["tenant"] != "acme-0999" {
 		t.Fatalf("the producer key (acme-*) sees %d tenants", len(got))

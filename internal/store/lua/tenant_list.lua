@@ -4,13 +4,17 @@
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  ZSCAN cursor of the index ("0" = from the start)
 -- ARGV[4]  COUNT hint, 1 … 1000
--- Reply:   {'ok', next cursor ("0" = the walk is done), {tenant, view}, …}
---          each view as tenant_state.lua's reply (tenants.lua tenant_view)
+-- Reply:   {'ok', now, next cursor ("0" = the walk is done),
+--           {tenant, exists (0|1), live, running, oldest queued job's created
+--            µs (-1 = none), admin_paused, admin_until, paused_until,
+--            disabled, dead letters}, …}
 --
 -- A ZSCAN step (tenants.lua: every entry present throughout the walk is
--- met at least once; the caller drops repeats). An entry whose tenant has
--- no state left (no hash, no dead letters, no policy overrides) is left out
--- and removed from the index: the only write.
+-- met at least once; the caller drops repeats), with a summary of each
+-- tenant: a few reads each (the hash; the head of its lists and that job's
+-- created time when it holds jobs; the dead set's size). An entry whose
+-- tenant has no state left (no hash, no dead letters, no policy overrides)
+-- is left out and removed from the index: the only write.
 
 local cursor, count = ARGV[3], tonumber(ARGV[4])
 if not count or count < 1 or count > 1000 then
@@ -18,15 +22,19 @@ if not count or count < 1 or count > 1000 then
 end
 local key = k_index()
 local r = redis.call('ZSCAN', key, cursor, 'COUNT', count)
-local reply, gone = {'ok', r[1]}, {}
+local reply, gone = {'ok', NOW, r[1]}, {}
 for i = 1, #r[2], 2 do
   local tn = r[2][i]
-  local v = tenant_view(tn)
-  -- v[3] exists, v[16] overrides version, v[21] dead letters
-  if v[3] == 0 and v[16] == 0 and v[21] == 0 then
+  local exists = redis.call('EXISTS', k_tenant(tn))
+  local dead = redis.call('ZCARD', k_dead(tn))
+  if exists == 0 and dead == 0 and redis.call('HEXISTS', K_POLICY, tn) == 0 then
     gone[#gone + 1] = tn
   else
-    reply[#reply + 1] = {tn, v}
+    local t = load_tenant(tn, BUILTIN)
+    local oldest = -1
+    if t.qtok > 0 or t.hlen > 0 then oldest = oldest_queued(tn, t) end
+    reply[#reply + 1] = {tn, exists, t.live, t.running, oldest, t.admin_paused, t.admin_until,
+      t.paused_until, t.disabled, dead}
   end
 end
 if #gone > 0 then redis.call('ZREM', key, unpack(gone)) end
