@@ -63,6 +63,8 @@ type Config struct {
 	Worker WorkerConfig `yaml:"worker"`
 	// Log selects the log format and level.
 	Log LogConfig `yaml:"log"`
+	// Metrics tunes the throttler's per-tenant metrics.
+	Metrics MetricsConfig `yaml:"metrics"`
 }
 
 // Defaults of the top-level fields and of RedisConfig.

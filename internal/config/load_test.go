@@ -93,7 +93,8 @@ func defaultConfig() *Config {
 		TaskQueues:  []string{"default"},
 		Worker: WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 1,
 			IdlePoll: 500 * time.Millisecond},
-		Log: LogConfig{Format: "text", Level: "info", Asynq: "warn"},
+		Log:     LogConfig{Format: "text", Level: "info", Asynq: "warn"},
+		Metrics: MetricsConfig{TopTenants: 100, CacheFor: 5 * time.Second},
 	}
 }
 
@@ -218,7 +219,8 @@ func TestLoadEveryKey(t *testing.T) {
 		Egress:      EgressConfig{Allow: []string{"10.1.2.3/16", "fd00::/8", "192.168.1.10/32"}},
 		Worker: WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2,
 			IdlePoll: 250 * time.Millisecond},
-		Log: LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Log:     LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Metrics: MetricsConfig{TopTenants: 25, CacheFor: 15 * time.Second},
 	}
 	assertConfig(t, got, want)
 

@@ -40,6 +40,7 @@ func (c *Config) validate() error {
 	}
 	c.Worker.validate(&p)
 	c.Log.validate(&p)
+	c.Metrics.validate(&p)
 	validateMetaUnits(&p, c)
 	return errors.Join(p.errs...)
 }
