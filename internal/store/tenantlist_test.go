@@ -72,7 +72,7 @@ func TestTenantsListsEveryTenant(t *testing.T) {
 	if _, ok := e.tenantsByName()["t001"]; ok {
 		t.Fatal("t001 listed after its state is gone")
 	}
-	index := e.store.keys.base(e.store.keys.shardOf("t001")) + "tenants"
+	index := e.store.keys.tenantIndex(e.store.keys.shardOf("t001"))
 	if e.rdb.ZScore(e.ctx, index, "t001").Err() == nil {
 		t.Fatal("t001 still in the index after a listing found it empty")
 	}
@@ -88,7 +88,7 @@ func TestTenantsListsEveryTenant(t *testing.T) {
 	e.enqueueOne(kept, item(`{}`)) // created again: in the index again
 	e.clock.Advance(2 * time.Hour)
 	for shard := range e.store.Shards() {
-		for range n / INDEX_TRIM_MAX_GO {
+		for range n / indexTrimMax {
 			e.pass(shard, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
 		}
 	}
@@ -96,7 +96,7 @@ func TestTenantsListsEveryTenant(t *testing.T) {
 		tn string
 		in bool
 	}{{gone, false}, {kept, true}, {"t004", true}, {"policy-only", true}} {
-		key := e.store.keys.base(e.store.keys.shardOf(c.tn)) + "tenants"
+		key := e.store.keys.tenantIndex(e.store.keys.shardOf(c.tn))
 		score, err := e.rdb.ZScore(e.ctx, key, c.tn).Result()
 		if (err == nil) != c.in {
 			t.Fatalf("%s in the index after the trim: %v, want %v", c.tn, err == nil, c.in)
@@ -107,8 +107,8 @@ func TestTenantsListsEveryTenant(t *testing.T) {
 	}
 }
 
-// INDEX_TRIM_MAX_GO is tenants.lua's INDEX_TRIM_MAX.
-const INDEX_TRIM_MAX_GO = 16
+// indexTrimMax is tenants.lua's INDEX_TRIM_MAX.
+const indexTrimMax = 16
 
 // Inflow is a sliding minute over two one-minute buckets.
 func TestInflowPerSecond(t *testing.T) {

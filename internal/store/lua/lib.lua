@@ -22,7 +22,8 @@
 -- the dead-set trim's, and the pass's release loop (the next job of each
 -- tenant, tombstones skipped) and next-wake reads: keys of the script's own
 -- slot, plain reads that cannot fail. (The pass reads every policy and
--- tenant it may touch before its first write.)
+-- tenant it may touch before its first write; its last step, the tenant
+-- index's trim (tenants.lua), reads and writes index entries after it.)
 
 -- Per-call state. Every script call starts with begin() (assembled ahead of
 -- the script's body, or run by the Redis Functions wrapper): it sets the
