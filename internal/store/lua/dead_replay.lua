@@ -37,15 +37,9 @@ local function reason_of(id)
   return string.match(last, '"outcome":"([^"]*)"') or ''
 end
 
--- Read phase: the letters after the cursor (as dead_letters.lua positions it).
+-- Read phase: the letters after the cursor.
 local key = k_dead(tn)
-local start = 0
-if cscore >= 0 then
-  start = redis.call('ZCOUNT', key, '-inf', '(' .. istr(cscore))
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, istr(cscore), istr(cscore))) do
-    if m <= cid then start = start + 1 end
-  end
-end
+local start = dead_start(key, cscore, cid) -- tenants.lua
 local page = redis.call('ZRANGE', key, start, start + scan - 1, 'WITHSCORES')
 local jobs, last_score, last_id, done = {}, -1, '', true
 for i = 1, #page, 2 do

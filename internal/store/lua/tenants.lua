@@ -1,6 +1,6 @@
--- tenants.lua — the shard's tenant index, a tenant's view and the dead-letter
--- requeue, shared by tenant_state, tenant_list, pass, replay and dead_replay
--- (assembled after lifecycle.lua, whose names it uses).
+-- tenants.lua — the shard's tenant index, a tenant's view, the dead set's cursor and the
+-- dead-letter requeue, shared by tenant_state, tenant_list, pass, replay,
+-- dead_replay and dead_letters (assembled after lifecycle.lua, whose names it uses).
 --
 -- The tenant index <p>:{sN}:tenants is a ZSET: tenant → the time (µs) its
 -- entry is next checked. A tenant enters it when its hash is created
@@ -83,6 +83,19 @@ local function tenant_view(tn)
     t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p),
     t.rtok, t.admin_until, t.vt, rcall('ZCARD', k_dead(tn)),
     factor(t, p), interval(t, p), t.cut_until, oldest, t.in_m, t.in_c, t.in_p}
+end
+
+-- dead_start is the rank in dead set key at which a page after the cursor
+-- (cscore, cid) — the death time and id of the last letter seen, cscore < 0:
+-- none — starts: the set orders (score, id), so letters replayed or trimmed
+-- in between shift nothing.
+local function dead_start(key, cscore, cid)
+  if cscore < 0 then return 0 end
+  local start = rcall('ZCOUNT', key, '-inf', '(' .. istr(cscore))
+  for _, m in ipairs(rcall('ZRANGEBYSCORE', key, istr(cscore), istr(cscore))) do
+    if m <= cid then start = start + 1 end
+  end
+  return start
 end
 
 -- requeue_dead moves dead job j (load_job's) of tenant t to the backlog's
