@@ -11,9 +11,8 @@
 -- index_trim (every pass) checks at most a few due entries and removes those
 -- with no state left, so an entry outlives its tenant's state by at most
 -- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
--- removes the ones it finds empty. Scores only grow (every write is now +
--- a positive delay), so a ZSCAN of the index meets every entry present
--- throughout at least once.
+-- removes the ones it finds empty. tenant_list walks the index with ZSCAN,
+-- which returns every entry present throughout the walk at least once.
 
 local INDEX_TRIM_MAX = 16
 
