@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -53,7 +55,9 @@ func (f *fixture) listAll(t *testing.T, token, q string) []map[string]any {
 // filter selects; bad parameters are 400s.
 func TestListTenants(t *testing.T) {
 	t.Parallel()
-	f := newStoreFixture(t, nil)
+	// A page reads every tenant: 1 000 of them under -race, beside the whole
+	// suite on 2 cores, can take longer than the default 1s Redis budget.
+	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.RequestTimeout = 10 * time.Second })
 	ctx := context.Background()
 	st := f.srv.opts.Store
 	const n = 1000

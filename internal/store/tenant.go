@@ -55,9 +55,8 @@ import (
 //	                    so; to_dead clears it), so a finish's trim needs no read
 //	in_m, in_c, in_p    inflow: the minute (since the epoch, Redis time) of the
 //	                    last admission, the tokens admitted in it and in the
-//	                    minute before (enqueue.lua; see InflowPerSecond). The
-//	                    hash outlives them: it expires no earlier than the
-//	                    end of the minute after in_m
+//	                    minute before (enqueue.lua; see InflowPerSecond);
+//	                    they go with the hash when an idle tenant expires
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;

@@ -18,6 +18,10 @@ const minuteUS = int64(time.Minute / time.Microsecond)
 // (jobs, when they cost 1) per second, as a sliding window over two
 // one-minute buckets: the current minute's count plus the previous
 // minute's weighted by the part of it still inside the window, over 60 s.
+// The counters live in the tenant hash, so admissions before an idle
+// tenant's hash expired (about a second after its last job ended and its
+// admission bucket refilled) are not counted: a lower bound for a tenant
+// whose jobs come apart in time, exact for one that stays busy.
 func (st TenantState) InflowPerSecond() float64 {
 	nowUS := st.Now.UnixMicro()
 	m := nowUS / minuteUS

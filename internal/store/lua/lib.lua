@@ -507,8 +507,8 @@ end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
 -- current minute (number in_m, minutes since the epoch of Redis time) and
--- in the minute before; inflow_add counts an admission of n tokens.
--- Go's TenantState.InflowPerSecond weighs them as a sliding window.
+-- in the minute before; inflow_add counts an admission of n tokens. Go's
+-- TenantState.InflowPerSecond weighs them as a sliding window.
 local MINUTE_US = 60000000
 local function inflow_add(t, n)
   local m = mfloor(NOW / MINUTE_US)
@@ -521,9 +521,10 @@ end
 
 -- expire_tenant: the tenant hash expires only when it holds no job and is
 -- neither disabled nor admin-paused, and not before its TAT, pause and
--- admission refill have all run out (so expiry never hands out free tokens)
--- nor before its inflow counters are stale (the end of the minute after the
--- last admission's).
+-- admission refill have all run out (so expiry never hands out free tokens).
+-- Its entry in the tenant index (tenants.lua) is then due for a check a
+-- second after the hash expires: one ZADD beside the PEXPIRE, only when the
+-- tenant is idle.
 -- A hash that was busy when loaded has no TTL already (every script that
 -- leaves a tenant busy persists it), so only a change to busy persists.
 busy = function(t)
@@ -536,8 +537,9 @@ local function expire_tenant(tn, t, p, now)
     return
   end
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = mmax(t.tat, t.stat, gate(t), full_at, (t.in_m + 2) * MINUTE_US) - now
-  rcall('PEXPIRE', key, istr(mfloor(mmax(0, until_us) / 1000) + 1000))
+  local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
+  rcall('PEXPIRE', key, istr(ttl_ms))
+  rcall('ZADD', BASE .. 'tenants', istr(now + (ttl_ms + 1000) * 1000), tn)
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready
