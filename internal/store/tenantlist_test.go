@@ -365,3 +365,37 @@ func (e *env) deadLettersAgain(ids []string) {
 		}
 	}
 }
+
+// A tenant going idle has its index entry due a second after its hash
+// expires; the first pass after that removes it once the state is gone,
+// while a busy tenant's entry waits for the hourly check.
+func TestTenantIndexFollowsIdleExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	idle := e.enqueueOne("idle", item(`{}`)).ID
+	c := e.attempt(idle)
+	e.finish(idle, c.Gen, benchOK, FinishConfig{})
+	e.enqueueOne("busy", item(`{}`))
+	index := e.store.keys.tenantIndex(0)
+	ttl := e.rdb.PTTL(e.ctx, e.store.keys.tenant("idle")).Val()
+	score := int64(e.rdb.ZScore(e.ctx, index, "idle").Val())
+	now := e.clock.Now().UnixMicro()
+	if ttl <= 0 || score <= now+ttl.Microseconds() || score > now+ttl.Microseconds()+1_100_000 {
+		t.Fatalf("idle tenant: hash TTL %s, entry due in %dµs; want a second after the TTL", ttl, score-now)
+	}
+	if busy := int64(e.rdb.ZScore(e.ctx, index, "busy").Val()); busy < now+time.Hour.Microseconds()-time.Second.Microseconds() {
+		t.Fatalf("busy tenant's entry due in %dµs, want about an hour", busy-now)
+	}
+	if err := e.rdb.Del(e.ctx, e.store.keys.tenant("idle")).Err(); err != nil { // as its expiry would
+		t.Fatal(err)
+	}
+	e.clock.Set(time.UnixMicro(score))
+	e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	if e.rdb.ZScore(e.ctx, index, "idle").Err() == nil {
+		t.Fatal("the idle tenant's entry is still in the index after its check")
+	}
+	if e.rdb.ZScore(e.ctx, index, "busy").Err() != nil {
+		t.Fatal("the busy tenant left the index")
+	}
+	e.requireConsistent()
+}
