@@ -20,10 +20,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 
 	"github.com/hibiken/asynq"
@@ -101,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(dispatch.NewStateCollector(st, rdb, slices.Sorted(maps.Keys(cfg.Tenants)), cfg.SluiceQueues(), log))
+	reg.MustRegister(dispatch.NewStateCollector(st, rdb, cfg.StateConfig(), cfg.SluiceQueues(), log))
 	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
 		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,
 		MaxSleep: cfg.Dispatch.MaxSleep, Registerer: reg, Logger: log.With("component", "dispatcher")})

@@ -234,6 +234,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"GET /metrics", "GET /healthz", "GET /readyz", "GET /openapi.json",
 		// issue #16: webhook secrets by API
 		"POST /v1/tenants/{tenant}/secrets", "GET /v1/tenants/{tenant}/secrets", "DELETE /v1/tenants/{tenant}/secrets/{id}",
+		"GET /v1/tenants", "POST /v1/tenants/{tenant}/dead:replay", // issue #16
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {

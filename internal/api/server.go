@@ -172,6 +172,7 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(CostBatch, s.enqueueBatch))
 		s.mux.Handle("GET /v1/jobs/{id}", s.v1(CostRead, s.getJob))
 		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(CostWrite, s.cancelJob))
+		s.mux.Handle("GET /v1/tenants", s.v1(CostRead, s.listTenants))
 		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(CostRead, s.getTenant))
 		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(CostWrite, s.putPolicy))
 		s.mux.Handle("POST /v1/tenants/{tenant}/pause", s.v1(CostWrite, s.pauseTenant))
@@ -181,6 +182,7 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(CostWrite, s.createSecret))
 		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(CostRead, s.listSecrets))
 		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(CostWrite, s.deleteSecret))
+		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
 	}
 	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
 }

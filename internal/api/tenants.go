@@ -43,6 +43,7 @@ type tenantView struct {
 	// RateFactor is the adaptive rate factor as a fraction, 0 < f ≤ 1; 1
 	// when the policy is not adaptive.
 	RateFactor float64 `json:"rate_factor"`
+	forecastView
 }
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.
@@ -67,18 +68,7 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 	if err != nil {
 		return 0, nil, s.storeError(r, "tenant_state", err)
 	}
-	v := tenantView{Tenant: tenant, Version: st.Version, Policy: st.Policy.Policy().View(),
-		Backlog: st.Backlog, BacklogBytes: st.Bytes, Queued: st.Queued, QueuedTokens: st.QueuedCost,
-		Running: st.Running, Released: st.Released, AdmitTokens: st.AdmitTokens,
-		NextEligibleAt: timeString(st.NextAt), AdminPaused: st.AdminPaused, Disabled: st.Disabled,
-		DeadLetters: st.DeadLetters, EffectiveRate: st.EffectiveRate(),
-		RateFactor: float64(st.RateFactor) / store.RateFactorFull}
-	if st.AdminUntil.After(st.Now) {
-		v.AdminPausedUntil = timeString(st.AdminUntil)
-	}
-	if st.PausedUntil.After(st.Now) {
-		v.PausedUntil = timeString(st.PausedUntil)
-	}
+	v := tenantViewOf(st)
 	c.w.Header().Set("ETag", etag(st.Version))
 	return http.StatusOK, v, nil
 }

@@ -66,6 +66,8 @@ type Config struct {
 	// Secrets configures webhook secrets by API: the key that encrypts them
 	// in Redis, and whether defaults.webhook_secrets may be shared.
 	Secrets SecretsConfig `yaml:"secrets"`
+	// Metrics tunes the throttler's per-tenant metrics.
+	Metrics MetricsConfig `yaml:"metrics"`
 }
 
 // Defaults of the top-level fields and of RedisConfig.

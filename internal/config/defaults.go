@@ -29,6 +29,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Dispatch = c.Dispatch.withDefaults()
 	out.Throttle = c.Throttle.withDefaults()
 	out.Retention = c.Retention.withDefaults()
+	out.Metrics = c.Metrics.withDefaults()
 	out.LimitsBytes = LimitsBytesConfig{
 		MaxJobBytes:   cmp.Or(c.LimitsBytes.MaxJobBytes, MaxJobBytesDefault),
 		MaxBatchBytes: cmp.Or(c.LimitsBytes.MaxBatchBytes, MaxBatchBytesDefault),

@@ -96,6 +96,7 @@ func defaultConfig() *Config {
 			IdlePoll: 500 * time.Millisecond},
 		Log:     LogConfig{Format: "text", Level: "info", Asynq: "warn"},
 		Secrets: SecretsConfig{KeyID: SecretsKeyIDDefault},
+		Metrics: MetricsConfig{TopTenants: 100, CacheFor: 5 * time.Second},
 	}
 }
 
@@ -221,7 +222,8 @@ func TestLoadEveryKey(t *testing.T) {
 		Egress:      EgressConfig{Allow: []string{"10.1.2.3/16", "fd00::/8", "192.168.1.10/32"}},
 		Worker: WorkerConfig{Concurrency: 8, TaskCheckInterval: 80 * time.Millisecond, ShutdownTimeout: time.Minute, Fetchers: 2,
 			IdlePoll: 250 * time.Millisecond},
-		Log: LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Log:     LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
+		Metrics: MetricsConfig{TopTenants: 25, CacheFor: 15 * time.Second},
 		Secrets: SecretsConfig{Key: testSecretsKey, KeyID: "2026-12",
 			PreviousKeys: []SecretKeyConfig{{ID: "2026-06", Key: testSecretsKeyOld}}},
 	}

@@ -38,6 +38,7 @@ func (c *Config) validate() error {
 	c.Worker.validate(&p)
 	c.Log.validate(&p)
 	c.Secrets.validate(&p, len(c.Defaults.WebhookSecrets))
+	c.Metrics.validate(&p)
 	validateMetaUnits(&p, c)
 	return errors.Join(p.errs...)
 }

@@ -37,6 +37,7 @@ task_queues: ["{q}"]
 egress: {allow: ["10.0.0.1", "fd00::/8"]}
 worker: {concurrency: -5}
 log: {format: xml, level: loud}
+metrics: {top_tenants: 1001, cache_for: -1s}
 `)
 	want := []string{
 		"auth.keys[0].name", "auth.keys[0].sha256",
@@ -47,6 +48,7 @@ log: {format: xml, level: loud}
 		"limits_bytes.max_batch_bytes",
 		"listen",
 		"log.format", "log.level",
+		"metrics.cache_for", "metrics.top_tenants",
 		"redis.prefix", "redis.shards", "redis.url",
 		"retention.dead_max_per_tenant",
 		"task_queues[0]",

@@ -71,6 +71,8 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_tenant_rate_per_second":           {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
 	"sluice_inflight_jobs":                    {kind: gauge, dir: "internal/dispatch"},
 	"sluice_tenant_effective_rate_per_second": {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
+	"sluice_tenant_oldest_job_age_seconds":    {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
+	"sluice_tenant_drain_seconds":             {kind: gauge, labels: []string{"tenant"}, dir: "internal/dispatch"},
 	"sluice_worker_capacity":                  {kind: gauge, dir: "internal/dispatch"},
 	"sluice_asynq_queue_tasks":                {kind: gauge, labels: []string{"queue", "state"}, dir: "internal/dispatch"},
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -11,17 +12,48 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 )
 
-// MaxLabeledTenants bounds the tenants that get their own label values in
-// the state metrics: the configured tenants, at most this many (the first
-// in the order given). Every other tenant is visible through the API only.
-const MaxLabeledTenants = 100
+// Bounds and defaults of the state metrics' tenant labels (StateConfig).
+const (
+	// TopTenantsDefault is StateConfig.TopTenants' default.
+	TopTenantsDefault = 100
+	// MaxLabeledTenants bounds StateConfig.TopTenants: at most this many
+	// tenants (plus OtherTenants) get label values.
+	MaxLabeledTenants = 1000
+	// StateCacheDefault is StateConfig.CacheFor's default.
+	StateCacheDefault = 5 * time.Second
+	// OtherTenants is the tenant label of the tenants summed together: no
+	// tenant id can be it (ids hold no underscore).
+	OtherTenants = "_other"
+)
+
+// StateConfig configures a StateCollector's tenant series.
+type StateConfig struct {
+	// TopTenants is N: the N tenants with the largest backlogs (ties by id)
+	// are re-chosen at each read and labeled; every other tenant is summed
+	// under tenant="_other". 1 … MaxLabeledTenants; default
+	// TopTenantsDefault.
+	TopTenants int
+	// CacheFor is how long one read of the tenants serves scrapes: a
+	// scrape within CacheFor of the last read answers the tenant series
+	// from it. Default StateCacheDefault; < 0: read at every scrape.
+	CacheFor time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default, and
+// TopTenants capped at MaxLabeledTenants.
+func (c StateConfig) WithDefaults() StateConfig {
+	c.TopTenants = min(cmp.Or(c.TopTenants, TopTenantsDefault), MaxLabeledTenants)
+	c.CacheFor = cmp.Or(c.CacheFor, StateCacheDefault)
+	return c
+}
 
 // stateScrapeTimeout bounds the Redis reads of one scrape.
 const stateScrapeTimeout = 2 * time.Second
 
-// StateSource is what the state collector reads: the Store's tenant state,
-// in-flight count and worker capacity.
+// StateSource is what the state collector reads: the Store's tenant
+// summaries and states, in-flight count and worker capacity.
 type StateSource interface {
+	Tenants(ctx context.Context) ([]store.TenantSummary, error)
 	TenantState(ctx context.Context, tenant string) (store.TenantState, error)
 	InFlight(ctx context.Context) (int, error)
 	Capacity(ctx context.Context) (int, error)
@@ -31,38 +63,39 @@ var _ StateSource = (*store.Store)(nil)
 
 // StateCollector is a Prometheus collector that reads Sluice's state from
 // Redis at scrape time: per labeled tenant its backlog, running jobs, dead
-// letters, pause state and configured rate; the jobs in flight and the
-// workers' capacity; and the sizes of the asynq queues Sluice feeds, read
-// cheaply (LLEN / ZCARD, never asynq's Inspector). A failed read is left out
-// of the scrape and logged.
+// letters, pause state, configured and effective rate, oldest job's age
+// and drain forecast (tenants.go); the jobs in flight and the workers'
+// capacity; and the sizes of the asynq queues Sluice feeds, read cheaply
+// (LLEN / ZCARD, never asynq's Inspector). A failed read is left out of the
+// scrape and logged.
 type StateCollector struct {
-	src     StateSource
-	rdb     redis.UniversalClient
-	tenants []string
-	queues  []string
-	log     *slog.Logger
+	src    StateSource
+	rdb    redis.UniversalClient
+	cfg    StateConfig
+	queues []string
+	log    *slog.Logger
+	cache  tenantCache
 
-	backlog, running, dead, paused, rate, effRate *prometheus.Desc
-	inflight, capacity, queueSize                 *prometheus.Desc
+	backlog, running, dead, paused, rate, effRate, oldest, drain *prometheus.Desc
+	inflight, capacity, queueSize                                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*StateCollector)(nil)
 
-// NewStateCollector builds the collector for tenants (capped at
-// MaxLabeledTenants) and the asynq queues named.
-func NewStateCollector(src StateSource, rdb redis.UniversalClient, tenants, queues []string, log *slog.Logger) *StateCollector {
-	if len(tenants) > MaxLabeledTenants {
-		tenants = tenants[:MaxLabeledTenants]
-	}
+// NewStateCollector builds the collector (cfg completed with WithDefaults)
+// for the asynq queues named.
+func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConfig, queues []string, log *slog.Logger) *StateCollector {
 	t := []string{"tenant"}
 	return &StateCollector{
-		src: src, rdb: rdb, tenants: tenants, queues: queues, log: log,
+		src: src, rdb: rdb, cfg: cfg.WithDefaults(), queues: queues, log: log,
 		backlog:   prometheus.NewDesc("sluice_tenant_backlog_jobs", "Jobs toward max_backlog (scheduled, queued, released, retrying), per labeled tenant.", t, nil),
 		running:   prometheus.NewDesc("sluice_tenant_running_jobs", "Jobs claimed and not finished, per labeled tenant.", t, nil),
 		dead:      prometheus.NewDesc("sluice_tenant_dead_letters", "Entries in the tenant's dead set, per labeled tenant.", t, nil),
 		paused:    prometheus.NewDesc("sluice_tenant_paused", "1 while the tenant cannot send: admin-paused, upstream-paused or disabled by a 410.", []string{"tenant", "reason"}, nil),
 		rate:      prometheus.NewDesc("sluice_tenant_rate_per_second", "The tenant's configured dispatch rate (policy rate), per labeled tenant.", t, nil),
 		effRate:   prometheus.NewDesc("sluice_tenant_effective_rate_per_second", "The tenant's effective dispatch rate: the configured rate times the adaptive rate factor.", t, nil),
+		oldest:    prometheus.NewDesc("sluice_tenant_oldest_job_age_seconds", "How long the tenant's oldest queued job has waited; for _other, the oldest among them.", t, nil),
+		drain:     prometheus.NewDesc("sluice_tenant_drain_seconds", "Drain forecast: seconds until the backlog has left at the effective rate, pauses counted; absent when disabled or paused until resumed, and for _other.", t, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight_jobs", "Jobs released or running, over every shard.", nil, nil),
 		capacity:  prometheus.NewDesc("sluice_worker_capacity", "Sum of the live workers' concurrency (heartbeats).", nil, nil),
 		queueSize: prometheus.NewDesc("sluice_asynq_queue_tasks", "Tasks in the asynq queues Sluice feeds, by queue and state.", []string{"queue", "state"}, nil),
@@ -71,7 +104,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, tenants, queu
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.inflight, c.capacity, c.queueSize} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.oldest, c.drain, c.inflight, c.capacity, c.queueSize} {
 		ch <- d
 	}
 }
@@ -80,13 +113,8 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateScrapeTimeout)
 	defer cancel()
-	for _, tn := range c.tenants {
-		st, err := c.src.TenantState(ctx, tn)
-		if err != nil {
-			c.log.Warn("state metrics: tenant state", "tenant", tn, "err", err)
-			continue
-		}
-		c.tenantMetrics(ch, tn, st)
+	for _, m := range c.tenantSeries(ctx) {
+		ch <- m
 	}
 	if n, err := c.src.InFlight(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n))
@@ -95,22 +123,6 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(n))
 	}
 	c.queueMetrics(ctx, ch)
-}
-
-func (c *StateCollector) tenantMetrics(ch chan<- prometheus.Metric, tn string, st store.TenantState) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	gauge(c.backlog, float64(st.Backlog), tn)
-	gauge(c.running, float64(st.Running), tn)
-	gauge(c.dead, float64(st.DeadLetters), tn)
-	gauge(c.paused, b2f(st.AdminPaused || st.AdminUntil.After(st.Now)), tn, "admin")
-	gauge(c.paused, b2f(st.PausedUntil.After(st.Now)), tn, "upstream")
-	gauge(c.paused, b2f(st.Disabled), tn, "disabled")
-	if st.Policy.RateUS > 0 {
-		gauge(c.rate, 1e6/float64(st.Policy.RateUS), tn)
-		gauge(c.effRate, st.EffectiveRate(), tn)
-	}
 }
 
 // asynqStates are the states of asynq v0.26's per-queue keys

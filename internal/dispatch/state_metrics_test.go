@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -37,7 +38,7 @@ func TestStateCollectorReadsTenantsAndQueues(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	c := NewStateCollector(st, rdb, []string{"acme", "globex"}, []string{queue}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := NewStateCollector(st, rdb, StateConfig{}, []string{queue}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	reg.MustRegister(c)
 	want := `
 # HELP sluice_tenant_backlog_jobs Jobs toward max_backlog (scheduled, queued, released, retrying), per labeled tenant.
@@ -84,14 +85,128 @@ sluice_asynq_queue_tasks{queue="Q",state="scheduled"} 1
 	}
 }
 
-func TestStateCollectorCapsTenantLabels(t *testing.T) {
+// The top N tenants by backlog are labeled, re-chosen at each read; the
+// others are summed under _other; with 10 000 tenants made at run time the
+// series stay N + 1 per metric.
+func TestStateCollectorTopTenants(t *testing.T) {
 	t.Parallel()
-	many := make([]string, MaxLabeledTenants+50)
-	for i := range many {
-		many[i] = "t" + strings.Repeat("x", i%7)
+	_, _, st := realStore(t, 4, 0)
+	ctx := context.Background()
+	const n, top = 10_000, 5
+	job := store.Item{Type: "webhook", Body: []byte(`{}`)}
+	for i := range n {
+		backlog := 1
+		if i < top+1 {
+			backlog = 20 + i // t00000 … t00005: the six largest
+		}
+		items := make([]store.Item, backlog)
+		for k := range items {
+			items[k] = job
+		}
+		if _, err := st.Enqueue(ctx, fmt.Sprintf("t%05d", i), items); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c := NewStateCollector(nil, nil, many, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if len(c.tenants) != MaxLabeledTenants {
-		t.Errorf("labeled tenants = %d, want the cap %d", len(c.tenants), MaxLabeledTenants)
+	if err := st.Pause(ctx, "t09999", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c := NewStateCollector(st, nil, StateConfig{TopTenants: top, CacheFor: -1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reg.MustRegister(c)
+	backlogs := func() map[string]float64 { return tenantBacklogs(t, reg, top) }
+	got := backlogs()
+	want := map[string]float64{"t00005": 25, "t00004": 24, "t00003": 23, "t00002": 22, "t00001": 21,
+		OtherTenants: 20 + (n - top - 1)}
+	if len(got) != top+1 {
+		t.Fatalf("%d backlog series, want %d: %v", len(got), top+1, got)
+	}
+	for tn, v := range want {
+		if got[tn] != v {
+			t.Fatalf("backlog of %s: %v, want %v (all: %v)", tn, got[tn], v, got)
+		}
+	}
+	paused := `
+# HELP sluice_tenant_paused 1 while the tenant cannot send: admin-paused, upstream-paused or disabled by a 410.
+# TYPE sluice_tenant_paused gauge
+`
+	for _, tn := range []string{OtherTenants, "t00001", "t00002", "t00003", "t00004", "t00005"} {
+		v := 0
+		if tn == OtherTenants {
+			v = 1 // t09999
+		}
+		paused += fmt.Sprintf("sluice_tenant_paused{reason=\"admin\",tenant=%q} %d\n", tn, v)
+		paused += fmt.Sprintf("sluice_tenant_paused{reason=\"disabled\",tenant=%q} 0\n", tn)
+		paused += fmt.Sprintf("sluice_tenant_paused{reason=\"upstream\",tenant=%q} 0\n", tn)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(paused), "sluice_tenant_paused"); err != nil {
+		t.Error(err)
+	}
+	// A tenant grows past the others: the next read labels it.
+	grow := make([]store.Item, 100)
+	for k := range grow {
+		grow[k] = job
+	}
+	if _, err := st.Enqueue(ctx, "t05000", grow); err != nil {
+		t.Fatal(err)
+	}
+	if got := backlogs(); got["t05000"] != 101 || len(got) != top+1 || got["t00001"] != 0 || got[OtherTenants] != want[OtherTenants]-1+21 {
+		t.Fatalf("after t05000 grew: %v", got)
+	}
+}
+
+// A read serves the scrapes within CacheFor.
+func TestStateCollectorCachesTenants(t *testing.T) {
+	t.Parallel()
+	_, _, st := realStore(t, 1, 0)
+	ctx := context.Background()
+	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
+	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(st, nil, StateConfig{CacheFor: time.Hour}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
+		t.Fatalf("backlog %v, want 1", got)
+	}
+	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
+		t.Fatal(err)
+	}
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
+		t.Fatalf("backlog %v within CacheFor, want the cached 1", got)
+	}
+}
+
+// tenantBacklogs gathers reg's backlog series by tenant, failing when a
+// tenant metric has more series than top + 1 tenants give.
+func tenantBacklogs(t *testing.T, reg *prometheus.Registry, top int) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "sluice_tenant_") {
+			continue
+		}
+		if len(mf.GetMetric()) > 3*(top+1) {
+			t.Errorf("%s: %d series for %d labeled tenants", mf.GetName(), len(mf.GetMetric()), top)
+		}
+		if mf.GetName() == "sluice_tenant_backlog_jobs" {
+			for _, m := range mf.GetMetric() {
+				out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestStateConfigDefaults(t *testing.T) {
+	t.Parallel()
+	if c := (StateConfig{}).WithDefaults(); c.TopTenants != TopTenantsDefault || c.CacheFor != StateCacheDefault {
+		t.Errorf("defaults %+v", c)
+	}
+	if c := (StateConfig{TopTenants: MaxLabeledTenants + 50}).WithDefaults(); c.TopTenants != MaxLabeledTenants {
+		t.Errorf("labeled tenants = %d, want the cap %d", c.TopTenants, MaxLabeledTenants)
 	}
 }

@@ -63,12 +63,14 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 }
 
 // permanentKeys matches the keys a deployment keeps for good under prefix:
-// meta, per shard the policy hash and the virtual clock, the worker
+// meta, per shard the policy hash, the virtual clock and the tenant index
+// (its entries go with their tenant's state; a tenant with policy
+// overrides, as these tests' tenant, stays listed), the worker
 // heartbeats (themselves expiring when no worker beats), and the dispatch
 // leases and members (while a throttler runs).
 func permanentKeys(prefix string) *regexp.Regexp {
 	p := regexp.QuoteMeta(prefix)
-	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock)|dispatch:lease:\d+|dispatch:members)$`)
+	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants)|dispatch:lease:\d+|dispatch:members)$`)
 }
 
 // waitNoKeysBut polls until every key under the cluster's prefix matches

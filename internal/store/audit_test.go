@@ -34,7 +34,8 @@ import (
 //     has a queued job and is neither disabled, admin-paused, at its
 //     concurrency cap nor at its release cap; every tenant with a queued job
 //     and none of those blockers is in ready (else it would be stuck), at a
-//     score no earlier than its pauses.
+//     score no earlier than its pauses;
+//   - every tenant hash is in its shard's tenant index.
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
@@ -48,7 +49,25 @@ func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string
 	ks.checkTenants()
 	ks.checkReadyComplete()
 	ks.checkIdem()
+	ks.checkIndex()
 	return ks.problems, nil
+}
+
+// checkIndex: every tenant hash is in its shard's tenant index
+// (lua/tenants.lua), and the index holds only its shard's tenants.
+func (ks *keyspaceSnapshot) checkIndex() {
+	for shard := range ks.shards {
+		for _, tn := range ks.sets[ks.keyOf(shard, "tenants")] {
+			if ShardOf(tn, ks.shards) != shard {
+				ks.problem("tenant index of shard %d holds %q of shard %d", shard, tn, ShardOf(tn, ks.shards))
+			}
+		}
+	}
+	for tn := range ks.tenants {
+		if !slices.Contains(ks.sets[ks.keyOf(ShardOf(tn, ks.shards), "tenants")], tn) {
+			ks.problem("tenant %q has a hash but is not in its shard's tenant index", tn)
+		}
+	}
 }
 
 // requireConsistent fails the test with every problem auditKeyspace finds.
@@ -134,6 +153,11 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 			ks.scores[key][z.Member.(string)] = z.Score
 		}
 	case strings.HasSuffix(rest, ":dead"):
+		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
+	case rest == "tenants":
+		if ttl >= 0 {
+			ks.problem("tenant index %s has a TTL", key)
+		}
 		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
 	case rest == "vclock":
 		if v, gerr := rdb.Get(ctx, key).Int64(); gerr != nil || v < 0 || ttl >= 0 {
@@ -281,6 +305,9 @@ func (ks *keyspaceSnapshot) checkSets() {
 		if kind == "ready" {
 			ks.checkReady(key, members)
 			continue
+		}
+		if kind == "tenants" {
+			continue // checkIndex
 		}
 		if ks.keys[key].ttl >= 0 && kind != "dead" { // a dead set expires with its newest letter
 			ks.problem("%s has a TTL", key)

@@ -27,6 +27,7 @@ func TestKeyLayout(t *testing.T) {
 		k.policy(6):           "sluice:{s6}:policy",
 		k.wake(6):             "sluice:{s6}:wake",
 		k.vclock(6):           "sluice:{s6}:vclock",
+		k.tenantIndex(6):      "sluice:{s6}:tenants",
 		k.workers():           "sluice:workers",
 		k.taskWorkers("mail"): "sluice:mw:mail",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",

@@ -13,7 +13,7 @@ import (
 // builders, policy merge, tenant state, reschedule), lifecycle.lua the job
 // lifecycle helpers (head lane, attempt log, retry curve, dead letters,
 // tenant cache). They are assembled once, at init: built-in defaults, clock,
-// lib, lifecycle, script (the standalone scripts: clock, script).
+// lib, lifecycle, tenants, script (the standalone scripts: clock, script).
 var (
 	//go:embed lua/clock.lua
 	luaClock string
@@ -49,6 +49,12 @@ var (
 	luaSecretsWrite string
 	//go:embed lua/secrets_read.lua
 	luaSecretsRead string
+	//go:embed lua/tenants.lua
+	luaTenants string
+	//go:embed lua/tenant_list.lua
+	luaTenantList string
+	//go:embed lua/dead_replay.lua
+	luaDeadReplay string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -82,12 +88,14 @@ var (
 	scriptTenantState  = assemble("tenant_state", luaTenantState)
 	scriptSecretsWrite = assemble("secrets_write", luaSecretsWrite)
 	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
+	scriptTenantList   = assemble("tenant_list", luaTenantList)
+	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
-// defaults, clock.lua, lib.lua and lifecycle.lua.
+// defaults, clock.lua, lib.lua, lifecycle.lua and tenants.lua.
 func prologue() string {
-	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLifecycle + "\n"
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
 }
 
 // assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as

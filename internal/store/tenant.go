@@ -53,11 +53,16 @@ import (
 //	                    enqueue or replay), so its next job's cost needs no read
 //	dz                  1: the tenant's dead set is known empty (a trim found it
 //	                    so; to_dead clears it), so a finish's trim needs no read
+//	in_m, in_c, in_p    inflow: the minute (since the epoch, Redis time) of the
+//	                    last admission, the tokens admitted in it and in the
+//	                    minute before (enqueue.lua; see InflowPerSecond);
+//	                    they go with the hash when an idle tenant expires
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;
 // running ones in running only.
 type TenantState struct {
+	Tenant       string    // the tenant's id
 	Now          time.Time // the script's now
 	Exists       bool      // the tenant hash exists
 	Backlog      int64     // jobs counting toward max_backlog
@@ -89,6 +94,11 @@ type TenantState struct {
 	// CutUntil ends the current adaptive episode (see Store.Finish); zero
 	// when none has been.
 	CutUntil time.Time
+	// OldestQueuedAt is the created time of the older of the tenant's next
+	// jobs (the head lane's first, the backlog's first); zero when none is
+	// queued. See Forecast.
+	OldestQueuedAt time.Time
+	inflow         inflow // admissions by minute (see InflowPerSecond)
 }
 
 // EffectiveRate is the tenant's dispatch rate now in tokens per second,
@@ -110,8 +120,18 @@ func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, er
 	if err != nil {
 		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
 	}
+	st, err := parseTenantState(tenant, d)
+	if err != nil {
+		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+	}
+	return st, nil
+}
+
+// parseTenantState decodes a tenant view (lua/tenants.lua tenant_view: the
+// reply of tenant_state.lua, an item of tenant_list.lua's).
+func parseTenantState(tenant string, d decoder) (TenantState, error) {
 	st := TenantState{
-		Now: microsTime(d.int(1)), Exists: d.int(2) == 1,
+		Tenant: tenant, Now: microsTime(d.int(1)), Exists: d.int(2) == 1,
 		Backlog: d.int(3), Bytes: d.int(4), Queued: d.int(5), QueuedCost: d.int(6),
 		Running: d.int(7), Released: d.int(8), AdmitTokens: d.int(9),
 		TAT: microsTime(d.int(11)), PausedUntil: microsTime(d.int(12)),
@@ -122,12 +142,16 @@ func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, er
 	if score := d.int(10); score >= 0 {
 		st.NextAt = microsTime(score)
 	}
+	if oldest := d.int(24); oldest >= 0 {
+		st.OldestQueuedAt = microsTime(oldest)
+	}
+	st.inflow = inflow{minute: d.int(25), current: d.int(26), previous: d.int(27)}
 	policy := d.str(16)
 	if err := d.Err(); err != nil {
-		return TenantState{}, fmt.Errorf("tenant state of %q: %w", tenant, err)
+		return TenantState{}, err
 	}
 	if err := json.Unmarshal([]byte(policy), &st.Policy); err != nil {
-		return TenantState{}, fmt.Errorf("tenant state of %q: %w: policy %q: %w", tenant, ErrProtocol, policy, err)
+		return TenantState{}, fmt.Errorf("%w: policy %q: %w", ErrProtocol, policy, err)
 	}
 	return st, nil
 }

@@ -15,13 +15,7 @@ if not limit or limit < 1 or not cscore then
   return redis.error_reply('ERR sluice dead_letters: want limit ≥ 1 and a cursor score')
 end
 local key = k_dead(tn)
-local start = 0
-if cscore >= 0 then
-  start = redis.call('ZCOUNT', key, '-inf', '(' .. istr(cscore))
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, istr(cscore), istr(cscore))) do
-    if m <= cid then start = start + 1 end
-  end
-end
+local start = dead_start(key, cscore, cid) -- tenants.lua
 local page = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
 local reply = {'ok', -1, ''}
 for i = 1, #page, 2 do

@@ -152,6 +152,7 @@ local function store(it)
     claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}
   end
   t.atok = t.atok - it.cost
+  inflow_add(t, it.cost)
   t.live = t.live + 1
   t.bytes = t.bytes + #it.body
   return {'accepted', it.id, state, eta}

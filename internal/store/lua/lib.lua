@@ -22,7 +22,8 @@
 -- the dead-set trim's, and the pass's release loop (the next job of each
 -- tenant, tombstones skipped) and next-wake reads: keys of the script's own
 -- slot, plain reads that cannot fail. (The pass reads every policy and
--- tenant it may touch before its first write.)
+-- tenant it may touch before its first write; its last step, the tenant
+-- index's trim (tenants.lua), reads and writes index entries after it.)
 
 -- Per-call state. Every script call starts with begin() (assembled ahead of
 -- the script's body, or run by the Redis Functions wrapper): it sets the
@@ -189,8 +190,9 @@ end
 -- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
-  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz'}
-local T_PACK = '<dddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
+  'in_m', 'in_c', 'in_p'}
+local T_PACK = '<ddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function()
@@ -207,17 +209,19 @@ local busy
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
-    slast, c1, dz = struct.unpack(T_PACK, s)
+    slast, c1, dz, in_m, in_c, in_p = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
-    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz}
+    cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz,
+    in_m = in_m, in_c = in_c, in_p = in_p}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
-    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz)
+    t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
+    t.in_m, t.in_c, t.in_p)
 end
 
 local function load_tenant(tn, p)
@@ -235,7 +239,10 @@ local function load_tenant(tn, p)
       named[f] = tonum(all[i + 1])
     end
   end
-  local t = tenant_of(packed or T_ZERO)
+  local s = packed or T_ZERO
+  -- A field s packed before the last fields existed is shorter: they read as 0.
+  if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
+  local t = tenant_of(s)
   t.rs = rs
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
@@ -244,6 +251,11 @@ local function load_tenant(tn, p)
   T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, named = named}, busy(t)
   return t
 end
+
+-- INDEX_RECHECK (µs) is how long after its last check a tenant's entry in
+-- the shard's tenant index (<p>:{sN}:tenants, ZSET tenant → next check µs)
+-- is checked again by index_trim (tenants.lua): one hour.
+local INDEX_RECHECK = 3600000000
 
 local function save_tenant(tn, t)
   local stored = T_STORED[t] or {}
@@ -256,6 +268,9 @@ local function save_tenant(tn, t)
   end
   if #args == 0 then return end
   local key = k_tenant(tn)
+  -- A tenant hash created here enters the shard's tenant index (one ZADD
+  -- per creation; see index_check).
+  if not stored.packed and not stored.named then rcall('ZADD', BASE .. 'tenants', istr(NOW + INDEX_RECHECK), tn) end
   rcall('HSET', key, unpack(args))
   if stored.named then rcall('HDEL', key, unpack(stored.named)) end
   T_STORED[t] = {packed = packed, rs = t.rs}
@@ -499,9 +514,26 @@ sched_sig = function(t, p)
     interval(t, p), p.burst)
 end
 
+-- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
+-- current minute (number in_m, minutes since the epoch of Redis time) and
+-- in the minute before; inflow_add counts an admission of n tokens. Go's
+-- TenantState.InflowPerSecond weighs them as a sliding window.
+local MINUTE_US = 60000000
+local function inflow_add(t, n)
+  local m = mfloor(NOW / MINUTE_US)
+  if m ~= t.in_m then
+    if m == t.in_m + 1 then t.in_p = t.in_c else t.in_p = 0 end
+    t.in_c, t.in_m = 0, m
+  end
+  t.in_c = t.in_c + n
+end
+
 -- expire_tenant: the tenant hash expires only when it holds no job and is
 -- neither disabled nor admin-paused, and not before its TAT, pause and
 -- admission refill have all run out (so expiry never hands out free tokens).
+-- Its entry in the tenant index (tenants.lua) is then due for a check a
+-- second after the hash expires: one ZADD beside the PEXPIRE, only when the
+-- tenant is idle.
 -- A hash that was busy when loaded has no TTL already (every script that
 -- leaves a tenant busy persists it), so only a change to busy persists.
 busy = function(t)
@@ -514,8 +546,9 @@ local function expire_tenant(tn, t, p, now)
     return
   end
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
-  local until_us = mmax(t.tat, t.stat, gate(t), full_at) - now
-  rcall('PEXPIRE', key, istr(mfloor(mmax(0, until_us) / 1000) + 1000))
+  local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
+  rcall('PEXPIRE', key, istr(ttl_ms))
+  rcall('ZADD', BASE .. 'tenants', istr(now + (ttl_ms + 1000) * 1000), tn)
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready

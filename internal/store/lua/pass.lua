@@ -383,6 +383,8 @@ end
 leases_flush()
 flush_tenants(cfg)
 if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
+-- 5. Check the tenant index's entries that are due (tenants.lua), a few.
+index_trim(INDEX_TRIM_MAX)
 
 local next_wake = waiting
 for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do

@@ -50,6 +50,7 @@ refill(t, new, NOW)
 
 -- Write phase.
 redis.call('HSET', K_POLICY, field, encoded, '#v', epoch)
+if not has_state then redis.call('ZADD', k_index(), istr(NOW + INDEX_RECHECK), field) end -- tenants.lua
 if has_state then
   reschedule(field, t, new, NOW)
   save_tenant(field, t)

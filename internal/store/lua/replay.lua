@@ -27,22 +27,12 @@ rescale_tat(t, p, NOW)
 local before = shard_earliest()
 
 -- Write phase.
-local jk = k_job(id)
-redis.call('ZREM', k_dead(tn), id)
-redis.call('RPUSH', k_queue(tn), id)
-redis.call('HSET', jk, 'state', 'queued', 'gen', j.gen + 1)
-redis.call('HDEL', jk, 'ended', 'due')
-redis.call('PERSIST', jk)
-if j.idem ~= '' then redis.call('PERSIST', k_idem(tn, j.idem)) end
-t.live = t.live + 1
-t.bytes = t.bytes + j.bytes
-t.qtok = t.qtok + j.cost
-if j.cost > 1 then t.c1 = 0 end -- lib.lua head_job
+requeue_dead(j, t) -- tenants.lua
 
 reschedule(tn, t, p, NOW)
 save_tenant(tn, t)
 expire_tenant(tn, t, p, NOW)
 wake(before)
 local reply = {'ok'}
-for _, v in ipairs(redis.call('HGETALL', jk)) do reply[#reply + 1] = v end
+for _, v in ipairs(redis.call('HGETALL', k_job(id))) do reply[#reply + 1] = v end
 return reply

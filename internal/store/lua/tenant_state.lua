@@ -8,22 +8,13 @@
 --           in ready), TAT, paused_until, admin_paused, disabled,
 --           overrides version, effective policy as JSON,
 --           released tokens, admin_until, vt, dead letters,
---           rate factor ppm, effective interval µs, cut_until}
+--           rate factor ppm, effective interval µs, cut_until,
+--           oldest queued job's created µs (-1 = none), inflow minute,
+--           tokens admitted in that minute, tokens admitted the minute before}
 --
 -- Admission tokens and TAT are reported as the next decision would see them
 -- (refilled to now, rescaled to the current policy), without writing back;
 -- likewise the rate factor (full for a tenant that is not adaptive) and the
 -- effective interval T_eff = ⌈T·10⁶ / f⌉ (lib.lua interval).
 
-local tn = ARGV[3]
-local p, version = load_policy(tn)
-local exists = redis.call('EXISTS', k_tenant(tn))
-local t = load_tenant(tn, p)
-rescale_tat(t, p, NOW)
-refill(t, p, NOW)
-local queued = redis.call('LLEN', k_queue(tn)) + redis.call('ZCARD', k_head(tn))
-local score = tonumber(redis.call('ZSCORE', K_READY, tn)) or -1
-return {'ok', NOW, exists, t.live, t.bytes, queued, t.qtok, t.running, t.released,
-  t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p),
-  t.rtok, t.admin_until, t.vt, redis.call('ZCARD', k_dead(tn)),
-  factor(t, p), interval(t, p), t.cut_until}
+return tenant_view(ARGV[3]) -- tenants.lua

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+// listAll walks GET /v1/tenants with query q page by page, failing on a
+// repeat; it returns the views in page order.
+func (f *fixture) listAll(t *testing.T, token, q string) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		path := "/v1/tenants?limit=137&" + q
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		r := f.get(t, path, token)
+		if r.status != http.StatusOK || pages > 100 {
+			t.Fatalf("GET %s: %d %v", path, r.status, r.body)
+		}
+		items, _ := r.body["tenants"].([]any)
+		if len(items) > 137 {
+			t.Fatalf("a page of %d, limit 137", len(items))
+		}
+		for _, it := range items {
+			v := it.(map[string]any)
+			tn := v["tenant"].(string)
+			if seen[tn] {
+				t.Fatalf("%s: tenant %s listed twice", q, tn)
+			}
+			seen[tn] = true
+			all = append(all, v)
+		}
+		next, _ := r.body["cursor"].(string)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}
+
+// 1 000 tenants made at run time are listed page by page, each once, in
+// each sort's order; a key sees only the tenants its globs allow; the state
+// filter selects; bad parameters are 400s.
+func TestListTenants(t *testing.T) {
+	t.Parallel()
+	// A page reads every tenant: 1 000 of them under -race, beside the whole
+	// suite on 2 cores, can take longer than the default 1s Redis budget.
+	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.RequestTimeout = 10 * time.Second })
+	ctx := context.Background()
+	st := f.srv.opts.Store
+	const n = 1000
+	for i := range n {
+		tn := fmt.Sprintf("acme-%04d", i)
+		if i%10 == 0 {
+			if err := st.Pause(ctx, tn, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		items := make([]store.Item, 1+i%5)
+		for k := range items {
+			items[k] = store.Item{Type: "webhook", Body: []byte(`{}`)}
+		}
+		if _, err := st.Enqueue(ctx, tn, items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Enqueue(ctx, "globex", []store.Item{{Type: "webhook", Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	byName := f.listAll(t, adminToken, "sort=name")
+	if len(byName) != n+1 {
+		t.Fatalf("%d tenants listed, want %d", len(byName), n+1)
+	}
+	for i, v := range byName[:n] {
+		if want := fmt.Sprintf("acme-%04d", i); v["tenant"] != want || v["backlog"] != float64(1+i%5) {
+			t.Fatalf("item %d: %v %v, want %s with backlog %d", i, v["tenant"], v["backlog"], want, 1+i%5)
+		}
+		if _, ok := v["drain_eta_s"]; !ok || v["oldest_job_age_s"] == nil {
+			t.Fatalf("item %d has no forecast: %v", i, v)
+		}
+	}
+	byBacklog := f.listAll(t, adminToken, "sort=backlog")
+	for i := 1; i < len(byBacklog); i++ {
+		if byBacklog[i]["backlog"].(float64) > byBacklog[i-1]["backlog"].(float64) {
+			t.Fatalf("sort=backlog: item %d has a larger backlog than item %d", i, i-1)
+		}
+	}
+	if len(byBacklog) != n+1 {
+		t.Fatalf("sort=backlog listed %d", len(byBacklog))
+	}
+	// The tenants got their first jobs in name order, globex last: oldest
+	// first is name order.
+	byOldest := f.listAll(t, adminToken, "sort=oldest")
+	if len(byOldest) != n+1 {
+		t.Fatalf("sort=oldest listed %d", len(byOldest))
+	}
+	for i, v := range byOldest {
+		if v["tenant"] != byName[i]["tenant"] {
+			t.Fatalf("sort=oldest: item %d is %v, want %v", i, v["tenant"], byName[i]["tenant"])
+		}
+	}
+	if got := f.listAll(t, producerToken, "sort=name"); len(got) != n || got[n-1]["tenant"] != "acme-0999" {
+		t.Fatalf("the producer key (acme-*) sees %d tenants", len(got))
+	}
+	paused := f.listAll(t, adminToken, "state=paused")
+	if len(paused) != n/10 {
+		t.Fatalf("state=paused: %d, want %d", len(paused), n/10)
+	}
+	for _, v := range paused {
+		if v["admin_paused"] != true || v["drain_eta_s"] != nil || v["draining"] != false {
+			t.Fatalf("state=paused lists %v", v)
+		}
+	}
+	if got := f.listAll(t, adminToken, "state=active"); len(got) != n+1-n/10 {
+		t.Fatalf("state=active: %d", len(got))
+	}
+	first := f.get(t, "/v1/tenants?sort=name&limit=2", adminToken)
+	nameCursor, _ := first.body["cursor"].(string)
+	for _, q := range []string{"limit=0", "limit=501", "limit=x", "sort=size", "state=gone",
+		"cursor=%25%25", "sort=backlog&cursor=" + url.QueryEscape(nameCursor)} {
+		r := f.get(t, "/v1/tenants?"+q, adminToken)
+		if e, _ := r.body["error"].(map[string]any); r.status != http.StatusBadRequest || e["code"] != CodeMalformed {
+			t.Errorf("GET /v1/tenants?%s: %d %v, want 400 malformed", q, r.status, r.body)
+		}
+	}
+	if r := f.get(t, "/v1/tenants", plainToken); r.status != http.StatusOK || len(r.body["tenants"].([]any)) != 0 {
+		t.Errorf("a key with no tenant globs: %d %v, want an empty page", r.status, r.body)
+	}
+}
+
+// dead:replay is admin-only, refuses bad input with a 400 that replays
+// nothing, and replays every letter once along its cursor.
+func TestReplayDeadRoute(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	f.setPolicy(t, "acme-dead", store.Overrides{MaxAttempts: p64(1)})
+	ids := f.deadJobs(t, "acme-dead", 5)
+	path := "/v1/tenants/acme-dead/dead:replay"
+	if r := f.post(t, path, producerToken, ``); r.status != http.StatusForbidden {
+		t.Fatalf("producer key: %d", r.status)
+	}
+	for _, body := range []string{`{"limit":0}`, `{"limit":1001}`, `{"reason":"Bad!"}`, `{"before":"yesterday"}`,
+		`{"cursor":"nope"}`} {
+		if r := f.post(t, path, adminToken, body); r.status != http.StatusBadRequest {
+			t.Fatalf("%s: %d %v, want 400", body, r.status, r.body)
+		}
+	}
+	if r := f.post(t, path, adminToken, `{"limit":"2"}`); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("a mistyped field: %d %v, want 422 as every body's", r.status, r.body)
+	}
+	if v := f.tenant(t, "acme-dead"); v["dead_letters"] != 5.0 || v["backlog"] != 0.0 {
+		t.Fatalf("bad input changed the tenant: %v", v)
+	}
+	replayed, cursor := 0.0, ""
+	for calls := 1; ; calls++ {
+		body := `{"limit":2}`
+		if cursor != "" {
+			body = fmt.Sprintf(`{"limit":2,"cursor":%q}`, cursor)
+		}
+		r := f.post(t, path, adminToken, body)
+		if r.status != http.StatusOK || r.body["replayed"].(float64) > 2 || calls > 3 {
+			t.Fatalf("call %d: %d %v", calls, r.status, r.body)
+		}
+		replayed += r.body["replayed"].(float64)
+		next, _ := r.body["cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if v := f.tenant(t, "acme-dead"); replayed != 5 || v["dead_letters"] != 0.0 || v["backlog"] != 5.0 {
+		t.Fatalf("replayed %v; tenant %v", replayed, v)
+	}
+	for _, id := range ids {
+		if r := f.get(t, "/v1/jobs/"+id, adminToken); r.body["state"] != "queued" {
+			t.Fatalf("job %s: %v", id, r.body["state"])
+		}
+	}
+	if r := f.post(t, path, adminToken, ``); r.status != http.StatusOK || r.body["replayed"] != 0.0 || r.body["cursor"] != nil {
+		t.Fatalf("repeated: %d %v", r.status, r.body)
+	}
+}
+
+// deadJobs makes n dead letters of tenant, one job at a time (killJob).
+func (f *fixture) deadJobs(t *testing.T, tenant string, n int) []string {
+	t.Helper()
+	var ids []string
+	for range n {
+		requireAccepted(t, f.post(t, "/v1/tenants/"+tenant+"/jobs", adminToken, webhookJob), tenant, "queued")
+		ids = append(ids, killJob(t, f.srv.opts.Store, store.ShardOf(tenant, f.srv.opts.Store.Shards())))
+	}
+	return ids
+}

@@ -1,0 +1,114 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+// tenantCache holds the tenant series of the last read (StateConfig.CacheFor).
+type tenantCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	series []prometheus.Metric
+}
+
+// tenantSeries returns the tenant series, from the cache when the last read
+// is younger than CacheFor. Concurrent scrapes wait for one read.
+func (c *StateCollector) tenantSeries(ctx context.Context) []prometheus.Metric {
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+	if c.cfg.CacheFor > 0 && !c.cache.at.IsZero() && time.Since(c.cache.at) < c.cfg.CacheFor {
+		return c.cache.series
+	}
+	series, err := c.readTenants(ctx)
+	if err != nil {
+		c.log.Warn("state metrics: tenants", "err", err)
+		return nil
+	}
+	c.cache.at, c.cache.series = time.Now(), series
+	return series
+}
+
+// readTenants reads every tenant's summary (store.Tenants), labels the
+// TopTenants largest backlogs (ties by id) from their full state (one
+// script each) and sums the others under OtherTenants. Its cost per read:
+// the summary walk (a few commands per tenant with state) plus TopTenants
+// scripts; the series it yields: at most TopTenants + 1 per metric.
+func (c *StateCollector) readTenants(ctx context.Context) ([]prometheus.Metric, error) {
+	all, err := c.src.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(all, func(a, b store.TenantSummary) int {
+		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.Tenant, b.Tenant))
+	})
+	top := all[:min(len(all), c.cfg.TopTenants)]
+	var out []prometheus.Metric
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
+	}
+	for _, sum := range top {
+		st, err := c.src.TenantState(ctx, sum.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		c.labeled(gauge, st)
+	}
+	if rest := all[len(top):]; len(rest) > 0 {
+		c.other(gauge, rest)
+	}
+	return out, nil
+}
+
+type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
+
+// labeled yields one labeled tenant's series.
+func (c *StateCollector) labeled(gauge gaugeFunc, st store.TenantState) {
+	tn := st.Tenant
+	gauge(c.backlog, float64(st.Backlog), tn)
+	gauge(c.running, float64(st.Running), tn)
+	gauge(c.dead, float64(st.DeadLetters), tn)
+	gauge(c.paused, b2f(st.AdminPaused || st.AdminUntil.After(st.Now)), tn, "admin")
+	gauge(c.paused, b2f(st.PausedUntil.After(st.Now)), tn, "upstream")
+	gauge(c.paused, b2f(st.Disabled), tn, "disabled")
+	if st.Policy.RateUS > 0 {
+		gauge(c.rate, 1e6/float64(st.Policy.RateUS), tn)
+		gauge(c.effRate, st.EffectiveRate(), tn)
+	}
+	f := st.Forecast()
+	gauge(c.oldest, f.OldestJobAge.Seconds(), tn)
+	if f.DrainKnown {
+		gauge(c.drain, f.DrainETA.Seconds(), tn)
+	}
+}
+
+// other yields the series of the unlabeled tenants: backlog, running, dead
+// letters and pauses summed (a pause series counts the tenants so paused),
+// the oldest job's age their maximum.
+func (c *StateCollector) other(gauge gaugeFunc, rest []store.TenantSummary) {
+	var backlog, running, dead, admin, upstream, disabled float64
+	var oldest time.Duration
+	for _, s := range rest {
+		backlog += float64(s.Backlog)
+		running += float64(s.Running)
+		dead += float64(s.DeadLetters)
+		admin += b2f(s.AdminPaused || s.AdminUntil.After(s.Now))
+		upstream += b2f(s.PausedUntil.After(s.Now))
+		disabled += b2f(s.Disabled)
+		oldest = max(oldest, s.OldestJobAge())
+	}
+	gauge(c.backlog, backlog, OtherTenants)
+	gauge(c.running, running, OtherTenants)
+	gauge(c.dead, dead, OtherTenants)
+	gauge(c.paused, admin, OtherTenants, "admin")
+	gauge(c.paused, upstream, OtherTenants, "upstream")
+	gauge(c.paused, disabled, OtherTenants, "disabled")
+	gauge(c.oldest, oldest.Seconds(), OtherTenants)
+}

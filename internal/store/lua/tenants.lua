@@ -1,0 +1,117 @@
+-- tenants.lua — the shard's tenant index, a tenant's view, the dead set's cursor and the
+-- dead-letter requeue, shared by tenant_state, tenant_list, pass, replay,
+-- dead_replay and dead_letters (assembled after lifecycle.lua, whose names it uses).
+--
+-- The tenant index <p>:{sN}:tenants is a ZSET: tenant → the time (µs) its
+-- entry is next checked. A tenant enters it when its hash is created
+-- (lib.lua save_tenant, one ZADD) or its policy overrides are written
+-- (policy_put.lua). index_check says whether a tenant still has state — its
+-- hash, its dead set or policy overrides — and when to look again: after the
+-- longer of the two keys' TTLs (+1 s) when both expire, else INDEX_RECHECK.
+-- index_trim (every pass) checks at most a few due entries and removes those
+-- with no state left, so an entry outlives its tenant's state by at most
+-- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
+-- removes the ones it finds empty. tenant_list walks the index with ZSCAN,
+-- which returns every entry present throughout the walk at least once.
+
+local INDEX_TRIM_MAX = 16
+
+local function k_index() return BASE .. 'tenants' end
+
+-- index_check returns when to check tn's entry again (µs), or nil when tn
+-- has no state left.
+local function index_check(tn)
+  local ttl = -2
+  for _, key in ipairs({k_tenant(tn), k_dead(tn)}) do
+    local x = rcall('PTTL', key)
+    if x == -1 then
+      ttl = -1
+      break
+    end
+    if x > ttl then ttl = x end
+  end
+  if ttl == -2 and rcall('HEXISTS', K_POLICY, tn) == 0 then return nil end
+  if ttl >= 0 then return NOW + mmin(INDEX_RECHECK, (ttl + 1000) * 1000) end
+  return NOW + INDEX_RECHECK
+end
+
+-- index_trim checks up to n entries due by now: removes the tenants with no
+-- state left, pushes the others' next check later. Returns the removed count.
+local function index_trim(n)
+  local key = k_index()
+  local due = rcall('ZRANGEBYSCORE', key, '-inf', istr(NOW), 'LIMIT', 0, n)
+  local gone = {}
+  for _, tn in ipairs(due) do
+    local at = index_check(tn)
+    if at then
+      rcall('ZADD', key, istr(at), tn)
+    else
+      gone[#gone + 1] = tn
+    end
+  end
+  if #gone > 0 then rcall('ZREM', key, unpack(gone)) end
+  return #gone
+end
+
+-- oldest_queued is the created time (µs) of the older of the tenant's two
+-- next jobs — the head lane's first and the backlog's first — or -1 when
+-- it has no queued job. A canceled tombstone counts as its job would.
+local function oldest_queued(tn, t)
+  local oldest = -1
+  local ids = {rcall('LINDEX', k_queue(tn), 0)}
+  if t.hlen > 0 then ids[2] = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
+  for i = 1, 2 do
+    local c = ids[i] and tonum(rcall('HGET', k_job(ids[i]), 'created'))
+    if c and (oldest < 0 or c < oldest) then oldest = c end
+  end
+  return oldest
+end
+
+-- tenant_view is tenant_state.lua's reply for tn (no writes): see there.
+local function tenant_view(tn)
+  local p, version = load_policy(tn)
+  local exists = rcall('EXISTS', k_tenant(tn))
+  local t = load_tenant(tn, p)
+  rescale_tat(t, p, NOW)
+  refill(t, p, NOW)
+  local queued = rcall('LLEN', k_queue(tn)) + rcall('ZCARD', k_head(tn))
+  local score = tonum(rcall('ZSCORE', K_READY, tn)) or -1
+  local oldest = -1
+  if queued > 0 then oldest = oldest_queued(tn, t) end
+  return {'ok', NOW, exists, t.live, t.bytes, queued, t.qtok, t.running, t.released,
+    t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p),
+    t.rtok, t.admin_until, t.vt, rcall('ZCARD', k_dead(tn)),
+    factor(t, p), interval(t, p), t.cut_until, oldest, t.in_m, t.in_c, t.in_p}
+end
+
+-- dead_start is the rank in dead set key at which a page after the cursor
+-- (cscore, cid) — the death time and id of the last letter seen, cscore < 0:
+-- none — starts: the set orders (score, id), so letters replayed or trimmed
+-- in between shift nothing.
+local function dead_start(key, cscore, cid)
+  if cscore < 0 then return 0 end
+  local start = rcall('ZCOUNT', key, '-inf', '(' .. istr(cscore))
+  for _, m in ipairs(rcall('ZRANGEBYSCORE', key, istr(cscore), istr(cscore))) do
+    if m <= cid then start = start + 1 end
+  end
+  return start
+end
+
+-- requeue_dead moves dead job j (load_job's) of tenant t to the backlog's
+-- tail (DESIGN §2, dead → queued): same id, gen + 1, attempts and attempt
+-- log kept, admission not charged, caps not applied; out of the dead set,
+-- `ended` and `due` cleared, the record and its idempotency key persisted.
+-- The caller reschedules, saves and expires t, then checks the wake.
+local function requeue_dead(j, t)
+  local tn, jk = j.tenant, k_job(j.id)
+  rcall('ZREM', k_dead(tn), j.id)
+  rcall('RPUSH', k_queue(tn), j.id)
+  rcall('HSET', jk, 'state', 'queued', 'gen', j.gen + 1)
+  rcall('HDEL', jk, 'ended', 'due')
+  rcall('PERSIST', jk)
+  if j.idem ~= '' then rcall('PERSIST', k_idem(tn, j.idem)) end
+  t.live = t.live + 1
+  t.bytes = t.bytes + j.bytes
+  t.qtok = t.qtok + j.cost
+  if j.cost > 1 then t.c1 = 0 end -- lib.lua head_job
+end
