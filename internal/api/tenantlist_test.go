@@ -57,7 +57,7 @@ func TestListTenants(t *testing.T) {
 	t.Parallel()
 	// A page reads every tenant: 1 000 of them under -race, beside the whole
 	// suite on 2 cores, can take longer than the default 1s Redis budget.
-	f := newStoreFixture(t, func(o *Options, _ *redis.Client, _ string) { o.RequestTimeout = 10 * time.Second })
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.RequestTimeout = 10 * time.Second })
 	ctx := context.Background()
 	st := f.srv.opts.Store
 	const n = 1000
