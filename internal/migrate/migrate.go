@@ -202,8 +202,10 @@ func kindOf(prefix, key string) string {
 	}
 }
 
-// checkStopped fails with ErrLive while a dispatcher holds a shard lease, a
-// worker's heartbeat is unexpired or a task middleware's is.
+// checkStopped fails with ErrLive while a dispatcher holds a shard lease, or
+// a worker or task middleware has an unexpired heartbeat of a concurrency
+// above 0 (a graceful stop announces 0; a killed process's heartbeat lives
+// on for its TTL, 9 s by default).
 func checkStopped(ctx context.Context, src redis.UniversalClient, meta wire.Meta) error {
 	for shard := range meta.Shards {
 		n, err := src.Exists(ctx, dispatch.LeaseKey(meta.Prefix, shard)).Result()
@@ -220,7 +222,7 @@ func checkStopped(ctx context.Context, src redis.UniversalClient, meta wire.Meta
 	}
 	live := func(key, value string) error {
 		f := strings.Fields(value)
-		if len(f) < 2 {
+		if len(f) < 2 || f[0] == "0" { // a stopped process announces concurrency 0
 			return nil
 		}
 		if exp, err := strconv.ParseInt(f[1], 10, 64); err == nil && exp > now.UnixMicro() {
