@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
-	"runtime"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
