@@ -214,10 +214,8 @@ func (s *Server) replayDead(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	var req replayRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
-			return 0, nil, err
-		}
+	if err := decodeOptionalJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
+		return 0, nil, err
 	}
 	sel := store.DeadReplay{Reason: req.Reason, Limit: ReplayLimitDefault, Cursor: req.Cursor}
 	if req.Limit != nil {
