@@ -120,26 +120,16 @@ func (s *Store) TenantKeys(ctx context.Context, key string) ([]TenantKey, error)
 	}
 	seen := map[string]bool{}
 	var out []TenantKey
-	for shard := range s.keys.shards {
-		for cursor := "0"; ; {
-			d, err := s.run(ctx, scriptTenantKeys, shard, cursor, tenantListStep, key)
-			if err != nil {
-				return nil, fmt.Errorf("tenant keys of shard %d: %w", shard, err)
-			}
-			cursor = d.str(2)
-			for i := 3; i+2 < d.Len(); i += 3 {
-				if tk := (TenantKey{Tenant: d.str(i), Key: d.int(i + 1), State: d.str(i + 2)}); !seen[tk.Tenant] {
-					seen[tk.Tenant] = true
-					out = append(out, tk)
-				}
-			}
-			if err := d.Err(); err != nil {
-				return nil, fmt.Errorf("tenant keys of shard %d: %w", shard, err)
-			}
-			if cursor == "0" {
-				break
+	err := s.walkIndex(ctx, scriptTenantKeys, []any{tenantListStep, key}, func(d decoder) {
+		for i := 3; i+2 < d.Len(); i += 3 {
+			if tk := (TenantKey{Tenant: d.str(i), Key: d.int(i + 1), State: d.str(i + 2)}); !seen[tk.Tenant] {
+				seen[tk.Tenant] = true
+				out = append(out, tk)
 			}
 		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenant keys: %w", err)
 	}
 	return out, nil
 }

@@ -22,28 +22,24 @@ if not count or count < 1 or count > 1000 or (what ~= 'backlog' and what ~= 'old
   return redis.error_reply('ERR sluice tenant_keys: want a COUNT of 1 … 1000 and backlog or oldest')
 end
 local r = redis.call('ZSCAN', k_index(), cursor, 'COUNT', count)
-local reply, gone = {'ok', NOW, r[1]}, {}
-for i = 1, #r[2], 2 do
-  local tn = r[2][i]
-  if has_state(tn) then
-    local t = load_tenant(tn, BUILTIN)
-    local key = t.live
-    if what == 'oldest' then
-      key = -1
-      if t.qtok > 0 or t.hlen > 0 then key = oldest_queued(tn, t) end
-    end
-    local state = 'a'
-    if t.disabled == 1 then
-      state = 'd'
-    elseif t.admin_paused == 1 or t.admin_until > NOW or t.paused_until > NOW then
-      state = 'p'
-    end
-    reply[#reply + 1] = tn
-    reply[#reply + 1] = key
-    reply[#reply + 1] = state
-  else
-    gone[#gone + 1] = tn
+local names = {}
+for i = 1, #r[2], 2 do names[#names + 1] = r[2][i] end
+local reply = {'ok', NOW, r[1]}
+each_with_state(names, function(tn) -- tenants.lua
+  local t = load_tenant(tn, BUILTIN)
+  local key = t.live
+  if what == 'oldest' then
+    key = -1
+    if t.qtok > 0 or t.hlen > 0 then key = oldest_queued(tn, t) end
   end
-end
-index_remove(gone)
+  local state = 'a'
+  if t.disabled == 1 then
+    state = 'd'
+  elseif t.admin_paused == 1 or t.admin_until > NOW or t.paused_until > NOW then
+    state = 'p'
+  end
+  reply[#reply + 1] = tn
+  reply[#reply + 1] = key
+  reply[#reply + 1] = state
+end)
 return reply

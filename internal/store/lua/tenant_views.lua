@@ -13,14 +13,8 @@
 if #ARGV - 2 > 1000 then
   return redis.error_reply('ERR sluice tenant_views: want at most 1000 tenants')
 end
-local reply, gone = {'ok', NOW}, {}
-for i = 3, #ARGV do
-  local tn = ARGV[i]
-  if has_state(tn) then
-    reply[#reply + 1] = {tn, tenant_view(tn)}
-  else
-    gone[#gone + 1] = tn
-  end
-end
-index_remove(gone)
+local reply = {'ok', NOW}
+each_with_state({unpack(ARGV, 3)}, function(tn) -- tenants.lua
+  reply[#reply + 1] = {tn, tenant_view(tn)}
+end)
 return reply

@@ -73,6 +73,16 @@ local function has_state(tn)
     or rcall('HEXISTS', K_POLICY, tn) == 1
 end
 
+-- each_with_state calls f(tn) for each tenant of names that has state and
+-- takes the others out of the index and name set (index_remove).
+local function each_with_state(names, f)
+  local gone = {}
+  for _, tn in ipairs(names) do
+    if has_state(tn) then f(tn) else gone[#gone + 1] = tn end
+  end
+  index_remove(gone)
+end
+
 -- oldest_queued is the created time (µs) of the older of the tenant's two
 -- next jobs — the head lane's first and the backlog's first — or -1 when
 -- it has no queued job. A canceled tombstone counts as its job would.
