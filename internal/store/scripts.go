@@ -55,6 +55,14 @@ var (
 	luaTenantList string
 	//go:embed lua/dead_replay.lua
 	luaDeadReplay string
+	//go:embed lua/tenant_names.lua
+	luaTenantNames string
+	//go:embed lua/tenant_views.lua
+	luaTenantViews string
+	//go:embed lua/tenant_keys.lua
+	luaTenantKeys string
+	//go:embed lua/tenant_backfill.lua
+	luaTenantBackfill string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -90,6 +98,10 @@ var (
 	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
 	scriptTenantList   = assemble("tenant_list", luaTenantList)
 	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
+	scriptTenantNames  = assemble("tenant_names", luaTenantNames)
+	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
+	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
+	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
