@@ -24,12 +24,17 @@ const (
 	// attention; attentionRead the most candidates it reads in full.
 	AttentionMax  = 10
 	attentionRead = 3 * AttentionMax
+	// BusiestMax is how many of the largest backlogs the summary lists.
+	BusiestMax = 5
 )
 
 // summaryView answers GET /v1/summary: the deployment's totals over the
 // tenants the key may see, and the tenants that need attention first.
 type summaryView struct {
-	At          string `json:"at"` // when it was read (Redis time)
+	At string `json:"at"` // when it was read (Redis time)
+	// Key is the calling key: its name, whether it is an admin key and the
+	// tenant globs it may see (the console hides what it may not do).
+	Key         keyView `json:"key"`
 	Tenants     int    `json:"tenants"`
 	Backlog     int64  `json:"backlog"`
 	Running     int64  `json:"running"`
@@ -48,6 +53,15 @@ type summaryView struct {
 	// Attention: up to AttentionMax tenants that are disabled, paused or not
 	// draining (inflow ≥ effective rate), oldest queued job first.
 	Attention []tenantView `json:"attention"`
+	// Busiest: the BusiestMax largest backlogs, largest first.
+	Busiest []tenantView `json:"busiest"`
+}
+
+// keyView is an API key as the summary shows it (never its secret).
+type keyView struct {
+	Name    string   `json:"name"`
+	Admin   bool     `json:"admin"`
+	Tenants []string `json:"tenants"`
 }
 
 // throttlerView is one dispatcher: its lease token's first 8 hex digits.
@@ -112,6 +126,7 @@ func (s *Server) readSummary(r *http.Request, c *call) (summaryView, error) {
 	}
 	all = slices.DeleteFunc(all, func(st store.TenantSummary) bool { return !c.key.AllowsTenant(st.Tenant) })
 	v := totalsOf(all)
+	v.Key = keyView{Name: c.key.Name, Admin: c.key.Admin, Tenants: append([]string{}, c.key.Tenants...)}
 	if v.InFlight, err = s.opts.Store.InFlight(ctx); err != nil {
 		return summaryView{}, s.storeError(r, "in_flight", err)
 	}
@@ -124,12 +139,15 @@ func (s *Server) readSummary(r *http.Request, c *call) (summaryView, error) {
 	if v.Attention, err = s.attention(ctx, all); err != nil {
 		return summaryView{}, s.storeError(r, "tenant_state", err)
 	}
+	if v.Busiest, err = s.busiest(ctx, all); err != nil {
+		return summaryView{}, s.storeError(r, "tenant_state", err)
+	}
 	return v, nil
 }
 
 // totalsOf adds up the tenants' summaries.
 func totalsOf(all []store.TenantSummary) summaryView {
-	v := summaryView{Tenants: len(all), Throttlers: []throttlerView{}, Unowned: []int{}, Attention: []tenantView{}}
+	v := summaryView{Tenants: len(all), Throttlers: []throttlerView{}, Unowned: []int{}}
 	var now time.Time
 	for _, st := range all {
 		v.Backlog += st.Backlog
@@ -184,19 +202,32 @@ func (s *Server) attention(ctx context.Context, all []store.TenantSummary) ([]te
 	cands := slices.DeleteFunc(slices.Clone(all), func(st store.TenantSummary) bool {
 		return !st.Disabled && !st.Paused() && st.Backlog == 0
 	})
+	return s.firstViews(ctx, cands, "oldest", attentionRead, AttentionMax, func(v tenantView) bool { return v.Disabled || !v.Draining })
+}
+
+// busiest reads the BusiestMax largest backlogs in full.
+func (s *Server) busiest(ctx context.Context, all []store.TenantSummary) ([]tenantView, error) {
+	cands := slices.DeleteFunc(slices.Clone(all), func(st store.TenantSummary) bool { return st.Backlog == 0 })
+	return s.firstViews(ctx, cands, "backlog", BusiestMax, BusiestMax, func(tenantView) bool { return true })
+}
+
+// firstViews sorts cands by the listing's order sort, reads up to read of
+// them in full and returns the views keep accepts, at most most.
+func (s *Server) firstViews(ctx context.Context, cands []store.TenantSummary, sort string, read, most int, keep func(tenantView) bool) ([]tenantView, error) {
+	key := tenantOrders[sort]
 	slices.SortFunc(cands, func(a, b store.TenantSummary) int {
-		return cmp.Or(cmp.Compare(tenantOrders["oldest"](a), tenantOrders["oldest"](b)), cmp.Compare(a.Tenant, b.Tenant))
+		return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Tenant, b.Tenant))
 	})
 	out := []tenantView{}
-	for _, sum := range cands[:min(len(cands), attentionRead)] {
+	for _, sum := range cands[:min(len(cands), read)] {
 		st, err := s.opts.Store.TenantState(ctx, sum.Tenant)
 		if err != nil {
 			return nil, err
 		}
-		if v := tenantViewOf(st); v.Disabled || !v.Draining {
+		if v := tenantViewOf(st); keep(v) {
 			out = append(out, v)
 		}
-		if len(out) == AttentionMax {
+		if len(out) == most {
 			break
 		}
 	}

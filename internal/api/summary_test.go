@@ -67,10 +67,20 @@ func TestSummary(t *testing.T) {
 	if fmt.Sprint(names) != "[acme-slow acme-paused]" {
 		t.Fatalf("attention %v, want [acme-slow acme-paused] (oldest job first)", names)
 	}
+	var busiest []string
+	for _, v := range b["busiest"].([]any) {
+		busiest = append(busiest, v.(map[string]any)["tenant"].(string))
+	}
+	if fmt.Sprint(busiest) != "[acme-slow acme-fine acme-paused]" {
+		t.Fatalf("busiest %v, want the largest backlogs first", busiest)
+	}
+	if k := b["key"].(map[string]any); k["name"] != "producer" || k["admin"] != false || fmt.Sprint(k["tenants"]) != "[acme-*]" {
+		t.Fatalf("key %v", k)
+	}
 	if got := fmt.Sprint(b["throttlers"], b["unowned_shards"]); got != "[map[id:aa shards:[0 3]] map[id:bb shards:[2]]] [1]" {
 		t.Fatalf("throttlers, unowned: %s", got)
 	}
-	if a := f.get(t, "/v1/summary", adminToken).body; a["tenants"] != 4.0 || a["backlog"] != 10.0 {
+	if a := f.get(t, "/v1/summary", adminToken).body; a["tenants"] != 4.0 || a["backlog"] != 10.0 || a["key"].(map[string]any)["admin"] != true {
 		t.Fatalf("admin's totals (every tenant): %v", a)
 	}
 
