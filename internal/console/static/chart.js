@@ -17,20 +17,25 @@ export function newChart() {
 }
 
 // draw replaces the chart's contents with points ({t, delivered_per_s,
-// rate, effective_rate}, oldest first), the x axis ending at the last one.
+// rate, effective_rate}, oldest first). The x axis ends at the last point
+// and spans the points held, from 1 to 15 minutes (whole minutes).
 export function draw(svg, points) {
   const end = points.length ? points[points.length - 1].t : Date.now();
-  const start = end - WINDOW_MS;
+  const held = points.length ? end - points[0].t : 0;
+  const span = Math.min(WINDOW_MS, Math.max(60000, Math.ceil(held / 60000) * 60000));
+  const start = end - span;
   const ymax = niceMax(Math.max(1, ...points.map((p) => Math.max(p.delivered_per_s, p.rate, p.effective_rate))));
-  const x = (t) => L + ((t - start) / WINDOW_MS) * (W - L - R);
+  const x = (t) => L + ((t - start) / span) * (W - L - R);
   const y = (v) => B - (v / ymax) * (B - T);
   const kids = [];
   for (const f of [0, 0.5, 1]) {
     kids.push(el('line', { class: 'grid', x1: L, x2: W - R, y1: y(ymax * f), y2: y(ymax * f) }));
     kids.push(el('text', { x: L - 6, y: y(ymax * f) + 4, 'text-anchor': 'end' }, fmt(ymax * f)));
   }
-  for (const m of [15, 10, 5, 0]) {
-    kids.push(el('text', { x: x(end - m * 60000), y: B + 18, 'text-anchor': 'middle' }, m ? `−${m} min` : 'now'));
+  for (const f of [1, 2 / 3, 1 / 3, 0]) {
+    const s = Math.round((span * f) / 1000);
+    const label = s === 0 ? 'now' : s % 60 ? `−${s} s` : `−${s / 60} min`;
+    kids.push(el('text', { x: x(end - s * 1000), y: B + 18, 'text-anchor': 'middle' }, label));
   }
   kids.push(el('line', { class: 'axis', x1: L, x2: W - R, y1: B, y2: B }));
   kids.push(el('text', { x: 4, y: T + 4 }, '/s'));

@@ -16,8 +16,8 @@ export function tenant(main, { me, arg: id }) {
   ctx.deadBox = h('div', { id: 'dead-box' });
   ctx.secrets = h('div', { id: 'secrets-box' });
   main.append(h('h1', { id: 'tenant-title' }, `Tenant ${id}`), ctx.status, ctx.head, ctx.cards,
-    h('h2', {}, 'Deliveries per second (last 15 minutes)'), ctx.chart,
-    h('p', { class: 'muted' }, 'Jobs that left the backlog each second (delivered, dead-lettered or canceled), as this throttler sampled them since the tenant was first opened.'),
+    h('h2', {}, 'Deliveries per second (up to the last 15 minutes)'), ctx.chart,
+    h('p', { class: 'muted' }, 'Jobs that left the backlog each second (delivered, dead-lettered or canceled), as this throttler sampled them once a second since the tenant was first opened on it.'),
     h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Dead letters'), ctx.deadBox,
     h('h2', {}, 'Webhook secrets'), ctx.secrets);
   let alive = true, timer = 0;
@@ -123,8 +123,8 @@ async function loadDead(ctx) {
     if (ctx.me.admin) cols.push(['', (j) => h('button', { type: 'button', class: 'replay', onclick: () => replay(ctx, msg, j.id) }, 'Replay')]);
     const all = ctx.me.admin && page.jobs.length
       ? h('button', { type: 'button', id: 'replay-all', onclick: () => replayAll(ctx, msg) }, 'Replay all') : null;
-    ctx.deadBox.replaceChildren(page.jobs.length ? table('dead', cols, page.jobs, (j) => ({ 'data-job': j.id }))
-      : h('p', { class: 'muted', id: 'dead' }, 'None.'), all, msg);
+    ctx.deadBox.replaceChildren(h('div', {}, page.jobs.length ? table('dead', cols, page.jobs, (j) => ({ 'data-job': j.id }))
+      : h('p', { class: 'muted', id: 'dead' }, 'None.'), all, msg));
   } catch (err) { errorText(msg, err); ctx.deadBox.replaceChildren(msg); }
 }
 
@@ -161,7 +161,11 @@ async function loadSecrets(ctx) {
     ctx.secrets.replaceChildren(
       list.length ? table('secrets', cols, list) : h('p', { class: 'muted', id: 'secrets' }, 'No secret by API.'),
       h('button', { type: 'button', id: 'secret-rotate', onclick: () => rotate(ctx, msg) }, 'Rotate (new secret; the others expire in 24 h)'), msg);
-  } catch (err) { errorText(msg, err); ctx.secrets.replaceChildren(msg); }
+  } catch (err) {
+    if (err.code === 'secrets_disabled') msg.className = 'muted';
+    errorText(msg, err);
+    ctx.secrets.replaceChildren(msg);
+  }
 }
 
 async function rotate(ctx, msg) {

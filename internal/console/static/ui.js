@@ -26,7 +26,8 @@ function append(el, children) {
 
 export function fmtNum(n) {
   if (n === null || n === undefined) return '–';
-  if (typeof n === 'number' && !Number.isInteger(n)) return n.toFixed(n < 10 ? 2 : 1);
+  if (typeof n === 'number' && Math.abs(n - Math.round(n)) >= 0.005) return n.toFixed(n < 10 ? 2 : 1);
+  if (typeof n === 'number') n = Math.round(n);
   return Number(n).toLocaleString('en-US');
 }
 
