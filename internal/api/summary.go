@@ -19,7 +19,7 @@ const (
 	// the reads of a large deployment take at most 1/SummaryCostFactor of
 	// the time.
 	SummaryCacheDefault = time.Second
-	SummaryCostFactor   = 4
+	SummaryCostFactor   = 20
 	// AttentionMax is the most tenants the summary lists as needing
 	// attention; attentionRead the most candidates it reads in full.
 	AttentionMax  = 10
@@ -35,12 +35,12 @@ type summaryView struct {
 	// Key is the calling key: its name, whether it is an admin key and the
 	// tenant globs it may see (the console hides what it may not do).
 	Key         keyView `json:"key"`
-	Tenants     int    `json:"tenants"`
-	Backlog     int64  `json:"backlog"`
-	Running     int64  `json:"running"`
-	DeadLetters int64  `json:"dead_letters"`
-	Paused      int    `json:"paused"`
-	Disabled    int    `json:"disabled"`
+	Tenants     int     `json:"tenants"`
+	Backlog     int64   `json:"backlog"`
+	Running     int64   `json:"running"`
+	DeadLetters int64   `json:"dead_letters"`
+	Paused      int     `json:"paused"`
+	Disabled    int     `json:"disabled"`
 	// InFlight is released plus running jobs of every tenant (all keys).
 	InFlight int `json:"in_flight"`
 	// Workers and WorkerCapacity: the live workers and their concurrency.

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/scripts/procstat"
 )
 
 // viewerKey is the read-only (non-admin) key of the console test.
@@ -144,6 +148,40 @@ func TestConsole(t *testing.T) {
 			t.Fatal("the refused pause paused the tenant")
 		}
 	})
+
+	t.Run("20 pages' polls", func(t *testing.T) { pollCost(t, c, p, 10*time.Second) })
+}
+
+// pollCost logs the throttler's CPU share while 20 pages poll as the
+// console's do, one request a second each — 10 overviews (GET /v1/summary),
+// 10 tenant pages (GET /v1/tenants/alpha/live) — for d: a figure for the
+// README, not a timed assertion.
+func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) {
+	cpu0, ok := procstat.ProcessCPU(p.cmd.Process.Pid)
+	if !ok {
+		t.Fatal("cannot read the throttler's CPU time")
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		path := "/v1/summary"
+		if i%2 == 1 {
+			path = "/v1/tenants/alpha/live"
+		}
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for end := start.Add(d); time.Now().Before(end); <-tick.C {
+				if st := c.call(p, http.MethodGet, path, nil, nil); st != http.StatusOK {
+					t.Errorf("GET %s: %d", path, st)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cpu1, _ := procstat.ProcessCPU(p.cmd.Process.Pid)
+	t.Logf("20 pages polling for %s: the throttler used %.2f CPU s, %.1f%% of one core (jobs flowing, the browser tabs open)",
+		d, cpu1-cpu0, 100*(cpu1-cpu0)/time.Since(start).Seconds())
 }
 
 // signIn opens the console in tab, signs in with key and waits for the
