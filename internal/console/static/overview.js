@@ -2,14 +2,10 @@
 // from one poll of GET /v1/summary a second (the server reads once a
 // second per key however many pages poll).
 import { get } from './api.js';
-import { h, fmtNum, fmtSecs, fmtRate, badge, tenantLink, table, errorText } from './ui.js';
+import { h, fmtNum, fmtRate, table, errorText, card, tenantColumns } from './ui.js';
 
 const tenantCols = [
-  ['tenant', (t) => tenantLink(t.tenant)],
-  ['state', badge],
-  ['backlog', (t) => fmtNum(t.backlog), true],
-  ['oldest job', (t) => fmtSecs(t.oldest_job_age_s), true],
-  ['drain ETA', (t) => fmtSecs(t.drain_eta_s), true],
+  ...tenantColumns,
   ['inflow', (t) => fmtRate(t.inflow_per_s), true],
   ['effective rate', (t) => fmtRate(t.effective_rate), true],
 ];
@@ -28,10 +24,6 @@ export function overview(main) {
   };
   tick();
   return () => { alive = false; clearTimeout(timer); };
-}
-
-function card(id, k, v) {
-  return h('div', { class: 'card', id }, h('div', { class: 'v' }, v), h('div', { class: 'k' }, k));
 }
 
 function render(body, s) {

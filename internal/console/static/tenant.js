@@ -2,7 +2,7 @@
 // GET /v1/tenants/{t}/live), policy (edit with If-Match: a conflict is
 // shown, never overwritten), pause/resume, dead letters, secrets.
 import { call, get, enc } from './api.js';
-import { h, fmtNum, fmtSecs, fmtRate, badge, table, errorText } from './ui.js';
+import { h, fmtNum, fmtSecs, fmtRate, badge, table, errorText, card } from './ui.js';
 import { newChart, draw, WINDOW_MS } from './chart.js';
 
 export function tenant(main, { me, arg: id }) {
@@ -41,10 +41,6 @@ async function poll(ctx) {
     showView(ctx, live.tenant);
     errorText(ctx.status, null);
   } catch (err) { errorText(ctx.status, err); }
-}
-
-function card(id, k, v) {
-  return h('div', { class: 'card', id }, h('div', { class: 'v' }, v), h('div', { class: 'k' }, k));
 }
 
 function showView(ctx, t) {

@@ -1,14 +1,10 @@
 // tenants.js — the paged, sortable tenant table (GET /v1/tenants). The API
 // has no search parameter: the search box filters the page loaded.
 import { get, enc } from './api.js';
-import { h, fmtNum, fmtSecs, fmtRate, badge, tenantLink, table, errorText } from './ui.js';
+import { h, fmtNum, fmtRate, table, errorText, tenantColumns } from './ui.js';
 
 const cols = [
-  ['tenant', (t) => tenantLink(t.tenant)],
-  ['state', badge],
-  ['backlog', (t) => fmtNum(t.backlog), true],
-  ['oldest job', (t) => fmtSecs(t.oldest_job_age_s), true],
-  ['drain ETA', (t) => fmtSecs(t.drain_eta_s), true],
+  ...tenantColumns,
   ['rate (configured)', (t) => String(t.policy.rate), true],
   ['effective', (t) => fmtRate(t.effective_rate), true],
   ['running / concurrency', (t) => `${fmtNum(t.running)} / ${fmtNum(t.policy.concurrency)}`, true],

@@ -66,3 +66,18 @@ export function table(id, cols, rows, rowAttrs = () => ({})) {
 export function errorText(el, err) {
   el.textContent = err ? `${err.status ? `${err.status} ` : ''}${err.message}` : '';
 }
+
+// card is one number of a page's cards: value v over its label k.
+export function card(id, k, v) {
+  return h('div', { class: 'card', id }, h('div', { class: 'v' }, v), h('div', { class: 'k' }, k));
+}
+
+// tenantColumns are the tenant tables' first columns (name, state, backlog,
+// oldest job, drain ETA), for table().
+export const tenantColumns = [
+  ['tenant', (t) => tenantLink(t.tenant)],
+  ['state', badge],
+  ['backlog', (t) => fmtNum(t.backlog), true],
+  ['oldest job', (t) => fmtSecs(t.oldest_job_age_s), true],
+  ['drain ETA', (t) => fmtSecs(t.drain_eta_s), true],
+];
