@@ -25,7 +25,15 @@ async function route() {
   main.replaceChildren();
   if (!apiKey()) { signIn(); return; }
   if (!me) {
-    try { me = (await get('/v1/summary')).key; } catch (err) { signIn(err); return; }
+    try {
+      me = (await get('/v1/summary')).key;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) { signIn(err); return; }
+      const msg = h('p', { class: 'error', id: 'signin-error' });
+      errorText(msg, err); // the key may be fine: Redis or the network failing
+      main.replaceChildren(msg, h('button', { type: 'button', onclick: route }, 'Try again'));
+      return;
+    }
   }
   showNav(true);
   const hash = location.hash;
