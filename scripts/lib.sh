@@ -13,6 +13,18 @@ ensure_redis_installed() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 }
 
+# ensure_chromium_installed installs Debian's chromium when it is not on
+# PATH: the console's browser tests (internal/e2e TestConsole) drive it
+# headless with chromedp. It needs root, as CI has.
+ensure_chromium_installed() {
+  command -v chromium >/dev/null 2>&1 && return
+  echo "chromium not found: installing it with apt-get (for the console's browser tests)" >&2
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+}
+
 # redis_reachable URL: true when a Redis answers PING at URL.
 redis_reachable() {
   redis-cli -u "$1" ping 2>/dev/null | grep -q PONG

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/httpserver"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -119,7 +120,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer disp.Stop()
-	return httpserver.Serve(ctx, "throttler", cfg.Listen, srv.Handler(), log, ready)
+	handler := srv.Handler()
+	if cfg.UI.On() { // the console at /ui/ (internal/console)
+		if handler, err = console.With(handler); err != nil {
+			return err
+		}
+	}
+	return httpserver.Serve(ctx, "throttler", cfg.Listen, handler, log, ready)
 }
 
 // backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.
@@ -158,7 +165,10 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
 		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
 		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring,
-		FileSigned: func(tenant string) bool { return len(fileKeys(tenant)) > 0 }}
+		FileSigned: func(tenant string) bool { return len(fileKeys(tenant)) > 0 },
+		ShardOwners: func(ctx context.Context) ([]string, error) {
+			return dispatch.ShardOwners(ctx, rdb, cfg.Redis.Prefix, cfg.Redis.Shards)
+		}}
 	for name, lim := range limiters {
 		lc := cfg.Limits[name]
 		if name == config.APILimitName {

@@ -235,6 +235,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		// issue #16: webhook secrets by API
 		"POST /v1/tenants/{tenant}/secrets", "GET /v1/tenants/{tenant}/secrets", "DELETE /v1/tenants/{tenant}/secrets/{id}",
 		"GET /v1/tenants", "POST /v1/tenants/{tenant}/dead:replay", // issue #16
+		"GET /v1/summary", "GET /v1/tenants/{tenant}/live", // issue #17: the console's polls
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {

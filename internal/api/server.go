@@ -98,6 +98,16 @@ type Options struct {
 	// MaxJobBytes bounds one job's body, MaxBatchBytes a batch request's
 	// body (defaults config.MaxJobBytesDefault, config.MaxBatchBytesDefault).
 	MaxJobBytes, MaxBatchBytes int64
+	// ShardOwners reads the dispatcher holding each shard's lease (an id
+	// per shard, "" when free; dispatch.ShardOwners), for GET /v1/summary.
+	// Nil: the summary lists no throttlers.
+	ShardOwners func(ctx context.Context) ([]string, error)
+	// SummaryCache is the shortest time one GET /v1/summary read serves a
+	// key's polls; default SummaryCacheDefault.
+	SummaryCache time.Duration
+	// LiveStep is the shortest time between two reads of a tenant's state
+	// for GET /v1/tenants/{tenant}/live; default LiveStepDefault.
+	LiveStep time.Duration
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -121,6 +131,10 @@ type Server struct {
 	apiFailing atomic.Bool
 	// taskWorkers caches which task queues have a live middleware.
 	taskWorkers *store.LiveCache
+	// summaries caches GET /v1/summary per key; lives holds the series of
+	// GET /v1/tenants/{tenant}/live.
+	summaries summaryCache
+	lives     liveSet
 }
 
 // New builds the server and registers its routes and metrics.
@@ -139,6 +153,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = RequestTimeoutDefault
+	}
+	if opts.SummaryCache <= 0 {
+		opts.SummaryCache = SummaryCacheDefault
+	}
+	if opts.LiveStep <= 0 {
+		opts.LiveStep = LiveStepDefault
 	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = ReadyTimeoutDefault
@@ -183,6 +203,8 @@ func (s *Server) routes() {
 		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(CostRead, s.listSecrets))
 		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(CostWrite, s.deleteSecret))
 		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
+		s.mux.Handle("GET /v1/summary", s.v1(CostRead, s.summary))
+		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(CostRead, s.live))
 	}
 	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
 }

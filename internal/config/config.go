@@ -68,6 +68,8 @@ type Config struct {
 	Secrets SecretsConfig `yaml:"secrets"`
 	// Metrics tunes the throttler's per-tenant metrics.
 	Metrics MetricsConfig `yaml:"metrics"`
+	// UI configures the operator console at /ui/ (default: served).
+	UI UIConfig `yaml:"ui"`
 }
 
 // Defaults of the top-level fields and of RedisConfig.

@@ -130,6 +130,9 @@ func TestNoFileGivesDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			assertConfig(t, got, defaultConfig())
+			if !got.UI.On() {
+				t.Fatal("the console is off by default")
+			}
 		})
 	}
 }
@@ -224,10 +227,14 @@ func TestLoadEveryKey(t *testing.T) {
 			IdlePoll: 250 * time.Millisecond},
 		Log:     LogConfig{Format: "json", Level: "debug", Asynq: "warn"},
 		Metrics: MetricsConfig{TopTenants: 25, CacheFor: 15 * time.Second},
+		UI:      UIConfig{Enabled: new(bool)},
 		Secrets: SecretsConfig{Key: testSecretsKey, KeyID: "2026-12",
 			PreviousKeys: []SecretKeyConfig{{ID: "2026-06", Key: testSecretsKeyOld}}},
 	}
 	assertConfig(t, got, want)
+	if got.UI.On() {
+		t.Fatal("ui.enabled: false still serves the console")
+	}
 
 	prefixes, err := got.Egress.Prefixes()
 	if err != nil {

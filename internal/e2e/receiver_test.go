@@ -37,7 +37,8 @@ type arrival struct {
 }
 
 // receiver is a webhook endpoint on loopback that records every request.
-// It answers 204 (or the status in the URL's query: "?status=400"), after
+// It answers 204 (or the status set for the tenant by setStatus, or the
+// status in the URL's query: "?status=400"), after
 // holding each request for hold when that is set; a request whose sender
 // goes away while held is marked aborted.
 //
@@ -51,6 +52,7 @@ type receiver struct {
 	hold  atomic.Int64 // time.Duration
 
 	mu       sync.Mutex
+	statuses map[string]int // tenant → the status to answer (setStatus)
 	got      []*arrival
 	inFlight int
 	notify   chan struct{}
@@ -72,6 +74,17 @@ func newReceiver(t *testing.T, clock *worker.Clock, jobs jobReader) *receiver {
 
 // url is where tenant's webhooks go.
 func (r *receiver) url(tenant string) string { return r.srv.URL + "/hooks/" + tenant }
+
+// setStatus makes the tenant's requests from now on answer status; 0
+// restores the default.
+func (r *receiver) setStatus(tenant string, status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.statuses == nil {
+		r.statuses = map[string]int{}
+	}
+	r.statuses[tenant] = status
+}
 
 // setHold makes every request from now on wait d before its answer.
 func (r *receiver) setHold(d time.Duration) { r.hold.Store(int64(d)) }
@@ -105,6 +118,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if s, err := strconv.Atoi(req.URL.Query().Get("status")); err == nil {
 		status = s
 	}
+	r.mu.Lock()
+	if s := r.statuses[a.tenant]; s != 0 {
+		status = s
+	}
+	r.mu.Unlock()
 	w.WriteHeader(status)
 	if !a.aborted {
 		r.mu.Lock()

@@ -1,0 +1,146 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+func enqueueN(t *testing.T, st *store.Store, tenant string, n int) []string {
+	t.Helper()
+	items := make([]store.Item, n)
+	for i := range items {
+		items[i] = store.Item{Type: "webhook", Body: []byte(`{}`)}
+	}
+	rs, err := st.Enqueue(context.Background(), tenant, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i, r := range rs {
+		if r.Outcome != store.Accepted {
+			t.Fatalf("enqueue %s: %+v", tenant, r)
+		}
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// The summary adds up the tenants a key may see, groups shards by owner,
+// lists the tenants needing attention (paused, disabled, not draining),
+// oldest job first, and serves one read to a key's polls until it expires.
+func TestSummary(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) {
+		o.SummaryCache = time.Hour
+		o.ShardOwners = func(context.Context) ([]string, error) { return []string{"aa", "", "bb", "aa"}, nil }
+	})
+	ctx := context.Background()
+	st := f.srv.opts.Store
+	f.setPolicy(t, "acme-slow", store.Overrides{RateUS: p64(3_600_000_000)}) // 1/h: inflow outruns it
+	enqueueN(t, st, "acme-slow", 3)
+	enqueueN(t, st, "acme-fine", 2) // draining: not listed
+	enqueueN(t, st, "acme-paused", 1)
+	if err := st.Pause(ctx, "acme-paused", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	enqueueN(t, st, "globex", 4)
+
+	r := f.get(t, "/v1/summary", producerToken)
+	if r.status != http.StatusOK {
+		t.Fatalf("summary: %d %v", r.status, r.body)
+	}
+	b := r.body
+	if b["tenants"] != 3.0 || b["backlog"] != 6.0 || b["paused"] != 1.0 || b["disabled"] != 0.0 {
+		t.Fatalf("producer's totals (acme-* only): %v", b)
+	}
+	var names []string
+	for _, v := range b["attention"].([]any) {
+		names = append(names, v.(map[string]any)["tenant"].(string))
+	}
+	if fmt.Sprint(names) != "[acme-slow acme-paused]" {
+		t.Fatalf("attention %v, want [acme-slow acme-paused] (oldest job first)", names)
+	}
+	var busiest []string
+	for _, v := range b["busiest"].([]any) {
+		busiest = append(busiest, v.(map[string]any)["tenant"].(string))
+	}
+	if fmt.Sprint(busiest) != "[acme-slow acme-fine acme-paused]" {
+		t.Fatalf("busiest %v, want the largest backlogs first", busiest)
+	}
+	if k := b["key"].(map[string]any); k["name"] != "producer" || k["admin"] != false || fmt.Sprint(k["tenants"]) != "[acme-*]" {
+		t.Fatalf("key %v", k)
+	}
+	if got := fmt.Sprint(b["throttlers"], b["unowned_shards"]); got != "[map[id:aa shards:[0 3]] map[id:bb shards:[2]]] [1]" {
+		t.Fatalf("throttlers, unowned: %s", got)
+	}
+	if a := f.get(t, "/v1/summary", adminToken).body; a["tenants"] != 4.0 || a["backlog"] != 10.0 || a["key"].(map[string]any)["admin"] != true {
+		t.Fatalf("admin's totals (every tenant): %v", a)
+	}
+
+	enqueueN(t, st, "acme-fine", 5)
+	again := f.get(t, "/v1/summary", producerToken).body
+	if again["backlog"] != 6.0 || again["at"] != b["at"] {
+		t.Fatalf("a poll within the cache time read again: %v", again)
+	}
+	if r := f.get(t, "/v1/summary", ""); r.status != http.StatusUnauthorized {
+		t.Fatalf("no key: %d", r.status)
+	}
+}
+
+// A tenant's live series gains a point per read: the jobs that left the
+// backlog per second between two reads (Redis time), with the rates.
+func TestTenantLive(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Date(2026, 11, 30, 12, 0, 10, 0, time.UTC)}
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Store, o.LiveStep = st, time.Nanosecond
+	})
+	st := f.srv.opts.Store
+	f.setPolicy(t, "acme-1", store.Overrides{RateUS: p64(250_000)}) // 4/s
+	enqueueN(t, st, "acme-1", 1)
+	first := f.get(t, "/v1/tenants/acme-1/live", producerToken)
+	if first.status != http.StatusOK || len(first.body["points"].([]any)) != 0 {
+		t.Fatalf("first read: %d %v, want no point yet", first.status, first.body)
+	}
+	clock.Advance(2 * time.Second)
+	ids := enqueueN(t, st, "acme-1", 5)
+	for _, id := range ids[:2] {
+		if _, _, err := st.Cancel(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.get(t, "/v1/tenants/acme-1/live", producerToken)
+	pts := r.body["points"].([]any)
+	if len(pts) != 1 {
+		t.Fatalf("second read: %v, want one point", r.body)
+	}
+	p := pts[0].(map[string]any)
+	wantT := float64(clock.Now().UnixMilli())
+	if p["t"] != wantT || p["delivered_per_s"] != 1.0 || p["backlog"] != 4.0 || p["rate"] != 4.0 || p["effective_rate"] != 4.0 {
+		t.Fatalf("point %v, want t %v, 2 jobs left in 2s, backlog 4, rate 4/s", p, wantT)
+	}
+	if tv := r.body["tenant"].(map[string]any); tv["tenant"] != "acme-1" || tv["backlog"] != 4.0 {
+		t.Fatalf("tenant view %v", tv)
+	}
+	since := fmt.Sprintf("/v1/tenants/acme-1/live?since=%d", int64(wantT))
+	if r := f.get(t, since, producerToken); len(r.body["points"].([]any)) != 0 {
+		t.Fatalf("since the last point: %v, want none", r.body)
+	}
+	if r := f.get(t, "/v1/tenants/globex/live", producerToken); r.status != http.StatusForbidden {
+		t.Fatalf("a tenant outside the key's globs: %d", r.status)
+	}
+	if r := f.get(t, "/v1/tenants/acme-1/live?since=x", producerToken); r.status != http.StatusBadRequest {
+		t.Fatalf("bad since: %d", r.status)
+	}
+}

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/scripts/procstat"
+)
+
+// viewerKey is the read-only (non-admin) key of the console test.
+const viewerKey = "e2e-viewer-key"
+
+// The operator console in a real browser against a real throttler, worker
+// and Redis: sign in; the overview lists three tenants with backlogs; a
+// tenant page's chart gains points while jobs flow; pause from the page and
+// see the state in the API; edit a policy, then a stale edit shows the
+// conflict and changes nothing; replay a dead letter and see it delivered;
+// a read-only key sees no write button and the API refuses its forged
+// write. Screenshots of the overview and a tenant page go to .sluice/ui/.
+func TestConsole(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, options{
+		tenants: map[string]string{
+			"alpha": "{rate: 2/s, burst: 1}", "bravo": "{rate: 3/s, burst: 1}", "charlie": "{rate: 4/s, burst: 1}",
+			"dlq": "{rate: 20/s, retry: {max_attempts: 1}}",
+		},
+		sections: map[string]string{"auth": fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}, `+
+			`{name: viewer, key: %q, tenants: ["*"]}]}`, adminKey, viewerKey)},
+	})
+	p := c.startThrottler()
+	c.startWorker()
+	for i, tn := range []string{"alpha", "bravo", "charlie"} {
+		c.enqueue(p, tn, 100+20*i)
+	}
+	b := newBrowser(t)
+	tab := b.tab()
+	signIn(b, tab, p, adminKey)
+
+	t.Run("overview lists the backlogs", func(t *testing.T) {
+		for _, tn := range []string{"alpha", "bravo", "charlie"} {
+			b.run(tab, "busiest lists "+tn, chromedp.WaitVisible(chromedp.CSS(`#busiest tr[data-tenant="`+tn+`"]`)))
+		}
+		b.waitJS(tab, "totals count the backlog", `Number(document.querySelector('#total-backlog .v').textContent.replace(/,/g, '')) > 0`)
+		b.screenshot(tab, "overview.png")
+	})
+
+	t.Run("the chart gains points while jobs flow", func(t *testing.T) {
+		b.run(tab, "open alpha", chromedp.Navigate(p.url()+"/ui/#/tenant/alpha"), chromedp.WaitVisible(chromedp.CSS(`#tenant-stats`)))
+		b.waitJS(tab, "three points", `Number(document.querySelector('#chart').dataset.points) >= 3`)
+		first := evalJS[int](b, tab, "points", `Number(document.querySelector('#chart').dataset.points)`)
+		b.waitJS(tab, "more points", fmt.Sprintf(`Number(document.querySelector('#chart').dataset.points) >= %d`, first+2))
+		var live struct {
+			Points []struct {
+				Delivered float64 `json:"delivered_per_s"`
+				Rate      float64 `json:"rate"`
+			} `json:"points"`
+		}
+		poll(t, startTimeout, func() (bool, string) {
+			c.call(p, http.MethodGet, "/v1/tenants/alpha/live", nil, &live)
+			for _, pt := range live.Points {
+				if pt.Delivered > 0 && pt.Rate == 2 {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("no point with deliveries at rate 2/s: %+v", live.Points)
+		})
+		b.waitJS(tab, "a quarter minute of points", `Number(document.querySelector('#chart').dataset.points) >= 15`)
+		b.screenshot(tab, "tenant.png")
+	})
+
+	t.Run("pause from the page", func(t *testing.T) {
+		b.run(tab, "pause", chromedp.Click(chromedp.CSS(`#pause`)),
+			chromedp.WaitVisible(chromedp.CSS(`#tenant-state [data-state="paused"]`)))
+		var v struct {
+			AdminPaused bool `json:"admin_paused"`
+		}
+		if c.call(p, http.MethodGet, "/v1/tenants/alpha", nil, &v); !v.AdminPaused {
+			t.Fatal("paused from the console, the API says not paused")
+		}
+		b.run(tab, "resume", chromedp.Click(chromedp.CSS(`#resume`)),
+			chromedp.WaitVisible(chromedp.CSS(`#tenant-state [data-state="active"]`)))
+	})
+
+	t.Run("policy edit, then a stale edit conflicts", func(t *testing.T) {
+		var before struct {
+			Version int64 `json:"version"`
+		}
+		c.call(p, http.MethodGet, "/v1/tenants/bravo", nil, &before) // the file's policy was seeded as a version
+		editPolicy(b, tab, p, "bravo", `"3/s"`, `"5/s"`)
+		b.run(tab, "saved", chromedp.WaitVisible(chromedp.CSS(`#policy-saved`)))
+		requirePolicy(t, c, p, "bravo", before.Version+1, "5/s")
+		b.run(tab, "edit again", chromedp.Click(chromedp.CSS(`#policy-edit`)), chromedp.WaitVisible(chromedp.CSS(`#policy-body`)))
+		// Another operator saves first (the version the form holds goes stale).
+		if st := c.callWith(p, http.MethodPut, "/v1/tenants/bravo/policy", map[string]any{"rate": "7/s"}, nil,
+			map[string]string{"If-Match": fmt.Sprintf(`"%d"`, before.Version+1)}, nil); st != http.StatusOK {
+			t.Fatalf("the other operator's PUT: %d", st)
+		}
+		setPolicyText(b, tab, `"5/s"`, `"9/s"`)
+		b.run(tab, "save stale", chromedp.Click(chromedp.CSS(`#policy-save`)))
+		b.waitJS(tab, "conflict shown", `document.querySelector('#policy-error').textContent.includes('Conflict')`)
+		requirePolicy(t, c, p, "bravo", before.Version+2, "7/s")
+	})
+
+	t.Run("replay a dead letter", func(t *testing.T) {
+		c.recv.setStatus("dlq", http.StatusBadRequest)
+		id := c.enqueue(p, "dlq", 1)[0]
+		poll(t, startTimeout, func() (bool, string) {
+			var j jobState
+			c.call(p, http.MethodGet, "/v1/jobs/"+id, nil, &j)
+			return j.State == "dead", "job state " + j.State + ", want dead"
+		})
+		c.recv.setStatus("dlq", 0)
+		b.run(tab, "open dlq", chromedp.Navigate(p.url()+"/ui/#/tenant/dlq"),
+			chromedp.WaitVisible(chromedp.CSS(`#dead tr[data-job="`+id+`"] button.replay`)),
+			chromedp.Click(chromedp.CSS(`#dead tr[data-job="`+id+`"] button.replay`)))
+		c.waitSucceeded(p, []string{id}, startTimeout)
+		if got := len(c.recv.arrivals("dlq")); got != 2 {
+			t.Fatalf("the receiver saw %d requests of dlq, want 2 (the failed one, the replay)", got)
+		}
+		b.run(tab, "dead letters empty", chromedp.WaitVisible(chromedp.CSS(`p#dead`)))
+	})
+
+	t.Run("a read-only key sees no write button; the API refuses its forged write", func(t *testing.T) {
+		ro := b.tab()
+		signIn(b, ro, p, viewerKey)
+		b.run(ro, "open charlie", chromedp.Navigate(p.url()+"/ui/#/tenant/charlie"),
+			chromedp.WaitVisible(chromedp.CSS(`#tenant-stats`)), chromedp.WaitVisible(chromedp.CSS(`#policy-view`)))
+		writes := evalJS[int](b, ro, "write buttons", `document.querySelectorAll('#pause, #resume, #policy-edit, .replay, #replay-all, #secret-rotate, .secret-delete').length`)
+		if writes != 0 {
+			t.Fatalf("a read-only key's page shows %d write buttons", writes)
+		}
+		status := evalJS[int](b, ro, "forged pause", `fetch('/v1/tenants/charlie/pause', {method: 'POST',
+			headers: {Authorization: 'Bearer ' + sessionStorage.getItem('sluice.apiKey')}}).then((r) => r.status)`)
+		if status != http.StatusForbidden {
+			t.Fatalf("a forged pause with the read-only key: %d, want 403", status)
+		}
+		var v struct {
+			AdminPaused bool `json:"admin_paused"`
+		}
+		if c.call(p, http.MethodGet, "/v1/tenants/charlie", nil, &v); v.AdminPaused {
+			t.Fatal("the refused pause paused the tenant")
+		}
+	})
+
+	t.Run("20 pages' polls", func(t *testing.T) { pollCost(t, c, p, 10*time.Second) })
+}
+
+// pollCost logs the throttler's CPU share while 20 pages poll as the
+// console's do, one request a second each — 10 overviews (GET /v1/summary),
+// 10 tenant pages (GET /v1/tenants/alpha/live) — for d: a figure for the
+// README, not a timed assertion.
+func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) {
+	cpu0, ok := procstat.ProcessCPU(p.cmd.Process.Pid)
+	if !ok {
+		t.Fatal("cannot read the throttler's CPU time")
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		path := "/v1/summary"
+		if i%2 == 1 {
+			path = "/v1/tenants/alpha/live"
+		}
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for end := start.Add(d); time.Now().Before(end); <-tick.C {
+				if st := c.call(p, http.MethodGet, path, nil, nil); st != http.StatusOK {
+					t.Errorf("GET %s: %d", path, st)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cpu1, _ := procstat.ProcessCPU(p.cmd.Process.Pid)
+	t.Logf("20 pages polling for %s: the throttler used %.2f CPU s, %.1f%% of one core (jobs flowing, the browser tabs open)",
+		d, cpu1-cpu0, 100*(cpu1-cpu0)/time.Since(start).Seconds())
+}
+
+// signIn opens the console in tab, signs in with key and waits for the
+// overview.
+func signIn(b *browser, ctx context.Context, p *proc, key string) {
+	b.run(ctx, "sign in", chromedp.Navigate(p.url()+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`#signin-key`)),
+		chromedp.SendKeys(chromedp.CSS(`#signin-key`), key), chromedp.Click(chromedp.CSS(`#signin-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#totals`)))
+}
+
+// editPolicy opens tenant's page, opens the policy editor, replaces from by
+// to in its text and saves.
+func editPolicy(b *browser, ctx context.Context, p *proc, tenant, from, to string) {
+	b.run(ctx, "edit policy", chromedp.Navigate(p.url()+"/ui/#/tenant/"+tenant), chromedp.WaitVisible(chromedp.CSS(`#policy-edit`)),
+		chromedp.Click(chromedp.CSS(`#policy-edit`)), chromedp.WaitVisible(chromedp.CSS(`#policy-body`)))
+	setPolicyText(b, ctx, from, to)
+	b.run(ctx, "save", chromedp.Click(chromedp.CSS(`#policy-save`)))
+}
+
+// setPolicyText replaces from by to in the open policy editor.
+func setPolicyText(b *browser, ctx context.Context, from, to string) {
+	text := runIn(b, ctx, "read editor", chromedp.Value(chromedp.CSS(`#policy-body`)))
+	if !strings.Contains(text, from) {
+		b.t.Fatalf("the policy editor holds no %s: %s", from, text)
+	}
+	b.run(ctx, "write editor", chromedp.SetValue(chromedp.CSS(`#policy-body`), strings.Replace(text, from, to, 1)))
+}
+
+// requirePolicy checks tenant's policy version and rate in the API.
+func requirePolicy(t *testing.T, c *cluster, p *proc, tenant string, version int64, rate string) {
+	t.Helper()
+	var v struct {
+		Version int64 `json:"version"`
+		Policy  struct {
+			Rate any `json:"rate"`
+		} `json:"policy"`
+	}
+	c.call(p, http.MethodGet, "/v1/tenants/"+tenant, nil, &v)
+	if v.Version != version || fmt.Sprint(v.Policy.Rate) != rate {
+		t.Fatalf("%s: version %d, rate %v; want %d, %s", tenant, v.Version, v.Policy.Rate, version, rate)
+	}
+}
