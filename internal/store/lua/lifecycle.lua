@@ -82,7 +82,8 @@ end
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
 -- formatted here: cjson would print µs times with 14 significant digits.
--- e.outcome is one of the fixed outcome names (no escaping needed). With
+-- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
+-- when set, is appended as it is (finish: ',"body":<JSON string>'). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
 local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
@@ -90,7 +91,7 @@ local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
-    e.latency or 0, err, e.stale and ',"stale":true' or '')
+    e.latency or 0, err, (e.stale and ',"stale":true' or '') .. (e.extra or '')) -- extra: the body excerpt
   local jk = k_job(j.id)
   local s = entry
   if j.logged > 0 then
