@@ -55,6 +55,10 @@ var (
 	luaTenantList string
 	//go:embed lua/dead_replay.lua
 	luaDeadReplay string
+	//go:embed lua/callback_take.lua
+	luaCallbackTake string
+	//go:embed lua/callback_done.lua
+	luaCallbackDone string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -90,6 +94,8 @@ var (
 	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
 	scriptTenantList   = assemble("tenant_list", luaTenantList)
 	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
+	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
+	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
