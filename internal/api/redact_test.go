@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -29,7 +30,7 @@ func TestSecretHeader(t *testing.T) {
 		"Content-Type": false, "X-Account": false, "Accept": false, "User-Agent": false, "X-Request-Id": false,
 		"Idempotency-Key": false,
 	} {
-		if got := secretHeader(name); got != want {
+		if got := jobview.SecretHeader(name); got != want {
 			t.Errorf("secretHeader(%q) = %v, want %v", name, got, want)
 		}
 	}
@@ -42,7 +43,7 @@ func TestRedactedJobLeavesOtherJobsAlone(t *testing.T) {
 		`{"type":"http","url":"https://example.com/x","method":"POST","headers":{"X-Account":"7"},"body":"hi"}`,
 		`{"type":"task","task_type":"t","payload":{"authorization":"not a header"},"queue":"default"}`,
 	} {
-		if got := redactedJob(json.RawMessage(body)); string(got) != body {
+		if got := jobview.RedactedJob(json.RawMessage(body)); string(got) != body {
 			t.Errorf("redactedJob(%s) = %s, want it unchanged", body, got)
 		}
 	}
@@ -76,8 +77,8 @@ func requireRedacted(t *testing.T, what string, r response, showsJob bool) {
 	j, _ := r.body["job"].(map[string]any)
 	h, _ := j["headers"].(map[string]any)
 	for name := range secretHeaders {
-		if h[name] != redacted {
-			t.Errorf("%s: headers[%s] = %v, want %q", what, name, h[name], redacted)
+		if h[name] != jobview.Redacted {
+			t.Errorf("%s: headers[%s] = %v, want %q", what, name, h[name], jobview.Redacted)
 		}
 	}
 	if h["X-Account"] != "7" || j["url"] == nil || j["method"] != "POST" || j["body"] != "hi" {
