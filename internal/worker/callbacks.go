@@ -54,10 +54,12 @@ type CallbacksConfig struct {
 	// callbacks; default CallbackPollDefault. A callback is sent at most
 	// about Poll after its job ended.
 	Poll time.Duration
-	// Timeout bounds one send; default CallbackTimeoutDefault. A taken
-	// callback is leased for Timeout + 5 s: past that, another sender may
-	// send it again (at least once).
+	// Timeout bounds one send; default CallbackTimeoutDefault.
 	Timeout time.Duration
+	// Lease is how long a taken callback is kept from other senders: past
+	// it, a callback whose sender died is sent again (at least once).
+	// Longer than Timeout; default Timeout + 5 s.
+	Lease time.Duration
 	// Concurrency is the most callbacks sent at once; default
 	// CallbackConcurrencyDefault.
 	Concurrency int
@@ -72,6 +74,7 @@ type CallbacksConfig struct {
 func (c CallbacksConfig) withDefaults() CallbacksConfig {
 	c.Poll = cmp.Or(c.Poll, CallbackPollDefault)
 	c.Timeout = cmp.Or(c.Timeout, CallbackTimeoutDefault)
+	c.Lease = cmp.Or(c.Lease, c.Timeout+5*time.Second)
 	c.Concurrency = cmp.Or(c.Concurrency, CallbackConcurrencyDefault)
 	c.UserAgent = cmp.Or(c.UserAgent, version.UserAgent())
 	if c.Logger == nil {
@@ -87,6 +90,9 @@ func (c CallbacksConfig) validate() error {
 	}
 	if c.Poll < 0 || c.Timeout < 0 || c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("poll %s, timeout %s, concurrency %d: want none negative", c.Poll, c.Timeout, c.Concurrency))
+	}
+	if c.Lease <= c.Timeout {
+		errs = append(errs, fmt.Errorf("lease %s: want longer than the timeout %s", c.Lease, c.Timeout))
 	}
 	return errors.Join(errs...)
 }
@@ -172,8 +178,6 @@ func (c *Callbacks) Stop() {
 	<-done
 }
 
-// lease is how long a taken callback is kept from other senders.
-func (c *Callbacks) lease() time.Duration { return c.cfg.Timeout + 5*time.Second }
 
 // poll takes, shard by shard, as many due callbacks as there are free send
 // slots, and sends each in its own goroutine.
@@ -183,7 +187,7 @@ func (c *Callbacks) poll(ctx context.Context) {
 		if free == 0 || ctx.Err() != nil {
 			return
 		}
-		ids, err := c.cfg.Store.TakeCallbacks(ctx, shard, free, c.lease())
+		ids, err := c.cfg.Store.TakeCallbacks(ctx, shard, free, c.cfg.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("take callbacks failed", "shard", shard, "err", err)
