@@ -178,7 +178,6 @@ func (c *Callbacks) Stop() {
 	<-done
 }
 
-
 // poll takes, shard by shard, as many due callbacks as there are free send
 // slots, and sends each in its own goroutine.
 func (c *Callbacks) poll(ctx context.Context) {
