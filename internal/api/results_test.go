@@ -20,8 +20,8 @@ import (
 
 // runOnce runs one attempt of the tenant's next job as the worker does:
 // pass, claim, the webhook executor (reading the tenant's result settings),
-// finish.
-func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) {
+// finish; it returns the job's state after it.
+func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) store.State {
 	t.Helper()
 	ctx := context.Background()
 	st := f.srv.opts.Store
@@ -41,9 +41,11 @@ func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) {
 	t.Cleanup(exec.Close)
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := st.Finish(ctx, id, cl.Job.Gen, exec.Execute(actx, cl.Job), store.FinishConfig{}); err != nil {
+	state, err := st.Finish(ctx, id, cl.Job.Gen, exec.Execute(actx, cl.Job), store.FinishConfig{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return state
 }
 
 // TestResultsInGet: an http job's status, allowed headers and body come
@@ -159,4 +161,23 @@ func TestCallbackBadInput(t *testing.T) {
 	if cb["url"] != "https://hooks.example.com/done" {
 		t.Fatalf("GET callback %v", cb)
 	}
+}
+
+// TestCallbackNeedsSigningSecret: an http job with a callback of a tenant
+// with no signing secret (and not unsigned) is refused with 422
+// no_webhook_secret and stores nothing; without the callback it is
+// accepted (http jobs are not signed).
+func TestCallbackNeedsSigningSecret(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.FileSigned = nil })
+	const path = "/v1/tenants/acme-nosec/jobs"
+	plain := `{"type":"http","method":"GET","url":"https://example.com/x"}`
+	withCB := `{"type":"http","method":"GET","url":"https://example.com/x","callback":{"url":"https://hooks.example.com/done"}}`
+	if r := f.post(t, path, producerToken, withCB); r.status != http.StatusUnprocessableEntity || errorCode(r) != "no_webhook_secret" {
+		t.Fatalf("callback without a secret: %d %v, want 422 no_webhook_secret", r.status, r.body)
+	}
+	if st := f.tenant(t, "acme-nosec"); st["backlog"] != 0.0 {
+		t.Fatalf("refused job stored: %v", st)
+	}
+	requireAccepted(t, f.post(t, path, producerToken, plain), "acme-nosec", "queued")
 }
