@@ -203,3 +203,27 @@ func TestCallbackDoneBadInput(t *testing.T) {
 		t.Fatalf("job changed: %+v", j)
 	}
 }
+
+// TestResultHeadersStoredAndRead: result_headers survive the policy hash
+// (an empty list too, which Lua's cjson writes back as {}), in the stored
+// record and in the scripts' merged view of the tenant.
+func TestResultHeadersStoredAndRead(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(DefaultParams())
+	for _, h := range []HeaderList{{"ETag", "X-Usage-*"}, {}} {
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{ResultHeaders: h, MaxResultBytes: ptr(int64(1024))}, AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.store.TenantPolicy(e.ctx, "acme")
+		if err != nil || !slices.Equal(rec.Effective.ResultHeaders, h) || rec.Effective.ResultHeaders == nil || rec.Effective.MaxResultBytes != 1024 {
+			t.Fatalf("stored %v: read %+v %v", h, rec.Effective, err)
+		}
+		if st := e.state("acme"); !slices.Equal(st.Policy.ResultHeaders, h) || st.Policy.MaxResultBytes != 1024 {
+			t.Fatalf("stored %v: the scripts' view %v", h, st.Policy.ResultHeaders)
+		}
+	}
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{ResultHeaders: HeaderList{"bad name"}}, AnyVersion); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad header name: %v", err)
+	}
+}
