@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err := st.SeedPolicies(ctx, cfg.Defaults, cfg.Tenants, log); err != nil {
 		return err
 	}
+	// The tenant index's backfill runs beside the server and is stopped and
+	// waited for on the way out, before Redis is closed.
+	backfillCtx, stopBackfill := context.WithCancel(ctx)
+	backfillDone := make(chan struct{})
+	go func() { defer close(backfillDone); backfillTenantIndex(backfillCtx, st, log) }()
+	defer func() { stopBackfill(); <-backfillDone }()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -113,6 +120,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	defer disp.Stop()
 	return httpserver.Serve(ctx, "throttler", cfg.Listen, srv.Handler(), log, ready)
+}
+
+// backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.
+func backfillTenantIndex(ctx context.Context, st *store.Store, log *slog.Logger) {
+	start := time.Now()
+	added, err := st.BackfillTenantIndex(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("tenant index backfill failed; the next start retries", "added", added, "err", err)
+		}
+		return
+	}
+	log.Info("tenant index backfill done", "added", added, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // apiOptions builds the API's options, with one limiter per configured

@@ -37,10 +37,8 @@ func (s *Server) pauseTenant(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	var req pauseRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
-			return 0, nil, err
-		}
+	if err := decodeOptionalJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
+		return 0, nil, err
 	}
 	var until time.Time
 	if req.Until != nil {

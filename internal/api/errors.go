@@ -149,6 +149,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// decodeOptionalJSON is decodeJSON for a route whose body may be left out:
+// an empty body (Content-Length 0) leaves v as it is.
+func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	return decodeJSON(w, r, limit, v)
+}
+
 // decodeJSON reads one JSON object from r's body into v: the Content-Type must
 // be application/json (415, checkContentType), the body at most limit bytes,
 // read without buffering more than that (413), no unknown fields and nothing

@@ -32,7 +32,7 @@ func waitFixture(t *testing.T) (*fixture, *redis.Client, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.Store, o.Redis = st, primary
+		o.Store, o.Redis, o.FileSigned = st, primary, fileSigned
 	})
 	return f, replica, prefix
 }

@@ -74,10 +74,8 @@ func (s *Server) createSecret(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	var req secretRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
-			return 0, nil, err
-		}
+	if err := decodeOptionalJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
+		return 0, nil, err
 	}
 	secret, expire, err := req.resolve()
 	if err != nil {

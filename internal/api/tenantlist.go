@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -77,72 +78,151 @@ type tenantCursor struct {
 	Key    int64  `json:"k"`
 }
 
-// tenantOrders are the sorts: each maps a view to its key, smaller first;
-// ties go by tenant id, so the order is total.
-var tenantOrders = map[string]func(store.TenantSummary) int64{
-	"name":    func(store.TenantSummary) int64 { return 0 },
-	"backlog": func(st store.TenantSummary) int64 { return -st.Backlog },
-	"oldest": func(st store.TenantSummary) int64 { // oldest first; none queued last
-		if st.OldestQueuedAt.IsZero() {
+// tenantOrders are the sorts TenantKeys serves: each maps a tenant's key
+// (store.TenantKey.Key) to its position, smaller first; ties go by tenant
+// id, so the order is total. "name" is served by tenantsByName.
+var tenantOrders = map[string]func(key int64) int64{
+	"backlog": func(backlog int64) int64 { return -backlog },
+	"oldest": func(created int64) int64 { // oldest first; none queued last
+		if created < 0 {
 			return 1 << 62
 		}
-		return st.OldestQueuedAt.UnixMicro()
+		return created
 	},
 }
 
-// tenantStates are the state filters.
-var tenantStates = map[string]func(store.TenantSummary) bool{
-	"":         func(store.TenantSummary) bool { return true },
-	"disabled": func(st store.TenantSummary) bool { return st.Disabled },
-	"paused":   func(st store.TenantSummary) bool { return !st.Disabled && st.Paused() },
-	"active":   func(st store.TenantSummary) bool { return !st.Disabled && !st.Paused() },
+// tenantStates are the state filters: "" any, else the state it selects
+// (store.TenantKey.State).
+var tenantStates = map[string]string{
+	"": "", "disabled": store.TenantDisabled, "paused": store.TenantPaused, "active": store.TenantActive,
 }
+
+// stateOf is st's state as store.TenantKey.State says it.
+func stateOf(st store.TenantState) string {
+	switch {
+	case st.Disabled:
+		return store.TenantDisabled
+	case st.Paused():
+		return store.TenantPaused
+	}
+	return store.TenantActive
+}
+
+// tenantsExamineMax bounds the tenants one sort=name page examines: a page
+// whose filters (state, the key's tenant globs) select few tenants may hold
+// fewer than limit tenants, with a cursor to go on.
+const tenantsExamineMax = 10 * MaxTenantsLimit
 
 // listTenants is GET /v1/tenants?cursor=&limit=&sort=&state=: a page of the
 // views of every tenant with state in Redis that the key may see, in the
-// sort's order (name: by id; backlog: largest first; oldest: oldest queued
-// job first), after the cursor's position. Each page reads a summary of
-// every tenant (store.Tenants: a few Redis commands per tenant), then the
-// full state of the page's (store.TenantState, one script each): each
-// tenant appears once along the cursors while nothing changes. Bad
-// parameters: 400.
+// sort's order, after the cursor's position; each tenant appears once along
+// the cursors while nothing changes. name (the default): by id, in byte
+// order, O(limit) per page (tenantsByName); backlog (largest first) and
+// oldest (oldest queued job first): every tenant's key is read
+// (tenantsByKey). Bad parameters: 400.
 func (s *Server) listTenants(r *http.Request, c *call) (int, any, error) {
 	q, err := parseTenantQuery(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	all, err := s.opts.Store.Tenants(r.Context())
+	page := tenantPage{Tenants: []tenantView{}}
+	if len(c.key.Tenants) == 0 {
+		return http.StatusOK, page, nil // the key sees no tenant
+	}
+	if q.sort == "name" {
+		err = s.tenantsByName(r.Context(), q, c.key.AllowsTenant, &page)
+	} else {
+		err = s.tenantsByKey(r.Context(), q, c.key.AllowsTenant, &page)
+	}
 	if err != nil {
 		return 0, nil, s.storeError(r, "list_tenants", err)
 	}
-	key, keep := tenantOrders[q.sort], tenantStates[q.state]
-	all = slices.DeleteFunc(all, func(st store.TenantSummary) bool {
-		return !keep(st) || !c.key.AllowsTenant(st.Tenant)
-	})
-	order := func(a, b store.TenantSummary) int {
-		return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Tenant, b.Tenant))
-	}
-	slices.SortFunc(all, order)
+	return http.StatusOK, page, nil
+}
+
+// tenantsByName fills page in name order: it reads the names after the
+// cursor from every shard (store.TenantNames), the views of those the key
+// may see (store.TenantViews, one script per shard), and keeps those the
+// state filter selects, until the page is full, the names end, or
+// tenantsExamineMax names were examined. Without a state filter, a page
+// reads limit names per shard and limit views.
+func (s *Server) tenantsByName(ctx context.Context, q tenantQuery, allowed func(string) bool, page *tenantPage) error {
+	after, n := "", q.limit
 	if q.after != nil {
-		all = slices.DeleteFunc(all, func(st store.TenantSummary) bool {
-			return cmp.Or(cmp.Compare(key(st), q.after.Key), cmp.Compare(st.Tenant, q.after.Tenant)) <= 0
-		})
+		after = q.after.Tenant
 	}
-	page := tenantPage{Tenants: []tenantView{}}
-	for _, sum := range all[:min(q.limit, len(all))] {
-		st, err := s.opts.Store.TenantState(r.Context(), sum.Tenant)
+	for examined := 0; examined < tenantsExamineMax; n = min(4*n, store.MaxTenantNames) {
+		n = min(n, tenantsExamineMax-examined)
+		names, more, err := s.opts.Store.TenantNames(ctx, after, n)
 		if err != nil {
-			return 0, nil, s.storeError(r, "tenant_state", err)
+			return err
 		}
+		views, err := s.opts.Store.TenantViews(ctx, slices.DeleteFunc(slices.Clone(names), func(tn string) bool { return !allowed(tn) }))
+		if err != nil {
+			return err
+		}
+		byName := make(map[string]store.TenantState, len(views))
+		for _, st := range views {
+			byName[st.Tenant] = st
+		}
+		for i, tn := range names {
+			examined++
+			after = tn
+			if st, ok := byName[tn]; ok && (q.state == "" || stateOf(st) == tenantStates[q.state]) {
+				page.Tenants = append(page.Tenants, tenantViewOf(st))
+			}
+			if len(page.Tenants) == q.limit {
+				if more || i < len(names)-1 {
+					page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: tn})
+				}
+				return nil
+			}
+		}
+		if !more {
+			return nil
+		}
+	}
+	page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: after})
+	return nil
+}
+
+// tenantsByKey fills page in the order of q.sort: it reads every tenant's
+// key and state (store.TenantKeys), sorts those the key may see and the
+// filter selects, and reads the views of the page's (store.TenantViews).
+func (s *Server) tenantsByKey(ctx context.Context, q tenantQuery, allowed func(string) bool, page *tenantPage) error {
+	keys, err := s.opts.Store.TenantKeys(ctx, q.sort)
+	if err != nil {
+		return err
+	}
+	pos, want := tenantOrders[q.sort], tenantStates[q.state]
+	keys = slices.DeleteFunc(keys, func(k store.TenantKey) bool {
+		return (want != "" && k.State != want) || !allowed(k.Tenant) ||
+			(q.after != nil && cmp.Or(cmp.Compare(pos(k.Key), q.after.Key), cmp.Compare(k.Tenant, q.after.Tenant)) <= 0)
+	})
+	slices.SortFunc(keys, func(a, b store.TenantKey) int {
+		return cmp.Or(cmp.Compare(pos(a.Key), pos(b.Key)), cmp.Compare(a.Tenant, b.Tenant))
+	})
+	if len(keys) > q.limit {
+		last := keys[q.limit-1]
+		page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: last.Tenant, Key: pos(last.Key)})
+		keys = keys[:q.limit]
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.Tenant
+	}
+	views, err := s.opts.Store.TenantViews(ctx, names)
+	for _, st := range views {
 		page.Tenants = append(page.Tenants, tenantViewOf(st))
 	}
-	if len(all) > q.limit {
-		last := all[q.limit-1]
-		raw, _ := json.Marshal(tenantCursor{Sort: q.sort, Tenant: last.Tenant, Key: key(last)})
-		cur := base64.RawURLEncoding.EncodeToString(raw)
-		page.Cursor = &cur
-	}
-	return http.StatusOK, page, nil
+	return err
+}
+
+// encodeTenantCursor is the opaque form of c.
+func encodeTenantCursor(c tenantCursor) *string {
+	raw, _ := json.Marshal(c)
+	cur := base64.RawURLEncoding.EncodeToString(raw)
+	return &cur
 }
 
 type tenantQuery struct {
@@ -156,7 +236,7 @@ func parseTenantQuery(r *http.Request) (tenantQuery, error) {
 	v := r.URL.Query()
 	q := tenantQuery{sort: cmp.Or(v.Get("sort"), "name"), state: v.Get("state"), limit: TenantsLimitDefault}
 	var errs []error
-	if _, ok := tenantOrders[q.sort]; !ok {
+	if _, ok := tenantOrders[q.sort]; !ok && q.sort != "name" {
 		errs = append(errs, errors.New("sort: want backlog, oldest or name"))
 	}
 	if _, ok := tenantStates[q.state]; !ok {
@@ -214,10 +294,8 @@ func (s *Server) replayDead(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	var req replayRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
-			return 0, nil, err
-		}
+	if err := decodeOptionalJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
+		return 0, nil, err
 	}
 	sel := store.DeadReplay{Reason: req.Reason, Limit: ReplayLimitDefault, Cursor: req.Cursor}
 	if req.Limit != nil {

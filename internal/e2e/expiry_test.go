@@ -63,14 +63,15 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 }
 
 // permanentKeys matches the keys a deployment keeps for good under prefix:
-// meta, per shard the policy hash, the virtual clock and the tenant index
-// (its entries go with their tenant's state; a tenant with policy
-// overrides, as these tests' tenant, stays listed), the worker
+// meta, per shard the policy hash, the virtual clock, the tenant index and
+// its name set (their entries go with their tenant's state; a tenant with
+// policy overrides, as these tests' tenant, stays listed) and the index
+// backfill's marker, the worker
 // heartbeats (themselves expiring when no worker beats), and the dispatch
 // leases and members (while a throttler runs).
 func permanentKeys(prefix string) *regexp.Regexp {
 	p := regexp.QuoteMeta(prefix)
-	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants)|dispatch:lease:\d+|dispatch:members)$`)
+	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members)$`)
 }
 
 // waitNoKeysBut polls until every key under the cluster's prefix matches

@@ -114,14 +114,21 @@ func (r *Runner) Load(ctx context.Context, scripts ...*Script) error {
 // forEachNode runs f on every master of a Cluster, every shard of a Ring, or
 // on the one client.
 func (r *Runner) forEachNode(ctx context.Context, f func(context.Context, redis.UniversalClient) error) error {
+	return ForEachMaster(ctx, r.rdb, f)
+}
+
+// ForEachMaster runs f on every master behind rdb — each master of a
+// Cluster or shard of a Ring, concurrently; else on rdb itself — and
+// returns the first error. For commands that see one node's keys (SCAN).
+func ForEachMaster(ctx context.Context, rdb redis.UniversalClient, f func(context.Context, redis.UniversalClient) error) error {
 	each := func(ctx context.Context, c *redis.Client) error { return f(ctx, c) }
-	switch c := r.rdb.(type) {
+	switch c := rdb.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
 		return c.ForEachShard(ctx, each)
 	default:
-		return f(ctx, r.rdb)
+		return f(ctx, rdb)
 	}
 }
 

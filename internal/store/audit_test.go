@@ -54,10 +54,15 @@ func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string
 }
 
 // checkIndex: every tenant hash is in its shard's tenant index
-// (lua/tenants.lua), and the index holds only its shard's tenants.
+// (lua/tenants.lua), the index holds only its shard's tenants, and its name
+// set holds the same members, in name order.
 func (ks *keyspaceSnapshot) checkIndex() {
 	for shard := range ks.shards {
-		for _, tn := range ks.sets[ks.keyOf(shard, "tenants")] {
+		index, names := ks.sets[ks.keyOf(shard, "tenants")], ks.sets[ks.keyOf(shard, "tenant_names")]
+		if sorted := slices.Sorted(slices.Values(index)); !slices.Equal(sorted, names) {
+			ks.problem("shard %d: tenant index %q, name set %q", shard, sorted, names)
+		}
+		for _, tn := range index {
 			if ShardOf(tn, ks.shards) != shard {
 				ks.problem("tenant index of shard %d holds %q of shard %d", shard, tn, ShardOf(tn, ks.shards))
 			}
@@ -154,11 +159,15 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 		}
 	case strings.HasSuffix(rest, ":dead"):
 		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
-	case rest == "tenants":
+	case rest == "tenants" || rest == "tenant_names":
 		if ttl >= 0 {
 			ks.problem("tenant index %s has a TTL", key)
 		}
 		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
+	case rest == "tenants_backfilled":
+		if v, gerr := rdb.Get(ctx, key).Int64(); gerr != nil || v <= 0 || ttl >= 0 {
+			ks.problem("backfill marker %s: %d (%v), ttl %s", key, v, gerr, ttl)
+		}
 	case rest == "vclock":
 		if v, gerr := rdb.Get(ctx, key).Int64(); gerr != nil || v < 0 || ttl >= 0 {
 			ks.problem("vclock %s: %d (%v), ttl %s", key, v, gerr, ttl)
@@ -306,7 +315,7 @@ func (ks *keyspaceSnapshot) checkSets() {
 			ks.checkReady(key, members)
 			continue
 		}
-		if kind == "tenants" {
+		if kind == "tenants" || kind == "tenant_names" {
 			continue // checkIndex
 		}
 		if ks.keys[key].ttl >= 0 && kind != "dead" { // a dead set expires with its newest letter

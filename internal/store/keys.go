@@ -25,6 +25,8 @@ import (
 //	<p>:{s7}:vclock                STRING the shard's virtual clock for weighted fairness (Pass)
 //	<p>:{s7}:cb                    ZSET   job id → due time of its callback (callbacks.go)
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
+//	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
+//	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
@@ -67,6 +69,13 @@ func (k keyspace) callbacks(shard int) string { return k.base(shard) + "cb" }
 
 // tenantIndex is shard's tenant index (lua/tenants.lua k_index).
 func (k keyspace) tenantIndex(shard int) string { return k.base(shard) + "tenants" }
+
+// tenantNames is shard's tenant name set (lua/lib.lua k_names).
+func (k keyspace) tenantNames(shard int) string { return k.base(shard) + "tenant_names" }
+
+// backfilled is shard's marker of a finished index backfill
+// (lua/tenant_backfill.lua).
+func (k keyspace) backfilled(shard int) string { return k.base(shard) + "tenants_backfilled" }
 
 // WakeChannel is shard's wake channel under prefix, "<p>:{s<shard>}:wake":
 // the scripts PUBLISH a shard's new earliest time (µs, decimal) on it, and

@@ -28,6 +28,8 @@ func TestKeyLayout(t *testing.T) {
 		k.wake(6):             "sluice:{s6}:wake",
 		k.vclock(6):           "sluice:{s6}:vclock",
 		k.tenantIndex(6):      "sluice:{s6}:tenants",
+		k.tenantNames(6):      "sluice:{s6}:tenant_names",
+		k.backfilled(6):       "sluice:{s6}:tenants_backfilled",
 		k.workers():           "sluice:workers",
 		k.taskWorkers("mail"): "sluice:mw:mail",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",

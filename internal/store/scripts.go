@@ -55,6 +55,14 @@ var (
 	luaTenantList string
 	//go:embed lua/dead_replay.lua
 	luaDeadReplay string
+	//go:embed lua/tenant_names.lua
+	luaTenantNames string
+	//go:embed lua/tenant_views.lua
+	luaTenantViews string
+	//go:embed lua/tenant_keys.lua
+	luaTenantKeys string
+	//go:embed lua/tenant_backfill.lua
+	luaTenantBackfill string
 	//go:embed lua/callback_take.lua
 	luaCallbackTake string
 	//go:embed lua/callback_done.lua
@@ -94,6 +102,10 @@ var (
 	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
 	scriptTenantList   = assemble("tenant_list", luaTenantList)
 	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
+	scriptTenantNames  = assemble("tenant_names", luaTenantNames)
+	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
+	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
+	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
 	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
 	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
 )

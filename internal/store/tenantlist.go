@@ -133,29 +133,42 @@ const tenantListStep = 250
 func (s *Store) Tenants(ctx context.Context) ([]TenantSummary, error) {
 	seen := map[string]bool{}
 	var out []TenantSummary
+	err := s.walkIndex(ctx, scriptTenantList, []any{tenantListStep}, func(d decoder) {
+		now := microsTime(d.int(1))
+		for i := 3; i < d.Len(); i++ {
+			if sum := parseSummary(now, d.list(i)); !seen[sum.Tenant] {
+				seen[sum.Tenant] = true
+				out = append(out, sum)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// walkIndex walks every shard's tenant index with sc, a ZSCAN step script
+// (ARGV[3] the cursor, then args; reply {'ok', now, next cursor, …}),
+// calling each with every step's reply.
+func (s *Store) walkIndex(ctx context.Context, sc *script, args []any, each func(decoder)) error {
 	for shard := range s.keys.shards {
 		for cursor := "0"; ; {
-			d, err := s.run(ctx, scriptTenantList, shard, cursor, tenantListStep)
+			d, err := s.run(ctx, sc, shard, append([]any{cursor}, args...)...)
 			if err != nil {
-				return nil, fmt.Errorf("list tenants of shard %d: %w", shard, err)
+				return fmt.Errorf("shard %d: %w", shard, err)
 			}
-			now := microsTime(d.int(1))
 			cursor = d.str(2)
-			for i := 3; i < d.Len(); i++ {
-				if sum := parseSummary(now, d.list(i)); !seen[sum.Tenant] {
-					seen[sum.Tenant] = true
-					out = append(out, sum)
-				}
-			}
+			each(d)
 			if err := d.Err(); err != nil {
-				return nil, fmt.Errorf("list tenants of shard %d: %w", shard, err)
+				return fmt.Errorf("shard %d: %w", shard, err)
 			}
 			if cursor == "0" {
 				break
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // parseSummary decodes one tenant of tenant_list.lua's reply.

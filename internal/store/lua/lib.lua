@@ -66,6 +66,10 @@ local function k_dead(tn) return BASE .. 't:' .. tn .. ':dead' end
 local function k_job(id) return BASE .. 'j:' .. id end
 local function k_idem(tn, key) return BASE .. 'idem:' .. tn .. ':' .. key end
 local function k_secrets(tn) return BASE .. 'sec:' .. tn end
+-- The tenant index (tenant → next check µs) and its name set (every member
+-- at score 0, in name order): the same members (tenants.lua).
+local function k_index() return BASE .. 'tenants' end
+local function k_names() return BASE .. 'tenant_names' end
 
 -- secret_live: the tenant holds a webhook secret by API that has not
 -- expired (secrets_write.lua keeps the summary field '~live': -1 when one
@@ -270,9 +274,12 @@ local function save_tenant(tn, t)
   end
   if #args == 0 then return end
   local key = k_tenant(tn)
-  -- A tenant hash created here enters the shard's tenant index (one ZADD
-  -- per creation; see index_check).
-  if not stored.packed and not stored.named then rcall('ZADD', BASE .. 'tenants', istr(NOW + INDEX_RECHECK), tn) end
+  -- A tenant hash created here enters the shard's tenant index and its
+  -- name set (one ZADD each per creation; see index_check).
+  if not stored.packed and not stored.named then
+    rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
+    rcall('ZADD', k_names(), 0, tn)
+  end
   rcall('HSET', key, unpack(args))
   if stored.named then rcall('HDEL', key, unpack(stored.named)) end
   T_STORED[t] = {packed = packed, rs = t.rs}
@@ -550,7 +557,7 @@ local function expire_tenant(tn, t, p, now)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))
-  rcall('ZADD', BASE .. 'tenants', istr(now + (ttl_ms + 1000) * 1000), tn)
+  rcall('ZADD', k_index(), istr(now + (ttl_ms + 1000) * 1000), tn)
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready

@@ -50,7 +50,10 @@ refill(t, new, NOW)
 
 -- Write phase.
 redis.call('HSET', K_POLICY, field, encoded, '#v', epoch)
-if not has_state then redis.call('ZADD', k_index(), istr(NOW + INDEX_RECHECK), field) end -- tenants.lua
+if not has_state then -- tenants.lua
+  redis.call('ZADD', k_index(), istr(NOW + INDEX_RECHECK), field)
+  redis.call('ZADD', k_names(), 0, field)
+end
 if has_state then
   reschedule(field, t, new, NOW)
   save_tenant(field, t)

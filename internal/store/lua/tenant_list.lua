@@ -14,7 +14,7 @@
 -- tenant: a few reads each (the hash; the head of its lists and that job's
 -- created time when it holds jobs; the dead set's size). An entry whose
 -- tenant has no state left (no hash, no dead letters, no policy overrides)
--- is left out and removed from the index: the only write.
+-- is left out and removed from the index and its name set: the only writes.
 
 local cursor, count = ARGV[3], tonumber(ARGV[4])
 if not count or count < 1 or count > 1000 then
@@ -37,5 +37,5 @@ for i = 1, #r[2], 2 do
       t.paused_until, t.disabled, dead}
   end
 end
-if #gone > 0 then redis.call('ZREM', key, unpack(gone)) end
+index_remove(gone) -- tenants.lua
 return reply

@@ -13,10 +13,23 @@
 -- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
 -- removes the ones it finds empty. tenant_list walks the index with ZSCAN,
 -- which returns every entry present throughout the walk at least once.
+--
+-- The name set <p>:{sN}:tenant_names is a ZSET of the same members, each at
+-- score 0, so that ZRANGE BYLEX pages it in name order (tenant_names.lua):
+-- every write that adds an index entry for a tenant new to it (save_tenant's
+-- creation, policy_put, tenant_backfill) adds the name too, and every
+-- removal (index_remove) removes both. (expire_tenant's ZADD only moves an
+-- existing entry's check time — except for a tenant whose state predates the
+-- index, which tenant_backfill adds to both.)
 
 local INDEX_TRIM_MAX = 16
 
-local function k_index() return BASE .. 'tenants' end
+-- index_remove takes tenants out of the index and its name set.
+local function index_remove(gone)
+  if #gone == 0 then return end
+  rcall('ZREM', k_index(), unpack(gone))
+  rcall('ZREM', k_names(), unpack(gone))
+end
 
 -- index_check returns when to check tn's entry again (µs), or nil when tn
 -- has no state left.
@@ -49,8 +62,25 @@ local function index_trim(n)
       gone[#gone + 1] = tn
     end
   end
-  if #gone > 0 then rcall('ZREM', key, unpack(gone)) end
+  index_remove(gone)
   return #gone
+end
+
+-- has_state says whether tn has state: its hash, dead letters or policy
+-- overrides (the cheap checks first).
+local function has_state(tn)
+  return rcall('EXISTS', k_tenant(tn)) == 1 or rcall('EXISTS', k_dead(tn)) == 1
+    or rcall('HEXISTS', K_POLICY, tn) == 1
+end
+
+-- each_with_state calls f(tn) for each tenant of names that has state and
+-- takes the others out of the index and name set (index_remove).
+local function each_with_state(names, f)
+  local gone = {}
+  for _, tn in ipairs(names) do
+    if has_state(tn) then f(tn) else gone[#gone + 1] = tn end
+  end
+  index_remove(gone)
 end
 
 -- oldest_queued is the created time (µs) of the older of the tenant's two
