@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log)
+	w, cb, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer w.Stop()
+	if err := cb.Start(ctx); err != nil {
+		return err
+	}
+	defer cb.Stop()
 	stopMetrics, addr, err := httpserver.StartMetrics(metricsAddr, reg, log)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -105,24 +109,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 }
 
 // newWorker builds the Worker: the Store, the webhook executor (closed by
-// the returned func) and the file's settings. It also returns the largest
+// the returned func) and the file's settings; and the callback sender, on
+// the executor's client and signing keys. It also returns the largest
 // configured attempt timeout.
-func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, time.Duration, func(), error) {
+func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, *worker.Callbacks, time.Duration, func(), error) {
 	st, err := store.NewStore(rdb, cfg.StoreConfig())
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, nil, 0, nil, err
 	}
 	allow, err := cfg.Egress.Prefixes()
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("egress.allow: %w", err)
+		return nil, nil, 0, nil, fmt.Errorf("egress.allow: %w", err)
 	}
 	ring, err := cfg.Secrets.Keyring()
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("secrets: %w", err)
+		return nil, nil, 0, nil, fmt.Errorf("secrets: %w", err)
 	}
 	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants, st, ring)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, nil, 0, nil, err
+	}
+	cb, err := worker.NewCallbacks(worker.CallbacksConfig{Store: st, Client: exec.Client, Signing: exec.Signing,
+		Registerer: reg, Logger: log})
+	if err != nil {
+		exec.Close()
+		return nil, nil, 0, nil, err
 	}
 	// The Coalescer turns the claims and finishes of one shard that meet in
 	// time into one script call each (store.NewCoalescer).
@@ -131,9 +142,9 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log})
 	if err != nil {
 		exec.Close()
-		return nil, 0, nil, err
+		return nil, nil, 0, nil, err
 	}
-	return w, maxTimeout, exec.Close, nil
+	return w, cb, maxTimeout, exec.Close, nil
 }
 
 // parseFlags reads --config and --metrics-listen (default

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -33,9 +34,6 @@ const (
 	HeaderReplayed       = "Idempotent-Replayed"
 )
 
-// timeLayout is RFC 3339 in UTC with milliseconds, the API's time format.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // jobRef is the body of a 202 enqueue answer (and of each accepted batch
 // item): the job's id, tenant, state and eta, a lower bound of its first
 // slot (null when unknown: a replay whose job record has expired).
@@ -52,7 +50,8 @@ type jobRef struct {
 // rate_limited or backlog_full with Retry-After; 422 idempotency_mismatch,
 // invalid, no_task_worker (a task job for a queue no sluicetask
 // middleware serves) or no_webhook_secret (a webhook job of a tenant with
-// no signing secret whose policy is not unsigned: webhookSecretRefusal);
+// no signing secret whose policy is not unsigned, and a job with a callback
+// of such a tenant: webhookSecretRefusal);
 // those two store nothing, not even the idempotency key, but a replay of an
 // accepted request still answers 202. Every answer from the
 // store carries the "admit" headers.
@@ -82,7 +81,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
-	if spec.Type == wire.TypeWebhook {
+	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
 		s.webhookSecretRefusal(&it, tenant)
 	}
 	if spec.Type == wire.TypeTask {
@@ -261,7 +260,7 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
-	if spec.Type == wire.TypeWebhook {
+	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
 		s.webhookSecretRefusal(&it, capacity.tenant)
 	}
 	return it, taskQueue, nil
@@ -345,15 +344,24 @@ func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, e
 	}
 	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: maxCost})
 	errs := []error{err}
-	if spec.URL != "" {
-		if err := webhook.CheckLiteral(spec.URL, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
-			errs = append(errs, &job.FieldError{Field: "url", Msg: "refused by the egress guard: " + err.Error()})
-		}
-	}
+	errs = append(errs, s.egressRefusal("url", spec.URL), s.egressRefusal("callback.url", a.Callback))
 	if err := errors.Join(errs...); err != nil {
 		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
-	return store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical()}, nil
+	return store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical(), Callback: a.Callback}, nil
+}
+
+// egressRefusal is a *job.FieldError for field when raw (a URL, "" =
+// none) names an address literal the egress guard refuses, else nil. Host
+// names are checked again when dialled.
+func (s *Server) egressRefusal(field, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	if err := webhook.CheckLiteral(raw, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
+		return &job.FieldError{Field: field, Msg: "refused by the egress guard: " + err.Error()}
+	}
+	return nil
 }
 
 // capacityLookup reads a tenant's capacity — min(burst, admit.burst) of its
@@ -443,51 +451,10 @@ func admitApplied(a store.Admission, retry time.Duration) bucket.Applied {
 	}
 }
 
-// jobView is a job as GET and DELETE /v1/jobs/{id} show it. Times are
-// RFC 3339 UTC with milliseconds, null when unset; job is the job as
-// stored (its canonical JSON) with an http job's secret header values
-// redacted (redactedJob), null once canceled.
-type jobView struct {
-	ID             string          `json:"id"`
-	Tenant         string          `json:"tenant"`
-	Type           string          `json:"type"`
-	State          string          `json:"state"`
-	Cost           int64           `json:"cost"`
-	Created        *string         `json:"created"`
-	RunAt          *string         `json:"run_at"`
-	ETA            *string         `json:"eta"`
-	Ended          *string         `json:"ended"`
-	AttemptCount   int64           `json:"attempt_count"`
-	Attempts       []attemptView   `json:"attempts"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	Job            json.RawMessage `json:"job"`
-	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
-	DeadReason string `json:"dead_reason,omitempty"`
-	// CanceledFrom is the state a DELETE canceled the job in.
-	CanceledFrom string `json:"canceled_from,omitempty"`
-}
+// jobView is a job as GET and DELETE /v1/jobs/{id} show it (jobview.View).
+type jobView = jobview.View
 
-// attemptView is one entry of a job's attempt log.
-type attemptView struct {
-	At        *string `json:"at"`
-	Status    int     `json:"status"` // HTTP status, 0 when none (timeout, connection error)
-	LatencyMS int64   `json:"latency_ms"`
-	Error     string  `json:"error,omitempty"`
-}
-
-func viewOf(j store.Job) jobView {
-	v := jobView{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
-		Created: timeString(j.Created), RunAt: timeString(j.RunAt), ETA: timeString(j.ETA), Ended: timeString(j.Ended),
-		AttemptCount: j.Attempt, Attempts: make([]attemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey,
-		DeadReason: j.DeadReason}
-	if json.Valid(j.Body) {
-		v.Job = redactedJob(j.Body)
-	}
-	for _, a := range j.Attempts {
-		v.Attempts = append(v.Attempts, attemptView{At: timeString(a.At), Status: a.Status, LatencyMS: a.Latency.Milliseconds(), Error: a.Error})
-	}
-	return v
-}
+func viewOf(j store.Job) jobView { return jobview.Of(j) }
 
 // getJob is GET /v1/jobs/{id}: 200 with the job; 404 when there is none;
 // 403 when the key may not act on the job's tenant.
@@ -558,13 +525,7 @@ func checkIdemKey(name, key string, status int, code string) error {
 }
 
 // timeString formats t as RFC 3339 UTC with milliseconds; nil for zero.
-func timeString(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(timeLayout)
-	return &s
-}
+func timeString(t time.Time) *string { return jobview.TimeString(t) }
 
 // joinMessages renders the errors of an errors.Join tree as "a; b; c".
 func joinMessages(err error) string {

@@ -10,13 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/worker"
 )
 
 func TestSecretHeader(t *testing.T) {
@@ -29,7 +27,7 @@ func TestSecretHeader(t *testing.T) {
 		"Content-Type": false, "X-Account": false, "Accept": false, "User-Agent": false, "X-Request-Id": false,
 		"Idempotency-Key": false,
 	} {
-		if got := secretHeader(name); got != want {
+		if got := jobview.SecretHeader(name); got != want {
 			t.Errorf("secretHeader(%q) = %v, want %v", name, got, want)
 		}
 	}
@@ -42,7 +40,7 @@ func TestRedactedJobLeavesOtherJobsAlone(t *testing.T) {
 		`{"type":"http","url":"https://example.com/x","method":"POST","headers":{"X-Account":"7"},"body":"hi"}`,
 		`{"type":"task","task_type":"t","payload":{"authorization":"not a header"},"queue":"default"}`,
 	} {
-		if got := redactedJob(json.RawMessage(body)); string(got) != body {
+		if got := jobview.RedactedJob(json.RawMessage(body)); string(got) != body {
 			t.Errorf("redactedJob(%s) = %s, want it unchanged", body, got)
 		}
 	}
@@ -76,8 +74,8 @@ func requireRedacted(t *testing.T, what string, r response, showsJob bool) {
 	j, _ := r.body["job"].(map[string]any)
 	h, _ := j["headers"].(map[string]any)
 	for name := range secretHeaders {
-		if h[name] != redacted {
-			t.Errorf("%s: headers[%s] = %v, want %q", what, name, h[name], redacted)
+		if h[name] != jobview.Redacted {
+			t.Errorf("%s: headers[%s] = %v, want %q", what, name, h[name], jobview.Redacted)
 		}
 	}
 	if h["X-Account"] != "7" || j["url"] == nil || j["method"] != "POST" || j["body"] != "hi" {
@@ -114,28 +112,10 @@ func TestViewsRedactUpstreamCredentials(t *testing.T) {
 	requireRedacted(t, "GET", f.get(t, "/v1/jobs/"+id, producerToken), true)
 
 	// One attempt as the worker runs it: pass, claim, send, finish.
-	ctx := context.Background()
-	st := f.srv.opts.Store
-	shard, _ := store.ShardOfJobID(id)
-	pass, err := st.Pass(ctx, shard, store.PassConfig{Lead: time.Hour, Grace: time.Hour, MaxPromotions: 10, MaxTenants: 10, Capacity: -1})
-	if err != nil || len(pass.Released) != 1 {
-		t.Fatalf("pass: %v released %d, want 1", err, len(pass.Released))
+	if state := runOnce(t, f, loopback, id); state != store.StateDead {
+		t.Fatalf("attempt: %q, want dead", state)
 	}
-	cl, err := st.Claim(ctx, pass.Released[0].ID, pass.Released[0].Gen, time.Hour)
-	if err != nil || cl.Outcome != store.ClaimOK {
-		t.Fatalf("claim: %v %+v", err, cl)
-	}
-	exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(exec.Close)
-	attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	outcome := exec.Execute(attemptCtx, cl.Job)
-	if state, err := st.Finish(ctx, cl.Job.ID, cl.Job.Gen, outcome, store.FinishConfig{}); err != nil || state != store.StateDead {
-		t.Fatalf("finish %+v: %q %v, want dead", outcome, state, err)
-	}
+	ctx, st := context.Background(), f.srv.opts.Store
 	mu.Lock()
 	for name, v := range secretHeaders {
 		if got.Get(name) != v {

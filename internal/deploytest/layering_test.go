@@ -71,6 +71,7 @@ func TestPackageLayering(t *testing.T) {
 		{pkg: "sluicetask", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
 		{pkg: "internal/store", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config"}},
 		{pkg: "internal/policy", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
+		{pkg: "internal/jobview", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
 		{pkg: "internal/job", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy"}},
 	} {
 		deps := sluiceDeps(t, root, rule.pkg)

@@ -9,7 +9,7 @@ import (
 )
 
 // Attrs are the parts of a job the store keeps beside its canonical JSON
-// (Spec.Canonical): its type, cost, schedule and idempotency key. Spec.Check
+// (Spec.Canonical): its type, cost, schedule, idempotency key and callback. Spec.Check
 // returns them for a valid Spec; Attrs.Check checks them for callers that
 // build a job without a Spec (the store checks every job it is given with
 // it). The zero value is not valid (no Type).
@@ -27,6 +27,8 @@ type Attrs struct {
 	RunAt time.Time
 	// IdemKey is the idempotency key, "" for none; see CheckIdemKey.
 	IdemKey string
+	// Callback is the callback URL, "" for none; see CheckURL.
+	Callback string
 }
 
 // Check checks a with the same rules and messages as Spec.Check, the cost
@@ -48,6 +50,11 @@ func (a Attrs) Check(maxCost int64) error {
 	}
 	if err := CheckIdemKey(a.IdemKey); err != nil {
 		add("idempotency_key", "%v", err)
+	}
+	if a.Callback != "" {
+		if err := CheckURL(a.Callback); err != nil {
+			add("callback.url", "%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }

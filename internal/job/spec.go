@@ -74,9 +74,18 @@ type Spec struct {
 	Delay       string `json:"delay,omitempty"`        // Go duration ≥ 0
 	RunAt       string `json:"run_at,omitempty"`       // RFC 3339
 	MaxAttempts *int   `json:"max_attempts,omitempty"` // overrides the policy's retry.max_attempts
+	// Callback, when set, is told of the job's terminal state (succeeded,
+	// dead, canceled) by a signed POST.
+	Callback *Callback `json:"callback,omitempty"`
 
 	// batch items only
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Callback is where a job's terminal state is POSTed.
+type Callback struct {
+	// URL is checked like a job's url (CheckURL).
+	URL string `json:"url"`
 }
 
 // Rules are the deployment's limits a Spec is checked against.
@@ -211,6 +220,12 @@ func (s *Spec) attrs(r Rules, add adder) Attrs {
 	}
 	if err := CheckIdemKey(a.IdemKey); err != nil {
 		add("idempotency_key", "%v", err)
+	}
+	if s.Callback != nil {
+		if err := CheckURL(s.Callback.URL); err != nil {
+			add("callback.url", "%v", err)
+		}
+		a.Callback = s.Callback.URL
 	}
 	return a
 }

@@ -36,6 +36,9 @@ type Overrides struct {
 	Unsigned        *bool          `json:"unsigned,omitempty" yaml:"unsigned,omitempty"`
 	DisableOnGone   *bool          `json:"disable_on_gone,omitempty" yaml:"disable_on_gone,omitempty"`
 	WebhookSecrets  Secrets        `json:"webhook_secrets,omitzero" yaml:"webhook_secrets,omitempty"`
+	MaxResultBytes  *ByteSize      `json:"max_result_bytes,omitempty" yaml:"max_result_bytes,omitempty"`
+	// ResultHeaders set to an empty, non-nil list keeps no header.
+	ResultHeaders []string `json:"result_headers,omitzero" yaml:"result_headers,omitempty"`
 }
 
 // AdmitOverrides is the sparse form of Admit.
@@ -86,6 +89,12 @@ func (o Overrides) applyTo(p *Policy) {
 	set(&p.DisableOnGone, o.DisableOnGone)
 	if o.WebhookSecrets != nil {
 		p.WebhookSecrets = slices.Clone(o.WebhookSecrets)
+	}
+	if o.MaxResultBytes != nil {
+		p.MaxResultBytes = int64(*o.MaxResultBytes)
+	}
+	if o.ResultHeaders != nil {
+		p.ResultHeaders = cloneHeaders(o.ResultHeaders)
 	}
 }
 

@@ -91,6 +91,12 @@ type Policy struct {
 	DisableOnGone bool
 	// WebhookSecrets sign webhook deliveries; default none.
 	WebhookSecrets Secrets
+	// MaxResultBytes is how much of an http job's last response body its
+	// result keeps, 1 … MaxResultBytesLimit; default MaxResultBytesDefault.
+	MaxResultBytes int64
+	// ResultHeaders are the response headers an http job's result keeps
+	// (ResultHeaderAllowed); default ResultHeadersDefault(); empty keeps none.
+	ResultHeaders []string
 }
 
 // Admit is the admission token bucket checked at enqueue: capacity Burst,
@@ -141,10 +147,12 @@ func Builtin() Policy {
 			MaxDoublings:     MaxDoublingsDefault,
 			MaxRetryDuration: MaxRetryDurationDefault,
 		},
-		Timeout:       TimeoutDefault,
-		Adaptive:      AdaptiveDefault,
-		Unsigned:      UnsignedDefault,
-		DisableOnGone: DisableOnGoneDefault,
+		Timeout:        TimeoutDefault,
+		Adaptive:       AdaptiveDefault,
+		Unsigned:       UnsignedDefault,
+		DisableOnGone:  DisableOnGoneDefault,
+		MaxResultBytes: int64(MaxResultBytesDefault),
+		ResultHeaders:  ResultHeadersDefault(),
 	}
 }
 

@@ -51,7 +51,9 @@ func WithPrefix(prefix string, err error) error {
 // 0 < retry.min_backoff ≤ retry.max_backoff ≤ MaxDuration;
 // retry.max_doublings in 0…MaxDoublingsLimit; retry.max_retry_duration in
 // 0…MaxDuration; 0 < timeout ≤ MaxTimeout; at most MaxWebhookSecrets webhook
-// secrets, each valid for ParseWebhookSecret.
+// secrets, each valid for ParseWebhookSecret; max_result_bytes in
+// 1…MaxResultBytesLimit; at most MaxResultHeaders result_headers, each a
+// header name, optionally ending in "*".
 func (p Policy) Validate() error {
 	var c checker
 	c.rate("rate", p.Rate)
@@ -70,6 +72,8 @@ func (p Policy) Validate() error {
 	c.notNegative("retry.max_retry_duration", p.Retry.MaxRetryDuration)
 	c.timeout(p.Timeout)
 	c.secrets(p.WebhookSecrets)
+	c.between("max_result_bytes", p.MaxResultBytes, 1, int64(MaxResultBytesLimit))
+	c.resultHeaders(p.ResultHeaders)
 	return c.err()
 }
 
@@ -97,6 +101,8 @@ func (o Overrides) Validate() error {
 	ifSet(r.MaxRetryDuration, func(v Duration) { c.notNegative("retry.max_retry_duration", time.Duration(v)) })
 	ifSet(o.Timeout, func(v Duration) { c.timeout(time.Duration(v)) })
 	c.secrets(o.WebhookSecrets)
+	ifSet(o.MaxResultBytes, func(v ByteSize) { c.between("max_result_bytes", int64(v), 1, int64(MaxResultBytesLimit)) })
+	c.resultHeaders(o.ResultHeaders)
 	return c.err()
 }
 

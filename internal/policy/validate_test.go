@@ -41,10 +41,11 @@ func TestPolicyValidateListsEveryProblem(t *testing.T) {
 		Retry: Retry{MaxDoublings: -1, MaxRetryDuration: -time.Second},
 	}
 	p.WebhookSecrets = Secrets{secretA, "whsec_short", "nope"}
+	p.ResultHeaders = []string{"Content-Type", "Bad Name", "X-*-*"}
 	err := p.Validate()
 	want := []string{
 		"admit.burst", "admit.rate", "burst", "concurrency", "max_backlog", "max_backlog_bytes",
-		"rate", "retry.max_attempts", "retry.max_backoff", "retry.max_doublings",
+		"max_result_bytes", "rate", "result_headers[1]", "result_headers[2]", "retry.max_attempts", "retry.max_backoff", "retry.max_doublings",
 		"retry.max_retry_duration", "retry.min_backoff", "timeout",
 		"webhook_secrets[1]", "webhook_secrets[2]", "weight",
 	}
@@ -242,6 +243,27 @@ func TestValidateNamesStorageBoundsInUserTerms(t *testing.T) {
 		"retry.max_retry_duration: must be at most 2777h46m40s"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+}
+
+func TestResultSettingsBounds(t *testing.T) {
+	big, zero := MaxResultBytesLimit+1, ByteSize(0)
+	for _, o := range []Overrides{{MaxResultBytes: &big}, {MaxResultBytes: &zero},
+		{ResultHeaders: []string{""}}, {ResultHeaders: make([]string, MaxResultHeaders+1)}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: want an error", o)
+		}
+	}
+	ok := MaxResultBytesLimit
+	if err := (Overrides{MaxResultBytes: &ok, ResultHeaders: []string{"X-Usage-*", "etag"}}).Validate(); err != nil {
+		t.Errorf("valid result settings refused: %v", err)
+	}
+	allow := ResultHeadersDefault()
+	for name, want := range map[string]bool{"content-type": true, "X-RateLimit-Remaining": true,
+		"x-ratelimit-reset": true, "Retry-After": true, "ratelimit": true, "Set-Cookie": false, "X-Rate": false} {
+		if got := ResultHeaderAllowed(allow, name); got != want {
+			t.Errorf("ResultHeaderAllowed(default, %q) = %v, want %v", name, got, want)
 		}
 	}
 }

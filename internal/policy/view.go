@@ -27,6 +27,8 @@ type View struct {
 	Adaptive        bool         `json:"adaptive"`
 	Unsigned        bool         `json:"unsigned"`
 	DisableOnGone   bool         `json:"disable_on_gone"`
+	MaxResultBytes  ByteSize     `json:"max_result_bytes"`
+	ResultHeaders   []string     `json:"result_headers"`
 }
 
 // AdmitView is View's form of Admit.
@@ -61,10 +63,12 @@ func (p Policy) View() View {
 			MaxDoublings:     p.Retry.MaxDoublings,
 			MaxRetryDuration: Duration(p.Retry.MaxRetryDuration),
 		},
-		Timeout:       Duration(p.Timeout),
-		Adaptive:      p.Adaptive,
-		Unsigned:      p.Unsigned,
-		DisableOnGone: p.DisableOnGone,
+		Timeout:        Duration(p.Timeout),
+		Adaptive:       p.Adaptive,
+		Unsigned:       p.Unsigned,
+		DisableOnGone:  p.DisableOnGone,
+		MaxResultBytes: ByteSize(p.MaxResultBytes),
+		ResultHeaders:  append([]string{}, p.ResultHeaders...),
 	}
 }
 

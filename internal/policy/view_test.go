@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -19,7 +20,8 @@ func TestViewJSONIsStable(t *testing.T) {
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,` +
 		`"admit":{"rate":"100/s","burst":1000},"max_backlog":100000,"max_backlog_bytes":"256MiB",` +
 		`"retry":{"max_attempts":8,"min_backoff":"1s","max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},` +
-		`"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,"webhook_secrets_count":2}`
+		`"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
+		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"webhook_secrets_count":2}`
 	if string(got) != want {
 		t.Errorf("json.Marshal(policy) =\n%s\nwant\n%s", got, want)
 	}
@@ -38,7 +40,7 @@ func TestViewReadsBackAsOverrides(t *testing.T) {
 		t.Fatalf("decode %s: %v", b, err)
 	}
 	o.WebhookSecrets = p.WebhookSecrets
-	if back := Resolve(o); back.View() != p.View() {
+	if back := Resolve(o); !reflect.DeepEqual(back.View(), p.View()) {
 		t.Errorf("view read back as overrides resolves to %+v, want %+v", back.View(), p.View())
 	}
 }

@@ -29,6 +29,8 @@ type overridesYAML struct {
 	Unsigned        *bool          `yaml:"unsigned"`
 	DisableOnGone   *bool          `yaml:"disable_on_gone"`
 	WebhookSecrets  Secrets        `yaml:"webhook_secrets"`
+	MaxResultBytes  *ByteSize      `yaml:"max_result_bytes"`
+	ResultHeaders   []string       `yaml:"result_headers"`
 }
 
 // UnmarshalYAML implements yaml.v3's obsolete Unmarshaler; see the comment at
@@ -52,6 +54,8 @@ func (o *Overrides) UnmarshalYAML(unmarshal func(any) error) error {
 		Unsigned:        m.Unsigned,
 		DisableOnGone:   m.DisableOnGone,
 		WebhookSecrets:  m.WebhookSecrets,
+		MaxResultBytes:  m.MaxResultBytes,
+		ResultHeaders:   m.ResultHeaders,
 	}
 	return nil
 }

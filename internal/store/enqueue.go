@@ -38,6 +38,10 @@ type Item struct {
 	Delay time.Duration
 	// Body is the job's canonical JSON.
 	Body []byte
+	// Callback, when not "", is the URL told of the job's terminal state
+	// (record field cb; see Callbacks): checked with job.CheckURL. The
+	// caller checks it against the egress guard.
+	Callback string
 	// IdemKey, when not "", makes the enqueue idempotent: see
 	// job.CheckIdemKey.
 	IdemKey string
@@ -214,13 +218,13 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 			unless = *it.Unless
 		}
 		args = append(args, id, it.Type, max(it.Cost, 1), runAt, it.Delay.Microseconds(),
-			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail)
+			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail, it.Callback)
 	}
 	return args, nil
 }
 
 // itemValues is the number of ARGV values per item of enqueue.lua.
-const itemValues = 10
+const itemValues = 11
 
 // check validates what can be checked without the tenant's policy: the
 // job's attributes with the job package's checks, then Unless.
@@ -229,7 +233,7 @@ func (it Item) check() error {
 	if cost == 0 {
 		cost = 1
 	}
-	attrs := job.Attrs{Type: it.Type, Cost: cost, Delay: it.Delay, RunAt: it.RunAt, IdemKey: it.IdemKey}
+	attrs := job.Attrs{Type: it.Type, Cost: cost, Delay: it.Delay, RunAt: it.RunAt, IdemKey: it.IdemKey, Callback: it.Callback}
 	if err := attrs.Check(policy.MaxBurst); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

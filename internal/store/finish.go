@@ -122,7 +122,9 @@ func (c FinishConfig) validate() error {
 // log (marked stale) and Finish returns the job's current state with an
 // error wrapping ErrStale. Else the lease is removed, the concurrency slot
 // freed, the attempt appended to the log (time, outcome, status, latency,
-// error; the last cfg.AttemptLog entries kept), then by o.Kind:
+// error, the first 4 KiB of the response body: o.Excerpt; the last
+// cfg.AttemptLog entries kept), o.Result (when set) replaces the record's
+// result (Job.Result), then by o.Kind:
 //
 //   - FinishSuccess → StateSucceeded: the body is dropped, the record and its
 //     idempotency key expire after cfg.SucceededRetention.
@@ -264,17 +266,22 @@ func decodeFinish(d decoder, r FinishRequest) FinishResult {
 
 // finishArgs is ARGV[3…] of finish.lua, for a checked cfg and outcomes.
 func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
-	args := make([]any, 0, 10+8*len(reqs))
+	args := make([]any, 0, 10+finishValues*len(reqs))
 	args = append(args, cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(),
 		cfg.DeadMaxPerTenant, cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(),
 		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds())
 	for _, r := range reqs {
 		o := r.Outcome
+		field, text := excerptArgs(o.Excerpt)
 		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
-			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()))
+			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()),
+			field, text, resultArg(o.Result))
 	}
 	return args
 }
+
+// finishValues is the number of ARGV values per attempt of finish.lua.
+const finishValues = 11
 
 func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
@@ -285,7 +292,7 @@ func checkOutcome(o wire.AttemptOutcome) error {
 	case o.Latency < 0:
 		return invalidf("latency %s is negative", o.Latency)
 	}
-	return nil
+	return checkResult(o)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

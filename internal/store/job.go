@@ -45,6 +45,9 @@ func (s State) Terminal() bool {
 //	         N kept (FinishConfig.AttemptLog)
 //	logged   attempts ever logged
 //	reason   why the job died, when told: "gone" (a 410; Finish)
+//	result   an http job's result: the last attempt's response (JSON of JobResult)
+//	cb       the callback URL (enqueue), "" = none
+//	cb_n     callback attempts failed so far
 type Job struct {
 	ID      string
 	Tenant  string
@@ -70,6 +73,13 @@ type Job struct {
 	// FinishConfig.AttemptLog attempts; Logged counts all of them.
 	Attempts []Attempt
 	Logged   int64
+	// Result is an http job's last response (nil before one arrived, and
+	// for other jobs).
+	Result *JobResult
+	// Callback is the URL told of the job's terminal state; "" = none.
+	Callback string
+	// CallbackFailures counts the failed sends of the pending callback.
+	CallbackFailures int64
 }
 
 // Attempt is one entry of a job's attempt log.
@@ -82,6 +92,9 @@ type Attempt struct {
 	Latency time.Duration // request time
 	Error   string
 	Stale   bool // reported by a Finish whose gen was no longer current
+	// Body is the first 4 KiB of the response body when valid UTF-8, else
+	// BodyBase64 is (base64); both "" when no body.
+	Body, BodyBase64 string
 }
 
 // GetJob returns the record of job id. ErrNotFound when there is none (a
@@ -163,25 +176,27 @@ const DeadReasonGone = "gone"
 func parseJob(id string, m map[string]string) (Job, error) {
 	p := fieldParser{m: m}
 	j := Job{
-		ID:         id,
-		Tenant:     m["tenant"],
-		Type:       m["type"],
-		Cost:       p.int("cost"),
-		Bytes:      p.int("bytes"),
-		State:      State(m["state"]),
-		Gen:        p.int("gen"),
-		Attempt:    p.int("attempt"),
-		Created:    p.micros("created"),
-		RunAt:      p.micros("run_at"),
-		ETA:        p.micros("eta"),
-		Slot:       p.micros("slot"),
-		Ended:      p.micros("ended"),
-		IdemKey:    m["idem"],
-		DeadReason: m["reason"],
-		Claimed:    p.micros("claimed"),
-		First:      p.micros("first"),
-		Due:        p.micros("due"),
-		Logged:     p.int("logged"),
+		ID:               id,
+		Tenant:           m["tenant"],
+		Type:             m["type"],
+		Cost:             p.int("cost"),
+		Bytes:            p.int("bytes"),
+		State:            State(m["state"]),
+		Gen:              p.int("gen"),
+		Attempt:          p.int("attempt"),
+		Created:          p.micros("created"),
+		RunAt:            p.micros("run_at"),
+		ETA:              p.micros("eta"),
+		Slot:             p.micros("slot"),
+		Ended:            p.micros("ended"),
+		IdemKey:          m["idem"],
+		DeadReason:       m["reason"],
+		Claimed:          p.micros("claimed"),
+		First:            p.micros("first"),
+		Due:              p.micros("due"),
+		Logged:           p.int("logged"),
+		Callback:         m["cb"],
+		CallbackFailures: p.int("cb_n"),
 	}
 	if body, ok := m["body"]; ok {
 		j.Body = []byte(body)
@@ -194,6 +209,9 @@ func parseJob(id string, m map[string]string) (Job, error) {
 		return Job{}, err
 	}
 	j.Attempts = attempts
+	if j.Result, err = parseResult(m["result"]); err != nil {
+		return Job{}, fmt.Errorf("%w: field result: %w", ErrProtocol, err)
+	}
 	return j, nil
 }
 
@@ -207,6 +225,8 @@ type logEntry struct {
 	LatencyUS int64  `json:"latency_us"`
 	Error     string `json:"error"`
 	Stale     bool   `json:"stale"`
+	Body      string `json:"body"`
+	Base64    string `json:"body_base64"`
 }
 
 // parseLog parses the log field; "" is an empty log.
@@ -222,7 +242,7 @@ func parseLog(s string) ([]Attempt, error) {
 			return nil, fmt.Errorf("%w: attempt log line %q: %w", ErrProtocol, line, err)
 		}
 		out = append(out, Attempt{At: microsTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
-			Status: e.Status, Latency: us(e.LatencyUS), Error: e.Error, Stale: e.Stale})
+			Status: e.Status, Latency: us(e.LatencyUS), Error: e.Error, Stale: e.Stale, Body: e.Body, BodyBase64: e.Base64})
 	}
 	return out, nil
 }

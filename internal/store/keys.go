@@ -23,6 +23,7 @@ import (
 //	<p>:{s7}:policy                HASH   "*" → defaults, <tenant> → overrides (JSON)
 //	<p>:{s7}:wake                  channel the shard's new earliest time (µs, decimal)
 //	<p>:{s7}:vclock                STRING the shard's virtual clock for weighted fairness (Pass)
+//	<p>:{s7}:cb                    ZSET   job id → due time of its callback (callbacks.go)
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
@@ -62,6 +63,9 @@ func (k keyspace) leases(shard int) string  { return k.base(shard) + "leases" }
 func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
 func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
+
+// callbacks is shard's callback set (lua: BASE .. 'cb').
+func (k keyspace) callbacks(shard int) string { return k.base(shard) + "cb" }
 
 // tenantIndex is shard's tenant index (lua/tenants.lua k_index).
 func (k keyspace) tenantIndex(shard int) string { return k.base(shard) + "tenants" }

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +42,10 @@ type Params struct {
 	Adaptive           int64 `json:"adaptive"`              // 1 = adaptive rate on, 0 = off
 	Unsigned           int64 `json:"unsigned"`              // 1 = webhook jobs without a secret are accepted (sent unsigned)
 	DisableOnGone      int64 `json:"disable_on_gone"`       // 1 = a 410 to an http job disables the tenant too
+	MaxResultBytes     int64 `json:"max_result_bytes"`      // bytes of an http job's response body its result keeps, 1 … policy.MaxResultBytesLimit
+	// ResultHeaders is the result's header allow-list (policy
+	// ResultHeaders); the scripts ignore it.
+	ResultHeaders HeaderList `json:"result_headers"`
 }
 
 // Overrides are a tenant's policy overrides in Params' units: a nil field
@@ -63,6 +70,27 @@ type Overrides struct {
 	Adaptive           *int64 `json:"adaptive,omitempty"`
 	Unsigned           *int64 `json:"unsigned,omitempty"`
 	DisableOnGone      *int64 `json:"disable_on_gone,omitempty"`
+	MaxResultBytes     *int64 `json:"max_result_bytes,omitempty"`
+	// ResultHeaders, when not nil, replaces the allow-list (empty: none).
+	ResultHeaders HeaderList `json:"result_headers,omitzero"`
+}
+
+// HeaderList is a list of header names as the policy hash stores it. Lua's
+// cjson writes an empty list back as {}, which it reads as empty.
+type HeaderList []string
+
+// UnmarshalJSON reads a JSON array of strings, or {} as an empty list.
+func (h *HeaderList) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "{}" {
+		*h = HeaderList{}
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	*h = l
+	return nil
 }
 
 // Bounds at the scripts' boundary, in their units, derived from the policy
@@ -99,6 +127,8 @@ func ParamsOf(p policy.Policy) Params {
 		Adaptive:           boolInt(p.Adaptive),
 		Unsigned:           boolInt(p.Unsigned),
 		DisableOnGone:      boolInt(p.DisableOnGone),
+		MaxResultBytes:     p.MaxResultBytes,
+		ResultHeaders:      slices.Clone(p.ResultHeaders),
 	}
 }
 
@@ -122,10 +152,12 @@ func (p Params) Policy() policy.Policy {
 			MaxDoublings:     int(p.MaxDoublings),
 			MaxRetryDuration: micros(p.MaxRetryDurationUS),
 		},
-		Timeout:       micros(p.TimeoutUS),
-		Adaptive:      p.Adaptive == 1,
-		Unsigned:      p.Unsigned == 1,
-		DisableOnGone: p.DisableOnGone == 1,
+		Timeout:        micros(p.TimeoutUS),
+		Adaptive:       p.Adaptive == 1,
+		Unsigned:       p.Unsigned == 1,
+		DisableOnGone:  p.DisableOnGone == 1,
+		MaxResultBytes: p.MaxResultBytes,
+		ResultHeaders:  slices.Clone(p.ResultHeaders),
 	}
 }
 
@@ -137,7 +169,8 @@ func OverridesOf(o policy.Overrides) Overrides {
 	set := [...]bool{o.Rate != nil, o.Burst != nil, o.Concurrency != nil, o.Weight != nil,
 		o.Admit.Rate != nil, o.Admit.Burst != nil, o.MaxBacklog != nil, o.MaxBacklogBytes != nil,
 		r.MaxAttempts != nil, r.MinBackoff != nil, r.MaxBackoff != nil, r.MaxDoublings != nil,
-		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil, o.Unsigned != nil, o.DisableOnGone != nil}
+		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil, o.Unsigned != nil, o.DisableOnGone != nil,
+		o.MaxResultBytes != nil}
 	p := ParamsOf(policy.Resolve(o))
 	var out Overrides
 	for i, f := range paramFields {
@@ -145,6 +178,9 @@ func OverridesOf(o policy.Overrides) Overrides {
 			v := *f.param(&p)
 			*f.override(&out) = &v
 		}
+	}
+	if o.ResultHeaders != nil {
+		out.ResultHeaders = slices.Clone(o.ResultHeaders)
 	}
 	return out
 }
@@ -177,6 +213,7 @@ var paramFields = []paramField{
 	{"adaptive", 0, 1, func(p *Params) *int64 { return &p.Adaptive }, func(o *Overrides) **int64 { return &o.Adaptive }},
 	{"unsigned", 0, 1, func(p *Params) *int64 { return &p.Unsigned }, func(o *Overrides) **int64 { return &o.Unsigned }},
 	{"disable_on_gone", 0, 1, func(p *Params) *int64 { return &p.DisableOnGone }, func(o *Overrides) **int64 { return &o.DisableOnGone }},
+	{"max_result_bytes", 1, int64(policy.MaxResultBytesLimit), func(p *Params) *int64 { return &p.MaxResultBytes }, func(o *Overrides) **int64 { return &o.MaxResultBytes }},
 }
 
 // Validate reports every out-of-range field of p at once; each error wraps
@@ -188,6 +225,7 @@ func (p Params) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, checkResultHeaders(p.ResultHeaders))
 	return errors.Join(errs...)
 }
 
@@ -202,6 +240,7 @@ func (o Overrides) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, checkResultHeaders(o.ResultHeaders))
 	return errors.Join(errs...)
 }
 
@@ -219,6 +258,9 @@ func (o Overrides) Apply(base Params) Params {
 			*f.param(&base) = *v
 		}
 	}
+	if o.ResultHeaders != nil {
+		base.ResultHeaders = slices.Clone(o.ResultHeaders)
+	}
 	return base
 }
 
@@ -229,7 +271,23 @@ func (p Params) Full() Overrides {
 		v := *f.param(&p)
 		*f.override(&o) = &v
 	}
+	o.ResultHeaders = slices.Clone(p.ResultHeaders)
+	if o.ResultHeaders == nil {
+		o.ResultHeaders = []string{}
+	}
 	return o
+}
+
+// checkResultHeaders checks a result_headers list (nil: unset) with the
+// policy package's rules; the error wraps ErrInvalid.
+func checkResultHeaders(h []string) error {
+	if h == nil {
+		return nil
+	}
+	if err := (policy.Overrides{ResultHeaders: h}).Validate(); err != nil {
+		return invalidf("policy field %v", err)
+	}
+	return nil
 }
 
 // luaTable renders p as a Lua table constructor, e.g. {burst=1,rate_us=100000}.

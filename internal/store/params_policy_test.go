@@ -19,11 +19,12 @@ func TestParamsFromBuiltinPolicyAreTheDefaults(t *testing.T) {
 		MaxBacklog: 100_000, MaxBacklogBytes: 256 << 20,
 		MaxAttempts: 8, MinBackoffUS: 1_000_000, MaxBackoffUS: 3_600_000_000, MaxDoublings: 5,
 		MaxRetryDurationUS: 86_400_000_000, TimeoutUS: 15_000_000, Adaptive: 1,
+		MaxResultBytes: 64 << 10, ResultHeaders: HeaderList(policy.ResultHeadersDefault()),
 	}
-	if got := ParamsOf(policy.Builtin()); got != want {
+	if got := ParamsOf(policy.Builtin()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParamsOf(Builtin) = %+v, want DefaultParams %+v", got, want)
 	}
-	if got := DefaultParams(); got != want {
+	if got := DefaultParams(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("DefaultParams() = %+v, want %+v", got, want)
 	}
 	if back := want.Policy(); !reflect.DeepEqual(back, policy.Builtin()) {
@@ -38,10 +39,10 @@ func TestLuaBuiltinIsPolicyBuiltin(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	st := e.state("acme")
-	if st.Policy != ParamsOf(policy.Builtin()) {
+	if !reflect.DeepEqual(st.Policy, ParamsOf(policy.Builtin())) {
 		t.Fatalf("the scripts' BUILTIN = %+v, want ParamsOf(policy.Builtin()) = %+v", st.Policy, ParamsOf(policy.Builtin()))
 	}
-	if got, want := st.Policy.Policy().View(), policy.Builtin().View(); got != want {
+	if got, want := st.Policy.Policy().View(), policy.Builtin().View(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the scripts' BUILTIN shows as %+v, want %+v", got, want)
 	}
 }
@@ -81,7 +82,7 @@ func TestParamsFromPolicyUnits(t *testing.T) {
 		tc.edit(&pol)
 		want := DefaultParams()
 		tc.want(&want)
-		if got := ParamsOf(pol); got != want {
+		if got := ParamsOf(pol); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}
 	}
@@ -103,10 +104,10 @@ func TestOverridesOfKeepsUnsetFieldsUnset(t *testing.T) {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 	// Merging the converted overrides equals converting the merged policy.
-	if a, b := OverridesOf(o).Apply(DefaultParams()), ParamsOf(policy.Resolve(o)); a != b {
+	if a, b := OverridesOf(o).Apply(DefaultParams()), ParamsOf(policy.Resolve(o)); !reflect.DeepEqual(a, b) {
 		t.Fatalf("Apply(converted) = %+v, convert(Resolve) = %+v", a, b)
 	}
-	if empty := OverridesOf(policy.Overrides{}); empty != (Overrides{}) {
+	if empty := OverridesOf(policy.Overrides{}); !reflect.DeepEqual(empty, Overrides{}) {
 		t.Fatalf("empty overrides converted to %+v", empty)
 	}
 }
@@ -119,7 +120,8 @@ func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	}
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,"admit":{"rate":"100/s","burst":1000},` +
 		`"max_backlog":100000,"max_backlog_bytes":"256MiB","retry":{"max_attempts":8,"min_backoff":"1s",` +
-		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false}`
+		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
+		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"]}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
@@ -128,7 +130,7 @@ func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back := ParamsOf(policy.Resolve(o)); back != DefaultParams() {
+	if back := ParamsOf(policy.Resolve(o)); !reflect.DeepEqual(back, DefaultParams()) {
 		t.Fatalf("round trip: %+v", back)
 	}
 }
@@ -178,12 +180,13 @@ func TestOverridesOfEveryField(t *testing.T) {
 	t.Parallel()
 	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
 		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
-		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true}`
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true,` +
+		`"max_result_bytes":"1KiB","result_headers":["ETag"]}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := OverridesOf(o).Apply(Params{}), ParamsOf(policy.Resolve(o)); got != want {
+	if got, want := OverridesOf(o).Apply(Params{}), ParamsOf(policy.Resolve(o)); !reflect.DeepEqual(got, want) {
 		t.Fatalf("OverridesOf(every field) = %+v, want %+v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -40,10 +41,10 @@ func TestOverridesApplyOnlySetFields(t *testing.T) {
 	got := Overrides{Burst: ptr(9), Adaptive: ptr(0)}.Apply(base)
 	want := base
 	want.Burst, want.Adaptive = 9, 0
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
-	if full := base.Full().Apply(Params{}); full != base {
+	if full := base.Full().Apply(Params{}); !reflect.DeepEqual(full, base) {
 		t.Fatalf("Full round trip: %+v", full)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestPutTenantPolicyVersions(t *testing.T) {
 	// PUT replaces: the burst of version 1 is gone.
 	want := DefaultParams()
 	want.RateUS, want.Concurrency = 20_000, 3
-	if rec.Version != 3 || rec.Overrides.Burst != nil || rec.Effective != want {
+	if rec.Version != 3 || rec.Overrides.Burst != nil || !reflect.DeepEqual(rec.Effective, want) {
 		t.Fatalf("record %+v, want version 3 and effective %+v", rec, want)
 	}
 	if _, err := put(Overrides{Burst: ptr(0), RateUS: ptr(MaxIntervalUS + 1)}, AnyVersion); !errors.Is(err, ErrInvalid) {
@@ -52,7 +53,7 @@ func TestPutTenantPolicyVersions(t *testing.T) {
 func TestPolicyMergeAgreesBetweenGoAndLua(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if st := e.state("fresh"); st.Policy != DefaultParams() {
+	if st := e.state("fresh"); !reflect.DeepEqual(st.Policy, DefaultParams()) {
 		t.Fatalf("nothing seeded: scripts use %+v, want DefaultParams", st.Policy)
 	}
 	e.seed(params(func(p *Params) { p.RateUS, p.MaxBacklog, p.Adaptive = 50_000, 7, 0 }))
@@ -64,7 +65,7 @@ func TestPolicyMergeAgreesBetweenGoAndLua(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := e.state(tenant); st.Policy != rec.Effective || st.Version != rec.Version {
+		if st := e.state(tenant); !reflect.DeepEqual(st.Policy, rec.Effective) || st.Version != rec.Version {
 			t.Errorf("%s: scripts see %+v v%d, TenantPolicy says %+v v%d", tenant, st.Policy, st.Version, rec.Effective, rec.Version)
 		}
 	}

@@ -63,6 +63,10 @@ var (
 	luaTenantKeys string
 	//go:embed lua/tenant_backfill.lua
 	luaTenantBackfill string
+	//go:embed lua/callback_take.lua
+	luaCallbackTake string
+	//go:embed lua/callback_done.lua
+	luaCallbackDone string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -102,6 +106,8 @@ var (
 	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
 	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
 	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
+	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
+	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in

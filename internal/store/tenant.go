@@ -153,5 +153,8 @@ func parseTenantState(tenant string, d decoder) (TenantState, error) {
 	if err := json.Unmarshal([]byte(policy), &st.Policy); err != nil {
 		return TenantState{}, fmt.Errorf("%w: policy %q: %w", ErrProtocol, policy, err)
 	}
+	if st.Policy.ResultHeaders == nil { // no layer sets it (the scripts' BUILTIN holds integers only)
+		st.Policy.ResultHeaders = DefaultParams().ResultHeaders
+	}
 	return st, nil
 }

@@ -26,7 +26,7 @@ var ErrInvalidJob = errors.New("invalid job")
 // Response body limits of Deliver.
 const (
 	// ExcerptBytes is the most of a response body kept in Result.Excerpt.
-	ExcerptBytes = 4 << 10
+	ExcerptBytes = wire.MaxExcerptBytes
 	// DrainBytes is the most read and discarded after the excerpt so the
 	// connection can be reused; a longer body closes the connection.
 	DrainBytes = 64 << 10
@@ -54,6 +54,10 @@ type Request struct {
 	// the same on every attempt when the caller passes the job's creation
 	// time); zero means Now.
 	EventTime time.Time
+	// BodyBytes is how much of the response body Result.Body keeps (an http
+	// job's max_result_bytes); at most ExcerptBytes are kept when it is
+	// smaller.
+	BodyBytes int
 }
 
 // Result is what one attempt saw.
@@ -65,7 +69,10 @@ type Result struct {
 	Header http.Header
 	// Excerpt is the first ExcerptBytes (at most) of the response body.
 	Excerpt []byte
-	// Truncated is set when the body was longer than Excerpt.
+	// Body is the first max(Request.BodyBytes, ExcerptBytes) (at most) of
+	// the response body; Excerpt is its start.
+	Body []byte
+	// Truncated is set when the body was longer than Body.
 	Truncated bool
 	// Latency runs from sending the request to the response headers (or
 	// the failure).
@@ -82,11 +89,12 @@ type Result struct {
 func (r Result) Outcome(now time.Time) wire.AttemptOutcome {
 	kind, pause, reason := Classify(r.Status, r.Header, r.Err, now)
 	return wire.AttemptOutcome{Kind: kind, Status: r.Status, Latency: r.Latency, Error: reason, Pause: pause,
-		TimedOut: r.Status == 0 && reason == ReasonTimeout}
+		TimedOut: r.Status == 0 && reason == ReasonTimeout, Excerpt: r.Excerpt}
 }
 
 // Deliver sends one attempt of req with client (normally NewClient's) and
-// reads at most ExcerptBytes + DrainBytes of the response body. The
+// reads at most max(req.BodyBytes, ExcerptBytes) + DrainBytes of the
+// response body. The
 // attempt's timeout is ctx's deadline; Deliver sets no other. It never
 // panics and returns a Result whose Err says why no response arrived.
 //
@@ -109,12 +117,13 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		return Result{Latency: latency, Err: fmt.Errorf("send job %s: %w", req.ID, err)}
 	}
 	defer resp.Body.Close()
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, ExcerptBytes))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(max(req.BodyBytes, ExcerptBytes))))
 	drained, _ := io.CopyN(io.Discard, resp.Body, DrainBytes)
 	return Result{
 		Status:    resp.StatusCode,
 		Header:    resp.Header,
-		Excerpt:   excerpt,
+		Excerpt:   body[:min(len(body), ExcerptBytes):min(len(body), ExcerptBytes)],
+		Body:      body,
 		Truncated: drained > 0,
 		Latency:   latency,
 	}

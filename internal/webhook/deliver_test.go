@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -217,7 +218,26 @@ func TestResultOutcome(t *testing.T) {
 	r := Result{Status: 429, Header: http.Header{"Retry-After": {"7"}}, Latency: 3 * time.Millisecond}
 	got := r.Outcome(now)
 	want := wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429, Latency: 3 * time.Millisecond, Error: "http_429", Pause: 7 * time.Second}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Outcome = %+v, want %+v", got, want)
+	}
+}
+
+// TestDeliverKeepsBodyBytes: a larger BodyBytes keeps that much of the body
+// (the excerpt stays ExcerptBytes), and marks a longer body truncated.
+func TestDeliverKeepsBodyBytes(t *testing.T) {
+	body := strings.Repeat("r", 3*ExcerptBytes)
+	rcv := newCounting(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) })
+	spec := job.Spec{Type: wire.TypeHTTP, URL: rcv.URL, Method: "GET"}
+	res := deliver(t, direct(t, loopback4), Request{ID: "j1", Job: spec, BodyBytes: 2 * ExcerptBytes})
+	if string(res.Body) != body[:2*ExcerptBytes] || !res.Truncated || len(res.Excerpt) != ExcerptBytes {
+		t.Fatalf("body %d bytes, excerpt %d, truncated %v", len(res.Body), len(res.Excerpt), res.Truncated)
+	}
+	if o := res.Outcome(time.Now()); string(o.Excerpt) != body[:ExcerptBytes] {
+		t.Fatalf("outcome excerpt %d bytes, want %d", len(o.Excerpt), ExcerptBytes)
+	}
+	res = deliver(t, direct(t, loopback4), Request{ID: "j2", Job: spec, BodyBytes: 4 * ExcerptBytes})
+	if string(res.Body) != body || res.Truncated {
+		t.Fatalf("whole body: %d bytes, truncated %v", len(res.Body), res.Truncated)
 	}
 }

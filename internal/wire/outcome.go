@@ -50,6 +50,31 @@ type AttemptOutcome struct {
 	// tenant pre-emptively (its quota is used up) and 0 means no pause.
 	// Capped by the configured maximum; negative is 0.
 	Pause time.Duration
+	// Excerpt is the start of the response body, at most MaxExcerptBytes
+	// (the attempt log keeps it); nil when no response or an empty body.
+	Excerpt []byte
+	// Result is what an http job keeps of this attempt's response as its
+	// result (GET /v1/jobs/{id} "result"); nil for other jobs and when no
+	// response arrived.
+	Result *AttemptResult
+}
+
+// MaxExcerptBytes bounds AttemptOutcome.Excerpt: the attempt log keeps the
+// first 4 KiB of each attempt's response body.
+const MaxExcerptBytes = 4 << 10
+
+// AttemptResult is an http job's result: the last attempt's response, as
+// far as the tenant's policy keeps it.
+type AttemptResult struct {
+	Status int // HTTP status
+	// Header holds the response headers the policy's result_headers allow,
+	// by canonical name.
+	Header map[string][]string
+	// Body is the start of the response body, at most the policy's
+	// max_result_bytes.
+	Body []byte
+	// Truncated is set when the response body was longer than Body.
+	Truncated bool
 }
 
 // Congested reports whether o tells an adaptive tenant to slow down (DESIGN

@@ -34,6 +34,9 @@ type WebhookExecutor struct {
 	// UserAgent is "Sluice/<version>"; empty means version.UserAgent(), this
 	// binary's (what the cmd/worker binary sends).
 	UserAgent string
+	// Results gives an http job's result settings (max_result_bytes,
+	// result_headers); nil: the built-in defaults.
+	Results *ResultSettings
 }
 
 var _ Executor = (*WebhookExecutor)(nil)
@@ -41,24 +44,31 @@ var _ Executor = (*WebhookExecutor)(nil)
 // NewWebhookExecutor builds cmd/worker's executor: a webhook.NewClient with
 // the egress allow-list, and SigningKeys over the secrets by API in st
 // (opened with ring; nil when secrets.key is not configured) and the
-// configuration's (policy.SigningKeys of defaults and tenants). It also
+// configuration's (policy.SigningKeys of defaults and tenants), and
+// ResultSettings over st's policies. It also
 // returns the largest configured attempt timeout (for the shutdown rule).
 // Close releases the client's idle connections.
 func NewWebhookExecutor(allow []netip.Prefix, defaults policy.Overrides, tenants map[string]policy.Overrides,
-	st SecretReader, ring *secretbox.Keyring) (*WebhookExecutor, time.Duration, error) {
+	st interface {
+		SecretReader
+		PolicyReader
+	}, ring *secretbox.Keyring) (*WebhookExecutor, time.Duration, error) {
 	file, maxTimeout, err := policy.SigningKeys(defaults, tenants)
 	if err != nil {
 		return nil, 0, err
 	}
 	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow}),
-		Signing: &SigningKeys{Store: st, Keyring: ring, File: file}}, maxTimeout, nil
+		Signing: &SigningKeys{Store: st, Keyring: ring, File: file}, Results: &ResultSettings{Store: st}}, maxTimeout, nil
 }
 
 // Close releases the client's idle connections.
 func (e *WebhookExecutor) Close() { e.Client.CloseIdleConnections() }
 
 // Execute runs one attempt of job with ctx's deadline as its timeout. A job
-// body that does not parse is a permanent failure ("invalid_job").
+// body that does not parse is a permanent failure ("invalid_job"). The
+// outcome carries the response body's first 4 KiB (the attempt log's
+// excerpt) and, for an http job, its result (attemptResult: status,
+// the allowed headers, the body up to max_result_bytes).
 func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
 	spec, err := job.Parse(cj.Body)
 	if err != nil {
@@ -68,6 +78,11 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if failed != nil {
 		return *failed
 	}
+	var maxBytes int
+	var allow []string
+	if spec.Type == wire.TypeHTTP {
+		maxBytes, allow = e.Results.Of(ctx, cj.Tenant)
+	}
 	res := webhook.Deliver(ctx, e.Client, webhook.Request{
 		ID:        cj.ID,
 		Job:       spec,
@@ -75,8 +90,13 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 		UserAgent: e.UserAgent,
 		Now:       time.Now(),
 		EventTime: cj.Created,
+		BodyBytes: maxBytes,
 	})
-	return res.Outcome(time.Now())
+	o := res.Outcome(time.Now())
+	if spec.Type == wire.TypeHTTP {
+		o.Result = attemptResult(res, maxBytes, allow)
+	}
+	return o
 }
 
 // signingKeys returns the keys to sign a job of typ for tenant with, or the

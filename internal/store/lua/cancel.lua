@@ -12,7 +12,8 @@
 -- scheduled, retrying → removed from the delayed set; released → removed from
 -- the lease set (the asynq task still in flight finds a tombstone at its
 -- claim). The record becomes a tombstone: state canceled, `ended` = now, body
--- dropped, expiring after the retention, as does its idempotency key. The
+-- dropped, expiring after the retention, as does its idempotency key; its
+-- callback, when it has one, is queued (lifecycle.lua callback_due). The
 -- tenant's counters are decremented, then reschedule(tenant), expiry and
 -- the wake check (a canceled released job frees its tenant's concurrency
 -- and release cap; a canceled head job lets a cheaper one be next).
@@ -52,6 +53,7 @@ t.bytes = t.bytes - size
 
 redis.call('HSET', jk, 'state', 'canceled', 'ended', NOW)
 redis.call('HDEL', jk, 'body')
+callback_due({id = id}, NOW) -- lifecycle.lua
 redis.call('PEXPIRE', jk, retention_ms)
 if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), idem_ms) end
 

@@ -3,10 +3,11 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  tenant                    ARGV[4]  n, the number of items
--- ARGV[5…] n items of 10 values each:
+-- ARGV[5…] n items of 11 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
 --          idempotency key ('' = none), fingerprint (hex), body,
---          unless code ('' = none), unless detail
+--          unless code ('' = none), unless detail, callback URL ('' = none;
+--          record field cb)
 -- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
 --          effective admission policy, then one ri per item, in order:
 --          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
@@ -37,16 +38,17 @@
 
 local tn = ARGV[3]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + 10 * n then
-  return redis.error_reply('ERR sluice enqueue: want 10 values per item')
+if not n or n < 1 or #ARGV ~= 4 + 11 * n then
+  return redis.error_reply('ERR sluice enqueue: want 11 values per item')
 end
 
 local items = {}
 for i = 1, n do
-  local o = 4 + (i - 1) * 10
+  local o = 4 + (i - 1) * 11
   local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
     run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
-    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10]}
+    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10],
+    cb = ARGV[o + 11]}
   -- Decoding only: Go checks every item (job.Attrs.Check) before the call.
   if not it.cost or not it.run_at or not it.delay then
     return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
@@ -147,6 +149,7 @@ local function store(it)
   redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', it.cost,
     'bytes', #it.body, 'body', it.body, 'state', state, 'gen', 0, 'attempt', 0,
     'created', NOW, 'run_at', run_at, 'eta', eta, 'idem', it.idem)
+  if it.cb ~= '' then redis.call('HSET', k_job(it.id), 'cb', it.cb) end -- callbacks.lua
   if it.idem ~= '' then
     redis.call('SET', k_idem(tn, it.idem), it.fp .. ' ' .. it.id)
     claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}

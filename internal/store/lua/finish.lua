@@ -8,11 +8,13 @@
 -- ARGV[9]  jitter seed               ARGV[10] adaptive floor, ppm
 -- ARGV[11] adaptive recovery step, ppm
 -- ARGV[12] idempotency retention µs (0 = the record's)
--- ARGV[13…] the attempts, 8 arguments each (at least one):
+-- ARGV[13…] the attempts, 11 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
 --          permanent | gone), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
---          signal (0|1)
+--          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
+--          excerpt text (the log entry's, ≤ 4 KiB of the response body),
+--          result JSON ('' = none; an http job's, replaces field result)
 -- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
 --          {'ok', state after, stale (0|1)} | {'not_found'}
 --
@@ -58,17 +60,20 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
-local n = (#ARGV - 12) / 8
+local STRIDE = 11
+local n = (#ARGV - 12) / STRIDE
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
     and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local reqs = {}
 for i = 1, n do
-  local o = 12 + 8 * (i - 1)
+  local o = 12 + STRIDE * (i - 1)
   local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
-    latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1'}
-  if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause) then
+    latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
+    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11]}
+  if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
+      and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
   reqs[i] = r
@@ -102,6 +107,7 @@ end
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
   local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
+  if r.xfield ~= '' then entry.extra = ',"' .. r.xfield .. '":' .. cjson.encode(r.xtext) end
   local j = load_finished(r.id)
   if not j then return {'not_found'} end
   if j.state ~= 'running' or j.gen ~= r.gen then
@@ -115,6 +121,10 @@ local function finish_one(r)
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
+  if r.result ~= '' then -- an http job's result: the last attempt's response
+    j.pending[#j.pending + 1] = 'result'
+    j.pending[#j.pending + 1] = r.result
+  end
 
   if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause

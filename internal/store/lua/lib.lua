@@ -106,7 +106,9 @@ local function merge_policy(defaults, overrides)
   for k, v in pairs(BUILTIN) do p[k] = v end
   for _, layer in ipairs({defaults, overrides}) do
     for k, v in pairs(layer) do
-      if BUILTIN[k] ~= nil and type(v) == 'number' then p[k] = v end
+      if (BUILTIN[k] ~= nil and type(v) == 'number') or (k == 'result_headers' and type(v) == 'table') then
+        p[k] = v -- result_headers: a list the scripts carry but never read
+      end
     end
   end
   return p

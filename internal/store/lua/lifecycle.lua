@@ -37,12 +37,12 @@ local function load_claimed(id)
 end
 local function load_finished(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
-    'slot', 'idem', 'logged')
+    'slot', 'idem', 'logged', 'cb')
   if not r[1] then return nil end
   return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
-    logged = tonum(r[10]) or 0}
+    logged = tonum(r[10]) or 0, cb = r[11] or ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -82,7 +82,8 @@ end
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
 -- formatted here: cjson would print µs times with 14 significant digits.
--- e.outcome is one of the fixed outcome names (no escaping needed). With
+-- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
+-- when set, is appended as it is (finish: ',"body":<JSON string>'). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
 local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
@@ -90,7 +91,7 @@ local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
-    e.latency or 0, err, e.stale and ',"stale":true' or '')
+    e.latency or 0, err, (e.stale and ',"stale":true' or '') .. (e.extra or '')) -- extra: the body excerpt
   local jk = k_job(j.id)
   local s = entry
   if j.logged > 0 then
@@ -139,6 +140,17 @@ local function idem_ttl(cfg, record_us)
   return record_us
 end
 
+-- callback_due queues j's callback, when it has one (record field cb, read
+-- here unless the caller's load did), on the shard's callback set <p>:{sN}:cb
+-- due now, its failure count reset: a worker's Callbacks send it
+-- (callback_take.lua, callback_done.lua). Every terminal transition calls it.
+local function callback_due(j, now)
+  if j.cb == nil then j.cb = rcall('HGET', k_job(j.id), 'cb') or '' end
+  if j.cb == '' then return end
+  rcall('ZADD', BASE .. 'cb', istr(now), j.id)
+  rcall('HDEL', k_job(j.id), 'cb_n')
+end
+
 -- to_dead makes j a dead letter: state dead, ended = now, in the tenant's
 -- dead set (score now), the record (body included, for a replay) expiring
 -- after the dead retention — so do the dead set (from its newest entry) and
@@ -149,6 +161,7 @@ local function to_dead(j, t, now, cfg)
   local jk = k_job(j.id)
   local dk = k_dead(j.tenant)
   hset_job(j, 'state', 'dead', 'ended', istr(now))
+  callback_due(j, now)
   rcall('PEXPIRE', jk, ms(cfg.dead_ret))
   rcall('ZADD', dk, istr(now), j.id)
   rcall('PEXPIRE', dk, ms(cfg.dead_ret))
@@ -165,6 +178,7 @@ end
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
   hset_job(j, 'state', 'succeeded', 'ended', istr(now))
+  callback_due(j, now)
   rcall('HDEL', jk, 'body')
   rcall('PEXPIRE', jk, ms(cfg.succ_ret))
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end

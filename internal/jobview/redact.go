@@ -1,4 +1,4 @@
-package api
+package jobview
 
 import (
 	"encoding/json"
@@ -8,10 +8,10 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// redacted replaces the value of a secret-looking header of an http job in
+// Redacted replaces the value of a secret-looking header of an http job in
 // every view of the job (GET, DELETE, replay, dead letters). The stored job
 // keeps the real value: the worker sends it.
-const redacted = "[redacted]"
+const Redacted = "[redacted]"
 
 // secretHeaderWords are the parts of a header name (lowercased, without
 // '-' and '_') that mark its value as a credential: Authorization,
@@ -20,10 +20,10 @@ var secretHeaderWords = []string{"auth", "token", "secret", "cookie", "apikey", 
 
 var headerSeparators = strings.NewReplacer("-", "", "_", "")
 
-// secretHeader reports whether the value of the header name must not be
+// SecretHeader reports whether the value of the header name must not be
 // shown back: its name, case-insensitive and ignoring '-' and '_', holds
 // one of secretHeaderWords.
-func secretHeader(name string) bool {
+func SecretHeader(name string) bool {
 	n := headerSeparators.Replace(strings.ToLower(name))
 	for _, w := range secretHeaderWords {
 		if strings.Contains(n, w) {
@@ -33,19 +33,19 @@ func secretHeader(name string) bool {
 	return false
 }
 
-// redactedJob is body (a stored job's canonical JSON) as views show it: an
-// http job's secret headers (secretHeader) hold redacted. Every other body,
+// RedactedJob is body (a stored job's canonical JSON) as views show it: an
+// http job's secret headers (SecretHeader) hold redacted. Every other body,
 // and an http job without such headers, is returned unchanged; a redacted
 // one is the job re-encoded the way job.Spec.Canonical encodes it.
-func redactedJob(body json.RawMessage) json.RawMessage {
+func RedactedJob(body json.RawMessage) json.RawMessage {
 	var spec job.Spec
 	if json.Unmarshal(body, &spec) != nil || spec.Type != wire.TypeHTTP {
 		return body
 	}
 	changed := false
 	for name := range spec.Headers {
-		if secretHeader(name) {
-			spec.Headers[name], changed = redacted, true
+		if SecretHeader(name) {
+			spec.Headers[name], changed = Redacted, true
 		}
 	}
 	if !changed {

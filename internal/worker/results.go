@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/webhook"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// PolicyReader reads a tenant's stored policy: *store.Store.
+type PolicyReader interface {
+	TenantPolicy(ctx context.Context, tenant string) (store.PolicyRecord, error)
+}
+
+var _ PolicyReader = (*store.Store)(nil)
+
+// ResultRefreshDefault is ResultSettings.Refresh's default: a changed
+// result_headers or max_result_bytes applies within a second.
+const ResultRefreshDefault = time.Second
+
+// ResultSettings gives each tenant's result settings (policy
+// max_result_bytes and result_headers), read from Redis at most once per
+// Refresh per tenant (one HMGET). A read that fails keeps the last values
+// (the built-in defaults before the first). Safe for concurrent use; the
+// zero value (and nil) gives the built-in defaults.
+type ResultSettings struct {
+	// Store reads the policy; nil: the defaults.
+	Store PolicyReader
+	// Refresh is how long one read is used; default ResultRefreshDefault.
+	Refresh time.Duration
+
+	mu    sync.Mutex
+	cache map[string]resultEntry
+}
+
+type resultEntry struct {
+	read     time.Time
+	maxBytes int
+	headers  []string
+}
+
+// Of returns tenant's max_result_bytes and result_headers.
+func (r *ResultSettings) Of(ctx context.Context, tenant string) (maxBytes int, headers []string) {
+	def := policy.Builtin()
+	if r == nil || r.Store == nil {
+		return int(def.MaxResultBytes), def.ResultHeaders
+	}
+	r.mu.Lock()
+	e, ok := r.cache[tenant]
+	r.mu.Unlock()
+	refresh := r.Refresh
+	if refresh <= 0 {
+		refresh = ResultRefreshDefault
+	}
+	if ok && time.Since(e.read) < refresh {
+		return e.maxBytes, e.headers
+	}
+	if !ok {
+		e = resultEntry{maxBytes: int(def.MaxResultBytes), headers: def.ResultHeaders}
+	}
+	if rec, err := r.Store.TenantPolicy(ctx, tenant); err == nil {
+		e.maxBytes, e.headers = int(rec.Effective.MaxResultBytes), rec.Effective.ResultHeaders
+	}
+	e.read = time.Now()
+	r.mu.Lock()
+	if r.cache == nil || len(r.cache) >= MaxSigningTenants {
+		r.cache = make(map[string]resultEntry)
+	}
+	r.cache[tenant] = e
+	r.mu.Unlock()
+	return e.maxBytes, e.headers
+}
+
+// attemptResult is what an http job keeps of res: its status, the headers
+// allow allows, and at most maxBytes of its body; nil when no response
+// arrived.
+func attemptResult(res webhook.Result, maxBytes int, allow []string) *wire.AttemptResult {
+	if res.Status == 0 {
+		return nil
+	}
+	out := &wire.AttemptResult{Status: res.Status, Header: make(map[string][]string), Body: res.Body, Truncated: res.Truncated}
+	if len(out.Body) > maxBytes {
+		out.Body, out.Truncated = out.Body[:maxBytes], true
+	}
+	for name, vals := range res.Header {
+		if policy.ResultHeaderAllowed(allow, name) {
+			out.Header[http.CanonicalHeaderKey(name)] = vals
+		}
+	}
+	return out
+}
