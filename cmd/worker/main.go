@@ -130,7 +130,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		return nil, nil, 0, nil, err
 	}
 	cb, err := worker.NewCallbacks(worker.CallbacksConfig{Store: st, Client: exec.Client, Signing: exec.Signing,
-		Registerer: reg, Logger: log})
+		Redis: rdb, Prefix: cfg.Redis.Prefix, Registerer: reg, Logger: log})
 	if err != nil {
 		exec.Close()
 		return nil, nil, 0, nil, err

@@ -23,25 +23,40 @@ const CallbackLeaseMin = time.Millisecond
 // oldest first, and leases each for lease: its due time moves to now +
 // lease, so no other taker gets it meanwhile, and it is due again when the
 // lease ends without a CallbackDone (a sender killed mid-send): at least
-// once. It returns the job ids.
-func (s *Store) TakeCallbacks(ctx context.Context, shard, n int, lease time.Duration) ([]string, error) {
+// once. It returns the job ids and how long until the next callback left
+// in the shard's set is due (by Redis's clock; the taken ones' lease ends
+// count), or -1 when the set is empty.
+func (s *Store) TakeCallbacks(ctx context.Context, shard, n int, lease time.Duration) (ids []string, next time.Duration, err error) {
 	if shard < 0 || shard >= s.keys.shards || n < 1 || lease < CallbackLeaseMin {
-		return nil, fmt.Errorf("take callbacks of shard %d: %w", shard,
+		return nil, 0, fmt.Errorf("take callbacks of shard %d: %w", shard,
 			invalidf("shard %d of %d, n %d, lease %s: want a shard of the Store, n ≥ 1, lease ≥ %s",
 				shard, s.keys.shards, n, lease, CallbackLeaseMin))
 	}
 	d, err := s.run(ctx, scriptCallbackTake, shard, n, lease.Microseconds())
 	if err != nil {
-		return nil, fmt.Errorf("take callbacks of shard %d: %w", shard, err)
+		return nil, 0, fmt.Errorf("take callbacks of shard %d: %w", shard, err)
 	}
-	ids := make([]string, 0, max(d.Len()-2, 0))
-	for i := 2; i < d.Len(); i++ {
+	now, due := d.int(1), d.int(2)
+	ids = make([]string, 0, max(d.Len()-3, 0))
+	for i := 3; i < d.Len(); i++ {
 		ids = append(ids, d.str(i))
 	}
 	if err := d.Err(); err != nil {
-		return nil, fmt.Errorf("take callbacks of shard %d: %w", shard, err)
+		return nil, 0, fmt.Errorf("take callbacks of shard %d: %w", shard, err)
 	}
-	return ids, nil
+	next = -1
+	if due > 0 {
+		next = time.Duration(max(due-now, 0)) * time.Microsecond
+	}
+	return ids, next, nil
+}
+
+// CallbackChannel is shard's callback channel under prefix,
+// "<p>:{s<shard>}:callbacks": every script that queues a callback due now
+// PUBLISHes on it (lua/lifecycle.lua callback_due), and the workers'
+// Callbacks subscribe to it.
+func CallbackChannel(prefix string, shard int) string {
+	return keyspace{prefix: prefix}.base(shard) + "callbacks"
 }
 
 // CallbackOutcome is how one send of a callback went.

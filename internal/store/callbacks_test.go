@@ -105,9 +105,12 @@ func TestCallbackQueuedAtEveryTerminalState(t *testing.T) {
 	c = e.attempt(plain)
 	e.finish(plain, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
 
-	got, err := e.store.TakeCallbacks(e.ctx, 0, 10, time.Minute)
+	got, next, err := e.store.TakeCallbacks(e.ctx, 0, 10, time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if next != time.Minute {
+		t.Fatalf("next due after the take: %s, want the leases' end, 1m", next)
 	}
 	slices.Sort(got)
 	want := []string{succ, dead, canceled}
@@ -115,8 +118,8 @@ func TestCallbackQueuedAtEveryTerminalState(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("callbacks taken %v, want %v", got, want)
 	}
-	if again, _ := e.store.TakeCallbacks(e.ctx, 0, 10, time.Minute); len(again) != 0 {
-		t.Fatalf("leased callbacks taken again: %v", again)
+	if again, next, _ := e.store.TakeCallbacks(e.ctx, 0, 10, time.Minute); len(again) != 0 || next != time.Minute {
+		t.Fatalf("leased callbacks taken again: %v (next due in %s, want 1m)", again, next)
 	}
 }
 
@@ -133,7 +136,7 @@ func TestCallbackLeaseRetryAndDrop(t *testing.T) {
 	ended := e.job(id).Ended
 	take := func() []string {
 		t.Helper()
-		ids, err := e.store.TakeCallbacks(e.ctx, 0, 10, 30*time.Second)
+		ids, _, err := e.store.TakeCallbacks(e.ctx, 0, 10, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,8 +162,8 @@ func TestCallbackLeaseRetryAndDrop(t *testing.T) {
 	if r.Status != CallbackRetried || r.Failures != 1 || r.Due.Before(now.Add(1800*time.Millisecond)) || r.Due.After(now.Add(2200*time.Millisecond)) {
 		t.Fatalf("first failure: %+v, want due 2s ± 10 %% after %v", r, now)
 	}
-	if got := take(); len(got) != 0 {
-		t.Fatalf("taken before its backoff: %v", got)
+	if got, next, _ := e.store.TakeCallbacks(e.ctx, 0, 10, 30*time.Second); len(got) != 0 || next != r.Due.Sub(now) {
+		t.Fatalf("before its backoff: taken %v, next due in %s; want none, due in %s", got, next, r.Due.Sub(now))
 	}
 	e.clock.Set(r.Due)
 	if got := take(); !slices.Equal(got, []string{id}) {
@@ -177,6 +180,9 @@ func TestCallbackLeaseRetryAndDrop(t *testing.T) {
 	if n, _ := e.store.PendingCallbacks(e.ctx, 0); n != 0 {
 		t.Fatalf("%d callbacks pending after the drop", n)
 	}
+	if _, next, _ := e.store.TakeCallbacks(e.ctx, 0, 10, 30*time.Second); next != -1 {
+		t.Fatalf("the empty set's next due: %s, want -1", next)
+	}
 	if r = done(CallbackDelivered); r.Status != CallbackDone {
 		t.Fatalf("a late delivery: %+v", r)
 	}
@@ -191,7 +197,7 @@ func TestCallbackDoneBadInput(t *testing.T) {
 	if _, err := e.store.CallbackDone(e.ctx, id, time.Now(), "maybe"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad outcome: %v", err)
 	}
-	if _, err := e.store.TakeCallbacks(e.ctx, 1, 1, time.Second); !errors.Is(err, ErrInvalid) {
+	if _, _, err := e.store.TakeCallbacks(e.ctx, 1, 1, time.Second); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("shard out of range: %v", err)
 	}
 	bad := callbackItem()

@@ -24,6 +24,7 @@ import (
 //	<p>:{s7}:wake                  channel the shard's new earliest time (µs, decimal)
 //	<p>:{s7}:vclock                STRING the shard's virtual clock for weighted fairness (Pass)
 //	<p>:{s7}:cb                    ZSET   job id → due time of its callback (callbacks.go)
+//	<p>:{s7}:callbacks             channel a callback queued due now (µs, decimal; CallbackChannel)
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)

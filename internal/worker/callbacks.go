@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/store"
@@ -24,7 +25,7 @@ import (
 // CallbackStore is what Callbacks needs of *store.Store.
 type CallbackStore interface {
 	Shards() int
-	TakeCallbacks(ctx context.Context, shard, n int, lease time.Duration) ([]string, error)
+	TakeCallbacks(ctx context.Context, shard, n int, lease time.Duration) ([]string, time.Duration, error)
 	CallbackDone(ctx context.Context, id string, ended time.Time, o store.CallbackOutcome) (store.CallbackReport, error)
 	GetJob(ctx context.Context, id string) (store.Job, error)
 }
@@ -33,7 +34,7 @@ var _ CallbackStore = (*store.Store)(nil)
 
 // Defaults of CallbacksConfig.
 const (
-	CallbackPollDefault        = 100 * time.Millisecond
+	CallbackPollDefault        = 2 * time.Second
 	CallbackTimeoutDefault     = 10 * time.Second
 	CallbackConcurrencyDefault = 16
 )
@@ -50,9 +51,18 @@ type CallbacksConfig struct {
 	// webhook jobs: a tenant without a key whose policy is not unsigned is
 	// retried, never sent unsigned.
 	Signing *SigningKeys
-	// Poll is how often every shard's callback set is checked for due
-	// callbacks; default CallbackPollDefault. A callback is sent at most
-	// about Poll after its job ended.
+	// Redis, when set, carries the subscription to every shard's callback
+	// channel (store.CallbackChannel under Prefix): a callback queued due
+	// now is taken as soon as its announcement arrives. Without it (or
+	// while the subscription is down) only the due times and Poll wake the
+	// sender.
+	Redis  redis.UniversalClient
+	Prefix string
+	// Poll is the safety net: a shard's callback set is read at least this
+	// often even when no announcement or due time asks for it (another
+	// worker's lapsed lease, a lost announcement); default
+	// CallbackPollDefault. Otherwise a shard is read when an announcement
+	// arrives or when the earliest due time the last read reported comes.
 	Poll time.Duration
 	// Timeout bounds one send; default CallbackTimeoutDefault.
 	Timeout time.Duration
@@ -106,12 +116,13 @@ func (c CallbacksConfig) validate() error {
 // knows is dropped; anything else is retried on the tenant's retry curve
 // and dropped after retry.max_attempts failures (store.CallbackDone).
 // Callbacks never pass through a tenant's rate or concurrency: they are
-// sent as soon as a poll finds them. Every worker process runs one; the
+// sent as soon as their announcement arrives. Every worker process runs one; the
 // store's lease keeps two from sending one callback at once, and a killed
 // sender's callbacks are sent again when their lease ends.
 type Callbacks struct {
 	cfg     CallbacksConfig
 	slots   chan struct{}
+	freed   chan struct{} // a send slot freed (capacity 1)
 	sent    *prometheus.CounterVec
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -135,11 +146,13 @@ func NewCallbacks(cfg CallbacksConfig) (*Callbacks, error) {
 			return nil, fmt.Errorf("new callbacks: %w", err)
 		}
 	}
-	return &Callbacks{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), sent: sent}, nil
+	return &Callbacks{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1), sent: sent}, nil
 }
 
-// Start polls every shard's callback set every Poll until Stop or ctx's
-// end. It fails when started twice.
+// Start runs the sender until Stop or ctx's end: it reads a shard's
+// callback set when the shard's channel announces a callback, when the
+// earliest due time its last read reported comes, and at least every Poll.
+// It fails when started twice.
 func (c *Callbacks) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -148,24 +161,114 @@ func (c *Callbacks) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	c.cancel, c.done = cancel, make(chan struct{})
+	announced := make(chan int, 64)
+	var sub *redis.PubSub
+	if c.cfg.Redis != nil {
+		chans := make([]string, c.cfg.Store.Shards())
+		for shard := range chans {
+			chans[shard] = store.CallbackChannel(c.cfg.Prefix, shard)
+		}
+		sub = c.cfg.Redis.Subscribe(runCtx, chans...)
+		go c.listen(sub, chans, announced)
+	}
 	go func() {
 		defer close(c.done)
-		t := time.NewTicker(c.cfg.Poll)
-		defer t.Stop()
-		for {
-			c.poll(runCtx)
-			select {
-			case <-runCtx.Done():
-				c.inbound.Wait()
-				return
-			case <-t.C:
-			}
+		if sub != nil {
+			defer sub.Close()
 		}
+		c.run(runCtx, announced)
+		c.inbound.Wait()
 	}()
 	return nil
 }
 
-// Stop ends the polling and waits for the sends under way. Idempotent; a
+// listen forwards each announcement as its shard until sub closes.
+func (c *Callbacks) listen(sub *redis.PubSub, chans []string, announced chan<- int) {
+	shardOf := make(map[string]int, len(chans))
+	for shard, ch := range chans {
+		shardOf[ch] = shard
+	}
+	for msg := range sub.Channel() {
+		select {
+		case announced <- shardOf[msg.Channel]:
+		default: // full: the run loop reads every shard soon anyway
+		}
+	}
+}
+
+// run is the sender's loop: due[shard] is the local time its set is read
+// next (zero: now).
+func (c *Callbacks) run(ctx context.Context, announced <-chan int) {
+	due := make([]time.Time, c.cfg.Store.Shards())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		next := now.Add(c.cfg.Poll)
+		for shard := range due {
+			if !due[shard].After(now) {
+				due[shard] = c.take(ctx, shard, now)
+			}
+			if due[shard].Before(next) {
+				next = due[shard]
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case shard := <-announced:
+			due[shard] = time.Time{}
+		case <-c.freed:
+			clear(due) // a send slot freed while callbacks were left waiting for one
+		case <-timer.C:
+		}
+	}
+}
+
+// take takes as many of shard's due callbacks as there are free send
+// slots, sends each in its own goroutine, and returns when to read the
+// shard next: when its earliest remaining callback is due, at most Poll
+// from now.
+func (c *Callbacks) take(ctx context.Context, shard int, now time.Time) time.Time {
+	free := cap(c.slots) - len(c.slots)
+	if free == 0 || ctx.Err() != nil {
+		return now.Add(c.cfg.Poll) // a freed slot (c.freed) brings it forward
+	}
+	ids, next, err := c.cfg.Store.TakeCallbacks(ctx, shard, free, c.cfg.Lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("take callbacks failed", "shard", shard, "err", err)
+		}
+		return now.Add(c.cfg.Poll)
+	}
+	for _, id := range ids {
+		c.slots <- struct{}{}
+		c.inbound.Go(func() {
+			defer c.release()
+			c.send(ctx, id)
+		})
+	}
+	if len(ids) == free || next < 0 || next > c.cfg.Poll {
+		next = c.cfg.Poll
+	}
+	if len(ids) == free {
+		next = 0 // more may be due: read again as soon as a slot frees
+	}
+	return now.Add(next)
+}
+
+// release frees a send slot and tells the loop, which may have left
+// callbacks due for want of one.
+func (c *Callbacks) release() {
+	<-c.slots
+	select {
+	case c.freed <- struct{}{}:
+	default:
+	}
+}
+
+// Stop ends the sender and waits for the sends under way. Idempotent; a
 // Callbacks never started stops at once.
 func (c *Callbacks) Stop() {
 	c.mu.Lock()
@@ -176,31 +279,6 @@ func (c *Callbacks) Stop() {
 	}
 	cancel()
 	<-done
-}
-
-// poll takes, shard by shard, as many due callbacks as there are free send
-// slots, and sends each in its own goroutine.
-func (c *Callbacks) poll(ctx context.Context) {
-	for shard := range c.cfg.Store.Shards() {
-		free := cap(c.slots) - len(c.slots)
-		if free == 0 || ctx.Err() != nil {
-			return
-		}
-		ids, err := c.cfg.Store.TakeCallbacks(ctx, shard, free, c.cfg.Lease)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.cfg.Logger.Warn("take callbacks failed", "shard", shard, "err", err)
-			}
-			continue
-		}
-		for _, id := range ids {
-			c.slots <- struct{}{}
-			c.inbound.Go(func() {
-				defer func() { <-c.slots }()
-				c.send(ctx, id)
-			})
-		}
-	}
 }
 
 // send sends job id's callback once and records the outcome.

@@ -31,7 +31,9 @@ func loopbackClient(t *testing.T) *http.Client {
 }
 
 // startCallbacks runs a callback sender signing with cbSecret on client
-// (nil: loopbackClient); edit changes its config first.
+// (nil: loopbackClient); edit changes its config first. Its safety-net poll
+// is a minute, longer than any test: what it sends, it found through the
+// shards' announcements and the due times the store reports.
 func (h *harness) startCallbacks(client *http.Client, edit ...func(*worker.CallbacksConfig)) {
 	h.t.Helper()
 	key, err := policy.ParseWebhookSecret(cbSecret)
@@ -41,7 +43,7 @@ func (h *harness) startCallbacks(client *http.Client, edit ...func(*worker.Callb
 	if client == nil {
 		client = loopbackClient(h.t)
 	}
-	cfg := worker.CallbacksConfig{Store: h.st, Client: client, Poll: 10 * time.Millisecond,
+	cfg := worker.CallbacksConfig{Store: h.st, Client: client, Poll: time.Minute, Redis: h.rdb, Prefix: h.prefix,
 		Signing:    &worker.SigningKeys{File: func(string) [][]byte { return [][]byte{key} }},
 		Registerer: h.reg, Logger: testLogger(h.t)}
 	for _, e := range edit {
@@ -231,7 +233,7 @@ func TestCallbackSurvivesSenderKill(t *testing.T) {
 	h.startDispatcher(nil)
 	h.startWorker(2, &worker.WebhookExecutor{Client: loopbackClient(t)})
 	redistest.Poll(t, 20*time.Second, "job succeeded", func() bool { return h.jobOf(id).State == store.StateSucceeded })
-	taken, err := h.st.TakeCallbacks(h.ctx, 0, 10, 300*time.Millisecond) // the sender that is then killed
+	taken, _, err := h.st.TakeCallbacks(h.ctx, 0, 10, 300*time.Millisecond) // the sender that is then killed
 	if err != nil || !slices.Equal(taken, []string{id}) {
 		t.Fatalf("take: %v %v", taken, err)
 	}

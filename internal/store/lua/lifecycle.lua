@@ -142,13 +142,16 @@ end
 
 -- callback_due queues j's callback, when it has one (record field cb, read
 -- here unless the caller's load did), on the shard's callback set <p>:{sN}:cb
--- due now, its failure count reset: a worker's Callbacks send it
--- (callback_take.lua, callback_done.lua). Every terminal transition calls it.
+-- due now, its failure count reset, and announces it on the shard's
+-- channel <p>:{sN}:callbacks (now µs) so a worker's Callbacks send it at
+-- once (callback_take.lua, callback_done.lua). Every terminal transition
+-- calls it; a job without a callback costs nothing more.
 local function callback_due(j, now)
   if j.cb == nil then j.cb = rcall('HGET', k_job(j.id), 'cb') or '' end
   if j.cb == '' then return end
   rcall('ZADD', BASE .. 'cb', istr(now), j.id)
   rcall('HDEL', k_job(j.id), 'cb_n')
+  rcall('PUBLISH', BASE .. 'callbacks', istr(now))
 end
 
 -- to_dead makes j a dead letter: state dead, ended = now, in the tenant's
