@@ -8,8 +8,22 @@ import (
 )
 
 // budget is one Dispatcher's view of free worker capacity (DESIGN §2.2
-// "Back-pressure"): Capacity − InFlight as read from Redis by one reader
-// goroutine (run), less what this Dispatcher has released since. Readings
+// "Back-pressure"): Capacity − InFlight − the batch tasks waiting in the
+// hand-off queues (queued), as read from Redis by one reader goroutine
+// (run), less what this Dispatcher has released since.
+//
+// The tasks waiting in asynq are counted because the leases alone do not
+// see them all: a release that waited in asynq past its send time + grace
+// is swept and released again (gen + 1) while its task stays queued, and a
+// worker must still fetch that stale copy. Without them, a worker starved of
+// CPU (it fetches late, so its releases lapse) is handed one more copy of
+// every job per grace, and the copies it has to wade through make the next
+// releases lapse too: deliveries stop while the queues grow. Counting them
+// bounds the stale copies to about the capacity; the releases resume as
+// soon as the workers have fetched them (a worker drops a lapsed release
+// without a round trip). A batch of live releases is counted twice (its
+// leases and its task) only while it waits to be fetched, which a worker
+// keeping up does at once. Readings
 // are taken on demand only — when a pass released jobs (the workers' state
 // moves) or found the capacity used up (want) —, at most one every refresh
 // (every fullRefresh while the last reading found nothing free): an idle
@@ -25,6 +39,7 @@ import (
 // overshoot only makes released jobs wait longer in asynq.
 type budget struct {
 	store   Store
+	queued  func(context.Context) (int, error) // batch tasks waiting in the hand-off queues; nil: none
 	refresh time.Duration
 
 	// The workers' total concurrency as last read, and when (run's own:
@@ -42,8 +57,8 @@ type budget struct {
 	fresh chan struct{} // closed after the next read, then replaced
 }
 
-func newBudget(store Store, refresh time.Duration) *budget {
-	return &budget{store: store, refresh: refresh, demand: make(chan struct{}, 1), empty: make(chan struct{}, 1), fresh: make(chan struct{})}
+func newBudget(store Store, queued func(context.Context) (int, error), refresh time.Duration) *budget {
+	return &budget{store: store, queued: queued, refresh: refresh, demand: make(chan struct{}, 1), empty: make(chan struct{}, 1), fresh: make(chan struct{})}
 }
 
 // run takes a reading whenever one is wanted (poke), then waits the
@@ -109,7 +124,9 @@ func (b *budget) read(ctx context.Context) {
 
 // readFree reads the free capacity: the workers' total concurrency (read
 // at most every capacityEvery: workers come and go far more rarely than
-// jobs) less the jobs in flight (one ZCARD per shard, pipelined).
+// jobs) less the jobs in flight (one ZCARD per shard, pipelined) and the
+// batch tasks waiting in the hand-off queues (one LLEN per queue,
+// pipelined).
 func (b *budget) readFree(ctx context.Context) (int, error) {
 	if now := time.Now(); b.capacityAt.IsZero() || now.Sub(b.capacityAt) >= capacityEvery {
 		c, err := b.store.Capacity(ctx)
@@ -121,6 +138,13 @@ func (b *budget) readFree(ctx context.Context) (int, error) {
 	n, err := b.store.InFlight(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read jobs in flight: %w", err)
+	}
+	if b.queued != nil {
+		q, err := b.queued(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read hand-off tasks waiting: %w", err)
+		}
+		n += q
 	}
 	return max(b.capacity-n, 0), nil
 }

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // gatedStore answers InFlight from its fields; while gate is set, it
@@ -59,7 +63,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}, inFlight: 10}
 	gate := make(chan struct{})
 	g.gate = gate
-	b := newBudget(g, time.Hour)
+	b := newBudget(g, nil, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -120,7 +124,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 	t.Parallel()
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}}
-	b := newBudget(g, time.Millisecond)
+	b := newBudget(g, nil, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.run(ctx) }()
@@ -145,4 +149,66 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 		t.Fatalf("after want: share %d, %v, %d readings; want 0, nil, 3", n, err, g.readings())
 	}
 	redistest.Hold(t, 100*time.Millisecond, "no reading while nobody wants one", func() bool { return g.readings() == 3 })
+}
+
+// TestBudgetCountsTasksWaitingInHandoffQueues: the free capacity is the
+// workers' concurrency less the leases and less the batch tasks waiting in
+// the hand-off queues (a swept release's stale copy among them); tasks on
+// other queues do not count, and a fetched task frees its place.
+func TestBudgetCountsTasksWaitingInHandoffQueues(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	ctx := context.Background()
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := asynq.NewClientFromRedisClient(rdb)
+	d, err := New(Config{Store: st, Asynq: client, Redis: rdb, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Heartbeat(ctx, "w1", 10, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	put := func(queue string, n int) {
+		for range n {
+			if _, err := client.EnqueueContext(ctx, asynq.NewTask(wire.TaskTypeBatch, nil), asynq.Queue(queue)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(wire.HandoffQueue(prefix, 0), 3)
+	put(wire.HandoffQueue(prefix, wire.HandoffQueues-1), 2)
+	put(prefix+":elsewhere", 4)
+	if n, err := d.handoffWaiting(ctx); err != nil || n != 5 {
+		t.Fatalf("handoffWaiting = %d, %v; want the 5 tasks of the hand-off queues", n, err)
+	}
+	if free, err := d.budget.readFree(ctx); err != nil || free != 5 {
+		t.Fatalf("free capacity %d, %v; want 10 − 0 leases − 5 tasks waiting", free, err)
+	}
+	// A worker fetches queue 0's tasks (asynq moves them to its active list).
+	key := AsynqQueueKey(wire.HandoffQueue(prefix, 0), "pending")
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := d.budget.readFree(ctx); err != nil || free != 8 {
+		t.Fatalf("free capacity after the fetch %d, %v; want 10 − 2", free, err)
+	}
+	put(wire.HandoffQueue(prefix, 1), 12)
+	if free, err := d.budget.readFree(ctx); err != nil || free != 0 {
+		t.Fatalf("free capacity with 14 tasks waiting %d, %v; want 0, never below", free, err)
+	}
+}
+
+// TestBudgetReadingFailsWhenTheHandoffQueuesCannotBeRead: a failed count
+// of the waiting tasks is a failed reading, not a capacity of zero waiting.
+func TestBudgetReadingFailsWhenTheHandoffQueuesCannotBeRead(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}}
+	down := errors.New("redis down")
+	b := newBudget(g, func(context.Context) (int, error) { return 0, down }, time.Hour)
+	if _, err := b.readFree(context.Background()); !errors.Is(err, down) {
+		t.Fatalf("readFree = %v, want the queue count's error", err)
+	}
 }

@@ -45,8 +45,10 @@
 // # Back-pressure
 //
 // Workers heartbeat their concurrency; a pass may release at most its share
-// of the free capacity (Capacity − InFlight, split across the shards this
-// Dispatcher owns), read by one goroutine so that no pass waits on the
+// of the free capacity (Capacity − InFlight − the batch tasks waiting in
+// the hand-off queues, split across the shards this Dispatcher owns: a
+// release swept while its task waited leaves a stale copy a worker must
+// still fetch, see budget), read by one goroutine so that no pass waits on the
 // reading — on demand only: after passes that released jobs, at most every
 // CapacityRefresh, and every 2 ms while loops wait for capacity; an idle
 // Dispatcher reads none. When it is used up the loops wait for the next
@@ -251,9 +253,9 @@ func New(cfg Config) (*Dispatcher, error) {
 		shards:  cfg.Store.Shards(),
 		metrics: m,
 		leases:  l,
-		budget:  newBudget(cfg.Store, cfg.CapacityRefresh),
 		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
+	d.budget = newBudget(cfg.Store, d.handoffWaiting, cfg.CapacityRefresh)
 	d.passCfg.Store(&d.cfg.Pass)
 	d.wakes = make([]chan int64, d.shards)
 	for i := range d.wakes {

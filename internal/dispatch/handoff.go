@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -217,3 +218,26 @@ func (d *Dispatcher) enqueueTask(ctx context.Context, r wire.Release) {
 // taskQueueLabel is the queue label of task jobs in the hand-off metrics:
 // their queues are the producers', unbounded.
 const taskQueueLabel = "task"
+
+// handoffWaiting counts the batch tasks waiting to be fetched in every
+// hand-off queue (LLEN of asynq's pending list, one pipeline; on a
+// Cluster, go-redis splits it by node). The budget counts them against the
+// free capacity.
+func (d *Dispatcher) handoffWaiting(ctx context.Context) (int, error) {
+	queues := wire.HandoffQueueNames(d.cfg.Prefix)
+	cmds := make([]*redis.IntCmd, len(queues))
+	_, err := d.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			cmds[i] = p.LLen(ctx, AsynqQueueKey(q, "pending"))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("hand-off tasks waiting: %w", err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
+}

@@ -28,7 +28,9 @@ var _ asynq.Handler = (*Worker)(nil)
 //     before the slot, so that the claim reaches Redis at slot − ε/2 and
 //     is accepted (now ≥ slot − ε); a task picked up after its slot claims
 //     at once;
-//  3. claim with tolerance ε: early (before the slot, or the tenant's send
+//  3. unless its lease has run out meanwhile (send time + grace passed:
+//     dropped unclaimed, see lapsed — so are a batch's jobs that have
+//     lapsed before they get a job slot), claim with tolerance ε: early (before the slot, or the tenant's send
 //     schedule does not allow it yet: a later job of the tenant went out
 //     first) → wait the reply's Δ and claim again (up to maxEarlyClaims
 //     times); stale, canceled or returned → done;
@@ -70,6 +72,9 @@ func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 	w.metrics.batchJobs.Observe(float64(len(b.Jobs)))
 	var wg sync.WaitGroup
 	for _, p := range b.Jobs {
+		if w.lapsed(p) {
+			continue // no slot, no claim: the sweep returns it
+		}
 		if err := w.acquire(ctx); err != nil {
 			break // ctx ended: the sweep returns the jobs not started
 		}
@@ -120,6 +125,9 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 		if err := w.sched.Wait(ctx, wait); err != nil {
 			return store.ClaimedJob{}, false
 		}
+		if w.lapsed(p) {
+			return store.ClaimedJob{}, false
+		}
 		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.Settings().Tolerance)
 		if err != nil {
 			w.metrics.claims.WithLabelValues("error").Inc()
@@ -152,6 +160,23 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 			return store.ClaimedJob{}, false
 		}
 	}
+}
+
+// lapsed reports whether p's release has lapsed: its send time + grace —
+// the deadline of the lease its release holds — has passed on the
+// estimate of Redis's clock. Such a job is neither claimed nor given a job
+// slot: the sweep returns it to its tenant's head lane (or has already,
+// and a newer gen is on its way), so a claim could only come back stale or
+// race the sweep. A worker that fetched nothing for a while (CPU
+// starvation, a paused process) thus drops its stale copies without a
+// round trip each and goes on to the fresh releases behind them. Counted
+// as claims of outcome "lapsed".
+func (w *Worker) lapsed(p wire.Payload) bool {
+	if !w.clock.Now().After(p.Slot().Add(w.Settings().Grace)) {
+		return false
+	}
+	w.metrics.claims.WithLabelValues("lapsed").Inc()
+	return true
 }
 
 // claimAt is the local instant to send the claim of a job slotted at slot

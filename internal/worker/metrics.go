@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_claims_total",
-			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, error.",
+			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, error; and lapsed: a release not claimed, its send time + grace passed (the sweep returns it).",
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_attempts_total",
