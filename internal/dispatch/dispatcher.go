@@ -216,16 +216,17 @@ func (c Config) validate() error {
 // Dispatcher runs one loop per shard (see the package documentation). Its
 // methods are safe for concurrent use.
 type Dispatcher struct {
-	cfg     Config
-	shards  int
-	metrics *metrics
-	leases  *leases
-	budget  *budget
-	live    *store.LiveCache                 // task queues served by a live middleware
-	owned   atomic.Int32                     // shards held (all of them with DisableLeases)
-	members atomic.Int32                     // live dispatchers sharing the leases, this one included
-	wakes   []chan int64                     // per shard: the latest published earliest time, µs
-	passCfg atomic.Pointer[store.PassConfig] // Config.Pass under <prefix>:meta's settings (meta.go)
+	cfg       Config
+	shards    int
+	metrics   *metrics
+	leases    *leases
+	budget    *budget
+	live      *store.LiveCache                 // task queues served by a live middleware
+	inspector *asynq.Inspector                 // deletes archived hand-off tasks (archive.go)
+	owned     atomic.Int32                     // shards held (all of them with DisableLeases)
+	members   atomic.Int32                     // live dispatchers sharing the leases, this one included
+	wakes     []chan int64                     // per shard: the latest published earliest time, µs
+	passCfg   atomic.Pointer[store.PassConfig] // Config.Pass under <prefix>:meta's settings (meta.go)
 
 	mu      sync.Mutex
 	started bool
@@ -256,6 +257,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
 	d.budget = newBudget(cfg.Store, d.handoffWaiting, cfg.CapacityRefresh)
+	d.inspector = asynq.NewInspectorFromRedisClient(cfg.Redis)
 	d.passCfg.Store(&d.cfg.Pass)
 	d.wakes = make([]chan int64, d.shards)
 	for i := range d.wakes {
@@ -290,6 +292,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	fanout.Go(func() { d.fanOut(ps.ChannelWithSubscriptions()) })
 	fanout.Go(func() { d.budget.run(runCtx) })
 	fanout.Go(func() { d.followMeta(runCtx) })
+	fanout.Go(func() { d.trimArchives(runCtx) })
 	if !d.cfg.DisableLeases {
 		d.beat(ctx) // the fair share is known before the loops take leases
 		fanout.Go(func() { d.membership(runCtx) })

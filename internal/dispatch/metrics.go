@@ -23,8 +23,9 @@ type metrics struct {
 	resubscribed  prometheus.Counter
 	// By queue: the hand-off queues (wire.HandoffQueueNames), and "task"
 	// for task jobs (one task each, on the producers' queues).
-	handoffJobs    *prometheus.CounterVec
-	handoffBatches *prometheus.CounterVec
+	handoffJobs     *prometheus.CounterVec
+	handoffBatches  *prometheus.CounterVec
+	archivedTrimmed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -79,11 +80,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_dispatch_handoff_batches_total",
 			Help: "asynq tasks the hand-off enqueued, by hand-off queue (\"task\": task jobs, one task each).",
 		}, []string{"queue"}),
+		archivedTrimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_dispatch_archived_tasks_trimmed_total",
+			Help: "Archived hand-off tasks (a batch that outlived its timeout or its worker) deleted after the dead-letter retention.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches} {
+	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches,
+		m.archivedTrimmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register dispatcher metrics: %w", err)
 		}
