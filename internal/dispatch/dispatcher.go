@@ -55,7 +55,9 @@
 // reading.
 //
 // A released task job whose queue has no live middleware is not handed to
-// asynq (the sweep returns it after its grace).
+// asynq (the sweep returns it after its grace). Batch tasks asynq archived
+// (past their timeout, or their worker died) are deleted once archived
+// longer than the dead-letter retention (archive.go).
 //
 // Errors (Redis unavailable) are logged and counted; the loops back off and
 // resume by themselves. A Dispatcher keeps no state outside Redis: killing

@@ -29,12 +29,18 @@ type soakSample struct {
 	accepted int64
 	arrived  int
 	stale    float64 // the worker's stale claims so far (a release swept before its claim)
+	lapsed   float64 // the worker's releases dropped unclaimed so far (fetched after send time + grace)
 	swept    float64 // the dispatcher's swept leases so far
 	load     string
 }
 
-// staleClaims is the worker's series of claims refused as stale.
-const staleClaims = `sluice_worker_claims_total{outcome="stale"}`
+// staleClaims is the worker's series of claims refused as stale;
+// lapsedClaims its releases dropped unclaimed, fetched after their send
+// time + grace.
+const (
+	staleClaims  = `sluice_worker_claims_total{outcome="stale"}`
+	lapsedClaims = `sluice_worker_claims_total{outcome="lapsed"}`
+)
 
 // soakCounts are the producers' outcomes.
 type soakCounts struct {
@@ -101,15 +107,15 @@ func soak(ctx context.Context, e *env, t *table) error {
 
 	read := func(label string) soakSample {
 		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", "sluice_dispatch_swept_total")
-		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims)
+		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims, lapsedClaims)
 		keys, _ := e.rdb.DBSize(ctx).Result()
 		_, n := rec.count()
 		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
 			wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], redis: e.usedMemory(ctx), keys: keys,
-			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
+			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], lapsed: wk[lapsedClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
 		e.logf("soak %s %s: throttler %.0f goroutines %s heap, worker %.0f goroutines %s heap, redis %s, %d keys, accepted %d, arrived %d, "+
-			"swept %.0f, stale claims %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)),
-			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
+			"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)),
+			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 		return s
 	}
 	samples := []soakSample{read("")}
@@ -174,8 +180,8 @@ func soak(ctx context.Context, e *env, t *table) error {
 			"never", "NO")
 	}
 	last := samples[len(samples)-1]
-	t.row(part, "dispatcher leases swept / worker stale claims (releases that reached no worker within grace)",
-		fmt.Sprintf("%.0f / %.0f", last.swept, last.stale), "", "", "", "")
+	t.row(part, "dispatcher leases swept / worker stale claims / releases dropped unclaimed, lapsed (releases that reached no worker within grace)",
+		fmt.Sprintf("%.0f / %.0f / %.0f", last.swept, last.stale, last.lapsed), "", "", "", "")
 	requests, arrived := rec.count()
 	t.row(part, "drain after the producers stopped: jobs delivered (requests beyond one per job)", fmt.Sprintf("%d of %d in %.1f s (%d)",
 		arrived, want, drainTime.Seconds(), requests-arrived), "", "", "all", yes(drained))
@@ -250,14 +256,14 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 
 func printSoakSamples(w *os.File, samples []soakSample) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tload average\t")
+	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tlapsed\tload average\t")
 	for _, s := range samples {
 		at := s.at.Round(time.Second).String()
 		if s.label != "" {
 			at += " (" + s.label + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
-			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.load)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
+			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
