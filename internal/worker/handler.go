@@ -30,10 +30,11 @@ var _ asynq.Handler = (*Worker)(nil)
 //     at once;
 //  3. unless its lease has run out meanwhile (send time + grace passed:
 //     dropped unclaimed, see lapsed — so are a batch's jobs that have
-//     lapsed before they get a job slot), claim with tolerance ε: early (before the slot, or the tenant's send
-//     schedule does not allow it yet: a later job of the tenant went out
-//     first) → wait the reply's Δ and claim again (up to maxEarlyClaims
-//     times); stale, canceled or returned → done;
+//     lapsed before they get a job slot), claim with tolerance ε: early
+//     (before the slot, or the tenant's send schedule does not allow it
+//     yet: a later job of the tenant went out first) → wait the reply's Δ
+//     and claim again (up to maxEarlyClaims times); stale, canceled or
+//     returned → done;
 //  4. wait (on the scheduler) for the claimed slot itself, execute with
 //     the job's timeout (a panic is a retryable failure with reason
 //     "panic"), then finish with the outcome.
