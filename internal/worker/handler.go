@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -204,6 +205,14 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancelFinish()
 	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, store.FinishConfigOf(w.Settings()))
+	if errors.Is(err, store.ErrStale) {
+		// Nothing to retry: the lease was swept before the finish (the job
+		// runs again), or the call was re-sent after its reply was lost
+		// (go-redis re-sends a call whose reply outlived its read timeout)
+		// and the first one recorded the attempt: state says which.
+		w.cfg.Logger.Info("finish stale: the job has moved on", "job", job.ID, "gen", job.Gen, "state", state)
+		return
+	}
 	if err != nil {
 		w.metrics.finishErrors.Inc()
 		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)

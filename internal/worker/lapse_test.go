@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -151,4 +152,29 @@ func (h *harness) handoffWaiting() int {
 		n += int(c)
 	}
 	return n
+}
+
+// TestStaleFinishIsNotAFailure: when the worker's finish finds the job
+// already finished at its gen — the first run of a call re-sent after its
+// reply was lost — nothing is left for the sweep: the finish is not counted
+// as failed, and the job stays succeeded with one recorded attempt.
+func TestStaleFinishIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	exec := worker.ExecutorFunc(func(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
+		o := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204}
+		if _, err := h.st.Finish(ctx, cj.ID, cj.Gen, o, store.FinishConfig{}); err != nil { // the lost first run
+			t.Error(err)
+		}
+		return o
+	})
+	w := h.newWorker(exec, nil)
+	r, task := h.release("t1")
+	h.process(w, task)
+	if n := h.counter("sluice_worker_finish_errors_total"); n != 0 {
+		t.Fatalf("%v finish errors, want 0: a stale finish leaves nothing to retry", n)
+	}
+	if j := h.jobOf(r.ID); j.State != store.StateSucceeded || j.Attempt != 1 {
+		t.Fatalf("job %s: %s after %d attempts, want succeeded after 1", r.ID, j.State, j.Attempt)
+	}
 }
