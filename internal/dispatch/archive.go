@@ -34,18 +34,11 @@ const (
 // trimArchives trims the hand-off queues' archives every archiveTrimEvery
 // until ctx is done.
 func (d *Dispatcher) trimArchives(ctx context.Context) {
-	t := time.NewTicker(archiveTrimEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := d.trimArchived(ctx, time.Now().Add(-d.passConfig().DeadRetention)); err != nil && ctx.Err() == nil {
-				d.cfg.Logger.Warn("trim archived hand-off tasks", "err", err)
-			}
+	every(ctx, archiveTrimEvery, func(ctx context.Context) {
+		if _, err := d.trimArchived(ctx, time.Now().Add(-d.passConfig().DeadRetention)); err != nil && ctx.Err() == nil {
+			d.cfg.Logger.Warn("trim archived hand-off tasks", "err", err)
 		}
-	}
+	})
 }
 
 // trimArchived deletes, through asynq (Inspector.DeleteTask: the archive

@@ -6,12 +6,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -21,17 +18,8 @@ import (
 // and an archived task of another queue stay.
 func TestArchivedHandoffTasksAreTrimmedAfterTheRetention(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
+	d, _, rdb, prefix := newRedisDispatcher(t, 1)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	d, err := New(Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := asynq.NewClientFromRedisClient(rdb)
 	inspector := asynq.NewInspectorFromRedisClient(rdb)
 	now := time.Now()

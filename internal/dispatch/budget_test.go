@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
@@ -157,17 +159,9 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 // other queues do not count, and a fetched task frees its place.
 func TestBudgetCountsTasksWaitingInHandoffQueues(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
+	d, st, rdb, prefix := newRedisDispatcher(t, 2)
 	ctx := context.Background()
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := asynq.NewClientFromRedisClient(rdb)
-	d, err := New(Config{Store: st, Asynq: client, Redis: rdb, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := st.Heartbeat(ctx, "w1", 10, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -211,4 +205,21 @@ func TestBudgetReadingFailsWhenTheHandoffQueuesCannotBeRead(t *testing.T) {
 	if _, err := b.readFree(context.Background()); !errors.Is(err, down) {
 		t.Fatalf("readFree = %v, want the queue count's error", err)
 	}
+}
+
+// newRedisDispatcher is an unstarted Dispatcher on a Store of shards shards
+// on the test's Redis and prefix, its metrics registered.
+func newRedisDispatcher(t *testing.T, shards int) (*Dispatcher, *store.Store, redis.UniversalClient, string) {
+	t.Helper()
+	rdb, prefix := redistest.New(t)
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix,
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, st, rdb, prefix
 }

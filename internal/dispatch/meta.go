@@ -34,15 +34,18 @@ func (d *Dispatcher) readMeta(ctx context.Context) {
 }
 
 // followMeta re-reads <prefix>:meta every MetaRefresh until ctx is done.
-func (d *Dispatcher) followMeta(ctx context.Context) {
-	t := time.NewTicker(d.cfg.MetaRefresh)
+func (d *Dispatcher) followMeta(ctx context.Context) { every(ctx, d.cfg.MetaRefresh, d.readMeta) }
+
+// every calls f every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			d.readMeta(ctx)
+			f(ctx)
 		}
 	}
 }

@@ -68,6 +68,16 @@ func (e *sentExecutor) sent() []string {
 	return slices.Clone(e.ids)
 }
 
+// requireEachOnce fails unless the jobs of rel, and only they, were sent,
+// each once.
+func (e *sentExecutor) requireEachOnce(t *testing.T, rel []wire.Release) {
+	t.Helper()
+	sent := slices.Sorted(slices.Values(e.sent()))
+	if want := slices.Sorted(slices.Values(idsOf(rel))); !slices.Equal(sent, want) {
+		t.Fatalf("sent %v, want each of %v once", sent, want)
+	}
+}
+
 func idsOf(rs []wire.Release) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
@@ -140,11 +150,7 @@ func TestBatchWhoseWorkerDiesHalfWay(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	sent := exec.sent()
-	slices.Sort(sent)
-	if want := slices.Sorted(slices.Values(idsOf(rel))); !slices.Equal(sent, want) {
-		t.Fatalf("sent %v, want each of %v once", sent, want)
-	}
+	exec.requireEachOnce(t, rel)
 	// The old batch's jobs are fenced: claimed stale, or dropped unclaimed
 	// when their send time + grace passed before the worker reached them.
 	if n := h.counter("sluice_worker_claims_total", "outcome=stale") + h.counter("sluice_worker_claims_total", "outcome=lapsed"); n < 4 {
@@ -177,11 +183,7 @@ func TestBatchArrivingAfterSomeJobsWereSweptAndReleased(t *testing.T) {
 		t.Fatalf("the late batch sent %v, want only %s (the other was swept)", got, rel[1].ID)
 	}
 	h.process(w, batchOf(t, again...))
-	sent := exec.sent()
-	slices.Sort(sent)
-	if want := slices.Sorted(slices.Values(idsOf(rel))); !slices.Equal(sent, want) {
-		t.Fatalf("sent %v, want each of %v once", sent, want)
-	}
+	exec.requireEachOnce(t, rel)
 }
 
 // TestBatchSpanningAPause: the tenant is paused while its batch is being
@@ -245,11 +247,7 @@ func TestBatchOfMixedTenantsKeepsEachTenantsSpacing(t *testing.T) {
 	}
 	h.process(w, batchOf(t, rel...))
 
-	sent := exec.sent()
-	slices.Sort(sent)
-	if want := slices.Sorted(slices.Values(idsOf(rel))); !slices.Equal(sent, want) {
-		t.Fatalf("sent %v, want each of %v once", sent, want)
-	}
+	exec.requireEachOnce(t, rel)
 	const eps = 10 * time.Millisecond // newWorker's tolerance
 	for tenant, T := range spacing {
 		var claimed []time.Time

@@ -31,7 +31,9 @@ func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *wo
 		exec = &worker.WebhookExecutor{Client: client}
 	}
 	cfg := worker.Config{Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: 7,
-		Settings: wire.Settings{Tolerance: 10 * time.Millisecond}, Registerer: h.reg, Logger: testLogger(h.t)}
+		// Grace as startDispatcher's and most passes' here: a starved test
+		// machine must not make the worker drop a release as lapsed.
+		Settings: wire.Settings{Tolerance: 10 * time.Millisecond, Grace: 3 * time.Second}, Registerer: h.reg, Logger: testLogger(h.t)}
 	if edit != nil {
 		edit(&cfg)
 	}

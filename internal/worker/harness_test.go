@@ -318,6 +318,7 @@ func (h *harness) startWorker(concurrency int, exec worker.Executor, edit ...fun
 	}
 	cfg := worker.Config{
 		Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: concurrency,
+		Settings:   wire.Settings{Grace: 3 * time.Second}, // startDispatcher's: no release dropped as lapsed before its sweep
 		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"instance": fmt.Sprint(h.instances.Add(1))}, h.reg),
 		Logger:     testLogger(h.t),
 	}
