@@ -274,6 +274,7 @@ func TestBatchHoldsAtMostConcurrencyJobs(t *testing.T) {
 		running  int
 		most     int
 		released = make(chan struct{})
+		release  sync.Once // running may reach 3 again after the release
 	)
 	exec := worker.ExecutorFunc(func(ctx context.Context, _ store.ClaimedJob) wire.AttemptOutcome {
 		mu.Lock()
@@ -282,7 +283,7 @@ func TestBatchHoldsAtMostConcurrencyJobs(t *testing.T) {
 		full := running == 3
 		mu.Unlock()
 		if full {
-			close(released)
+			release.Do(func() { close(released) })
 		}
 		select {
 		case <-released:
