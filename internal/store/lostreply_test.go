@@ -172,14 +172,16 @@ func (c *chaos) finishEnded(all bool) {
 
 // requireDrained fails unless every key left under the prefix, once no job
 // is live, has a TTL or is one a shard keeps for good (its policy, virtual
-// clock and tenant index): the soak's final check, on the store alone.
+// clock, tenant index, its name set and backfill marker: the permanent keys
+// of internal/e2e's expiry test): the soak's final check, on the store
+// alone.
 func (e *env) requireDrained() {
 	e.t.Helper()
 	keys, err := redistest.Keys(e.ctx, e.rdb, e.prefix+":*")
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	permanent := regexp.MustCompile(`^` + regexp.QuoteMeta(e.prefix) + `:\{s\d+\}:(policy|vclock|tenants)$`)
+	permanent := regexp.MustCompile(`^` + regexp.QuoteMeta(e.prefix) + `:\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)$`)
 	for _, k := range keys {
 		if permanent.MatchString(k) {
 			continue
