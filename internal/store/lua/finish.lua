@@ -115,6 +115,7 @@ local function finish_one(r)
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
+  recent_add(t, r, NOW) -- the tenant's ring, saved with it (recent.lua)
 
   if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause
