@@ -21,7 +21,7 @@ local RA_KINDS = {success = 1, retry = 2, throttled = 3, permanent = 4, gone = 5
 -- when the ring holds RA_MAX.
 local function recent_add(t, r, now)
   local id = string.sub(r.id, 1, 255)
-  local rec = struct.pack(RA_HEAD, now, mmin(r.latency, 4294967295), mmin(r.status, 65535),
+  local rec = struct.pack(RA_HEAD, now, mmax(0, mmin(r.latency, 4294967295)), mmax(0, mmin(r.status, 65535)),
     RA_KINDS[r.kind], #id) .. id
   local ra = t.ra or ''
   local n = #ra > 0 and string.byte(ra, 1) or 0
