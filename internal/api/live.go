@@ -32,6 +32,30 @@ type liveView struct {
 	// Points are the series' points after `since`, oldest first, at most
 	// LiveWindow back.
 	Points []livePoint `json:"points"`
+	// RecentAttempts are the tenant's last attempts (store.RecentAttempts,
+	// at most store.RecentMax), newest first, as of the last read.
+	RecentAttempts []recentAttempt `json:"recent_attempts"`
+}
+
+// recentAttempt is one of a tenant's recent attempts.
+type recentAttempt struct {
+	JobID string `json:"job_id"`
+	// Outcome is success, retry, throttled, permanent or gone.
+	Outcome string `json:"outcome"`
+	// Status is the HTTP status, 0 when none.
+	Status    int     `json:"status"`
+	LatencyMS float64 `json:"latency_ms"`
+	// AtMS is when the finish was recorded, Unix milliseconds.
+	AtMS int64 `json:"at"`
+}
+
+func recentOf(rs []store.RecentAttempt) []recentAttempt {
+	out := make([]recentAttempt, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, recentAttempt{JobID: r.JobID, Outcome: r.Outcome, Status: r.Status,
+			LatencyMS: float64(r.Latency.Microseconds()) / 1000, AtMS: r.At.UnixMilli()})
+	}
+	return out
 }
 
 // livePoint is one step of a tenant's series.
@@ -56,7 +80,8 @@ type liveSeries struct {
 	tenant string
 	mu     sync.Mutex
 	last   store.TenantState
-	read   time.Time // local time of last; zero before the first read
+	recent []recentAttempt // as of last
+	read   time.Time       // local time of last; zero before the first read
 	points []livePoint
 	elem   *list.Element
 }
@@ -91,8 +116,9 @@ func (l *liveSet) series(tenant string) *liveSeries {
 
 // live is GET /v1/tenants/{tenant}/live?since= (any key allowed the
 // tenant; read-only): the tenant view and the points of its series after
-// since (Unix ms; absent: all, up to LiveWindow). The tenant's state is read
-// at most once per Options.LiveStep however many poll, and each read adds a point.
+// since (Unix ms; absent: all, up to LiveWindow), and its recent attempts.
+// The tenant's state and recent attempts are read at most once per
+// Options.LiveStep however many poll, and each read adds a point.
 // The series lives in this process: another throttler holds its own.
 func (s *Server) live(r *http.Request, c *call) (int, any, error) {
 	tenant, err := tenantOf(r, c)
@@ -113,9 +139,14 @@ func (s *Server) live(r *http.Request, c *call) (int, any, error) {
 		if err != nil {
 			return 0, nil, s.storeError(r, "tenant_state", err)
 		}
+		recent, err := s.opts.Store.RecentAttempts(r.Context(), tenant)
+		if err != nil {
+			return 0, nil, s.storeError(r, "recent_attempts", err)
+		}
 		ls.add(st)
+		ls.recent = recentOf(recent)
 	}
-	out := liveView{Tenant: tenantViewOf(ls.last), Points: []livePoint{}}
+	out := liveView{Tenant: tenantViewOf(ls.last), Points: []livePoint{}, RecentAttempts: ls.recent}
 	for _, p := range ls.points {
 		if p.AtMS > since {
 			out.Points = append(out.Points, p)

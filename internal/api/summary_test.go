@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 func enqueueN(t *testing.T, st *store.Store, tenant string, n int) []string {
@@ -95,7 +96,8 @@ func TestSummary(t *testing.T) {
 }
 
 // A tenant's live series gains a point per read: the jobs that left the
-// backlog per second between two reads (Redis time), with the rates.
+// backlog per second between two reads (Redis time), with the rates; the
+// tenant's recent attempts come with it.
 func TestTenantLive(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{t: time.Date(2026, 11, 30, 12, 0, 10, 0, time.UTC)}
@@ -143,4 +145,42 @@ func TestTenantLive(t *testing.T) {
 	if r := f.get(t, "/v1/tenants/acme-1/live?since=x", producerToken); r.status != http.StatusBadRequest {
 		t.Fatalf("bad since: %d", r.status)
 	}
+	if ra, ok := r.body["recent_attempts"].([]any); !ok || len(ra) != 0 {
+		t.Fatalf("recent attempts before any: %v, want []", r.body["recent_attempts"])
+	}
+	id, delivered := deliverOne(t, st, clock, ids[2], wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 204, Latency: 1500 * time.Microsecond})
+	clock.Advance(time.Second)
+	r = f.get(t, "/v1/tenants/acme-1/live", producerToken)
+	ra := r.body["recent_attempts"].([]any)
+	want := map[string]any{"job_id": id, "outcome": "success", "status": 204.0, "latency_ms": 1.5, "at": float64(delivered.UnixMilli())}
+	if len(ra) != 1 || fmt.Sprint(ra[0]) != fmt.Sprint(want) {
+		t.Fatalf("recent attempts %v, want [%v]", ra, want)
+	}
+}
+
+// deliverOne releases, claims and finishes the first job due on the shard of
+// job onShard with o, as a worker would, and returns its id and the finish's time.
+func deliverOne(t *testing.T, st *store.Store, clock *testClock, onShard string, o wire.AttemptOutcome) (string, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	shard, err := store.ShardOfJobID(onShard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Pass(ctx, shard, store.PassConfig{Lead: time.Second, MinLead: -1, Grace: time.Second, Capacity: 1})
+	if err != nil || len(res.Released) != 1 {
+		t.Fatalf("pass: %+v, %v; want a job released", res, err)
+	}
+	id := res.Released[0].ID
+	if d := res.Released[0].Slot.Sub(clock.Now()); d > 0 {
+		clock.Advance(d)
+	}
+	c, err := st.Claim(ctx, id, res.Released[0].Gen, 2*time.Millisecond)
+	if err != nil || c.Outcome != store.ClaimOK {
+		t.Fatalf("claim: %+v, %v", c, err)
+	}
+	if _, err := st.Finish(ctx, id, res.Released[0].Gen, o, store.FinishConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return id, clock.Now()
 }

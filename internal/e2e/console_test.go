@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -22,8 +24,10 @@ const viewerKey = "e2e-viewer-key"
 // tenant page's chart gains points while jobs flow; pause from the page and
 // see the state in the API; edit a policy, then a stale edit shows the
 // conflict and changes nothing; replay a dead letter and see it delivered;
-// a read-only key sees no write button and the API refuses its forged
-// write. Screenshots of the overview and a tenant page go to .sluice/ui/.
+// webhook secrets created, rotated and deleted from the page (the API
+// agrees; no secret left in the page once its dialog closed); a read-only
+// key sees no write button and the API refuses its forged write; the tenant
+// page lists recent attempts. Screenshots of the overview and a tenant page go to .sluice/ui/.
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, options{
@@ -32,7 +36,8 @@ func TestConsole(t *testing.T) {
 			"dlq": "{rate: 20/s, retry: {max_attempts: 1}}",
 		},
 		sections: map[string]string{"auth": fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}, `+
-			`{name: viewer, key: %q, tenants: ["*"]}]}`, adminKey, viewerKey)},
+			`{name: viewer, key: %q, tenants: ["*"]}]}`, adminKey, viewerKey),
+			"secrets": fmt.Sprintf("{key: %q}", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))},
 	})
 	p := c.startThrottler()
 	c.startWorker()
@@ -72,6 +77,7 @@ func TestConsole(t *testing.T) {
 			return false, fmt.Sprintf("no point with deliveries at rate 2/s: %+v", live.Points)
 		})
 		b.waitJS(tab, "a quarter minute of points", `Number(document.querySelector('#chart').dataset.points) >= 15`)
+		requireRecentAttempts(t, b, tab, c, p)
 		b.screenshot(tab, "tenant.png")
 	})
 
@@ -127,6 +133,27 @@ func TestConsole(t *testing.T) {
 		b.run(tab, "dead letters empty", chromedp.WaitVisible(chromedp.CSS(`p#dead`)))
 	})
 
+	t.Run("secrets: create, rotate, delete; none rendered after its dialog", func(t *testing.T) {
+		b.run(tab, "open charlie", chromedp.Navigate(p.url()+"/ui/#/tenant/charlie"), chromedp.WaitVisible(chromedp.CSS(`p#secrets`)))
+		first := newSecretInUI(t, b, tab)
+		if got := apiSecrets(t, c, p, "charlie"); len(got) != 1 || got[0].ID != first || got[0].ExpiresAt != nil {
+			t.Fatalf("after create: %+v, want %s alone, no expiry", got, first)
+		}
+		b.run(tab, "listed", chromedp.WaitVisible(chromedp.CSS(`#secrets tr[data-secret="`+first+`"]`)))
+		second := newSecretInUI(t, b, tab) // a rotation: the first expires in 24 h
+		got := apiSecrets(t, c, p, "charlie")
+		if len(got) != 2 || got[0].ID != first || got[0].ExpiresAt == nil || got[1].ID != second || got[1].ExpiresAt != nil {
+			t.Fatalf("after rotate: %+v, want %s expiring, %s not", got, first, second)
+		}
+		b.run(tab, "both listed", chromedp.WaitVisible(chromedp.CSS(`#secrets tr[data-secret="`+second+`"]`)))
+		evalJS[bool](b, tab, "accept the confirmation", `(window.confirm = () => true, true)`)
+		b.run(tab, "delete the first", chromedp.Click(chromedp.CSS(`#secrets tr[data-secret="`+first+`"] .secret-delete`)))
+		b.waitJS(tab, "deleted from the list", `!document.querySelector('#secrets tr[data-secret="`+first+`"]') && !!document.querySelector('#secrets tr[data-secret="`+second+`"]')`)
+		if got := apiSecrets(t, c, p, "charlie"); len(got) != 1 || got[0].ID != second {
+			t.Fatalf("after delete: %+v, want %s alone", got, second)
+		}
+	})
+
 	t.Run("a read-only key sees no write button; the API refuses its forged write", func(t *testing.T) {
 		ro := b.tab()
 		signIn(b, ro, p, viewerKey)
@@ -150,6 +177,67 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("20 pages' polls", func(t *testing.T) { pollCost(t, c, p, 10*time.Second) })
+}
+
+// requireRecentAttempts waits for the tenant page's recent attempts table to
+// list at least 3 deliveries and checks its newest row against the job in
+// the API (a success: the job succeeded, with that status on its last
+// attempt; its latency shown in ms).
+func requireRecentAttempts(t *testing.T, b *browser, tab context.Context, c *cluster, p *proc) {
+	t.Helper()
+	b.waitJS(tab, "recent attempts listed", `document.querySelectorAll('#recent-attempts tbody tr').length >= 3`)
+	row := evalJS[[]string](b, tab, "newest attempt", `[...document.querySelector('#recent-attempts tbody tr').cells].map((td) => td.textContent)`)
+	if len(row) != 5 {
+		t.Fatalf("recent attempt row %q, want 5 cells", row)
+	}
+	var j struct {
+		Tenant   string `json:"tenant"`
+		State    string `json:"state"`
+		Attempts []struct {
+			Status int `json:"status"`
+		} `json:"attempts"`
+	}
+	if st := c.call(p, http.MethodGet, "/v1/jobs/"+row[1], nil, &j); st != http.StatusOK || j.Tenant != "alpha" || len(j.Attempts) == 0 {
+		t.Fatalf("the newest recent attempt's job %s: %d %+v", row[1], st, j)
+	}
+	last := j.Attempts[len(j.Attempts)-1]
+	if row[2] != "success" || j.State != "succeeded" || row[3] != fmt.Sprint(last.Status) || !strings.HasSuffix(row[4], " ms") {
+		t.Fatalf("recent attempt row %q, the job: %+v", row, j)
+	}
+}
+
+// newSecretInUI clicks the secrets' create/rotate button on the open tenant
+// page, reads the new secret from its dialog, closes it and requires that no
+// secret is left in the page; it returns the secret's id.
+func newSecretInUI(t *testing.T, b *browser, tab context.Context) string {
+	t.Helper()
+	b.run(tab, "new secret", chromedp.Click(chromedp.CSS(`#secret-rotate`)), chromedp.WaitVisible(chromedp.CSS(`#secret-dialog[open] #secret-value`)))
+	b.waitJS(tab, "secret shown", `document.querySelector('#secret-value').textContent.startsWith('whsec_')`)
+	value := evalJS[string](b, tab, "secret", `document.querySelector('#secret-value').textContent`)
+	id := strings.TrimPrefix(evalJS[string](b, tab, "secret id", `document.querySelector('#secret-id').textContent`), "id ")
+	b.run(tab, "close the dialog", chromedp.Click(chromedp.CSS(`#secret-close`)))
+	b.waitJS(tab, "dialog closed", `!document.querySelector('#secret-dialog').open`)
+	page := evalJS[string](b, tab, "page", `document.documentElement.outerHTML`)
+	if id == "" || strings.Contains(page, value) || strings.Contains(page, "whsec_") {
+		t.Fatalf("after the dialog closed: id %q, the page still holds the secret: %v", id, strings.Contains(page, value))
+	}
+	return id
+}
+
+// apiSecret is an item of GET /v1/tenants/{t}/secrets.
+type apiSecret struct {
+	ID        string  `json:"id"`
+	ExpiresAt *string `json:"expires_at"`
+}
+
+// apiSecrets lists tenant's live secrets by API, oldest first.
+func apiSecrets(t *testing.T, c *cluster, p *proc, tenant string) []apiSecret {
+	t.Helper()
+	var out []apiSecret
+	if st := c.call(p, http.MethodGet, "/v1/tenants/"+tenant+"/secrets", nil, &out); st != http.StatusOK {
+		t.Fatalf("GET secrets of %s: %d", tenant, st)
+	}
+	return out
 }
 
 // pollCost logs the throttler's CPU share while 20 pages poll as the

@@ -13,7 +13,7 @@ import (
 // builders, policy merge, tenant state, reschedule), lifecycle.lua the job
 // lifecycle helpers (head lane, attempt log, retry curve, dead letters,
 // tenant cache). They are assembled once, at init: built-in defaults, clock,
-// lib, lifecycle, tenants, script (the standalone scripts: clock, script).
+// lib, recent, lifecycle, tenants, script (the standalone scripts: clock, script).
 var (
 	//go:embed lua/clock.lua
 	luaClock string
@@ -21,6 +21,8 @@ var (
 	luaLib string
 	//go:embed lua/lifecycle.lua
 	luaLifecycle string
+	//go:embed lua/recent.lua
+	luaRecent string
 	//go:embed lua/enqueue.lua
 	luaEnqueue string
 	//go:embed lua/cancel.lua
@@ -111,9 +113,9 @@ var (
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
-// defaults, clock.lua, lib.lua, lifecycle.lua and tenants.lua.
+// defaults, clock.lua, lib.lua, recent.lua, lifecycle.lua and tenants.lua.
 func prologue() string {
-	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaRecent + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
 }
 
 // assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as

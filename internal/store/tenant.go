@@ -10,7 +10,7 @@ import (
 // TenantState is a snapshot of one tenant, as its next decision would see it.
 //
 // Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times,
-// all but rs stored packed in the hash's field s: their values in lib.lua T_FIELDS' order,
+// all but rs and ra stored packed in the hash's field s: their values in lib.lua T_FIELDS' order,
 // each a little-endian IEEE 754 double (exact: every value is an integer
 // below 2⁵³; lib.lua load_tenant). A field stored under its own
 // name (as before s existed) is read over s and folded into it at the next
@@ -48,6 +48,8 @@ import (
 //	                    held out by the release cap): a claim or finish that
 //	                    leaves it equal keeps the score. Stored beside s, as
 //	                    its own field (not packed)
+//	ra                  the ring of the tenant's last attempts (lua/recent.lua,
+//	                    binary, not packed; RecentAttempts reads it)
 //	c1                  1: every job of the tenant costs 1 (set by an enqueue
 //	                    into a tenant holding no job, cleared by a costlier
 //	                    enqueue or replay), so its next job's cost needs no read

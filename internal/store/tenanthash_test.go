@@ -157,7 +157,8 @@ func (e *env) toNamedFields(tenant string) {
 // A tenant stored field by field (before the packed field s) is read as it
 // was written and migrated at its first save: two tenants taken through the
 // same steps, one of them rewritten field by field midway, end in the same
-// state, and the rewritten one's hash holds fields s and rs (a new digest) only.
+// state, and the rewritten one's hash holds fields s, rs (a new digest) and ra
+// (its recent attempts) only.
 func TestTenantNamedFieldsReadAndMigrated(t *testing.T) {
 	t.Parallel()
 	e := newEnvShards(t, 1)
@@ -195,7 +196,7 @@ func TestTenantNamedFieldsReadAndMigrated(t *testing.T) {
 	steps(3)
 	same("after more steps")
 	h := e.rdb.HGetAll(e.ctx, e.store.keys.tenant("acme")).Val()
-	if len(h) != 2 || h["s"] == "" || h["rs"] == "1234567890123" {
+	if len(h) != 3 || h["s"] == "" || h["ra"] == "" || h["rs"] == "1234567890123" { // ra: recent.lua
 		t.Fatalf("acme not migrated: fields %v", slices.Sorted(maps.Keys(h)))
 	}
 	e.requireConsistent()

@@ -80,9 +80,12 @@ document.getElementById('signout').addEventListener('click', () => {
   location.hash = '#/';
   route();
 });
-document.getElementById('secret-close').addEventListener('click', () => {
+// The new secret leaves the page when its dialog closes, by the button or
+// by Escape.
+document.getElementById('secret-close').addEventListener('click', () => document.getElementById('secret-dialog').close());
+document.getElementById('secret-dialog').addEventListener('close', () => {
   document.getElementById('secret-value').textContent = '';
-  document.getElementById('secret-dialog').close();
+  document.getElementById('secret-id').textContent = '';
 });
 window.addEventListener('hashchange', route);
 route();

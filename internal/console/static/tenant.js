@@ -1,5 +1,5 @@
 // tenant.js — one tenant: its live chart and numbers (a 1 s poll of
-// GET /v1/tenants/{t}/live), policy (edit with If-Match: a conflict is
+// GET /v1/tenants/{t}/live), its recent attempts (from the same poll), policy (edit with If-Match: a conflict is
 // shown, never overwritten), pause/resume, dead letters, secrets.
 import { call, get, enc } from './api.js';
 import { h, fmtNum, fmtSecs, fmtRate, badge, table, errorText, card } from './ui.js';
@@ -12,13 +12,14 @@ export function tenant(main, { me, arg: id }) {
   ctx.head = h('div', { class: 'toolbar' });
   ctx.cards = h('div', { class: 'cards', id: 'tenant-stats' });
   ctx.chart = newChart();
+  ctx.recent = h('div', { id: 'recent-box' });
   ctx.policy = h('div', { id: 'policy' });
   ctx.deadBox = h('div', { id: 'dead-box' });
   ctx.secrets = h('div', { id: 'secrets-box' });
   main.append(h('h1', { id: 'tenant-title' }, `Tenant ${id}`), ctx.status, ctx.head, ctx.cards,
     h('h2', {}, 'Deliveries per second (up to the last 15 minutes)'), ctx.chart,
     h('p', { class: 'muted' }, 'Jobs that left the backlog each second (delivered, dead-lettered or canceled), as this throttler sampled them once a second since the tenant was first opened on it.'),
-    h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Dead letters'), ctx.deadBox,
+    h('h2', {}, 'Recent attempts'), ctx.recent, h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Dead letters'), ctx.deadBox,
     h('h2', {}, 'Webhook secrets'), ctx.secrets);
   let alive = true, timer = 0;
   const tick = async () => {
@@ -39,6 +40,7 @@ async function poll(ctx) {
     while (ctx.points.length && ctx.points[0].t < cut) ctx.points.shift();
     draw(ctx.chart, ctx.points);
     showView(ctx, live.tenant);
+    showRecent(ctx, live.recent_attempts || []);
     errorText(ctx.status, null);
   } catch (err) { errorText(ctx.status, err); }
 }
@@ -62,6 +64,21 @@ function showView(ctx, t) {
     card('stat-dead', 'dead letters', fmtNum(t.dead_letters)));
   if (first) showPolicy(ctx);
   if (t.dead_letters !== ctx.dead) { ctx.dead = t.dead_letters; loadDead(ctx); }
+}
+
+// showRecent shows the tenant's last attempts, newest first; the table is
+// rebuilt only when they changed.
+function showRecent(ctx, rs) {
+  const key = rs.length ? `${rs.length}:${rs[0].at}:${rs[0].job_id}` : '0';
+  if (key === ctx.recentKey) return;
+  ctx.recentKey = key;
+  ctx.recent.replaceChildren(rs.length ? table('recent-attempts', [
+    ['finished', (a) => new Date(a.at).toISOString()],
+    ['job', (a) => h('a', { href: `#/job/${enc(a.job_id)}` }, a.job_id)],
+    ['outcome', (a) => h('span', { class: `outcome ${a.outcome}` }, a.outcome)],
+    ['status', (a) => (a.status ? String(a.status) : '–'), true],
+    ['latency', (a) => `${fmtNum(a.latency_ms)} ms`, true]], rs)
+    : h('p', { class: 'muted', id: 'recent-attempts' }, 'None yet.'));
 }
 
 async function act(ctx, what) {
@@ -155,8 +172,9 @@ async function loadSecrets(ctx) {
     const cols = [['id', (s) => s.id], ['created', (s) => s.created_at || '–'], ['expires', (s) => s.expires_at || 'no expiry'],
       ['', (s) => h('button', { type: 'button', class: 'danger secret-delete', onclick: () => delSecret(ctx, msg, s.id) }, 'Delete')]];
     ctx.secrets.replaceChildren(
-      list.length ? table('secrets', cols, list) : h('p', { class: 'muted', id: 'secrets' }, 'No secret by API.'),
-      h('button', { type: 'button', id: 'secret-rotate', onclick: () => rotate(ctx, msg) }, 'Rotate (new secret; the others expire in 24 h)'), msg);
+      list.length ? table('secrets', cols, list, (s) => ({ 'data-secret': s.id })) : h('p', { class: 'muted', id: 'secrets' }, 'No secret by API.'),
+      h('button', { type: 'button', id: 'secret-rotate', onclick: () => rotate(ctx, msg) },
+        list.length ? 'Rotate (new secret; the others expire in 24 h)' : 'Create a secret'), msg);
   } catch (err) {
     if (err.code === 'secrets_disabled') msg.className = 'muted';
     errorText(msg, err);

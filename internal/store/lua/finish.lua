@@ -125,6 +125,7 @@ local function finish_one(r)
     j.pending[#j.pending + 1] = 'result'
     j.pending[#j.pending + 1] = r.result
   end
+  recent_add(t, r, NOW) -- the tenant's ring, saved with it (recent.lua)
 
   if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause

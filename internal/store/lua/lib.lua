@@ -191,7 +191,8 @@ end
 -- (the representation before s, or a test's write) overrides s, and
 -- save_tenant folds it into s and deletes it: an older tenant is migrated
 -- on its first save. Field rs (sched_sig's digest, a string) is stored
--- beside s, in the same HSET. load_tenant remembers what was stored
+-- beside s, in the same HSET; so is field ra (recent.lua: the ring of the
+-- tenant's last attempts), read by the same HGETALL (t.ra). load_tenant remembers what was stored
 -- (T_STORED) so that save_tenant writes only what changed, and whether the
 -- tenant was busy (T_BUSY, see expire_tenant).
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
@@ -232,13 +233,15 @@ end
 
 local function load_tenant(tn, p)
   local all = rcall('HGETALL', k_tenant(tn))
-  local packed, rs, named = nil, '', nil
+  local packed, rs, ra, named = nil, '', '', nil
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
       packed = all[i + 1]
     elseif f == 'rs' then
       rs = all[i + 1]
+    elseif f == 'ra' then
+      ra = all[i + 1]
     elseif T_INDEX[f] then
       named = named or {}
       named[#named + 1] = f
@@ -249,12 +252,12 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
-  t.rs = rs
+  t.rs, t.ra = rs, ra
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
-  T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, named = named}, busy(t)
+  T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, ra = ra, named = named}, busy(t)
   return t
 end
 
@@ -272,6 +275,10 @@ local function save_tenant(tn, t)
     args[#args + 1] = 'rs'
     args[#args + 1] = t.rs
   end
+  if t.ra ~= stored.ra then
+    args[#args + 1] = 'ra'
+    args[#args + 1] = t.ra
+  end
   if #args == 0 then return end
   local key = k_tenant(tn)
   -- A tenant hash created here enters the shard's tenant index and its
@@ -282,7 +289,7 @@ local function save_tenant(tn, t)
   end
   rcall('HSET', key, unpack(args))
   if stored.named then rcall('HDEL', key, unpack(stored.named)) end
-  T_STORED[t] = {packed = packed, rs = t.rs}
+  T_STORED[t] = {packed = packed, rs = t.rs, ra = t.ra}
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
