@@ -216,7 +216,7 @@ func newSecretInUI(t *testing.T, b *browser, tab context.Context) string {
 	value := evalJS[string](b, tab, "secret", `document.querySelector('#secret-value').textContent`)
 	id := strings.TrimPrefix(evalJS[string](b, tab, "secret id", `document.querySelector('#secret-id').textContent`), "id ")
 	b.run(tab, "close the dialog", chromedp.Click(chromedp.CSS(`#secret-close`)))
-	b.waitJS(tab, "dialog closed", `!document.querySelector('#secret-dialog').open`)
+	b.waitJS(tab, "dialog closed and emptied", `!document.querySelector('#secret-dialog').open && document.querySelector('#secret-value').textContent === ''`)
 	page := evalJS[string](b, tab, "page", `document.documentElement.outerHTML`)
 	if id == "" || strings.Contains(page, value) || strings.Contains(page, "whsec_") {
 		t.Fatalf("after the dialog closed: id %q, the page still holds the secret: %v", id, strings.Contains(page, value))

@@ -80,12 +80,17 @@ document.getElementById('signout').addEventListener('click', () => {
   location.hash = '#/';
   route();
 });
-// The new secret leaves the page when its dialog closes, by the button or
-// by Escape.
-document.getElementById('secret-close').addEventListener('click', () => document.getElementById('secret-dialog').close());
-document.getElementById('secret-dialog').addEventListener('close', () => {
+// The new secret leaves the page when its dialog closes: at once by the
+// button, and by the close event (which the browser fires a task later) for
+// Escape.
+function clearSecret() {
   document.getElementById('secret-value').textContent = '';
   document.getElementById('secret-id').textContent = '';
+}
+document.getElementById('secret-close').addEventListener('click', () => {
+  clearSecret();
+  document.getElementById('secret-dialog').close();
 });
+document.getElementById('secret-dialog').addEventListener('close', clearSecret);
 window.addEventListener('hashchange', route);
 route();
