@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -91,7 +92,7 @@ func Copy(ctx context.Context, src, dst redis.UniversalClient, prefix string, o 
 	if rep.Leased, err = countLeased(ctx, src, meta); err != nil {
 		return rep, err
 	}
-	err = forEachMaster(ctx, src, func(ctx context.Context, node redis.Cmdable) error {
+	err = redisscript.ForEachMaster(ctx, src, func(ctx context.Context, node redis.UniversalClient) error {
 		return copyNode(ctx, node, dst, prefix, o, &rep)
 	})
 	if err != nil {
@@ -230,7 +231,7 @@ func checkStopped(ctx context.Context, src redis.UniversalClient, meta wire.Meta
 		}
 		return nil
 	}
-	return forEachMaster(ctx, src, func(ctx context.Context, node redis.Cmdable) error {
+	return redisscript.ForEachMaster(ctx, src, func(ctx context.Context, node redis.UniversalClient) error {
 		iter := node.Scan(ctx, 0, meta.Prefix+":*", scanCount).Iterator()
 		for iter.Next(ctx) {
 			key := iter.Val()
@@ -263,13 +264,4 @@ func countLeased(ctx context.Context, src redis.UniversalClient, meta wire.Meta)
 		total += int(n)
 	}
 	return total, nil
-}
-
-// forEachMaster runs fn on every master of a Cluster client, else once on
-// the client itself (a single node or a Sentinel-managed primary).
-func forEachMaster(ctx context.Context, c redis.UniversalClient, fn func(context.Context, redis.Cmdable) error) error {
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return fn(ctx, node) })
-	}
-	return fn(ctx, c)
 }

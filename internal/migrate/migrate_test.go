@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -94,7 +95,7 @@ func keysOf(t *testing.T, ctx context.Context, c redis.UniversalClient, prefix s
 		mu   sync.Mutex
 		keys []string
 	)
-	err := forEachMaster(ctx, c, func(ctx context.Context, node redis.Cmdable) error {
+	err := redisscript.ForEachMaster(ctx, c, func(ctx context.Context, node redis.UniversalClient) error {
 		ks, err := node.Keys(ctx, prefix+":*").Result()
 		mu.Lock()
 		defer mu.Unlock()
