@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -41,9 +42,9 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// queueSlot is the hash slot of asynq queue q: asynq's keys of a queue are
-// "asynq:{<q>}:…", so the queue's name is their hash tag.
-func queueSlot(q string) int { return keySlot("asynq:{" + q + "}:pending") }
+// queueSlot is the hash slot of asynq queue q: asynq's keys of a queue
+// (dispatch.AsynqQueueKey) carry the queue's name as their hash tag.
+func queueSlot(q string) int { return keySlot(dispatch.AsynqQueueKey(q, "pending")) }
 
 // spread is how handed-off jobs fall on Redis Cluster hash slots.
 type spread struct {
