@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -92,8 +93,20 @@ func Copy(ctx context.Context, src, dst redis.UniversalClient, prefix string, o 
 	if rep.Leased, err = countLeased(ctx, src, meta); err != nil {
 		return rep, err
 	}
+	// A Cluster's masters are walked at once: each counts into its own
+	// report, added to rep under mu when its walk ends.
+	var mu sync.Mutex
 	err = redisscript.ForEachMaster(ctx, src, func(ctx context.Context, node redis.UniversalClient) error {
-		return copyNode(ctx, node, dst, prefix, o, &rep)
+		part := Report{ByKind: map[string]int{}}
+		err := copyNode(ctx, node, dst, prefix, o, &part)
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Keys += part.Keys
+		rep.Skipped += part.Skipped
+		for k, n := range part.ByKind {
+			rep.ByKind[k] += n
+		}
+		return err
 	})
 	if err != nil {
 		return rep, err

@@ -275,3 +275,22 @@ func TestKindOfLeavesProcessKeysBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyFromAClusterWalksItsMastersAtOnce: a Cluster source's masters are
+// copied concurrently (redisscript.ForEachMaster); every key arrives and
+// the report counts each once (run with -race: the counts are per master).
+func TestCopyFromAClusterWalksItsMastersAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src := redistest.NewCluster(t, redistest.ClusterConfig{NoReplicas: true}).Client()
+	dst, prefix := redistest.New(t)
+	newDeployment(t, ctx, src, prefix)
+	rep, err := Copy(ctx, src, dst, prefix, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := keysOf(t, ctx, src, prefix)
+	if got := keysOf(t, ctx, dst, prefix); !slices.Equal(got, want) || rep.Keys != len(want) {
+		t.Fatalf("copied %d keys (report %d), want %d", len(got), rep.Keys, len(want))
+	}
+}
