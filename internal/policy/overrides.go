@@ -94,7 +94,7 @@ func (o Overrides) applyTo(p *Policy) {
 		p.MaxResultBytes = int64(*o.MaxResultBytes)
 	}
 	if o.ResultHeaders != nil {
-		p.ResultHeaders = cloneHeaders(o.ResultHeaders)
+		p.ResultHeaders = slices.Clone(o.ResultHeaders)
 	}
 }
 

@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"net/textproto"
-	"slices"
 	"strings"
 )
 
@@ -43,7 +42,7 @@ func ResultHeaderAllowed(allow []string, name string) bool {
 	return false
 }
 
-// checkResultHeaders checks result_headers: at most MaxResultHeaders
+// resultHeaders checks result_headers: at most MaxResultHeaders
 // entries, each a header name token, optionally ending in "*".
 func (c *checker) resultHeaders(h []string) {
 	if len(h) > MaxResultHeaders {
@@ -64,6 +63,3 @@ func validToken(s string) bool {
 		return r <= ' ' || r >= 0x7f || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
 	})
 }
-
-// cloneHeaders copies a result_headers list (nil stays nil).
-func cloneHeaders(h []string) []string { return slices.Clone(h) }

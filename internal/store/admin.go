@@ -116,13 +116,7 @@ func (s *Store) Replay(ctx context.Context, id string) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("replay job %q: %w", id, err)
 	}
-	var d decoder
-	acked := 0
-	if s.waiting() {
-		d, acked, err = s.runWaited(ctx, scriptReplay, shard, id)
-	} else {
-		d, err = s.run(ctx, scriptReplay, shard, id)
-	}
+	d, acked, err := s.runWaited(ctx, scriptReplay, shard, id)
 	if errors.Is(err, ErrConflict) {
 		state := State(d.str(1))
 		if derr := d.Err(); derr != nil {

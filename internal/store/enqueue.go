@@ -141,13 +141,7 @@ func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Res
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
-	var d decoder
-	acked := 0
-	if s.waiting() {
-		d, acked, err = s.runWaited(ctx, scriptEnqueue, shard, args...)
-	} else {
-		d, err = s.run(ctx, scriptEnqueue, shard, args...)
-	}
+	d, acked, err := s.runWaited(ctx, scriptEnqueue, shard, args...)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}

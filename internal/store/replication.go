@@ -40,8 +40,13 @@ func (s *Store) waiting() bool { return s.wait.Replicas > 0 }
 
 // runWaited is run (sc on shard with the conventional arguments) followed
 // by WAIT on the same connection: it also returns how many replicas
-// confirmed the call's writes. Only for scripts built on lib.lua.
+// confirmed the call's writes. Only for scripts built on lib.lua. When
+// writes need no confirmation (not waiting) it is run, with 0 acked.
 func (s *Store) runWaited(ctx context.Context, sc *script, shard int, args ...any) (decoder, int, error) {
+	if !s.waiting() {
+		d, err := s.run(ctx, sc, shard, args...)
+		return d, 0, err
+	}
 	version, _ := library()
 	r, acked, err := s.runner.RunFunctionWait(ctx, s.wait, qualified(version, sc.name), sc.eval,
 		[]string{s.keys.ready(shard)}, s.argv(shard, args...)...)

@@ -39,7 +39,22 @@ func (st TenantState) InflowPerSecond() float64 {
 // Paused reports whether the tenant cannot send now for a pause: an
 // operator's (indefinite or timed) or an upstream's.
 func (st TenantState) Paused() bool {
-	return st.AdminPaused || st.AdminUntil.After(st.Now) || st.PausedUntil.After(st.Now)
+	return pausedAt(st.Now, st.AdminPaused, st.AdminUntil, st.PausedUntil)
+}
+
+// pausedAt is Paused of TenantState and TenantSummary: an operator's pause
+// (indefinite, or timed and not over at now) or an upstream's not over.
+func pausedAt(now time.Time, adminPaused bool, adminUntil, pausedUntil time.Time) bool {
+	return adminPaused || adminUntil.After(now) || pausedUntil.After(now)
+}
+
+// waitedSince is how long the job queued at oldest has waited at now; 0
+// when none is queued (oldest zero) or oldest is not before now.
+func waitedSince(now, oldest time.Time) time.Duration {
+	if oldest.IsZero() || !now.After(oldest) {
+		return 0
+	}
+	return now.Sub(oldest)
 }
 
 // Forecast is a tenant's drain forecast at TenantState.Now.
@@ -70,10 +85,7 @@ type Forecast struct {
 // concurrency cap and scheduled jobs' run_at are not counted: the ETA is a
 // lower bound when they bind.
 func (st TenantState) Forecast() Forecast {
-	f := Forecast{InflowPerSecond: st.InflowPerSecond()}
-	if !st.OldestQueuedAt.IsZero() && st.Now.After(st.OldestQueuedAt) {
-		f.OldestJobAge = st.Now.Sub(st.OldestQueuedAt)
-	}
+	f := Forecast{InflowPerSecond: st.InflowPerSecond(), OldestJobAge: waitedSince(st.Now, st.OldestQueuedAt)}
 	f.Draining = !st.Disabled && !st.Paused() && f.InflowPerSecond < st.EffectiveRate()
 	if st.Disabled || st.AdminPaused {
 		return f
@@ -109,16 +121,11 @@ type TenantSummary struct {
 
 // Paused is TenantState.Paused.
 func (s TenantSummary) Paused() bool {
-	return s.AdminPaused || s.AdminUntil.After(s.Now) || s.PausedUntil.After(s.Now)
+	return pausedAt(s.Now, s.AdminPaused, s.AdminUntil, s.PausedUntil)
 }
 
 // OldestJobAge is how long the oldest queued job has waited; 0 when none.
-func (s TenantSummary) OldestJobAge() time.Duration {
-	if s.OldestQueuedAt.IsZero() || !s.Now.After(s.OldestQueuedAt) {
-		return 0
-	}
-	return s.Now.Sub(s.OldestQueuedAt)
-}
+func (s TenantSummary) OldestJobAge() time.Duration { return waitedSince(s.Now, s.OldestQueuedAt) }
 
 // tenantListStep is the COUNT hint of one tenant_list.lua call.
 const tenantListStep = 250
