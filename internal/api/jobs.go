@@ -81,9 +81,6 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	it.IdemKey, it.Fingerprint = key, sha256.Sum256(raw)
-	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
-		s.webhookSecretRefusal(&it, tenant)
-	}
 	if spec.Type == wire.TypeTask {
 		refusal, err := s.taskQueueRefusal(r, &it, spec.Queue)
 		if err != nil {
@@ -260,9 +257,6 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
-	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
-		s.webhookSecretRefusal(&it, capacity.tenant)
-	}
 	return it, taskQueue, nil
 }
 
@@ -336,7 +330,8 @@ func clipMessage(msg string) string {
 // IdemKey and Fingerprint are left to the caller. A cost above
 // policy.MaxBurst is refused naming the tenant's capacity (capacity reads
 // it; 503 when it cannot); a smaller cost is checked against the tenant's
-// policy by the store's enqueue script.
+// policy by the store's enqueue script. A webhook job, or a job with a
+// callback, carries the no_webhook_secret refusal (webhookSecretRefusal).
 func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, error) {
 	maxCost, err := capacity.maxCost(spec)
 	if err != nil {
@@ -348,7 +343,11 @@ func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, e
 	if err := errors.Join(errs...); err != nil {
 		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
-	return store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical(), Callback: a.Callback}, nil
+	it := store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical(), Callback: a.Callback}
+	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
+		s.webhookSecretRefusal(&it, capacity.tenant)
+	}
+	return it, nil
 }
 
 // egressRefusal is a *job.FieldError for field when raw (a URL, "" =

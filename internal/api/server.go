@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 )
@@ -242,10 +243,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // slot map first, so a promoted replica replaces a dead master), else the
 // one Redis (a Sentinel client's current primary).
 func pingAll(ctx context.Context, rdb redis.UniversalClient) error {
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
-	}
-	return rdb.Ping(ctx).Err()
+	return redisscript.ForEachMaster(ctx, rdb, func(ctx context.Context, c redis.UniversalClient) error { return c.Ping(ctx).Err() })
 }
 
 // call is what a /v1 handler knows about its request beyond *http.Request.

@@ -73,14 +73,22 @@ func urlForm(u string) (string, RedisKind) {
 // so a frozen Redis held an API request for 15 s). Commands without a
 // deadline keep go-redis's read and write timeouts.
 func (r RedisConfig) Client() (redis.UniversalClient, error) {
-	c, err := r.client()
+	build, err := r.builder()
 	if err != nil {
 		return nil, fmt.Errorf("redis.url: %w", err)
 	}
-	return c, nil
+	return build(), nil
 }
 
-func (r RedisConfig) client() (redis.UniversalClient, error) {
+// checkURL reports what keeps Client from building r's client.
+func (r RedisConfig) checkURL() error {
+	_, err := r.builder()
+	return err
+}
+
+// builder parses r's options for its Kind and returns what builds the
+// client from them (with ContextTimeoutEnabled); it connects nothing.
+func (r RedisConfig) builder() (func() redis.UniversalClient, error) {
 	switch r.Kind() {
 	case RedisCluster:
 		o, err := r.clusterOptions()
@@ -88,36 +96,22 @@ func (r RedisConfig) client() (redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(o), nil
+		return func() redis.UniversalClient { return redis.NewClusterClient(o) }, nil
 	case RedisSentinel:
 		o, err := r.failoverOptions()
 		if err != nil {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewFailoverClient(o), nil
+		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	default:
 		o, err := parseURL(r.URL, redis.ParseURL)
 		if err != nil {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
-		return redis.NewClient(o), nil
+		return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 	}
-}
-
-// checkURL reports what keeps Client from building r's client.
-func (r RedisConfig) checkURL() error {
-	var err error
-	switch r.Kind() {
-	case RedisCluster:
-		_, err = r.clusterOptions()
-	case RedisSentinel:
-		_, err = r.failoverOptions()
-	default:
-		_, err = parseURL(r.URL, redis.ParseURL)
-	}
-	return err
 }
 
 // clusterOptions: a redis+cluster:// URL as go-redis parses it, else Addrs

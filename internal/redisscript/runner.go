@@ -89,7 +89,7 @@ func (r *Runner) LoadLibrary(ctx context.Context) error {
 		return nil
 	}
 	source := r.library()
-	return r.forEachNode(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+	return ForEachMaster(ctx, r.rdb, func(ctx context.Context, c redis.UniversalClient) error {
 		return c.FunctionLoadReplace(ctx, source).Err()
 	})
 }
@@ -97,7 +97,7 @@ func (r *Runner) LoadLibrary(ctx context.Context) error {
 // Load loads scripts with SCRIPT LOAD on every master of a Cluster and every
 // shard of a Ring, and checks that Redis hashed each as expected.
 func (r *Runner) Load(ctx context.Context, scripts ...*Script) error {
-	return r.forEachNode(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+	return ForEachMaster(ctx, r.rdb, func(ctx context.Context, c redis.UniversalClient) error {
 		for _, s := range scripts {
 			sha, err := c.ScriptLoad(ctx, s.src).Result()
 			if err != nil {
@@ -109,12 +109,6 @@ func (r *Runner) Load(ctx context.Context, scripts ...*Script) error {
 		}
 		return nil
 	})
-}
-
-// forEachNode runs f on every master of a Cluster, every shard of a Ring, or
-// on the one client.
-func (r *Runner) forEachNode(ctx context.Context, f func(context.Context, redis.UniversalClient) error) error {
-	return ForEachMaster(ctx, r.rdb, f)
 }
 
 // ForEachMaster runs f on every master behind rdb — each master of a

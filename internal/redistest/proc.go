@@ -82,7 +82,7 @@ func launch(bin, dir string, port int, args []string) (*proc, error) {
 // awaitPing waits until p answers PING, or fails when p exits or within
 // passes.
 func (p *proc) awaitPing(within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, DialTimeout: time.Second})
+	c := p.client()
 	defer c.Close()
 	return pingUntil(c, within, p.exited)
 }

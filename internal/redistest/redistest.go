@@ -145,15 +145,14 @@ func setupSingle() error {
 	if err != nil {
 		return err
 	}
+	g := &group{dir: dir}
 	p, err := startProc(dir, false, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		g.stop()
 		return err
 	}
-	stopTest = func() {
-		p.kill()
-		_ = os.RemoveAll(dir)
-	}
+	g.add(p)
+	stopTest = g.stop
 	urlForm = "redis://" + p.addr + "/0"
 	uopts = &redis.UniversalOptions{Addrs: []string{p.addr}}
 	return nil
