@@ -3,7 +3,6 @@ package worker_test
 import (
 	"crypto/rand"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -92,8 +91,7 @@ func TestSecretsByAPISignRotateDelete(t *testing.T) {
 	ring := newKeyring(t)
 	clock := &shiftClock{}
 	h.policy("acme", store.Overrides{RateUS: ptr(10_000), Concurrency: ptr(5)})
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(t)
 	signing := &worker.SigningKeys{Store: h.st, Keyring: ring, Now: clock.Now}
 	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: signing},
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
@@ -151,8 +149,7 @@ func TestNoSecretIsNeverSentUnsigned(t *testing.T) {
 	h := newHarness(t, 2)
 	recv := newHookServer(t, answer(""))
 	ring := newKeyring(t)
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(t)
 	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: &worker.SigningKeys{Store: h.st, Keyring: ring}},
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 	h.startDispatcher(nil)

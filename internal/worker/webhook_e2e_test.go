@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -158,8 +157,7 @@ func (h *harness) startSigningWorker(concurrency int, secrets map[string][]strin
 			keys[tenant] = append(keys[tenant], k)
 		}
 	}
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	h.t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(h.t)
 	exec := &worker.WebhookExecutor{Client: client, Secrets: func(tenant string) [][]byte { return keys[tenant] }}
 	h.startWorker(concurrency, exec, func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 }
