@@ -10,6 +10,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -154,7 +155,7 @@ func TestNoSecretIsNeverSentUnsigned(t *testing.T) {
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 	h.startDispatcher(nil)
 	id := h.enqueueTo("bare", recv.srv.URL+"/hooks", 1)[0]
-	until(t, 5*time.Second, "the job dead", func() bool { return h.jobOf(id).State == store.StateDead })
+	redistest.Poll(t, 5*time.Second, "the job dead", func() bool { return h.jobOf(id).State == store.StateDead })
 	if j := h.jobOf(id); len(j.Attempts) != 1 || j.Attempts[0].Error != "no_webhook_secret" || len(recv.snapshot()) != 0 {
 		t.Fatalf("job %+v, %d requests; want dead of no_webhook_secret, nothing sent", j, len(recv.snapshot()))
 	}
