@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -26,9 +24,7 @@ import (
 func (h *harness) newWorker(exec worker.Executor, edit func(*worker.Config)) *worker.Worker {
 	h.t.Helper()
 	if exec == nil {
-		client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-		h.t.Cleanup(client.CloseIdleConnections)
-		exec = &worker.WebhookExecutor{Client: client}
+		exec = &worker.WebhookExecutor{Client: loopbackClient(h.t)}
 	}
 	cfg := worker.Config{Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: 7,
 		// Grace as startDispatcher's and most passes' here: a starved test

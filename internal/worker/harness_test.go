@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -25,7 +24,6 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -312,9 +310,7 @@ func (h *harness) startDispatcher(edit func(*dispatch.Config)) *dispatch.Dispatc
 func (h *harness) startWorker(concurrency int, exec worker.Executor, edit ...func(*worker.Config)) *worker.Worker {
 	h.t.Helper()
 	if exec == nil {
-		client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-		h.t.Cleanup(client.CloseIdleConnections)
-		exec = &worker.WebhookExecutor{Client: client}
+		exec = &worker.WebhookExecutor{Client: loopbackClient(h.t)}
 	}
 	cfg := worker.Config{
 		Store: h.st, Redis: h.rdb, Executor: exec, Prefix: h.prefix, Concurrency: concurrency,

@@ -25,21 +25,23 @@ const ResultRefreshDefault = time.Second
 
 // ResultSettings gives each tenant's result settings (policy
 // max_result_bytes and result_headers), read from Redis at most once per
-// Refresh per tenant (one HMGET). A read that fails keeps the last values
-// (the built-in defaults before the first). Safe for concurrent use; the
-// zero value (and nil) gives the built-in defaults.
+// Refresh per tenant (one HMGET; concurrent callers share it). A read that
+// fails keeps the last values (the built-in defaults before the first).
+// Safe for concurrent use; the zero value (and nil) gives the built-in
+// defaults.
 type ResultSettings struct {
 	// Store reads the policy; nil: the defaults.
 	Store PolicyReader
 	// Refresh is how long one read is used; default ResultRefreshDefault.
 	Refresh time.Duration
 
-	mu    sync.Mutex
-	cache map[string]resultEntry
+	cache tenantCache[resultEntry]
 }
 
+// resultEntry is one tenant's last read; mu serialises its refresh.
 type resultEntry struct {
-	read     time.Time
+	mu       sync.Mutex
+	read     time.Time // zero: never read
 	maxBytes int
 	headers  []string
 }
@@ -50,29 +52,23 @@ func (r *ResultSettings) Of(ctx context.Context, tenant string) (maxBytes int, h
 	if r == nil || r.Store == nil {
 		return int(def.MaxResultBytes), def.ResultHeaders
 	}
-	r.mu.Lock()
-	e, ok := r.cache[tenant]
-	r.mu.Unlock()
+	e := r.cache.entry(tenant)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	refresh := r.Refresh
 	if refresh <= 0 {
 		refresh = ResultRefreshDefault
 	}
-	if ok && time.Since(e.read) < refresh {
+	if !e.read.IsZero() && time.Since(e.read) < refresh {
 		return e.maxBytes, e.headers
 	}
-	if !ok {
-		e = resultEntry{maxBytes: int(def.MaxResultBytes), headers: def.ResultHeaders}
+	if e.read.IsZero() {
+		e.maxBytes, e.headers = int(def.MaxResultBytes), def.ResultHeaders
 	}
 	if rec, err := r.Store.TenantPolicy(ctx, tenant); err == nil {
 		e.maxBytes, e.headers = int(rec.Effective.MaxResultBytes), rec.Effective.ResultHeaders
 	}
 	e.read = time.Now()
-	r.mu.Lock()
-	if r.cache == nil || len(r.cache) >= MaxSigningTenants {
-		r.cache = make(map[string]resultEntry)
-	}
-	r.cache[tenant] = e
-	r.mu.Unlock()
 	return e.maxBytes, e.headers
 }
 

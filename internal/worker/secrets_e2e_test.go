@@ -3,7 +3,6 @@ package worker_test
 import (
 	"crypto/rand"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -92,8 +92,7 @@ func TestSecretsByAPISignRotateDelete(t *testing.T) {
 	ring := newKeyring(t)
 	clock := &shiftClock{}
 	h.policy("acme", store.Overrides{RateUS: ptr(10_000), Concurrency: ptr(5)})
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(t)
 	signing := &worker.SigningKeys{Store: h.st, Keyring: ring, Now: clock.Now}
 	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: signing},
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
@@ -151,13 +150,12 @@ func TestNoSecretIsNeverSentUnsigned(t *testing.T) {
 	h := newHarness(t, 2)
 	recv := newHookServer(t, answer(""))
 	ring := newKeyring(t)
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(t)
 	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: &worker.SigningKeys{Store: h.st, Keyring: ring}},
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 	h.startDispatcher(nil)
 	id := h.enqueueTo("bare", recv.srv.URL+"/hooks", 1)[0]
-	until(t, 5*time.Second, "the job dead", func() bool { return h.jobOf(id).State == store.StateDead })
+	redistest.Poll(t, 5*time.Second, "the job dead", func() bool { return h.jobOf(id).State == store.StateDead })
 	if j := h.jobOf(id); len(j.Attempts) != 1 || j.Attempts[0].Error != "no_webhook_secret" || len(recv.snapshot()) != 0 {
 		t.Fatalf("job %+v, %d requests; want dead of no_webhook_secret, nothing sent", j, len(recv.snapshot()))
 	}

@@ -16,8 +16,8 @@ import (
 // new or deleted secret by API signs (or stops signing) within a second.
 const SigningRefreshDefault = time.Second
 
-// MaxSigningTenants bounds SigningKeys' cache; past it the cache starts
-// afresh.
+// MaxSigningTenants bounds SigningKeys' and ResultSettings' caches; past
+// it a cache starts afresh.
 const MaxSigningTenants = 100_000
 
 // ErrNoSigningKey: the tenant has no signing secret and its policy does not
@@ -55,8 +55,7 @@ type SigningKeys struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	mu    sync.Mutex
-	cache map[string]*signingEntry
+	cache tenantCache[signingEntry]
 }
 
 // signingEntry is one tenant's last read; mu serialises its refresh.
@@ -84,7 +83,7 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 	if k.Store == nil {
 		return file, nil
 	}
-	e := k.entry(tenant)
+	e := k.cache.entry(tenant)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := k.now()
@@ -133,16 +132,26 @@ func (k *SigningKeys) read(ctx context.Context, tenant string, e *signingEntry) 
 	return nil
 }
 
-func (k *SigningKeys) entry(tenant string) *signingEntry {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.cache == nil || len(k.cache) >= MaxSigningTenants {
-		k.cache = make(map[string]*signingEntry)
+// tenantCache is a per-tenant cache of entries E (SigningKeys',
+// ResultSettings'), each refreshed under its own lock so that concurrent
+// callers of one tenant share a read; past MaxSigningTenants tenants it
+// starts afresh. The zero value is ready.
+type tenantCache[E any] struct {
+	mu sync.Mutex
+	m  map[string]*E
+}
+
+// entry returns tenant's entry, a new zero one the first time.
+func (c *tenantCache[E]) entry(tenant string) *E {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= MaxSigningTenants {
+		c.m = make(map[string]*E)
 	}
-	e := k.cache[tenant]
+	e := c.m[tenant]
 	if e == nil {
-		e = &signingEntry{}
-		k.cache[tenant] = e
+		e = new(E)
+		c.m[tenant] = e
 	}
 	return e
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/version"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -158,26 +158,9 @@ func (h *harness) startSigningWorker(concurrency int, secrets map[string][]strin
 			keys[tenant] = append(keys[tenant], k)
 		}
 	}
-	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	h.t.Cleanup(client.CloseIdleConnections)
+	client := loopbackClient(h.t)
 	exec := &worker.WebhookExecutor{Client: client, Secrets: func(tenant string) [][]byte { return keys[tenant] }}
 	h.startWorker(concurrency, exec, func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
-}
-
-// until polls cond every 5 ms until it holds, or fails after within.
-func until(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("not within %s: %s", within, what)
-		}
-	}
 }
 
 // tenantState reads tenant's state.
@@ -215,7 +198,7 @@ func TestWebhookRetriesKeepTheIDAndSignEachAttempt(t *testing.T) {
 	h.startDispatcher(nil)
 
 	recv.waitCalls(t, 3, 5*time.Second)
-	until(t, 2*time.Second, "the job succeeded", func() bool { return h.jobOf(id).State == store.StateSucceeded })
+	redistest.Poll(t, 2*time.Second, "the job succeeded", func() bool { return h.jobOf(id).State == store.StateSucceeded })
 	j := h.jobOf(id)
 	calls := recv.snapshot()
 	if len(calls) != 3 {
@@ -326,7 +309,7 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 	if want := slices.Sorted(slices.Values(slowIDs)); !slices.Equal(after, want) {
 		t.Fatalf("after the pause %v arrived, want each of %v once", after, want)
 	}
-	until(t, 2*time.Second, "the throttled job succeeded", func() bool {
+	redistest.Poll(t, 2*time.Second, "the throttled job succeeded", func() bool {
 		return h.jobOf(throttled.id).State == store.StateSucceeded
 	})
 	j := h.jobOf(throttled.id)
@@ -386,7 +369,7 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 		t.Fatalf("first request: job %q answered %d, want one of %v answered 410", first.id, first.status, ids)
 	}
 	var st store.TenantState
-	until(t, 3*time.Second, "the tenant disabled with the other 4 jobs queued", func() bool {
+	redistest.Poll(t, 3*time.Second, "the tenant disabled with the other 4 jobs queued", func() bool {
 		st = h.tenantState("gone")
 		return st.Disabled && st.Queued == 4 && st.Released == 0 && st.Running == 0
 	})
@@ -407,7 +390,7 @@ func TestWebhook410DisablesUntilResume(t *testing.T) {
 		after = append(after, arrival{id: c.id, tenant: "gone", at: c.at})
 	}
 	rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == first.id })
-	until(t, 2*time.Second, "the other jobs succeeded", func() bool {
+	redistest.Poll(t, 2*time.Second, "the other jobs succeeded", func() bool {
 		for _, id := range rest {
 			if h.jobOf(id).State != store.StateSucceeded {
 				return false
@@ -445,7 +428,7 @@ func TestHTTP410KillsOnlyItsJob(t *testing.T) {
 	if got[0].status != http.StatusGone {
 		t.Fatalf("first answer %d, want 410", got[0].status)
 	}
-	until(t, 2*time.Second, "one job dead of the 410, three succeeded", func() bool {
+	redistest.Poll(t, 2*time.Second, "one job dead of the 410, three succeeded", func() bool {
 		dead, ok := 0, 0
 		for _, r := range rs {
 			switch j := h.jobOf(r.ID); {
@@ -478,7 +461,7 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 	h.startDispatcher(nil)
 
 	var cut store.TenantState
-	until(t, 3*time.Second, "the rate factor cut", func() bool {
+	redistest.Poll(t, 3*time.Second, "the rate factor cut", func() bool {
 		cut = h.tenantState("adapt")
 		return cut.RateFactor < store.RateFactorFull
 	})
@@ -519,7 +502,7 @@ func TestWebhookAdaptiveRateDropsAndRecovers(t *testing.T) {
 			gaps[0], early, late)
 	}
 	checkRate(t, after, 20, 1, sendBound()) // never faster than the policy rate
-	until(t, 2*time.Second, "the rate factor back to full", func() bool {
+	redistest.Poll(t, 2*time.Second, "the rate factor back to full", func() bool {
 		return h.tenantState("adapt").RateFactor == store.RateFactorFull
 	})
 	if st := h.tenantState("adapt"); st.IntervalUS != T.Microseconds() || st.EffectiveRate() != 20 {
