@@ -49,7 +49,7 @@ func (d *Dispatcher) trimArchived(ctx context.Context, cutoff time.Time) (int, e
 	n := 0
 	var errs []error
 	for _, q := range wire.HandoffQueueNames(d.cfg.Prefix) {
-		ids, err := d.cfg.Redis.ZRangeByScore(ctx, AsynqQueueKey(q, "archived"), &redis.ZRangeBy{
+		ids, err := d.cfg.Redis.ZRangeByScore(ctx, wire.AsynqQueueKey(q, "archived"), &redis.ZRangeBy{
 			Min: "-inf", Max: "(" + strconv.FormatInt(cutoff.Unix(), 10), Count: archiveTrimMax}).Result()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read archive of %s: %w", q, err))

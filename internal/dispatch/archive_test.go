@@ -35,7 +35,7 @@ func TestArchivedHandoffTasksAreTrimmedAfterTheRetention(t *testing.T) {
 		if err := inspector.ArchiveTask(queue, id); err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.ZAdd(ctx, AsynqQueueKey(queue, "archived"), redis.Z{Score: float64(archived.Unix()), Member: id}).Err(); err != nil {
+		if err := rdb.ZAdd(ctx, wire.AsynqQueueKey(queue, "archived"), redis.Z{Score: float64(archived.Unix()), Member: id}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		return id

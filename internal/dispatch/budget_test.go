@@ -182,7 +182,7 @@ func TestBudgetCountsTasksWaitingInHandoffQueues(t *testing.T) {
 		t.Fatalf("free capacity %d, %v; want 10 − 0 leases − 5 tasks waiting", free, err)
 	}
 	// A worker fetches queue 0's tasks (asynq moves them to its active list).
-	key := AsynqQueueKey(wire.HandoffQueue(prefix, 0), "pending")
+	key := wire.AsynqQueueKey(wire.HandoffQueue(prefix, 0), "pending")
 	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}

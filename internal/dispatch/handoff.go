@@ -228,7 +228,7 @@ func (d *Dispatcher) handoffWaiting(ctx context.Context) (int, error) {
 	cmds := make([]*redis.IntCmd, len(queues))
 	_, err := d.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
-			cmds[i] = p.LLen(ctx, AsynqQueueKey(q, "pending"))
+			cmds[i] = p.LLen(ctx, wire.AsynqQueueKey(q, "pending"))
 		}
 		return nil
 	})

@@ -17,7 +17,7 @@ import (
 //	<p>:{s<shard>}:wake          channel the shard's new earliest time (µs), published by
 //	                                     every script that moves it earlier (store.WakeChannel)
 //	asynq:{<queue>}:<state>      LIST/ZSET asynq's own per-queue keys, read by the state
-//	                                     metrics (AsynqQueueKey)
+//	                                     metrics (wire.AsynqQueueKey)
 
 // LeaseKey is shard's lease: <p>:dispatch:lease:<shard>.
 func LeaseKey(prefix string, shard int) string {
@@ -30,13 +30,3 @@ func membersKey(prefix string) string { return prefix + ":dispatch:members" }
 // wakeChannel is shard's wake channel, the store's (store.WakeChannel): the
 // dispatcher must subscribe to the very channel the scripts publish on.
 func wakeChannel(prefix string, shard int) string { return store.WakeChannel(prefix, shard) }
-
-// AsynqQueueKey is asynq's key of the tasks of queue in state (pending,
-// active, scheduled, retry, archived, completed): "asynq:{<queue>}:<state>".
-// asynq exports no function for it; this is the layout of asynq v0.26.0's
-// internal/base (PendingKey, ActiveKey, ScheduledKey, RetryKey, ArchivedKey,
-// CompletedKey: QueueKeyPrefix(qname) + state, QueueKeyPrefix being
-// "asynq:{<qname>}:"). Check it when upgrading asynq.
-func AsynqQueueKey(queue, state string) string {
-	return "asynq:{" + queue + "}:" + state
-}

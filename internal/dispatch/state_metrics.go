@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Bounds and defaults of the state metrics' tenant labels (StateConfig).
@@ -126,7 +127,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // asynqStates are the states of asynq v0.26's per-queue keys
-// (AsynqQueueKey): LISTs then ZSETs.
+// (wire.AsynqQueueKey): LISTs then ZSETs.
 var asynqStates = []struct {
 	name string
 	list bool
@@ -140,7 +141,7 @@ func (c *StateCollector) queueMetrics(ctx context.Context, ch chan<- prometheus.
 	cmds := make([]*redis.IntCmd, 0, len(c.queues)*len(asynqStates))
 	for _, q := range c.queues {
 		for _, s := range asynqStates {
-			key := AsynqQueueKey(q, s.name)
+			key := wire.AsynqQueueKey(q, s.name)
 			if s.list {
 				cmds = append(cmds, pipe.LLen(ctx, key))
 			} else {

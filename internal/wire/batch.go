@@ -80,3 +80,13 @@ func DecodeBatch(raw []byte) (Batch, error) {
 	}
 	return b, nil
 }
+
+// AsynqQueueKey is asynq's key of the tasks of queue in state (pending,
+// active, scheduled, retry, archived, completed): "asynq:{<queue>}:<state>".
+// asynq exports no function for it; this is the layout of asynq v0.26.0's
+// internal/base (PendingKey, ActiveKey, ScheduledKey, RetryKey, ArchivedKey,
+// CompletedKey: QueueKeyPrefix(qname) + state, QueueKeyPrefix being
+// "asynq:{<qname>}:"). Check it when upgrading asynq.
+func AsynqQueueKey(queue, state string) string {
+	return "asynq:{" + queue + "}:" + state
+}

@@ -197,10 +197,10 @@ func (w *Worker) StartGate(ctx context.Context, rdb, client redis.UniversalClien
 	return gate.Stop, nil
 }
 
-// asynqPendingKey is asynq's list of a queue's pending tasks (asynq
-// internal/base: PendingKey), the dequeue script's KEYS[1]; its KEYS[2…4]
-// are the queue's paused, active and lease keys.
-func asynqPendingKey(q string) string { return "asynq:{" + q + "}:pending" }
+// asynqPendingKey is asynq's list of a queue's pending tasks
+// (wire.AsynqQueueKey), the dequeue script's KEYS[1]; its KEYS[2…4] are the
+// queue's paused, active and lease keys.
+func asynqPendingKey(q string) string { return wire.AsynqQueueKey(q, "pending") }
 
 // Counts returns how many dequeues of the gated queues were answered
 // locally and how many went to Redis.

@@ -136,7 +136,7 @@ func (h *harness) handoffWaiting() int {
 	h.t.Helper()
 	n := 0
 	for _, q := range wire.HandoffQueueNames(h.prefix) {
-		c, err := h.rdb.LLen(h.ctx, dispatch.AsynqQueueKey(q, "pending")).Result()
+		c, err := h.rdb.LLen(h.ctx, wire.AsynqQueueKey(q, "pending")).Result()
 		if err != nil {
 			h.t.Fatal(err)
 		}

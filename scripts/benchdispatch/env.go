@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -251,8 +250,8 @@ func (e *env) redisSummary(ctx context.Context, since redisStats, at time.Time) 
 	}
 	b.WriteString("\n")
 	for _, q := range append([]string{wire.WebhookQueue(prefix), "default"}, wire.HandoffQueueNames(prefix)...) {
-		pending, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "pending")).Result()
-		active, _ := e.rdb.LLen(ctx, dispatch.AsynqQueueKey(q, "active")).Result()
+		pending, _ := e.rdb.LLen(ctx, wire.AsynqQueueKey(q, "pending")).Result()
+		active, _ := e.rdb.LLen(ctx, wire.AsynqQueueKey(q, "active")).Result()
 		if pending+active > 0 {
 			fmt.Fprintf(&b, "  asynq queue %s: %d pending, %d active\n", q, pending, active)
 		}

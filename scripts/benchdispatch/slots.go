@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -43,8 +42,8 @@ func crc16(s string) uint16 {
 }
 
 // queueSlot is the hash slot of asynq queue q: asynq's keys of a queue
-// (dispatch.AsynqQueueKey) carry the queue's name as their hash tag.
-func queueSlot(q string) int { return keySlot(dispatch.AsynqQueueKey(q, "pending")) }
+// (wire.AsynqQueueKey) carry the queue's name as their hash tag.
+func queueSlot(q string) int { return keySlot(wire.AsynqQueueKey(q, "pending")) }
 
 // spread is how handed-off jobs fall on Redis Cluster hash slots.
 type spread struct {
