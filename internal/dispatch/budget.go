@@ -50,11 +50,14 @@ type budget struct {
 	demand chan struct{} // poked (non-blocking): a reading is wanted
 	empty  chan struct{} // poked (non-blocking): the capacity is used up, read again soon
 
-	mu    sync.Mutex
-	ready bool          // a reading has succeeded
-	free  int           // free capacity, ≥ 0
-	err   error         // the last read's error (nil after a success)
-	fresh chan struct{} // closed after the next read, then replaced
+	mu       sync.Mutex
+	ready    bool          // a reading has succeeded
+	free     int           // free capacity, ≥ 0 (reserved shares included)
+	reserved int           // shares handed to passes that have not spent them yet
+	spentIn  int           // jobs released while the current reading runs
+	reading  bool          // a reading is in progress
+	err      error         // the last read's error (nil after a success)
+	fresh    chan struct{} // closed after the next read, then replaced
 }
 
 func newBudget(store Store, queued func(context.Context) (int, error), refresh time.Duration) *budget {
@@ -106,17 +109,25 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// read takes one reading and wakes the loops waiting for it.
+// read takes one reading and wakes the loops waiting for it. The jobs
+// released while it runs are taken off it: the reading may have counted
+// their leases before they were written and their tasks before they were
+// queued, and must not hand their capacity out again (a release counted
+// twice only lowers one reading).
 func (b *budget) read(ctx context.Context) {
+	b.mu.Lock()
+	b.reading, b.spentIn = true, 0
+	b.mu.Unlock()
 	free, err := b.readFree(ctx)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reading = false
 	if ctx.Err() != nil {
 		return
 	}
 	b.err = err
 	if err == nil {
-		b.ready, b.free = true, free
+		b.ready, b.free = true, max(free-b.spentIn, 0)
 	}
 	close(b.fresh)
 	b.fresh = make(chan struct{})
@@ -154,9 +165,12 @@ func (b *budget) readFree(ctx context.Context) (int, error) {
 // is counted until its heartbeat expires anyway.
 const capacityEvery = time.Second
 
-// share returns the Capacity of one pass over one of owned shards:
-// ⌈free / owned⌉ but at least minShare, at most free, and 0 when nothing is
-// free. Before the first reading it waits for one (or ctx); after a failed
+// share reserves and returns the Capacity of one pass over one of owned
+// shards: ⌈avail / owned⌉ but at least minShare, at most avail (the free
+// capacity not yet reserved by other passes), and 0 when nothing is
+// available. Passes of several shards running at once thus never release
+// the same free capacity twice. The pass gives its share back with spend.
+// Before the first reading it waits for one (or ctx); after a failed
 // reading it returns that error and asks for another reading.
 func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	b.mu.Lock()
@@ -177,7 +191,10 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 		return 0, b.err
 	}
 	owned = max(owned, 1)
-	return min(max((b.free+owned-1)/owned, minShare), b.free), nil
+	avail := max(b.free-b.reserved, 0)
+	n := min(max((avail+owned-1)/owned, minShare), avail)
+	b.reserved += n
+	return n, nil
 }
 
 // minShare is the smallest capacity share of a pass while that much is
@@ -185,19 +202,25 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 // would run one pass per job or two, and a pass has a fixed cost.
 const minShare = 16
 
-// spend takes n released jobs off the free capacity and reports whether any
-// is left. Releasing jobs asks for a reading (the workers' state moves).
-func (b *budget) spend(n int) (left bool) {
+// spend ends a pass's share (reserved, as share returned it): it takes the
+// n jobs the pass released off the free capacity, gives the rest of the
+// share back, and reports whether any capacity is available. Releasing
+// jobs asks for a reading (the workers' state moves).
+func (b *budget) spend(reserved, n int) (left bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reserved = max(b.reserved-reserved, 0)
 	b.free = max(b.free-n, 0)
+	if b.reading {
+		b.spentIn += n
+	}
 	if n > 0 {
 		b.poke()
 		if b.free == 0 {
 			b.used()
 		}
 	}
-	return b.free > 0
+	return b.free > b.reserved
 }
 
 // poke asks run for a reading, as soon as the refresh interval allows.

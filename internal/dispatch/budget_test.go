@@ -89,7 +89,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	// The next reading hangs; the passes go on with the last one.
 	gate2 := make(chan struct{})
 	g.set(func(g *gatedStore) { g.gate, g.inFlight = gate2, 35 })
-	if left := b.spend(30); left {
+	if left := b.spend(30, 30); left {
 		t.Fatal("spend(30) of 30 reported capacity left")
 	}
 	next := b.want()
@@ -110,7 +110,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	// A failed reading is the passes' error until a reading succeeds.
 	g.set(func(g *gatedStore) { g.err = errors.New("redis down") })
 	next = b.want()
-	b.spend(5)
+	b.spend(5, 5)
 	<-next
 	if _, err := b.share(ctx, 1); err == nil {
 		t.Fatal("share after a failed reading: no error")
@@ -135,12 +135,12 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 	if n, err := b.share(ctx, 1); err != nil || n != 40 {
 		t.Fatalf("first share %d, %v; want 40", n, err)
 	}
-	b.spend(0) // a pass that released nothing
+	b.spend(40, 0) // a pass that released nothing
 	redistest.Hold(t, 100*time.Millisecond, "no reading while idle", func() bool { return g.readings() == 1 })
 	b.mu.Lock()
 	released := b.fresh // closed when the reading the release asks for has completed
 	b.mu.Unlock()
-	b.spend(3)
+	b.spend(0, 3)
 	<-released
 	if r := g.readings(); r != 2 {
 		t.Fatalf("%d readings after a release, want 2", r)
@@ -151,6 +151,57 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 		t.Fatalf("after want: share %d, %v, %d readings; want 0, nil, 3", n, err, g.readings())
 	}
 	redistest.Hold(t, 100*time.Millisecond, "no reading while nobody wants one", func() bool { return g.readings() == 3 })
+}
+
+// TestBudgetNeverHandsTheSameCapacityOutTwice: a share is reserved until
+// its pass spends it, so the passes of two shards running at once split the
+// free capacity instead of each taking it all; what a pass did not use
+// goes back; and jobs released while a reading runs are taken off that
+// reading (it may have missed both their leases and their tasks).
+func TestBudgetNeverHandsTheSameCapacityOutTwice(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 2, capacity: 10}}
+	b := newBudget(g, nil, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	first, err := b.share(ctx, 2)
+	if err != nil || first != 10 {
+		t.Fatalf("first share %d, %v; want all 10 (below minShare the first pass takes what is free)", first, err)
+	}
+	if n, err := b.share(ctx, 2); err != nil || n != 0 {
+		t.Fatalf("second share while the first is out: %d, %v; want 0", n, err)
+	}
+	if left := b.spend(first, 4); !left {
+		t.Fatal("6 of 10 left after a pass released 4: spend reported none")
+	}
+	if n, err := b.share(ctx, 2); err != nil || n != 6 {
+		t.Fatalf("share after the first pass gave 6 back: %d, %v; want 6", n, err)
+	}
+	b.spend(6, 0)
+
+	// A reading that began before a release and ended after it: the
+	// release's jobs come off what it read.
+	gate := make(chan struct{})
+	g.set(func(g *gatedStore) { g.gate, g.inFlight = gate, 0 })
+	next := b.want()
+	redistest.Poll(t, 5*time.Second, "the reading to start", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.reading
+	})
+	n, err := b.share(ctx, 1)
+	if err != nil || n != 6 {
+		t.Fatalf("share during the reading: %d, %v; want the 6 still free", n, err)
+	}
+	b.spend(n, 3) // released while the reading (which saw none of it) runs
+	close(gate)
+	<-next
+	if n, err := b.share(ctx, 1); err != nil || n != 7 {
+		t.Fatalf("share after the reading: %d, %v; want 10 read − 3 released during it", n, err)
+	}
 }
 
 // TestBudgetCountsTasksWaitingInHandoffQueues: the free capacity is the

@@ -91,12 +91,13 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	start := d.cfg.clock.Now()
 	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)
 	if err != nil {
+		d.budget.spend(capacity, 0)
 		return d.failed(ctx, s, err), false
 	}
 	end := d.cfg.clock.Now()
 	s.backoff, s.passed = 0, end
 	s.anchorLocal, s.anchorRedis = start.Add(end.Sub(start)/2), res.Now
-	left := d.budget.spend(len(res.Released))
+	left := d.budget.spend(capacity, len(res.Released))
 	d.handoff(ctx, s.shard, res.Released)
 
 	d.metrics.passes.Inc()
