@@ -42,6 +42,14 @@ type Item struct {
 	// (record field cb; see Callbacks): checked with job.CheckURL. The
 	// caller checks it against the egress guard.
 	Callback string
+	// Upstreams names the shared upstream quotas the job consumes (issue
+	// #15): at most MaxUpstreamsPerJob, each a valid upstream name
+	// (ValidUpstreamName), no name twice; order does not matter (stored
+	// sorted, joined by ',', in record field ups). A job naming upstreams
+	// waits in its tenant's lane for that set (lua/lanes.lua) and leaves only
+	// when its tenant's slot and each upstream's have come. The caller
+	// refuses names of upstreams that do not exist.
+	Upstreams []string
 	// IdemKey, when not "", makes the enqueue idempotent: see
 	// job.CheckIdemKey.
 	IdemKey string
@@ -212,13 +220,14 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 			unless = *it.Unless
 		}
 		args = append(args, id, it.Type, max(it.Cost, 1), runAt, it.Delay.Microseconds(),
-			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail, it.Callback)
+			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail, it.Callback,
+			upstreamsField(it.Upstreams))
 	}
 	return args, nil
 }
 
 // itemValues is the number of ARGV values per item of enqueue.lua.
-const itemValues = 11
+const itemValues = 12
 
 // check validates what can be checked without the tenant's policy: the
 // job's attributes with the job package's checks, then Unless.
@@ -230,6 +239,9 @@ func (it Item) check() error {
 	attrs := job.Attrs{Type: it.Type, Cost: cost, Delay: it.Delay, RunAt: it.RunAt, IdemKey: it.IdemKey, Callback: it.Callback}
 	if err := attrs.Check(policy.MaxBurst); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := checkUpstreams(it.Upstreams); err != nil {
+		return err
 	}
 	if it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024) {
 		return invalidf("unless: want a code of 1–64 bytes and a detail of at most 1024")

@@ -36,6 +36,16 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
+//	<p>:{s7}:t:<tenant>:l:<ups>    ZSET   the tenant's lane for upstream set ups (names sorted, ','): job id → sequence (lua/lanes.lua)
+//	<p>:{s7}:t:<tenant>:lanes      SET    the tenant's lanes holding jobs (their ups)
+//	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
+//	<p>:{s7}:ul                    HASH   upstream → the shard's segment state "tat ceil iv b pu nx h[ t0 ceil]…" (µs)
+//
+// An upstream's own keys carry the hash tag {u:<name>} (issue #15):
+//
+//	<p>:{u:N}:u                    HASH   the upstream: p (params JSON), v, cfg, src, pu, pr (the API's); tat (the coordinator's)
+//	<p>:{u:N}:cal                  HASH   shard → "wanted weight unit expires vf": demand registered (lua/upstream_grant.lua)
+//	<p>:{u:N}:g                    HASH   shard → "t0 ceil …": segments granted, waiting for the shard's next call
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -77,6 +87,40 @@ func (k keyspace) tenantNames(shard int) string { return k.base(shard) + "tenant
 // backfilled is shard's marker of a finished index backfill
 // (lua/tenant_backfill.lua).
 func (k keyspace) backfilled(shard int) string { return k.base(shard) + "tenants_backfilled" }
+
+// lane is tenant's lane for the upstream set ups (lua/lanes.lua LN.k_lane).
+func (k keyspace) lane(tenant, ups string) string { return k.tenant(tenant) + ":l:" + ups }
+
+// lanes is the set of tenant's lanes holding jobs (LN.k_lanes).
+func (k keyspace) lanes(tenant string) string { return k.tenant(tenant) + ":lanes" }
+
+// upstreamWaiting is shard's set of tenants waiting on upstream (LN.k_wait).
+func (k keyspace) upstreamWaiting(shard int, upstream string) string {
+	return k.base(shard) + "uw:" + upstream
+}
+
+// upstreamLocal is shard's hash of upstream segment states (LN.k_state).
+func (k keyspace) upstreamLocal(shard int) string { return k.base(shard) + "ul" }
+
+// upstreamBase is the common start of upstream's keys: "<p>:{u:<name>}:".
+func (k keyspace) upstreamBase(upstream string) string { return k.prefix + ":{u:" + upstream + "}:" }
+
+// upstreamHash is upstream's hash (params, version, pause, TAT).
+func (k keyspace) upstreamHash(upstream string) string { return k.upstreamBase(upstream) + "u" }
+
+// upstreamGrantKeys are lua/upstream_grant.lua's KEYS for upstream: its
+// hash, its demand registrations and its waiting segments.
+func (k keyspace) upstreamGrantKeys(upstream string) []string {
+	b := k.upstreamBase(upstream)
+	return []string{b + "u", b + "cal", b + "g"}
+}
+
+// upstreamOfKey is the upstream name in one of its keys.
+func upstreamOfKey(key string) string {
+	_, rest, _ := strings.Cut(key, ":{u:")
+	name, _, _ := strings.Cut(rest, "}")
+	return name
+}
 
 // WakeChannel is shard's wake channel under prefix, "<p>:{s<shard>}:wake":
 // the scripts PUBLISH a shard's new earliest time (µs, decimal) on it, and

@@ -102,20 +102,31 @@ func (c PassConfig) validate() error {
 // Released jobs are returned in slot order (ties by id). Errors: ErrInvalid
 // for a bad shard or config; Redis errors wrapped.
 func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult, error) {
+	return s.PassGranted(ctx, shard, cfg, nil)
+}
+
+// PassGranted is Pass with the upstream grants for shard (GrantUpstreams)
+// that the pass installs before it releases: their segments join the
+// shard's upstream states and the tenants waiting on those upstreams are
+// visited (lua/pass.lua 3b).
+func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, grants []UpstreamGrant) (PassResult, error) {
 	cfg = cfg.WithDefaults()
 	err := cfg.validate()
 	if shard < 0 || shard >= s.keys.shards {
 		err = errors.Join(err, invalidf("shard %d: want 0 … %d", shard, s.keys.shards-1))
 	}
+	for _, g := range grants {
+		err = errors.Join(err, ValidUpstreamName(g.Upstream))
+	}
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
 	capacity := max(cfg.Capacity, -1)
-	d, err := s.run(ctx, scriptPass, shard,
-		cfg.Lead.Microseconds(), max(cfg.MinLead, 0).Microseconds(), cfg.Grace.Microseconds(),
+	args := append([]any{cfg.Lead.Microseconds(), max(cfg.MinLead, 0).Microseconds(), cfg.Grace.Microseconds(),
 		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),
 		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog,
-		max(cfg.ClaimSpacing, 0).Microseconds())
+		max(cfg.ClaimSpacing, 0).Microseconds()}, grantArgs(grants)...)
+	d, err := s.run(ctx, scriptPass, shard, args...)
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
@@ -124,7 +135,8 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 		NextWake: microsTime(d.int(4)), Promoted: int(d.int(5)), Swept: int(d.int(6)),
 		Tenants: int(d.int(7)),
 	}
-	const head = 8
+	res.Demand = decodeDemand(d.list(8))
+	const head = 9
 	if n := d.Len() - head; n > 0 {
 		res.Released = make([]wire.Release, n)
 	}

@@ -74,6 +74,11 @@ type PassResult struct {
 	Promoted int // delayed jobs moved to a backlog or head lane
 	Swept    int // expired leases handled
 	Tenants  int // tenants visited
+	// Demand lists the upstreams some lane head of this pass waited on
+	// without room in the shard's segments (and the shard had not asked
+	// already): ask their coordinators (GrantUpstreams) and hand the grants
+	// to the shard's next pass.
+	Demand []UpstreamDemand
 }
 
 // ClaimOutcome is the worker's answer from the claim script (DESIGN §2.3).

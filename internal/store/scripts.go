@@ -21,6 +21,8 @@ var (
 	luaLib string
 	//go:embed lua/lifecycle.lua
 	luaLifecycle string
+	//go:embed lua/lanes.lua
+	luaLanes string
 	//go:embed lua/recent.lua
 	luaRecent string
 	//go:embed lua/enqueue.lua
@@ -113,9 +115,9 @@ var (
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
-// defaults, clock.lua, lib.lua, recent.lua, lifecycle.lua and tenants.lua.
+// defaults, clock.lua, lib.lua, lanes.lua, recent.lua, lifecycle.lua and tenants.lua.
 func prologue() string {
-	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaRecent + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLanes + "\n" + luaRecent + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
 }
 
 // assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as

@@ -59,6 +59,8 @@ import (
 //	                    last admission, the tokens admitted in it and in the
 //	                    minute before (enqueue.lua; see InflowPerSecond);
 //	                    they go with the hash when an idle tenant expires
+//	uq, useq            jobs queued in the tenant's upstream lanes (lua/lanes.lua;
+//	                    counted in qtok too), and the lanes' enqueue sequence
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;
@@ -69,7 +71,7 @@ type TenantState struct {
 	Exists       bool      // the tenant hash exists
 	Backlog      int64     // jobs counting toward max_backlog
 	Bytes        int64     // their body bytes
-	Queued       int64     // jobs in the backlog list and head lane
+	Queued       int64     // jobs in the backlog list, head lane and upstream lanes
 	QueuedCost   int64     // their tokens
 	Running      int64
 	Released     int64

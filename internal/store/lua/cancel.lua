@@ -8,7 +8,8 @@
 --          {'not_found'}
 --          {'conflict', state}  the job is running or already terminal
 --
--- queued → removed from the backlog (LREM) or the head lane (ZREM);
+-- queued → removed from the backlog (LREM), the head lane (ZREM) or its
+-- upstream lane (lanes.lua);
 -- scheduled, retrying → removed from the delayed set; released → removed from
 -- the lease set (the asynq task still in flight finds a tombstone at its
 -- claim). The record becomes a tombstone: state canceled, `ended` = now, body
@@ -25,7 +26,7 @@ if idem_ms <= 0 then idem_ms = retention_ms end
 local jk = k_job(id)
 
 -- Read phase.
-local j = redis.call('HMGET', jk, 'state', 'tenant', 'cost', 'bytes', 'idem')
+local j = redis.call('HMGET', jk, 'state', 'tenant', 'cost', 'bytes', 'idem', 'ups')
 local state, tn = j[1], j[2]
 if not state then return {'not_found'} end
 if not LIVE[state] then return {'conflict', state} end
@@ -37,7 +38,9 @@ local before = shard_earliest()
 
 -- Write phase.
 if state == 'queued' then
-  if redis.call('LREM', k_queue(tn), 1, id) == 0 then
+  if (j[6] or '') ~= '' then
+    LN.remove({id = id, tenant = tn, ups = j[6]}, t) -- lanes.lua
+  elseif redis.call('LREM', k_queue(tn), 1, id) == 0 then
     t.hlen = t.hlen - redis.call('ZREM', k_head(tn), id)
   end
   t.qtok = t.qtok - cost

@@ -3,11 +3,12 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  tenant                    ARGV[4]  n, the number of items
--- ARGV[5…] n items of 11 values each:
+-- ARGV[5…] n items of 12 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
 --          idempotency key ('' = none), fingerprint (hex), body,
 --          unless code ('' = none), unless detail, callback URL ('' = none;
---          record field cb)
+--          record field cb), upstreams ('' = none; the names, sorted,
+--          unique, joined by ','; record field ups)
 -- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
 --          effective admission policy, then one ri per item, in order:
 --          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
@@ -24,7 +25,8 @@
 -- it holds a live webhook secret by API, lib.lua secret_live) → cost fits
 -- min(burst, admit_burst) →
 -- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
--- → store the job → backlog (RPUSH) or delayed set (run_at in the future) →
+-- → store the job → backlog (RPUSH), the lane of its upstreams (lanes.lua
+-- LN.push: a job naming upstreams) or delayed set (run_at in the future) →
 -- counters. Then once: reschedule(tenant), tenant expiry, and a PUBLISH on the
 -- wake channel when the shard's earliest time moved earlier. A refused item
 -- writes nothing (no idempotency key either); a call that accepts nothing
@@ -38,17 +40,17 @@
 
 local tn = ARGV[3]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + 11 * n then
-  return redis.error_reply('ERR sluice enqueue: want 11 values per item')
+if not n or n < 1 or #ARGV ~= 4 + 12 * n then
+  return redis.error_reply('ERR sluice enqueue: want 12 values per item')
 end
 
 local items = {}
 for i = 1, n do
-  local o = 4 + (i - 1) * 11
+  local o = 4 + (i - 1) * 12
   local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
     run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
     idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10],
-    cb = ARGV[o + 11]}
+    cb = ARGV[o + 11], ups = ARGV[o + 12]}
   -- Decoding only: Go checks every item (job.Attrs.Check) before the call.
   if not it.cost or not it.run_at or not it.delay then
     return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
@@ -134,6 +136,7 @@ local function store(it)
   elseif t.live == 0 and t.running == 0 then
     t.c1 = 1
   end
+  if it.ups ~= '' then t.c1 = 0 end -- lanes.lua: off while the tenant has lane jobs
   local run_at = it.run_at
   if it.delay > 0 then run_at = NOW + it.delay end
   local eta = math.max(NOW, math.max(t.tat, NOW) + (t.qtok - p.burst + it.cost) * interval(t, p))
@@ -142,6 +145,8 @@ local function store(it)
     state = 'scheduled'
     eta = math.max(eta, run_at)
     redis.call('ZADD', K_DELAYED, run_at, it.id)
+  elseif it.ups ~= '' then
+    LN.push({id = it.id, tenant = tn, cost = it.cost, ups = it.ups}, t, false)
   else
     redis.call('RPUSH', k_queue(tn), it.id)
     t.qtok = t.qtok + it.cost
@@ -150,6 +155,7 @@ local function store(it)
     'bytes', #it.body, 'body', it.body, 'state', state, 'gen', 0, 'attempt', 0,
     'created', NOW, 'run_at', run_at, 'eta', eta, 'idem', it.idem)
   if it.cb ~= '' then redis.call('HSET', k_job(it.id), 'cb', it.cb) end -- callbacks.lua
+  if it.ups ~= '' then redis.call('HSET', k_job(it.id), 'ups', it.ups) end -- lanes.lua
   if it.idem ~= '' then
     redis.call('SET', k_idem(tn, it.idem), it.fp .. ' ' .. it.id)
     claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}

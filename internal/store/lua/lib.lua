@@ -198,8 +198,8 @@ end
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
-  'in_m', 'in_c', 'in_p'}
-local T_PACK = '<ddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'in_m', 'in_c', 'in_p', 'uq', 'useq'}
+local T_PACK = '<ddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function()
@@ -216,19 +216,19 @@ local busy
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
-    slast, c1, dz, in_m, in_c, in_p = struct.unpack(T_PACK, s)
+    slast, c1, dz, in_m, in_c, in_p, uq, useq = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
     cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz,
-    in_m = in_m, in_c = in_c, in_p = in_p}
+    in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
     t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
-    t.in_m, t.in_c, t.in_p)
+    t.in_m, t.in_c, t.in_p, t.uq, t.useq)
 end
 
 local function load_tenant(tn, p)
@@ -464,6 +464,7 @@ end
 -- ZADD: for a caller that reschedules many tenants, each once, and reads
 -- ready only after the flush.
 local sched_sig, RS_HELD
+local lane_score -- lanes.lua LN.score
 local READY_ADD, READY_DEL = nil, nil
 RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
 local function ready_defer() READY_ADD, READY_DEL = {}, {} end
@@ -487,17 +488,27 @@ local function reschedule(tn, t, p, now, head)
     return nil
   end
   local id, cost
-  if head == nil then
+  if head == nil or t.uq > 0 then
     id, cost = head_job(tn, t)
   elseif head then
     id, cost = head[1], head[2]
   end
-  if not id or (t.rtok > 0 and t.rtok + cost > release_cap(t, p)) then
-    if id then t.rs = RS_HELD end -- held by its release cap: see sched_sig
+  local score, held = nil, false
+  if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
+    held = true
+  elseif id then
+    score = mmax(earliest(t, p, cost, now), gate(t))
+  end
+  if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
+    local ls, lheld = lane_score(tn, t, p, now)
+    if ls and (not score or ls < score) then score = ls end
+    held = held or lheld
+  end
+  if not score then
+    if held then t.rs = RS_HELD end -- held by its release cap: see sched_sig
     unready(tn)
     return nil
   end
-  local score = mmax(earliest(t, p, cost, now), gate(t))
   if READY_ADD then
     READY_ADD[#READY_ADD + 1] = istr(score)
     READY_ADD[#READY_ADD + 1] = tn

@@ -8,7 +8,7 @@ local function ms(us) return istr(mmax(1, mfloor(us / 1000))) end
 
 -- J_FIELDS are the record fields the lifecycle scripts decide on.
 local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first', 'slot',
-  'idem', 'type', 'grace', 'logged', 'resv'}
+  'idem', 'type', 'grace', 'logged', 'resv', 'ups'}
 
 -- load_job reads a record's decision fields; nil when there is none.
 local function load_job(id)
@@ -18,7 +18,7 @@ local function load_job(id)
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonum(r[11]), logged = tonum(r[12]) or 0,
-    resv = tonum(r[13]) or 0}
+    resv = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 
 -- load_claimed and load_finished read only what a claim and a finish
@@ -27,22 +27,22 @@ end
 -- it replies with; a finish those of J_FIELDS but type, grace and resv.
 local function load_claimed(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
-    'slot', 'type', 'grace', 'resv', 'body', 'created')
+    'slot', 'type', 'grace', 'resv', 'body', 'created', 'ups')
   if not r[1] then return nil end
   return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
-    created = tonum(r[13]) or 0}
+    created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 local function load_finished(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
-    'slot', 'idem', 'logged', 'cb')
+    'slot', 'idem', 'logged', 'cb', 'ups')
   if not r[1] then return nil end
   return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
-    logged = tonum(r[10]) or 0, cb = r[11] or ''}
+    logged = tonum(r[10]) or 0, cb = r[11] or '', ups = r[12] or ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -57,8 +57,16 @@ local function hset_job(j, ...)
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
--- there (score: the tenant's next head sequence), gen + bump.
+-- there (score: the tenant's next head sequence), gen + bump. A job naming
+-- upstreams (field ups) goes to the front of its upstream lane instead
+-- (lanes.lua LN.push), so it never holds back the tenant's other jobs.
 local function to_head(j, t, bump)
+  if j.ups and j.ups ~= '' then
+    LN.push(j, t, true)
+    j.gen = j.gen + bump
+    hset_job(j, 'state', 'queued', 'gen', istr(j.gen))
+    return
+  end
   t.hseq = t.hseq + 1
   t.hlen = t.hlen + 1
   t.qtok = t.qtok + j.cost

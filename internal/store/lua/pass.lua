@@ -8,8 +8,13 @@
 -- ARGV[9]  jitter seed               ARGV[10] dead retention µs
 -- ARGV[11] dead letters per tenant   ARGV[12] attempt log length
 -- ARGV[13] claim spacing µs (0 = none)
+-- ARGV[14] m, the number of upstream grants that follow (0 = none)
+-- ARGV[15…] m grants of 7 values each (upstream_grant.lua's reply for this
+--          shard): name, interval µs, burst, pause end µs, next grant µs,
+--          segments ("t0 ceil t0 ceil …" µs, '' = none), 0 (reserved)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
+--           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
 --            send at µs}, …}
 --
@@ -43,6 +48,20 @@
 --    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
 --    release leaves the round; the pass stops when none is left or the
 --    capacity is used.
+-- 3b. Upstreams (lanes.lua). The grants of ARGV are installed in the
+--    shard's upstream states first, and the tenants waiting on those
+--    upstreams (their waiting sets, at most K each) join the visit. A tenant
+--    holding lane jobs (uq > 0) releases, among its plain next job and each
+--    lane's head, the oldest (head lane first, then by created time) that
+--    is eligible: slot = max(GCRA slot, pauses, nb, each named upstream's
+--    earliest), ≤ now + D, and every named upstream's segment has room for
+--    it at that slot; the tenant's TAT and each upstream's local tat are
+--    charged at that one slot. A lane head whose upstream has no room and
+--    whose shard may ask (next grant ≤ now) adds to that upstream's demand
+--    (wanted: the lane's jobs × the head's cost; weight: the tenant's
+--    weight, once per tenant; unit: the largest head cost), and the
+--    upstream's next grant becomes now + D until a grant says otherwise, so
+--    waiting tenants are scored past the horizon and the loop does not spin.
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
 --    (a ready tenant that was read but not visited is left as it was).
 -- more: P or K cut the work short (or the ready read was cut by the
@@ -56,8 +75,23 @@ local P, K, CAP = tonum(ARGV[6]), tonum(ARGV[7]), tonum(ARGV[8])
 local cfg = {seed = ARGV[9], dead_ret = tonum(ARGV[10]), dead_max = tonum(ARGV[11]),
   log_n = tonum(ARGV[12]), trim = {}}
 local S = tonum(ARGV[13])
-if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S) then
-  return redis.error_reply('ERR sluice pass: want 11 integer arguments')
+local X = {M = tonum(ARGV[14])} -- the upstream parts (3b), in one table: the script's locals are few
+if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S and X.M)
+  or #ARGV ~= 14 + 7 * X.M then
+  return redis.error_reply('ERR sluice pass: want 12 integer arguments and 7 values per grant')
+end
+X.grants = {}
+for i = 1, X.M do
+  local o = 14 + (i - 1) * 7
+  local g = {name = ARGV[o + 1], iv = tonum(ARGV[o + 2]), b = tonum(ARGV[o + 3]), pu = tonum(ARGV[o + 4]),
+    nx = tonum(ARGV[o + 5]), segs = {}}
+  local v = {}
+  for x in string.gmatch(ARGV[o + 6], '%d+') do v[#v + 1] = tonum(x) end
+  if not (g.iv and g.b and g.pu and g.nx) or g.iv < 1 or g.b < 1 or #v % 2 ~= 0 then
+    return redis.error_reply('ERR sluice pass: malformed grant ' .. i)
+  end
+  for k = 1, #v, 2 do g.segs[#g.segs + 1] = {v[k], v[k + 1]} end
+  X.grants[i] = g
 end
 local VT_SCALE = 1000000
 local GRACE_S = istr(GRACE)
@@ -122,7 +156,21 @@ for i = 1, #ready, 2 do
   c.touched = c.touched or false
   scores[ready[i]] = tonum(ready[i + 1])
 end
+-- The tenants waiting on an upstream granted now (3b), at most K each.
+X.waiting = {} -- tenant → {upstream name → true}
+for _, g in ipairs(X.grants) do
+  for _, tn in ipairs(rcall('ZRANGE', LN.k_wait(g.name), 0, K - 1)) do
+    tenant(tn)
+    local c = TENANTS[tn]
+    if c.touched == nil then c.touched = false end
+    X.waiting[tn] = X.waiting[tn] or {}
+    X.waiting[tn][g.name] = true
+  end
+end
 local vclock = tonum(rcall('GET', K_VCLOCK)) or 0
+-- The grants join the shard's upstream states (lanes.lua LN.install reads
+-- them; LN.save writes them at the end).
+for _, g in ipairs(X.grants) do LN.install(g.name, g.iv, g.b, g.pu, g.nx, D, g.segs) end
 
 -- 1. Promotion.
 local promoted = 0
@@ -138,7 +186,12 @@ for _, j in ipairs(due_jobs) do
   end
   if j.state == 'scheduled' then
     local t = tenant(j.tenant)
-    rcall('RPUSH', k_queue(j.tenant), j.id)
+    if j.ups ~= '' then
+      LN.push(j, t, false) -- lanes.lua (counts qtok)
+      t.qtok = t.qtok - j.cost
+    else
+      rcall('RPUSH', k_queue(j.tenant), j.id)
+    end
     if at > NOW then
       rcall('HSET', k_job(j.id), 'state', 'queued', 'nb', istr(at))
       t.c1 = 0
@@ -286,6 +339,35 @@ local function spaced(x)
   end
   return x
 end
+-- emit releases job j of tenant tn at slot (taken out of its lane or the
+-- backlog by the caller): TAT, counters, the record, its lease, the reply.
+function X.emit(tn, c, j, slot, spread)
+  local t, p = c.t, c.p
+  if spread then taken[#taken + 1] = slot end
+  -- A slot later than the plan's next one is a gap in the plan: the send
+  -- schedule's lateness (claim.lua) does not carry over it.
+  local iv = interval(t, p)
+  if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
+  c.head = nil
+  take(t, p, slot, j.cost)
+  t.qtok = t.qtok - j.cost
+  t.released = t.released + 1
+  t.rtok = t.rtok + j.cost
+  t.lead = D
+  j.gen = j.gen + 1
+  -- When the tenant's send schedule runs late (claim.lua), the worker is
+  -- told to claim at the slot plus that lateness (send_at): one claim, not
+  -- two. The lease runs grace past it.
+  local send_at = send_target(t, slot) or slot
+  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+    'resv', '0')
+  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
+  local queue, task_type = '', ''
+  if j.type == 'task' then queue, task_type = task_route(j.id) end
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
+  return j.cost
+end
+
 -- release_one releases tenant tn's next job if every rule allows it.
 -- c.head keeps the next job it saw but did not release, for reschedule.
 local function release_one(tn, c)
@@ -325,29 +407,102 @@ local function release_one(tn, c)
       return nil
     end
   end
-  if spread then taken[#taken + 1] = slot end
-  -- A slot later than the plan's next one is a gap in the plan: the send
-  -- schedule's lateness (claim.lua) does not carry over it.
-  local iv = interval(t, p)
-  if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
+  return X.emit(tn, c, j, slot, spread)
+end
+
+-- Upstream demand of the pass (3b): name → {wanted, weight, unit, tenants}.
+X.demand, X.order = {}, {}
+function X.want(name, tn, c, h)
+  if LN.expected(name, NOW) > NOW then return end -- asked already: the grant is on its way
+  local d = X.demand[name]
+  if not d then
+    d = {wanted = 0, weight = 0, unit = 0, tenants = {}}
+    X.demand[name] = d
+    X.order[#X.order + 1] = name
+  end
+  if d.tenants[tn] then return end
+  d.tenants[tn] = true
+  d.weight = d.weight + c.p.weight
+  d.wanted = d.wanted + rcall('ZCARD', LN.k_lane(tn, h.ups)) * h.cost
+  d.unit = mmax(d.unit, h.cost)
+end
+
+-- lane_slot is the slot lane head h may leave at now, or nil (noting the
+-- upstreams that had no room as demand).
+function X.lane_slot(tn, c, h, g)
+  local t, p = c.t, c.p
+  local slot = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
+  local ok = true
+  for _, n in ipairs(h.names) do
+    local e = LN.earliest(n, h.cost, NOW)
+    if not e then
+      X.want(n, tn, c, h)
+      ok = false
+    else
+      slot = mmax(slot, e)
+    end
+  end
+  if not ok or slot > HORIZON then return nil end
+  local spread = slot >= NOW + L
+  if spread then
+    slot = spaced(slot)
+    if slot > HORIZON then return nil end
+  end
+  for _, n in ipairs(h.names) do
+    if not LN.fits(LN.get(n), slot, h.cost) then return nil end
+  end
+  return slot, spread
+end
+
+-- release_lanes is release_one for a tenant holding lane jobs (uq > 0) or
+-- visited for an upstream it waited on: the oldest eligible of its plain
+-- next job and its lanes' heads (3b).
+function X.release_lanes(tn, c)
+  local t, p = c.t, c.p
+  local g = gate(t)
   c.head = nil
-  take(t, p, slot, j.cost)
-  t.qtok = t.qtok - j.cost
-  t.released = t.released + 1
-  t.rtok = t.rtok + j.cost
-  t.lead = D
-  j.gen = j.gen + 1
-  -- When the tenant's send schedule runs late (claim.lua), the worker is
-  -- told to claim at the slot plus that lateness (send_at): one claim, not
-  -- two. The lease runs grace past it.
-  local send_at = send_target(t, slot) or slot
-  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
-    'resv', '0')
-  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
-  local queue, task_type = '', ''
-  if j.type == 'task' then queue, task_type = task_route(j.id) end
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
-  return j.cost
+  local heads = (t.uq > 0) and LN.heads(tn) or {}
+  local named = {}
+  for _, h in ipairs(heads) do
+    for _, n in ipairs(h.names) do named[n] = true end
+  end
+  for n in pairs(X.waiting[tn] or {}) do -- no longer waiting on it: out of its set
+    if not named[n] then rcall('ZREM', LN.k_wait(n), tn) end
+  end
+  X.waiting[tn] = nil
+  if blocked(t, p) or g > HORIZON then return nil end
+  local pj = peek(tn, c)
+  if pj then
+    pj.created = pj.from_head and -1 or (tonum(rcall('HGET', k_job(pj.id), 'created')) or 0)
+    heads[#heads + 1] = pj
+  end
+  table.sort(heads, function(a, b)
+    if a.created ~= b.created then return a.created < b.created end
+    return a.id < b.id
+  end)
+  for _, h in ipairs(heads) do
+    if not (t.rtok > 0 and t.rtok + h.cost > release_cap(t, p, D)) then
+      local slot, spread
+      if h.lane then
+        slot, spread = X.lane_slot(tn, c, h, g)
+      else
+        slot = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
+        spread = slot >= NOW + L
+        if spread then slot = spaced(slot) end
+        if slot > HORIZON then slot = nil end
+      end
+      if slot then
+        if h.lane then
+          LN.remove(h, t)
+          for _, n in ipairs(h.names) do LN.take(n, LN.get(n), slot, h.cost) end
+        else
+          drop(tn, c, h.id, h.from_head)
+        end
+        return X.emit(tn, c, h, slot, spread)
+      end
+    end
+  end
+  return nil
 end
 
 local vmax = vclock
@@ -365,7 +520,12 @@ while #heap > 0 do
   local top = heap_pop()
   local c = TENANTS[top.tn]
   c.touched = true
-  local cost = release_one(top.tn, c)
+  local cost
+  if c.t.uq > 0 or X.waiting[top.tn] then
+    cost = X.release_lanes(top.tn, c)
+  else
+    cost = release_one(top.tn, c)
+  end
   if cost then
     vmax = mmax(vmax, c.t.vt)
     c.t.vt = c.t.vt + mfloor(cost * VT_SCALE / c.p.weight)
@@ -379,9 +539,16 @@ if truncated then
   if left ~= 0 then more = 1 else cap_reached = 1 end
 end
 
+-- 3b. The upstreams asked for: their next grant is expected within D.
+for _, name in ipairs(X.order) do
+  local u = LN.ensure(name)
+  u.nx, u.h = NOW + D, D
+end
+
 -- 4. Save and reschedule every tenant the pass changed.
 leases_flush()
 flush_tenants(cfg)
+LN.save()
 if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
 -- 5. Check the tenant index's entries that are due (tenants.lua), a few.
 index_trim(INDEX_TRIM_MAX)
@@ -399,6 +566,11 @@ for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
   if s and (next_wake == nil or s < next_wake) then next_wake = s end
 end
 
-local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited}
+X.wanted = {}
+for _, name in ipairs(X.order) do
+  local d = X.demand[name]
+  X.wanted[#X.wanted + 1] = {name, d.wanted, d.weight, d.unit}
+end
+local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited, X.wanted}
 for _, r in ipairs(released) do reply[#reply + 1] = r end
 return reply

@@ -104,7 +104,7 @@ local function tenant_view(tn)
   local t = load_tenant(tn, p)
   rescale_tat(t, p, NOW)
   refill(t, p, NOW)
-  local queued = rcall('LLEN', k_queue(tn)) + rcall('ZCARD', k_head(tn))
+  local queued = rcall('LLEN', k_queue(tn)) + rcall('ZCARD', k_head(tn)) + t.uq
   local score = tonum(rcall('ZSCORE', K_READY, tn)) or -1
   local oldest = -1
   if queued > 0 then oldest = oldest_queued(tn, t) end
@@ -135,7 +135,12 @@ end
 local function requeue_dead(j, t)
   local tn, jk = j.tenant, k_job(j.id)
   rcall('ZREM', k_dead(tn), j.id)
-  rcall('RPUSH', k_queue(tn), j.id)
+  if j.ups ~= '' then
+    LN.push(j, t, false) -- lanes.lua (counts qtok)
+    t.qtok = t.qtok - j.cost
+  else
+    rcall('RPUSH', k_queue(tn), j.id)
+  end
   rcall('HSET', jk, 'state', 'queued', 'gen', j.gen + 1)
   rcall('HDEL', jk, 'ended', 'due')
   rcall('PERSIST', jk)

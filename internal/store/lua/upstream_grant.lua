@@ -1,0 +1,158 @@
+-- upstream_grant.lua — an upstream's coordinator (issue #15): registers one
+-- shard's demand and hands out segments of the upstream's calendar, in the
+-- upstream's own slot {u:<name>}. A standalone script (clock.lua, no
+-- lib.lua): no shard key.
+--
+-- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, …), pu, tat
+-- KEYS[2]  <p>:{u:N}:cal  HASH  shard → "wanted weight unit expires vf": registered demand
+-- KEYS[3]  <p>:{u:N}:g    HASH  shard → "t0 ceil t0 ceil …": segments granted, not picked up
+-- ARGV[1]  now µs (0 = Redis TIME)
+-- ARGV[2]  shard (≥ 0)            ARGV[3]  wanted cost units (≥ 0; 0 = none)
+-- ARGV[4]  weight (≥ 1)           ARGV[5]  unit: the largest head cost (≥ 1)
+-- ARGV[6]  H: horizon µs (≥ 1)    ARGV[7]  registration lifetime µs (≥ 1)
+-- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat}: the upstream's
+--          interval T (µs per cost unit) and burst B, its pause end (0 =
+--          none), nx the earliest time the next grant round may give
+--          anything (TAT − H, pu − H, at least now), the caller's segments
+--          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
+--          round's, in calendar order) and the new TAT
+--          {'not_found'}: the upstream has no params (field p); nothing written
+--          {'invalid'}: a malformed argument or p; nothing written
+--
+-- The calendar: TAT (field tat, µs) is the end of the last segment handed
+-- out. A round runs when start = max(TAT, now, pu) < now + H: the live
+-- registrations with wanted > 0 (the caller's updated first) are served
+-- once each in order of virtual finish vf (fewest units per weight served
+-- first; ties by shard), each a contiguous segment [start, start + q·T),
+-- q = max(unit, min(wanted, ⌈A·w/W⌉)) (A: the units of the round, W the
+-- weights' sum), until start reaches now + H; TAT ← start; vf += ⌊q·10⁶/w⌋.
+-- A registration joining (or returning) starts at the least vf of the live
+-- ones, so absence banks no credit. Segments of other shards wait in KEYS[3]
+-- for their next call (one over before it is picked up is wasted: safe).
+-- Segments are consecutive in the calendar, so the shards' releases, each
+-- within its segments (lanes.lua), form one GCRA chain: over any window Δ
+-- the cost units released are ≤ B + Δ/T (+1 for the send).
+
+local NOW = clock(ARGV[1]) -- clock.lua
+local K_U, K_CAL, K_G = KEYS[1], KEYS[2], KEYS[3]
+local base = string.sub(K_U, 1, -2)
+if string.sub(K_U, -2) ~= ':u' or K_CAL ~= base .. 'cal' or K_G ~= base .. 'g' then
+  return redis.error_reply('ERR sluice upstream_grant: want the keys <p>:{u:N}:u, :cal, :g')
+end
+local shard, wanted, weight, unit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local H, TTL = tonumber(ARGV[6]), tonumber(ARGV[7])
+if not (shard and wanted and weight and unit and H and TTL) or shard < 0 or wanted < 0 or weight < 1
+  or unit < 1 or H < 1 or TTL < 1 then
+  return {'invalid'}
+end
+local me = string.format('%d', shard)
+
+-- Read phase.
+local u = redis.call('HMGET', K_U, 'p', 'pu', 'tat')
+if not u[1] then return {'not_found'} end
+local ok, p = pcall(cjson.decode, u[1])
+if not ok or type(p) ~= 'table' or type(p.iv) ~= 'number' or p.iv < 1 then return {'invalid'} end
+local iv, burst = math.floor(p.iv), math.max(1, math.floor(tonumber(p.b) or 1))
+local pu, tat = tonumber(u[2]) or 0, tonumber(u[3]) or 0
+local cal, order = {}, {}
+local raw = redis.call('HGETALL', K_CAL)
+for i = 1, #raw, 2 do
+  local v = {}
+  for x in string.gmatch(raw[i + 1], '%d+') do v[#v + 1] = tonumber(x) end
+  if #v == 5 then
+    cal[raw[i]] = {shard = raw[i], wanted = v[1], weight = math.max(1, v[2]), unit = math.max(1, v[3]),
+      exp = v[4], vf = v[5]}
+    order[#order + 1] = raw[i]
+  end
+end
+local pending = redis.call('HGET', K_G, me) or ''
+local others = {} -- shard → pending text, read when a round grants them something
+
+-- Registrations: drop the expired; the caller's updated (or joined at the
+-- least live vf).
+local least, gone = nil, {}
+for _, s in ipairs(order) do
+  local e = cal[s]
+  if e.exp <= NOW then
+    gone[#gone + 1] = s
+    cal[s] = nil
+  elseif s ~= me and (least == nil or e.vf < least) then
+    least = e.vf
+  end
+end
+local mine = cal[me]
+if not mine then
+  mine = {shard = me, vf = least or 0}
+  cal[me] = mine
+  order[#order + 1] = me
+elseif least and mine.vf < least then
+  mine.vf = least
+end
+mine.wanted, mine.weight, mine.unit, mine.exp = wanted, weight, unit, NOW + TTL
+
+-- The round.
+local granted = {} -- shard → {t0, ceil, …}
+local start = math.max(tat, NOW, pu)
+local limit = NOW + H
+if start < limit then
+  local live, W = {}, 0
+  for _, s in ipairs(order) do
+    local e = cal[s]
+    if e and e.wanted > 0 then
+      live[#live + 1] = e
+      W = W + e.weight
+    end
+  end
+  table.sort(live, function(a, b)
+    if a.vf ~= b.vf then return a.vf < b.vf end
+    return tonumber(a.shard) < tonumber(b.shard)
+  end)
+  local A = math.ceil((limit - start) / iv)
+  for _, e in ipairs(live) do
+    if start >= limit then break end
+    local q = math.max(e.unit, math.min(e.wanted, math.ceil(A * e.weight / W)))
+    granted[e.shard] = granted[e.shard] or {}
+    local g = granted[e.shard]
+    g[#g + 1], g[#g + 2] = start, start + q * iv
+    start = start + q * iv
+    e.wanted = math.max(0, e.wanted - q)
+    e.vf = e.vf + math.floor(q * 1000000 / e.weight)
+  end
+  tat = math.max(tat, start)
+  for s in pairs(granted) do
+    if s ~= me then others[s] = redis.call('HGET', K_G, s) or '' end
+  end
+end
+
+-- Write phase.
+local function fmt(list) -- "t0 ceil …" of the segments not over yet
+  local parts = {}
+  for i = 1, #list, 2 do
+    if list[i + 1] > NOW then parts[#parts + 1] = string.format('%d %d', list[i], list[i + 1]) end
+  end
+  return table.concat(parts, ' ')
+end
+local function nums(text)
+  local v = {}
+  for x in string.gmatch(text, '%d+') do v[#v + 1] = tonumber(x) end
+  return v
+end
+if #gone > 0 then redis.call('HDEL', K_CAL, unpack(gone)) end
+for _, s in ipairs(order) do
+  local e = cal[s]
+  if e then redis.call('HSET', K_CAL, s, string.format('%d %d %d %d %d', e.wanted, e.weight, e.unit, e.exp, e.vf)) end
+end
+for s, text in pairs(others) do
+  local v = nums(text)
+  for _, x in ipairs(granted[s]) do v[#v + 1] = x end
+  local out = fmt(v)
+  if out == '' then redis.call('HDEL', K_G, s) else redis.call('HSET', K_G, s, out) end
+end
+if pending ~= '' then redis.call('HDEL', K_G, me) end
+redis.call('HSET', K_U, 'tat', string.format('%d', tat))
+for _, k in ipairs({K_CAL, K_G}) do redis.call('PEXPIRE', k, math.ceil((TTL + H) / 1000) + 1000) end
+
+local v = nums(pending)
+for _, x in ipairs(granted[me] or {}) do v[#v + 1] = x end
+local nx = math.max(NOW, tat - H, pu - H)
+return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat}

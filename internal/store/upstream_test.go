@@ -1,0 +1,142 @@
+package store
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// A job naming upstreams waits in its tenant's lane for that set (record
+// field ups: sorted, ','), counted in qtok and uq, the c1 fast path off; a
+// plain job of the same tenant goes to the backlog.
+func TestEnqueueUpstreamsGoToTheirLane(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Burst = 4 }))
+	up := e.enqueueOne("acme", Item{Type: "webhook", Body: []byte(`{}`), Cost: 2, Upstreams: []string{"sms-b", "sms-a"}})
+	plain := e.enqueueOne("acme", item(`{}`))
+	k := e.store.keys
+	if got := e.rdb.HGet(e.ctx, mustJobKey(t, e, up.ID), "ups").Val(); got != "sms-a,sms-b" {
+		t.Fatalf("record ups %q, want sms-a,sms-b", got)
+	}
+	if got := e.rdb.ZRange(e.ctx, k.lane("acme", "sms-a,sms-b"), 0, -1).Val(); len(got) != 1 || got[0] != up.ID {
+		t.Fatalf("lane %v, want [%s]", got, up.ID)
+	}
+	if got := e.rdb.LRange(e.ctx, k.tenantQueue("acme"), 0, -1).Val(); len(got) != 1 || got[0] != plain.ID {
+		t.Fatalf("backlog %v, want [%s]", got, plain.ID)
+	}
+	if got := e.rdb.SMembers(e.ctx, k.lanes("acme")).Val(); len(got) != 1 || got[0] != "sms-a,sms-b" {
+		t.Fatalf("lane set %v", got)
+	}
+	for _, n := range []string{"sms-a", "sms-b"} {
+		if e.rdb.ZScore(e.ctx, k.upstreamWaiting(k.shardOf("acme"), n), "acme").Err() != nil {
+			t.Fatalf("acme not in the waiting set of %s", n)
+		}
+	}
+	if q, uq, c1 := e.tenantField("acme", "qtok"), e.tenantField("acme", "uq"), e.tenantField("acme", "c1"); q != 3 || uq != 1 || c1 != 0 {
+		t.Fatalf("qtok %d uq %d c1 %d, want 3 1 0", q, uq, c1)
+	}
+	if st := e.state("acme"); st.Queued != 2 {
+		t.Fatalf("queued %d, want 2", st.Queued)
+	}
+}
+
+// Bad upstream names are refused before anything is written.
+func TestEnqueueUpstreamsInvalid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, ups := range [][]string{
+		{"a", "b", "c", "d", "e"}, // more than 4
+		{"a", "a"},                // twice
+		{"a:b"},                   // not a valid name
+		{""},
+		{string(make([]byte, 65))},
+	} {
+		_, err := e.store.Enqueue(e.ctx, "acme", []Item{upItem(`{}`, ups...)})
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("upstreams %q: err %v, want ErrInvalid", ups, err)
+		}
+	}
+	if n := e.rdb.Exists(e.ctx, e.store.keys.tenant("acme")).Val(); n != 0 {
+		t.Fatal("a refused enqueue wrote the tenant")
+	}
+}
+
+// Canceling a lane job takes it out of its lane and the counts.
+func TestCancelLaneJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.enqueueOne("acme", upItem(`{}`, "sms"))
+	if _, _, err := e.store.Cancel(e.ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.rdb.ZCard(e.ctx, e.store.keys.lane("acme", "sms")).Val(); n != 0 {
+		t.Fatalf("lane holds %d jobs after the cancel", n)
+	}
+	if q, uq := e.tenantField("acme", "qtok"), e.tenantField("acme", "uq"); q != 0 || uq != 0 {
+		t.Fatalf("qtok %d uq %d, want 0 0", q, uq)
+	}
+}
+
+// A lane job leaves only within a segment its shard was granted: the first
+// pass reports demand (the tenant's plain job leaves meanwhile), the
+// coordinator grants a segment at now, the next pass releases the job in it.
+func TestLaneJobWaitsForAGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 })) // the tenant: 1000/s
+	e.putUpstream("sms", 50*time.Millisecond, 1)
+	shard := e.store.keys.shardOf("acme")
+	up := e.enqueueOne("acme", upItem(`{}`, "sms"))
+	plain := e.enqueueOne("acme", item(`{}`))
+	res, grants := e.upPass(shard, nil)
+	if len(res.Released) != 1 || res.Released[0].ID != plain.ID {
+		t.Fatalf("first pass released %+v, want only the plain job", res.Released)
+	}
+	if len(res.Demand) != 1 || res.Demand[0] != (UpstreamDemand{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}) {
+		t.Fatalf("demand %+v", res.Demand)
+	}
+	now := e.clock.Now()
+	if len(grants) != 1 || len(grants[0].Segments) != 1 {
+		t.Fatalf("grants %+v, want one segment", grants)
+	}
+	g := grants[0]
+	if !g.Segments[0].T0.Equal(now) || g.Interval != 50*time.Millisecond || g.Burst != 1 {
+		t.Fatalf("grant %+v, want a segment from now (%v), 50ms, burst 1", g, now)
+	}
+	// Asking again before the next round gives nothing more and no demand.
+	res, _ = e.upPass(shard, nil)
+	if len(res.Released) != 0 || len(res.Demand) != 0 {
+		t.Fatalf("a pass without the grant released %+v, demand %+v", res.Released, res.Demand)
+	}
+	res, _ = e.upPass(shard, grants)
+	if len(res.Released) != 1 || res.Released[0].ID != up.ID {
+		t.Fatalf("the granted pass released %+v, want the lane job", res.Released)
+	}
+	if s := res.Released[0].Slot; s.Before(g.Segments[0].T0) || s.After(now.Add(grantLead)) {
+		t.Fatalf("slot %v outside [%v, now + D]", s, g.Segments[0].T0)
+	}
+	if q, uq := e.tenantField("acme", "qtok"), e.tenantField("acme", "uq"); q != 0 || uq != 0 {
+		t.Fatalf("qtok %d uq %d after the release, want 0 0", q, uq)
+	}
+}
+
+// An unknown upstream is ErrUpstreamNotFound and grants nothing.
+func TestGrantUnknownUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "nope", Wanted: 3, Weight: 1, Unit: 1}},
+		GrantConfig{Horizon: grantLead})
+	if !errors.Is(err, ErrUpstreamNotFound) || len(gs) != 0 {
+		t.Fatalf("grants %+v, err %v; want ErrUpstreamNotFound", gs, err)
+	}
+}
+
+func mustJobKey(t *testing.T, e *env, id string) string {
+	t.Helper()
+	k, err := e.store.keys.job(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
