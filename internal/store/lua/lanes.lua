@@ -171,12 +171,12 @@ function LN.install(name, iv, b, pu, nx, h, segs)
 end
 
 -- room makes the current segment one a job of cost c fits in at its best
--- (max(tat, now) + c·iv ≤ ceil), moving on to the next pending segment
--- while it does not (the rest of the current one is wasted: safe). Returns
--- whether a job of cost c has room.
+-- (at s = max(now, tat − (b − c)·iv): max(tat, s) + c·iv ≤ ceil), moving on
+-- to the next pending segment while it does not (the rest of the current
+-- one is wasted: safe). Returns whether a job of cost c has room.
 function LN.room(name, u, c, now)
   while true do
-    if u.iv > 0 and mmax(u.tat, now) + c * u.iv <= u.ceil then return true end
+    if u.iv > 0 and mmax(u.tat, now, u.tat - (u.b - c) * u.iv) + c * u.iv <= u.ceil then return true end
     local s = table.remove(u.segs, 1)
     if not s then return false end
     UL_DIRTY[name] = true

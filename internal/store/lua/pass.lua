@@ -424,7 +424,8 @@ function X.want(name, tn, c, h)
   d.tenants[tn] = true
   d.weight = d.weight + c.p.weight
   d.wanted = d.wanted + rcall('ZCARD', LN.k_lane(tn, h.ups)) * h.cost
-  d.unit = mmax(d.unit, h.cost)
+  local u = LN.get(name) -- a job costlier than the burst needs (c − b)·T more
+  d.unit = mmax(d.unit, h.cost + mmax(0, h.cost - (u and u.b or h.cost)))
 end
 
 -- lane_slot is the slot lane head h may leave at now, or nil (noting the
@@ -436,13 +437,16 @@ function X.lane_slot(tn, c, h, g)
   for _, n in ipairs(h.names) do
     local e = LN.earliest(n, h.cost, NOW)
     if not e then
-      X.want(n, tn, c, h)
       ok = false
     else
       slot = mmax(slot, e)
     end
   end
-  if not ok or slot > HORIZON then return nil end
+  if not ok then -- ask for every upstream it names: segments of one moment overlap best
+    for _, n in ipairs(h.names) do X.want(n, tn, c, h) end
+    return nil
+  end
+  if slot > HORIZON then return nil end
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)

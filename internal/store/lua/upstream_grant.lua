@@ -26,8 +26,8 @@
 -- first; ties by shard), each a contiguous segment [start, start + q·T),
 -- q = max(unit, min(wanted, ⌈A·w/W⌉)) (A: the units of the round, W the
 -- weights' sum), until start reaches now + H; TAT ← start; vf += ⌊q·10⁶/w⌋.
--- A registration joining (or returning) starts at the least vf of the live
--- ones, so absence banks no credit. Segments of other shards wait in KEYS[3]
+-- A registration joining (or returning: expired, or wanting nothing before)
+-- starts at the least vf of the live ones, so absence banks no credit. Segments of other shards wait in KEYS[3]
 -- for their next call (one over before it is picked up is wasted: safe).
 -- Segments are consecutive in the calendar, so the shards' releases, each
 -- within its segments (lanes.lua), form one GCRA chain: over any window Δ
@@ -85,8 +85,8 @@ if not mine then
   mine = {shard = me, vf = least or 0}
   cal[me] = mine
   order[#order + 1] = me
-elseif least and mine.vf < least then
-  mine.vf = least
+elseif mine.wanted == 0 and least and mine.vf < least then
+  mine.vf = least -- it wanted nothing: it returns level with the others
 end
 mine.wanted, mine.weight, mine.unit, mine.exp = wanted, weight, unit, NOW + TTL
 
