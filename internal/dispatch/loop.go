@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // Error back-off of a shard loop: doubled from backoffMin up to backoffMax,
@@ -21,10 +23,11 @@ type shardLoop struct {
 	renewAt    time.Time // next lease renewal (owned) or acquisition attempt
 	validUntil time.Time // the lease surely held until then (owned)
 	backoff    time.Duration
-	passed     time.Time       // end of the last pass
-	due        time.Time       // the next pass (zero: at once)
-	capWait    <-chan struct{} // when set: a wait also ends at the next capacity reading
-	starved    bool            // the last pass ran out of worker capacity with work left
+	passed     time.Time             // end of the last pass
+	due        time.Time             // the next pass (zero: at once)
+	capWait    <-chan struct{}       // when set: a wait also ends at the next capacity reading
+	starved    bool                  // the last pass ran out of worker capacity with work left
+	grants     []store.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -89,7 +92,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	cfg := d.passConfig()
 	cfg.Capacity = capacity
 	start := d.cfg.clock.Now()
-	res, err := d.cfg.Store.Pass(ctx, s.shard, cfg)
+	res, err := d.runPass(ctx, s, cfg)
 	if err != nil {
 		d.budget.spend(capacity, 0)
 		return d.failed(ctx, s, err), false
@@ -108,6 +111,11 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	next = end.Add(d.cfg.MaxSleep)
 	if !res.NextWake.IsZero() {
 		next = minTime(next, s.local(res.NextWake, end))
+	}
+	// Jobs waiting on upstreams without room: ask their coordinators; the
+	// next pass takes the grants when the first can be used.
+	if at := d.askUpstreams(ctx, s, res.Demand, cfg.Lead); !at.IsZero() {
+		next = minTime(next, at)
 	}
 	// More: P or K stopped the pass: run again at once. CapacityReached:
 	// the shard's share ran out; run again only while free capacity is left.

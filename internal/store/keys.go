@@ -127,6 +127,12 @@ func upstreamOfKey(key string) string {
 // the dispatcher (internal/dispatch) subscribes to it.
 func WakeChannel(prefix string, shard int) string { return keyspace{prefix: prefix}.wake(shard) }
 
+// UpstreamHashKey is upstream's hash under prefix, "<p>:{u:<name>}:u" (its
+// params, version, pause and the coordinator's TAT; see the key layout).
+func UpstreamHashKey(prefix, upstream string) string {
+	return keyspace{prefix: prefix}.upstreamHash(upstream)
+}
+
 // LeasesKey is shard's lease set under prefix, "<p>:{s<shard>}:leases": the
 // jobs released or running, by lease deadline (internal/migrate counts it).
 func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix}.leases(shard) }

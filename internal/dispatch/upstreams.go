@@ -1,0 +1,63 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/store"
+)
+
+// upstreamStore is what the Dispatcher needs of *store.Store for shared
+// upstream quotas (issue #15): a pass that installs grants, and the
+// coordinators' calls. A Store without it (the loop tests' fake) runs plain
+// passes.
+type upstreamStore interface {
+	PassGranted(ctx context.Context, shard int, cfg store.PassConfig, grants []store.UpstreamGrant) (store.PassResult, error)
+	GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
+}
+
+var _ upstreamStore = (*store.Store)(nil)
+
+// runPass runs s's pass with the grants its last demand got (handed to this
+// pass and then dropped: a failed pass keeps them for the next).
+func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassConfig) (store.PassResult, error) {
+	us, ok := d.cfg.Store.(upstreamStore)
+	if !ok {
+		return d.cfg.Store.Pass(ctx, s.shard, cfg)
+	}
+	res, err := us.PassGranted(ctx, s.shard, cfg, s.grants)
+	if err == nil {
+		s.grants = nil
+	}
+	return res, err
+}
+
+// askUpstreams calls the coordinators of the upstreams a pass found waiting
+// without room (one pipelined call per upstream) and keeps the grants for
+// the shard's next pass. It returns when that pass should run: at once when
+// a segment can be used now, else when the first grant becomes usable (its
+// first segment's start − D, or the next grant round); zero when nothing
+// was asked. An upstream that fails is logged and asked again by a later
+// pass (the pass waits D before it asks again). Idle upstreams cost nothing:
+// only a pass with jobs waiting on an upstream asks.
+func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, demand []store.UpstreamDemand, lead time.Duration) time.Time {
+	us, ok := d.cfg.Store.(upstreamStore)
+	if !ok || len(demand) == 0 {
+		return time.Time{}
+	}
+	grants, err := us.GrantUpstreams(ctx, s.shard, demand, store.GrantConfig{Horizon: lead})
+	if err != nil && ctx.Err() == nil {
+		d.metrics.passErrors.Inc()
+		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
+	}
+	s.grants = append(s.grants, grants...)
+	var next time.Time
+	now := d.cfg.clock.Now()
+	for _, g := range grants {
+		at := s.local(g.Usable(lead), now)
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
