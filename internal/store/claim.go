@@ -126,7 +126,7 @@ func decodeClaim(d decoder, id string) Claim {
 		c.Outcome = ClaimOK
 		c.Job = ClaimedJob{ID: id, Tenant: d.str(1), Type: d.str(2), Body: []byte(d.str(3)),
 			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
-			Created: microsTime(d.int(8))}
+			Created: microsTime(d.int(8)), Upstreams: splitUpstreams(d.str(9))}
 	case "early":
 		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
 	case "stale":

@@ -78,6 +78,13 @@ type FinishConfig struct {
 	// Default AdaptiveStepPPMDefault (full rate again after 19 successes
 	// from 0.05).
 	AdaptiveStepPPM int64
+	// UpstreamScope (per call, not configuration) says that the throttles
+	// of this call (a throttled outcome, or a pause asked with another
+	// kind) are their jobs' upstreams' (pause_scope upstream, issue #15):
+	// the tenant is neither paused nor cut (adaptive), and a throttled job
+	// goes back to the front of its upstream lane without using an
+	// attempt; the caller pauses the upstreams (PauseUpstream).
+	UpstreamScope bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -269,7 +276,8 @@ func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
 	args := make([]any, 0, 10+finishValues*len(reqs))
 	args = append(args, cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(),
 		cfg.DeadMaxPerTenant, cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(),
-		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds())
+		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds(),
+		boolInt(cfg.UpstreamScope))
 	for _, r := range reqs {
 		o := r.Outcome
 		field, text := excerptArgs(o.Excerpt)

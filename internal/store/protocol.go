@@ -120,4 +120,7 @@ type ClaimedJob struct {
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
 	Created time.Time     // when the job was enqueued (Job.Created), the same on every attempt
+	// Upstreams are the shared upstream quotas the job names (sorted; nil:
+	// none), for the worker's pause_scope decision.
+	Upstreams []string
 }

@@ -46,6 +46,14 @@ func checkUpstreams(names []string) error {
 	return nil
 }
 
+// splitUpstreams is the names of a record field ups; nil for "".
+func splitUpstreams(field string) []string {
+	if field == "" {
+		return nil
+	}
+	return strings.Split(field, ",")
+}
+
 // upstreamsField is record field ups of a job naming names (checked): the
 // names sorted, joined by ','; "" for none.
 func upstreamsField(names []string) string {

@@ -2,8 +2,11 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // A job naming upstreams waits in its tenant's lane for that set (record
@@ -139,4 +142,47 @@ func mustJobKey(t *testing.T, e *env, id string) string {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// A throttle with UpstreamScope returns the job to the front of its lane
+// without using an attempt and leaves the tenant unpaused; without it the
+// tenant pauses, as before.
+func TestFinishUpstreamScope(t *testing.T) {
+	t.Parallel()
+	for _, scope := range []bool{true, false} {
+		t.Run(fmt.Sprintf("scope=%v", scope), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 }))
+			e.putUpstream("sms", 50*time.Millisecond, 2)
+			shard := e.store.keys.shardOf("acme")
+			first := e.enqueueOne("acme", upItem(`{"n":1}`, "sms"))
+			e.enqueueOne("acme", upItem(`{"n":2}`, "sms"))
+			_, grants := e.upPass(shard, nil)
+			res, _ := e.upPass(shard, grants)
+			if len(res.Released) == 0 || res.Released[0].ID != first.ID {
+				t.Fatalf("released %+v, want the first lane job first", res.Released)
+			}
+			r := res.Released[0]
+			job := e.claimAt(r)
+			if len(job.Upstreams) != 1 || job.Upstreams[0] != "sms" {
+				t.Fatalf("claimed job's upstreams %v, want [sms]", job.Upstreams)
+			}
+			st := e.finish(r.ID, r.Gen, wire.AttemptOutcome{Kind: wire.FinishThrottled, Status: 429},
+				FinishConfig{UpstreamScope: scope})
+			if st != StateQueued {
+				t.Fatalf("state %s after the throttle, want queued", st)
+			}
+			if j := e.job(r.ID); j.Attempt != 0 {
+				t.Fatalf("attempts used %d, want 0", j.Attempt)
+			}
+			if head := e.rdb.ZRange(e.ctx, e.store.keys.lane("acme", "sms"), 0, 0).Val(); len(head) != 1 || head[0] != r.ID {
+				t.Fatalf("lane head %v, want the throttled job %s", head, r.ID)
+			}
+			paused := !e.state("acme").PausedUntil.IsZero()
+			if paused == scope {
+				t.Fatalf("tenant paused %v with upstream scope %v", paused, scope)
+			}
+		})
+	}
 }

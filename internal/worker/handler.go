@@ -204,7 +204,13 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 
 	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancelFinish()
-	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, store.FinishConfigOf(w.Settings()))
+	fcfg := store.FinishConfigOf(w.Settings())
+	scoped := w.scopedUpstreams(fctx, job, outcome)
+	fcfg.UpstreamScope = len(scoped) > 0
+	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, fcfg)
+	if err == nil {
+		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
+	}
 	if errors.Is(err, store.ErrStale) {
 		// Nothing to retry: the lease was swept before the finish (the job
 		// runs again), or the call was re-sent after its reply was lost

@@ -1,9 +1,13 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // putUpstream configures upstream name at one request per interval with
@@ -28,7 +33,13 @@ func (h *harness) putUpstream(name string, interval time.Duration, burst int64, 
 // receiver's /<tenant>, and returns their ids.
 func (h *harness) enqueueUp(tenant string, n int, upstreams ...string) []string {
 	h.t.Helper()
-	spec := job.Spec{Type: wire.TypeWebhook, URL: h.recv.srv.URL + "/hooks/" + tenant, Event: "test.event", Payload: json.RawMessage(`{"n":1}`)}
+	return h.enqueueUpAt(tenant, tenant, n, upstreams...)
+}
+
+// enqueueUpAt is enqueueUp posting to the receiver's /<path>.
+func (h *harness) enqueueUpAt(tenant, path string, n int, upstreams ...string) []string {
+	h.t.Helper()
+	spec := job.Spec{Type: wire.TypeWebhook, URL: h.recv.srv.URL + "/hooks/" + path, Event: "test.event", Payload: json.RawMessage(`{"n":1}`)}
 	items := make([]store.Item, n)
 	for i := range items {
 		items[i] = store.Item{Type: wire.TypeWebhook, Body: spec.Canonical(), Upstreams: upstreams}
@@ -88,8 +99,10 @@ func TestSharedUpstreamBoundAndShares(t *testing.T) {
 	plain := h.recv.waitFor(t, "plain", 100, 10*time.Second)
 	exactlyOnce(t, plain, plainIDs)
 	checkRate(t, plain, 50, 1, h.sendError(plain))
-	if took := plain[len(plain)-1].at.Sub(plain[0].at); took > 3*time.Second {
-		t.Errorf("the plain tenant's 100 jobs at 50/s took %s, want ≈ 2s", took)
+	// ≈ 2 s; a claim that misses ε on a starved machine (-race, parallel
+	// packages on 2 cores) costs its slot, so only a gross overrun fails.
+	if took, most := plain[len(plain)-1].at.Sub(plain[0].at), slack(3*time.Second); took > most {
+		t.Errorf("the plain tenant's 100 jobs at 50/s took %s, want ≈ 2s (at most %s)", took, most)
 	}
 
 	var got []arrival
@@ -118,6 +131,139 @@ func TestSharedUpstreamBoundAndShares(t *testing.T) {
 		own := h.recv.arrivals(tn)
 		checkRate(t, own, 50, 1, h.sendError(own))
 	}
-	h.noStall(t)
+	h.noLostHandoff(t)
 	t.Logf("300 upstream jobs over %s (20/s: ≈ 15 s)", got[len(got)-1].at.Sub(got[0].at))
+}
+
+// upstreamFixture applies pause_scope for the worker in tests: the params
+// from the store, and a pause written as the upstream API's PauseUpstream
+// does (pu = max(pu, until) µs, pr = reason).
+type upstreamFixture struct{ h *harness }
+
+func (f upstreamFixture) UpstreamParamsOf(ctx context.Context, name string) (store.UpstreamParams, error) {
+	return f.h.st.UpstreamParamsOf(ctx, name)
+}
+
+func (f upstreamFixture) PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error {
+	key := store.UpstreamHashKey(f.h.prefix, name)
+	pu, _ := f.h.rdb.HGet(ctx, key, "pu").Int64()
+	return f.h.rdb.HSet(ctx, key, "pu", max(pu, until.UnixMicro()), "pr", reason).Err()
+}
+
+var _ worker.Upstreams = upstreamFixture{}
+
+// TestUpstreamPauseScope: a 429 (no Retry-After: the default pause, 1.5 s
+// here) on a job naming an upstream with pause_scope upstream pauses that
+// upstream: the upstream jobs of all three tenants naming it stop, their
+// plain jobs keep going, no tenant is paused; after the pause every job is
+// delivered once (the throttled one again, no attempt used).
+func TestUpstreamPauseScope(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 4)
+	h.putUpstream("shared", 50*time.Millisecond, 1, 1)
+	tenants := tenantsOnShards("ps", 3, 4)
+	var upIDs, plainIDs []string
+	for _, tn := range tenants {
+		h.policy(tn, store.Overrides{RateUS: ptr(20_000), Burst: ptr(1), Concurrency: ptr(20)})
+		upIDs = append(upIDs, h.enqueueUpAt(tn, tn+"-up", 20, "shared")...)
+		plainIDs = append(plainIDs, h.enqueue(tn, 100)...)
+	}
+	var throttled atomic.Int64
+	h.recv.behave = func(path string) (int, time.Duration) {
+		if strings.HasSuffix(path, "-up") && throttled.Add(1) == 1 {
+			return http.StatusTooManyRequests, 0
+		}
+		return http.StatusNoContent, 0
+	}
+	h.startWorker(20, nil, func(c *worker.Config) {
+		c.Upstreams = upstreamFixture{h}
+		c.Settings.DefaultPause = 1500 * time.Millisecond
+	})
+	h.startDispatcher(nil)
+
+	var first arrival
+	redistest.Poll(t, 10*time.Second, "the first upstream request (answered 429)", func() bool {
+		for _, a := range h.recv.arrivals("") {
+			if strings.HasSuffix(a.tenant, "-up") {
+				first = a
+				return true
+			}
+		}
+		return false
+	})
+	// Done when every job arrived (the throttled one twice).
+	redistest.Poll(t, 20*time.Second, "every job delivered", func() bool {
+		return len(h.recv.arrivals("")) >= len(upIDs)+len(plainIDs)+1
+	})
+	// Releases already out (slots up to D ahead) and segments already
+	// granted (H = D) may still go right after the 429: 300 ms of slack.
+	// Then no job naming the upstream is slotted until the pause ends (on
+	// the Redis clock: slots; a starved worker may send an earlier slot
+	// late); plain jobs keep arriving meanwhile.
+	quietFrom, quietTo := first.redis.Add(300*time.Millisecond), first.redis.Add(1400*time.Millisecond)
+	upIn, plainIn := 0, 0
+	for _, a := range h.recv.arrivals("") {
+		if !strings.HasSuffix(a.tenant, "-up") {
+			if a.redis.After(quietFrom) && a.redis.Before(quietTo) {
+				plainIn++
+			}
+			continue
+		}
+		if slot := h.jobOf(a.id).Slot; slot.After(quietFrom) && slot.Before(quietTo) {
+			upIn++
+		}
+	}
+	if upIn != 0 {
+		t.Errorf("%d upstream jobs slotted while the upstream was paused", upIn)
+	}
+	if plainIn < 60 { // 3 tenants at 50/s for 1.1 s: ≈ 165
+		t.Errorf("%d plain requests while the upstream was paused: the tenants' own jobs should keep going", plainIn)
+	}
+	for _, tn := range tenants {
+		st, err := h.st.TenantState(h.ctx, tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.PausedUntil.IsZero() {
+			t.Errorf("tenant %s paused until %v: pause_scope upstream must not pause it", tn, st.PausedUntil)
+		}
+	}
+	var ups []arrival
+	for _, tn := range tenants {
+		ups = append(ups, h.recv.arrivals(tn+"-up")...)
+	}
+	slices.SortFunc(ups, func(a, b arrival) int { return a.at.Compare(b.at) })
+	exactlyOnce(t, ups[1:], upIDs) // the 429 was the first: its job came again
+	if j := h.jobOf(first.id); j.Attempt != 1 {
+		t.Errorf("the throttled job used %d attempts, want 1 (the throttle is not counted)", j.Attempt)
+	}
+	if pr := h.rdb.HGet(h.ctx, store.UpstreamHashKey(h.prefix, "shared"), "pr").Val(); pr != worker.ReasonThrottled {
+		t.Errorf("pause reason %q, want throttled", pr)
+	}
+	h.noLostHandoff(t)
+}
+
+// slack is d, or 3·d under the race detector (which slows every goroutine
+// several-fold).
+func slack(d time.Duration) time.Duration {
+	if raceEnabled {
+		return 3 * d
+	}
+	return d
+}
+
+// noLostHandoff is noStall without the sweeps: these tests run several
+// dispatchers and workers and hundreds of jobs at once, and on a starved
+// machine (parallel packages on 2 cores) a worker may pick a release up
+// after its grace; the sweep returning it is the designed recovery, and
+// exactlyOnce checks the outcome. The sweeps are logged.
+func (h *harness) noLostHandoff(t *testing.T) {
+	t.Helper()
+	if n := h.counter("sluice_dispatch_enqueue_errors_total"); n != 0 {
+		t.Errorf("%v hand-offs to asynq failed", n)
+	}
+	if n := h.counter("sluice_worker_finish_errors_total"); n != 0 {
+		t.Errorf("%v finishes failed", n)
+	}
+	t.Logf("%v leases swept", h.counter("sluice_dispatch_swept_total"))
 }

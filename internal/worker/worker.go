@@ -132,6 +132,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
+	// Upstreams, when set, applies the pause_scope of the upstreams a job
+	// names (issue #15; upstreams.go): a throttle of a job naming an
+	// upstream with pause_scope upstream pauses that upstream instead of
+	// the tenant. Nil: every throttle pauses the tenant.
+	Upstreams Upstreams
 	// Announce announces the Worker's concurrency: at Start and every
 	// HeartbeatInterval with Concurrency and a life (ttl) of 3 intervals,
 	// and when the Worker stops with concurrency 0 and a life of 1 s (the

@@ -137,7 +137,7 @@ local function claim_one(id, gen)
   rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created}
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.ups}
 end
 
 local reply = {'ok'}

@@ -8,7 +8,10 @@
 -- ARGV[9]  jitter seed               ARGV[10] adaptive floor, ppm
 -- ARGV[11] adaptive recovery step, ppm
 -- ARGV[12] idempotency retention µs (0 = the record's)
--- ARGV[13…] the attempts, 11 arguments each (at least one):
+-- ARGV[13] upstream scope (0|1): 1 = the throttles of this call are their
+--          jobs' upstreams' (pause_scope upstream): the tenant is neither
+--          paused nor cut, the job goes back to the front of its lane
+-- ARGV[14…] the attempts, 11 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
 --          permanent | gone), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
@@ -61,14 +64,15 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
 local STRIDE = 11
-local n = (#ARGV - 12) / STRIDE
+local UP_SCOPE = ARGV[13] == '1'
+local n = (#ARGV - 13) / STRIDE
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
     and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local reqs = {}
 for i = 1, n do
-  local o = 12 + STRIDE * (i - 1)
+  local o = 13 + STRIDE * (i - 1)
   local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
     latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
     xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11]}
@@ -127,11 +131,13 @@ local function finish_one(r)
   end
   recent_add(t, r, NOW) -- the tenant's ring, saved with it (recent.lua)
 
-  if r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
+  if UP_SCOPE then
+    -- the upstreams' throttle: the caller pauses them, not the tenant
+  elseif r.pause > 0 or r.kind == 'throttled' then -- throttled, or a pre-emptive pause (quota used up)
     local d = r.pause > 0 and r.pause or cfg.def_pause
     t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
-  adapt(r, j, t, p)
+  if not UP_SCOPE then adapt(r, j, t, p) end
 
   local kind = r.kind
   if kind == 'success' then
