@@ -186,3 +186,50 @@ func TestFinishUpstreamScope(t *testing.T) {
 		})
 	}
 }
+
+// UpstreamRuntime shows the calendar's end, the tokens left now, and the
+// jobs waiting on the upstream by tenant across shards.
+func TestUpstreamRuntime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 }))
+	e.putUpstream("sms", 50*time.Millisecond, 2)
+	tenants := distinctShards(e, 2)
+	for range 3 {
+		e.enqueueOne(tenants[0], upItem(`{}`, "sms"))
+	}
+	for range 2 {
+		e.enqueueOne(tenants[1], upItem(`{}`, "sms", "other"))
+	}
+	e.enqueueOne(tenants[1], item(`{}`)) // plain: not waiting on it
+	rt, err := e.store.UpstreamRuntime(e.ctx, "sms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Tokens != 2 || !rt.TAT.IsZero() || rt.EffectiveIntervalUS != 50_000 || rt.Truncated {
+		t.Fatalf("idle runtime %+v, want 2 tokens, no TAT, 50ms", rt)
+	}
+	if len(rt.WaitingByTenant) != 2 || rt.WaitingByTenant[tenants[0]] != 3 || rt.WaitingByTenant[tenants[1]] != 2 {
+		t.Fatalf("waiting %v, want %s: 3, %s: 2", rt.WaitingByTenant, tenants[0], tenants[1])
+	}
+	// A round hands out H = 100ms of the calendar (2 units): no token left now.
+	shard := e.store.keys.shardOf(tenants[0])
+	_, grants := e.upPass(shard, nil)
+	res, _ := e.upPass(shard, grants)
+	if len(res.Released) != 2 {
+		t.Fatalf("released %d jobs of the 2-unit segment, want 2", len(res.Released))
+	}
+	rt, err = e.store.UpstreamRuntime(e.ctx, "sms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.clock.Now().Add(grantLead); !rt.TAT.Equal(want) || rt.Tokens != 0 {
+		t.Fatalf("runtime %+v, want TAT %v and 0 tokens", rt, want)
+	}
+	if rt.WaitingByTenant[tenants[0]] != 1 {
+		t.Fatalf("waiting %v, want %s: 1 after two releases", rt.WaitingByTenant, tenants[0])
+	}
+	if _, err := e.store.UpstreamRuntime(e.ctx, "nope"); !errors.Is(err, ErrUpstreamNotFound) {
+		t.Fatalf("unknown upstream: %v, want ErrUpstreamNotFound", err)
+	}
+}
