@@ -81,6 +81,13 @@ func (c PassConfig) validate() error {
 //     of the tenant's send schedule) and a lease until SendAt + grace;
 //  4. reschedules every tenant it touched.
 //
+// Upstreams (issue #15; PassGranted, lua/lanes.lua): a tenant holding jobs
+// that name upstreams releases the oldest eligible of its plain next job
+// and its lanes' heads; a lane head also needs room in the shard's segment
+// of each upstream it names at its slot (the latest of the tenant's and the
+// upstreams' earliest), where all are charged. Heads waiting for room are
+// reported as PassResult.Demand.
+//
 // Fairness under overload (start-time fair queueing). Capacity goes one job
 // at a time to the visited tenant with the smallest weighted virtual time vt
 // (tenant field vt; each released job adds ⌊cost·VT_SCALE/weight⌋, with

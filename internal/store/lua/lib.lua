@@ -455,7 +455,10 @@ end
 -- job's cost, paused_until, admin_until); removed when the tenant has no
 -- queued job, is disabled or admin-paused indefinitely, has released +
 -- running ≥ concurrency, or would exceed its release cap with the head job
--- (claim, finish and sweep re-add it). Returns the score, or nil when removed.
+-- (claim, finish and sweep re-add it). A tenant holding lane jobs (uq > 0,
+-- lanes.lua) scores the best of its plain head and its lanes' heads, each
+-- lane head at max(its GCRA slot, pauses, each upstream's earliest or
+-- expected grant). Returns the score, or nil when removed.
 -- A caller that has just read the head job may pass it (head = {id, cost},
 -- or false when the tenant has none) to save the reads. It records what it
 -- decided on in field rs (sched_sig), so callers save the tenant after it.
