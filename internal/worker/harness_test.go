@@ -180,6 +180,12 @@ func (h *harness) noStall(t *testing.T) {
 	if n := h.counter("sluice_dispatch_swept_total"); n != 0 {
 		t.Errorf("%v leases swept", n)
 	}
+	h.noFailedCalls(t)
+}
+
+// noFailedCalls fails when a hand-off to asynq or a finish failed.
+func (h *harness) noFailedCalls(t *testing.T) {
+	t.Helper()
 	if n := h.counter("sluice_dispatch_enqueue_errors_total"); n != 0 {
 		t.Errorf("%v hand-offs to asynq failed", n)
 	}

@@ -99,10 +99,12 @@ func TestSharedUpstreamBoundAndShares(t *testing.T) {
 	plain := h.recv.waitFor(t, "plain", 100, 10*time.Second)
 	exactlyOnce(t, plain, plainIDs)
 	checkRate(t, plain, 50, 1, h.sendError(plain))
-	// ≈ 2 s; a claim that misses ε on a starved machine (-race, parallel
-	// packages on 2 cores) costs its slot, so only a gross overrun fails.
-	if took, most := plain[len(plain)-1].at.Sub(plain[0].at), slack(3*time.Second); took > most {
-		t.Errorf("the plain tenant's 100 jobs at 50/s took %s, want ≈ 2s (at most %s)", took, most)
+	// Its own rate meanwhile: the middle 80 intervals take ≈ 1.6 s at 50/s.
+	// A claim that misses ε on a starved machine (-race, a Cluster, parallel
+	// packages on 2 cores) costs its slot, and the start-up (3 dispatchers
+	// taking leases) is left out; only a gross undershoot (< 30/s) fails.
+	if mid, most := plain[90].at.Sub(plain[10].at), slack(80*time.Second/30); mid > most {
+		t.Errorf("the plain tenant's middle 80 intervals took %s, want ≈ 1.6s at 50/s (at most %s)", mid, most)
 	}
 
 	var got []arrival
@@ -259,11 +261,6 @@ func slack(d time.Duration) time.Duration {
 // exactlyOnce checks the outcome. The sweeps are logged.
 func (h *harness) noLostHandoff(t *testing.T) {
 	t.Helper()
-	if n := h.counter("sluice_dispatch_enqueue_errors_total"); n != 0 {
-		t.Errorf("%v hand-offs to asynq failed", n)
-	}
-	if n := h.counter("sluice_worker_finish_errors_total"); n != 0 {
-		t.Errorf("%v finishes failed", n)
-	}
+	h.noFailedCalls(t)
 	t.Logf("%v leases swept", h.counter("sluice_dispatch_swept_total"))
 }
