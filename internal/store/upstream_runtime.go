@@ -31,8 +31,8 @@ type UpstreamRuntime struct {
 	// Tokens is the cost units the upstream could send now: ⌊(now + B·T −
 	// max(TAT, now)) / T⌋, 0 … B.
 	Tokens int64
-	// EffectiveIntervalUS is T in µs (the configured interval: adaptive
-	// upstreams are not implemented yet).
+	// EffectiveIntervalUS is T in µs: an adaptive upstream's effective
+	// ⌈T·10⁶ / f⌉ (UpstreamOutcome), else the configured one.
 	EffectiveIntervalUS int64
 	// PausedUntil is the pause end (zero: not paused).
 	PausedUntil time.Time
@@ -50,12 +50,16 @@ func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRunti
 	if err != nil {
 		return UpstreamRuntime{}, err
 	}
-	v, err := s.rdb.HMGet(ctx, s.keys.upstreamHash(name), "tat", "pu").Result()
+	v, err := s.rdb.HMGet(ctx, s.keys.upstreamHash(name), "tat", "pu", "rf").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
-	rt := UpstreamRuntime{EffectiveIntervalUS: p.IntervalUS, WaitingByTenant: map[string]int64{}}
-	tat, pu := hashInt(v, 0), hashInt(v, 1)
+	tat, pu, rf := hashInt(v, 0), hashInt(v, 1), hashInt(v, 2)
+	iv := p.IntervalUS
+	if p.Adaptive && rf > 0 && rf < RateFactorFull { // upstream_adapt.lua: ⌈T·10⁶ / f⌉
+		iv = (p.IntervalUS*RateFactorFull + rf - 1) / rf
+	}
+	rt := UpstreamRuntime{EffectiveIntervalUS: iv, WaitingByTenant: map[string]int64{}}
 	for shard := range s.keys.shards {
 		d, err := s.run(ctx, scriptUpstreamWaiting, shard, name, UpstreamRuntimeTenantsPerShard)
 		if err != nil {
@@ -76,7 +80,7 @@ func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRunti
 		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
 	rt.Now, rt.TAT, rt.PausedUntil = microsTime(now), optMicros(tat), optMicros(pu)
-	rt.Tokens = min(max((now+p.Burst*p.IntervalUS-max(tat, now))/p.IntervalUS, 0), p.Burst)
+	rt.Tokens = min(max((now+p.Burst*iv-max(tat, now))/iv, 0), p.Burst)
 	return rt, nil
 }
 

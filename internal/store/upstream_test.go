@@ -233,3 +233,50 @@ func TestUpstreamRuntime(t *testing.T) {
 		t.Fatalf("unknown upstream: %v, want ErrUpstreamNotFound", err)
 	}
 }
+
+// An adaptive upstream halves its rate on a congestion signal (once per
+// episode: a signal from an attempt slotted before the episode's end does
+// not cut again), recovers by the step on a success, and its coordinator
+// spaces new segments by the effective interval; a non-adaptive one never
+// changes.
+func TestUpstreamAdaptive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putUpstream("fixed", 10*time.Millisecond, 1)
+	if err := e.rdb.HSet(e.ctx, e.store.keys.upstreamHash("ai"), "p", `{"iv":10000,"b":1,"c":0,"a":1,"s":0}`, "v", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := FinishConfig{AdaptiveFloorPPM: 100_000, AdaptiveStepPPM: 100_000}
+	now := e.clock.Now()
+	step := func(name string, congested bool, slot time.Time, wantF int64, wantIV time.Duration) {
+		t.Helper()
+		f, iv, err := e.store.UpstreamOutcome(e.ctx, name, congested, slot, cfg)
+		if err != nil || f != wantF || iv != wantIV {
+			t.Fatalf("%s congested=%v: factor %d, interval %v, err %v; want %d, %v", name, congested, f, iv, err, wantF, wantIV)
+		}
+	}
+	step("fixed", true, now, RateFactorFull, 10*time.Millisecond)
+	// A grant moves the calendar to now + H: the cut's episode runs until then.
+	if _, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
+		GrantConfig{Horizon: grantLead}); err != nil {
+		t.Fatal(err)
+	}
+	step("ai", true, now, 500_000, 20*time.Millisecond)
+	step("ai", true, now, 500_000, 20*time.Millisecond) // same episode: no second cut
+	later := now.Add(grantLead)
+	step("ai", true, later, 250_000, 40*time.Millisecond)
+	e.clock.Advance(time.Second)
+	gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
+		GrantConfig{Horizon: grantLead})
+	if err != nil || len(gs) != 1 || gs[0].Interval != 40*time.Millisecond {
+		t.Fatalf("grant %+v, err %v: want the effective interval 40ms", gs, err)
+	}
+	if seg := gs[0].Segments; len(seg) != 1 || seg[0].Ceil.Sub(seg[0].T0) != 3*40*time.Millisecond {
+		t.Fatalf("segments %+v, want 3 units of 40ms (⌈100ms / 40ms⌉)", seg)
+	}
+	step("ai", false, e.clock.Now().Add(time.Hour), 350_000, 28572*time.Microsecond) // ⌈10ms·10⁶/350000⌉
+	rt, err := e.store.UpstreamRuntime(e.ctx, "ai")
+	if err != nil || rt.EffectiveIntervalUS != 28572 {
+		t.Fatalf("runtime %+v, err %v: want the effective interval 28572µs", rt, err)
+	}
+}

@@ -210,6 +210,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, fcfg)
 	if err == nil {
 		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
+		w.adaptUpstreams(fctx, job, outcome, fcfg)
 	}
 	if errors.Is(err, store.ErrStale) {
 		// Nothing to retry: the lease was swept before the finish (the job

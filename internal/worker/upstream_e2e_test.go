@@ -152,6 +152,10 @@ func (f upstreamFixture) PauseUpstream(ctx context.Context, name string, until t
 	return f.h.rdb.HSet(ctx, key, "pu", max(pu, until.UnixMicro()), "pr", reason).Err()
 }
 
+func (f upstreamFixture) UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error) {
+	return f.h.st.UpstreamOutcome(ctx, name, congested, slot, cfg)
+}
+
 var _ worker.Upstreams = upstreamFixture{}
 
 // TestUpstreamPauseScope: a 429 (no Retry-After: the default pause, 1.5 s

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
@@ -15,6 +16,7 @@ import (
 type Upstreams interface {
 	UpstreamParamsOf(ctx context.Context, name string) (store.UpstreamParams, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
+	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error)
 }
 
 // ReasonThrottled is the pause reason of an upstream a throttled outcome
@@ -35,7 +37,7 @@ func (w *Worker) scopedUpstreams(ctx context.Context, job store.ClaimedJob, o wi
 	}
 	var scoped []string
 	for _, name := range job.Upstreams {
-		p, err := w.cfg.Upstreams.UpstreamParamsOf(ctx, name)
+		p, err := w.upParams.of(ctx, w.cfg.Upstreams, name, time.Now())
 		if err != nil {
 			w.cfg.Logger.Warn("read upstream params; its throttle pauses the tenant", "upstream", name, "job", job.ID, "err", err)
 			continue
@@ -63,6 +65,69 @@ func (w *Worker) pauseUpstreams(ctx context.Context, job store.ClaimedJob, scope
 	for _, name := range scoped {
 		if err := w.cfg.Upstreams.PauseUpstream(ctx, name, until, ReasonThrottled); err != nil {
 			w.cfg.Logger.Warn("pause upstream failed", "upstream", name, "job", job.ID, "until", until, "err", err)
+		}
+	}
+}
+
+// upstreamParamsTTL is how long the worker reuses an upstream's params
+// (scope, adaptive) before reading them again; upstreamParamsMax bounds
+// the cache (cleared when full).
+const (
+	upstreamParamsTTL = time.Second
+	upstreamParamsMax = 1024
+)
+
+// upstreamParams is a bounded per-process cache of upstreams' params, read
+// at most once a second per upstream. Safe for concurrent use.
+type upstreamParams struct {
+	mu    sync.Mutex
+	byKey map[string]cachedParams
+}
+
+type cachedParams struct {
+	p  store.UpstreamParams
+	at time.Time
+}
+
+// of returns name's params, from the cache when read within the TTL.
+func (c *upstreamParams) of(ctx context.Context, src Upstreams, name string, now time.Time) (store.UpstreamParams, error) {
+	c.mu.Lock()
+	e, ok := c.byKey[name]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < upstreamParamsTTL {
+		return e.p, nil
+	}
+	p, err := src.UpstreamParamsOf(ctx, name)
+	if err != nil {
+		return store.UpstreamParams{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil || len(c.byKey) >= upstreamParamsMax {
+		c.byKey = map[string]cachedParams{}
+	}
+	c.byKey[name] = cachedParams{p: p, at: now}
+	return p, nil
+}
+
+// adaptUpstreams feeds the outcome of job's attempt to each adaptive
+// upstream it names (store.UpstreamOutcome): a congestion signal cuts the
+// upstream's rate, a success recovers it; other outcomes say nothing.
+func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) {
+	if w.cfg.Upstreams == nil || len(job.Upstreams) == 0 {
+		return
+	}
+	congested := o.Congested()
+	if !congested && o.Kind != wire.FinishSuccess {
+		return
+	}
+	for _, name := range job.Upstreams {
+		p, err := w.upParams.of(ctx, w.cfg.Upstreams, name, time.Now())
+		if err != nil || !p.Adaptive {
+			continue
+		}
+		if _, _, err := w.cfg.Upstreams.UpstreamOutcome(ctx, name, congested, job.Slot, cfg); err != nil {
+			w.cfg.Logger.Warn("adapt upstream rate failed", "upstream", name, "job", job.ID, "err", err)
 		}
 	}
 }

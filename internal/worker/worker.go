@@ -203,6 +203,8 @@ type Worker struct {
 	sched   *scheduler    // every wait for a slot
 	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
 	metrics *metrics
+	// upParams caches the params of the upstreams jobs name (upstreams.go).
+	upParams upstreamParams
 	// current is the settings applied now (Settings); stored the settings
 	// last read from <prefix>:meta (nil before the first read), touched only
 	// by Start and then the meta loop.

@@ -3,7 +3,7 @@
 -- upstream's own slot {u:<name>}. A standalone script (clock.lua, no
 -- lib.lua): no shard key.
 --
--- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, …), pu, tat
+-- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, a, …), pu, tat, rf
 -- KEYS[2]  <p>:{u:N}:cal  HASH  shard → "wanted weight unit expires vf": registered demand
 -- KEYS[3]  <p>:{u:N}:g    HASH  shard → "t0 ceil t0 ceil …": segments granted, not picked up
 -- ARGV[1]  now µs (0 = Redis TIME)
@@ -11,7 +11,8 @@
 -- ARGV[4]  weight (≥ 1)           ARGV[5]  unit: the largest head cost (≥ 1)
 -- ARGV[6]  H: horizon µs (≥ 1)    ARGV[7]  registration lifetime µs (≥ 1)
 -- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat}: the upstream's
---          interval T (µs per cost unit) and burst B, its pause end (0 =
+--          interval T (µs per cost unit; an adaptive upstream's effective
+--          ⌈T·10⁶ / rf⌉, upstream_adapt.lua) and burst B, its pause end (0 =
 --          none), nx the earliest time the next grant round may give
 --          anything (TAT − H, pu − H, at least now), the caller's segments
 --          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
@@ -48,12 +49,18 @@ end
 local me = string.format('%d', shard)
 
 -- Read phase.
-local u = redis.call('HMGET', K_U, 'p', 'pu', 'tat')
+local u = redis.call('HMGET', K_U, 'p', 'pu', 'tat', 'rf')
 if not u[1] then return {'not_found'} end
 local ok, p = pcall(cjson.decode, u[1])
 if not ok or type(p) ~= 'table' or type(p.iv) ~= 'number' or p.iv < 1 then return {'invalid'} end
 local iv, burst = math.floor(p.iv), math.max(1, math.floor(tonumber(p.b) or 1))
 local pu, tat = tonumber(u[2]) or 0, tonumber(u[3]) or 0
+local rf = tonumber(u[4]) or 0
+if p.a == 1 and rf > 0 and rf < 1000000 then -- adaptive, cut: the effective interval
+  local q = math.floor(iv * 1000000 / rf)
+  if q * rf < iv * 1000000 then q = q + 1 end
+  iv = q
+end
 local cal, order = {}, {}
 local raw = redis.call('HGETALL', K_CAL)
 for i = 1, #raw, 2 do
@@ -83,8 +90,10 @@ end
 local mine = cal[me]
 if not mine then
   mine = {shard = me, vf = least or 0}
+  local listed = false -- an expired registration stays in order
+  for _, s in ipairs(order) do listed = listed or s == me end
+  if not listed then order[#order + 1] = me end
   cal[me] = mine
-  order[#order + 1] = me
 elseif mine.wanted == 0 and least and mine.vf < least then
   mine.vf = least -- it wanted nothing: it returns level with the others
 end
