@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
@@ -37,10 +38,12 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 // the shard's next pass. It returns when that pass should run: at once when
 // a segment can be used now, else when the first grant becomes usable (its
 // first segment's start − D, or the next grant round); zero when nothing
-// was asked. An upstream that fails is logged and asked again by a later
-// pass (the pass waits D before it asks again). Idle upstreams cost nothing:
+// was asked. An upstream that fails (not configured: jobs may name one
+// that was deleted; Redis) is logged, and the next pass is handed an empty
+// grant whose next round is MaxSleep after the pass (redisNow), so its
+// shard asks again at that pace, not every D. Idle upstreams cost nothing:
 // only a pass with jobs waiting on an upstream asks.
-func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, demand []store.UpstreamDemand, lead time.Duration) time.Time {
+func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, demand []store.UpstreamDemand, lead time.Duration, redisNow time.Time) time.Time {
 	us, ok := d.cfg.Store.(upstreamStore)
 	if !ok || len(demand) == 0 {
 		return time.Time{}
@@ -51,6 +54,12 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, demand []st
 		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
 	}
 	s.grants = append(s.grants, grants...)
+	for _, dm := range demand {
+		if !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Upstream == dm.Upstream }) {
+			s.grants = append(s.grants, store.UpstreamGrant{Upstream: dm.Upstream, Burst: 1,
+				NextGrant: redisNow.Add(d.cfg.MaxSleep)})
+		}
+	}
 	var next time.Time
 	now := d.cfg.clock.Now()
 	for _, g := range grants {

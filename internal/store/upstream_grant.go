@@ -44,8 +44,11 @@ type Segment struct {
 // (GrantUpstreams), handed to the shard's next pass (PassConfig.Grants).
 type UpstreamGrant struct {
 	Upstream string
-	Interval time.Duration // T: the upstream's interval per cost unit
-	Burst    int64         // B
+	// Interval is T, the upstream's (effective) interval per cost unit; 0
+	// in a grant the coordinator did not answer (only NextGrant is news:
+	// the shard keeps what it knew).
+	Interval time.Duration
+	Burst    int64 // B
 	// PausedUntil is the upstream's pause end (zero: none); the coordinator
 	// grants nothing that starts before it.
 	PausedUntil time.Time
@@ -189,7 +192,7 @@ func grantArgs(grants []UpstreamGrant) []any {
 		if !g.PausedUntil.IsZero() {
 			pu = g.PausedUntil.UnixMicro()
 		}
-		args = append(args, g.Upstream, max(g.Interval.Microseconds(), 1), max(g.Burst, 1), pu,
+		args = append(args, g.Upstream, max(g.Interval.Microseconds(), 0), max(g.Burst, 1), pu,
 			g.NextGrant.UnixMicro(), segs.String(), 0)
 	}
 	return args

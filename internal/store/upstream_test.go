@@ -280,3 +280,34 @@ func TestUpstreamAdaptive(t *testing.T) {
 		t.Fatalf("runtime %+v, err %v: want the effective interval 28572µs", rt, err)
 	}
 }
+
+// A grant without an answer (Interval 0: the upstream is not configured, or
+// its coordinator failed) only moves the shard's next ask: no demand until
+// then, and what the shard knew of the upstream stays.
+func TestUnansweredGrantDefersTheNextAsk(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueueOne("acme", upItem(`{}`, "gone"))
+	shard := e.store.keys.shardOf("acme")
+	res, _ := e.store.PassGranted(e.ctx, shard, PassConfig{Lead: grantLead, MinLead: -1, Capacity: -1}, nil)
+	if len(res.Demand) != 1 {
+		t.Fatalf("demand %+v, want the unknown upstream", res.Demand)
+	}
+	if _, err := e.store.GrantUpstreams(e.ctx, shard, res.Demand, GrantConfig{Horizon: grantLead}); !errors.Is(err, ErrUpstreamNotFound) {
+		t.Fatalf("grant: %v, want ErrUpstreamNotFound", err)
+	}
+	next := e.clock.Now().Add(2 * time.Second)
+	cfg := PassConfig{Lead: grantLead, MinLead: -1, Capacity: -1}
+	res, err := e.store.PassGranted(e.ctx, shard, cfg, []UpstreamGrant{{Upstream: "gone", Burst: 1, NextGrant: next}})
+	if err != nil || len(res.Demand) != 0 || len(res.Released) != 0 {
+		t.Fatalf("pass with the unanswered grant: %+v, %v; want nothing", res, err)
+	}
+	// The tenant's ready score is the next ask + H, so the shard wakes at it.
+	if !res.NextWake.Equal(next) {
+		t.Fatalf("next wake %v, want the next ask %v", res.NextWake, next)
+	}
+	e.clock.Set(next)
+	if res = e.pass(shard, cfg); len(res.Demand) != 1 {
+		t.Fatalf("demand %+v at the next ask, want the upstream again", res.Demand)
+	}
+}

@@ -149,12 +149,13 @@ function LN.save()
 end
 
 -- install adds segments (a list of {t0, ceil}, in calendar order) granted to
--- the shard, with the upstream's interval, burst, pause end and next grant
--- time, and h: one contiguous with the current segment extends it, the
+-- the shard, with the upstream's interval, burst, pause end (kept as they
+-- were when iv is 0: no answer) and next grant time, and h: one contiguous with the current segment extends it, the
 -- others wait behind it; segments already over are dropped.
 function LN.install(name, iv, b, pu, nx, h, segs)
   local u = LN.ensure(name)
-  u.iv, u.b, u.pu, u.nx, u.h = iv, b, pu, nx, h
+  if iv > 0 then u.iv, u.b, u.pu = iv, b, pu end -- 0: the coordinator did not answer
+  u.nx, u.h = nx, h
   for _, s in ipairs(segs) do
     local last = u.segs[#u.segs]
     if s[2] <= NOW then

@@ -10,8 +10,9 @@
 -- ARGV[13] claim spacing µs (0 = none)
 -- ARGV[14] m, the number of upstream grants that follow (0 = none)
 -- ARGV[15…] m grants of 7 values each (upstream_grant.lua's reply for this
---          shard): name, interval µs, burst, pause end µs, next grant µs,
---          segments ("t0 ceil t0 ceil …" µs, '' = none), 0 (reserved)
+--          shard): name, interval µs (0: no answer — only the next grant
+--          time is news), burst, pause end µs, next grant µs, segments
+--          ("t0 ceil t0 ceil …" µs, '' = none), 0 (reserved)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
@@ -87,7 +88,7 @@ for i = 1, X.M do
     nx = tonum(ARGV[o + 5]), segs = {}}
   local v = {}
   for x in string.gmatch(ARGV[o + 6], '%d+') do v[#v + 1] = tonum(x) end
-  if not (g.iv and g.b and g.pu and g.nx) or g.iv < 1 or g.b < 1 or #v % 2 ~= 0 then
+  if not (g.iv and g.b and g.pu and g.nx) or g.iv < 0 or g.b < 1 or #v % 2 ~= 0 then
     return redis.error_reply('ERR sluice pass: malformed grant ' .. i)
   end
   for k = 1, #v, 2 do g.segs[#g.segs + 1] = {v[k], v[k + 1]} end
