@@ -4,21 +4,36 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
+// countingStore counts the coordinator calls of a real store.
+type countingStore struct {
+	*store.Store
+	grants atomic.Int64
+}
+
+func (c *countingStore) GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error) {
+	c.grants.Add(1)
+	return c.Store.GrantUpstreams(ctx, shard, demand, cfg)
+}
+
 // A Dispatcher asks the coordinator for the upstream its passes found
 // waiting and hands the grants to the next passes: the jobs of tenants on
 // two shards that name an upstream at 50/s are all handed off, their send
-// times obeying the upstream's bound B + R·Δ + 1 across both shards.
+// times obeying the upstream's bound B + R·Δ + 1 across both shards. Once
+// nothing waits, passes go on without asking (an idle upstream costs
+// nothing).
 func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 	t.Parallel()
 	rdb, prefix, st := realStore(t, 2, 10_000)
@@ -45,8 +60,9 @@ func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start(t, Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix,
-		Pass: store.PassConfig{Grace: time.Minute}, Registerer: prometheus.NewRegistry()})
+	cs := &countingStore{Store: st}
+	d := start(t, Config{Store: cs, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix,
+		Pass: store.PassConfig{Grace: time.Minute}, MaxSleep: 20 * time.Millisecond, Registerer: prometheus.NewRegistry()})
 	in := asynq.NewInspectorFromRedisClient(rdb)
 	var sends []int64
 	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
@@ -76,4 +92,14 @@ func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 	if span := time.Duration(sends[29]-sends[0]) * time.Microsecond; span < 28*iv {
 		t.Fatalf("30 jobs over %v at 50/s, want ≥ %v", span, 28*iv)
 	}
+	asked := cs.grants.Load()
+	if asked == 0 {
+		t.Fatal("no coordinator call")
+	}
+	passes := testutil.ToFloat64(d.metrics.passes)
+	redistest.Poll(t, 5*time.Second, "ten more passes", func() bool { return testutil.ToFloat64(d.metrics.passes) >= passes+10 })
+	if n := cs.grants.Load(); n != asked {
+		t.Fatalf("%d coordinator calls after the last job left (%d before): an idle upstream must cost nothing", n-asked, asked)
+	}
+	t.Logf("30 jobs: %d coordinator calls", asked)
 }

@@ -53,7 +53,8 @@ type UpstreamGrant struct {
 	// grants nothing that starts before it.
 	PausedUntil time.Time
 	// NextGrant is the earliest time the next round may grant anything
-	// (the upstream's TAT − H, or its pause end − H; at least now).
+	// worth a call (the upstream's TAT − H/2, or its pause end − H; at
+	// least now).
 	NextGrant time.Time
 	// Segments are the shard's segments, in calendar order (maybe none).
 	Segments []Segment

@@ -132,6 +132,7 @@ func TestSharedUpstreamBoundAndShares(t *testing.T) {
 				n++
 			}
 		}
+		t.Logf("tenant %s: %d of the first 150 upstream arrivals", tn, n)
 		if n < 42 || n > 58 {
 			t.Errorf("tenant %s: %d of the first 150 upstream arrivals, want 50 ± 15 %%", tn, n)
 		}

@@ -14,7 +14,7 @@
 --          interval T (µs per cost unit; an adaptive upstream's effective
 --          ⌈T·10⁶ / rf⌉, upstream_adapt.lua) and burst B, its pause end (0 =
 --          none), nx the earliest time the next grant round may give
---          anything (TAT − H, pu − H, at least now), the caller's segments
+--          anything worth a call (TAT − H/2, pu − H, at least now), the caller's segments
 --          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
 --          round's, in calendar order) and the new TAT
 --          {'not_found'}: the upstream has no params (field p); nothing written
@@ -163,5 +163,7 @@ for _, k in ipairs({K_CAL, K_G}) do redis.call('PEXPIRE', k, math.ceil((TTL + H)
 
 local v = nums(pending)
 for _, x in ipairs(granted[me] or {}) do v[#v + 1] = x end
-local nx = math.max(NOW, tat - H, pu - H)
+-- The next round worth asking for: when half the horizon is free again
+-- (asking whenever one unit is free would cost a call per unit).
+local nx = math.max(NOW, tat - math.floor(H / 2), pu - H)
 return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat}
