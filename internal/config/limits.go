@@ -140,7 +140,7 @@ func validateWindowed(p *problems, at string, l LimitConfig) {
 
 func validateBucket(p *problems, at string, l LimitConfig) {
 	if l.Rate.IntervalMicros() < 1 {
-		p.add(at+".rate", "must be set (N/s, N/m or N/h)")
+		p.add(at+".rate", "must be set (N/s, N/m, N/h or N/d)")
 	}
 	if l.Burst < 1 {
 		p.add(at+".burst", "must be at least 1, got %d", l.Burst)

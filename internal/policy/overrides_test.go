@@ -176,14 +176,14 @@ func TestDecodeYAMLRejects(t *testing.T) {
 
 // A document with several decoding problems reports all of them.
 func TestDecodeYAMLListsEveryProblem(t *testing.T) {
-	_, err := decodeYAML("rate: 5/x\nburst: five\nadmit: {rate: 1/d, extra: 1}\ntimeout: soon\nbogus: 1\n")
+	_, err := decodeYAML("rate: 5/x\nburst: five\nadmit: {rate: 1/w, extra: 1}\ntimeout: soon\nbogus: 1\n")
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, want := range []string{
 		`line 1: rate "5/x"`,
 		"line 2: cannot unmarshal !!str `five`",
-		`line 3: rate "1/d"`,
+		`line 3: rate "1/w"`,
 		"line 3: field extra not found",
 		`line 4: duration "soon"`,
 		"line 5: field bogus not found",
