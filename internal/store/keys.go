@@ -36,6 +36,7 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
+//	<p>:{u:<name>}:u               HASH   an upstream: cfg (JSON), p (the scripts' integers, JSON), tat (µs), … (upstreams; slot {u:<name>})
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -89,6 +90,10 @@ func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix
 
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
+
+// upstream is upstream name's hash, in its own slot {u:<name>} (a name is
+// checked with checkUpstream first: no braces or ':').
+func (k keyspace) upstream(name string) string { return k.prefix + ":{u:" + name + "}:u" }
 
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
