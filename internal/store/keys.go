@@ -165,6 +165,15 @@ func ShardOfJobID(id string) (int, error) {
 // keyspace (scripts/bench-enqueue); an id that names no shard is an error.
 func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
 
+// UpstreamKey is the key of upstream name's hash (<p>:{u:<name>}:u), for
+// tools and tests that read or seed it; "" for a name that is not valid.
+func (s *Store) UpstreamKey(name string) string {
+	if checkUpstream(name) != nil {
+		return ""
+	}
+	return s.keys.upstream(name)
+}
+
 // BacklogKey is the key of tenant's backlog list, for tools that measure
 // the keyspace.
 func (s *Store) BacklogKey(tenant string) string { return s.keys.tenantQueue(tenant) }

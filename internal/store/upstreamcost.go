@@ -56,13 +56,13 @@ func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) er
 	return nil
 }
 
-// UpstreamCostHeaders returns, for each name of upstreams in order, the
+// CostHeaders returns, for each name of upstreams in order, the
 // cost_header of its configuration (field cfg of its hash, JSON): the
 // response header whose integer value is an attempt's actual cost; "" when
 // the upstream has none or does not exist. One pipelined HGET per upstream
 // (each in its own slot). A bad name is ErrInvalid; a cfg that is not JSON
 // an ErrProtocol.
-func (s *Store) UpstreamCostHeaders(ctx context.Context, upstreams []string) ([]string, error) {
+func (s *Store) CostHeaders(ctx context.Context, upstreams []string) ([]string, error) {
 	for _, name := range upstreams {
 		if err := checkUpstream(name); err != nil {
 			return nil, fmt.Errorf("read cost headers: %w", err)

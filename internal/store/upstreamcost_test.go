@@ -81,28 +81,28 @@ func TestChargeUpstream(t *testing.T) {
 	}
 }
 
-func TestUpstreamCostHeaders(t *testing.T) {
+func TestCostHeaders(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seedUpstream("llm", `{"rate":"90000/m","burst":1000,"cost_header":"X-Usage-Tokens"}`, 667, time.Time{})
 	e.seedUpstream("sms", `{"rate":"20/s","burst":1}`, 50_000, time.Time{})
-	got, err := e.store.UpstreamCostHeaders(e.ctx, []string{"sms", "llm", "missing"})
+	got, err := e.store.CostHeaders(e.ctx, []string{"sms", "llm", "missing"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"", "X-Usage-Tokens", ""}; !slices.Equal(got, want) {
 		t.Fatalf("cost headers %q, want %q", got, want)
 	}
-	if got, err := e.store.UpstreamCostHeaders(e.ctx, nil); err != nil || got != nil {
+	if got, err := e.store.CostHeaders(e.ctx, nil); err != nil || got != nil {
 		t.Fatalf("no upstreams: %q, %v", got, err)
 	}
-	if _, err := e.store.UpstreamCostHeaders(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
+	if _, err := e.store.CostHeaders(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad name: %v, want ErrInvalid", err)
 	}
 	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream("sms"), "cfg", "{").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.UpstreamCostHeaders(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
+	if _, err := e.store.CostHeaders(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("corrupt cfg: %v, want ErrProtocol", err)
 	}
 }
