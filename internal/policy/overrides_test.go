@@ -277,3 +277,29 @@ func TestMaxCost(t *testing.T) {
 		}
 	}
 }
+
+// A daily rate reads from YAML and JSON, and the resolved policy's view
+// shows it back as "N/d".
+func TestDailyRateInConfigAndView(t *testing.T) {
+	y, err := decodeYAML("rate: 7/d\nburst: 2\nadmit: {rate: 1000/d, burst: 50}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := DecodeJSON(strings.NewReader(`{"rate":"7/d","burst":2,"admit":{"rate":"1000/d","burst":50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]Overrides{"yaml": y, "json": j} {
+		p := Resolve(o)
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		v, err := json.Marshal(p.View())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(v), `"rate":"7/d"`) || !strings.Contains(string(v), `"rate":"1000/d"`) {
+			t.Errorf("%s: view %s, want rates 7/d and 1000/d", name, v)
+		}
+	}
+}

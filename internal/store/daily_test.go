@@ -142,3 +142,21 @@ func TestForecastAtDailyRates(t *testing.T) {
 		t.Fatalf("10⁹ jobs at 1/d: forecast %s, want the longest Duration", f.DrainETA)
 	}
 }
+
+// Admission at a daily rate: admit 2/d with admit burst 1 accepts one job,
+// refuses the next with the wait until the token refills (12 h), accepts
+// it then; the idle tenant's hash lives until its bucket is full again.
+func TestDailyAdmission(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	half := ceilDiv(dayUS, 2)
+	e.seed(params(func(p *Params) { p.AdmitUS, p.AdmitBurst = half, 1 }))
+	e.enqueueOne("acme", item(`{"n":1}`))
+	e.clock.Advance(time.Hour)
+	r := e.enqueue("acme", item(`{"n":2}`))[0]
+	if r.Outcome == Accepted || r.Code != CodeRateLimited || r.RetryAfter != 11*time.Hour {
+		t.Fatalf("second job an hour later: %+v, want refused rate_limited, retry after 11h", r)
+	}
+	e.clock.Advance(11 * time.Hour)
+	e.enqueueOne("acme", item(`{"n":3}`))
+}
