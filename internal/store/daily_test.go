@@ -160,3 +160,17 @@ func TestDailyAdmission(t *testing.T) {
 	e.clock.Advance(11 * time.Hour)
 	e.enqueueOne("acme", item(`{"n":3}`))
 }
+
+// A backlog_full wait at 1/d can pass a Duration's range: enqueue.lua's
+// drain_wait is up to (queued jobs)·T, 1.07·10⁵ jobs at a day each already
+// 9.2·10¹⁵ µs. Result.RetryAfter then says the longest Duration, not a
+// wrapped negative one (which the API would have turned into 1 s).
+func TestMicrosSatDoesNotWrap(t *testing.T) {
+	t.Parallel()
+	if got := microsSat(110_000 * dayUS); got != time.Duration(maxDurationUS)*time.Microsecond {
+		t.Fatalf("microsSat(110 000 days in µs) = %s", got)
+	}
+	if got := microsSat(1500); got != 1500*time.Microsecond {
+		t.Fatalf("microsSat(1500) = %s", got)
+	}
+}

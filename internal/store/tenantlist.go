@@ -116,7 +116,9 @@ func mulSat(a, b int64) int64 {
 	return a * b
 }
 
-// microsSat is us µs as a Duration, at most the longest Duration.
+// microsSat is us µs as a Duration, at most the longest Duration (a
+// backlog_full wait at 1/d may be thousands of years in µs: enqueue.lua
+// drain_wait).
 func microsSat(us int64) time.Duration {
 	return time.Duration(min(us, maxDurationUS)) * time.Microsecond
 }
