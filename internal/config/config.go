@@ -10,7 +10,7 @@
 // and validation reports every problem at once, each named by its path
 // ("limits.search.burst: must be at least 1, got 0").
 //
-// Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m" or "N/h",
+// Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m", "N/h" or "N/d",
 // sizes "1MiB" (see policy.ByteSize). A zero or absent value means the
 // default, as documented on each field.
 package config

@@ -18,11 +18,15 @@ const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 // stored (its canonical JSON) with an http job's secret header values
 // redacted (RedactedJob), null once succeeded or canceled.
 type View struct {
-	ID             string          `json:"id"`
-	Tenant         string          `json:"tenant"`
-	Type           string          `json:"type"`
-	State          string          `json:"state"`
-	Cost           int64           `json:"cost"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Type   string `json:"type"`
+	State  string `json:"state"`
+	Cost   int64  `json:"cost"`
+	// ActualCost is the actual cost the latest attempt reported (an
+	// upstream's cost header, sluicetask.SetCost); absent when none did:
+	// the reserved cost stood.
+	ActualCost     int64           `json:"actual_cost,omitempty"`
 	Created        *string         `json:"created"`
 	RunAt          *string         `json:"run_at"`
 	ETA            *string         `json:"eta"`
@@ -62,7 +66,7 @@ type AttemptView struct {
 
 // Of is j's view.
 func Of(j store.Job) View {
-	v := View{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
+	v := View{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost, ActualCost: j.ActualCost,
 		Created: TimeString(j.Created), RunAt: TimeString(j.RunAt), ETA: TimeString(j.ETA), Ended: TimeString(j.Ended),
 		AttemptCount: j.Attempt, Attempts: make([]AttemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey,
 		DeadReason: j.DeadReason, Result: j.Result}

@@ -36,6 +36,7 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
+//	<p>:{u:<name>}:u               HASH   an upstream: cfg (JSON), p (the scripts' integers, JSON), tat (µs), … (upstreams; slot {u:<name>})
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -89,6 +90,10 @@ func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix
 
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
+
+// upstream is upstream name's hash, in its own slot {u:<name>} (a name is
+// checked with checkUpstream first: no braces or ':').
+func (k keyspace) upstream(name string) string { return k.prefix + ":{u:" + name + "}:u" }
 
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
@@ -159,6 +164,15 @@ func ShardOfJobID(id string) (int, error) {
 // JobKey is the key of job id's record, for tools that measure the
 // keyspace (scripts/bench-enqueue); an id that names no shard is an error.
 func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
+
+// UpstreamKey is the key of upstream name's hash (<p>:{u:<name>}:u), for
+// tools and tests that read or seed it; "" for a name that is not valid.
+func (s *Store) UpstreamKey(name string) string {
+	if checkUpstream(name) != nil {
+		return ""
+	}
+	return s.keys.upstream(name)
+}
 
 // BacklogKey is the key of tenant's backlog list, for tools that measure
 // the keyspace.

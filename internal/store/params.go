@@ -25,11 +25,11 @@ import (
 // Every value is an integer below 10¹⁴, so it survives Lua's doubles and
 // cjson's 14-digit number format exactly. The bounds are policy's.
 type Params struct {
-	RateUS             int64 `json:"rate_us"`               // T: emission interval, µs per token, 1 … 3.6·10⁹ (1/h)
+	RateUS             int64 `json:"rate_us"`               // T: emission interval, µs per token, 1 … 8.64·10¹⁰ (1/d); burst·T ≤ MaxSpanUS
 	Burst              int64 `json:"burst"`                 // b: dispatch burst, tokens, 1 … policy.MaxBurst
 	Concurrency        int64 `json:"concurrency"`           // jobs released or running at once, 1 … policy.MaxCount
 	Weight             int64 `json:"weight"`                // share under overload, 1 … policy.MaxCount
-	AdmitUS            int64 `json:"admit_us"`              // admission refill interval, µs per token, 1 … 3.6·10⁹
+	AdmitUS            int64 `json:"admit_us"`              // admission refill interval, µs per token, 1 … 8.64·10¹⁰; admit_burst·admit_us ≤ MaxSpanUS
 	AdmitBurst         int64 `json:"admit_burst"`           // admission bucket capacity, tokens, 1 … policy.MaxBurst
 	MaxBacklog         int64 `json:"max_backlog"`           // jobs queued+scheduled+retrying+released, 1 … policy.MaxBacklogLimit
 	MaxBacklogBytes    int64 `json:"max_backlog_bytes"`     // their body bytes, 1 … policy.MaxBacklogBytesLimit
@@ -96,8 +96,9 @@ func (h *HeaderList) UnmarshalJSON(b []byte) error {
 // Bounds at the scripts' boundary, in their units, derived from the policy
 // package's.
 const (
-	MaxIntervalUS = int64(time.Hour / time.Microsecond)   // one token per hour
-	MaxDurationUS = policy.MaxDuration / time.Microsecond // 10¹³ (µs, about 115 days)
+	MaxIntervalUS = int64(bucket.Day / time.Microsecond)     // one token per day
+	MaxSpanUS     = int64(policy.MaxSpan / time.Microsecond) // burst × interval, 3.6·10¹⁵
+	MaxDurationUS = policy.MaxDuration / time.Microsecond    // 10¹³ (µs, about 115 days)
 )
 
 // DefaultParams are policy.Builtin in the scripts' units: the values of
@@ -133,7 +134,7 @@ func ParamsOf(p policy.Policy) Params {
 }
 
 // Policy is the inverse of ParamsOf, for showing p (policy.Policy.View): a
-// policy whose ParamsOf is p. A rate is the N/s, N/m or N/h with exactly p's
+// policy whose ParamsOf is p. A rate is the N/s, N/m, N/h or N/d with exactly p's
 // interval (policy.IntervalRate.Rate), else 1 token per interval; secrets
 // are none.
 func (p Params) Policy() policy.Policy {
@@ -216,8 +217,9 @@ var paramFields = []paramField{
 	{"max_result_bytes", 1, int64(policy.MaxResultBytesLimit), func(p *Params) *int64 { return &p.MaxResultBytes }, func(o *Overrides) **int64 { return &o.MaxResultBytes }},
 }
 
-// Validate reports every out-of-range field of p at once; each error wraps
-// ErrInvalid.
+// Validate reports every out-of-range field of p at once, and burst ×
+// emission interval above MaxSpanUS (for rate and admission); each error
+// wraps ErrInvalid.
 func (p Params) Validate() error {
 	var errs []error
 	for _, f := range paramFields {
@@ -225,12 +227,23 @@ func (p Params) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, checkSpan("burst", p.Burst, p.RateUS), checkSpan("admit_burst", p.AdmitBurst, p.AdmitUS))
 	errs = append(errs, checkResultHeaders(p.ResultHeaders))
 	return errors.Join(errs...)
 }
 
-// Validate reports every out-of-range field that o sets; each error wraps
-// ErrInvalid.
+// checkSpan checks burst × interval ≤ MaxSpanUS (policy.MaxSpan) for a
+// burst and an interval in their ranges; the error wraps ErrInvalid.
+func checkSpan(name string, burst, intervalUS int64) error {
+	if burst < 1 || intervalUS < 1 || burst <= MaxSpanUS/intervalUS {
+		return nil
+	}
+	return invalidf("policy field %s = %d: want at most %d at an interval of %d µs (burst × interval ≤ %d µs)",
+		name, burst, MaxSpanUS/intervalUS, intervalUS, MaxSpanUS)
+}
+
+// Validate reports every out-of-range field that o sets, and burst × rate
+// when o sets both; each error wraps ErrInvalid.
 func (o Overrides) Validate() error {
 	var errs []error
 	for _, f := range paramFields {
@@ -239,6 +252,12 @@ func (o Overrides) Validate() error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if o.Burst != nil && o.RateUS != nil {
+		errs = append(errs, checkSpan("burst", *o.Burst, *o.RateUS))
+	}
+	if o.AdmitBurst != nil && o.AdmitUS != nil {
+		errs = append(errs, checkSpan("admit_burst", *o.AdmitBurst, *o.AdmitUS))
 	}
 	errs = append(errs, checkResultHeaders(o.ResultHeaders))
 	return errors.Join(errs...)

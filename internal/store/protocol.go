@@ -115,4 +115,10 @@ type ClaimedJob struct {
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
 	Created time.Time     // when the job was enqueued (Job.Created), the same on every attempt
+	// Cost is the cost the job reserved at its release (its enqueue cost):
+	// a cost correction charges or refunds ActualCost − Cost.
+	Cost int64
+	// Upstreams are the upstreams the job names (record field ups), sorted;
+	// nil when none.
+	Upstreams []string
 }

@@ -138,6 +138,10 @@ type Config struct {
 	// withdrawal). Default: Store.Heartbeat under ID, into <prefix>:workers.
 	// The sluicetask middleware sets it to heartbeat its task queues as well.
 	Announce func(ctx context.Context, concurrency int, ttl time.Duration) error
+	// Upstreams receives the cost corrections of the upstreams a job names
+	// (CorrectUpstreams) after each finish whose attempt reported its actual
+	// cost; nil corrects only the tenant (in the finish).
+	Upstreams UpstreamCharger
 }
 
 func (c Config) withDefaults() Config {

@@ -27,13 +27,13 @@ end
 -- it replies with; a finish those of J_FIELDS but type, grace and resv.
 local function load_claimed(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
-    'slot', 'type', 'grace', 'resv', 'body', 'created')
+    'slot', 'type', 'grace', 'resv', 'body', 'created', 'ups')
   if not r[1] then return nil end
   return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
-    created = tonum(r[13]) or 0}
+    created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 local function load_finished(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
