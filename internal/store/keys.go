@@ -36,6 +36,8 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
+//	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not shard-tagged; upstreams.go)
+//	<p>:{u:<name>}:u               HASH   one upstream, in its own slot: cfg, p, v, src, pu, pr (upstreams.go), tat … (the coordinator)
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -93,6 +95,17 @@ func (k keyspace) workers() string { return k.prefix + ":workers" }
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+// upstreams is the upstream listing, one for all shards.
+func (k keyspace) upstreams() string { return k.prefix + ":upstreams" }
+
+// upstreamBase is the common start of every key of upstream name's slot:
+// "<p>:{u:<name>}:". name must be valid (upstream.ValidName: no brace or
+// colon).
+func (k keyspace) upstreamBase(name string) string { return k.prefix + ":{u:" + name + "}:" }
+
+// upstream is upstream name's registry hash.
+func (k keyspace) upstream(name string) string { return k.upstreamBase(name) + "u" }
 
 // checkTenant checks a tenant id with policy.ValidTenantID (DESIGN §1): such
 // an id holds no key separator or hash-tag brace. The error wraps ErrInvalid

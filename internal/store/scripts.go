@@ -69,6 +69,10 @@ var (
 	luaCallbackTake string
 	//go:embed lua/callback_done.lua
 	luaCallbackDone string
+	//go:embed lua/upstream_put.lua
+	luaUpstreamPut string
+	//go:embed lua/upstream_pause.lua
+	luaUpstreamPause string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -110,6 +114,10 @@ var (
 	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
 	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
 	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
+	// The upstream registry's scripts stand alone: their one key is in the
+	// upstream's slot {u:<name>}, not a shard's.
+	scriptUpstreamPut   = standalone("upstream_put", luaUpstreamPut)
+	scriptUpstreamPause = standalone("upstream_pause", luaUpstreamPause)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
