@@ -318,3 +318,44 @@ func TestUpstreamKeysOneSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyDefaultUpstreams: a tenant policy's default upstreams are
+// stored in the policy JSON like result_headers and merged "*" ← tenant by
+// TenantPolicy (what the API resolves enqueues with): an empty tenant list
+// names none over the defaults'; out-of-rule lists are refused.
+func TestPolicyDefaultUpstreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Upstreams = HeaderList{"shared"} }))
+	effective := func(tenant string) []string {
+		t.Helper()
+		rec, err := e.store.TenantPolicy(e.ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Effective.Upstreams
+	}
+	if got := effective("plain"); !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("defaults' upstreams = %v", got)
+	}
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Upstreams: HeaderList{"sms", "llm"}}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if got := effective("acme"); !slices.Equal(got, []string{"sms", "llm"}) {
+		t.Errorf("acme's upstreams = %v", got)
+	}
+	if _, err := e.store.PutTenantPolicy(e.ctx, "none", Overrides{Upstreams: HeaderList{}}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if got := effective("none"); got != nil {
+		t.Errorf("an empty list over the defaults' = %#v, want nil (none)", got)
+	}
+	for _, bad := range []HeaderList{{"a", "b", "c", "d", "e"}, {"x", "x"}, {"a:b"}} {
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Upstreams: bad}, AnyVersion); !errors.Is(err, ErrInvalid) {
+			t.Errorf("upstreams %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if got := effective("acme"); !slices.Equal(got, []string{"sms", "llm"}) {
+		t.Errorf("a refused PUT changed acme's upstreams: %v", got)
+	}
+}
