@@ -63,7 +63,7 @@ upstreams:
 	for content, wantMsg := range map[string]string{
 		"upstreams:\n  x: {rate: 1/s, colour: blue}\n": "line 2: field colour not found",
 		"upstreams:\n  x: {rate: fast}\n":              `line 2: rate "fast"`,
-		"upstreams:\n  x: {rate: [1]}\n":              "line 2",
+		"upstreams:\n  x: {rate: [1]}\n":               "line 2",
 	} {
 		if _, err := loadString(t, content); err == nil || !strings.Contains(err.Error(), wantMsg) {
 			t.Errorf("%q: %v, want %q", content, err, wantMsg)
