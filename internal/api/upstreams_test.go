@@ -328,6 +328,9 @@ func TestPutPolicyUpstreams(t *testing.T) {
 	if ups := r.body["policy"].(map[string]any)["upstreams"]; r.status != 200 || mustJSON(ups) != `["sms","llm"]` {
 		t.Fatalf("PUT policy upstreams: %d %v", r.status, r.body)
 	}
+	if g := f.get(t, "/v1/tenants/acme-pu", adminToken); mustJSON(g.body["policy"].(map[string]any)["upstreams"]) != `["sms","llm"]` {
+		t.Errorf("GET tenant after PUT: policy %v", g.body["policy"])
+	}
 	for _, body := range []string{`{"upstreams":["a","b","c","d","e"]}`, `{"upstreams":["a","a"]}`, `{"upstreams":["a b"]}`} {
 		if r := f.put(t, "acme-pu", adminToken, body); r.status != 422 || !strings.Contains(errorMessage(r), "upstreams") {
 			t.Errorf("PUT %s: %d %v, want 422 naming upstreams", body, r.status, r.body)

@@ -359,3 +359,33 @@ func TestPolicyDefaultUpstreams(t *testing.T) {
 		t.Errorf("a refused PUT changed acme's upstreams: %v", got)
 	}
 }
+
+// TestTenantViewShowsDefaultUpstreams: the tenant view (TenantState,
+// TenantViews: GET /v1/tenants/{t}, the listing, the console's edit form)
+// shows the policy's default upstreams as TenantPolicy merges them.
+func TestTenantViewShowsDefaultUpstreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Upstreams = HeaderList{"shared"} }))
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Upstreams: HeaderList{"sms", "llm"}}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.PutTenantPolicy(e.ctx, "none", Overrides{Upstreams: HeaderList{}}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"acme": {"sms", "llm"}, "none": nil, "plain": {"shared"}}
+	for tenant, w := range want {
+		if got := e.state(tenant).Policy.Upstreams; !slices.Equal(got, w) {
+			t.Errorf("%s: TenantState upstreams = %v, want %v", tenant, got, w)
+		}
+	}
+	views, err := e.store.TenantViews(e.ctx, []string{"acme", "none", "plain"}) // plain has no state: no view
+	if err != nil || len(views) != 2 {
+		t.Fatalf("TenantViews: %d views, %v", len(views), err)
+	}
+	for _, st := range views {
+		if !slices.Equal(st.Policy.Upstreams, want[st.Tenant]) {
+			t.Errorf("%s: TenantViews upstreams = %v, want %v", st.Tenant, st.Policy.Upstreams, want[st.Tenant])
+		}
+	}
+}
