@@ -106,8 +106,7 @@ func (s *Store) PutUpstream(ctx context.Context, name string, cfg upstream.Confi
 	if err == nil {
 		version, _, err = s.putUpstream(ctx, "put", name, cfg, src, want)
 	}
-	var mismatch *statusReply
-	if errors.As(err, &mismatch) && mismatch.status == statusVersionMismatch {
+	if versionMismatch(err) {
 		err = &UpstreamVersionError{Name: name, Want: want, Current: version}
 	}
 	if err != nil {
