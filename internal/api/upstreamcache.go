@@ -26,14 +26,37 @@ type upstreamRegistry struct {
 	ttl   time.Duration
 	clock func() time.Time
 
-	mu    sync.Mutex // held while reading, so concurrent enqueues share one read
-	names map[string]bool
-	read  time.Time // zero: never read
+	mu    sync.Mutex      // held while reading the listing, so concurrent enqueues share one read
+	names map[string]bool // nil until read
+	read  time.Time       // zero: never read
 }
 
 // unknown returns those of names that are not registered, in their order;
 // nil when every one is.
 func (u *upstreamRegistry) unknown(ctx context.Context, names []string) ([]string, error) {
+	missing, err := u.missing(ctx, names)
+	if err != nil || len(missing) == 0 {
+		return nil, err
+	}
+	// A miss is read again before it refuses (outside the lock: a job naming
+	// unknown upstreams does not hold up the others).
+	unknown, err := u.store.UnknownUpstreams(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, n := range missing {
+		if !slices.Contains(unknown, n) {
+			u.names[n] = true
+		}
+	}
+	return unknown, nil
+}
+
+// missing returns those of names the cached listing lacks, reading the
+// listing first when it is older than ttl.
+func (u *upstreamRegistry) missing(ctx context.Context, names []string) ([]string, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if now := u.clock(); u.read.IsZero() || now.Sub(u.read) >= u.ttl {
@@ -49,19 +72,7 @@ func (u *upstreamRegistry) unknown(ctx context.Context, names []string) ([]strin
 			missing = append(missing, n)
 		}
 	}
-	if len(missing) == 0 {
-		return nil, nil
-	}
-	unknown, err := u.store.UnknownUpstreams(ctx, missing) // a miss is read again before it refuses
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range missing {
-		if !slices.Contains(unknown, n) {
-			u.names[n] = true
-		}
-	}
-	return unknown, nil
+	return missing, nil
 }
 
 // readAll reads the whole listing, a page at a time.

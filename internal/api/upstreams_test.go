@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
@@ -335,5 +337,55 @@ func TestPutPolicyUpstreams(t *testing.T) {
 		if r := f.put(t, "acme-pu", adminToken, body); r.status != 422 || !strings.Contains(errorMessage(r), "upstreams") {
 			t.Errorf("PUT %s: %d %v, want 422 naming upstreams", body, r.status, r.body)
 		}
+	}
+}
+
+// TestUpstreamCaches: enqueue's reads of the registry and of a tenant's
+// default upstreams are used for the cache's ttl, then read again; a name
+// the cached listing lacks is read from its hash before it is refused.
+func TestUpstreamCaches(t *testing.T) {
+	t.Parallel()
+	var prefix string
+	f := newStoreFixture(t, func(_ *Options, _ redis.UniversalClient, p string) { prefix = p })
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := f.srv.opts.Store
+	reg := &upstreamRegistry{store: st, ttl: time.Second, clock: clock}
+	pol := &policyUpstreams{store: st, ttl: time.Second, clock: clock}
+
+	f.createUpstream(t, "a")
+	if unknown, err := reg.unknown(ctx, []string{"a", "b"}); err != nil || !slices.Equal(unknown, []string{"b"}) {
+		t.Fatalf("unknown = %v, %v; want [b]", unknown, err)
+	}
+	f.createUpstream(t, "b") // within the ttl: found by the miss's own read
+	if unknown, err := reg.unknown(ctx, []string{"a", "b"}); err != nil || unknown != nil {
+		t.Fatalf("after b's PUT: unknown = %v, %v", unknown, err)
+	}
+	if !reg.names["b"] {
+		t.Error("the miss's read did not remember b")
+	}
+	// An unlisted hash (its listing write failed) is found by the miss read.
+	f.createUpstream(t, "c")
+	if err := f.srv.opts.Redis.ZRem(ctx, prefix+":upstreams", "c").Err(); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Second) // the listing is read again: without c
+	if unknown, err := reg.unknown(ctx, []string{"c"}); err != nil || unknown != nil {
+		t.Fatalf("an unlisted upstream: unknown = %v, %v", unknown, err)
+	}
+
+	f.setPolicy(t, "acme-c", store.Overrides{Upstreams: store.HeaderList{"a"}})
+	if got, err := pol.of(ctx, "acme-c"); err != nil || !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("default upstreams = %v, %v", got, err)
+	}
+	f.setPolicy(t, "acme-c", store.Overrides{Upstreams: store.HeaderList{"b"}})
+	now = now.Add(999 * time.Millisecond)
+	if got, _ := pol.of(ctx, "acme-c"); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("within the ttl: %v, want the cached [a]", got)
+	}
+	now = now.Add(time.Millisecond)
+	if got, _ := pol.of(ctx, "acme-c"); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("after the ttl: %v, want [b]", got)
 	}
 }
