@@ -112,8 +112,11 @@ func (c Config) Validate() error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Err: fmt.Errorf(format, args...)})
 	}
-	if iv := c.Rate.IntervalMicros(); iv < 1 || iv > MaxIntervalUS {
-		add("rate", "must be set, at least 1/h (N/s, N/m or N/h), got %q", c.Rate)
+	switch iv := c.Rate.IntervalMicros(); {
+	case iv < 1:
+		add("rate", "must be set (N/s, N/m or N/h)")
+	case iv > MaxIntervalUS:
+		add("rate", "must be at least 1/h, got %s", c.Rate)
 	}
 	if c.Burst < 1 || c.Burst > MaxBurst {
 		add("burst", "must be 1 … %d, got %d", MaxBurst, c.Burst)

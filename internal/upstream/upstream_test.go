@@ -49,6 +49,7 @@ func TestValidate(t *testing.T) {
 		{"slowest rate", upstream.Config{Rate: rate(1, time.Hour), Burst: 1, PauseScope: "tenant"}, nil},
 		{"largest burst", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst, PauseScope: "tenant"}, nil},
 		{"no rate", upstream.Config{}.WithDefaults(), []string{"rate"}},
+		{"slower than 1/h", upstream.Config{Rate: rate(1, 2*time.Hour), Burst: 1, PauseScope: "tenant"}, []string{"rate"}},
 		{"zero burst without defaults", upstream.Config{Rate: rate(1, time.Second), PauseScope: "tenant"}, []string{"burst"}},
 		{"burst too large", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst + 1, PauseScope: "tenant"}, []string{"burst"}},
 		{"negative burst", upstream.Config{Rate: rate(1, time.Second), Burst: -1, PauseScope: "tenant"}, []string{"burst"}},
