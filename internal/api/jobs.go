@@ -357,8 +357,15 @@ func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, e
 	// store.Item.Upstreams (the record's `ups` and the job's lane); the lead
 	// enables this one line at merge. Until then the resolved names are in
 	// the stored body (and the job view) but do not gate dispatch.
-	if defaulted {
-		it.Body = spec.Canonical() // with the policy's upstreams
+	if defaulted || (spec.Upstreams != nil && len(spec.Upstreams) == 0) {
+		// Stored with the policy's upstreams, or without the key when it
+		// names none: a stored body's "upstreams" is final, absent is none,
+		// and workers and sluicetask middleware from before #15 (which read
+		// bodies strictly) meet the field only in jobs that name upstreams.
+		if len(spec.Upstreams) == 0 {
+			spec.Upstreams = nil
+		}
+		it.Body = spec.Canonical()
 	}
 	it.Fingerprint = itemFingerprint(sent, it)
 	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
