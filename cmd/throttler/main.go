@@ -89,6 +89,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err := st.SeedPolicies(ctx, cfg.Defaults, cfg.Tenants, log); err != nil {
 		return err
 	}
+	if err := st.SeedUpstreams(ctx, cfg.Upstreams, log); err != nil {
+		return err
+	}
 	// The tenant index's backfill runs beside the server and is stopped and
 	// waited for on the way out, before Redis is closed.
 	backfillCtx, stopBackfill := context.WithCancel(ctx)

@@ -109,6 +109,11 @@ type Options struct {
 	// LiveStep is the shortest time between two reads of a tenant's state
 	// for GET /v1/tenants/{tenant}/live; default LiveStepDefault.
 	LiveStep time.Duration
+	// UpstreamCache is how long enqueue uses one read of the registered
+	// upstream names and of a tenant's default upstreams; default
+	// UpstreamCacheDefault. A name not among those read is looked up again
+	// before a job naming it is refused.
+	UpstreamCache time.Duration
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -136,6 +141,9 @@ type Server struct {
 	// GET /v1/tenants/{tenant}/live.
 	summaries summaryCache
 	lives     liveSet
+	// upstreams and policyUpstreams serve enqueue's upstream resolution.
+	upstreams       *upstreamRegistry
+	policyUpstreams *policyUpstreams
 }
 
 // New builds the server and registers its routes and metrics.
@@ -161,6 +169,9 @@ func New(opts Options) (*Server, error) {
 	if opts.LiveStep <= 0 {
 		opts.LiveStep = LiveStepDefault
 	}
+	if opts.UpstreamCache <= 0 {
+		opts.UpstreamCache = UpstreamCacheDefault
+	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = ReadyTimeoutDefault
 	}
@@ -172,6 +183,8 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.opts.Store != nil {
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
+		s.upstreams = &upstreamRegistry{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
+		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
 	}
 	s.routes()
 	return s, nil
@@ -206,6 +219,11 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
 		s.mux.Handle("GET /v1/summary", s.v1(CostRead, s.summary))
 		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(CostRead, s.live))
+		s.mux.Handle("GET /v1/upstreams", s.v1(CostRead, s.listUpstreams))
+		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(CostRead, s.getUpstream))
+		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(CostWrite, s.putUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(CostWrite, s.pauseUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(CostWrite, s.resumeUpstream))
 	}
 	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
 }

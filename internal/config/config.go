@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -41,6 +42,12 @@ type Config struct {
 	// Tenants holds per-tenant policy overrides, merged over Defaults; keys
 	// are tenant ids (policy.ValidTenantID).
 	Tenants map[string]policy.Overrides `yaml:"tenants"`
+	// Upstreams are the shared upstream quotas jobs may name, by name
+	// (upstream.ValidName); each entry's zero fields take upstream's
+	// defaults. The throttler seeds them at start (store.SeedUpstreams):
+	// an upstream changed by PUT /v1/upstreams/{name} keeps Redis's
+	// configuration. Default none.
+	Upstreams map[string]upstream.Config `yaml:"upstreams"`
 	// Limits are named rate limits: APILimitName is the API's own limiter per
 	// API key, the others serve POST /v1/limits/{name}/check. Names are 1–64
 	// characters of [A-Za-z0-9_.-]. When `api` is absent it is

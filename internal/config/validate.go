@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // validate reports every problem with c (after WithDefaults) at once, each a
@@ -26,6 +27,7 @@ func (c *Config) validate() error {
 	c.Redis.validate(&p)
 	c.Auth.validate(&p, c.Limits)
 	validatePolicies(&p, c.Defaults, c.Tenants)
+	validateUpstreams(&p, c.Upstreams)
 	validateLimits(&p, c.Limits)
 	c.Dispatch.validate(&p, c.Worker.TaskCheckInterval)
 	c.Throttle.validate(&p)
@@ -216,6 +218,25 @@ func validatePolicies(p *problems, defaults policy.Overrides, tenants map[string
 		}
 		if defaultsOK {
 			p.addErr(path, policy.Resolve(defaults, o).Validate())
+		}
+	}
+}
+
+// validateUpstreams checks every upstream's name and configuration
+// (defaults applied).
+func validateUpstreams(p *problems, ups map[string]upstream.Config) {
+	for _, name := range slices.Sorted(maps.Keys(ups)) {
+		path := "upstreams." + pathKey(name)
+		if err := upstream.ValidName(name); err != nil {
+			p.add(path, "%w", err)
+		}
+		if err, ok := ups[name].WithDefaults().Validate().(interface{ Unwrap() []error }); ok {
+			for _, e := range err.Unwrap() {
+				var fe *upstream.FieldError
+				if errors.As(e, &fe) {
+					p.add(path+"."+fe.Field, "%w", fe.Err)
+				}
+			}
 		}
 	}
 }

@@ -41,6 +41,10 @@ type View struct {
 	Result *store.JobResult `json:"result,omitempty"`
 	// Callback is the callback URL; absent when none.
 	Callback *CallbackView `json:"callback,omitempty"`
+	// Upstreams are the shared upstream quotas the job consumes, sorted
+	// (named by its body or its tenant policy's default at enqueue); []
+	// when none.
+	Upstreams []string `json:"upstreams"`
 	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
 	DeadReason string `json:"dead_reason,omitempty"`
 	// CanceledFrom is the state a DELETE canceled the job in.
@@ -76,11 +80,24 @@ func Of(j store.Job) View {
 	if j.Callback != "" {
 		v.Callback = &CallbackView{URL: j.Callback}
 	}
+	v.Upstreams = upstreamsOf(j.Body)
 	for _, a := range j.Attempts {
 		v.Attempts = append(v.Attempts, AttemptView{At: TimeString(a.At), Status: a.Status,
 			LatencyMS: a.Latency.Milliseconds(), Error: a.Error, Body: a.Body, BodyBase64: a.BodyBase64})
 	}
 	return v
+}
+
+// upstreamsOf reads the "upstreams" of a job's canonical body (the API
+// stores the resolved list there); [] when it names none or is not JSON.
+func upstreamsOf(body []byte) []string {
+	var b struct {
+		Upstreams []string `json:"upstreams"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Upstreams == nil {
+		return []string{}
+	}
+	return b.Upstreams
 }
 
 // TimeString formats t as RFC 3339 UTC with milliseconds; nil for zero.

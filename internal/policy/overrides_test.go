@@ -255,7 +255,7 @@ func TestBuiltin(t *testing.T) {
 			MaxDoublings: 5, MaxRetryDuration: Duration(24 * time.Hour),
 		},
 		Timeout: Duration(15 * time.Second), Adaptive: true,
-		MaxResultBytes: 64 * KiB, ResultHeaders: ResultHeadersDefault(),
+		MaxResultBytes: 64 * KiB, ResultHeaders: ResultHeadersDefault(), Upstreams: []string{},
 	}
 	if got := p.View(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Builtin().View() =\n%+v\nwant\n%+v", got, want)

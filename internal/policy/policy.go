@@ -101,6 +101,10 @@ type Policy struct {
 	// ResultHeaders are the response headers an http job's result keeps
 	// (ResultHeaderAllowed); default ResultHeadersDefault(); empty keeps none.
 	ResultHeaders []string
+	// Upstreams are the shared upstream quotas a job of the tenant consumes
+	// when its body has no "upstreams" (at most upstream.MaxPerJob valid,
+	// distinct names); default none (nil).
+	Upstreams []string
 }
 
 // Admit is the admission token bucket checked at enqueue: capacity Burst,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // FieldError is one problem with one field, named by its dotted path in the
@@ -54,7 +55,8 @@ func WithPrefix(prefix string, err error) error {
 // 0…MaxDuration; 0 < timeout ≤ MaxTimeout; at most MaxWebhookSecrets webhook
 // secrets, each valid for ParseWebhookSecret; max_result_bytes in
 // 1…MaxResultBytesLimit; at most MaxResultHeaders result_headers, each a
-// header name, optionally ending in "*".
+// header name, optionally ending in "*"; at most upstream.MaxPerJob
+// upstreams, valid and distinct names (upstream.CheckNames).
 func (p Policy) Validate() error {
 	var c checker
 	c.rate("rate", p.Rate)
@@ -77,6 +79,7 @@ func (p Policy) Validate() error {
 	c.secrets(p.WebhookSecrets)
 	c.between("max_result_bytes", p.MaxResultBytes, 1, int64(MaxResultBytesLimit))
 	c.resultHeaders(p.ResultHeaders)
+	c.upstreams(p.Upstreams)
 	return c.err()
 }
 
@@ -112,7 +115,15 @@ func (o Overrides) Validate() error {
 	c.secrets(o.WebhookSecrets)
 	ifSet(o.MaxResultBytes, func(v ByteSize) { c.between("max_result_bytes", int64(v), 1, int64(MaxResultBytesLimit)) })
 	c.resultHeaders(o.ResultHeaders)
+	c.upstreams(o.Upstreams)
 	return c.err()
+}
+
+// upstreams checks a list of upstream names (upstream.CheckNames).
+func (c *checker) upstreams(names []string) {
+	for _, fe := range upstream.CheckNames(names) {
+		c.errs = append(c.errs, &FieldError{Field: fe.Field, Err: fe.Err})
+	}
 }
 
 func ifSet[T any](v *T, check func(T)) {

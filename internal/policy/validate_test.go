@@ -286,3 +286,44 @@ func TestResultSettingsBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamsField: a policy's default upstreams are validated like a
+// job's (at most 4 valid, distinct names), layer like result_headers (an
+// empty list clears a lower layer's) and show in the view.
+func TestUpstreamsField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ups  []string
+		want []string // fields in error
+	}{
+		{nil, nil},
+		{[]string{}, nil},
+		{[]string{"sms", "llm"}, nil},
+		{[]string{"a", "b", "c", "d", "e"}, []string{"upstreams"}},
+		{[]string{"a", "a"}, []string{"upstreams[1]"}},
+		{[]string{"a:b"}, []string{"upstreams[0]"}},
+	} {
+		if got := fields(t, (Overrides{Upstreams: tc.ups}).Validate()); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("Overrides{Upstreams: %q}.Validate fields = %v, want %v", tc.ups, got, tc.want)
+		}
+		p := Builtin()
+		p.Upstreams = tc.ups
+		if (p.Validate() == nil) != (tc.want == nil) {
+			t.Errorf("Policy{Upstreams: %q}.Validate = %v", tc.ups, p.Validate())
+		}
+	}
+	defaults := Overrides{Upstreams: []string{"shared"}}
+	if got := Resolve(defaults).View().Upstreams; !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("defaults' upstreams = %v", got)
+	}
+	if got := Resolve(defaults, Overrides{Upstreams: []string{}}).View().Upstreams; got == nil || len(got) != 0 {
+		t.Errorf("an empty tenant list over the defaults' = %#v, want []", got)
+	}
+	if got := Resolve(defaults, Overrides{}).View().Upstreams; !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("an unset tenant list = %v, want the defaults'", got)
+	}
+	o, err := DecodeJSON(strings.NewReader(`{"upstreams":["x","y"]}`))
+	if err != nil || !slices.Equal(o.Upstreams, []string{"x", "y"}) {
+		t.Errorf("DecodeJSON upstreams = %v, %v", o.Upstreams, err)
+	}
+}

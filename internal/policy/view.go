@@ -29,6 +29,8 @@ type View struct {
 	DisableOnGone   bool         `json:"disable_on_gone"`
 	MaxResultBytes  ByteSize     `json:"max_result_bytes"`
 	ResultHeaders   []string     `json:"result_headers"`
+	// Upstreams are the default upstreams of the tenant's jobs; [] none.
+	Upstreams []string `json:"upstreams"`
 }
 
 // AdmitView is View's form of Admit.
@@ -69,6 +71,7 @@ func (p Policy) View() View {
 		DisableOnGone:  p.DisableOnGone,
 		MaxResultBytes: ByteSize(p.MaxResultBytes),
 		ResultHeaders:  append([]string{}, p.ResultHeaders...),
+		Upstreams:      append([]string{}, p.Upstreams...),
 	}
 }
 

@@ -36,7 +36,8 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
-//	<p>:{u:<name>}:u               HASH   an upstream: cfg (JSON), p (the scripts' integers, JSON), tat (µs), … (upstreams; slot {u:<name>})
+//	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not shard-tagged; upstreams.go)
+//	<p>:{u:<name>}:u               HASH   one upstream, in its own slot: cfg, p, v, src, pu, pr (upstreams.go), tat … (the coordinator)
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -91,13 +92,20 @@ func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix
 // workers is the workers' heartbeat hash, one for all shards.
 func (k keyspace) workers() string { return k.prefix + ":workers" }
 
-// upstream is upstream name's hash, in its own slot {u:<name>} (a name is
-// checked with checkUpstream first: no braces or ':').
-func (k keyspace) upstream(name string) string { return k.prefix + ":{u:" + name + "}:u" }
-
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+// upstreams is the upstream listing, one for all shards.
+func (k keyspace) upstreams() string { return k.prefix + ":upstreams" }
+
+// upstreamBase is the common start of every key of upstream name's slot:
+// "<p>:{u:<name>}:". name must be valid (upstream.ValidName: no brace or
+// colon).
+func (k keyspace) upstreamBase(name string) string { return k.prefix + ":{u:" + name + "}:" }
+
+// upstream is upstream name's registry hash.
+func (k keyspace) upstream(name string) string { return k.upstreamBase(name) + "u" }
 
 // checkTenant checks a tenant id with policy.ValidTenantID (DESIGN §1): such
 // an id holds no key separator or hash-tag brace. The error wraps ErrInvalid
@@ -168,7 +176,7 @@ func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
 // UpstreamKey is the key of upstream name's hash (<p>:{u:<name>}:u), for
 // tools and tests that read or seed it; "" for a name that is not valid.
 func (s *Store) UpstreamKey(name string) string {
-	if checkUpstream(name) != nil {
+	if checkUpstreamName(name) != nil {
 		return ""
 	}
 	return s.keys.upstream(name)

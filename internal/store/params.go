@@ -46,6 +46,10 @@ type Params struct {
 	// ResultHeaders is the result's header allow-list (policy
 	// ResultHeaders); the scripts ignore it.
 	ResultHeaders HeaderList `json:"result_headers"`
+	// Upstreams are the tenant's default upstreams (policy Upstreams),
+	// which the API resolves at enqueue; nil when none (never empty); the
+	// scripts ignore them.
+	Upstreams HeaderList `json:"upstreams"`
 }
 
 // Overrides are a tenant's policy overrides in Params' units: a nil field
@@ -73,10 +77,13 @@ type Overrides struct {
 	MaxResultBytes     *int64 `json:"max_result_bytes,omitempty"`
 	// ResultHeaders, when not nil, replaces the allow-list (empty: none).
 	ResultHeaders HeaderList `json:"result_headers,omitzero"`
+	// Upstreams, when not nil, replaces the default upstreams (empty: none).
+	Upstreams HeaderList `json:"upstreams,omitzero"`
 }
 
-// HeaderList is a list of header names as the policy hash stores it. Lua's
-// cjson writes an empty list back as {}, which it reads as empty.
+// HeaderList is a list of names (headers, upstreams) as the policy hash
+// stores it. Lua's cjson writes an empty list back as {}, which it reads as
+// empty.
 type HeaderList []string
 
 // UnmarshalJSON reads a JSON array of strings, or {} as an empty list.
@@ -130,6 +137,7 @@ func ParamsOf(p policy.Policy) Params {
 		DisableOnGone:      boolInt(p.DisableOnGone),
 		MaxResultBytes:     p.MaxResultBytes,
 		ResultHeaders:      slices.Clone(p.ResultHeaders),
+		Upstreams:          nameList(p.Upstreams),
 	}
 }
 
@@ -159,6 +167,7 @@ func (p Params) Policy() policy.Policy {
 		DisableOnGone:  p.DisableOnGone == 1,
 		MaxResultBytes: p.MaxResultBytes,
 		ResultHeaders:  slices.Clone(p.ResultHeaders),
+		Upstreams:      slices.Clone(p.Upstreams),
 	}
 }
 
@@ -182,6 +191,9 @@ func OverridesOf(o policy.Overrides) Overrides {
 	}
 	if o.ResultHeaders != nil {
 		out.ResultHeaders = slices.Clone(o.ResultHeaders)
+	}
+	if o.Upstreams != nil {
+		out.Upstreams = slices.Clone(o.Upstreams)
 	}
 	return out
 }
@@ -228,7 +240,7 @@ func (p Params) Validate() error {
 		}
 	}
 	errs = append(errs, checkSpan("burst", p.Burst, p.RateUS), checkSpan("admit_burst", p.AdmitBurst, p.AdmitUS))
-	errs = append(errs, checkResultHeaders(p.ResultHeaders))
+	errs = append(errs, checkResultHeaders(p.ResultHeaders), checkUpstreamNames(p.Upstreams))
 	return errors.Join(errs...)
 }
 
@@ -259,7 +271,7 @@ func (o Overrides) Validate() error {
 	if o.AdmitBurst != nil && o.AdmitUS != nil {
 		errs = append(errs, checkSpan("admit_burst", *o.AdmitBurst, *o.AdmitUS))
 	}
-	errs = append(errs, checkResultHeaders(o.ResultHeaders))
+	errs = append(errs, checkResultHeaders(o.ResultHeaders), checkUpstreamNames(o.Upstreams))
 	return errors.Join(errs...)
 }
 
@@ -280,6 +292,9 @@ func (o Overrides) Apply(base Params) Params {
 	if o.ResultHeaders != nil {
 		base.ResultHeaders = slices.Clone(o.ResultHeaders)
 	}
+	if o.Upstreams != nil {
+		base.Upstreams = nameList(o.Upstreams)
+	}
 	return base
 }
 
@@ -294,7 +309,29 @@ func (p Params) Full() Overrides {
 	if o.ResultHeaders == nil {
 		o.ResultHeaders = []string{}
 	}
+	o.Upstreams = slices.Clone(p.Upstreams)
+	if o.Upstreams == nil {
+		o.Upstreams = []string{}
+	}
 	return o
+}
+
+// nameList is a resolved list of names: a copy of l, nil when l is empty
+// (an empty list and no list resolve alike).
+func nameList(l []string) HeaderList {
+	if len(l) == 0 {
+		return nil
+	}
+	return slices.Clone(l)
+}
+
+// checkUpstreamNames checks a default upstreams list (nil: unset) with the
+// policy package's rules; the error wraps ErrInvalid.
+func checkUpstreamNames(names []string) error {
+	if err := (policy.Overrides{Upstreams: names}).Validate(); err != nil {
+		return invalidf("policy field %v", err)
+	}
+	return nil
 }
 
 // checkResultHeaders checks a result_headers list (nil: unset) with the

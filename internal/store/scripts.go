@@ -71,6 +71,10 @@ var (
 	luaCallbackDone string
 	//go:embed lua/upstream_charge.lua
 	luaUpstreamCharge string
+	//go:embed lua/upstream_put.lua
+	luaUpstreamPut string
+	//go:embed lua/upstream_pause.lua
+	luaUpstreamPause string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -98,23 +102,27 @@ var (
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
 	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
 	// shard-tagged (no lib.lua).
-	scriptWorkers     = standalone("workers", luaWorkers)
-	scriptTaskWorkers = standalone("task_workers", luaTaskWorkers)
+	scriptWorkers      = standalone("workers", luaWorkers)
+	scriptTaskWorkers  = standalone("task_workers", luaTaskWorkers)
+	scriptPolicyPut    = assemble("policy_put", luaPolicyPut)
+	scriptTenantState  = assemble("tenant_state", luaTenantState)
+	scriptSecretsWrite = assemble("secrets_write", luaSecretsWrite)
+	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
+	scriptTenantList   = assemble("tenant_list", luaTenantList)
+	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
+	scriptTenantNames  = assemble("tenant_names", luaTenantNames)
+	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
+	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
+	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
+	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
+	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
 	// scriptUpstreamCharge stands alone too: its key is in the upstream's
 	// slot {u:N}, not a shard's.
 	scriptUpstreamCharge = standalone("upstream_charge", luaUpstreamCharge)
-	scriptPolicyPut      = assemble("policy_put", luaPolicyPut)
-	scriptTenantState    = assemble("tenant_state", luaTenantState)
-	scriptSecretsWrite   = assemble("secrets_write", luaSecretsWrite)
-	scriptSecretsRead    = assemble("secrets_read", luaSecretsRead)
-	scriptTenantList     = assemble("tenant_list", luaTenantList)
-	scriptDeadReplay     = assemble("dead_replay", luaDeadReplay)
-	scriptTenantNames    = assemble("tenant_names", luaTenantNames)
-	scriptTenantViews    = assemble("tenant_views", luaTenantViews)
-	scriptTenantKeys     = assemble("tenant_keys", luaTenantKeys)
-	scriptBackfill       = assemble("tenant_backfill", luaTenantBackfill)
-	scriptCallbackTake   = assemble("callback_take", luaCallbackTake)
-	scriptCallbackDone   = assemble("callback_done", luaCallbackDone)
+	// The upstream registry's scripts stand alone: their one key is in the
+	// upstream's slot {u:<name>}, not a shard's.
+	scriptUpstreamPut   = standalone("upstream_put", luaUpstreamPut)
+	scriptUpstreamPause = standalone("upstream_pause", luaUpstreamPause)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in

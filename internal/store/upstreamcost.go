@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -17,11 +17,10 @@ import (
 // …) and its coordinator (field tat); these two functions only read cfg
 // and move tat.
 
-// checkUpstream checks an upstream name: the rules of a tenant id
-// (policy.ValidTenantID), so it holds no ':' or hash-tag brace. The error
-// wraps ErrInvalid.
-func checkUpstream(name string) error {
-	if err := policy.ValidTenantID(name); err != nil {
+// checkUpstreamName checks an upstream name (upstream.ValidName: no ':' or
+// hash-tag brace). The error wraps ErrInvalid.
+func checkUpstreamName(name string) error {
+	if err := upstream.ValidName(name); err != nil {
 		return fmt.Errorf("%w: upstream name: %w", ErrInvalid, err)
 	}
 	return nil
@@ -36,7 +35,7 @@ func checkUpstream(name string) error {
 // delta 0 does nothing; a bad name or |delta| > wire.MaxActualCost is
 // ErrInvalid and changes nothing.
 func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) error {
-	if err := checkUpstream(name); err != nil {
+	if err := checkUpstreamName(name); err != nil {
 		return fmt.Errorf("charge upstream: %w", err)
 	}
 	if delta < -wire.MaxActualCost || delta > wire.MaxActualCost {
@@ -64,7 +63,7 @@ func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) er
 // an ErrProtocol.
 func (s *Store) CostHeaders(ctx context.Context, upstreams []string) ([]string, error) {
 	for _, name := range upstreams {
-		if err := checkUpstream(name); err != nil {
+		if err := checkUpstreamName(name); err != nil {
 			return nil, fmt.Errorf("read cost headers: %w", err)
 		}
 	}
