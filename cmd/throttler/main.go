@@ -164,7 +164,7 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 	opts := api.Options{EgressAllow: allow, Keys: cfg.Auth.ByHash(), Limits: map[string]api.Limit{}, Redis: rdb,
 		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
 		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
-		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring,
+		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring, MemoryHighWater: cfg.Redis.HighWater(),
 		FileSigned: func(tenant string) bool { return len(fileKeys(tenant)) > 0 },
 		ShardOwners: func(ctx context.Context) ([]string, error) {
 			return dispatch.ShardOwners(ctx, rdb, cfg.Redis.Prefix, cfg.Redis.Shards)

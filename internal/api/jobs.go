@@ -392,10 +392,15 @@ func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was
-// stored) without results. A *store.NotReplicatedError comes back as it
+// stored) without results, and so is a 507 storage_full while the shard's
+// Redis master is above the memory high-water mark (memory.go). A *store.NotReplicatedError comes back as it
 // is, with the results (redis.wait_replicas: stored on the primary, not
 // confirmed by enough replicas).
 func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item) ([]store.Result, error) {
+	if err := s.memory.admit(r.Context(), s.opts.Store.BacklogKey(tenant)); err != nil {
+		s.metrics.StorageFull.Inc()
+		return nil, err
+	}
 	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
 	if err != nil && (res == nil || !errors.Is(err, store.ErrNotReplicated)) {
 		return nil, s.storeError(r, "enqueue", err)

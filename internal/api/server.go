@@ -109,6 +109,10 @@ type Options struct {
 	// LiveStep is the shortest time between two reads of a tenant's state
 	// for GET /v1/tenants/{tenant}/live; default LiveStepDefault.
 	LiveStep time.Duration
+	// MemoryHighWater, when > 0, refuses new jobs (507 storage_full) while
+	// the Redis master of their shard uses more than this share of its
+	// maxmemory (memory.go; config.RedisConfig.MemoryHighWater). 0: off.
+	MemoryHighWater float64
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -136,6 +140,8 @@ type Server struct {
 	// GET /v1/tenants/{tenant}/live.
 	summaries summaryCache
 	lives     liveSet
+	// memory refuses new jobs above Options.MemoryHighWater.
+	memory *memoryGuard
 }
 
 // New builds the server and registers its routes and metrics.
@@ -169,6 +175,7 @@ func New(opts Options) (*Server, error) {
 		keys:    keyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
+		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
 	if s.opts.Store != nil {
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
