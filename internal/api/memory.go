@@ -27,6 +27,11 @@ const (
 	// maxMemoryRetryAfter bounds the Retry-After estimated from the drain,
 	// in seconds.
 	maxMemoryRetryAfter = 60
+	// jobOverheadBytes is what one stored job costs Redis beyond its body,
+	// about: the README's 2 289 B per queued job of a 1 KiB payload. A body
+	// counts 5/4 of its size: the allocator's size classes of large values
+	// are a quarter of a power of two apart.
+	jobOverheadBytes = 1280
 )
 
 // memoryGuard refuses new jobs while the Redis master that would store
@@ -36,8 +41,12 @@ const (
 // rest as headroom. It reads INFO memory of each master at most once per
 // memoryReadEvery, on the enqueue that finds the reading stale (the
 // enqueues that come meanwhile use the last one), so its cost is one round
-// trip per master per second while jobs arrive. A master without maxmemory
-// is never refused. Safe for concurrent use; the zero highWater is off.
+// trip per master per second while jobs arrive. Between readings it adds
+// the jobs this process stored (their bodies and jobOverheadBytes each) to
+// the last reading, so a burst cannot run a second's worth of enqueues
+// past the mark (other throttlers' enqueues show at the next reading). A
+// master without maxmemory is never refused. Safe for concurrent use; the
+// zero highWater is off.
 type memoryGuard struct {
 	rdb       redis.UniversalClient
 	highWater float64
@@ -52,6 +61,7 @@ type memoryGuard struct {
 type nodeMemory struct {
 	used, max int64     // the last reading: used_memory and maxmemory, bytes
 	at        time.Time // when it was taken (zero: never)
+	stored    int64     // bytes of the jobs stored here since (an estimate)
 	prevUsed  int64     // the reading before, for the drain's pace
 	prevAt    time.Time
 	reading   bool // a reading is under way
@@ -66,24 +76,38 @@ func newMemoryGuard(rdb redis.UniversalClient, highWater float64, log *slog.Logg
 // high-water mark, cannot be read, or has no maxmemory; else a 507
 // storage_full whose Retry-After is the time the drain of the last second
 // would take to bring it back under the mark (StorageFullRetryAfter when
-// it does not go down). Nothing is written.
-func (g *memoryGuard) admit(ctx context.Context, key string) *Error {
+// it does not go down). Nothing is written. node names the master for
+// stored.
+func (g *memoryGuard) admit(ctx context.Context, key string) (node string, refusal *Error) {
 	if g == nil || g.highWater <= 0 {
-		return nil
+		return "", nil
 	}
-	node, addr, err := masterOf(ctx, g.rdb, key)
+	client, node, err := masterOf(ctx, g.rdb, key)
 	if err != nil {
-		return nil // the enqueue that follows meets the same failure and answers it
+		return "", nil // the enqueue that follows meets the same failure and answers it
 	}
-	m := g.reading(ctx, node, addr)
-	now := g.now()
+	m := g.reading(ctx, client, node)
 	mark := int64(g.highWater * float64(m.max))
-	if m.at.IsZero() || now.Sub(m.at) > memoryReadTrusted || m.max <= 0 || m.used < mark {
-		return nil
+	if m.at.IsZero() || g.now().Sub(m.at) > memoryReadTrusted || m.max <= 0 || m.used+m.stored < mark {
+		return node, nil
 	}
-	return &Error{Status: http.StatusInsufficientStorage, Code: CodeStorageFull, RetryAfter: m.retryAfter(mark),
+	used := m.used + m.stored
+	return node, &Error{Status: http.StatusInsufficientStorage, Code: CodeStorageFull, RetryAfter: m.retryAfter(mark),
 		Message: fmt.Sprintf("storage full: Redis uses %.0f%% of its maxmemory, above the high-water mark of %.0f%% "+
-			"kept for delivery; nothing was stored, retry later", 100*float64(m.used)/float64(m.max), 100*g.highWater)}
+			"kept for delivery; nothing was stored, retry later", 100*float64(used)/float64(m.max), 100*g.highWater)}
+}
+
+// stored adds jobs of bodyBytes in all, just stored on node (as admit
+// named it), to its estimate until the next reading.
+func (g *memoryGuard) stored(node string, jobs int, bodyBytes int64) {
+	if g == nil || g.highWater <= 0 || jobs == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m := g.nodes[node]; m != nil {
+		m.stored += bodyBytes*5/4 + int64(jobs)*jobOverheadBytes
+	}
 }
 
 // reading returns the master's last reading, taking a new one first when
@@ -112,7 +136,7 @@ func (g *memoryGuard) reading(ctx context.Context, node redis.UniversalClient, a
 		return *m // retried by the next enqueue; trusted only until memoryReadTrusted
 	}
 	m.prevUsed, m.prevAt = m.used, m.at
-	m.used, m.max, m.at = used, max, now
+	m.used, m.max, m.at, m.stored = used, max, now, 0
 	g.logCrossing(addr, m)
 	return *m
 }
@@ -132,15 +156,16 @@ func (g *memoryGuard) logCrossing(addr string, m *nodeMemory) {
 }
 
 // retryAfter is, in whole seconds (1 … maxMemoryRetryAfter), how long the
-// pace between the last two readings takes to bring used under mark;
-// StorageFullRetryAfter when memory did not go down.
+// pace between the last two readings takes to bring used (and what was
+// stored since) under mark; StorageFullRetryAfter when memory did not go
+// down.
 func (m nodeMemory) retryAfter(mark int64) int64 {
 	gone := m.prevUsed - m.used
 	span := m.at.Sub(m.prevAt)
 	if m.prevAt.IsZero() || gone <= 0 || span <= 0 {
 		return StorageFullRetryAfter
 	}
-	secs := float64(m.used-mark) / (float64(gone) / span.Seconds())
+	secs := float64(m.used+m.stored-mark) / (float64(gone) / span.Seconds())
 	return int64(min(max(math.Ceil(secs), 1), maxMemoryRetryAfter))
 }
 

@@ -16,8 +16,9 @@ import (
 // TestMemoryHighWater: with redis.memory_high_water 0.5, enqueue is refused
 // (507 storage_full, Retry-After, counted, nothing stored) once Redis uses
 // half its maxmemory — while Redis itself still has room —, a reading
-// serves for a second, and enqueue is accepted again by itself once
-// memory is freed (here by cancels, which drop the bodies).
+// serves for a second, enqueue is accepted again by itself once memory is
+// freed (here by cancels, which drop the bodies), and a burst between two
+// readings stops at the mark.
 func TestMemoryHighWater(t *testing.T) {
 	t.Parallel()
 	red := startPrivateRedis(t)
@@ -89,6 +90,21 @@ func TestMemoryHighWater(t *testing.T) {
 	clock.Advance(memoryReadEvery)
 	if r := f.post(t, "/v1/tenants/acme-1/jobs", producerToken, hook(9)); r.status != http.StatusAccepted {
 		t.Errorf("enqueue a second later, memory freed: %d %v, want 202", r.status, r.body)
+	}
+
+	// Within one reading's second, the jobs this process stores count: a
+	// burst stops near the mark, not a second's worth of enqueues past it.
+	room := mark - memoryOf(t, rdb).used
+	for i := 0; ; i++ {
+		if int64(i) > room/100_000+2 {
+			t.Fatalf("%d enqueues of 100 kB within one reading, %d B under the mark, and no 507", i, room)
+		}
+		if r := f.post(t, "/v1/tenants/acme-1/jobs", producerToken, big); r.status == http.StatusInsufficientStorage {
+			break
+		}
+	}
+	if m := memoryOf(t, rdb); m.used >= mark+150_000 {
+		t.Errorf("a burst within one reading stopped at used_memory %d B, want about the mark %d B", m.used, mark)
 	}
 }
 
