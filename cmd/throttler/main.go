@@ -27,7 +27,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/api"
@@ -97,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer func() { stopBackfill(); <-backfillDone }()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpserver.RegisterProcessMetrics(reg)
 	opts, err := apiOptions(cfg, rdb, batcher, reg, log)
 	if err != nil {
 		return err

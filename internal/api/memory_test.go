@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestMemoryHighWater: with redis.memory_high_water 0.5, enqueue is refused
@@ -153,4 +157,55 @@ func TestParseMemoryInfo(t *testing.T) {
 			t.Errorf("parse %q: no error", bad)
 		}
 	}
+}
+
+// The guard reads the master that holds the key's slot — on a Cluster,
+// each shard's own — and never refuses a Redis without maxmemory.
+func TestMemoryGuardReadsTheShardsMaster(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	ctx := context.Background()
+	g := newMemoryGuard(rdb, 0.9, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for shard := range 8 {
+		key := fmt.Sprintf("%s:{s%d}:t:acme:q", prefix, shard)
+		node, refusal := g.admit(ctx, key)
+		if refusal != nil {
+			t.Fatalf("%s: refused by a Redis without maxmemory: %v", key, refusal)
+		}
+		g.mu.Lock()
+		m := g.nodes[node]
+		g.mu.Unlock()
+		if m == nil || m.at.IsZero() || m.used <= 0 || m.max != 0 {
+			t.Fatalf("%s: reading of node %q = %+v, want used_memory > 0 and no maxmemory", key, node, m)
+		}
+		if want := slotMaster(t, rdb, key); node != want {
+			t.Errorf("%s: read node %q, want the master of its slot %q", key, node, want)
+		}
+	}
+}
+
+// slotMaster is the address of the master holding key's slot on a
+// Cluster, "" for any other client.
+func slotMaster(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	ctx := context.Background()
+	slot, err := c.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+			return s.Nodes[0].Addr
+		}
+	}
+	t.Fatalf("no master holds slot %d of %s", slot, key)
+	return ""
 }
