@@ -342,7 +342,7 @@ func oomScenario(t *testing.T, sc faultScale) {
 	run.start()
 	run.waitAccepted(sc.jobs / 4)
 	ctx := context.Background()
-	used := usedMemory(t, rdb)
+	used := redistest.UsedMemory(t, rdb)
 	limit := int64(float64(used+oomHeadroom) / config.MemoryHighWaterDefault)
 	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
 		t.Fatal(err)
@@ -355,7 +355,7 @@ func oomScenario(t *testing.T, sc faultScale) {
 	}
 	poll(t, sc.spread, func() (bool, string) {
 		return !full().IsZero(), fmt.Sprintf("no 507 in %s with maxmemory %d B (used %d B)",
-			time.Since(setAt).Round(time.Millisecond), limit, usedMemory(t, rdb))
+			time.Since(setAt).Round(time.Millisecond), limit, redistest.UsedMemory(t, rdb))
 	})
 	fullAt := full()
 	recovered := time.Time{}
@@ -368,7 +368,7 @@ func oomScenario(t *testing.T, sc faultScale) {
 		}
 		run.mu.Unlock()
 	}
-	peak := usedMemory(t, rdb)
+	peak := redistest.UsedMemory(t, rdb)
 	run.mu.Lock()
 	fulls := run.fulls
 	run.mu.Unlock()
@@ -399,24 +399,4 @@ func oomScenario(t *testing.T, sc faultScale) {
 	if recovered.IsZero() {
 		t.Errorf("enqueue did not recover by itself within %s of the first 507 (%s)", 3*sc.hole, note)
 	}
-}
-
-// usedMemory is INFO memory's used_memory, in bytes.
-func usedMemory(t *testing.T, rdb redis.UniversalClient) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no used_memory in INFO memory: %s", info)
-	return 0
 }

@@ -55,7 +55,7 @@ func TestRedisMemoryFull(t *testing.T) {
 	first := c.enqueue(th, tenant, 1) // asynq's and Sluice's keys exist from here on
 	c.recv.waitDistinct(t, first, 30*time.Second)
 
-	base := usedMemory(t, rdb)
+	base := redistest.UsedMemory(t, rdb)
 	maxmemory := int64(float64(base+oomFill) / oomHW)
 	if err := rdb.ConfigSet(context.Background(), "maxmemory", strconv.FormatInt(maxmemory, 10)).Err(); err != nil {
 		t.Fatal(err)
@@ -68,12 +68,12 @@ func TestRedisMemoryFull(t *testing.T) {
 	ids := p.accepted()
 	if len(ids) != oomJobs {
 		t.Fatalf("%d of %d jobs accepted in %s (maxmemory %d B, used %d B at the end): enqueue did not recover by itself",
-			len(ids), oomJobs, oomWithin, maxmemory, usedMemory(t, rdb))
+			len(ids), oomJobs, oomWithin, maxmemory, redistest.UsedMemory(t, rdb))
 	}
 	c.recv.waitDistinct(t, ids, oomWithin)
 	got := c.recv.arrivals(tenant)
 	exactlyOnce(t, got, append(first, ids...))
-	end := usedMemory(t, rdb)
+	end := redistest.UsedMemory(t, rdb)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

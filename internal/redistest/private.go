@@ -1,7 +1,10 @@
 package redistest
 
 import (
+	"context"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -46,4 +49,25 @@ func (p *Private) Client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// UsedMemory is INFO memory's used_memory of rdb (one node: a Cluster
+// client answers for whichever node it asks), in bytes.
+func UsedMemory(t testing.TB, rdb redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no used_memory in INFO memory: %s", info)
+	return 0
 }

@@ -32,7 +32,7 @@ func TestFunctionsPastMaxmemory(t *testing.T) {
 	for range 40 {
 		jobs = append(jobs, e.enqueueOne("acme", item(body)).ID)
 	}
-	used := usedMemory(t, rdb)
+	used := redistest.UsedMemory(t, rdb)
 	if err := rdb.ConfigSet(e.ctx, "maxmemory", strconv.FormatInt(used-100_000, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestFunctionsPastMaxmemory(t *testing.T) {
 	if got := e.state("acme"); got.Backlog != 0 {
 		t.Errorf("backlog after delivering every job: %d, want 0", got.Backlog)
 	}
-	after := usedMemory(t, rdb)
+	after := redistest.UsedMemory(t, rdb)
 	if freed := used - after; freed < int64(len(jobs))*10_000 {
 		t.Errorf("delivering %d jobs of 20 kB freed %d bytes (used %d → %d), want ≥ %d (their bodies)",
 			len(jobs), freed, used, after, len(jobs)*10_000)
@@ -73,24 +73,4 @@ func TestFunctionsPastMaxmemory(t *testing.T) {
 	if _, err := st.Enqueue(e.ctx, "acme", []Item{item(body)}); err != nil {
 		t.Errorf("enqueue once delivery freed memory: %v", err)
 	}
-}
-
-// usedMemory is INFO memory's used_memory of rdb, in bytes.
-func usedMemory(t *testing.T, rdb redis.UniversalClient) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no used_memory in INFO memory: %s", info)
-	return 0
 }
