@@ -450,11 +450,19 @@ func (s *Server) resolveUpstreams(req *capacityLookup, spec *job.Spec, a *job.At
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was
-// stored) without results. A *store.NotReplicatedError comes back as it
+// stored) without results, and so is a 507 storage_full while the shard's
+// Redis master is above the memory high-water mark (memory.go). A *store.NotReplicatedError comes back as it
 // is, with the results (redis.wait_replicas: stored on the primary, not
 // confirmed by enough replicas).
 func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item) ([]store.Result, error) {
+	node, refusal := s.memory.admit(r.Context(), s.opts.Store.BacklogKey(tenant))
+	if refusal != nil {
+		s.metrics.StorageFull.Inc()
+		return nil, refusal
+	}
 	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
+	jobs, bytes := storedBytes(items, res)
+	s.memory.stored(node, jobs, bytes)
 	if err != nil && (res == nil || !errors.Is(err, store.ErrNotReplicated)) {
 		return nil, s.storeError(r, "enqueue", err)
 	}
@@ -467,6 +475,18 @@ func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item
 		}
 	}
 	return res, err
+}
+
+// storedBytes is the number of items res says were stored (accepted) and
+// their bodies' bytes.
+func storedBytes(items []store.Item, res []store.Result) (jobs int, bytes int64) {
+	for i, r := range res {
+		if r.Outcome == store.Accepted && i < len(items) {
+			jobs++
+			bytes += int64(len(items[i].Body))
+		}
+	}
+	return jobs, bytes
 }
 
 // resultOf maps one store result to its HTTP status and body.

@@ -114,6 +114,10 @@ type Options struct {
 	// UpstreamCacheDefault. A name not among those read is looked up again
 	// before a job naming it is refused.
 	UpstreamCache time.Duration
+	// MemoryHighWater, when > 0, refuses new jobs (507 storage_full) while
+	// the Redis master of their shard uses more than this share of its
+	// maxmemory (memory.go; config.RedisConfig.MemoryHighWater). 0: off.
+	MemoryHighWater float64
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -144,6 +148,8 @@ type Server struct {
 	// upstreams and policyUpstreams serve enqueue's upstream resolution.
 	upstreams       *upstreamRegistry
 	policyUpstreams *policyUpstreams
+	// memory refuses new jobs above Options.MemoryHighWater.
+	memory *memoryGuard
 }
 
 // New builds the server and registers its routes and metrics.
@@ -180,6 +186,7 @@ func New(opts Options) (*Server, error) {
 		keys:    keyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
+		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
 	if s.opts.Store != nil {
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))

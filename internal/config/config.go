@@ -147,6 +147,27 @@ type RedisConfig struct {
 	// default WaitTimeoutDefault, or half of RequestTimeout when that is
 	// less.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// MemoryHighWater is the share of a Redis master's maxmemory above
+	// which the API refuses new jobs for the shards it stores (507
+	// storage_full), so that the dispatch path — the hand-off to asynq,
+	// asynq's dequeue, claims, finishes — keeps the rest as headroom and
+	// drains the backlog while producers wait (api.Options.MemoryHighWater).
+	// 0 turns the check off (Redis's own maxmemory is then the only limit,
+	// and delivery stalls when it is reached); otherwise above 0 and below
+	// 1. Unset: MemoryHighWaterDefault. A master without maxmemory is never
+	// refused.
+	MemoryHighWater *float64 `yaml:"memory_high_water"`
+}
+
+// MemoryHighWaterDefault is RedisConfig.MemoryHighWater's default.
+const MemoryHighWaterDefault = 0.9
+
+// HighWater is MemoryHighWater with its default: 0 when off.
+func (r RedisConfig) HighWater() float64 {
+	if r.MemoryHighWater == nil {
+		return MemoryHighWaterDefault
+	}
+	return *r.MemoryHighWater
 }
 
 // WaitTimeoutDefault is RedisConfig.WaitTimeout's default (when below half

@@ -61,6 +61,10 @@ func (r RedisConfig) withDefaults() RedisConfig {
 	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
 	r.RequestTimeout = cmp.Or(r.RequestTimeout, RequestTimeoutDefault)
 	r.WaitTimeout = cmp.Or(r.WaitTimeout, min(WaitTimeoutDefault, max(r.RequestTimeout/2, time.Millisecond)))
+	if r.MemoryHighWater == nil {
+		hw := MemoryHighWaterDefault
+		r.MemoryHighWater = &hw
+	}
 	return r
 }
 

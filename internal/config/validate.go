@@ -154,6 +154,9 @@ func (r RedisConfig) validate(p *problems) {
 		p.add("redis.request_timeout", "must be positive and at most %s, got %s", dur(MaxRequestTimeout), dur(r.RequestTimeout))
 	}
 	r.validateWait(p)
+	if hw := r.HighWater(); hw < 0 || hw >= 1 || math.IsNaN(hw) {
+		p.add("redis.memory_high_water", "must be 0 (off) or above 0 and below 1 (a share of maxmemory), got %v", hw)
+	}
 }
 
 // validateWait checks redis.wait_replicas and redis.wait_timeout.

@@ -358,3 +358,29 @@ func TestWaitReplicasBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestMemoryHighWaterBounds(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+		// wantHW is the resolved high-water mark when the file is valid.
+		wantHW float64
+	}{
+		{"redis: {prefix: sluice}", nil, MemoryHighWaterDefault},
+		{"redis: {memory_high_water: 0}", nil, 0},
+		{"redis: {memory_high_water: 0.75}", nil, 0.75},
+		{"redis: {memory_high_water: 0.99}", nil, 0.99},
+		{"redis: {memory_high_water: 1}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: -0.1}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: .nan}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: 90}", []string{"redis.memory_high_water"}, 0},
+	} {
+		c, err := loadString(t, tc.yaml+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.yaml, got, tc.want, err)
+		}
+		if err == nil && c.Redis.HighWater() != tc.wantHW {
+			t.Errorf("%s: HighWater() = %v, want %v", tc.yaml, c.Redis.HighWater(), tc.wantHW)
+		}
+	}
+}
