@@ -25,7 +25,10 @@
 //  4. finish the job with the outcome: nil is a success; an error made by
 //     Throttled pauses the tenant without using an attempt; an error made by
 //     Permanent, or wrapping asynq.SkipRetry, is a dead letter; any other
-//     error, or a panic, is retried through Sluice's backoff.
+//     error, or a panic, is retried through Sluice's backoff. An actual cost
+//     the handler reported with SetCost goes with the finish: Sluice charges
+//     or refunds its difference to the reserved cost on the tenant's and the
+//     job's upstreams' schedules.
 //
 // The wrapper returns nil to asynq once the job is settled: Sluice owns
 // retries (the tasks are enqueued with MaxRetry(0)). Only a task whose sluice

@@ -95,3 +95,32 @@ func sendEmail(ctx context.Context, to, idempotencyKey string) (*http.Response, 
 	req.Header.Set("Idempotency-Key", idempotencyKey)
 	return http.DefaultClient.Do(req)
 }
+
+// A handler that calls an LLM API whose jobs reserve an estimate of the
+// tokens (the job's cost, e.g. {"type":"task",…,"cost":2000}) and reports
+// what the call really used: Sluice refunds or charges the difference on
+// the tenant's schedule and on the job's upstreams, so the next jobs leave
+// earlier or later accordingly.
+func ExampleSetCost() {
+	handler := func(ctx context.Context, t *asynq.Task) error {
+		used, err := complete(ctx, t.Payload())
+		if err != nil {
+			return err
+		}
+		if err := sluicetask.SetCost(ctx, used); err != nil {
+			log.Printf("actual cost not reported: %v", err) // the reserved cost stands
+		}
+		return nil
+	}
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("llm:complete", handler)
+
+	// Outside a Sluice job's handler SetCost changes nothing.
+	fmt.Println(sluicetask.SetCost(context.Background(), 10))
+	// Output: sluicetask: set cost: not in a Sluice task job's handler
+}
+
+// complete stands for a call to an API that reports the tokens it used.
+func complete(ctx context.Context, prompt []byte) (int64, error) {
+	return int64(len(prompt)), ctx.Err()
+}

@@ -107,6 +107,8 @@ func (m *Middleware) newWorker(dep deployment) (*worker.Worker, error) {
 		Registerer:        m.cfg.Registerer,
 		Logger:            m.cfg.Logger.With("component", "sluicetask"),
 		Announce:          m.announcer(st),
+		Upstreams:         st, // SetCost's corrections of the job's upstreams
+		UpstreamRates:     st, // pause_scope and adaptive rate of the job's upstreams
 	})
 }
 
@@ -203,7 +205,10 @@ func (e executor) Execute(ctx context.Context, cj store.ClaimedJob) wire.Attempt
 	}
 	task := asynq.NewTaskWithHeaders(spec.TaskType, spec.Payload, e.task.Headers())
 	ctx = context.WithValue(ctx, jobKey{}, Job{ID: cj.ID, Tenant: cj.Tenant, Attempt: int(cj.Attempt), Slot: cj.Slot})
+	ctx, cost := withCost(ctx)
 	start := time.Now()
 	err = e.next.ProcessTask(ctx, task)
-	return outcomeOf(ctx, err, time.Since(start))
+	o := outcomeOf(ctx, err, time.Since(start))
+	o.ActualCost = cost.n.Load() // SetCost's, 0 = none: the reserved cost stands
+	return o
 }

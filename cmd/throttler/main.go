@@ -27,7 +27,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/api"
@@ -89,6 +88,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err := st.SeedPolicies(ctx, cfg.Defaults, cfg.Tenants, log); err != nil {
 		return err
 	}
+	if err := st.SeedUpstreams(ctx, cfg.Upstreams, log); err != nil {
+		return err
+	}
 	// The tenant index's backfill runs beside the server and is stopped and
 	// waited for on the way out, before Redis is closed.
 	backfillCtx, stopBackfill := context.WithCancel(ctx)
@@ -97,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer func() { stopBackfill(); <-backfillDone }()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpserver.RegisterProcessMetrics(reg)
 	opts, err := apiOptions(cfg, rdb, batcher, reg, log)
 	if err != nil {
 		return err
@@ -164,7 +166,7 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 	opts := api.Options{EgressAllow: allow, Keys: cfg.Auth.ByHash(), Limits: map[string]api.Limit{}, Redis: rdb,
 		Registry: reg, Logger: log, MaxBodyBytes: int64(cfg.LimitsBytes.MaxBatchBytes), TaskQueues: cfg.TaskQueues,
 		Defaults: cfg.Defaults, MaxJobBytes: int64(cfg.LimitsBytes.MaxJobBytes), MaxBatchBytes: int64(cfg.LimitsBytes.MaxBatchBytes),
-		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring,
+		RequestTimeout: cfg.Redis.RequestTimeout, Secrets: ring, MemoryHighWater: cfg.Redis.HighWater(),
 		FileSigned: func(tenant string) bool { return len(fileKeys(tenant)) > 0 },
 		ShardOwners: func(ctx context.Context) ([]string, error) {
 			return dispatch.ShardOwners(ctx, rdb, cfg.Redis.Prefix, cfg.Redis.Shards)

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/config"
@@ -68,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	httpserver.RegisterProcessMetrics(reg)
 	w, cb, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log)
 	if err != nil {
 		return err
@@ -129,6 +128,10 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
+	if exec.Costs, err = worker.NewCostReader(st, reg, log); err != nil {
+		exec.Close()
+		return nil, nil, 0, nil, err
+	}
 	cb, err := worker.NewCallbacks(worker.CallbacksConfig{Store: st, Client: exec.Client, Signing: exec.Signing,
 		Redis: rdb, Prefix: cfg.Redis.Prefix, Registerer: reg, Logger: log})
 	if err != nil {
@@ -139,7 +142,8 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	// time into one script call each (store.NewCoalescer).
 	w, err := worker.New(worker.Config{Store: store.NewCoalescer(st, 0), Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
 		Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead, TaskCheckInterval: cfg.Worker.TaskCheckInterval,
-		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log})
+		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log, Upstreams: st,
+		UpstreamRates: st})
 	if err != nil {
 		exec.Close()
 		return nil, nil, 0, nil, err

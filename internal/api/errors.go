@@ -40,6 +40,12 @@ const (
 	// 202 once the replicas confirm it, without a second job.
 	CodeReplicationTimeout = "replication_timeout"
 	CodeStorageFull        = "storage_full" // 507: Redis is out of memory (maxmemory, noeviction)
+	// CodePreconditionFailed (412): an If-Match version that is not the
+	// upstream's current one (PUT /v1/upstreams/{name}).
+	CodePreconditionFailed = "precondition_failed"
+	// CodeUnknownUpstream (422): a job names (or its tenant policy's
+	// default names) an upstream that is not registered.
+	CodeUnknownUpstream = "unknown_upstream"
 )
 
 // StorageFullRetryAfter is the Retry-After, in seconds, of a 507
@@ -57,6 +63,7 @@ const MessageOutcomeUnknown = "outcome unknown"
 // writeOps are the Store operations (storeError's op) that change state.
 var writeOps = map[string]bool{
 	"enqueue": true, "cancel": true, "put_policy": true, "pause": true, "resume": true, "replay": true,
+	"put_upstream": true, "pause_upstream": true, "resume_upstream": true,
 }
 
 // Error is an API error: the status, a stable code and a message for people.

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -253,7 +254,7 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if n := int64(len(it.Body)); n > s.opts.MaxJobBytes {
 		return store.Item{}, "", errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "job is %d bytes, the limit is %d", n, s.opts.MaxJobBytes)
 	}
-	it.IdemKey, it.Fingerprint = spec.IdempotencyKey, itemFingerprint(it)
+	it.IdemKey = spec.IdempotencyKey // it.Fingerprint: itemOf's
 	if spec.Type == wire.TypeTask {
 		taskQueue = spec.Queue
 	}
@@ -261,11 +262,13 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 }
 
 // itemFingerprint identifies a batch item under its idempotency key: the
-// SHA-256 of its canonical JSON and its cost and schedule, so items that
-// differ only in cost, delay or run_at are different requests.
-func itemFingerprint(it store.Item) [32]byte {
+// SHA-256 of its canonical JSON as sent (body: before the policy's default
+// upstreams are filled in, so a retry after a change of the default is
+// still the same request) and its cost and schedule, so items that differ
+// only in cost, delay or run_at are different requests.
+func itemFingerprint(body []byte, it store.Item) [32]byte {
 	h := sha256.New()
-	h.Write(it.Body)
+	h.Write(body)
 	fmt.Fprintf(h, "\x00cost=%d\x00run_at_us=%d\x00delay_us=%d", it.Cost, it.RunAt.UnixMicro(), it.Delay.Microseconds())
 	var sum [32]byte
 	h.Sum(sum[:0])
@@ -326,8 +329,9 @@ func clipMessage(msg string) string {
 	return msg[:cut] + "…"
 }
 
-// itemOf validates spec (every problem in one 422) and builds its Item;
-// IdemKey and Fingerprint are left to the caller. A cost above
+// itemOf validates spec (every problem in one 422), resolves its upstreams
+// (resolveUpstreams) and builds its Item with the batch fingerprint
+// (itemFingerprint); IdemKey is left to the caller. A cost above
 // policy.MaxBurst is refused naming the tenant's capacity (capacity reads
 // it; 503 when it cannot); a smaller cost is checked against the tenant's
 // policy by the store's enqueue script. A webhook job, or a job with a
@@ -343,7 +347,24 @@ func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, e
 	if err := errors.Join(errs...); err != nil {
 		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
 	}
-	it := store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: spec.Canonical(), Callback: a.Callback}
+	sent := spec.Canonical()
+	defaulted, err := s.resolveUpstreams(capacity, spec, &a)
+	if err != nil {
+		return store.Item{}, err
+	}
+	it := store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: sent, Callback: a.Callback,
+		Upstreams: a.Upstreams}
+	if defaulted || (spec.Upstreams != nil && len(spec.Upstreams) == 0) {
+		// Stored with the policy's upstreams, or without the key when it
+		// names none: a stored body's "upstreams" is final, absent is none,
+		// and workers and sluicetask middleware from before #15 (which read
+		// bodies strictly) meet the field only in jobs that name upstreams.
+		if len(spec.Upstreams) == 0 {
+			spec.Upstreams = nil
+		}
+		it.Body = spec.Canonical()
+	}
+	it.Fingerprint = itemFingerprint(sent, it)
 	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
 		s.webhookSecretRefusal(&it, capacity.tenant)
 	}
@@ -391,12 +412,54 @@ func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
 	return c.capacity, nil
 }
 
+// resolveUpstreams settles the upstreams of a valid spec and its Attrs:
+// a spec without "upstreams" takes its tenant policy's default (true when
+// it did); then every name must be registered, else 422 unknown_upstream
+// naming the unknown ones. Reading the policy or the registry failing is
+// a 503 (nothing is stored).
+func (s *Server) resolveUpstreams(req *capacityLookup, spec *job.Spec, a *job.Attrs) (defaulted bool, err error) {
+	ctx := req.r.Context()
+	if spec.Upstreams == nil {
+		defaults, err := s.policyUpstreams.of(ctx, req.tenant)
+		if err != nil {
+			return false, s.storeError(req.r, "get_policy", err)
+		}
+		if len(defaults) > 0 {
+			spec.Upstreams, a.Upstreams, defaulted = upstream.Sorted(defaults), upstream.Sorted(defaults), true
+		}
+	}
+	if len(a.Upstreams) == 0 {
+		return defaulted, nil
+	}
+	unknown, err := s.upstreams.unknown(ctx, a.Upstreams)
+	if err != nil {
+		return false, s.storeError(req.r, "get_upstreams", err)
+	}
+	if len(unknown) > 0 {
+		from := "the job names"
+		if defaulted {
+			from = "the tenant's policy names (its default upstreams)"
+		}
+		return false, errorf(http.StatusUnprocessableEntity, CodeUnknownUpstream,
+			"upstreams: %s unknown upstreams %q; create them with PUT /v1/upstreams/{name}", from, unknown)
+	}
+	return defaulted, nil
+}
+
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was
-// stored) without results. A *store.NotReplicatedError comes back as it
+// stored) without results, and so is a 507 storage_full while the shard's
+// Redis master is above the memory high-water mark (memory.go). A *store.NotReplicatedError comes back as it
 // is, with the results (redis.wait_replicas: stored on the primary, not
 // confirmed by enough replicas).
 func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item) ([]store.Result, error) {
+	node, refusal := s.memory.admit(r.Context(), s.opts.Store.BacklogKey(tenant))
+	if refusal != nil {
+		s.metrics.StorageFull.Inc()
+		return nil, refusal
+	}
 	res, err := s.opts.Store.Enqueue(r.Context(), tenant, items)
+	jobs, bytes := storedBytes(items, res)
+	s.memory.stored(node, jobs, bytes)
 	if err != nil && (res == nil || !errors.Is(err, store.ErrNotReplicated)) {
 		return nil, s.storeError(r, "enqueue", err)
 	}
@@ -409,6 +472,18 @@ func (s *Server) storeEnqueue(r *http.Request, tenant string, items []store.Item
 		}
 	}
 	return res, err
+}
+
+// storedBytes is the number of items res says were stored (accepted) and
+// their bodies' bytes.
+func storedBytes(items []store.Item, res []store.Result) (jobs int, bytes int64) {
+	for i, r := range res {
+		if r.Outcome == store.Accepted && i < len(items) {
+			jobs++
+			bytes += int64(len(items[i].Body))
+		}
+	}
+	return jobs, bytes
 }
 
 // resultOf maps one store result to its HTTP status and body.

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		StorageFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_api_storage_full_total",
-			Help: "Requests answered 507 storage_full because Redis was out of memory (maxmemory).",
+			Help: "Requests answered 507 storage_full: Redis above redis.memory_high_water of its maxmemory, or out of memory (maxmemory).",
 		}),
 		ReplicationTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_api_replication_timeouts_total",

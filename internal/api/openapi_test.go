@@ -236,6 +236,9 @@ func TestOpenAPIDocument(t *testing.T) {
 		"POST /v1/tenants/{tenant}/secrets", "GET /v1/tenants/{tenant}/secrets", "DELETE /v1/tenants/{tenant}/secrets/{id}",
 		"GET /v1/tenants", "POST /v1/tenants/{tenant}/dead:replay", // issue #16
 		"GET /v1/summary", "GET /v1/tenants/{tenant}/live", // issue #17: the console's polls
+		// issue #15: shared upstream quotas
+		"GET /v1/upstreams", "GET /v1/upstreams/{name}", "PUT /v1/upstreams/{name}",
+		"POST /v1/upstreams/{name}/pause", "POST /v1/upstreams/{name}/resume",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {
@@ -254,7 +257,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
 	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllowed, CodeConflict, CodeTooLarge,
 		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeNoWebhookSecret, CodeRateLimited, CodeBacklogFull,
-		CodeUnavailable, CodeReplicationTimeout, CodeSecretsDisabled, CodeStorageFull, "internal"}
+		CodeUnavailable, CodeReplicationTimeout, CodeSecretsDisabled, CodeStorageFull, CodePreconditionFailed, CodeUnknownUpstream, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {
 		t.Errorf("ErrorCode enum = %v, want the codes of errors.go %v", codes, wantCodes)
 	}

@@ -219,11 +219,7 @@ func TestOutOfMemoryIsStorageFull(t *testing.T) {
 	if r := f.post(t, "/v1/tenants/acme-1/jobs", producerToken, hook(1)); r.status != 202 { // loads the functions
 		t.Fatalf("first enqueue: %d %v", r.status, r.body)
 	}
-	used, err := rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit := usedMemory(t, used) + 1<<20
+	limit := redistest.UsedMemory(t, rdb) + 1<<20
 	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,20 +271,4 @@ func TestOutOfMemoryIsStorageFull(t *testing.T) {
 	if r.status != 202 || r.header.Get(HeaderReplayed) != "" {
 		t.Errorf("the refused request again, with room: %d replayed %q, want 202 and not a replay", r.status, r.header.Get(HeaderReplayed))
 	}
-}
-
-// usedMemory reads used_memory from INFO memory.
-func usedMemory(t *testing.T, info string) int64 {
-	t.Helper()
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no used_memory in INFO memory: %q", info)
-	return 0
 }

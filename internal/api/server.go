@@ -109,6 +109,15 @@ type Options struct {
 	// LiveStep is the shortest time between two reads of a tenant's state
 	// for GET /v1/tenants/{tenant}/live; default LiveStepDefault.
 	LiveStep time.Duration
+	// UpstreamCache is how long enqueue uses one read of the registered
+	// upstream names and of a tenant's default upstreams; default
+	// UpstreamCacheDefault. A name not among those read is looked up again
+	// before a job naming it is refused.
+	UpstreamCache time.Duration
+	// MemoryHighWater, when > 0, refuses new jobs (507 storage_full) while
+	// the Redis master of their shard uses more than this share of its
+	// maxmemory (memory.go; config.RedisConfig.MemoryHighWater). 0: off.
+	MemoryHighWater float64
 }
 
 // Limit is one checkable limit: the limiter and its parameters (for headers).
@@ -136,6 +145,11 @@ type Server struct {
 	// GET /v1/tenants/{tenant}/live.
 	summaries summaryCache
 	lives     liveSet
+	// upstreams and policyUpstreams serve enqueue's upstream resolution.
+	upstreams       *upstreamRegistry
+	policyUpstreams *policyUpstreams
+	// memory refuses new jobs above Options.MemoryHighWater.
+	memory *memoryGuard
 }
 
 // New builds the server and registers its routes and metrics.
@@ -161,6 +175,9 @@ func New(opts Options) (*Server, error) {
 	if opts.LiveStep <= 0 {
 		opts.LiveStep = LiveStepDefault
 	}
+	if opts.UpstreamCache <= 0 {
+		opts.UpstreamCache = UpstreamCacheDefault
+	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = ReadyTimeoutDefault
 	}
@@ -169,9 +186,12 @@ func New(opts Options) (*Server, error) {
 		keys:    keyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
+		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
 	if s.opts.Store != nil {
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
+		s.upstreams = &upstreamRegistry{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
+		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
 	}
 	s.routes()
 	return s, nil
@@ -206,6 +226,11 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
 		s.mux.Handle("GET /v1/summary", s.v1(CostRead, s.summary))
 		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(CostRead, s.live))
+		s.mux.Handle("GET /v1/upstreams", s.v1(CostRead, s.listUpstreams))
+		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(CostRead, s.getUpstream))
+		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(CostWrite, s.putUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(CostWrite, s.pauseUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(CostWrite, s.resumeUpstream))
 	}
 	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
 }

@@ -46,18 +46,22 @@ func (a Algorithm) Valid() bool {
 	return false
 }
 
-// Rate is Tokens per Per, written "50/s", "600/m" or "10000/h". The zero
-// Rate is invalid.
+// Rate is Tokens per Per, written "50/s", "600/m", "10000/h" or "1000/d".
+// The zero Rate is invalid.
 type Rate struct {
 	Tokens int64
-	Per    time.Duration // time.Second, time.Minute or time.Hour
+	Per    time.Duration // time.Second, time.Minute, time.Hour or Day
 }
 
-// ParseRate parses "N/s", "N/m" or "N/h" with N a positive integer.
+// Day is the period of an "N/d" rate: 24 hours of the clock, no calendar
+// (a daily quota of N is N tokens per rolling 86 400 s, T = ⌈Day / N⌉).
+const Day = 24 * time.Hour
+
+// ParseRate parses "N/s", "N/m", "N/h" or "N/d" with N a positive integer.
 func ParseRate(s string) (Rate, error) {
 	n, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m or N/h", s)
+		return Rate{}, fmt.Errorf("rate %q: want N/s, N/m, N/h or N/d", s)
 	}
 	var per time.Duration
 	switch unit {
@@ -67,8 +71,10 @@ func ParseRate(s string) (Rate, error) {
 		per = time.Minute
 	case "h":
 		per = time.Hour
+	case "d":
+		per = Day
 	default:
-		return Rate{}, fmt.Errorf("rate %q: unit %q is not s, m or h", s, unit)
+		return Rate{}, fmt.Errorf("rate %q: unit %q is not s, m, h or d", s, unit)
 	}
 	tokens, err := strconv.ParseInt(n, 10, 64)
 	if err != nil || tokens <= 0 {
@@ -110,6 +116,8 @@ func (r Rate) String() string {
 		unit = "m"
 	case time.Hour:
 		unit = "h"
+	case Day:
+		unit = "d"
 	}
 	return strconv.FormatInt(r.Tokens, 10) + "/" + unit
 }
@@ -176,7 +184,7 @@ func (l Limit) Validate() error {
 		}
 	default:
 		if l.Rate.IntervalMicros() < 1 {
-			errs = append(errs, fmt.Errorf("rate must be set (N/s, N/m or N/h)"))
+			errs = append(errs, fmt.Errorf("rate must be set (N/s, N/m, N/h or N/d)"))
 		}
 		if l.Burst < 1 {
 			errs = append(errs, fmt.Errorf("burst must be at least 1, got %d", l.Burst))

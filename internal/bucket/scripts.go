@@ -57,6 +57,11 @@ func scriptParams(l Limit) (int64, int64) {
 // (< 2^53).
 const maxExact = 1 << 52
 
+// MaxSpanMicros bounds burst × emission interval (µs) of a token bucket or
+// GCRA limit: NewLimiter refuses a larger one (at 1/d a burst of at most
+// ⌊2^52 / 86.4·10⁹⌋ = 52 124). Configuration checks it up front with this.
+const MaxSpanMicros = maxExact
+
 // checkExact reports whether l's parameters keep the scripts' integer
 // arithmetic exact. The fixed window and the sliding log multiply nothing.
 func checkExact(l Limit) bool {

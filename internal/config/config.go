@@ -10,7 +10,7 @@
 // and validation reports every problem at once, each named by its path
 // ("limits.search.burst: must be at least 1, got 0").
 //
-// Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m" or "N/h",
+// Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m", "N/h" or "N/d",
 // sizes "1MiB" (see policy.ByteSize). A zero or absent value means the
 // default, as documented on each field.
 package config
@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -41,6 +42,12 @@ type Config struct {
 	// Tenants holds per-tenant policy overrides, merged over Defaults; keys
 	// are tenant ids (policy.ValidTenantID).
 	Tenants map[string]policy.Overrides `yaml:"tenants"`
+	// Upstreams are the shared upstream quotas jobs may name, by name
+	// (upstream.ValidName); each entry's zero fields take upstream's
+	// defaults. The throttler seeds them at start (store.SeedUpstreams):
+	// an upstream changed by PUT /v1/upstreams/{name} keeps Redis's
+	// configuration. Default none.
+	Upstreams map[string]upstream.Config `yaml:"upstreams"`
 	// Limits are named rate limits: APILimitName is the API's own limiter per
 	// API key, the others serve POST /v1/limits/{name}/check. Names are 1–64
 	// characters of [A-Za-z0-9_.-]. When `api` is absent it is
@@ -140,6 +147,27 @@ type RedisConfig struct {
 	// default WaitTimeoutDefault, or half of RequestTimeout when that is
 	// less.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// MemoryHighWater is the share of a Redis master's maxmemory above
+	// which the API refuses new jobs for the shards it stores (507
+	// storage_full), so that the dispatch path — the hand-off to asynq,
+	// asynq's dequeue, claims, finishes — keeps the rest as headroom and
+	// drains the backlog while producers wait (api.Options.MemoryHighWater).
+	// 0 turns the check off (Redis's own maxmemory is then the only limit,
+	// and delivery stalls when it is reached); otherwise above 0 and below
+	// 1. Unset: MemoryHighWaterDefault. A master without maxmemory is never
+	// refused.
+	MemoryHighWater *float64 `yaml:"memory_high_water"`
+}
+
+// MemoryHighWaterDefault is RedisConfig.MemoryHighWater's default.
+const MemoryHighWaterDefault = 0.9
+
+// HighWater is MemoryHighWater with its default: 0 when off.
+func (r RedisConfig) HighWater() float64 {
+	if r.MemoryHighWater == nil {
+		return MemoryHighWaterDefault
+	}
+	return *r.MemoryHighWater
 }
 
 // WaitTimeoutDefault is RedisConfig.WaitTimeout's default (when below half

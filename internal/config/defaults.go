@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // WithDefaults returns a copy of c with every zero field set to its default
@@ -21,6 +22,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Redis.Sentinel.Addrs = slices.Clone(c.Redis.Sentinel.Addrs)
 	out.Auth.Keys = slices.Clone(c.Auth.Keys)
 	out.Tenants = maps.Clone(c.Tenants)
+	out.Upstreams = upstreamsWithDefaults(c.Upstreams)
 	out.TaskQueues = slices.Clone(c.TaskQueues)
 	out.Egress.Allow = slices.Clone(c.Egress.Allow)
 	out.Listen = cmp.Or(c.Listen, ListenDefault)
@@ -59,6 +61,10 @@ func (r RedisConfig) withDefaults() RedisConfig {
 	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
 	r.RequestTimeout = cmp.Or(r.RequestTimeout, RequestTimeoutDefault)
 	r.WaitTimeout = cmp.Or(r.WaitTimeout, min(WaitTimeoutDefault, max(r.RequestTimeout/2, time.Millisecond)))
+	if r.MemoryHighWater == nil {
+		hw := MemoryHighWaterDefault
+		r.MemoryHighWater = &hw
+	}
 	return r
 }
 
@@ -107,4 +113,17 @@ func (r RetentionConfig) withDefaults() RetentionConfig {
 	r.AttemptLog = cmp.Or(r.AttemptLog, store.AttemptLogDefault)
 	r.Idempotency = cmp.Or(r.Idempotency, store.IdempotencyRetentionDefault)
 	return r
+}
+
+// upstreamsWithDefaults is ups with each entry's defaults applied (nil for
+// nil).
+func upstreamsWithDefaults(ups map[string]upstream.Config) map[string]upstream.Config {
+	if ups == nil {
+		return nil
+	}
+	out := make(map[string]upstream.Config, len(ups))
+	for name, u := range ups {
+		out[name] = u.WithDefaults()
+	}
+	return out
 }

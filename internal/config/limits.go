@@ -140,10 +140,14 @@ func validateWindowed(p *problems, at string, l LimitConfig) {
 
 func validateBucket(p *problems, at string, l LimitConfig) {
 	if l.Rate.IntervalMicros() < 1 {
-		p.add(at+".rate", "must be set (N/s, N/m or N/h)")
+		p.add(at+".rate", "must be set (N/s, N/m, N/h or N/d)")
 	}
 	if l.Burst < 1 {
 		p.add(at+".burst", "must be at least 1, got %d", l.Burst)
+	}
+	if t := l.Rate.IntervalMicros(); t >= 1 && l.Burst > bucket.MaxSpanMicros/t {
+		p.add(at+".burst", "must be at most %d at rate %s (burst × 1/rate within 2^52 µs), got %d",
+			bucket.MaxSpanMicros/t, l.Rate, l.Burst)
 	}
 	if l.Limit != 0 {
 		p.add(at+".limit", "not used by %s, which takes rate and burst", l.Algorithm)

@@ -76,7 +76,7 @@ func defaultConfig() *Config {
 	return &Config{
 		Listen: "127.0.0.1:8080",
 		Redis: RedisConfig{URL: "redis://127.0.0.1:6379/0", Prefix: "sluice", Shards: 16, RequestTimeout: time.Second,
-			WaitTimeout: 500 * time.Millisecond},
+			WaitTimeout: 500 * time.Millisecond, MemoryHighWater: ptr(0.9)},
 		Limits: map[string]LimitConfig{
 			"api": {Algorithm: bucket.SlidingWindow, Limit: 1000, Window: time.Minute, FailOpen: ptr(true)},
 		},
@@ -183,7 +183,7 @@ func TestLoadEveryKey(t *testing.T) {
 		Redis: RedisConfig{
 			URL: "rediss://user:pw@redis.internal:6380/0", Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}, Cluster: true,
 			Prefix: "sl.test-1", Shards: 32, RequestTimeout: 2500 * time.Millisecond,
-			WaitReplicas: 1, WaitTimeout: 750 * time.Millisecond,
+			WaitReplicas: 1, WaitTimeout: 750 * time.Millisecond, MemoryHighWater: ptr(0.9),
 		},
 		Auth: AuthConfig{Keys: []KeyConfig{
 			{Name: "producer", SHA256: strings.ToUpper(producerHash), Tenants: []string{"acme-*", "globex"}, Limits: []string{"search", "geo"}},

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // validate reports every problem with c (after WithDefaults) at once, each a
@@ -26,6 +27,7 @@ func (c *Config) validate() error {
 	c.Redis.validate(&p)
 	c.Auth.validate(&p, c.Limits)
 	validatePolicies(&p, c.Defaults, c.Tenants)
+	validateUpstreams(&p, c.Upstreams)
 	validateLimits(&p, c.Limits)
 	c.Dispatch.validate(&p, c.Worker.TaskCheckInterval)
 	c.Throttle.validate(&p)
@@ -152,6 +154,9 @@ func (r RedisConfig) validate(p *problems) {
 		p.add("redis.request_timeout", "must be positive and at most %s, got %s", dur(MaxRequestTimeout), dur(r.RequestTimeout))
 	}
 	r.validateWait(p)
+	if hw := r.HighWater(); hw < 0 || hw >= 1 || math.IsNaN(hw) {
+		p.add("redis.memory_high_water", "must be 0 (off) or above 0 and below 1 (a share of maxmemory), got %v", hw)
+	}
 }
 
 // validateWait checks redis.wait_replicas and redis.wait_timeout.
@@ -216,6 +221,25 @@ func validatePolicies(p *problems, defaults policy.Overrides, tenants map[string
 		}
 		if defaultsOK {
 			p.addErr(path, policy.Resolve(defaults, o).Validate())
+		}
+	}
+}
+
+// validateUpstreams checks every upstream's name and configuration
+// (defaults applied).
+func validateUpstreams(p *problems, ups map[string]upstream.Config) {
+	for _, name := range slices.Sorted(maps.Keys(ups)) {
+		path := "upstreams." + pathKey(name)
+		if err := upstream.ValidName(name); err != nil {
+			p.add(path, "%w", err)
+		}
+		if err, ok := ups[name].WithDefaults().Validate().(interface{ Unwrap() []error }); ok {
+			for _, e := range err.Unwrap() {
+				var fe *upstream.FieldError
+				if errors.As(e, &fe) {
+					p.add(path+"."+fe.Field, "%w", fe.Err)
+				}
+			}
 		}
 	}
 }

@@ -2,11 +2,13 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -69,6 +71,24 @@ metrics: {top_tenants: 1001, cache_for: -1s}
 		if !strings.Contains(err.Error(), msg) {
 			t.Errorf("error\n%v\ndoes not contain %q", err, msg)
 		}
+	}
+}
+
+// A limit at a daily rate loads; one whose burst × 1/rate would not stay
+// exact in the limiter's scripts is refused at load, naming the largest
+// burst, not later when the limiter is built.
+func TestDailyLimits(t *testing.T) {
+	cfg, err := loadString(t, "limits:\n  daily: {algorithm: gcra, rate: 1000/d, burst: 50}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.Limits["daily"]; l.Rate.String() != "1000/d" || l.Rate.IntervalMicros() != 86_400_000 {
+		t.Fatalf("limit %+v", l)
+	}
+	_, err = loadString(t, "limits:\n  daily: {algorithm: token_bucket, rate: 1/d, burst: 60000}\n")
+	if got := problemFields(t, err); !slices.Equal(got, []string{"limits.daily.burst"}) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("must be at most %d at rate 1/d", bucket.MaxSpanMicros/86_400_000_000)) {
+		t.Fatalf("problems %v in %v", got, err)
 	}
 }
 
@@ -335,6 +355,32 @@ func TestWaitReplicasBounds(t *testing.T) {
 		}
 		if err == nil && c.StoreConfig().WaitReplicas != c.Redis.WaitReplicas {
 			t.Errorf("%s: StoreConfig().WaitReplicas = %d, want %d", tc.yaml, c.StoreConfig().WaitReplicas, c.Redis.WaitReplicas)
+		}
+	}
+}
+
+func TestMemoryHighWaterBounds(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+		// wantHW is the resolved high-water mark when the file is valid.
+		wantHW float64
+	}{
+		{"redis: {prefix: sluice}", nil, MemoryHighWaterDefault},
+		{"redis: {memory_high_water: 0}", nil, 0},
+		{"redis: {memory_high_water: 0.75}", nil, 0.75},
+		{"redis: {memory_high_water: 0.99}", nil, 0.99},
+		{"redis: {memory_high_water: 1}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: -0.1}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: .nan}", []string{"redis.memory_high_water"}, 0},
+		{"redis: {memory_high_water: 90}", []string{"redis.memory_high_water"}, 0},
+	} {
+		c, err := loadString(t, tc.yaml+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.yaml, got, tc.want, err)
+		}
+		if err == nil && c.Redis.HighWater() != tc.wantHW {
+			t.Errorf("%s: HighWater() = %v, want %v", tc.yaml, c.Redis.HighWater(), tc.wantHW)
 		}
 	}
 }

@@ -46,7 +46,7 @@ type yamlRate bucket.Rate
 
 func (r *yamlRate) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: rate: want N/s, N/m or N/h", n.Line)}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: rate: want N/s, N/m, N/h or N/d", n.Line)}}
 	}
 	if err := (*bucket.Rate)(r).UnmarshalText([]byte(n.Value)); err != nil {
 		// A TypeError holds strings, so the cause is formatted here.

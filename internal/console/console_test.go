@@ -1,11 +1,16 @@
 package console
 
 import (
+	"encoding/json"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -110,5 +115,40 @@ func TestStaticFilesAreSelfContained(t *testing.T) {
 	})
 	if err != nil || n < 8 {
 		t.Fatalf("walked %d files: %v", n, err)
+	}
+}
+
+// fmtRate (ui.js) shows a slow rate in the unit where it is at least 1, so
+// a daily quota does not read "0/s". Runs ui.js in node when it is there.
+func TestFmtRateShowsSlowRatesInTheirUnit(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	dir := t.TempDir()
+	raw, err := fs.ReadFile(static, "static/ui.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ui.mjs"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `import { fmtRate } from './ui.mjs';
+console.log(JSON.stringify([50, 1.5, 0.5, 1 / 60, 1 / 3600, 7 / 86400, 1 / 86400, 0, null].map(fmtRate)));`
+	if err := os.WriteFile(filepath.Join(dir, "t.mjs"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(node, filepath.Join(dir, "t.mjs")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got []string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node printed %q: %v", out, err)
+	}
+	want := []string{"50/s", "1.50/s", "30/m", "1/m", "1/h", "7/d", "1/d", "0/s", "–"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fmtRate = %q, want %q", got, want)
 	}
 }

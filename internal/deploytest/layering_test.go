@@ -72,6 +72,8 @@ func TestPackageLayering(t *testing.T) {
 		{pkg: "internal/store", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config"}},
 		{pkg: "internal/policy", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
 		{pkg: "internal/jobview", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
+		// The upstream rules are pure and below job and policy, which use them.
+		{pkg: "internal/upstream", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy", "internal/job"}},
 		{pkg: "internal/job", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy"}},
 	} {
 		deps := sluiceDeps(t, root, rule.pkg)

@@ -12,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -39,7 +41,11 @@ func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 	rdb, prefix, st := realStore(t, 2, 10_000)
 	ctx := context.Background()
 	const iv = 20 * time.Millisecond
-	if err := rdb.HSet(ctx, store.UpstreamHashKey(prefix, "shared"), "p", `{"iv":20000,"b":1,"c":0,"a":0,"s":0}`, "v", 1).Err(); err != nil {
+	rate, err := bucket.ParseRate("50/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutUpstream(ctx, "shared", upstream.Config{Rate: rate, Burst: 1}, store.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	var tenants []string

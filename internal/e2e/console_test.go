@@ -27,7 +27,8 @@ const viewerKey = "e2e-viewer-key"
 // webhook secrets created, rotated and deleted from the page (the API
 // agrees; no secret left in the page once its dialog closed); a read-only
 // key sees no write button and the API refuses its forged write; the tenant
-// page lists recent attempts. Screenshots of the overview and a tenant page go to .sluice/ui/.
+// page lists recent attempts; the configuration's upstream is listed and
+// paused and resumed from its page. Screenshots of the overview and a tenant page go to .sluice/ui/.
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, options{
@@ -37,7 +38,8 @@ func TestConsole(t *testing.T) {
 		},
 		sections: map[string]string{"auth": fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}, `+
 			`{name: viewer, key: %q, tenants: ["*"]}]}`, adminKey, viewerKey),
-			"secrets": fmt.Sprintf("{key: %q}", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))},
+			"secrets":   fmt.Sprintf("{key: %q}", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))),
+			"upstreams": "{sms-7: {rate: 100/s, burst: 10, pause_scope: upstream}}"},
 	})
 	p := c.startThrottler()
 	c.startWorker()
@@ -154,6 +156,26 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("upstreams: listed, paused and resumed from the page", func(t *testing.T) {
+		b.run(tab, "open upstreams", chromedp.Navigate(p.url()+"/ui/#/upstreams"),
+			chromedp.WaitVisible(chromedp.CSS(`#upstreams tr[data-upstream="sms-7"]`)),
+			chromedp.Click(chromedp.CSS(`#upstreams tr[data-upstream="sms-7"] a`)),
+			chromedp.WaitVisible(chromedp.CSS(`#upstream-pause-btn`)))
+		b.run(tab, "pause", chromedp.Click(chromedp.CSS(`#upstream-pause-btn`)))
+		b.waitJS(tab, "paused shown", `document.querySelector('#upstream-pause').textContent.startsWith('paused until resumed')`)
+		var v struct {
+			Paused bool `json:"paused"`
+		}
+		if c.call(p, http.MethodGet, "/v1/upstreams/sms-7", nil, &v); !v.Paused {
+			t.Fatal("paused from the console, the API says not paused")
+		}
+		b.run(tab, "resume", chromedp.Click(chromedp.CSS(`#upstream-resume-btn`)))
+		b.waitJS(tab, "active shown", `document.querySelector('#upstream-pause').textContent === 'active'`)
+		if c.call(p, http.MethodGet, "/v1/upstreams/sms-7", nil, &v); v.Paused {
+			t.Fatal("resumed from the console, the API says paused")
+		}
+	})
+
 	t.Run("a read-only key sees no write button; the API refuses its forged write", func(t *testing.T) {
 		ro := b.tab()
 		signIn(b, ro, p, viewerKey)
@@ -162,6 +184,11 @@ func TestConsole(t *testing.T) {
 		writes := evalJS[int](b, ro, "write buttons", `document.querySelectorAll('#pause, #resume, #policy-edit, .replay, #replay-all, #secret-rotate, .secret-delete').length`)
 		if writes != 0 {
 			t.Fatalf("a read-only key's page shows %d write buttons", writes)
+		}
+		b.run(ro, "open sms-7", chromedp.Navigate(p.url()+"/ui/#/upstream/sms-7"), chromedp.WaitVisible(chromedp.CSS(`#upstream-config`)))
+		b.waitJS(ro, "sms-7 shown", `document.querySelector('#upstream-config').textContent.includes('100/s')`)
+		if n := evalJS[int](b, ro, "upstream write buttons", `document.querySelectorAll('#upstream-pause-btn, #upstream-resume-btn').length`); n != 0 {
+			t.Fatalf("a read-only key's upstream page shows %d write buttons", n)
 		}
 		status := evalJS[int](b, ro, "forged pause", `fetch('/v1/tenants/charlie/pause', {method: 'POST',
 			headers: {Authorization: 'Bearer ' + sessionStorage.getItem('sluice.apiKey')}}).then((r) => r.status)`)

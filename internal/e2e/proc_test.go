@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -85,8 +86,29 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
-// pause stops the process (SIGSTOP) until resume (SIGCONT).
-func (p *proc) pause()  { p.signal(syscall.SIGSTOP) }
+// pause stops the process (SIGSTOP) until resume (SIGCONT), and returns
+// once the kernel reports it stopped (state T in /proc/<pid>/stat): the
+// signal is delivered asynchronously, and a process still running for a
+// moment after kill(2) returned can send one more request (a lease taken
+// from under the test).
+func (p *proc) pause() {
+	p.t.Helper()
+	p.signal(syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	poll(p.t, 5*time.Second, func() (bool, string) {
+		if !p.running() {
+			return true, ""
+		}
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return false, err.Error()
+		}
+		// pid (comm) state …: comm may hold spaces, the state follows the last ')'.
+		_, rest, _ := strings.Cut(string(b[bytes.LastIndexByte(b, ')')+1:]), " ")
+		return strings.HasPrefix(rest, "T"), fmt.Sprintf("%s not stopped: stat %q", p.name, b)
+	})
+}
+
 func (p *proc) resume() { p.signal(syscall.SIGCONT) }
 
 // running reports whether the process has not ended.

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/version"
@@ -93,4 +95,17 @@ func StartMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return Start(addr, mux, log)
+}
+
+// RegisterProcessMetrics registers the Go runtime's and the process's
+// metrics with reg: client_golang's defaults (go_memstats_*, go_goroutines,
+// process_*) and go_gc_heap_live_bytes, the heap the last GC found live —
+// the figure to compare between two moments for growth, where
+// go_memstats_heap_alloc_bytes also counts the garbage not yet collected
+// (up to the live heap again with GOGC=100).
+func RegisterProcessMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Attrs are the parts of a job the store keeps beside its canonical JSON
-// (Spec.Canonical): its type, cost, schedule, idempotency key and callback. Spec.Check
+// (Spec.Canonical): its type, cost, schedule, idempotency key, callback and
+// upstreams. Spec.Check
 // returns them for a valid Spec; Attrs.Check checks them for callers that
 // build a job without a Spec (the store checks every job it is given with
 // it). The zero value is not valid (no Type).
@@ -29,6 +31,11 @@ type Attrs struct {
 	IdemKey string
 	// Callback is the callback URL, "" for none; see CheckURL.
 	Callback string
+	// Upstreams are the upstreams the job consumes, sorted: at most
+	// upstream.MaxPerJob valid, distinct names; nil or empty for none.
+	// Spec.Check leaves nil when the job names none (the policy's default
+	// applies: the API resolves it), an empty slice for an explicit [].
+	Upstreams []string
 }
 
 // Check checks a with the same rules and messages as Spec.Check, the cost
@@ -56,7 +63,16 @@ func (a Attrs) Check(maxCost int64) error {
 			add("callback.url", "%v", err)
 		}
 	}
+	checkUpstreams(a.Upstreams, add)
 	return errors.Join(errs...)
+}
+
+// checkUpstreams checks the upstreams a job names (upstream.CheckNames):
+// one problem each, named "upstreams" or "upstreams[i]".
+func checkUpstreams(names []string, add adder) {
+	for _, fe := range upstream.CheckNames(names) {
+		add(fe.Field, "%v", fe.Err)
+	}
 }
 
 // CheckIdemKey checks an idempotency key ("" = none): at most

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -77,6 +78,11 @@ type Spec struct {
 	// Callback, when set, is told of the job's terminal state (succeeded,
 	// dead, canceled) by a signed POST.
 	Callback *Callback `json:"callback,omitempty"`
+	// Upstreams are the shared upstream quotas the job consumes (at most
+	// upstream.MaxPerJob valid, distinct names; Check sorts them). Absent
+	// (nil): the tenant policy's default upstreams apply, resolved by the
+	// API before the job is stored; [] names none, whatever the policy.
+	Upstreams []string `json:"upstreams,omitzero"`
 
 	// batch items only
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
@@ -227,6 +233,9 @@ func (s *Spec) attrs(r Rules, add adder) Attrs {
 		}
 		a.Callback = s.Callback.URL
 	}
+	checkUpstreams(s.Upstreams, add)
+	s.Upstreams = upstream.Sorted(s.Upstreams)
+	a.Upstreams = s.Upstreams
 	return a
 }
 

@@ -18,11 +18,15 @@ const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 // stored (its canonical JSON) with an http job's secret header values
 // redacted (RedactedJob), null once succeeded or canceled.
 type View struct {
-	ID             string          `json:"id"`
-	Tenant         string          `json:"tenant"`
-	Type           string          `json:"type"`
-	State          string          `json:"state"`
-	Cost           int64           `json:"cost"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Type   string `json:"type"`
+	State  string `json:"state"`
+	Cost   int64  `json:"cost"`
+	// ActualCost is the actual cost the latest attempt reported (an
+	// upstream's cost header, sluicetask.SetCost); absent when none did:
+	// the reserved cost stood.
+	ActualCost     int64           `json:"actual_cost,omitempty"`
 	Created        *string         `json:"created"`
 	RunAt          *string         `json:"run_at"`
 	ETA            *string         `json:"eta"`
@@ -37,6 +41,10 @@ type View struct {
 	Result *store.JobResult `json:"result,omitempty"`
 	// Callback is the callback URL; absent when none.
 	Callback *CallbackView `json:"callback,omitempty"`
+	// Upstreams are the shared upstream quotas the job consumes, sorted
+	// (named by its body or its tenant policy's default at enqueue); []
+	// when none.
+	Upstreams []string `json:"upstreams"`
 	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
 	DeadReason string `json:"dead_reason,omitempty"`
 	// CanceledFrom is the state a DELETE canceled the job in.
@@ -62,7 +70,7 @@ type AttemptView struct {
 
 // Of is j's view.
 func Of(j store.Job) View {
-	v := View{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost,
+	v := View{ID: j.ID, Tenant: j.Tenant, Type: j.Type, State: string(j.State), Cost: j.Cost, ActualCost: j.ActualCost,
 		Created: TimeString(j.Created), RunAt: TimeString(j.RunAt), ETA: TimeString(j.ETA), Ended: TimeString(j.Ended),
 		AttemptCount: j.Attempt, Attempts: make([]AttemptView, 0, len(j.Attempts)), IdempotencyKey: j.IdemKey,
 		DeadReason: j.DeadReason, Result: j.Result}
@@ -72,11 +80,24 @@ func Of(j store.Job) View {
 	if j.Callback != "" {
 		v.Callback = &CallbackView{URL: j.Callback}
 	}
+	v.Upstreams = upstreamsOf(j.Body)
 	for _, a := range j.Attempts {
 		v.Attempts = append(v.Attempts, AttemptView{At: TimeString(a.At), Status: a.Status,
 			LatencyMS: a.Latency.Milliseconds(), Error: a.Error, Body: a.Body, BodyBase64: a.BodyBase64})
 	}
 	return v
+}
+
+// upstreamsOf reads the "upstreams" of a job's canonical body (the API
+// stores the resolved list there); [] when it names none or is not JSON.
+func upstreamsOf(body []byte) []string {
+	var b struct {
+		Upstreams []string `json:"upstreams"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Upstreams == nil {
+		return []string{}
+	}
+	return b.Upstreams
 }
 
 // TimeString formats t as RFC 3339 UTC with milliseconds; nil for zero.

@@ -31,3 +31,22 @@ func TestOfShowsResultCallbackAndExcerpts(t *testing.T) {
 		t.Errorf("a job without result or callback shows them: %s", b)
 	}
 }
+
+// TestOfShowsUpstreams: the view lists the upstreams of the job's
+// canonical body, [] when it names none.
+func TestOfShowsUpstreams(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"type":"task","task_type":"t","upstreams":["llm","sms"]}`: `"upstreams":["llm","sms"]`,
+		`{"type":"task","task_type":"t","upstreams":[]}`:            `"upstreams":[]`,
+		`{"type":"task","task_type":"t"}`:                           `"upstreams":[]`,
+		`not json`:                                                  `"upstreams":[]`,
+	} {
+		b, err := json.Marshal(Of(store.Job{ID: "j1_x", Tenant: "acme", Type: "task", Body: []byte(body)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("view of %s: %s lacks %s", body, b, want)
+		}
+	}
+}

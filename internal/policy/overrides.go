@@ -39,6 +39,9 @@ type Overrides struct {
 	MaxResultBytes  *ByteSize      `json:"max_result_bytes,omitempty" yaml:"max_result_bytes,omitempty"`
 	// ResultHeaders set to an empty, non-nil list keeps no header.
 	ResultHeaders []string `json:"result_headers,omitzero" yaml:"result_headers,omitempty"`
+	// Upstreams set to an empty, non-nil list names none (over a default
+	// layer's).
+	Upstreams []string `json:"upstreams,omitzero" yaml:"upstreams,omitempty"`
 }
 
 // AdmitOverrides is the sparse form of Admit.
@@ -95,6 +98,9 @@ func (o Overrides) applyTo(p *Policy) {
 	}
 	if o.ResultHeaders != nil {
 		p.ResultHeaders = slices.Clone(o.ResultHeaders)
+	}
+	if o.Upstreams != nil {
+		p.Upstreams = slices.Clone(o.Upstreams)
 	}
 }
 

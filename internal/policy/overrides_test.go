@@ -176,14 +176,14 @@ func TestDecodeYAMLRejects(t *testing.T) {
 
 // A document with several decoding problems reports all of them.
 func TestDecodeYAMLListsEveryProblem(t *testing.T) {
-	_, err := decodeYAML("rate: 5/x\nburst: five\nadmit: {rate: 1/d, extra: 1}\ntimeout: soon\nbogus: 1\n")
+	_, err := decodeYAML("rate: 5/x\nburst: five\nadmit: {rate: 1/w, extra: 1}\ntimeout: soon\nbogus: 1\n")
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, want := range []string{
 		`line 1: rate "5/x"`,
 		"line 2: cannot unmarshal !!str `five`",
-		`line 3: rate "1/d"`,
+		`line 3: rate "1/w"`,
 		"line 3: field extra not found",
 		`line 4: duration "soon"`,
 		"line 5: field bogus not found",
@@ -255,7 +255,7 @@ func TestBuiltin(t *testing.T) {
 			MaxDoublings: 5, MaxRetryDuration: Duration(24 * time.Hour),
 		},
 		Timeout: Duration(15 * time.Second), Adaptive: true,
-		MaxResultBytes: 64 * KiB, ResultHeaders: ResultHeadersDefault(),
+		MaxResultBytes: 64 * KiB, ResultHeaders: ResultHeadersDefault(), Upstreams: []string{},
 	}
 	if got := p.View(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Builtin().View() =\n%+v\nwant\n%+v", got, want)
@@ -274,6 +274,32 @@ func TestMaxCost(t *testing.T) {
 		p.Burst, p.Admit.Burst = tc.burst, tc.admit
 		if got := p.MaxCost(); got != tc.want {
 			t.Errorf("MaxCost with burst %d, admit.burst %d = %d, want %d", tc.burst, tc.admit, got, tc.want)
+		}
+	}
+}
+
+// A daily rate reads from YAML and JSON, and the resolved policy's view
+// shows it back as "N/d".
+func TestDailyRateInConfigAndView(t *testing.T) {
+	y, err := decodeYAML("rate: 7/d\nburst: 2\nadmit: {rate: 1000/d, burst: 50}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := DecodeJSON(strings.NewReader(`{"rate":"7/d","burst":2,"admit":{"rate":"1000/d","burst":50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]Overrides{"yaml": y, "json": j} {
+		p := Resolve(o)
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		v, err := json.Marshal(p.View())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(v), `"rate":"7/d"`) || !strings.Contains(string(v), `"rate":"1000/d"`) {
+			t.Errorf("%s: view %s, want rates 7/d and 1000/d", name, v)
 		}
 	}
 }

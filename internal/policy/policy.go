@@ -44,10 +44,14 @@ const (
 // the values the scripts compute with below 10¹⁴, exact in Lua's doubles and
 // cjson's 14-digit number format.
 const (
-	// MaxBurst bounds burst and admit.burst so that burst × emission interval
-	// (at most 3.6e9 µs for 1/h) and now + b·T stay exact in the Lua scripts'
-	// doubles. It is also the largest cost of one job.
+	// MaxBurst bounds burst and admit.burst. It is also the largest cost of
+	// one job.
 	MaxBurst = 1_000_000
+	// MaxSpan bounds burst × emission interval (and admit.burst × the
+	// admission interval): 3.6·10¹⁵ µs, MaxBurst tokens at 1/h, so that b·T,
+	// cost·T and now + b·T stay exact in the Lua scripts' doubles. It binds
+	// only rates slower than 1/h: at 1/d a burst is at most 41 666.
+	MaxSpan = MaxBurst * time.Hour
 	// MaxCount bounds concurrency, weight and retry.max_attempts.
 	MaxCount = 1_000_000
 	// MaxBacklogLimit bounds max_backlog.
@@ -97,6 +101,10 @@ type Policy struct {
 	// ResultHeaders are the response headers an http job's result keeps
 	// (ResultHeaderAllowed); default ResultHeadersDefault(); empty keeps none.
 	ResultHeaders []string
+	// Upstreams are the shared upstream quotas a job of the tenant consumes
+	// when its body has no "upstreams" (at most upstream.MaxPerJob valid,
+	// distinct names); default none (nil).
+	Upstreams []string
 }
 
 // Admit is the admission token bucket checked at enqueue: capacity Burst,

@@ -21,7 +21,7 @@ import (
 // with exactly its emission interval.
 func FuzzRate(f *testing.F) {
 	for _, s := range []string{"50/s", "600/m", "10000/h", " 1/h ", "1000000/s", "1000001/s", "1000000000/h",
-		"0/s", "-1/s", "+5/s", "05/s", "1/d", "1/", "/s", "1//s", "9223372036854775807/h", "1e3/s", "１/s"} {
+		"0/s", "-1/s", "+5/s", "05/s", "1/d", "7/d", "1000000000/d", "1/w", "1/", "/s", "1//s", "9223372036854775807/h", "1e3/s", "１/s"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -30,7 +30,7 @@ func FuzzRate(f *testing.F) {
 			return
 		}
 		if r.Tokens < 1 || r.Tokens > 1_000_000_000 || r.IntervalMicros() < 1 ||
-			(r.Per != time.Second && r.Per != time.Minute && r.Per != time.Hour) {
+			(r.Per != time.Second && r.Per != time.Minute && r.Per != time.Hour && r.Per != bucket.Day) {
 			t.Fatalf("ParseRate(%q) = %+v: out of bounds", s, r)
 		}
 		text, _ := r.MarshalText()

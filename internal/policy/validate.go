@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // FieldError is one problem with one field, named by its dotted path in the
@@ -45,7 +46,8 @@ func WithPrefix(prefix string, err error) error {
 }
 
 // Validate reports every problem with p at once, each a *FieldError:
-// rate and admit.rate set; burst and admit.burst in 1…MaxBurst; concurrency,
+// rate and admit.rate set; burst and admit.burst in 1…MaxBurst, and each
+// times its rate's emission interval at most MaxSpan; concurrency,
 // weight and retry.max_attempts in 1…MaxCount; max_backlog in
 // 1…MaxBacklogLimit; max_backlog_bytes in 1…MaxBacklogBytesLimit;
 // 0 < retry.min_backoff ≤ retry.max_backoff ≤ MaxDuration;
@@ -53,15 +55,18 @@ func WithPrefix(prefix string, err error) error {
 // 0…MaxDuration; 0 < timeout ≤ MaxTimeout; at most MaxWebhookSecrets webhook
 // secrets, each valid for ParseWebhookSecret; max_result_bytes in
 // 1…MaxResultBytesLimit; at most MaxResultHeaders result_headers, each a
-// header name, optionally ending in "*".
+// header name, optionally ending in "*"; at most upstream.MaxPerJob
+// upstreams, valid and distinct names (upstream.CheckNames).
 func (p Policy) Validate() error {
 	var c checker
 	c.rate("rate", p.Rate)
 	c.between("burst", p.Burst, 1, MaxBurst)
+	c.span("burst", p.Rate, p.Burst)
 	c.between("concurrency", p.Concurrency, 1, MaxCount)
 	c.between("weight", p.Weight, 1, MaxCount)
 	c.rate("admit.rate", p.Admit.Rate)
 	c.between("admit.burst", p.Admit.Burst, 1, MaxBurst)
+	c.span("admit.burst", p.Admit.Rate, p.Admit.Burst)
 	c.between("max_backlog", p.MaxBacklog, 1, MaxBacklogLimit)
 	c.between("max_backlog_bytes", p.MaxBacklogBytes, 1, int64(MaxBacklogBytesLimit))
 	c.between("retry.max_attempts", int64(p.Retry.MaxAttempts), 1, MaxCount)
@@ -74,6 +79,7 @@ func (p Policy) Validate() error {
 	c.secrets(p.WebhookSecrets)
 	c.between("max_result_bytes", p.MaxResultBytes, 1, int64(MaxResultBytesLimit))
 	c.resultHeaders(p.ResultHeaders)
+	c.upstreams(p.Upstreams)
 	return c.err()
 }
 
@@ -88,6 +94,12 @@ func (o Overrides) Validate() error {
 	ifSet(o.Weight, func(v int64) { c.between("weight", v, 1, MaxCount) })
 	ifSet(o.Admit.Rate, func(v bucket.Rate) { c.rate("admit.rate", v) })
 	ifSet(o.Admit.Burst, func(v int64) { c.between("admit.burst", v, 1, MaxBurst) })
+	if o.Rate != nil && o.Burst != nil {
+		c.span("burst", *o.Rate, *o.Burst)
+	}
+	if o.Admit.Rate != nil && o.Admit.Burst != nil {
+		c.span("admit.burst", *o.Admit.Rate, *o.Admit.Burst)
+	}
 	ifSet(o.MaxBacklog, func(v int64) { c.between("max_backlog", v, 1, MaxBacklogLimit) })
 	ifSet(o.MaxBacklogBytes, func(v ByteSize) { c.between("max_backlog_bytes", int64(v), 1, int64(MaxBacklogBytesLimit)) })
 	r := o.Retry
@@ -103,7 +115,15 @@ func (o Overrides) Validate() error {
 	c.secrets(o.WebhookSecrets)
 	ifSet(o.MaxResultBytes, func(v ByteSize) { c.between("max_result_bytes", int64(v), 1, int64(MaxResultBytesLimit)) })
 	c.resultHeaders(o.ResultHeaders)
+	c.upstreams(o.Upstreams)
 	return c.err()
+}
+
+// upstreams checks a list of upstream names (upstream.CheckNames).
+func (c *checker) upstreams(names []string) {
+	for _, fe := range upstream.CheckNames(names) {
+		c.errs = append(c.errs, &FieldError{Field: fe.Field, Err: fe.Err})
+	}
 }
 
 func ifSet[T any](v *T, check func(T)) {
@@ -123,8 +143,18 @@ func (c *checker) err() error { return errors.Join(c.errs...) }
 
 func (c *checker) rate(field string, r bucket.Rate) {
 	if r.IntervalMicros() < 1 {
-		c.add(field, "must be set (N/s, N/m or N/h)")
+		c.add(field, "must be set (N/s, N/m, N/h or N/d)")
 	}
+}
+
+// span checks burst × r's emission interval against MaxSpan, for a valid
+// rate and burst (the other checks report invalid ones).
+func (c *checker) span(field string, r bucket.Rate, burst int64) {
+	t, limit := r.IntervalMicros(), MaxSpan.Microseconds()
+	if t < 1 || burst < 1 || burst > MaxBurst || burst <= limit/t {
+		return
+	}
+	c.add(field, "must be at most %d at rate %s (burst × 1/rate at most %s), got %d", limit/t, r, MaxSpan, burst)
 }
 
 func (c *checker) between(field string, v, lo, hi int64) {

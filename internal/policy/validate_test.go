@@ -75,6 +75,12 @@ func TestPolicyValidateRules(t *testing.T) {
 		{"burst at max", func(p *Policy) { p.Burst = MaxBurst }, ""},
 		{"burst over max", func(p *Policy) { p.Burst = MaxBurst + 1 }, "burst"},
 		{"admit burst over max", func(p *Policy) { p.Admit.Burst = MaxBurst + 1 }, "admit.burst"},
+		{"burst at max at 1/h", func(p *Policy) { p.Rate, p.Burst = bucket.Rate{Tokens: 1, Per: time.Hour}, MaxBurst }, ""},
+		{"burst at max span at 1/d", func(p *Policy) { p.Rate, p.Burst = bucket.Rate{Tokens: 1, Per: bucket.Day}, 41_666 }, ""},
+		{"burst over max span at 1/d", func(p *Policy) { p.Rate, p.Burst = bucket.Rate{Tokens: 1, Per: bucket.Day}, 41_667 }, "burst"},
+		{"admit burst over max span at 7/d", func(p *Policy) {
+			p.Admit.Rate, p.Admit.Burst = bucket.Rate{Tokens: 7, Per: bucket.Day}, MaxSpan.Microseconds()/12_342_857_143+1
+		}, "admit.burst"},
 		{"negative weight", func(p *Policy) { p.Weight = -1 }, "weight"},
 		{"one attempt", func(p *Policy) { p.Retry.MaxAttempts = 1 }, ""},
 		{"zero attempts", func(p *Policy) { p.Retry.MaxAttempts = 0 }, "retry.max_attempts"},
@@ -135,6 +141,19 @@ func TestOverridesValidate(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "retry.max_backoff: must be at least retry.min_backoff (1h), got 1m") {
 		t.Errorf("error\n%v\nlacks the backoff order message", err)
+	}
+
+	// burst × interval is checked when both are set here, else on the
+	// resolved policy.
+	day := bucket.Rate{Tokens: 1, Per: bucket.Day}
+	if got := fields(t, (Overrides{Rate: &day, Burst: ptr[int64](50_000)}).Validate()); !slices.Equal(got, []string{"burst"}) {
+		t.Errorf("1/d with burst 50 000: problems %v, want [burst]", got)
+	}
+	if err := (Overrides{Rate: &day}).Validate(); err != nil {
+		t.Errorf("1/d alone: %v", err)
+	}
+	if got := fields(t, Resolve(Overrides{Rate: &day, Burst: ptr[int64](41_666)}).Validate()); len(got) != 0 {
+		t.Errorf("1/d with burst 41 666 resolved: problems %v", got)
 	}
 
 	// The order of the backoffs is checked only when both are set here: the
@@ -265,5 +284,46 @@ func TestResultSettingsBounds(t *testing.T) {
 		if got := ResultHeaderAllowed(allow, name); got != want {
 			t.Errorf("ResultHeaderAllowed(default, %q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestUpstreamsField: a policy's default upstreams are validated like a
+// job's (at most 4 valid, distinct names), layer like result_headers (an
+// empty list clears a lower layer's) and show in the view.
+func TestUpstreamsField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ups  []string
+		want []string // fields in error
+	}{
+		{nil, nil},
+		{[]string{}, nil},
+		{[]string{"sms", "llm"}, nil},
+		{[]string{"a", "b", "c", "d", "e"}, []string{"upstreams"}},
+		{[]string{"a", "a"}, []string{"upstreams[1]"}},
+		{[]string{"a:b"}, []string{"upstreams[0]"}},
+	} {
+		if got := fields(t, (Overrides{Upstreams: tc.ups}).Validate()); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("Overrides{Upstreams: %q}.Validate fields = %v, want %v", tc.ups, got, tc.want)
+		}
+		p := Builtin()
+		p.Upstreams = tc.ups
+		if (p.Validate() == nil) != (tc.want == nil) {
+			t.Errorf("Policy{Upstreams: %q}.Validate = %v", tc.ups, p.Validate())
+		}
+	}
+	defaults := Overrides{Upstreams: []string{"shared"}}
+	if got := Resolve(defaults).View().Upstreams; !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("defaults' upstreams = %v", got)
+	}
+	if got := Resolve(defaults, Overrides{Upstreams: []string{}}).View().Upstreams; got == nil || len(got) != 0 {
+		t.Errorf("an empty tenant list over the defaults' = %#v, want []", got)
+	}
+	if got := Resolve(defaults, Overrides{}).View().Upstreams; !slices.Equal(got, []string{"shared"}) {
+		t.Errorf("an unset tenant list = %v, want the defaults'", got)
+	}
+	o, err := DecodeJSON(strings.NewReader(`{"upstreams":["x","y"]}`))
+	if err != nil || !slices.Equal(o.Upstreams, []string{"x", "y"}) {
+		t.Errorf("DecodeJSON upstreams = %v, %v", o.Upstreams, err)
 	}
 }

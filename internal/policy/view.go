@@ -29,6 +29,8 @@ type View struct {
 	DisableOnGone   bool         `json:"disable_on_gone"`
 	MaxResultBytes  ByteSize     `json:"max_result_bytes"`
 	ResultHeaders   []string     `json:"result_headers"`
+	// Upstreams are the default upstreams of the tenant's jobs; [] none.
+	Upstreams []string `json:"upstreams"`
 }
 
 // AdmitView is View's form of Admit.
@@ -69,6 +71,7 @@ func (p Policy) View() View {
 		DisableOnGone:  p.DisableOnGone,
 		MaxResultBytes: ByteSize(p.MaxResultBytes),
 		ResultHeaders:  append([]string{}, p.ResultHeaders...),
+		Upstreams:      append([]string{}, p.Upstreams...),
 	}
 }
 
@@ -91,7 +94,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 // interval ("1/s", "60/m") are the same policy to the scripts.
 type IntervalRate int64
 
-// Rate returns the rate "N/s", "N/m" or "N/h" (the first unit that fits, with
+// Rate returns the rate "N/s", "N/m", "N/h" or "N/d" (the first unit that fits, with
 // the smallest N) whose emission interval is exactly r, and false when no
 // such rate exists. Every interval of a bucket.Rate has one.
 func (r IntervalRate) Rate() (bucket.Rate, bool) {
@@ -99,7 +102,7 @@ func (r IntervalRate) Rate() (bucket.Rate, bool) {
 	if t < 1 {
 		return bucket.Rate{}, false
 	}
-	for _, per := range []time.Duration{time.Second, time.Minute, time.Hour} {
+	for _, per := range []time.Duration{time.Second, time.Minute, time.Hour, bucket.Day} {
 		rate := bucket.Rate{Tokens: (per.Microseconds() + t - 1) / t, Per: per}
 		if rate.IntervalMicros() == t {
 			return rate, true

@@ -21,7 +21,7 @@ func TestViewJSONIsStable(t *testing.T) {
 		`"admit":{"rate":"100/s","burst":1000},"max_backlog":100000,"max_backlog_bytes":"256MiB",` +
 		`"retry":{"max_attempts":8,"min_backoff":"1s","max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},` +
 		`"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
-		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"webhook_secrets_count":2}`
+		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"upstreams":[],"webhook_secrets_count":2}`
 	if string(got) != want {
 		t.Errorf("json.Marshal(policy) =\n%s\nwant\n%s", got, want)
 	}
@@ -83,8 +83,8 @@ func TestSecretsNeverInViewsOrLogs(t *testing.T) {
 	}
 }
 
-// maxIntervalUS is the emission interval of 1/h.
-const maxIntervalUS = 3_600_000_000
+// maxIntervalUS is the emission interval of 1/d.
+const maxIntervalUS = 86_400_000_000
 
 func TestIntervalRateShowsTheRateWithThatInterval(t *testing.T) {
 	t.Parallel()
@@ -98,8 +98,11 @@ func TestIntervalRateShowsTheRateWithThatInterval(t *testing.T) {
 		{333_334, `"3/s"`},  // the interval of 3/s, rounded up
 		{8_571_429, `"7/m"`},
 		{360_000, `"10000/h"`},
-		{maxIntervalUS, `"1/h"`},
-		{maxIntervalUS - 1, `0.0002777777778549383`}, // no N/s, N/m or N/h has it
+		{3_600_000_000, `"1/h"`},
+		{1_800_000_000, `"2/h"`},
+		{maxIntervalUS, `"1/d"`},
+		{12_342_857_143, `"7/d"`},                // ⌈86 400 s / 7⌉
+		{3_599_999_999, `0.0002777777778549383`}, // no N/s, N/m, N/h or N/d has it
 		{0, `0`},
 	}
 	for _, tc := range cases {

@@ -31,6 +31,7 @@ type overridesYAML struct {
 	WebhookSecrets  Secrets        `yaml:"webhook_secrets"`
 	MaxResultBytes  *ByteSize      `yaml:"max_result_bytes"`
 	ResultHeaders   []string       `yaml:"result_headers"`
+	Upstreams       []string       `yaml:"upstreams"`
 }
 
 // UnmarshalYAML implements yaml.v3's obsolete Unmarshaler; see the comment at
@@ -56,6 +57,7 @@ func (o *Overrides) UnmarshalYAML(unmarshal func(any) error) error {
 		WebhookSecrets:  m.WebhookSecrets,
 		MaxResultBytes:  m.MaxResultBytes,
 		ResultHeaders:   m.ResultHeaders,
+		Upstreams:       m.Upstreams,
 	}
 	return nil
 }

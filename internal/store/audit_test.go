@@ -35,7 +35,9 @@ import (
 //     concurrency cap nor at its release cap; every tenant with a queued job
 //     and none of those blockers is in ready (else it would be stuck), at a
 //     score no earlier than its pauses;
-//   - every tenant hash is in its shard's tenant index.
+//   - every tenant hash is in its shard's tenant index;
+//   - upstreams: every registry hash <p>:{u:<name>}:u has cfg, p and a
+//     version ≥ 1, no TTL, and is in the listing <p>:upstreams (no TTL).
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
@@ -50,6 +52,7 @@ func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string
 	ks.checkReadyComplete()
 	ks.checkIdem()
 	ks.checkIndex()
+	ks.checkUpstreams()
 	return ks.problems, nil
 }
 
@@ -71,6 +74,40 @@ func (ks *keyspaceSnapshot) checkIndex() {
 	for tn := range ks.tenants {
 		if !slices.Contains(ks.sets[ks.keyOf(ShardOf(tn, ks.shards), "tenants")], tn) {
 			ks.problem("tenant %q has a hash but is not in its shard's tenant index", tn)
+		}
+	}
+}
+
+var upstreamKeyPattern = regexp.MustCompile(`^\{u:([^{}:]+)\}:u$`)
+
+// loadUpstream reads key when it is the upstream listing or a registry
+// hash, and reports whether it was.
+func (ks *keyspaceSnapshot) loadUpstream(ctx context.Context, rdb redis.UniversalClient, key string) (bool, error) {
+	rest := strings.TrimPrefix(key, ks.prefix+":")
+	m := upstreamKeyPattern.FindStringSubmatch(rest)
+	if rest != "upstreams" && m == nil {
+		return false, nil
+	}
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl >= 0 {
+		ks.problem("upstream key %s: ttl %s (%v)", key, ttl, err)
+	}
+	var err error
+	if m == nil {
+		ks.listing, err = rdb.ZRange(ctx, key, 0, -1).Result()
+	} else {
+		ks.upstreams[m[1]], err = rdb.HGetAll(ctx, key).Result()
+	}
+	return true, err
+}
+
+// checkUpstreams: every registry hash is complete and listed.
+func (ks *keyspaceSnapshot) checkUpstreams() {
+	for name, h := range ks.upstreams {
+		if v, err := strconv.ParseInt(h["v"], 10, 64); h["cfg"] == "" || h["p"] == "" || err != nil || v < 1 {
+			ks.problem("upstream %q: cfg %q, p %q, v %q", name, h["cfg"], h["p"], h["v"])
+		}
+		if !slices.Contains(ks.listing, name) {
+			ks.problem("upstream %q has a hash but is not in the listing", name)
 		}
 	}
 }
@@ -104,6 +141,8 @@ type keyspaceSnapshot struct {
 	scores    map[string]map[string]float64 // ready and leases keys → member → score
 	policies  map[int]map[string]string     // shard → policy hash
 	idem      map[string]string             // key → value
+	upstreams map[string]map[string]string  // upstream name → registry hash
+	listing   []string                      // <p>:upstreams
 	problems  []string
 }
 
@@ -118,7 +157,8 @@ func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string,
 		jobs: map[string]map[string]string{}, tenants: map[string]map[string]string{},
 		tenantTTL: map[string]time.Duration{},
 		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
-		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{}}
+		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{},
+		upstreams: map[string]map[string]string{}}
 	keys, err := redistest.Keys(ctx, rdb, prefix+":*")
 	for _, k := range keys {
 		if err := ks.load(ctx, rdb, k); err != nil {
@@ -132,6 +172,9 @@ func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string,
 func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient, key string) error {
 	if key == ks.prefix+":workers" {
 		return nil // worker heartbeats (workers_test.go checks them)
+	}
+	if handled, err := ks.loadUpstream(ctx, rdb, key); handled {
+		return err
 	}
 	m := keyPattern.FindStringSubmatch(strings.TrimPrefix(key, ks.prefix+":"))
 	if m == nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -126,7 +127,7 @@ func decodeClaim(d decoder, id string) Claim {
 		c.Outcome = ClaimOK
 		c.Job = ClaimedJob{ID: id, Tenant: d.str(1), Type: d.str(2), Body: []byte(d.str(3)),
 			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
-			Created: microsTime(d.int(8)), Upstreams: splitUpstreams(d.str(9))}
+			Created: microsTime(d.int(8)), Cost: d.int(9), Upstreams: splitUpstreams(d.str(10))}
 	case "early":
 		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
 	case "stale":
@@ -149,4 +150,13 @@ func claimArgs(reqs []ClaimRequest, tolerance time.Duration) []any {
 		args = append(args, r.ID, r.Gen)
 	}
 	return args
+}
+
+// splitUpstreams reads record field ups: upstream names joined by ','
+// ("" = none).
+func splitUpstreams(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

@@ -31,7 +31,7 @@ func TestClaimOK(t *testing.T) {
 		Gen: 1, Attempt: 1, Timeout: 5 * time.Second}
 	if c.Outcome != ClaimOK || string(c.Job.Body) != string(want.Body) || c.Job.ID != want.ID ||
 		c.Job.Tenant != want.Tenant || c.Job.Gen != want.Gen || c.Job.Attempt != want.Attempt ||
-		c.Job.Timeout != want.Timeout || !c.Job.Slot.Equal(rel.Slot) {
+		c.Job.Timeout != want.Timeout || !c.Job.Slot.Equal(rel.Slot) || c.Job.Cost != 1 || c.Job.Upstreams != nil {
 		t.Fatalf("claim: %+v, want %+v", c, want)
 	}
 	j := e.job(rel.ID)

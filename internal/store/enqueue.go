@@ -261,7 +261,7 @@ func decodeResult(d decoder) Result {
 		}
 	case "refused":
 		r = Result{Outcome: Refused, Code: Code(d.str(1)),
-			RetryAfter: time.Duration(d.int(2)) * time.Microsecond, Detail: d.str(3)}
+			RetryAfter: microsSat(d.int(2)), Detail: d.str(3)}
 	default:
 		d.fail("item outcome %q", kind)
 		return Result{}

@@ -163,6 +163,15 @@ func (c FinishConfig) validate() error {
 // handed out keep T′ to the next. Other outcomes leave f as it is, and a
 // tenant that is not adaptive always has the full factor.
 //
+// Cost correction: an o.ActualCost > 0 (the attempt's actual cost, learned
+// by the worker) is recorded on the job (Job.ActualCost) and the
+// difference d = ActualCost − the job's reserved cost is applied to the
+// tenant's schedule, at its effective interval T: a charge (d > 0) moves
+// TAT d·T later, a refund (d < 0) |d|·T earlier but never below now (a TAT
+// already past stays). Applied for a current attempt only (not stale),
+// before the outcome's transition. The window bound this keeps:
+// ARCHITECTURE.md, "Cost correction".
+//
 // An o.Pause > 0 with any other kind (a success that used up the upstream's
 // quota: X-RateLimit-Remaining 0 with a reset) pauses the tenant the same
 // way, pre-emptively, leaving the job's outcome as it is.
@@ -283,13 +292,13 @@ func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
 		field, text := excerptArgs(o.Excerpt)
 		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
 			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()),
-			field, text, resultArg(o.Result))
+			field, text, resultArg(o.Result), o.ActualCost)
 	}
 	return args
 }
 
 // finishValues is the number of ARGV values per attempt of finish.lua.
-const finishValues = 11
+const finishValues = 12
 
 func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
@@ -299,6 +308,8 @@ func checkOutcome(o wire.AttemptOutcome) error {
 		return invalidf("status %d: want 0 … 999", o.Status)
 	case o.Latency < 0:
 		return invalidf("latency %s is negative", o.Latency)
+	case o.ActualCost < 0 || o.ActualCost > wire.MaxActualCost:
+		return invalidf("actual cost %d: want 0 (unknown) … %d", o.ActualCost, wire.MaxActualCost)
 	}
 	return checkResult(o)
 }

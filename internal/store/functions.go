@@ -43,16 +43,50 @@ func buildLibrary() (version, source string) {
 	for _, s := range libScripts {
 		fmt.Fprintf(&b, "local function body_%s()\n%s\nend\n", s.name, s.body)
 	}
+	for _, s := range libScripts { // the flags are part of the code, so of the version
+		if allowOOM[s.name] {
+			fmt.Fprintf(&b, "-- %s: allow-oom\n", s.name)
+		}
+	}
 	sum := sha1.Sum([]byte(b.String()))
 	version = hex.EncodeToString(sum[:])[:12]
 	for _, s := range libScripts {
-		fmt.Fprintf(&b, "redis.register_function('%s', function(keys, args)\n"+
+		fmt.Fprintf(&b, "redis.register_function{function_name = '%s', callback = function(keys, args)\n"+
 			"  KEYS, ARGV = keys, args\n"+
 			"  local err = begin()\n"+
 			"  if err then return err end\n"+
-			"  return body_%s()\nend)\n", qualified(version, s.name), s.name)
+			"  return body_%s()\nend, flags = {%s}}\n", qualified(version, s.name), s.name, functionFlags(s.name))
 	}
 	return version, "#!lua name=sluice_" + version + "\n" + b.String()
+}
+
+// allowOOM names the functions registered with the allow-oom flag. Redis
+// at its maxmemory (noeviction) refuses FCALL of a function without flags
+// before it runs, even one that only deletes, and runs one flagged
+// allow-oom — writes included — regardless. Flagged: what delivery needs
+// and what frees memory — the pass (releases, sweeps, index trims), claim,
+// finish (which drops a succeeded job's body and starts its retention),
+// cancel, the callback set's take and done, and the reads (secrets_read
+// signs webhooks; the tenant views serve the console; some of them trim
+// what they find empty, so no-writes would not do). Not flagged, so
+// refused by Redis itself past maxmemory: everything that adds state —
+// enqueue, replays, policy and secret writes, pause and resume, the index
+// backfill. A Redis without Functions runs the EVAL scripts, which Redis
+// refuses at their first write that may grow memory (the API's
+// redis.memory_high_water keeps them under the limit).
+var allowOOM = map[string]bool{
+	"pass": true, "claim": true, "finish": true, "cancel": true,
+	"callback_take": true, "callback_done": true,
+	"secrets_read": true, "dead_letters": true, "tenant_state": true, "tenant_list": true,
+	"tenant_names": true, "tenant_views": true, "tenant_keys": true,
+}
+
+// functionFlags is the Lua list of script's function flags.
+func functionFlags(script string) string {
+	if allowOOM[script] {
+		return "'allow-oom'"
+	}
+	return ""
 }
 
 // qualified is the function name of script in the library of version.

@@ -48,21 +48,26 @@ func (s State) Terminal() bool {
 //	result   an http job's result: the last attempt's response (JSON of JobResult)
 //	cb       the callback URL (enqueue), "" = none
 //	cb_n     callback attempts failed so far
+//	acost    the actual cost the last attempt that reported one reported
+//	         (Finish, cost correction)
 type Job struct {
-	ID      string
-	Tenant  string
-	Type    string // as given at enqueue: webhook, http, task
-	Cost    int64  // tokens
-	Bytes   int64  // body size at enqueue
-	Body    []byte // the job as the API stored it; nil once succeeded or canceled
-	State   State
-	Gen     int64     // generation, bumped by every release, sweep, return, replay (DESIGN §1)
-	Attempt int64     // attempts used
-	Created time.Time // enqueue time
-	RunAt   time.Time // requested run_at (or now + delay); zero when none
-	ETA     time.Time // the lower bound reported at enqueue
-	Slot    time.Time // the slot of the last release; zero before the first
-	Ended   time.Time // terminal time; zero while live
+	ID     string
+	Tenant string
+	Type   string // as given at enqueue: webhook, http, task
+	Cost   int64  // tokens reserved at each release (the cost given at enqueue)
+	// ActualCost is the actual cost the latest attempt that learned one
+	// reported (wire.AttemptOutcome.ActualCost); 0 when none did.
+	ActualCost int64
+	Bytes      int64  // body size at enqueue
+	Body       []byte // the job as the API stored it; nil once succeeded or canceled
+	State      State
+	Gen        int64     // generation, bumped by every release, sweep, return, replay (DESIGN §1)
+	Attempt    int64     // attempts used
+	Created    time.Time // enqueue time
+	RunAt      time.Time // requested run_at (or now + delay); zero when none
+	ETA        time.Time // the lower bound reported at enqueue
+	Slot       time.Time // the slot of the last release; zero before the first
+	Ended      time.Time // terminal time; zero while live
 	// DeadReason is why a dead job died, when recorded: DeadReasonGone.
 	DeadReason string
 	IdemKey    string    // idempotency key, "" when none
@@ -197,6 +202,7 @@ func parseJob(id string, m map[string]string) (Job, error) {
 		Logged:           p.int("logged"),
 		Callback:         m["cb"],
 		CallbackFailures: p.int("cb_n"),
+		ActualCost:       p.int("acost"),
 	}
 	if body, ok := m["body"]; ok {
 		j.Body = []byte(body)

@@ -36,6 +36,8 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
+//	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not shard-tagged; upstreams.go)
+//	<p>:{u:<name>}:u               HASH   one upstream, in its own slot: cfg, p, v, src, pu, pr (upstreams.go), tat … (the coordinator)
 //	<p>:{s7}:t:<tenant>:l:<ups>    ZSET   the tenant's lane for upstream set ups (names sorted, ','): job id → sequence (lua/lanes.lua)
 //	<p>:{s7}:t:<tenant>:lanes      SET    the tenant's lanes holding jobs (their ups)
 //	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
@@ -43,7 +45,6 @@ import (
 //
 // An upstream's own keys carry the hash tag {u:<name>} (issue #15):
 //
-//	<p>:{u:N}:u                    HASH   the upstream: p (params JSON), v, cfg, src, pu, pr (the API's); tat (the coordinator's)
 //	<p>:{u:N}:cal                  HASH   shard → "wanted weight unit expires vf": demand registered (lua/upstream_grant.lua)
 //	<p>:{u:N}:g                    HASH   shard → "t0 ceil …": segments granted, waiting for the shard's next call
 //
@@ -102,12 +103,6 @@ func (k keyspace) upstreamWaiting(shard int, upstream string) string {
 // upstreamLocal is shard's hash of upstream segment states (LN.k_state).
 func (k keyspace) upstreamLocal(shard int) string { return k.base(shard) + "ul" }
 
-// upstreamBase is the common start of upstream's keys: "<p>:{u:<name>}:".
-func (k keyspace) upstreamBase(upstream string) string { return k.prefix + ":{u:" + upstream + "}:" }
-
-// upstreamHash is upstream's hash (params, version, pause, TAT).
-func (k keyspace) upstreamHash(upstream string) string { return k.upstreamBase(upstream) + "u" }
-
 // upstreamGrantKeys are lua/upstream_grant.lua's KEYS for upstream: its
 // hash, its demand registrations and its waiting segments.
 func (k keyspace) upstreamGrantKeys(upstream string) []string {
@@ -127,12 +122,6 @@ func upstreamOfKey(key string) string {
 // the dispatcher (internal/dispatch) subscribes to it.
 func WakeChannel(prefix string, shard int) string { return keyspace{prefix: prefix}.wake(shard) }
 
-// UpstreamHashKey is upstream's hash under prefix, "<p>:{u:<name>}:u" (its
-// params, version, pause and the coordinator's TAT; see the key layout).
-func UpstreamHashKey(prefix, upstream string) string {
-	return keyspace{prefix: prefix}.upstreamHash(upstream)
-}
-
 // LeasesKey is shard's lease set under prefix, "<p>:{s<shard>}:leases": the
 // jobs released or running, by lease deadline (internal/migrate counts it).
 func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix}.leases(shard) }
@@ -143,6 +132,17 @@ func (k keyspace) workers() string { return k.prefix + ":workers" }
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (DESIGN §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+// upstreams is the upstream listing, one for all shards.
+func (k keyspace) upstreams() string { return k.prefix + ":upstreams" }
+
+// upstreamBase is the common start of every key of upstream name's slot:
+// "<p>:{u:<name>}:". name must be valid (upstream.ValidName: no brace or
+// colon).
+func (k keyspace) upstreamBase(name string) string { return k.prefix + ":{u:" + name + "}:" }
+
+// upstream is upstream name's registry hash.
+func (k keyspace) upstream(name string) string { return k.upstreamBase(name) + "u" }
 
 // checkTenant checks a tenant id with policy.ValidTenantID (DESIGN §1): such
 // an id holds no key separator or hash-tag brace. The error wraps ErrInvalid
@@ -209,6 +209,15 @@ func ShardOfJobID(id string) (int, error) {
 // JobKey is the key of job id's record, for tools that measure the
 // keyspace (scripts/bench-enqueue); an id that names no shard is an error.
 func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
+
+// UpstreamKey is the key of upstream name's hash (<p>:{u:<name>}:u), for
+// tools and tests that read or seed it; "" for a name that is not valid.
+func (s *Store) UpstreamKey(name string) string {
+	if checkUpstreamName(name) != nil {
+		return ""
+	}
+	return s.keys.upstream(name)
+}
 
 // BacklogKey is the key of tenant's backlog list, for tools that measure
 // the keyspace.

@@ -25,11 +25,11 @@ import (
 // Every value is an integer below 10¹⁴, so it survives Lua's doubles and
 // cjson's 14-digit number format exactly. The bounds are policy's.
 type Params struct {
-	RateUS             int64 `json:"rate_us"`               // T: emission interval, µs per token, 1 … 3.6·10⁹ (1/h)
+	RateUS             int64 `json:"rate_us"`               // T: emission interval, µs per token, 1 … 8.64·10¹⁰ (1/d); burst·T ≤ MaxSpanUS
 	Burst              int64 `json:"burst"`                 // b: dispatch burst, tokens, 1 … policy.MaxBurst
 	Concurrency        int64 `json:"concurrency"`           // jobs released or running at once, 1 … policy.MaxCount
 	Weight             int64 `json:"weight"`                // share under overload, 1 … policy.MaxCount
-	AdmitUS            int64 `json:"admit_us"`              // admission refill interval, µs per token, 1 … 3.6·10⁹
+	AdmitUS            int64 `json:"admit_us"`              // admission refill interval, µs per token, 1 … 8.64·10¹⁰; admit_burst·admit_us ≤ MaxSpanUS
 	AdmitBurst         int64 `json:"admit_burst"`           // admission bucket capacity, tokens, 1 … policy.MaxBurst
 	MaxBacklog         int64 `json:"max_backlog"`           // jobs queued+scheduled+retrying+released, 1 … policy.MaxBacklogLimit
 	MaxBacklogBytes    int64 `json:"max_backlog_bytes"`     // their body bytes, 1 … policy.MaxBacklogBytesLimit
@@ -46,6 +46,10 @@ type Params struct {
 	// ResultHeaders is the result's header allow-list (policy
 	// ResultHeaders); the scripts ignore it.
 	ResultHeaders HeaderList `json:"result_headers"`
+	// Upstreams are the tenant's default upstreams (policy Upstreams),
+	// which the API resolves at enqueue; nil when none (never empty); the
+	// scripts ignore them.
+	Upstreams HeaderList `json:"upstreams"`
 }
 
 // Overrides are a tenant's policy overrides in Params' units: a nil field
@@ -73,10 +77,13 @@ type Overrides struct {
 	MaxResultBytes     *int64 `json:"max_result_bytes,omitempty"`
 	// ResultHeaders, when not nil, replaces the allow-list (empty: none).
 	ResultHeaders HeaderList `json:"result_headers,omitzero"`
+	// Upstreams, when not nil, replaces the default upstreams (empty: none).
+	Upstreams HeaderList `json:"upstreams,omitzero"`
 }
 
-// HeaderList is a list of header names as the policy hash stores it. Lua's
-// cjson writes an empty list back as {}, which it reads as empty.
+// HeaderList is a list of names (headers, upstreams) as the policy hash
+// stores it. Lua's cjson writes an empty list back as {}, which it reads as
+// empty.
 type HeaderList []string
 
 // UnmarshalJSON reads a JSON array of strings, or {} as an empty list.
@@ -96,8 +103,9 @@ func (h *HeaderList) UnmarshalJSON(b []byte) error {
 // Bounds at the scripts' boundary, in their units, derived from the policy
 // package's.
 const (
-	MaxIntervalUS = int64(time.Hour / time.Microsecond)   // one token per hour
-	MaxDurationUS = policy.MaxDuration / time.Microsecond // 10¹³ (µs, about 115 days)
+	MaxIntervalUS = int64(bucket.Day / time.Microsecond)     // one token per day
+	MaxSpanUS     = int64(policy.MaxSpan / time.Microsecond) // burst × interval, 3.6·10¹⁵
+	MaxDurationUS = policy.MaxDuration / time.Microsecond    // 10¹³ (µs, about 115 days)
 )
 
 // DefaultParams are policy.Builtin in the scripts' units: the values of
@@ -129,11 +137,12 @@ func ParamsOf(p policy.Policy) Params {
 		DisableOnGone:      boolInt(p.DisableOnGone),
 		MaxResultBytes:     p.MaxResultBytes,
 		ResultHeaders:      slices.Clone(p.ResultHeaders),
+		Upstreams:          nameList(p.Upstreams),
 	}
 }
 
 // Policy is the inverse of ParamsOf, for showing p (policy.Policy.View): a
-// policy whose ParamsOf is p. A rate is the N/s, N/m or N/h with exactly p's
+// policy whose ParamsOf is p. A rate is the N/s, N/m, N/h or N/d with exactly p's
 // interval (policy.IntervalRate.Rate), else 1 token per interval; secrets
 // are none.
 func (p Params) Policy() policy.Policy {
@@ -158,6 +167,7 @@ func (p Params) Policy() policy.Policy {
 		DisableOnGone:  p.DisableOnGone == 1,
 		MaxResultBytes: p.MaxResultBytes,
 		ResultHeaders:  slices.Clone(p.ResultHeaders),
+		Upstreams:      slices.Clone(p.Upstreams),
 	}
 }
 
@@ -181,6 +191,9 @@ func OverridesOf(o policy.Overrides) Overrides {
 	}
 	if o.ResultHeaders != nil {
 		out.ResultHeaders = slices.Clone(o.ResultHeaders)
+	}
+	if o.Upstreams != nil {
+		out.Upstreams = slices.Clone(o.Upstreams)
 	}
 	return out
 }
@@ -216,8 +229,9 @@ var paramFields = []paramField{
 	{"max_result_bytes", 1, int64(policy.MaxResultBytesLimit), func(p *Params) *int64 { return &p.MaxResultBytes }, func(o *Overrides) **int64 { return &o.MaxResultBytes }},
 }
 
-// Validate reports every out-of-range field of p at once; each error wraps
-// ErrInvalid.
+// Validate reports every out-of-range field of p at once, and burst ×
+// emission interval above MaxSpanUS (for rate and admission); each error
+// wraps ErrInvalid.
 func (p Params) Validate() error {
 	var errs []error
 	for _, f := range paramFields {
@@ -225,12 +239,23 @@ func (p Params) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, checkResultHeaders(p.ResultHeaders))
+	errs = append(errs, checkSpan("burst", p.Burst, p.RateUS), checkSpan("admit_burst", p.AdmitBurst, p.AdmitUS))
+	errs = append(errs, checkResultHeaders(p.ResultHeaders), checkUpstreamNames(p.Upstreams))
 	return errors.Join(errs...)
 }
 
-// Validate reports every out-of-range field that o sets; each error wraps
-// ErrInvalid.
+// checkSpan checks burst × interval ≤ MaxSpanUS (policy.MaxSpan) for a
+// burst and an interval in their ranges; the error wraps ErrInvalid.
+func checkSpan(name string, burst, intervalUS int64) error {
+	if burst < 1 || intervalUS < 1 || burst <= MaxSpanUS/intervalUS {
+		return nil
+	}
+	return invalidf("policy field %s = %d: want at most %d at an interval of %d µs (burst × interval ≤ %d µs)",
+		name, burst, MaxSpanUS/intervalUS, intervalUS, MaxSpanUS)
+}
+
+// Validate reports every out-of-range field that o sets, and burst × rate
+// when o sets both; each error wraps ErrInvalid.
 func (o Overrides) Validate() error {
 	var errs []error
 	for _, f := range paramFields {
@@ -240,7 +265,13 @@ func (o Overrides) Validate() error {
 			}
 		}
 	}
-	errs = append(errs, checkResultHeaders(o.ResultHeaders))
+	if o.Burst != nil && o.RateUS != nil {
+		errs = append(errs, checkSpan("burst", *o.Burst, *o.RateUS))
+	}
+	if o.AdmitBurst != nil && o.AdmitUS != nil {
+		errs = append(errs, checkSpan("admit_burst", *o.AdmitBurst, *o.AdmitUS))
+	}
+	errs = append(errs, checkResultHeaders(o.ResultHeaders), checkUpstreamNames(o.Upstreams))
 	return errors.Join(errs...)
 }
 
@@ -261,6 +292,9 @@ func (o Overrides) Apply(base Params) Params {
 	if o.ResultHeaders != nil {
 		base.ResultHeaders = slices.Clone(o.ResultHeaders)
 	}
+	if o.Upstreams != nil {
+		base.Upstreams = nameList(o.Upstreams)
+	}
 	return base
 }
 
@@ -275,7 +309,29 @@ func (p Params) Full() Overrides {
 	if o.ResultHeaders == nil {
 		o.ResultHeaders = []string{}
 	}
+	o.Upstreams = slices.Clone(p.Upstreams)
+	if o.Upstreams == nil {
+		o.Upstreams = []string{}
+	}
 	return o
+}
+
+// nameList is a resolved list of names: a copy of l, nil when l is empty
+// (an empty list and no list resolve alike).
+func nameList(l []string) HeaderList {
+	if len(l) == 0 {
+		return nil
+	}
+	return slices.Clone(l)
+}
+
+// checkUpstreamNames checks a default upstreams list (nil: unset) with the
+// policy package's rules; the error wraps ErrInvalid.
+func checkUpstreamNames(names []string) error {
+	if err := (policy.Overrides{Upstreams: names}).Validate(); err != nil {
+		return invalidf("policy field %v", err)
+	}
+	return nil
 }
 
 // checkResultHeaders checks a result_headers list (nil: unset) with the

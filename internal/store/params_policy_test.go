@@ -64,7 +64,9 @@ func TestParamsFromPolicyUnits(t *testing.T) {
 		{"50/s", func(p *policy.Policy) { p.Rate = rate("50/s") }, func(p *Params) { p.RateUS = 20_000 }},
 		{"3/s rounds the interval up", func(p *policy.Policy) { p.Rate = rate("3/s") }, func(p *Params) { p.RateUS = 333_334 }},
 		{"600/m", func(p *policy.Policy) { p.Admit.Rate = rate("600/m") }, func(p *Params) { p.AdmitUS = 100_000 }},
-		{"1/h", func(p *policy.Policy) { p.Rate = rate("1/h") }, func(p *Params) { p.RateUS = MaxIntervalUS }},
+		{"1/h", func(p *policy.Policy) { p.Rate = rate("1/h") }, func(p *Params) { p.RateUS = 3_600_000_000 }},
+		{"1/d", func(p *policy.Policy) { p.Rate = rate("1/d") }, func(p *Params) { p.RateUS = MaxIntervalUS }},
+		{"7/d rounds the interval up", func(p *policy.Policy) { p.Admit.Rate = rate("7/d") }, func(p *Params) { p.AdmitUS = 12_342_857_143 }},
 		{"durations in µs", func(p *policy.Policy) {
 			p.Timeout, p.Retry.MinBackoff, p.Retry.MaxRetryDuration = 250*time.Millisecond, 1500*time.Nanosecond, 0
 		}, func(p *Params) { p.TimeoutUS, p.MinBackoffUS, p.MaxRetryDurationUS = 250_000, 2, 0 }},
@@ -121,7 +123,7 @@ func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,"admit":{"rate":"100/s","burst":1000},` +
 		`"max_backlog":100000,"max_backlog_bytes":"256MiB","retry":{"max_attempts":8,"min_backoff":"1s",` +
 		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
-		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"]}`
+		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"upstreams":[]}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}

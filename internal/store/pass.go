@@ -123,7 +123,7 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		err = errors.Join(err, invalidf("shard %d: want 0 … %d", shard, s.keys.shards-1))
 	}
 	for _, g := range grants {
-		err = errors.Join(err, ValidUpstreamName(g.Upstream))
+		err = errors.Join(err, checkUpstreamName(g.Upstream))
 	}
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)

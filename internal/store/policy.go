@@ -50,8 +50,7 @@ func (s *Store) PutTenantPolicy(ctx context.Context, tenant string, o Overrides,
 		return 0, fmt.Errorf("put policy of tenant %q: %w", tenant, err)
 	}
 	v, err := s.putPolicy(ctx, s.keys.shardOf(tenant), tenant, o, ifVersion)
-	var mismatch *statusReply
-	if errors.As(err, &mismatch) && mismatch.status == statusVersionMismatch {
+	if versionMismatch(err) {
 		err = &VersionMismatchError{Tenant: tenant, Want: ifVersion, Current: v}
 	}
 	if err != nil {
@@ -123,6 +122,14 @@ func (s *Store) compareTenantPolicy(ctx context.Context, tenant string, file Ove
 	}
 	log.InfoContext(ctx, "tenant policy already seeded", "tenant", tenant, "version", rec.Version)
 	return nil
+}
+
+// versionMismatch reports whether err is a script's version_mismatch
+// refusal (policy_put.lua, upstream_put.lua), which the callers turn into
+// their typed error.
+func versionMismatch(err error) bool {
+	var refusal *statusReply
+	return errors.As(err, &refusal) && refusal.status == statusVersionMismatch
 }
 
 // putPolicy runs policy_put.lua. On a version mismatch it returns the current

@@ -120,7 +120,10 @@ type ClaimedJob struct {
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
 	Created time.Time     // when the job was enqueued (Job.Created), the same on every attempt
-	// Upstreams are the shared upstream quotas the job names (sorted; nil:
-	// none), for the worker's pause_scope decision.
+	// Cost is the cost the job reserved at its release (its enqueue cost):
+	// a cost correction charges or refunds ActualCost − Cost.
+	Cost int64
+	// Upstreams are the upstreams the job names (record field ups), sorted;
+	// nil when none.
 	Upstreams []string
 }

@@ -71,6 +71,12 @@ var (
 	luaCallbackTake string
 	//go:embed lua/callback_done.lua
 	luaCallbackDone string
+	//go:embed lua/upstream_charge.lua
+	luaUpstreamCharge string
+	//go:embed lua/upstream_put.lua
+	luaUpstreamPut string
+	//go:embed lua/upstream_pause.lua
+	luaUpstreamPause string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -112,6 +118,13 @@ var (
 	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
 	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
 	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
+	// scriptUpstreamCharge stands alone too: its key is in the upstream's
+	// slot {u:N}, not a shard's.
+	scriptUpstreamCharge = standalone("upstream_charge", luaUpstreamCharge)
+	// The upstream registry's scripts stand alone: their one key is in the
+	// upstream's slot {u:<name>}, not a shard's.
+	scriptUpstreamPut   = standalone("upstream_put", luaUpstreamPut)
+	scriptUpstreamPause = standalone("upstream_pause", luaUpstreamPause)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in

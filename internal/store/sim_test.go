@@ -14,15 +14,20 @@ import (
 // time. Events run in time order, so the clock only moves forward. It
 // records every release.
 type sim struct {
-	e         *env
-	shard     int
-	cfg       PassConfig
-	hold      func() time.Duration       // how long a claimed job runs; nil = 0
-	outcome   func() wire.AttemptOutcome // each finish's outcome; nil = success
-	check     func(at string)            // called after every event; nil = none
-	waiting   []wire.Release             // released, not yet claimed, by slot
-	running   []simRun                   // claimed, by finish time
-	released  []wire.Release             // every release, in order
+	e       *env
+	shard   int
+	cfg     PassConfig
+	hold    func() time.Duration       // how long a claimed job runs; nil = 0
+	outcome func() wire.AttemptOutcome // each finish's outcome; nil = success
+	check   func(at string)            // called after every event; nil = none
+	// waitEarly makes a claim answered early wait and claim again, as a
+	// worker does (else an early claim fails the test); sentAt then keeps
+	// each job's claim instant, its send time.
+	waitEarly bool
+	sentAt    map[string]time.Time
+	waiting   []wire.Release // released, not yet claimed, by slot
+	running   []simRun       // claimed, by finish time
+	released  []wire.Release // every release, in order
 	claims    int
 	finished  int
 	succeeded int
@@ -86,6 +91,10 @@ func (s *sim) runUntil(at time.Time) {
 		default:
 			rel := s.waiting[0]
 			s.waiting = s.waiting[1:]
+			if s.waitEarly {
+				s.claimOrWait(rel)
+				continue
+			}
 			job := s.e.claimAt(rel)
 			s.claims++
 			var d time.Duration
@@ -97,6 +106,36 @@ func (s *sim) runUntil(at time.Time) {
 			s.checkpoint("claim " + rel.ID)
 		}
 	}
+}
+
+// claimOrWait claims rel at its due time (its Slot field, moved by earlier
+// early answers): claimed, it runs from now; answered early, it is back in
+// waiting, due when the claim said.
+func (s *sim) claimOrWait(rel wire.Release) {
+	s.e.t.Helper()
+	s.e.clock.Set(rel.Slot)
+	c := s.e.claim(rel.ID, rel.Gen)
+	if c.Outcome == ClaimEarly {
+		rel.Slot = s.e.clock.Now().Add(c.Wait)
+		s.waiting = append(s.waiting, rel)
+		slices.SortStableFunc(s.waiting, func(a, b wire.Release) int { return a.Slot.Compare(b.Slot) })
+		return
+	}
+	if c.Outcome != ClaimOK {
+		s.e.t.Fatalf("claim %s@%d at +%s: %+v", rel.ID, rel.Gen, rel.Slot.Sub(epoch), c)
+	}
+	if s.sentAt == nil {
+		s.sentAt = map[string]time.Time{}
+	}
+	s.sentAt[rel.ID] = s.e.clock.Now()
+	s.claims++
+	var d time.Duration
+	if s.hold != nil {
+		d = s.hold()
+	}
+	s.running = append(s.running, simRun{job: c.Job, end: s.e.clock.Now().Add(d)})
+	slices.SortStableFunc(s.running, func(a, b simRun) int { return a.end.Compare(b.end) })
+	s.checkpoint("claim " + rel.ID)
 }
 
 func (s *sim) checkpoint(at string) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -98,9 +99,28 @@ func (st TenantState) Forecast() Forecast {
 	now := st.Now.UnixMicro()
 	gate := max(st.PausedUntil.UnixMicro(), st.AdminUntil.UnixMicro(), now)
 	base := max(st.TAT.UnixMicro(), gate)
-	last := max(gate, base+(n-st.Policy.Burst)*st.IntervalUS)
-	f.DrainETA = time.Duration(last-now) * time.Microsecond
+	last := max(gate, base+mulSat(n-st.Policy.Burst, st.IntervalUS))
+	f.DrainETA = microsSat(last - now)
 	return f
+}
+
+// maxDurationUS is the longest time.Duration in whole µs (about 292 years).
+const maxDurationUS = math.MaxInt64 / int64(time.Microsecond)
+
+// mulSat is a·b for b ≥ 1, at most maxDurationUS (a ≤ 0: a·b as is): a
+// backlog of 10⁹ jobs at 1/d would overflow int64 µs.
+func mulSat(a, b int64) int64 {
+	if a > 0 && a > maxDurationUS/b {
+		return maxDurationUS
+	}
+	return a * b
+}
+
+// microsSat is us µs as a Duration, at most the longest Duration (a
+// backlog_full wait at 1/d may be thousands of years in µs: enqueue.lua
+// drain_wait).
+func microsSat(us int64) time.Duration {
+	return time.Duration(min(us, maxDurationUS)) * time.Microsecond
 }
 
 // TenantSummary is what Store.Tenants reads of each tenant: enough to sort

@@ -71,9 +71,6 @@ func (g UpstreamGrant) Usable(lead time.Duration) time.Time {
 	return g.Segments[0].T0.Add(-lead)
 }
 
-// ErrUpstreamNotFound: the upstream is not configured (no params).
-var ErrUpstreamNotFound = errors.New("upstream not found")
-
 // GrantConfig tunes GrantUpstreams.
 type GrantConfig struct {
 	// Horizon is H: a round grants the upstream's calendar up to now + H
@@ -102,7 +99,7 @@ func (s *Store) GrantUpstreams(ctx context.Context, shard int, demand []Upstream
 	calls := make([]*redisscript.Call, 0, len(demand))
 	var errs []error
 	for _, d := range demand {
-		if err := ValidUpstreamName(d.Upstream); err != nil {
+		if err := checkUpstreamName(d.Upstream); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -3,16 +3,25 @@ package store
 import (
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
-// putUpstream configures upstream name at one cost unit per interval with
-// burst, writing the documented hash fields (p: the scripts' integers as
-// JSON, v: the version) as H-upapi's PutUpstream does; scope 1 is
-// pause_scope upstream.
-func (e *env) putUpstream(name string, interval time.Duration, burst int64) {
+// putUpstream configures upstream name (PutUpstream) at one cost unit per
+// interval (a whole number of µs dividing a minute) with burst; edit, when
+// given, changes the configuration first.
+func (e *env) putUpstream(name string, interval time.Duration, burst int64, edit ...func(*upstream.Config)) {
 	e.t.Helper()
-	p := fmt.Sprintf(`{"iv":%d,"b":%d,"c":0,"a":0,"s":0}`, interval.Microseconds(), burst)
-	if err := e.rdb.HSet(e.ctx, e.store.keys.upstreamHash(name), "p", p, "v", 1).Err(); err != nil {
+	rate, err := bucket.ParseRate(fmt.Sprintf("%d/m", time.Minute/interval))
+	if err != nil || time.Minute%interval != 0 {
+		e.t.Fatalf("interval %v: %v", interval, err)
+	}
+	cfg := upstream.Config{Rate: rate, Burst: burst}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	if _, err := e.store.PutUpstream(e.ctx, name, cfg, SourceAPI, ""); err != nil {
 		e.t.Fatal(err)
 	}
 }

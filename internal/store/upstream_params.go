@@ -9,46 +9,30 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
-// UpstreamParams are an upstream's integers as the scripts read them (hash
-// field p of <p>:{u:N}:u, written by the upstream's PUT or the config).
-type UpstreamParams struct {
-	IntervalUS    int64 // T: µs per cost unit
-	Burst         int64 // B
-	Concurrency   int64 // 0 = none (not enforced yet)
-	Adaptive      bool
-	ScopeUpstream bool // pause_scope upstream: a throttle pauses the upstream, not the tenant
-}
-
-// paramsJSON is field p's JSON.
-type paramsJSON struct {
-	IV int64 `json:"iv"`
-	B  int64 `json:"b"`
-	C  int64 `json:"c"`
-	A  int64 `json:"a"`
-	S  int64 `json:"s"`
-}
-
-// UpstreamParamsOf reads upstream name's params: ErrUpstreamNotFound when it
-// has none; ErrProtocol when field p is not what the scripts read.
-func (s *Store) UpstreamParamsOf(ctx context.Context, name string) (UpstreamParams, error) {
-	if err := ValidUpstreamName(name); err != nil {
-		return UpstreamParams{}, fmt.Errorf("read upstream %q: %w", name, err)
+// UpstreamParamsOf reads upstream name's params (the registry's field p,
+// the integers the scripts read): ErrUpstreamNotFound when it has none;
+// ErrProtocol when field p is not what the scripts read.
+func (s *Store) UpstreamParamsOf(ctx context.Context, name string) (upstream.Params, error) {
+	if err := checkUpstreamName(name); err != nil {
+		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
-	raw, err := s.rdb.HGet(ctx, s.keys.upstreamHash(name), "p").Result()
+	raw, err := s.rdb.HGet(ctx, s.keys.upstream(name), "p").Result()
 	if errors.Is(err, redis.Nil) {
-		return UpstreamParams{}, fmt.Errorf("read upstream %q: %w", name, ErrUpstreamNotFound)
+		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, ErrUpstreamNotFound)
 	}
 	if err != nil {
-		return UpstreamParams{}, fmt.Errorf("read upstream %q: %w", name, err)
+		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
-	var p paramsJSON
-	if err := json.Unmarshal([]byte(raw), &p); err != nil || p.IV < 1 {
-		return UpstreamParams{}, fmt.Errorf("read upstream %q: %w: params %q", name, ErrProtocol, raw)
+	var p upstream.Params
+	if err := json.Unmarshal([]byte(raw), &p); err != nil || p.IntervalUS < 1 {
+		return upstream.Params{}, fmt.Errorf("read upstream %q: %w: params %q", name, ErrProtocol, raw)
 	}
-	return UpstreamParams{IntervalUS: p.IV, Burst: max(p.B, 1), Concurrency: p.C, Adaptive: p.A == 1,
-		ScopeUpstream: p.S == 1}, nil
+	p.Burst = max(p.Burst, 1)
+	return p, nil
 }
 
 //go:embed lua/upstream_adapt.lua
@@ -67,10 +51,10 @@ var scriptUpstreamAdapt = standalone("upstream_adapt", luaUpstreamAdapt)
 // It returns the factor (ppm) and the effective interval.
 func (s *Store) UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg FinishConfig) (int64, time.Duration, error) {
 	cfg = cfg.WithDefaults()
-	if err := ValidUpstreamName(name); err != nil {
+	if err := checkUpstreamName(name); err != nil {
 		return 0, 0, fmt.Errorf("upstream %q outcome: %w", name, err)
 	}
-	d, err := s.runKeys(ctx, scriptUpstreamAdapt, []string{s.keys.upstreamHash(name)},
+	d, err := s.runKeys(ctx, scriptUpstreamAdapt, []string{s.keys.upstream(name)},
 		s.nowArg(), boolInt(congested), slot.UnixMicro(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM)
 	if errors.Is(err, ErrNotFound) {
 		return 0, 0, fmt.Errorf("upstream %q outcome: %w", name, ErrUpstreamNotFound)

@@ -50,7 +50,7 @@ func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRunti
 	if err != nil {
 		return UpstreamRuntime{}, err
 	}
-	v, err := s.rdb.HMGet(ctx, s.keys.upstreamHash(name), "tat", "pu", "rf").Result()
+	v, err := s.rdb.HMGet(ctx, s.keys.upstream(name), "tat", "pu", "rf").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}

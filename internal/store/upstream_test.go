@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -243,9 +244,7 @@ func TestUpstreamAdaptive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.putUpstream("fixed", 10*time.Millisecond, 1)
-	if err := e.rdb.HSet(e.ctx, e.store.keys.upstreamHash("ai"), "p", `{"iv":10000,"b":1,"c":0,"a":1,"s":0}`, "v", 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.putUpstream("ai", 10*time.Millisecond, 1, func(c *upstream.Config) { c.Adaptive = true })
 	cfg := FinishConfig{AdaptiveFloorPPM: 100_000, AdaptiveStepPPM: 100_000}
 	now := e.clock.Now()
 	step := func(name string, congested bool, slot time.Time, wantF int64, wantIV time.Duration) {
@@ -309,5 +308,43 @@ func TestUnansweredGrantDefersTheNextAsk(t *testing.T) {
 	e.clock.Set(next)
 	if res = e.pass(shard, cfg); len(res.Demand) != 1 {
 		t.Fatalf("demand %+v at the next ask, want the upstream again", res.Demand)
+	}
+}
+
+// A paused upstream grants nothing before its pause ends; a manual pause
+// (until resumed) is asked about again within a second, so a resume is
+// learnt at once, and then grants start from now.
+func TestPausedUpstreamGrantsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putUpstream("sms", 50*time.Millisecond, 1)
+	ask := func() UpstreamGrant {
+		t.Helper()
+		gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "sms", Wanted: 10, Weight: 1, Unit: 1}},
+			GrantConfig{Horizon: grantLead})
+		if err != nil || len(gs) != 1 {
+			t.Fatalf("grant %+v, %v", gs, err)
+		}
+		return gs[0]
+	}
+	if err := e.store.PauseUpstream(e.ctx, "sms", e.clock.Now().Add(time.Minute), "throttled"); err != nil {
+		t.Fatal(err)
+	}
+	if g := ask(); len(g.Segments) != 0 || !g.NextGrant.Equal(e.clock.Now().Add(time.Second)) {
+		t.Fatalf("paused a minute: %+v, want no segment and the next ask in 1s", g)
+	}
+	if err := e.store.PauseUpstream(e.ctx, "sms", time.Time{}, "manual"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	if g := ask(); len(g.Segments) != 0 || !g.NextGrant.Equal(e.clock.Now().Add(time.Second)) {
+		t.Fatalf("paused until resumed: %+v, want no segment and the next ask in 1s", g)
+	}
+	if err := e.store.ResumeUpstream(e.ctx, "sms"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	if g := ask(); len(g.Segments) != 1 || !g.Segments[0].T0.Equal(e.clock.Now()) {
+		t.Fatalf("resumed: %+v, want a segment from now", g)
 	}
 }

@@ -57,7 +57,16 @@ type AttemptOutcome struct {
 	// result (GET /v1/jobs/{id} "result"); nil for other jobs and when no
 	// response arrived.
 	Result *AttemptResult
+	// ActualCost is the attempt's actual cost when the worker learned it
+	// (an upstream's cost header, sluicetask.SetCost), 1 … MaxActualCost;
+	// 0 means unknown: the cost the job reserved at dispatch stands. Finish
+	// charges or refunds the difference on the tenant's schedule.
+	ActualCost int64
 }
+
+// MaxActualCost bounds AttemptOutcome.ActualCost: the largest cost of one
+// job (policy.MaxBurst). A larger report is ignored, as a bad one.
+const MaxActualCost = 1_000_000
 
 // MaxExcerptBytes bounds AttemptOutcome.Excerpt: the attempt log keeps the
 // first 4 KiB of each attempt's response body.

@@ -228,6 +228,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	if state == store.StateDead {
 		w.metrics.dead.Inc()
 	}
+	CorrectUpstreams(fctx, w.cfg.Upstreams, job, outcome.ActualCost, w.cfg.Logger)
 }
 
 // execute runs exec, turning a panic into a retryable failure.

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,20 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
-// putUpstream configures upstream name at one request per interval with
-// burst (scope: 1 = pause_scope upstream), writing the documented hash
-// fields p and v as the upstream API's PutUpstream does.
-func (h *harness) putUpstream(name string, interval time.Duration, burst int64, scope int) {
+// putUpstream configures upstream name (PutUpstream) at rate with burst
+// and pause_scope scope.
+func (h *harness) putUpstream(name, rate string, burst int64, scope string) {
 	h.t.Helper()
-	p := fmt.Sprintf(`{"iv":%d,"b":%d,"c":0,"a":0,"s":%d}`, interval.Microseconds(), burst, scope)
-	if err := h.rdb.HSet(h.ctx, store.UpstreamHashKey(h.prefix, name), "p", p, "v", 1).Err(); err != nil {
+	r, err := bucket.ParseRate(rate)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cfg := upstream.Config{Rate: r, Burst: burst, PauseScope: scope}
+	if _, err := h.st.PutUpstream(h.ctx, name, cfg, store.SourceAPI, ""); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -86,7 +90,7 @@ func tenantsOnShards(prefix string, n, shards int) []string {
 // TestStarvedWorkerResumesAtOnce) into failing.
 func TestSharedUpstreamBoundAndShares(t *testing.T) {
 	h := newHarness(t, 4)
-	h.putUpstream("shared", 50*time.Millisecond, 1, 0)
+	h.putUpstream("shared", "20/s", 1, upstream.ScopeTenant)
 	tenants := tenantsOnShards("up", 3, 4)
 	var ids []string
 	for _, tn := range tenants {
@@ -143,27 +147,6 @@ func TestSharedUpstreamBoundAndShares(t *testing.T) {
 	t.Logf("300 upstream jobs over %s (20/s: ≈ 15 s)", got[len(got)-1].at.Sub(got[0].at))
 }
 
-// upstreamFixture applies pause_scope for the worker in tests: the params
-// from the store, and a pause written as the upstream API's PauseUpstream
-// does (pu = max(pu, until) µs, pr = reason).
-type upstreamFixture struct{ h *harness }
-
-func (f upstreamFixture) UpstreamParamsOf(ctx context.Context, name string) (store.UpstreamParams, error) {
-	return f.h.st.UpstreamParamsOf(ctx, name)
-}
-
-func (f upstreamFixture) PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error {
-	key := store.UpstreamHashKey(f.h.prefix, name)
-	pu, _ := f.h.rdb.HGet(ctx, key, "pu").Int64()
-	return f.h.rdb.HSet(ctx, key, "pu", max(pu, until.UnixMicro()), "pr", reason).Err()
-}
-
-func (f upstreamFixture) UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error) {
-	return f.h.st.UpstreamOutcome(ctx, name, congested, slot, cfg)
-}
-
-var _ worker.Upstreams = upstreamFixture{}
-
 // TestUpstreamPauseScope: a 429 (no Retry-After: the default pause, 1.5 s
 // here) on a job naming an upstream with pause_scope upstream pauses that
 // upstream: the upstream jobs of all three tenants naming it stop, their
@@ -172,7 +155,7 @@ var _ worker.Upstreams = upstreamFixture{}
 // Not parallel: see TestSharedUpstreamBoundAndShares.
 func TestUpstreamPauseScope(t *testing.T) {
 	h := newHarness(t, 4)
-	h.putUpstream("shared", 50*time.Millisecond, 1, 1)
+	h.putUpstream("shared", "20/s", 1, upstream.ScopeUpstream)
 	tenants := tenantsOnShards("ps", 3, 4)
 	var upIDs, plainIDs []string
 	for _, tn := range tenants {
@@ -187,7 +170,7 @@ func TestUpstreamPauseScope(t *testing.T) {
 		return http.StatusNoContent, 0
 	}
 	h.startWorker(20, nil, func(c *worker.Config) {
-		c.Upstreams = upstreamFixture{h}
+		c.UpstreamRates = h.st
 		c.Settings.DefaultPause = 1500 * time.Millisecond
 	})
 	h.startDispatcher(nil)
@@ -253,7 +236,7 @@ func TestUpstreamPauseScope(t *testing.T) {
 	if j := h.jobOf(first.id); j.Attempt != 1 {
 		t.Errorf("the throttled job used %d attempts, want 1 (the throttle is not counted)", j.Attempt)
 	}
-	if pr := h.rdb.HGet(h.ctx, store.UpstreamHashKey(h.prefix, "shared"), "pr").Val(); pr != worker.ReasonThrottled {
+	if pr := h.rdb.HGet(h.ctx, h.st.UpstreamKey("shared"), "pr").Val(); pr != worker.ReasonThrottled {
 		t.Errorf("pause reason %q, want throttled", pr)
 	}
 	h.noLostHandoff(t)

@@ -6,18 +6,20 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Upstreams is what a Worker needs to apply an upstream's pause_scope
-// (issue #15): its params (the scope), and its pause. *store.Store reads
-// the params; PauseUpstream is the upstream API's store call
-// (pu = max(pu, until), reason).
-type Upstreams interface {
-	UpstreamParamsOf(ctx context.Context, name string) (store.UpstreamParams, error)
+// UpstreamRates is what a Worker needs to apply an upstream's pause_scope
+// and adaptive rate (issue #15): its params, its pause (pu = max(pu,
+// until), reason) and its rate factor's feedback.
+type UpstreamRates interface {
+	UpstreamParamsOf(ctx context.Context, name string) (upstream.Params, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
 	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error)
 }
+
+var _ UpstreamRates = (*store.Store)(nil)
 
 // ReasonThrottled is the pause reason of an upstream a throttled outcome
 // paused.
@@ -32,12 +34,12 @@ func throttles(o wire.AttemptOutcome) bool { return o.Kind == wire.FinishThrottl
 // tenant. An upstream whose params cannot be read counts as tenant scope
 // (today's behaviour), logged.
 func (w *Worker) scopedUpstreams(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome) []string {
-	if w.cfg.Upstreams == nil || len(job.Upstreams) == 0 || !throttles(o) {
+	if w.cfg.UpstreamRates == nil || len(job.Upstreams) == 0 || !throttles(o) {
 		return nil
 	}
 	var scoped []string
 	for _, name := range job.Upstreams {
-		p, err := w.upParams.of(ctx, w.cfg.Upstreams, name, time.Now())
+		p, err := w.upParams.of(ctx, w.cfg.UpstreamRates, name, time.Now())
 		if err != nil {
 			w.cfg.Logger.Warn("read upstream params; its throttle pauses the tenant", "upstream", name, "job", job.ID, "err", err)
 			continue
@@ -63,7 +65,7 @@ func (w *Worker) pauseUpstreams(ctx context.Context, job store.ClaimedJob, scope
 	}
 	until := w.clock.Now().Add(min(d, cfg.MaxPause))
 	for _, name := range scoped {
-		if err := w.cfg.Upstreams.PauseUpstream(ctx, name, until, ReasonThrottled); err != nil {
+		if err := w.cfg.UpstreamRates.PauseUpstream(ctx, name, until, ReasonThrottled); err != nil {
 			w.cfg.Logger.Warn("pause upstream failed", "upstream", name, "job", job.ID, "until", until, "err", err)
 		}
 	}
@@ -85,12 +87,12 @@ type upstreamParams struct {
 }
 
 type cachedParams struct {
-	p  store.UpstreamParams
+	p  upstream.Params
 	at time.Time
 }
 
 // of returns name's params, from the cache when read within the TTL.
-func (c *upstreamParams) of(ctx context.Context, src Upstreams, name string, now time.Time) (store.UpstreamParams, error) {
+func (c *upstreamParams) of(ctx context.Context, src UpstreamRates, name string, now time.Time) (upstream.Params, error) {
 	c.mu.Lock()
 	e, ok := c.byKey[name]
 	c.mu.Unlock()
@@ -99,7 +101,7 @@ func (c *upstreamParams) of(ctx context.Context, src Upstreams, name string, now
 	}
 	p, err := src.UpstreamParamsOf(ctx, name)
 	if err != nil {
-		return store.UpstreamParams{}, err
+		return upstream.Params{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,7 +116,7 @@ func (c *upstreamParams) of(ctx context.Context, src Upstreams, name string, now
 // upstream it names (store.UpstreamOutcome): a congestion signal cuts the
 // upstream's rate, a success recovers it; other outcomes say nothing.
 func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) {
-	if w.cfg.Upstreams == nil || len(job.Upstreams) == 0 {
+	if w.cfg.UpstreamRates == nil || len(job.Upstreams) == 0 {
 		return
 	}
 	congested := o.Congested()
@@ -122,11 +124,11 @@ func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wir
 		return
 	}
 	for _, name := range job.Upstreams {
-		p, err := w.upParams.of(ctx, w.cfg.Upstreams, name, time.Now())
+		p, err := w.upParams.of(ctx, w.cfg.UpstreamRates, name, time.Now())
 		if err != nil || !p.Adaptive {
 			continue
 		}
-		if _, _, err := w.cfg.Upstreams.UpstreamOutcome(ctx, name, congested, job.Slot, cfg); err != nil {
+		if _, _, err := w.cfg.UpstreamRates.UpstreamOutcome(ctx, name, congested, job.Slot, cfg); err != nil {
 			w.cfg.Logger.Warn("adapt upstream rate failed", "upstream", name, "job", job.ID, "err", err)
 		}
 	}

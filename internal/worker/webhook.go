@@ -37,6 +37,10 @@ type WebhookExecutor struct {
 	// Results gives an http job's result settings (max_result_bytes,
 	// result_headers); nil: the built-in defaults.
 	Results *ResultSettings
+	// Costs reads an attempt's actual cost from the response headers its
+	// job's upstreams name (cost correction); nil: never (the reserved cost
+	// stands).
+	Costs *CostReader
 }
 
 var _ Executor = (*WebhookExecutor)(nil)
@@ -96,6 +100,7 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if spec.Type == wire.TypeHTTP {
 		o.Result = attemptResult(res, maxBytes, allow)
 	}
+	o.ActualCost = e.Costs.ActualCost(ctx, cj, res.Header)
 	return o
 }
 

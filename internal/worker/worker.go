@@ -132,17 +132,23 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
-	// Upstreams, when set, applies the pause_scope of the upstreams a job
-	// names (issue #15; upstreams.go): a throttle of a job naming an
-	// upstream with pause_scope upstream pauses that upstream instead of
-	// the tenant. Nil: every throttle pauses the tenant.
-	Upstreams Upstreams
+	// UpstreamRates, when set, applies the pause_scope and the adaptive
+	// rate of the upstreams a job names (issue #15; upstreams.go): a
+	// throttle of a job naming an upstream with pause_scope upstream pauses
+	// that upstream instead of the tenant, and an adaptive upstream's rate
+	// follows the outcomes. Nil: every throttle pauses the tenant, and no
+	// upstream adapts. *store.Store implements it.
+	UpstreamRates UpstreamRates
 	// Announce announces the Worker's concurrency: at Start and every
 	// HeartbeatInterval with Concurrency and a life (ttl) of 3 intervals,
 	// and when the Worker stops with concurrency 0 and a life of 1 s (the
 	// withdrawal). Default: Store.Heartbeat under ID, into <prefix>:workers.
 	// The sluicetask middleware sets it to heartbeat its task queues as well.
 	Announce func(ctx context.Context, concurrency int, ttl time.Duration) error
+	// Upstreams receives the cost corrections of the upstreams a job names
+	// (CorrectUpstreams) after each finish whose attempt reported its actual
+	// cost; nil corrects only the tenant (in the finish).
+	Upstreams UpstreamCharger
 }
 
 func (c Config) withDefaults() Config {

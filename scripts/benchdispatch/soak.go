@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,11 @@ type soakSample struct {
 	label    string        // "" during the load, else what the reading follows
 	thG      float64       // throttler go_goroutines
 	thHeap   float64       // throttler go_memstats_heap_alloc_bytes
+	thLive   float64       // throttler go_gc_heap_live_bytes (the heap the last GC found live)
 	wkG      float64       // worker go_goroutines
 	wkHeap   float64       // worker go_memstats_heap_alloc_bytes
+	wkLive   float64       // worker go_gc_heap_live_bytes
+	wkGC     float64       // worker heap right after a forced GC (heapAfterGC), 0 when not served
 	redis    int64         // used_memory, bytes
 	keys     int64         // DBSIZE
 	accepted int64
@@ -38,6 +42,10 @@ type soakSample struct {
 // lapsedClaims its releases dropped unclaimed, fetched after their send
 // time + grace.
 const (
+	// liveHeap is the heap the last GC found live (httpserver.RegisterProcessMetrics):
+	// go_memstats_heap_alloc_bytes counts uncollected garbage too, so two
+	// single readings of it differ by up to the live heap itself.
+	liveHeap     = "go_gc_heap_live_bytes"
 	staleClaims  = `sluice_worker_claims_total{outcome="stale"}`
 	lapsedClaims = `sluice_worker_claims_total{outcome="lapsed"}`
 )
@@ -106,15 +114,17 @@ func soak(ctx context.Context, e *env, t *table) error {
 	}()
 
 	read := func(label string) soakSample {
-		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", "sluice_dispatch_swept_total")
-		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", staleClaims, lapsedClaims)
+		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, "sluice_dispatch_swept_total")
+		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, staleClaims, lapsedClaims)
 		keys, _ := e.rdb.DBSize(ctx).Result()
 		_, n := rec.count()
 		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
-			wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], redis: e.usedMemory(ctx), keys: keys,
+			thLive: th[liveHeap], wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], wkLive: wk[liveHeap], wkGC: sl.heapAfterGC(ctx),
+			redis: e.usedMemory(ctx), keys: keys,
 			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], lapsed: wk[lapsedClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
-		e.logf("soak %s %s: throttler %.0f goroutines %s heap, worker %.0f goroutines %s heap, redis %s, %d keys, accepted %d, arrived %d, "+
-			"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap), mb(float64(s.redis)),
+		e.logf("soak %s %s: throttler %.0f goroutines %s heap (%s live), worker %.0f goroutines %s heap (%s live, %s after a forced GC), redis %s, %d keys, accepted %d, arrived %d, "+
+			"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), mb(s.thLive),
+			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), mb(float64(s.redis)),
 			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 		return s
 	}
@@ -256,13 +266,14 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 
 func printSoakSamples(w *os.File, samples []soakSample) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap\tworker goroutines\tworker heap\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tlapsed\tload average\t")
+	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap (live)\tworker goroutines\tworker heap (live; after a forced GC)\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tlapsed\tload average\t")
 	for _, s := range samples {
 		at := s.at.Round(time.Second).String()
 		if s.label != "" {
 			at += " (" + s.label + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), s.wkG, mb(s.wkHeap),
+		fmt.Fprintf(tw, "%s\t%.0f\t%s (%s)\t%.0f\t%s (%s; %s)\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), mb(s.thLive),
+			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC),
 			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 	}
 	tw.Flush()
@@ -301,8 +312,11 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 	}{
 		{"throttler goroutines", func(s soakSample) float64 { return s.thG }, func(v float64) string { return fmt.Sprintf("%.0f", v) }},
 		{"throttler heap", func(s soakSample) float64 { return s.thHeap }, mb},
+		{"throttler live heap (after GC)", func(s soakSample) float64 { return s.thLive }, mb},
 		{"worker goroutines", func(s soakSample) float64 { return s.wkG }, func(v float64) string { return fmt.Sprintf("%.0f", v) }},
 		{"worker heap", func(s soakSample) float64 { return s.wkHeap }, mb},
+		{"worker live heap (after GC)", func(s soakSample) float64 { return s.wkLive }, mb},
+		{"worker heap after a forced GC (-tags pprof)", func(s soakSample) float64 { return s.wkGC }, mb},
 		{"redis used_memory", func(s soakSample) float64 { return float64(s.redis) }, mb},
 	} {
 		mean := func(ss []soakSample) float64 {
@@ -313,6 +327,9 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 			return sum / float64(len(ss))
 		}
 		a, b := mean(post[:k]), mean(post[len(post)-k:])
+		if a == 0 {
+			continue // not read in this run (the worker without pprof)
+		}
 		g := 100 * (b - a) / a
 		t.row(part, fmt.Sprintf("%s, %s → %s (means of %d readings)", m.name, post[0].at.Round(time.Second), post[len(post)-1].at.Round(time.Second), k),
 			fmt.Sprintf("%s → %s", m.show(a), m.show(b)), "", fmt.Sprintf("%+.1f %%", g), "≤ 2 % growth", yes(g <= 2))
@@ -467,4 +484,23 @@ func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, 
 func permanentKeys(p string) *regexp.Regexp {
 	q := regexp.QuoteMeta(p)
 	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members)$`)
+}
+
+// heapAfterGC is the worker's heap right after a forced GC (# HeapAlloc of
+// net/http/pprof's heap page with gc=1) when the worker serves pprof —
+// built with -tags pprof, $SLUICE_PPROF_LISTEN set —, else 0. Unlike the
+// metrics' figures it holds no uncollected garbage and nothing allocated
+// during a GC's mark, so two readings compare.
+func (sl *sluice) heapAfterGC(ctx context.Context) float64 {
+	addr := os.Getenv("SLUICE_PPROF_LISTEN")
+	if addr == "" {
+		return 0
+	}
+	const field = "# HeapAlloc = "
+	for _, l := range sl.scrape(ctx, "http://"+addr+"/debug/pprof/heap?gc=1&debug=1", []string{field}) {
+		if v, err := strconv.ParseFloat(strings.TrimPrefix(l, field), 64); err == nil {
+			return v
+		}
+	}
+	return 0
 }

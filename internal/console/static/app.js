@@ -6,6 +6,7 @@ import { overview } from './overview.js';
 import { tenants } from './tenants.js';
 import { tenant } from './tenant.js';
 import { job } from './job.js';
+import { upstreams, upstream } from './upstreams.js';
 
 const main = document.getElementById('main');
 let stop = () => {};
@@ -16,6 +17,8 @@ const routes = [
   [/^#\/tenants$/, () => tenants],
   [/^#\/tenant\/(.+)$/, () => tenant],
   [/^#\/job(?:\/(.*))?$/, () => job],
+  [/^#\/upstreams$/, () => upstreams],
+  [/^#\/upstream\/(.+)$/, () => upstream],
   [/^(#\/?)?$/, () => overview],
 ];
 

@@ -40,7 +40,16 @@ export function fmtSecs(s) {
   return `${(s / 86400).toFixed(1)} d`;
 }
 
-export const fmtRate = (r) => (r === null || r === undefined ? '–' : `${fmtNum(r)}/s`);
+// fmtRate shows a rate given per second in the first unit where it is at
+// least 1 (s, m, h, d: a daily quota's 1/d is 0.0000116/s), like the
+// policy's N/s … N/d.
+export function fmtRate(r) {
+  if (r === null || r === undefined) return '–';
+  for (const [per, unit] of [[1, 's'], [60, 'm'], [3600, 'h']]) {
+    if (r === 0 || r * per >= 1) return `${fmtNum(r * per)}/${unit}`;
+  }
+  return `${fmtNum(r * 86400)}/d`;
+}
 
 // state is a tenant view's state word: disabled, paused, behind (not
 // draining with a backlog) or active.

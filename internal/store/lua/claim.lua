@@ -5,7 +5,8 @@
 -- ARGV[3]  ε: tolerance µs
 -- ARGV[4…] the jobs, in pairs: job id, gen the task carries (at least one)
 -- Reply:   {'ok', r1, r2, …}, one r per job in request order, each one of
---          {'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs}
+--          {'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs,
+--           cost (reserved), upstreams (record field ups: names joined by ',', '' = none)}
 --          {'early', wait µs}           not yet: claim again after wait
 --          {'stale', state}             gen not current or not released ('' = no record)
 --          {'canceled'}
@@ -137,7 +138,7 @@ local function claim_one(id, gen)
   rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.ups}
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups}
 end
 
 local reply = {'ok'}

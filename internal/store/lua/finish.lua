@@ -11,13 +11,14 @@
 -- ARGV[13] upstream scope (0|1): 1 = the throttles of this call are their
 --          jobs' upstreams' (pause_scope upstream): the tenant is neither
 --          paused nor cut, the job goes back to the front of its lane
--- ARGV[14…] the attempts, 11 arguments each (at least one):
+-- ARGV[14…] the attempts, 12 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
 --          permanent | gone), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
 --          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
 --          excerpt text (the log entry's, ≤ 4 KiB of the response body),
---          result JSON ('' = none; an http job's, replaces field result)
+--          result JSON ('' = none; an http job's, replaces field result),
+--          actual cost (0 = unknown, else 1 … 10⁶; see correct below)
 -- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
 --          {'ok', state after, stale (0|1)} | {'not_found'}
 --
@@ -44,6 +45,10 @@
 --   gone      → dead at once, record field reason = 'gone'; a webhook job's
 --               tenant is disabled (its backlog kept, until resume), an http
 --               or task job's only when the policy says disable_on_gone.
+-- Cost correction (see correct below): an attempt that reports its actual
+-- cost charges (actual > reserved) or refunds (actual < reserved) the
+-- difference on the tenant's schedule, and the record keeps it (field
+-- acost), before the outcome's transition.
 -- Adaptive rate (policy adaptive = 1, DESIGN §4.2; see adapt below): a
 -- congestion signal (throttled, or a retry after a 5xx or a timeout: the
 -- caller says which, ARGV[17]) halves the tenant's rate factor once per
@@ -63,7 +68,11 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
-local STRIDE = 11
+local STRIDE = 12
+local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
+-- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
+-- so TAT stays an exact integer in doubles whatever the report.
+local MAX_AHEAD = 3600000000000000
 local UP_SCOPE = ARGV[13] == '1'
 local n = (#ARGV - 13) / STRIDE
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
@@ -75,8 +84,9 @@ for i = 1, n do
   local o = 13 + STRIDE * (i - 1)
   local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
     latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
-    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11]}
+    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], actual = tonum(ARGV[o + 12])}
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
+      and r.actual and r.actual >= 0 and r.actual <= MAX_ACTUAL and r.actual == mfloor(r.actual)
       and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
@@ -107,6 +117,31 @@ local function adapt(r, j, t, p)
   refactor(t, p, NOW)
 end
 
+-- correct applies an attempt's actual cost a (r.actual; 0 = unknown: the
+-- reservation stands) to its tenant, whose job reserved c = j.cost at its
+-- release: δ = (a − c)·T_eff (lib.lua interval, the tenant's interval now).
+--   charge (a > c): TAT ← TAT + δ — the later jobs of the tenant leave δ
+--     later; capped at now + MAX_AHEAD;
+--   refund (a < c): TAT ← max(TAT + δ, now) when TAT > now; a TAT already
+--     past stays (the tenant is idle: its burst is full anyway). A refund
+--     never moves TAT below now, so it never hands out more than a full
+--     burst at once.
+-- The record keeps a in field acost (GET shows actual_cost). The window
+-- bound with corrections, and its excess E: ARCHITECTURE.md, "Cost
+-- correction".
+local function correct(r, j, t, p)
+  if r.actual == 0 then return end
+  j.pending[#j.pending + 1] = 'acost'
+  j.pending[#j.pending + 1] = istr(r.actual)
+  if r.actual == j.cost then return end
+  local d = (r.actual - j.cost) * interval(t, p)
+  if d > 0 then
+    t.tat = mmax(t.tat, mmin(t.tat + d, NOW + MAX_AHEAD))
+  elseif t.tat > NOW then
+    t.tat = mmax(t.tat + d, NOW)
+  end
+end
+
 -- finish_one records one attempt (read phase: the record, then its tenant
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
@@ -130,6 +165,7 @@ local function finish_one(r)
     j.pending[#j.pending + 1] = r.result
   end
   recent_add(t, r, NOW) -- the tenant's ring, saved with it (recent.lua)
+  correct(r, j, t, p)
 
   if UP_SCOPE then
     -- the upstreams' throttle: the caller pauses them, not the tenant

@@ -306,15 +306,18 @@ local function factor(t, p)
   return t.rf
 end
 
--- interval is T_eff = ⌈T·10⁶ / f⌉ in µs, computed in integers (T·10⁶ ≤
--- 3.6·10¹⁵ is exact in doubles, as is q·f).
+-- interval is T_eff = ⌈T·10⁶ / f⌉ in µs, computed in integers: T = a·f + r
+-- (0 ≤ r < f ≤ 10⁶), so T·10⁶ / f = a·10⁶ + r·10⁶ / f, every product below
+-- 10¹² or below T_eff — exact in doubles for any T up to 1/d (T·10⁶ itself,
+-- up to 8.64·10¹⁶, would not be).
 local function interval(t, p)
   local f = factor(t, p)
   if f == RF_FULL then return p.rate_us end
-  local n = p.rate_us * RF_FULL
-  local q = mfloor(n / f)
-  if q * f < n then q = q + 1 end
-  return q
+  local a = mfloor(p.rate_us / f)
+  local rm = (p.rate_us - a * f) * RF_FULL
+  local q = mfloor(rm / f)
+  if q * f < rm then q = q + 1 end
+  return a * RF_FULL + q
 end
 
 -- scale is d·to/from, rounded down; the product is split so that it stays

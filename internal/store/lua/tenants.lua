@@ -97,6 +97,26 @@ local function oldest_queued(tn, t)
   return oldest
 end
 
+-- policy_upstreams is p with tn's default upstreams (policy field
+-- upstreams, a list merge_policy does not carry: no script uses it): the
+-- tenant's entry's when it sets them, else the defaults'. p is shared and
+-- read-only (merged), so the list goes on a copy; an empty list is left out
+-- (the view reads none).
+local function policy_upstreams(p, tn)
+  local ups
+  for _, raw in ipairs(rcall('HMGET', K_POLICY, tn, '*')) do
+    if raw then
+      local ok, v = pcall(cjson.decode, raw)
+      if ok and type(v) == 'table' and type(v.upstreams) == 'table' then ups = v.upstreams break end
+    end
+  end
+  if not ups or #ups == 0 then return p end
+  local out = {}
+  for k, v in pairs(p) do out[k] = v end
+  out.upstreams = ups
+  return out
+end
+
 -- tenant_view is tenant_state.lua's reply for tn (no writes): see there.
 local function tenant_view(tn)
   local p, version = load_policy(tn)
@@ -109,7 +129,7 @@ local function tenant_view(tn)
   local oldest = -1
   if queued > 0 then oldest = oldest_queued(tn, t) end
   return {'ok', NOW, exists, t.live, t.bytes, queued, t.qtok, t.running, t.released,
-    t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(p),
+    t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(policy_upstreams(p, tn)),
     t.rtok, t.admin_until, t.vt, rcall('ZCARD', k_dead(tn)),
     factor(t, p), interval(t, p), t.cut_until, oldest, t.in_m, t.in_c, t.in_p}
 end

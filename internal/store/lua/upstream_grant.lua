@@ -165,5 +165,7 @@ local v = nums(pending)
 for _, x in ipairs(granted[me] or {}) do v[#v + 1] = x end
 -- The next round worth asking for: when half the horizon is free again
 -- (asking whenever one unit is free would cost a call per unit).
-local nx = math.max(NOW, tat - math.floor(H / 2), pu - H)
+-- A pause ending past a second from now (a manual one: 2^52) is asked about
+-- again within the second, so a resume is learnt without a call per D.
+local nx = math.max(NOW, tat - math.floor(H / 2), math.min(pu - H, NOW + 1000000))
 return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat}

@@ -1,0 +1,275 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
+)
+
+// Shared upstream quotas (issue #15): the registry routes. Any key reads
+// them (an upstream belongs to no tenant); only admin keys write.
+
+// Bounds of GET /v1/upstreams.
+const (
+	UpstreamsLimitDefault = 50
+	MaxUpstreamsLimit     = 500
+)
+
+// upstreamView is one upstream as GET, PUT, pause and resume answer it.
+type upstreamView struct {
+	Name string `json:"name"`
+	// Version is bumped by every PUT (and by a seed that changed it); the
+	// ETag is "u<version>".
+	Version int64 `json:"version"`
+	// Source is who wrote the configuration last: "config" (the file) or
+	// "api" (PUT).
+	Source string `json:"source"`
+	// Config is the configuration, defaults applied: what a PUT takes.
+	Config upstream.View `json:"config"`
+	Paused bool          `json:"paused"`
+	// PausedUntil ends the pause in force; null when not paused or paused
+	// until resumed.
+	PausedUntil *string `json:"paused_until"`
+	// PauseReason is "manual" (an operator) or "throttled" (a throttled
+	// answer, pause_scope upstream); null when not paused.
+	PauseReason *string `json:"pause_reason"`
+	// Runtime is the coordinator's state (effective rate, tokens, waiting
+	// jobs by tenant). TODO(merge #15): fill it from H-upcore's
+	// store.UpstreamRuntime; null until then — never invented here.
+	Runtime *upstreamRuntimeView `json:"runtime"`
+}
+
+// upstreamRuntimeView is an upstream's state now (store.UpstreamRuntime).
+type upstreamRuntimeView struct {
+	// EffectiveRate is the rate jobs leave at now, cost units per second
+	// (the configured rate, cut when adaptive).
+	EffectiveRate float64 `json:"effective_rate"`
+	// Tokens are the cost units that may leave now.
+	Tokens int64 `json:"tokens"`
+	// WaitingByTenant counts the jobs waiting on the upstream, by tenant
+	// (only the tenants the key may see).
+	WaitingByTenant map[string]int64 `json:"waiting_by_tenant"`
+}
+
+// upstreamViewOf is rec's view.
+func upstreamViewOf(rec store.UpstreamRecord) upstreamView {
+	v := upstreamView{Name: rec.Name, Version: rec.Version, Source: rec.Source, Config: rec.Config.View(),
+		Paused: !rec.PausedUntil.IsZero()}
+	if v.Paused {
+		reason := rec.PauseReason
+		v.PauseReason = &reason
+		if !rec.PausedUntilResume() {
+			v.PausedUntil = timeString(rec.PausedUntil)
+		}
+	}
+	return v
+}
+
+// upstreamPage answers GET /v1/upstreams.
+type upstreamPage struct {
+	Upstreams []upstreamView `json:"upstreams"`
+	Cursor    *string        `json:"cursor"` // null on the last page
+}
+
+// upstreamPauseRequest is the optional body of POST
+// /v1/upstreams/{name}/pause.
+type upstreamPauseRequest struct {
+	// For is how long the pause lasts (a Go duration, "30s"); absent:
+	// until resumed.
+	For *string `json:"for"`
+}
+
+// upstreamOf returns the path's {name}: 422 when it is not a valid
+// upstream name.
+func upstreamOf(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := upstream.ValidName(name); err != nil {
+		return "", errorf(http.StatusUnprocessableEntity, CodeInvalid, "name: %s", err.Error())
+	}
+	return name, nil
+}
+
+// adminUpstream checks the key is an admin key and returns the path's
+// upstream name.
+func adminUpstream(r *http.Request, c *call) (string, error) {
+	if !c.key.Admin {
+		return "", errorf(http.StatusForbidden, CodeForbidden, "API key %q is not an admin key", c.key.Name)
+	}
+	return upstreamOf(r)
+}
+
+// upstreamResponse reads name and answers status with its view and ETag;
+// 404 when it does not exist.
+func (s *Server) upstreamResponse(r *http.Request, c *call, status int, name string) (int, any, error) {
+	rec, err := s.opts.Store.Upstream(r.Context(), name)
+	if err != nil {
+		return 0, nil, s.upstreamError(r, "get_upstream", name, err)
+	}
+	c.w.Header().Set("ETag", store.UpstreamETag(rec.Version))
+	return status, upstreamViewOf(rec), nil
+}
+
+// upstreamError maps a store error about upstream name: no such upstream
+// → 404, else as storeError.
+func (s *Server) upstreamError(r *http.Request, op, name string, err error) error {
+	if errors.Is(err, store.ErrUpstreamNotFound) {
+		return errorf(http.StatusNotFound, CodeNotFound, "no upstream %q", name)
+	}
+	return s.storeError(r, op, err)
+}
+
+// getUpstream is GET /v1/upstreams/{name}: 200 with the upstream and its
+// version as ETag; 404 when there is none.
+func (s *Server) getUpstream(r *http.Request, c *call) (int, any, error) {
+	name, err := upstreamOf(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	return s.upstreamResponse(r, c, http.StatusOK, name)
+}
+
+// putUpstream is PUT /v1/upstreams/{name} (admin keys): the body
+// (upstream.Config JSON: rate, burst, concurrency, adaptive, pause_scope,
+// cost_header; unset fields take their defaults) replaces the upstream's
+// configuration; its pause and state are kept. Optional If-Match: the
+// version ("u3", or 3; 0 = the upstream must not exist yet; * = any); a
+// stale one is 412, a malformed one 400. 422 lists every problem of the
+// configuration. 201 when it created the upstream, else 200, with the
+// upstream and its new version as ETag.
+func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
+	name, err := adminUpstream(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	ifMatch := r.Header.Get("If-Match")
+	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
+		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
+	}
+	raw, err := readJSONBody(c.w, r, s.opts.MaxBodyBytes)
+	if err != nil {
+		return 0, nil, err
+	}
+	cfg, err := upstream.DecodeJSON(bytes.NewReader(raw))
+	if err != nil {
+		return 0, nil, invalidJSON(err)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid upstream: %s", joinMessages(err))
+	}
+	version, err := s.opts.Store.PutUpstream(r.Context(), name, cfg, store.SourceAPI, ifMatch)
+	var stale *store.UpstreamVersionError
+	switch {
+	case errors.As(err, &stale):
+		return 0, nil, errorf(http.StatusPreconditionFailed, CodePreconditionFailed,
+			"If-Match: upstream %q is at version %s, not %s", name, store.UpstreamETag(stale.Current), store.UpstreamETag(stale.Want))
+	case err != nil:
+		return 0, nil, s.storeError(r, "put_upstream", err)
+	}
+	s.upstreams.learn(name)
+	status := http.StatusOK
+	if version == 1 {
+		status = http.StatusCreated
+	}
+	return s.upstreamResponse(r, c, status, name)
+}
+
+// listUpstreams is GET /v1/upstreams?cursor=&limit=: a page of upstreams
+// by name (byte order) after the cursor, UpstreamsLimitDefault a page (at
+// most MaxUpstreamsLimit); each upstream appears once along the cursors
+// while nothing changes. Bad parameters: 400.
+func (s *Server) listUpstreams(r *http.Request, _ *call) (int, any, error) {
+	after, limit, err := parseUpstreamQuery(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	names, err := s.opts.Store.UpstreamNames(r.Context(), after, limit+1)
+	if err != nil {
+		return 0, nil, s.storeError(r, "list_upstreams", err)
+	}
+	page := upstreamPage{Upstreams: []upstreamView{}}
+	if len(names) > limit {
+		names = names[:limit]
+		cur := base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
+		page.Cursor = &cur
+	}
+	recs, err := s.opts.Store.Upstreams(r.Context(), names)
+	if err != nil {
+		return 0, nil, s.storeError(r, "list_upstreams", err)
+	}
+	for _, rec := range recs {
+		page.Upstreams = append(page.Upstreams, upstreamViewOf(rec))
+	}
+	return http.StatusOK, page, nil
+}
+
+// parseUpstreamQuery reads GET /v1/upstreams' parameters: the name after
+// which the page starts ("" = the first page) and the limit.
+func parseUpstreamQuery(r *http.Request) (after string, limit int, err error) {
+	q := r.URL.Query()
+	limit = UpstreamsLimitDefault
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxUpstreamsLimit {
+			return "", 0, errorf(http.StatusBadRequest, CodeMalformed, "limit: want 1 … %d, got %q", MaxUpstreamsLimit, l)
+		}
+		limit = n
+	}
+	if c := q.Get("cursor"); c != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil || upstream.ValidName(string(raw)) != nil {
+			return "", 0, errorf(http.StatusBadRequest, CodeMalformed, "cursor: not one this listing returned")
+		}
+		after = string(raw)
+	}
+	return after, limit, nil
+}
+
+// pauseUpstream is POST /v1/upstreams/{name}/pause (admin keys): no job
+// naming the upstream leaves, for any tenant, for `for` (a positive Go
+// duration, at most policy.MaxDuration) or, without a body, until resumed.
+// A pause never shortens one in force. 200 with the upstream; 404; 422 for
+// a bad `for`.
+func (s *Server) pauseUpstream(r *http.Request, c *call) (int, any, error) {
+	name, err := adminUpstream(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req upstreamPauseRequest
+	if err := decodeOptionalJSON(c.w, r, s.opts.MaxBodyBytes, &req); err != nil {
+		return 0, nil, err
+	}
+	var until time.Time
+	if req.For != nil {
+		d, err := time.ParseDuration(*req.For)
+		if err != nil || d <= 0 || d > policy.MaxDuration {
+			return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
+				"for: want a positive Go duration (\"30s\") of at most %s, got %q; omit the body to pause until resumed", policy.Duration(policy.MaxDuration), *req.For)
+		}
+		until = time.Now().Add(d)
+	}
+	if err := s.opts.Store.PauseUpstream(r.Context(), name, until, store.PauseManual); err != nil {
+		return 0, nil, s.upstreamError(r, "pause_upstream", name, err)
+	}
+	return s.upstreamResponse(r, c, http.StatusOK, name)
+}
+
+// resumeUpstream is POST /v1/upstreams/{name}/resume (admin keys): ends
+// the upstream's pause, manual or throttled. 200 with the upstream; 404.
+func (s *Server) resumeUpstream(r *http.Request, c *call) (int, any, error) {
+	name, err := adminUpstream(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.opts.Store.ResumeUpstream(r.Context(), name); err != nil {
+		return 0, nil, s.upstreamError(r, "resume_upstream", name, err)
+	}
+	return s.upstreamResponse(r, c, http.StatusOK, name)
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// Cost correction on upstreams (issue #15). The upstream hash
+// <p>:{u:<name>}:u is written by the upstream registry (fields cfg, p, v,
+// …) and its coordinator (field tat); these two functions only read cfg
+// and move tat.
+
+// checkUpstreamName checks an upstream name (upstream.ValidName: no ':' or
+// hash-tag brace). The error wraps ErrInvalid.
+func checkUpstreamName(name string) error {
+	if err := upstream.ValidName(name); err != nil {
+		return fmt.Errorf("%w: upstream name: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// ChargeUpstream applies a cost correction of delta cost units (actual −
+// reserved; > 0 a charge, < 0 a refund) to upstream name's schedule, in one
+// script in the upstream's slot (lua/upstream_charge.lua): TAT_U (field
+// tat) moves delta·T later for a charge, with T its interval (field p,
+// "iv"), and |delta|·T earlier for a refund but never below now (a TAT_U
+// already past stays). An upstream that does not exist is a no-op (nil).
+// delta 0 does nothing; a bad name or |delta| > wire.MaxActualCost is
+// ErrInvalid and changes nothing.
+func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) error {
+	if err := checkUpstreamName(name); err != nil {
+		return fmt.Errorf("charge upstream: %w", err)
+	}
+	if delta < -wire.MaxActualCost || delta > wire.MaxActualCost {
+		return fmt.Errorf("charge upstream %q: %w", name, invalidf("delta %d: want |delta| ≤ %d", delta, wire.MaxActualCost))
+	}
+	if delta == 0 {
+		return nil
+	}
+	_, err := s.runKeys(ctx, scriptUpstreamCharge, []string{s.keys.upstream(name)}, s.nowArg(), delta)
+	var st *statusReply
+	if errors.As(err, &st) && st.status == statusNotFound {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("charge upstream %q %+d: %w", name, delta, err)
+	}
+	return nil
+}
+
+// CostHeaders returns, for each name of upstreams in order, the
+// cost_header of its configuration (field cfg of its hash, JSON): the
+// response header whose integer value is an attempt's actual cost; "" when
+// the upstream has none or does not exist. One pipelined HGET per upstream
+// (each in its own slot). A bad name is ErrInvalid; a cfg that is not JSON
+// an ErrProtocol.
+func (s *Store) CostHeaders(ctx context.Context, upstreams []string) ([]string, error) {
+	for _, name := range upstreams {
+		if err := checkUpstreamName(name); err != nil {
+			return nil, fmt.Errorf("read cost headers: %w", err)
+		}
+	}
+	if len(upstreams) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(upstreams))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range upstreams {
+			cmds[i] = p.HGet(ctx, s.keys.upstream(name), "cfg")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read cost headers of %v: %w", upstreams, err)
+	}
+	out := make([]string, len(upstreams))
+	for i, c := range cmds {
+		raw, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read cost header of upstream %q: %w", upstreams[i], err)
+		}
+		var cfg struct {
+			CostHeader string `json:"cost_header"`
+		}
+		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			return nil, fmt.Errorf("read cost header of upstream %q: %w: field cfg: %w", upstreams[i], ErrProtocol, err)
+		}
+		out[i] = cfg.CostHeader
+	}
+	return out, nil
+}

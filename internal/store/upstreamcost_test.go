@@ -1,0 +1,132 @@
+package store
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// seedUpstream writes an upstream hash as the registry and the coordinator
+// do (fields cfg, p, tat), for the cost-correction functions to read.
+func (e *env) seedUpstream(name, cfg string, intervalUS int64, tat time.Time) {
+	e.t.Helper()
+	fields := []any{"cfg", cfg, "p", `{"iv":` + strconv.FormatInt(intervalUS, 10) + `,"b":1,"c":0,"a":0,"s":0}`, "v", 1}
+	if !tat.IsZero() {
+		fields = append(fields, "tat", tat.UnixMicro())
+	}
+	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream(name), fields...).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) upstreamTAT(name string) time.Time {
+	e.t.Helper()
+	v, err := e.rdb.HGet(e.ctx, e.store.keys.upstream(name), "tat").Int64()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return time.UnixMicro(v).UTC()
+}
+
+func TestChargeUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const T = 50 * ms // 20/s
+	e.seedUpstream("sms-7", `{"rate":"20/s","burst":1}`, T.Microseconds(), epoch.Add(time.Second))
+	charge := func(delta int64) {
+		t.Helper()
+		if err := e.store.ChargeUpstream(e.ctx, "sms-7", delta); err != nil {
+			t.Fatalf("ChargeUpstream(%+d): %v", delta, err)
+		}
+	}
+	charge(3)
+	if got, want := e.upstreamTAT("sms-7"), epoch.Add(time.Second+3*T); !got.Equal(want) {
+		t.Fatalf("after a charge of 3: tat +%s, want +%s", got.Sub(epoch), want.Sub(epoch))
+	}
+	charge(-2)
+	if got, want := e.upstreamTAT("sms-7"), epoch.Add(time.Second+T); !got.Equal(want) {
+		t.Fatalf("after a refund of 2: tat +%s, want +%s", got.Sub(epoch), want.Sub(epoch))
+	}
+	charge(-1000) // never below now
+	if got := e.upstreamTAT("sms-7"); !got.Equal(epoch) {
+		t.Fatalf("after a large refund: tat +%s, want now", got.Sub(epoch))
+	}
+	e.clock.Advance(time.Minute)
+	charge(-5) // a tat already past stays
+	if got := e.upstreamTAT("sms-7"); !got.Equal(epoch) {
+		t.Fatalf("a refund on an idle upstream moved tat to +%s", got.Sub(epoch))
+	}
+	charge(0)
+
+	// No such upstream: a no-op that creates nothing.
+	if err := e.store.ChargeUpstream(e.ctx, "nope", 4); err != nil {
+		t.Fatalf("unknown upstream: %v, want nil", err)
+	}
+	if n := e.rdb.Exists(e.ctx, e.store.keys.upstream("nope")).Val(); n != 0 {
+		t.Fatalf("the charge of an unknown upstream created its hash")
+	}
+	// Bad input: refused, nothing written.
+	for _, bad := range []struct {
+		name  string
+		delta int64
+	}{{"", 1}, {"a:b", 1}, {"{x}", 1}, {"sms-7", 1_000_001}, {"sms-7", -1_000_001}} {
+		if err := e.store.ChargeUpstream(e.ctx, bad.name, bad.delta); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ChargeUpstream(%q, %d): %v, want ErrInvalid", bad.name, bad.delta, err)
+		}
+	}
+	if got := e.upstreamTAT("sms-7"); !got.Equal(epoch) {
+		t.Fatalf("refused charges moved tat to +%s", got.Sub(epoch))
+	}
+}
+
+func TestCostHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seedUpstream("llm", `{"rate":"90000/m","burst":1000,"cost_header":"X-Usage-Tokens"}`, 667, time.Time{})
+	e.seedUpstream("sms", `{"rate":"20/s","burst":1}`, 50_000, time.Time{})
+	got, err := e.store.CostHeaders(e.ctx, []string{"sms", "llm", "missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"", "X-Usage-Tokens", ""}; !slices.Equal(got, want) {
+		t.Fatalf("cost headers %q, want %q", got, want)
+	}
+	if got, err := e.store.CostHeaders(e.ctx, nil); err != nil || got != nil {
+		t.Fatalf("no upstreams: %q, %v", got, err)
+	}
+	if _, err := e.store.CostHeaders(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad name: %v, want ErrInvalid", err)
+	}
+	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream("sms"), "cfg", "{").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.CostHeaders(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("corrupt cfg: %v, want ErrProtocol", err)
+	}
+}
+
+// A claim tells the worker the job's reserved cost and its upstreams (record
+// field ups, written by enqueue), which cost correction needs.
+func TestClaimCarriesCostAndUpstreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Burst = 5 }))
+	r := e.enqueueOne("acme", Item{Type: "webhook", Body: []byte(`{}`), Cost: 4})
+	key, err := e.store.keys.job(r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(e.ctx, key, "ups", "llm,sms-7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rel, ok := e.pop("acme", 100*ms)
+	if !ok {
+		t.Fatal("nothing released")
+	}
+	j := e.claimAt(rel)
+	if j.Cost != 4 || !slices.Equal(j.Upstreams, []string{"llm", "sms-7"}) {
+		t.Fatalf("claimed cost %d, upstreams %q; want 4, [llm sms-7]", j.Cost, j.Upstreams)
+	}
+}

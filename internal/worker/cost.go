@@ -1,0 +1,217 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// Cost correction (issue #15): a job reserves its cost at dispatch; when an
+// attempt learns its actual cost — from a response header an upstream of
+// the job names (its cost_header), or a task handler's sluicetask.SetCost —
+// the worker sends it with the finish (wire.AttemptOutcome.ActualCost),
+// which charges or refunds the difference on the tenant's schedule, and
+// then applies the same difference to each upstream the job names
+// (CorrectUpstreams).
+
+// CostHeaders names, for each of upstreams in order, the response header
+// whose integer value is an attempt's actual cost ("" when the upstream has
+// none or does not exist). *store.Store implements it (the cfg of each
+// upstream hash).
+type CostHeaders interface {
+	CostHeaders(ctx context.Context, upstreams []string) ([]string, error)
+}
+
+// UpstreamCharger applies a cost correction of delta units to upstream
+// name's schedule (an unknown upstream is a no-op). *store.Store implements
+// it.
+type UpstreamCharger interface {
+	ChargeUpstream(ctx context.Context, name string, delta int64) error
+}
+
+var (
+	_ CostHeaders     = (*store.Store)(nil)
+	_ UpstreamCharger = (*store.Store)(nil)
+)
+
+// CostHeadersTTLDefault is how long CostReader keeps an upstream's cost
+// header name: a change of an upstream's cost_header applies within it.
+const CostHeadersTTLDefault = time.Second
+
+// Reasons a cost header's value is ignored (label reason of
+// sluice_worker_cost_headers_ignored_total).
+const (
+	costNotInteger = "not_integer"
+	costNegative   = "negative"
+	costOverflow   = "overflow"
+)
+
+// ParseCost reads a cost header's value: a decimal integer ≥ 0 (spaces
+// around it allowed), at most wire.MaxActualCost. The error names why it is
+// not one (it never quotes the value): not an integer, negative, overflow.
+func ParseCost(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil && errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(s, "-"):
+		return 0, errors.New(costOverflow)
+	case err != nil && errors.Is(err, strconv.ErrRange):
+		return 0, errors.New(costNegative)
+	case err != nil:
+		return 0, errors.New(costNotInteger)
+	case n < 0:
+		return 0, errors.New(costNegative)
+	case n > wire.MaxActualCost:
+		return 0, errors.New(costOverflow)
+	}
+	return n, nil
+}
+
+// CostReader learns an attempt's actual cost from its response headers:
+// the header named by the cost_header of the job's upstreams (asked of
+// Headers, each name kept CostHeadersTTLDefault). Values that are not an
+// integer in 0 … wire.MaxActualCost are ignored — the reserved cost stands —,
+// logged (job, upstream, header and reason; never the value) and counted.
+// Safe for concurrent use.
+type CostReader struct {
+	headers CostHeaders
+	logger  *slog.Logger
+	now     func() time.Time
+	ignored *prometheus.CounterVec // by reason
+
+	mu    sync.Mutex
+	cache map[string]cachedHeader // upstream → its cost header
+}
+
+type cachedHeader struct {
+	name string
+	read time.Time
+}
+
+// NewCostReader returns a CostReader over h, registering its counter with
+// reg (nil: none) and logging to logger (nil: discarded).
+func NewCostReader(h CostHeaders, reg prometheus.Registerer, logger *slog.Logger) (*CostReader, error) {
+	c := &CostReader{headers: h, logger: logger, now: time.Now, cache: map[string]cachedHeader{},
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_cost_headers_ignored_total",
+			Help: "Cost header values ignored (the reserved cost stood), by reason: not_integer, negative, overflow.",
+		}, []string{"reason"})}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range []string{costNotInteger, costNegative, costOverflow} {
+		c.ignored.WithLabelValues(r)
+	}
+	if reg != nil {
+		if err := reg.Register(c.ignored); err != nil {
+			return nil, fmt.Errorf("register cost header metrics: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// ActualCost is the actual cost job's attempt reported in h, for
+// wire.AttemptOutcome.ActualCost: the value of the first of job's upstreams
+// (in order) whose cost header h carries with a valid value, at least 1 (a
+// reported 0 is charged as 1: every attempt sent costs at least one unit);
+// 0 (unknown) when none does, when job names no upstream, or when the
+// header names cannot be read now (logged).
+func (c *CostReader) ActualCost(ctx context.Context, job store.ClaimedJob, h http.Header) int64 {
+	if c == nil || len(job.Upstreams) == 0 || h == nil {
+		return 0
+	}
+	names, err := c.names(ctx, job.Upstreams)
+	if err != nil {
+		c.logger.Warn("cost headers unavailable; the reserved cost stands", "job", job.ID, "err", err)
+		return 0
+	}
+	for i, name := range names {
+		v := h.Get(name)
+		if name == "" || v == "" {
+			continue
+		}
+		n, err := ParseCost(v)
+		if err != nil {
+			c.ignored.WithLabelValues(err.Error()).Inc()
+			c.logger.Warn("cost header ignored; the reserved cost stands", "job", job.ID, "tenant", job.Tenant,
+				"upstream", job.Upstreams[i], "header", name, "reason", err.Error(), "value_bytes", len(v))
+			continue
+		}
+		return max(n, 1)
+	}
+	return 0
+}
+
+// names returns the cost header of each of upstreams, from the cache when
+// read within CostHeadersTTLDefault, else asking headers for the missing
+// ones in one call.
+func (c *CostReader) names(ctx context.Context, upstreams []string) ([]string, error) {
+	now := c.now()
+	out := make([]string, len(upstreams))
+	var missing []string
+	c.mu.Lock()
+	for i, u := range upstreams {
+		e, ok := c.cache[u]
+		if ok && now.Sub(e.read) < CostHeadersTTLDefault {
+			out[i] = e.name
+		} else {
+			missing = append(missing, u)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	got, err := c.headers.CostHeaders(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != len(missing) {
+		return nil, fmt.Errorf("%d cost headers for %d upstreams", len(got), len(missing))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cache) > maxCachedUpstreams {
+		clear(c.cache)
+	}
+	for i, u := range missing {
+		c.cache[u] = cachedHeader{name: got[i], read: now}
+	}
+	for i, u := range upstreams {
+		out[i] = c.cache[u].name
+	}
+	return out, nil
+}
+
+// maxCachedUpstreams bounds CostReader's cache; it is cleared when full.
+const maxCachedUpstreams = 10_000
+
+// CorrectUpstreams applies the cost correction of an attempt of job that
+// reported actual (wire.AttemptOutcome.ActualCost; 0 = unknown: nothing) to
+// each upstream job names: actual − job.Cost units each. Called after a
+// successful (not stale) finish, so the tenant and its upstreams are
+// corrected once per attempt. Errors are logged: a correction not applied
+// leaves the reservation standing on that upstream.
+func CorrectUpstreams(ctx context.Context, u UpstreamCharger, job store.ClaimedJob, actual int64, logger *slog.Logger) {
+	if u == nil || actual <= 0 || job.Cost <= 0 || actual == job.Cost {
+		return
+	}
+	delta := actual - job.Cost
+	for _, name := range job.Upstreams {
+		if err := u.ChargeUpstream(ctx, name, delta); err != nil && logger != nil {
+			logger.Warn("upstream cost correction failed; its reservation stands", "job", job.ID,
+				"upstream", name, "delta", delta, "err", err)
+		}
+	}
+}
