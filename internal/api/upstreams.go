@@ -41,8 +41,8 @@ type upstreamView struct {
 	// answer, pause_scope upstream); null when not paused.
 	PauseReason *string `json:"pause_reason"`
 	// Runtime is the coordinator's state (effective rate, tokens, waiting
-	// jobs by tenant). TODO(merge #15): fill it from H-upcore's
-	// store.UpstreamRuntime; null until then — never invented here.
+	// jobs by tenant): store.UpstreamRuntime, read by GET only; null in the
+	// other answers and when it cannot be read — never invented here.
 	Runtime *upstreamRuntimeView `json:"runtime"`
 }
 
@@ -132,7 +132,31 @@ func (s *Server) getUpstream(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return s.upstreamResponse(r, c, http.StatusOK, name)
+	status, body, err := s.upstreamResponse(r, c, http.StatusOK, name)
+	if v, ok := body.(upstreamView); ok && err == nil {
+		v.Runtime = s.upstreamRuntime(r, c, name)
+		body = v
+	}
+	return status, body, err
+}
+
+// upstreamRuntime reads name's state now (store.UpstreamRuntime: one read
+// of the upstream, one bounded script per shard), the waiting jobs limited
+// to the tenants c's key may see; nil (logged) when it cannot be read.
+func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstreamRuntimeView {
+	rt, err := s.opts.Store.UpstreamRuntime(r.Context(), name)
+	if err != nil || rt.EffectiveIntervalUS < 1 {
+		s.opts.Logger.WarnContext(r.Context(), "read upstream runtime", "upstream", name, "err", err)
+		return nil
+	}
+	waiting := map[string]int64{}
+	for tn, n := range rt.WaitingByTenant {
+		if c.key.AllowsTenant(tn) {
+			waiting[tn] = n
+		}
+	}
+	return &upstreamRuntimeView{EffectiveRate: 1e6 / float64(rt.EffectiveIntervalUS), Tokens: rt.Tokens,
+		WaitingByTenant: waiting}
 }
 
 // putUpstream is PUT /v1/upstreams/{name} (admin keys): the body

@@ -389,3 +389,36 @@ func TestUpstreamCaches(t *testing.T) {
 		t.Errorf("after the ttl: %v, want [b]", got)
 	}
 }
+
+// TestGetUpstreamRuntime: GET shows the coordinator's state — the effective
+// rate, the tokens now and the jobs waiting on the upstream by tenant,
+// limited to the tenants the key may see; PUT answers without it.
+func TestGetUpstreamRuntime(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	f.createUpstream(t, "sms") // 10/s, burst 1
+	job := strings.TrimSuffix(webhookJob, "}") + `,"upstreams":["sms"]}`
+	for _, tenant := range []string{"acme-a", "acme-a", "other"} {
+		token := producerToken
+		if tenant == "other" {
+			token = adminToken
+		}
+		if r := f.post(t, "/v1/tenants/"+tenant+"/jobs", token, job); r.status != http.StatusAccepted {
+			t.Fatalf("enqueue for %s: %d %v", tenant, r.status, r.body)
+		}
+	}
+	for _, tc := range []struct {
+		token string
+		want  map[string]any
+	}{
+		{adminToken, map[string]any{"acme-a": 2.0, "other": 1.0}},
+		{producerToken, map[string]any{"acme-a": 2.0}},
+	} {
+		g := f.get(t, "/v1/upstreams/sms", tc.token)
+		rt, _ := g.body["runtime"].(map[string]any)
+		if g.status != http.StatusOK || rt["effective_rate"] != 10.0 || rt["tokens"] != 1.0 ||
+			mustJSON(rt["waiting_by_tenant"]) != mustJSON(tc.want) {
+			t.Errorf("GET with %s: %d runtime %v, want rate 10, 1 token, waiting %v", tc.token, g.status, rt, tc.want)
+		}
+	}
+}
