@@ -72,9 +72,11 @@ end
 
 -- heads returns the queued head job of each of tenant tn's lanes: {id,
 -- cost, gen, type, nb, created, ups, names, lane = true}; records no longer
--- queued are dropped from their lane, empty lanes from the lane set (t.uq
--- is kept by the scripts that move jobs, not here).
-function LN.heads(tn)
+-- queued are dropped from their lane, empty lanes from the lane set. t.uq is
+-- kept by the scripts that move jobs; heads only resets it to 0 when no
+-- lane holds a job (self-healing: a count left over costs reads, nothing
+-- else).
+function LN.heads(tn, t)
   local out = {}
   for _, ups in ipairs(rcall('SMEMBERS', LN.k_lanes(tn))) do
     local key = LN.k_lane(tn, ups)
@@ -94,6 +96,7 @@ function LN.heads(tn)
       rcall('ZREM', key, id)
     end
   end
+  if #out == 0 then t.uq = 0 end
   return out
 end
 
@@ -234,7 +237,7 @@ end
 -- held by the release cap; held then says so).
 function LN.score(tn, t, p, now)
   local best, held = nil, false
-  for _, h in ipairs(LN.heads(tn)) do
+  for _, h in ipairs(LN.heads(tn, t)) do
     if t.rtok > 0 and t.rtok + h.cost > release_cap(t, p) then
       held = true
     else

@@ -466,7 +466,7 @@ function X.release_lanes(tn, c)
   local t, p = c.t, c.p
   local g = gate(t)
   c.head = nil
-  local heads = (t.uq > 0) and LN.heads(tn) or {}
+  local heads = (t.uq > 0) and LN.heads(tn, t) or {}
   local named = {}
   for _, h in ipairs(heads) do
     for _, n in ipairs(h.names) do named[n] = true end
