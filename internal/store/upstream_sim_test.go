@@ -115,14 +115,6 @@ func (s *upSim) run(tb fataler, step time.Duration, max int) {
 	for _, sh := range s.shards {
 		states = append(states, fmt.Sprint(s.e.rdb.HGetAll(s.e.ctx, s.e.store.keys.upstreamLocal(sh)).Val()))
 	}
-	for _, n := range []string{"u0", "u1", "u2"} {
-		b := s.e.store.keys.upstreamBase(n)
-		states = append(states, n, fmt.Sprint(s.e.rdb.HGetAll(s.e.ctx, b+"u").Val(), s.e.rdb.HGetAll(s.e.ctx, b+"cal").Val(), s.e.rdb.HGetAll(s.e.ctx, b+"g").Val()))
-	}
-	for _, sh := range s.shards {
-		res, err := s.e.store.PassGranted(s.e.ctx, sh, PassConfig{Lead: grantLead, MinLead: -1, Grace: time.Hour, Capacity: -1}, s.grants[sh])
-		states = append(states, fmt.Sprintf("pass %d: %+v %v grants %+v", sh, res, err, s.grants[sh]))
-	}
 	tb.Fatalf("after %d steps: %d of %d jobs released, %d unsettled; left %v; shard states %v", max, len(s.released), len(s.jobs), len(s.pending), left, states)
 }
 
