@@ -34,7 +34,12 @@
 //     tenant's arrivals checked against its rate bound;
 //   - soak (only when named in -parts; scripts/soak): a steady rate for a
 //     bounded time with short retentions; goroutines, heap and Redis memory
-//     read periodically, then the keyspace checked for keys without a TTL.
+//     read periodically, then the keyspace checked for keys without a TTL;
+//   - upstream (only when named in -parts): 100 tenants, each allowed ten
+//     times its even share, sending every job through one shared upstream at
+//     r/s, beside one tenant at r/s alone: the combined stream's gap and
+//     rate error at the receiver, the most in any 1 s against the bound, and
+//     how evenly the tenants shared the upstream.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -126,6 +131,11 @@ type options struct {
 	soThrottlers int
 	soWorkers    int
 
+	// upstream
+	upRate    int
+	upJobs    int
+	upTenants int
+
 	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 }
 
@@ -196,6 +206,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.idleWakeups, "idle-wakeups", 5, "idle: jobs due at once enqueued from idle, and as many delayed 1s")
 	fs.DurationVar(&o.idleGap, "idle-gap", time.Second, "idle: idle time before each wake-up job")
 
+	fs.IntVar(&o.upRate, "upstream-rate", 100, "upstream: the shared upstream's rate per second (burst 1), and the lone tenant's")
+	fs.IntVar(&o.upJobs, "upstream-jobs", 2000, "upstream: jobs of each stream")
+	fs.IntVar(&o.upTenants, "upstream-tenants", 100, "upstream: tenants sharing the upstream")
 	fs.DurationVar(&o.soakDuration, "soak-duration", 30*time.Minute, "soak: how long the producers run")
 	fs.IntVar(&o.soakRate, "soak-rate", 500, "soak: jobs per second through POST /v1/tenants/{t}/jobs")
 	fs.IntVar(&o.soakTenants, "soak-tenants", 300, "soak: tenants the jobs go to, round robin")
@@ -239,7 +252,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	o.parts = strings.Split(*parts, ",")
 	for _, p := range o.parts {
-		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out"}, p) {
+		if !slices.Contains([]string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream"}, p) {
 			return o, fmt.Errorf("unknown part %q", p)
 		}
 	}
@@ -307,6 +320,8 @@ func run(ctx context.Context, o options) error {
 			err = soak(ctx, e, &t)
 		case "scale-out":
 			err = scaleOut(ctx, e, &t)
+		case "upstream":
+			err = upstream(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

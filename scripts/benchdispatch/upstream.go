@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// upstreamRun is one stream measured at the receiver: its pacing, and for
+// the shared stream each tenant's share of the first half of the deliveries.
+type upstreamRun struct {
+	p        pacing
+	want     int
+	elapsed  time.Duration
+	bounded  bool
+	minShare float64 // the smallest and largest tenant share of the first half, ÷ the even share
+	maxShare float64
+}
+
+// upstreamName is the shared upstream of the upstream part.
+const upstreamName = "bench-up"
+
+// upstream is the part "upstream" (only when named in -parts): the
+// precision of a shared upstream's stream. Many tenants, each allowed ten
+// times its even share of the upstream, send every job through one
+// upstream at r/s (burst 1); beside it, one tenant at r/s alone, in the same
+// run. Measured at the receiver: the gap error and the rate error of the
+// combined stream against the upstream's rate, the most arrivals in any
+// second against the bound, and how evenly the tenants shared it.
+func upstream(ctx context.Context, e *env, t *table) error {
+	r, n, tenants := e.o.upRate, e.o.upJobs, e.o.upTenants
+	alone, err := upstreamStream(ctx, e, "upstream-alone", 1, r, n, false)
+	if err != nil {
+		return err
+	}
+	shared, err := upstreamStream(ctx, e, "upstream-shared", tenants, r, n, true)
+	if err != nil {
+		return err
+	}
+	upstreamRows(e, t, alone, shared)
+	return nil
+}
+
+// upstreamStream runs n jobs over tenants tenants. With viaUpstream, every
+// job names the upstream at r/s and each tenant's own rate is 10·r/tenants
+// (the upstream is the bottleneck); without, the one tenant's rate is r/s.
+func upstreamStream(ctx context.Context, e *env, run string, tenants, r, n int, viaUpstream bool) (upstreamRun, error) {
+	policies := map[string]string{}
+	names := make([]string, tenants)
+	tenantRate := r
+	if viaUpstream {
+		tenantRate = max(10*r/tenants, 1)
+	}
+	for i := range names {
+		names[i] = fmt.Sprintf("up%03d", i)
+		policies[names[i]] = fmt.Sprintf("{rate: %d/s, burst: 1, concurrency: 100}", tenantRate)
+	}
+	s := setup{name: run, defaultRate: "10/s", defaultConc: 10, workerConc: e.o.concurrency, startWorker: true, tenants: policies}
+	if viaUpstream {
+		s.extra = fmt.Sprintf("upstreams:\n  %s: {rate: %d/s, burst: 1}\n", upstreamName, r)
+	}
+	sl, err := e.startSluice(ctx, s)
+	if err != nil {
+		return upstreamRun{}, err
+	}
+	defer sl.stop()
+	rec := e.rcv.start(run)
+	owner := map[string]int{} // job id → tenant index
+	var all []string
+	start := time.Now()
+	for ti, tn := range names {
+		jobs := make([][]byte, 0, n/tenants+1)
+		for i := ti; i < n; i += tenants {
+			jobs = append(jobs, upstreamJob(e, run, i, viaUpstream))
+		}
+		ids, err := sl.enqueueHTTP(ctx, tn, jobs)
+		if err != nil {
+			return upstreamRun{}, err
+		}
+		for _, id := range ids {
+			owner[id] = ti
+		}
+		all = append(all, ids...)
+	}
+	limit := time.Duration(float64(n)/float64(r)*float64(time.Second)) + 30*time.Second
+	done := rec.waitDistinct(ctx, n, start.Add(limit))
+	arr := rec.snapshot()
+	res := upstreamRun{p: pace(arr, float64(r)), want: n, elapsed: time.Since(start), bounded: !done}
+	res.minShare, res.maxShare = shares(arr, owner, tenants)
+	if !done {
+		return res, fmt.Errorf("%s: delivered %d of %d jobs within %s; %d missing", run, res.p.distinct, n, limit, len(missingIDs(rec, all)))
+	}
+	return res, nil
+}
+
+// upstreamJob is job i of run, naming the upstream when via.
+func upstreamJob(e *env, run string, i int, via bool) []byte {
+	ups := ""
+	if via {
+		ups = fmt.Sprintf(`,"upstreams":[%q]`, upstreamName)
+	}
+	return fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.%s","payload":{"i":%d}%s}`, e.rcv.url(run), run, i, ups)
+}
+
+// shares returns the smallest and the largest share of the first half of
+// the deliveries (by arrival) that one tenant got, each ÷ the even share
+// 1/tenants: 1.0 is a perfectly even split.
+func shares(arr []arrival, owner map[string]int, tenants int) (lo, hi float64) {
+	if tenants < 1 || len(arr) < 2 {
+		return 0, 0
+	}
+	sorted := slices.Clone(arr)
+	slices.SortFunc(sorted, func(a, b arrival) int { return a.at.Compare(b.at) })
+	half := sorted[:len(sorted)/2]
+	count := make([]int, tenants)
+	for _, a := range half {
+		if ti, ok := owner[a.id]; ok {
+			count[ti]++
+		}
+	}
+	even := float64(len(half)) / float64(tenants)
+	return float64(slices.Min(count)) / even, float64(slices.Max(count)) / even
+}
+
+func upstreamRows(e *env, t *table, alone, shared upstreamRun) {
+	const part = "upstream"
+	r := float64(e.o.upRate)
+	T := time.Duration(float64(time.Second) / r)
+	t.row(part, fmt.Sprintf("%d jobs at r = %d/s, b = 1, delivered to one receiver", e.o.upJobs, e.o.upRate),
+		fmt.Sprintf("%d tenants via one upstream at r", e.o.upTenants), "one tenant at r, no upstream", "", "", "")
+	delivered := func(x upstreamRun) string {
+		s := fmt.Sprintf("%d/%d in %.1f s", x.p.distinct, x.want, x.elapsed.Seconds())
+		if x.bounded {
+			s += " (time bound)"
+		}
+		return s
+	}
+	t.row(part, "delivered (distinct webhook-ids)", delivered(shared), delivered(alone), "", "all", yes(shared.p.distinct == shared.want))
+	t.row(part, "duplicate deliveries", fmt.Sprint(shared.p.delivered-shared.p.distinct), fmt.Sprint(alone.p.delivered-alone.p.distinct), "", "0",
+		yes(shared.p.delivered == shared.p.distinct))
+	t.row(part, fmt.Sprintf("|gap − %s| p50", T), msf(shared.p.gapP50), msf(alone.p.gapP50), "", "", "")
+	t.row(part, fmt.Sprintf("|gap − %s| p99", T), msf(shared.p.gapP99), msf(alone.p.gapP99),
+		div(shared.p.gapP99.Seconds(), alone.p.gapP99.Seconds()), "≤ 5 ms (goal 2 ms)", yes(shared.p.gapP99 <= 5*time.Millisecond))
+	t.row(part, fmt.Sprintf("|gap − %s| max", T), msf(shared.p.gapMax), msf(alone.p.gapMax), "", "", "")
+	rerr := func(x upstreamRun) string { return fmt.Sprintf("%.3f %% (%.3f/s)", 100*x.p.rateErr, x.p.rate) }
+	t.row(part, "long-run rate error vs r", rerr(shared), rerr(alone), "",
+		"≤ 0.5 % (goal 0.1 %)", yes(shared.p.rateErr <= 0.005))
+	bound := 1 + r*(1+2*shared.p.gapP99.Seconds()) + 1
+	t.row(part, "most deliveries in any 1 s", fmt.Sprint(shared.p.maxIn1s), fmt.Sprint(alone.p.maxIn1s), "",
+		fmt.Sprintf("≤ b + r(1 s + 2ε) + 1 = %.1f", bound), yes(float64(shared.p.maxIn1s) <= bound))
+	even := float64(e.o.upJobs) / 2 / float64(e.o.upTenants)
+	t.row(part, fmt.Sprintf("jobs per tenant in the first half, min–max (even share %.0f)", even),
+		fmt.Sprintf("%.0f–%.0f", shared.minShare*even, shared.maxShare*even), "-", "", "", "")
+	t.gap()
+}
