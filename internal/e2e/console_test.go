@@ -84,7 +84,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("pause from the page", func(t *testing.T) {
-		b.run(tab, "pause", chromedp.Click(chromedp.CSS(`#pause`)),
+		b.run(tab, "pause", press(`#pause`),
 			chromedp.WaitVisible(chromedp.CSS(`#tenant-state [data-state="paused"]`)))
 		var v struct {
 			AdminPaused bool `json:"admin_paused"`
@@ -92,7 +92,7 @@ func TestConsole(t *testing.T) {
 		if c.call(p, http.MethodGet, "/v1/tenants/alpha", nil, &v); !v.AdminPaused {
 			t.Fatal("paused from the console, the API says not paused")
 		}
-		b.run(tab, "resume", chromedp.Click(chromedp.CSS(`#resume`)),
+		b.run(tab, "resume", press(`#resume`),
 			chromedp.WaitVisible(chromedp.CSS(`#tenant-state [data-state="active"]`)))
 	})
 
@@ -161,7 +161,7 @@ func TestConsole(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`#upstreams tr[data-upstream="sms-7"]`)),
 			chromedp.Click(chromedp.CSS(`#upstreams tr[data-upstream="sms-7"] a`)),
 			chromedp.WaitVisible(chromedp.CSS(`#upstream-pause-btn`)))
-		b.run(tab, "pause", chromedp.Click(chromedp.CSS(`#upstream-pause-btn`)))
+		b.run(tab, "pause", press(`#upstream-pause-btn`))
 		b.waitJS(tab, "paused shown", `document.querySelector('#upstream-pause').textContent.startsWith('paused until resumed')`)
 		var v struct {
 			Paused bool `json:"paused"`
@@ -169,7 +169,7 @@ func TestConsole(t *testing.T) {
 		if c.call(p, http.MethodGet, "/v1/upstreams/sms-7", nil, &v); !v.Paused {
 			t.Fatal("paused from the console, the API says not paused")
 		}
-		b.run(tab, "resume", chromedp.Click(chromedp.CSS(`#upstream-resume-btn`)))
+		b.run(tab, "resume", press(`#upstream-resume-btn`))
 		b.waitJS(tab, "active shown", `document.querySelector('#upstream-pause').textContent === 'active'`)
 		if c.call(p, http.MethodGet, "/v1/upstreams/sms-7", nil, &v); v.Paused {
 			t.Fatal("resumed from the console, the API says paused")
@@ -338,4 +338,15 @@ func requirePolicy(t *testing.T, c *cluster, p *proc, tenant string, version int
 	if v.Version != version || fmt.Sprint(v.Policy.Rate) != rate {
 		t.Fatalf("%s: version %d, rate %v; want %d, %s", tenant, v.Version, v.Policy.Rate, version, rate)
 	}
+}
+
+// press clicks the element sel (waiting until it is visible) inside the
+// page, in one step: the pages re-render every poll, and chromedp.Click's
+// query-then-click can meet a node replaced in between ("Could not find
+// node with given id").
+func press(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).click()`, sel)),
+	)
 }

@@ -52,8 +52,20 @@ func TestClusterServesEverySlotAndFailsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Do(ctx, "WAIT", 1, 5000).Err(); err != nil { // {k0}'s master: the replica has it
+	// WAIT counts the writes of its own connection, on its own node: write
+	// {k0} again and wait on one connection to {k0}'s master (through the
+	// Cluster client a keyless WAIT goes to any node and proves nothing).
+	node, err := rdb.MasterForKey(ctx, "{k0}")
+	if err != nil {
 		t.Fatal(err)
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	if err := conn.Set(ctx, "{k0}", 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT 1 on {k0}'s master: %d replicas, %v", n, err)
 	}
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
