@@ -204,8 +204,8 @@ func (s *Store) putUpstream(ctx context.Context, op, name string, cfg upstream.C
 // checkUpstream checks a name and a configuration with defaults applied;
 // the error wraps ErrInvalid.
 func checkUpstream(name string, cfg upstream.Config) error {
-	if err := upstream.ValidName(name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err := checkUpstreamName(name); err != nil {
+		return err
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
