@@ -128,7 +128,8 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
-	if exec.Costs, err = worker.NewCostReader(st, reg, log); err != nil {
+	ups := worker.NewUpstreamCache(st) // one read per upstream and second, for the cost headers and the worker
+	if exec.Costs, err = worker.NewCostReader(ups, reg, log); err != nil {
 		exec.Close()
 		return nil, nil, 0, nil, err
 	}
@@ -143,7 +144,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	w, err := worker.New(worker.Config{Store: store.NewCoalescer(st, 0), Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
 		Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead, TaskCheckInterval: cfg.Worker.TaskCheckInterval,
 		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log, Upstreams: st,
-		UpstreamRates: st})
+		UpstreamRates: st, UpstreamCache: ups})
 	if err != nil {
 		exec.Close()
 		return nil, nil, 0, nil, err

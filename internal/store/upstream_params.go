@@ -3,37 +3,10 @@ package store
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/internal/upstream"
 )
-
-// UpstreamParamsOf reads upstream name's params (the registry's field p,
-// the integers the scripts read): ErrUpstreamNotFound when it has none;
-// ErrProtocol when field p is not what the scripts read.
-func (s *Store) UpstreamParamsOf(ctx context.Context, name string) (upstream.Params, error) {
-	if err := checkUpstreamName(name); err != nil {
-		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, err)
-	}
-	raw, err := s.rdb.HGet(ctx, s.keys.upstream(name), "p").Result()
-	if errors.Is(err, redis.Nil) {
-		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, ErrUpstreamNotFound)
-	}
-	if err != nil {
-		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, err)
-	}
-	var p upstream.Params
-	if err := json.Unmarshal([]byte(raw), &p); err != nil || p.IntervalUS < 1 {
-		return upstream.Params{}, fmt.Errorf("read upstream %q: %w: params %q", name, ErrProtocol, raw)
-	}
-	p.Burst = max(p.Burst, 1)
-	return p, nil
-}
 
 //go:embed lua/upstream_adapt.lua
 var luaUpstreamAdapt string

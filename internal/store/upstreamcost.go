@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -53,49 +50,4 @@ func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) er
 		return fmt.Errorf("charge upstream %q %+d: %w", name, delta, err)
 	}
 	return nil
-}
-
-// CostHeaders returns, for each name of upstreams in order, the
-// cost_header of its configuration (field cfg of its hash, JSON): the
-// response header whose integer value is an attempt's actual cost; "" when
-// the upstream has none or does not exist. One pipelined HGET per upstream
-// (each in its own slot). A bad name is ErrInvalid; a cfg that is not JSON
-// an ErrProtocol.
-func (s *Store) CostHeaders(ctx context.Context, upstreams []string) ([]string, error) {
-	for _, name := range upstreams {
-		if err := checkUpstreamName(name); err != nil {
-			return nil, fmt.Errorf("read cost headers: %w", err)
-		}
-	}
-	if len(upstreams) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.StringCmd, len(upstreams))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, name := range upstreams {
-			cmds[i] = p.HGet(ctx, s.keys.upstream(name), "cfg")
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read cost headers of %v: %w", upstreams, err)
-	}
-	out := make([]string, len(upstreams))
-	for i, c := range cmds {
-		raw, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read cost header of upstream %q: %w", upstreams[i], err)
-		}
-		var cfg struct {
-			CostHeader string `json:"cost_header"`
-		}
-		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-			return nil, fmt.Errorf("read cost header of upstream %q: %w: field cfg: %w", upstreams[i], ErrProtocol, err)
-		}
-		out[i] = cfg.CostHeader
-	}
-	return out, nil
 }

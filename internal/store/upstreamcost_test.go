@@ -1,11 +1,14 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // seedUpstream writes an upstream hash as the registry and the coordinator
@@ -81,29 +84,102 @@ func TestChargeUpstream(t *testing.T) {
 	}
 }
 
-func TestCostHeaders(t *testing.T) {
+// UpstreamSettings reads each upstream's params and cost_header in one
+// call; an unregistered one is not Found; bad names and corrupt fields are
+// errors.
+func TestUpstreamSettings(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.seedUpstream("llm", `{"rate":"90000/m","burst":1000,"cost_header":"X-Usage-Tokens"}`, 667, time.Time{})
 	e.seedUpstream("sms", `{"rate":"20/s","burst":1}`, 50_000, time.Time{})
-	got, err := e.store.CostHeaders(e.ctx, []string{"sms", "llm", "missing"})
+	got, err := e.store.UpstreamSettings(e.ctx, []string{"sms", "llm", "missing"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"", "X-Usage-Tokens", ""}; !slices.Equal(got, want) {
-		t.Fatalf("cost headers %q, want %q", got, want)
+	want := []UpstreamSettings{
+		{Found: true, Params: upstream.Params{IntervalUS: 50_000, Burst: 1}},
+		{Found: true, Params: upstream.Params{IntervalUS: 667, Burst: 1}, CostHeader: "X-Usage-Tokens"},
+		{},
 	}
-	if got, err := e.store.CostHeaders(e.ctx, nil); err != nil || got != nil {
-		t.Fatalf("no upstreams: %q, %v", got, err)
+	if !slices.Equal(got, want) {
+		t.Fatalf("settings %+v, want %+v", got, want)
 	}
-	if _, err := e.store.CostHeaders(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
+	if got, err := e.store.UpstreamSettings(e.ctx, nil); err != nil || got != nil {
+		t.Fatalf("no upstreams: %+v, %v", got, err)
+	}
+	if _, err := e.store.UpstreamSettings(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad name: %v, want ErrInvalid", err)
+	}
+	if _, err := e.store.UpstreamParamsOf(e.ctx, "missing"); !errors.Is(err, ErrUpstreamNotFound) {
+		t.Fatalf("params of a missing upstream: %v, want ErrUpstreamNotFound", err)
 	}
 	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream("sms"), "cfg", "{").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.CostHeaders(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
+	if _, err := e.store.UpstreamSettings(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("corrupt cfg: %v, want ErrProtocol", err)
+	}
+}
+
+// UpstreamCache reads an upstream at most once per ttl (a change shows
+// after it, or at once after Forget); a missing name is cached too, unless
+// RecheckMissing.
+func TestUpstreamCache(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putUpstream("sms", 50*time.Millisecond, 2)
+	reads := 0
+	read := func(ctx context.Context, names []string) ([]UpstreamSettings, error) {
+		reads += len(names)
+		return e.store.UpstreamSettings(ctx, names)
+	}
+	for _, recheck := range []bool{false, true} {
+		reads = 0
+		c := NewUpstreamCache(read, time.Second)
+		c.RecheckMissing = recheck
+		now := epoch
+		c.Clock = func() time.Time { return now }
+		burst := func(name string) int64 {
+			t.Helper()
+			got, err := c.Settings(e.ctx, []string{name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got[0].Params.Burst
+		}
+		if burst("sms") != 2 || burst("nope") != 0 {
+			t.Fatal("first reads wrong")
+		}
+		e.putUpstream("sms", 50*time.Millisecond, 5)
+		e.putUpstream("nope", 50*time.Millisecond, 3)
+		gotSMS, gotNope := burst("sms"), burst("nope")
+		wantNope := int64(0)
+		if recheck {
+			wantNope = 3
+		}
+		if gotSMS != 2 || gotNope != wantNope {
+			t.Fatalf("recheck %v within the ttl: bursts %d, %d; want 2 (cached), %d", recheck, gotSMS, gotNope, wantNope)
+		}
+		wantReads := 2 // sms and nope once each
+		if recheck {
+			wantReads = 3 // and nope again
+		}
+		if reads != wantReads {
+			t.Fatalf("recheck %v: %d reads, want %d", recheck, reads, wantReads)
+		}
+		c.Forget("sms")
+		if got := burst("sms"); got != 5 {
+			t.Fatalf("after Forget: burst %d, want 5", got)
+		}
+		e.putUpstream("sms", 50*time.Millisecond, 2)
+		now = now.Add(time.Second)
+		if got := burst("sms"); got != 2 {
+			t.Fatalf("after the ttl: burst %d, want 2", got)
+		}
+		if _, err := c.One(e.ctx, "ghost"); !errors.Is(err, ErrUpstreamNotFound) {
+			t.Fatalf("One of a missing upstream: %v", err)
+		}
+		e.store.rdb.Del(e.ctx, e.store.keys.upstream("nope"))
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,14 +23,6 @@ import (
 // then applies the same difference to each upstream the job names
 // (CorrectUpstreams).
 
-// CostHeaders names, for each of upstreams in order, the response header
-// whose integer value is an attempt's actual cost ("" when the upstream has
-// none or does not exist). *store.Store implements it (the cfg of each
-// upstream hash).
-type CostHeaders interface {
-	CostHeaders(ctx context.Context, upstreams []string) ([]string, error)
-}
-
 // UpstreamCharger applies a cost correction of delta units to upstream
 // name's schedule (an unknown upstream is a no-op). *store.Store implements
 // it.
@@ -40,14 +30,7 @@ type UpstreamCharger interface {
 	ChargeUpstream(ctx context.Context, name string, delta int64) error
 }
 
-var (
-	_ CostHeaders     = (*store.Store)(nil)
-	_ UpstreamCharger = (*store.Store)(nil)
-)
-
-// CostHeadersTTLDefault is how long CostReader keeps an upstream's cost
-// header name: a change of an upstream's cost_header applies within it.
-const CostHeadersTTLDefault = time.Second
+var _ UpstreamCharger = (*store.Store)(nil)
 
 // Reasons a cost header's value is ignored (label reason of
 // sluice_worker_cost_headers_ignored_total).
@@ -79,30 +62,24 @@ func ParseCost(v string) (int64, error) {
 }
 
 // CostReader learns an attempt's actual cost from its response headers:
-// the header named by the cost_header of the job's upstreams (asked of
-// Headers, each name kept CostHeadersTTLDefault). Values that are not an
+// the header named by the cost_header of the job's upstreams (from the
+// settings cache it shares with the Worker: each upstream read at most once
+// per UpstreamCacheTTL). Values that are not an
 // integer in 0 … wire.MaxActualCost are ignored — the reserved cost stands —,
 // logged (job, upstream, header and reason; never the value) and counted.
 // Safe for concurrent use.
 type CostReader struct {
-	headers CostHeaders
-	logger  *slog.Logger
-	now     func() time.Time
-	ignored *prometheus.CounterVec // by reason
-
-	mu    sync.Mutex
-	cache map[string]cachedHeader // upstream → its cost header
+	upstreams *store.UpstreamCache
+	logger    *slog.Logger
+	ignored   *prometheus.CounterVec // by reason
 }
 
-type cachedHeader struct {
-	name string
-	read time.Time
-}
-
-// NewCostReader returns a CostReader over h, registering its counter with
-// reg (nil: none) and logging to logger (nil: discarded).
-func NewCostReader(h CostHeaders, reg prometheus.Registerer, logger *slog.Logger) (*CostReader, error) {
-	c := &CostReader{headers: h, logger: logger, now: time.Now, cache: map[string]cachedHeader{},
+// NewCostReader returns a CostReader over the upstream settings of ups
+// (NewUpstreamCache; give the Worker the same one, Config.UpstreamCache),
+// registering its counter with reg (nil: none) and logging to logger (nil:
+// discarded).
+func NewCostReader(ups *store.UpstreamCache, reg prometheus.Registerer, logger *slog.Logger) (*CostReader, error) {
+	c := &CostReader{upstreams: ups, logger: logger,
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_cost_headers_ignored_total",
 			Help: "Cost header values ignored (the reserved cost stood), by reason: not_integer, negative, overflow.",
@@ -131,12 +108,13 @@ func (c *CostReader) ActualCost(ctx context.Context, job store.ClaimedJob, h htt
 	if c == nil || len(job.Upstreams) == 0 || h == nil {
 		return 0
 	}
-	names, err := c.names(ctx, job.Upstreams)
+	settings, err := c.upstreams.Settings(ctx, job.Upstreams)
 	if err != nil {
 		c.logger.Warn("cost headers unavailable; the reserved cost stands", "job", job.ID, "err", err)
 		return 0
 	}
-	for i, name := range names {
+	for i, st := range settings {
+		name := st.CostHeader
 		v := h.Get(name)
 		if name == "" || v == "" {
 			continue
@@ -152,50 +130,6 @@ func (c *CostReader) ActualCost(ctx context.Context, job store.ClaimedJob, h htt
 	}
 	return 0
 }
-
-// names returns the cost header of each of upstreams, from the cache when
-// read within CostHeadersTTLDefault, else asking headers for the missing
-// ones in one call.
-func (c *CostReader) names(ctx context.Context, upstreams []string) ([]string, error) {
-	now := c.now()
-	out := make([]string, len(upstreams))
-	var missing []string
-	c.mu.Lock()
-	for i, u := range upstreams {
-		e, ok := c.cache[u]
-		if ok && now.Sub(e.read) < CostHeadersTTLDefault {
-			out[i] = e.name
-		} else {
-			missing = append(missing, u)
-		}
-	}
-	c.mu.Unlock()
-	if len(missing) == 0 {
-		return out, nil
-	}
-	got, err := c.headers.CostHeaders(ctx, missing)
-	if err != nil {
-		return nil, err
-	}
-	if len(got) != len(missing) {
-		return nil, fmt.Errorf("%d cost headers for %d upstreams", len(got), len(missing))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.cache) > maxCachedUpstreams {
-		clear(c.cache)
-	}
-	for i, u := range missing {
-		c.cache[u] = cachedHeader{name: got[i], read: now}
-	}
-	for i, u := range upstreams {
-		out[i] = c.cache[u].name
-	}
-	return out, nil
-}
-
-// maxCachedUpstreams bounds CostReader's cache; it is cleared when full.
-const maxCachedUpstreams = 10_000
 
 // CorrectUpstreams applies the cost correction of an attempt of job that
 // reported actual (wire.AttemptOutcome.ActualCost; 0 = unknown: nothing) to

@@ -60,13 +60,14 @@ func TestCostHeaderCorrectsTenantAndUpstream(t *testing.T) {
 	h.namesUpstreams(goodID, "llm")
 	h.namesUpstreams(badID, "llm")
 
-	costs, err := worker.NewCostReader(h.st, h.reg, testLogger(t))
+	ups := worker.NewUpstreamCache(h.st) // shared by the cost reader and the worker, as cmd/worker does
+	costs, err := worker.NewCostReader(ups, h.reg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.startDispatcher(nil)
 	h.startWorker(2, &worker.WebhookExecutor{Client: loopbackClient(t), Costs: costs},
-		func(c *worker.Config) { c.Upstreams = h.st })
+		func(c *worker.Config) { c.Upstreams, c.UpstreamRates, c.UpstreamCache = h.st, h.st, ups })
 	redistest.PollMsg(t, 20*time.Second, func() (bool, string) {
 		g, b := h.jobOf(goodID), h.jobOf(badID)
 		return g.State == store.StateSucceeded && b.State == store.StateSucceeded, "jobs " + string(g.State) + ", " + string(b.State)

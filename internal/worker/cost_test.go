@@ -38,7 +38,8 @@ func TestParseCost(t *testing.T) {
 	}
 }
 
-// costSource is a CostHeaders that counts its calls.
+// costSource is an UpstreamSettings source (the cost headers) that counts
+// its calls.
 type costSource struct {
 	mu      sync.Mutex
 	headers map[string]string
@@ -46,16 +47,16 @@ type costSource struct {
 	err     error
 }
 
-func (s *costSource) CostHeaders(_ context.Context, ups []string) ([]string, error) {
+func (s *costSource) UpstreamSettings(_ context.Context, ups []string) ([]store.UpstreamSettings, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = append(s.asked, slices.Clone(ups))
 	if s.err != nil {
 		return nil, s.err
 	}
-	out := make([]string, len(ups))
+	out := make([]store.UpstreamSettings, len(ups))
 	for i, u := range ups {
-		out[i] = s.headers[u]
+		out[i] = store.UpstreamSettings{Found: true, CostHeader: s.headers[u]}
 	}
 	return out, nil
 }
@@ -67,12 +68,13 @@ func TestCostReaderHeadersAndCache(t *testing.T) {
 	t.Parallel()
 	src := &costSource{headers: map[string]string{"llm": "X-Usage-Tokens", "sms": "X-Cost", "plain": ""}}
 	reg := prometheus.NewRegistry()
-	c, err := NewCostReader(src, reg, nil)
+	ups := store.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
+	c, err := NewCostReader(ups, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	c.now = func() time.Time { return now }
+	ups.Clock = func() time.Time { return now }
 	job := store.ClaimedJob{ID: "j", Tenant: "acme", Cost: 3, Upstreams: []string{"llm", "plain", "sms"}}
 	resp := func(kv ...string) http.Header {
 		h := http.Header{}
@@ -102,7 +104,7 @@ func TestCostReaderHeadersAndCache(t *testing.T) {
 	if got := testutil.ToFloat64(c.ignored.WithLabelValues(costNegative)) + testutil.ToFloat64(c.ignored.WithLabelValues(costNotInteger)); got != 2 {
 		t.Fatalf("%v ignored values counted, want 2", got)
 	}
-	now = now.Add(CostHeadersTTLDefault)
+	now = now.Add(UpstreamCacheTTL)
 	src.headers["llm"] = "X-New"
 	if got := c.ActualCost(context.Background(), job, resp("X-New", "8")); got != 8 || len(src.asked) != 2 {
 		t.Fatalf("after a second: actual %d (asked %d times), want the new header's 8, asked again", got, len(src.asked))
@@ -110,7 +112,7 @@ func TestCostReaderHeadersAndCache(t *testing.T) {
 	if got := c.ActualCost(context.Background(), store.ClaimedJob{ID: "k", Cost: 1}, resp("X-New", "8")); got != 0 {
 		t.Fatalf("a job naming no upstream: actual %d, want 0", got)
 	}
-	now = now.Add(CostHeadersTTLDefault)
+	now = now.Add(UpstreamCacheTTL)
 	src.err = errors.New("redis down")
 	if got := c.ActualCost(context.Background(), job, resp("X-New", "8")); got != 0 {
 		t.Fatalf("header names unreadable: actual %d, want 0 (the reserved cost stands)", got)

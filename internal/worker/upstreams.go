@@ -2,19 +2,18 @@ package worker
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // UpstreamRates is what a Worker needs to apply an upstream's pause_scope
-// and adaptive rate (issue #15): its params, its pause (pu = max(pu,
-// until), reason) and its rate factor's feedback.
+// and adaptive rate (issue #15): its settings (read through the Worker's
+// UpstreamCache), its pause (pu = max(pu, until), reason) and its rate
+// factor's feedback.
 type UpstreamRates interface {
-	UpstreamParamsOf(ctx context.Context, name string) (upstream.Params, error)
+	UpstreamSettings(ctx context.Context, names []string) ([]store.UpstreamSettings, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
 	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error)
 }
@@ -39,12 +38,12 @@ func (w *Worker) scopedUpstreams(ctx context.Context, job store.ClaimedJob, o wi
 	}
 	var scoped []string
 	for _, name := range job.Upstreams {
-		p, err := w.upParams.of(ctx, w.cfg.UpstreamRates, name, time.Now())
+		st, err := w.upstreams.One(ctx, name)
 		if err != nil {
 			w.cfg.Logger.Warn("read upstream params; its throttle pauses the tenant", "upstream", name, "job", job.ID, "err", err)
 			continue
 		}
-		if p.ScopeUpstream {
+		if st.Params.ScopeUpstream {
 			scoped = append(scoped, name)
 		}
 	}
@@ -71,45 +70,16 @@ func (w *Worker) pauseUpstreams(ctx context.Context, job store.ClaimedJob, scope
 	}
 }
 
-// upstreamParamsTTL is how long the worker reuses an upstream's params
-// (scope, adaptive) before reading them again; upstreamParamsMax bounds
-// the cache (cleared when full).
-const (
-	upstreamParamsTTL = time.Second
-	upstreamParamsMax = 1024
-)
+// UpstreamCacheTTL is how long a Worker (and a CostReader) reuses an
+// upstream's settings (scope, adaptive, concurrency, cost header) before
+// reading them again: a PUT reaches the workers within it.
+const UpstreamCacheTTL = time.Second
 
-// upstreamParams is a bounded per-process cache of upstreams' params, read
-// at most once a second per upstream. Safe for concurrent use.
-type upstreamParams struct {
-	mu    sync.Mutex
-	byKey map[string]cachedParams
-}
-
-type cachedParams struct {
-	p  upstream.Params
-	at time.Time
-}
-
-// of returns name's params, from the cache when read within the TTL.
-func (c *upstreamParams) of(ctx context.Context, src UpstreamRates, name string, now time.Time) (upstream.Params, error) {
-	c.mu.Lock()
-	e, ok := c.byKey[name]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < upstreamParamsTTL {
-		return e.p, nil
-	}
-	p, err := src.UpstreamParamsOf(ctx, name)
-	if err != nil {
-		return upstream.Params{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byKey == nil || len(c.byKey) >= upstreamParamsMax {
-		c.byKey = map[string]cachedParams{}
-	}
-	c.byKey[name] = cachedParams{p: p, at: now}
-	return p, nil
+// NewUpstreamCache is the cache of upstream settings a Worker and a
+// CostReader share (Config.UpstreamCache, NewCostReader): src's
+// UpstreamSettings, each upstream read at most once per UpstreamCacheTTL.
+func NewUpstreamCache(src UpstreamRates) *store.UpstreamCache {
+	return store.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
 }
 
 // adaptUpstreams feeds the outcome of job's attempt to each adaptive
@@ -124,8 +94,8 @@ func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wir
 		return
 	}
 	for _, name := range job.Upstreams {
-		p, err := w.upParams.of(ctx, w.cfg.UpstreamRates, name, time.Now())
-		if err != nil || !p.Adaptive {
+		st, err := w.upstreams.One(ctx, name)
+		if err != nil || !st.Params.Adaptive {
 			continue
 		}
 		if _, _, err := w.cfg.UpstreamRates.UpstreamOutcome(ctx, name, congested, job.Slot, cfg); err != nil {

@@ -139,6 +139,11 @@ type Config struct {
 	// follows the outcomes. Nil: every throttle pauses the tenant, and no
 	// upstream adapts. *store.Store implements it.
 	UpstreamRates UpstreamRates
+	// UpstreamCache holds the settings of the upstreams jobs name, each read
+	// at most once per UpstreamCacheTTL; give the CostReader of the same
+	// process the same one (NewCostReader). Default: NewUpstreamCache of
+	// UpstreamRates (none without it).
+	UpstreamCache *store.UpstreamCache
 	// Announce announces the Worker's concurrency: at Start and every
 	// HeartbeatInterval with Concurrency and a life (ttl) of 3 intervals,
 	// and when the Worker stops with concurrency 0 and a life of 1 s (the
@@ -166,6 +171,9 @@ func (c Config) withDefaults() Config {
 	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, TimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.UpstreamCache == nil && c.UpstreamRates != nil {
+		c.UpstreamCache = NewUpstreamCache(c.UpstreamRates)
 	}
 	if c.Announce == nil && c.Store != nil {
 		st, id := c.Store, c.ID
@@ -209,8 +217,9 @@ type Worker struct {
 	sched   *scheduler    // every wait for a slot
 	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
 	metrics *metrics
-	// upParams caches the params of the upstreams jobs name (upstreams.go).
-	upParams upstreamParams
+	// upstreams caches the settings of the upstreams jobs name
+	// (Config.UpstreamCache; nil without UpstreamRates).
+	upstreams *store.UpstreamCache
 	// current is the settings applied now (Settings); stored the settings
 	// last read from <prefix>:meta (nil before the first read), touched only
 	// by Start and then the meta loop.
@@ -236,7 +245,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
-		jobs: make(chan struct{}, cfg.Concurrency), metrics: m,
+		jobs: make(chan struct{}, cfg.Concurrency), metrics: m, upstreams: cfg.UpstreamCache,
 		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
