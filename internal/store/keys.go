@@ -47,6 +47,7 @@ import (
 //
 //	<p>:{u:N}:cal                  HASH   shard → "wanted weight unit expires vf": demand registered (lua/upstream_grant.lua)
 //	<p>:{u:N}:g                    HASH   shard → "t0 ceil …": segments granted, waiting for the shard's next call
+//	<p>:{u:N}:run                  ZSET   "<job id>:<gen>" → lease expiry µs: the jobs running under its concurrency (lua/upstream_run.lua)
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -108,6 +109,15 @@ func (k keyspace) upstreamLocal(shard int) string { return k.base(shard) + "ul" 
 func (k keyspace) upstreamGrantKeys(upstream string) []string {
 	b := k.upstreamBase(upstream)
 	return []string{b + "u", b + "cal", b + "g"}
+}
+
+// upstreamRun is upstream name's set of concurrency leases.
+func (k keyspace) upstreamRun(name string) string { return k.upstreamBase(name) + "run" }
+
+// upstreamDeleteKeys are lua/upstream_delete.lua's KEYS: every key of
+// upstream name's slot.
+func (k keyspace) upstreamDeleteKeys(name string) []string {
+	return append(k.upstreamGrantKeys(name), k.upstreamRun(name))
 }
 
 // upstreamOfKey is the upstream name in one of its keys.

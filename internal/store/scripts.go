@@ -77,6 +77,10 @@ var (
 	luaUpstreamPut string
 	//go:embed lua/upstream_pause.lua
 	luaUpstreamPause string
+	//go:embed lua/upstream_delete.lua
+	luaUpstreamDelete string
+	//go:embed lua/upstream_run.lua
+	luaUpstreamRun string
 )
 
 // script is one dispatch script: its name (for error messages, and its
@@ -123,8 +127,11 @@ var (
 	scriptUpstreamCharge = standalone("upstream_charge", luaUpstreamCharge)
 	// The upstream registry's scripts stand alone: their one key is in the
 	// upstream's slot {u:<name>}, not a shard's.
-	scriptUpstreamPut   = standalone("upstream_put", luaUpstreamPut)
-	scriptUpstreamPause = standalone("upstream_pause", luaUpstreamPause)
+	scriptUpstreamPut    = standalone("upstream_put", luaUpstreamPut)
+	scriptUpstreamPause  = standalone("upstream_pause", luaUpstreamPause)
+	scriptUpstreamDelete = standalone("upstream_delete", luaUpstreamDelete)
+	// scriptUpstreamRun keeps an upstream's concurrency leases, in its slot.
+	scriptUpstreamRun = standalone("upstream_run", luaUpstreamRun)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in

@@ -40,11 +40,15 @@ type UpstreamRuntime struct {
 	// most UpstreamRuntimeTenantsPerShard tenants per shard (Truncated then).
 	WaitingByTenant map[string]int64
 	Truncated       bool
+	// Running is the jobs naming the upstream that run under its
+	// concurrency now (leases in force, UpstreamRunning); 0 without one.
+	Running int64
 }
 
 // UpstreamRuntime reads upstream name's runtime: its hash (one read in its
 // slot) and, per shard, the tenants waiting on it (one script each,
-// bounded). ErrUpstreamNotFound when it has no params.
+// bounded), and its concurrency leases in force (one script in its slot).
+// ErrUpstreamNotFound when it has no params.
 func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRuntime, error) {
 	p, err := s.UpstreamParamsOf(ctx, name)
 	if err != nil {
@@ -74,6 +78,9 @@ func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRunti
 		if err := d.Err(); err != nil {
 			return UpstreamRuntime{}, fmt.Errorf("read upstream %q waiting on shard %d: %w", name, shard, err)
 		}
+	}
+	if rt.Running, err = s.UpstreamRunning(ctx, name); err != nil {
+		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
 	now, err := s.redisNow(ctx)
 	if err != nil {

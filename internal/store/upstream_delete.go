@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// UpstreamInUseError is DeleteUpstream's refusal while jobs wait on or run
+// under the upstream: Waiting (queued in lanes naming it, by tenant; at
+// most UpstreamRuntimeTenantsPerShard tenants per shard) and Running (its
+// concurrency leases in force).
+type UpstreamInUseError struct {
+	Name    string
+	Waiting map[string]int64
+	Running int64
+}
+
+func (e *UpstreamInUseError) Error() string {
+	var n int64
+	for _, w := range e.Waiting {
+		n += w
+	}
+	return fmt.Sprintf("upstream %q is in use: %d jobs of %d tenants wait on it (%v), %d run under its concurrency",
+		e.Name, n, len(e.Waiting), slices.Sorted(maps.Keys(e.Waiting)), e.Running)
+}
+
+// DeleteUpstream removes upstream name from the registry: its hash, the
+// coordinator's keys and its concurrency leases, then its listing entry.
+// ifMatch is an If-Match value as for PutUpstream ("" or "*": any
+// version; a stale one is an *UpstreamVersionError). It refuses with an
+// *UpstreamInUseError while jobs wait on it (UpstreamRuntime's
+// WaitingByTenant: the jobs queued in the shards' lanes naming it) or run
+// under its concurrency (leases in force), and with ErrUpstreamNotFound
+// when it has no record. Jobs naming it that are released or running
+// without a lease are not seen: they finish normally (a cost correction
+// or a throttle pause of a deleted upstream does nothing). The check and
+// the delete are two steps: a job enqueued between them (the API's
+// upstream cache is up to a second old) waits in its lane until an
+// upstream of that name is created again, or is canceled.
+func (s *Store) DeleteUpstream(ctx context.Context, name, ifMatch string) error {
+	want, err := ParseUpstreamIfMatch(ifMatch)
+	if err == nil {
+		err = checkUpstreamName(name)
+	}
+	if err != nil {
+		return fmt.Errorf("delete upstream %q: %w", name, err)
+	}
+	rt, err := s.UpstreamRuntime(ctx, name)
+	if err != nil {
+		return fmt.Errorf("delete upstream %q: %w", name, err)
+	}
+	if len(rt.WaitingByTenant) > 0 || rt.Running > 0 {
+		return fmt.Errorf("delete upstream %q: %w", name,
+			&UpstreamInUseError{Name: name, Waiting: rt.WaitingByTenant, Running: rt.Running})
+	}
+	d, err := s.runKeys(ctx, scriptUpstreamDelete, s.keys.upstreamDeleteKeys(name), s.nowArg(), max(want, AnyVersion))
+	var st *statusReply
+	switch {
+	case errors.As(err, &st) && st.status == statusVersionMismatch:
+		err = &UpstreamVersionError{Name: name, Want: want, Current: d.int(1)}
+	case errors.As(err, &st) && st.status == statusNotFound:
+		err = ErrUpstreamNotFound
+	case errors.As(err, &st) && st.status == "in_use":
+		err = &UpstreamInUseError{Name: name, Waiting: map[string]int64{}, Running: d.int(1)}
+	}
+	if err != nil {
+		return fmt.Errorf("delete upstream %q: %w", name, err)
+	}
+	if err := s.rdb.ZRem(ctx, s.keys.upstreams(), name).Err(); err != nil {
+		return fmt.Errorf("delete upstream %q from the listing: %w", name, err)
+	}
+	return nil
+}
