@@ -46,6 +46,13 @@ const (
 	// CodeUnknownUpstream (422): a job names (or its tenant policy's
 	// default names) an upstream that is not registered.
 	CodeUnknownUpstream = "unknown_upstream"
+	// CodeCostExceedsUpstreamBurst (422): a job's cost exceeds the burst of
+	// an upstream it names (the message names the upstream and both
+	// numbers).
+	CodeCostExceedsUpstreamBurst = "cost_exceeds_upstream_burst"
+	// CodeUpstreamInUse (409): DELETE /v1/upstreams/{name} while jobs wait
+	// on or run under the upstream.
+	CodeUpstreamInUse = "upstream_in_use"
 )
 
 // StorageFullRetryAfter is the Retry-After, in seconds, of a 507

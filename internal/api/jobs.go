@@ -415,8 +415,10 @@ func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
 // resolveUpstreams settles the upstreams of a valid spec and its Attrs:
 // a spec without "upstreams" takes its tenant policy's default (true when
 // it did); then every name must be registered, else 422 unknown_upstream
-// naming the unknown ones. Reading the policy or the registry failing is
-// a 503 (nothing is stored).
+// naming the unknown ones, and the job's cost must not exceed any of their
+// bursts, else 422 cost_exceeds_upstream_burst (such a job would reach the
+// upstream whole, over its bound by itself). Reading the policy or the
+// registry failing is a 503 (nothing is stored).
 func (s *Server) resolveUpstreams(req *capacityLookup, spec *job.Spec, a *job.Attrs) (defaulted bool, err error) {
 	ctx := req.r.Context()
 	if spec.Upstreams == nil {
@@ -431,17 +433,30 @@ func (s *Server) resolveUpstreams(req *capacityLookup, spec *job.Spec, a *job.At
 	if len(a.Upstreams) == 0 {
 		return defaulted, nil
 	}
-	unknown, err := s.upstreams.unknown(ctx, a.Upstreams)
+	settings, err := s.upstreams.Settings(ctx, a.Upstreams)
 	if err != nil {
 		return false, s.storeError(req.r, "get_upstreams", err)
 	}
-	if len(unknown) > 0 {
-		from := "the job names"
-		if defaulted {
-			from = "the tenant's policy names (its default upstreams)"
+	from := "the job names"
+	if defaulted {
+		from = "the tenant's policy names (its default upstreams)"
+	}
+	var unknown []string
+	for i, st := range settings {
+		if !st.Found {
+			unknown = append(unknown, a.Upstreams[i])
 		}
+	}
+	if len(unknown) > 0 {
 		return false, errorf(http.StatusUnprocessableEntity, CodeUnknownUpstream,
 			"upstreams: %s unknown upstreams %q; create them with PUT /v1/upstreams/{name}", from, unknown)
+	}
+	for i, st := range settings {
+		if a.Cost > st.Params.Burst {
+			return false, errorf(http.StatusUnprocessableEntity, CodeCostExceedsUpstreamBurst,
+				"cost: %d exceeds the burst %d of upstream %q (%s it): such a job would reach the upstream over its bound by itself; split the job or raise the upstream's burst",
+				a.Cost, st.Params.Burst, a.Upstreams[i], from)
+		}
 	}
 	return defaulted, nil
 }

@@ -146,7 +146,7 @@ type Server struct {
 	summaries summaryCache
 	lives     liveSet
 	// upstreams and policyUpstreams serve enqueue's upstream resolution.
-	upstreams       *upstreamRegistry
+	upstreams       *store.UpstreamCache
 	policyUpstreams *policyUpstreams
 	// memory refuses new jobs above Options.MemoryHighWater.
 	memory *memoryGuard
@@ -190,7 +190,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.opts.Store != nil {
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
-		s.upstreams = &upstreamRegistry{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
+		s.upstreams = newUpstreamSettings(s.opts.Store, opts.UpstreamCache)
 		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
 	}
 	s.routes()
@@ -229,6 +229,7 @@ func (s *Server) routes() {
 		s.mux.Handle("GET /v1/upstreams", s.v1(CostRead, s.listUpstreams))
 		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(CostRead, s.getUpstream))
 		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(CostWrite, s.putUpstream))
+		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(CostWrite, s.deleteUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(CostWrite, s.pauseUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(CostWrite, s.resumeUpstream))
 	}

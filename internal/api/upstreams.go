@@ -56,6 +56,9 @@ type upstreamRuntimeView struct {
 	// WaitingByTenant counts the jobs waiting on the upstream, by tenant
 	// (only the tenants the key may see).
 	WaitingByTenant map[string]int64 `json:"waiting_by_tenant"`
+	// Running is the jobs naming the upstream running under its
+	// concurrency now (0 for an upstream without one).
+	Running int64 `json:"running"`
 }
 
 // upstreamViewOf is rec's view.
@@ -156,7 +159,7 @@ func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstrea
 		}
 	}
 	return &upstreamRuntimeView{EffectiveRate: 1e6 / float64(rt.EffectiveIntervalUS), Tokens: rt.Tokens,
-		WaitingByTenant: waiting}
+		WaitingByTenant: waiting, Running: rt.Running}
 }
 
 // putUpstream is PUT /v1/upstreams/{name} (admin keys): the body
@@ -189,20 +192,61 @@ func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid upstream: %s", joinMessages(err))
 	}
 	version, err := s.opts.Store.PutUpstream(r.Context(), name, cfg, store.SourceAPI, ifMatch)
-	var stale *store.UpstreamVersionError
-	switch {
-	case errors.As(err, &stale):
-		return 0, nil, errorf(http.StatusPreconditionFailed, CodePreconditionFailed,
-			"If-Match: upstream %q is at version %s, not %s", name, store.UpstreamETag(stale.Current), store.UpstreamETag(stale.Want))
-	case err != nil:
-		return 0, nil, s.storeError(r, "put_upstream", err)
+	if err != nil {
+		return 0, nil, s.upstreamWriteError(r, "put_upstream", name, err)
 	}
-	s.upstreams.learn(name)
+	s.upstreams.Forget(name)
 	status := http.StatusOK
 	if version == 1 {
 		status = http.StatusCreated
 	}
 	return s.upstreamResponse(r, c, status, name)
+}
+
+// upstreamWriteError maps a store error of a write to upstream name: a
+// stale If-Match → 412, in use → 409, no such upstream → 404, else as
+// storeError.
+func (s *Server) upstreamWriteError(r *http.Request, op, name string, err error) error {
+	var stale *store.UpstreamVersionError
+	var inUse *store.UpstreamInUseError
+	switch {
+	case errors.As(err, &stale):
+		return errorf(http.StatusPreconditionFailed, CodePreconditionFailed,
+			"If-Match: upstream %q is at version %s, not %s", name, store.UpstreamETag(stale.Current), store.UpstreamETag(stale.Want))
+	case errors.As(err, &inUse):
+		var waiting int64
+		for _, n := range inUse.Waiting {
+			waiting += n
+		}
+		return errorf(http.StatusConflict, CodeUpstreamInUse,
+			"upstream %q is in use: %d jobs wait on it, %d run under its concurrency; cancel them or let them finish, then delete it (GET /v1/upstreams/%s shows them)",
+			name, waiting, inUse.Running, name)
+	}
+	return s.upstreamError(r, op, name, err)
+}
+
+// deleteUpstream is DELETE /v1/upstreams/{name} (admin keys): removes the
+// upstream (its configuration, schedule, pause and concurrency leases).
+// Optional If-Match as for PUT (412 when stale, 400 when malformed). 409
+// upstream_in_use while jobs wait on it (queued in lanes naming it: the
+// runtime's waiting_by_tenant) or run under its concurrency (its running);
+// 404 for an unknown one; 204 when deleted. New jobs naming it are then
+// refused (422 unknown_upstream) within UpstreamCache (a second) by every
+// API process, at once by this one.
+func (s *Server) deleteUpstream(r *http.Request, c *call) (int, any, error) {
+	name, err := adminUpstream(r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	ifMatch := r.Header.Get("If-Match")
+	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
+		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
+	}
+	if err := s.opts.Store.DeleteUpstream(r.Context(), name, ifMatch); err != nil {
+		return 0, nil, s.upstreamWriteError(r, "delete_upstream", name, err)
+	}
+	s.upstreams.Forget(name)
+	return http.StatusNoContent, nil, nil
 }
 
 // listUpstreams is GET /v1/upstreams?cursor=&limit=: a page of upstreams

@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/store"
@@ -340,39 +339,51 @@ func TestPutPolicyUpstreams(t *testing.T) {
 	}
 }
 
-// TestUpstreamCaches: enqueue's reads of the registry and of a tenant's
-// default upstreams are used for the cache's ttl, then read again; a name
-// the cached listing lacks is read from its hash before it is refused.
+// TestUpstreamCaches: enqueue's reads of an upstream's settings and of a
+// tenant's default upstreams are used for the cache's ttl, then read
+// again; a name not registered is read again at every use (an upstream
+// another process creates is accepted at once).
 func TestUpstreamCaches(t *testing.T) {
 	t.Parallel()
-	var prefix string
-	f := newStoreFixture(t, func(_ *Options, _ redis.UniversalClient, p string) { prefix = p })
+	f := newStoreFixture(t, nil)
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	st := f.srv.opts.Store
-	reg := &upstreamRegistry{store: st, ttl: time.Second, clock: clock}
+	reg := newUpstreamSettings(st, time.Second)
+	reg.Clock = clock
 	pol := &policyUpstreams{store: st, ttl: time.Second, clock: clock}
+	found := func(names ...string) []bool {
+		t.Helper()
+		got, err := reg.Settings(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]bool, len(got))
+		for i, s := range got {
+			out[i] = s.Found
+		}
+		return out
+	}
 
 	f.createUpstream(t, "a")
-	if unknown, err := reg.unknown(ctx, []string{"a", "b"}); err != nil || !slices.Equal(unknown, []string{"b"}) {
-		t.Fatalf("unknown = %v, %v; want [b]", unknown, err)
+	if got := found("a", "b"); !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("found %v, want [true false]", got)
 	}
-	f.createUpstream(t, "b") // within the ttl: found by the miss's own read
-	if unknown, err := reg.unknown(ctx, []string{"a", "b"}); err != nil || unknown != nil {
-		t.Fatalf("after b's PUT: unknown = %v, %v", unknown, err)
+	f.createUpstream(t, "b") // within the ttl: a miss is read again
+	if got := found("a", "b"); !slices.Equal(got, []bool{true, true}) {
+		t.Fatalf("after b's PUT: found %v, want both", got)
 	}
-	if !reg.names["b"] {
-		t.Error("the miss's read did not remember b")
-	}
-	// An unlisted hash (its listing write failed) is found by the miss read.
-	f.createUpstream(t, "c")
-	if err := f.srv.opts.Redis.ZRem(ctx, prefix+":upstreams", "c").Err(); err != nil {
+	if err := st.DeleteUpstream(ctx, "b", ""); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(2 * time.Second) // the listing is read again: without c
-	if unknown, err := reg.unknown(ctx, []string{"c"}); err != nil || unknown != nil {
-		t.Fatalf("an unlisted upstream: unknown = %v, %v", unknown, err)
+	now = now.Add(999 * time.Millisecond)
+	if got := found("b"); !got[0] {
+		t.Error("deleted within the ttl: not the cached answer")
+	}
+	now = now.Add(time.Millisecond)
+	if got := found("b"); got[0] {
+		t.Error("deleted, after the ttl: still found")
 	}
 
 	f.setPolicy(t, "acme-c", store.Overrides{Upstreams: store.HeaderList{"a"}})
@@ -387,6 +398,72 @@ func TestUpstreamCaches(t *testing.T) {
 	now = now.Add(time.Millisecond)
 	if got, _ := pol.of(ctx, "acme-c"); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("after the ttl: %v, want [b]", got)
+	}
+}
+
+// TestEnqueueCostOverUpstreamBurst: a job whose cost exceeds the burst of
+// an upstream it names (or its policy's default names) is refused with 422
+// cost_exceeds_upstream_burst naming the upstream and both numbers, single
+// or in a batch, and nothing is stored; a cost equal to the burst is
+// accepted.
+func TestEnqueueCostOverUpstreamBurst(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	if r := f.putUpstream(t, "big", adminToken, `{"rate":"10/s","burst":5}`); r.status != http.StatusCreated {
+		t.Fatalf("PUT big: %d %v", r.status, r.body)
+	}
+	f.createUpstream(t, "sms") // burst 1
+	f.setPolicy(t, "acme-b", store.Overrides{Upstreams: store.HeaderList{"sms"}, Burst: p64(10)})
+	f.setPolicy(t, "acme-c", store.Overrides{Burst: p64(10)})
+	job := func(cost int, ups string) string {
+		j := strings.TrimSuffix(webhookJob, "}") + `,"cost":` + strconv.Itoa(cost)
+		if ups != "" {
+			j += `,"upstreams":` + ups
+		}
+		return j + "}"
+	}
+	if r := f.post(t, "/v1/tenants/acme-c/jobs", producerToken, job(5, `["big"]`)); r.status != http.StatusAccepted {
+		t.Fatalf("cost = burst: %d %v, want 202", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		tenant, body string
+		words        []string
+	}{
+		{"acme-c", job(6, `["big"]`), []string{"6", "burst 5", `"big"`, "the job names"}},
+		{"acme-c", job(2, `["big","sms"]`), []string{"2", "burst 1", `"sms"`}},
+		{"acme-b", job(2, ""), []string{"2", "burst 1", `"sms"`, "policy"}},
+	} {
+		r := f.post(t, "/v1/tenants/"+tc.tenant+"/jobs", producerToken, tc.body)
+		if r.status != http.StatusUnprocessableEntity || errorCode(r) != CodeCostExceedsUpstreamBurst {
+			t.Errorf("%s: %d %v, want 422 %s", tc.body, r.status, r.body, CodeCostExceedsUpstreamBurst)
+			continue
+		}
+		for _, w := range tc.words {
+			if !strings.Contains(errorMessage(r), w) {
+				t.Errorf("%s: message %q lacks %q", tc.body, errorMessage(r), w)
+			}
+		}
+	}
+	r := f.post(t, "/v1/tenants/acme-c/jobs:batch", producerToken,
+		`{"jobs":[`+job(6, `["big"]`)+`,`+job(1, `["sms"]`)+`,`+job(2, `["sms"]`)+`]}`)
+	res, _ := r.body["results"].([]any)
+	if r.status != http.StatusAccepted || len(res) != 3 {
+		t.Fatalf("batch: %d %v", r.status, r.body)
+	}
+	for i, want := range []string{CodeCostExceedsUpstreamBurst, "", CodeCostExceedsUpstreamBurst} {
+		item := res[i].(map[string]any)
+		e, _ := item["error"].(map[string]any)
+		if code, _ := e["code"].(string); code != want {
+			t.Errorf("batch item %d: %v, want code %q", i, item, want)
+		}
+	}
+	// Stored: the job of cost 5 on big, the batch's cost 1 on sms; nothing else.
+	for name, want := range map[string]string{"big": `{"acme-c":1}`, "sms": `{"acme-c":1}`} {
+		g := f.get(t, "/v1/upstreams/"+name, adminToken)
+		rt, _ := g.body["runtime"].(map[string]any)
+		if got := mustJSON(rt["waiting_by_tenant"]); got != want {
+			t.Errorf("jobs waiting on %s: %s, want %s", name, got, want)
+		}
 	}
 }
 
@@ -420,5 +497,87 @@ func TestGetUpstreamRuntime(t *testing.T) {
 			mustJSON(rt["waiting_by_tenant"]) != mustJSON(tc.want) {
 			t.Errorf("GET with %s: %d runtime %v, want rate 10, 1 token, waiting %v", tc.token, g.status, rt, tc.want)
 		}
+	}
+}
+
+// deleteUpstream sends DELETE /v1/upstreams/{name} with an optional
+// If-Match and returns the status and the error code ("" for none).
+func (f *fixture) deleteUpstream(t *testing.T, name, token, ifMatch string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("DELETE", f.http.URL+"/v1/upstreams/"+name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if ifMatch != "" {
+		req.Header.Set("If-Match", ifMatch)
+	}
+	resp, err := f.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Error.Code
+}
+
+// TestDeleteUpstream: DELETE is for admin keys; 404 for an unknown
+// upstream; 409 upstream_in_use while a job waits on it; 412 on a stale
+// If-Match, 400 on a malformed one; 204, then GET is 404, the listing
+// lacks it and new jobs naming it are refused with unknown_upstream at
+// once by this process.
+func TestDeleteUpstream(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, nil)
+	f.createUpstream(t, "sms")
+	job := strings.TrimSuffix(webhookJob, "}") + `,"upstreams":["sms"]}`
+	r := f.post(t, "/v1/tenants/acme-d/jobs", producerToken, job)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %v", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		name, token, ifMatch string
+		status               int
+		code                 string
+	}{
+		{"nope", adminToken, "", 404, CodeNotFound},
+		{"sms", producerToken, "", 403, CodeForbidden},
+		{"sms", adminToken, "", 409, CodeUpstreamInUse},
+		{"a:b", adminToken, "", 422, CodeInvalid},
+	} {
+		if status, code := f.deleteUpstream(t, tc.name, tc.token, tc.ifMatch); status != tc.status || code != tc.code {
+			t.Errorf("DELETE %s (%s, If-Match %q): %d %s, want %d %s", tc.name, tc.token, tc.ifMatch, status, code, tc.status, tc.code)
+		}
+	}
+	if c := f.send(t, "DELETE", "/v1/jobs/"+r.body["id"].(string), producerToken, nil); c.status != http.StatusOK {
+		t.Fatalf("cancel: %d %v", c.status, c.body)
+	}
+	for _, tc := range []struct {
+		ifMatch string
+		status  int
+		code    string
+	}{
+		{`"u9"`, 412, CodePreconditionFailed},
+		{`W/"u1"`, 400, CodeMalformed},
+		{`"u1"`, 204, ""},
+		{"", 404, CodeNotFound}, // gone
+	} {
+		if status, code := f.deleteUpstream(t, "sms", adminToken, tc.ifMatch); status != tc.status || code != tc.code {
+			t.Errorf("DELETE sms (If-Match %q): %d %s, want %d %s", tc.ifMatch, status, code, tc.status, tc.code)
+		}
+	}
+	if g := f.get(t, "/v1/upstreams/sms", adminToken); g.status != http.StatusNotFound {
+		t.Errorf("GET after the delete: %d %v", g.status, g.body)
+	}
+	if l := f.get(t, "/v1/upstreams", adminToken); mustJSON(l.body["upstreams"]) != "[]" {
+		t.Errorf("listing after the delete: %v", l.body)
+	}
+	if r := f.post(t, "/v1/tenants/acme-d/jobs", producerToken, job); r.status != 422 || errorCode(r) != CodeUnknownUpstream {
+		t.Errorf("a job naming the deleted upstream: %d %v, want 422 %s", r.status, r.body, CodeUnknownUpstream)
 	}
 }
