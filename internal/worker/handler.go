@@ -110,9 +110,14 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	if !ok {
 		return
 	}
+	held, ok := w.acquireRuns(ctx, job) // its upstreams' concurrency (upstreamrun.go)
+	if !ok {
+		w.giveBack(ctx, job)
+		return
+	}
 	_ = w.sched.Wait(ctx, w.clock.Local(job.Slot)) // on ctx's end the attempt fails at once
 	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
-	w.attempt(ctx, job, exec)
+	w.attempt(ctx, job, exec, held)
 }
 
 // claim waits for p's slot and claims the job. ok is false when there is
@@ -189,8 +194,9 @@ func (w *Worker) claimAt(slot time.Time) time.Time {
 	return w.clock.Local(slot).Add(-w.Settings().Tolerance/2 - w.clock.RTT()/2)
 }
 
-// attempt executes a claimed job with exec and finishes it.
-func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executor) {
+// attempt executes a claimed job with exec, releases its upstream leases
+// (held: acquireRuns) and finishes it.
+func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executor, held []string) {
 	timeout := job.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.DefaultTimeout
@@ -199,6 +205,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	outcome := w.execute(actx, job, exec)
 	cancel()
+	w.releaseRuns(ctx, job, held)
 	w.metrics.attempts.WithLabelValues(kindLabel(outcome.Kind)).Inc()
 	w.metrics.delivery.WithLabelValues(kindLabel(outcome.Kind)).Observe(outcome.Latency.Seconds())
 

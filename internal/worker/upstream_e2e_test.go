@@ -261,3 +261,87 @@ func (h *harness) noLostHandoff(t *testing.T) {
 	h.noFailedCalls(t)
 	t.Logf("%v leases swept", h.counter("sluice_dispatch_swept_total"))
 }
+
+// TestUpstreamConcurrency: an upstream with concurrency 2, three workers
+// with six job slots between them and a slow receiver: never more than 2
+// requests naming the upstream in flight at once, every job delivered
+// once, no lease left behind; GET's runtime count (UpstreamRuntime.Running)
+// sees the 2 while they run.
+func TestUpstreamConcurrency(t *testing.T) {
+	h := newHarness(t, 4)
+	r, _ := bucket.ParseRate("200/s")
+	if _, err := h.st.PutUpstream(h.ctx, "slow", upstream.Config{Rate: r, Burst: 10, Concurrency: 2}, store.SourceAPI, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.policy("cc", store.Overrides{RateUS: ptr(5_000), Burst: ptr(10), Concurrency: ptr(20)})
+	ids := h.enqueueUp("cc", 12, "slow")
+	h.recv.behave = func(string) (int, time.Duration) { return http.StatusNoContent, 150 * time.Millisecond }
+	for range 3 {
+		h.startWorker(2, nil, func(c *worker.Config) { c.UpstreamRates = h.st })
+	}
+	h.startDispatcher(nil)
+	var sawRunning int64
+	redistest.Poll(t, slack(20*time.Second), "every job delivered", func() bool {
+		if rt, err := h.st.UpstreamRuntime(h.ctx, "slow"); err == nil {
+			sawRunning = max(sawRunning, rt.Running)
+		}
+		return len(h.recv.arrivals("cc")) >= len(ids)
+	})
+	redistest.Poll(t, 5*time.Second, "every job succeeded", func() bool {
+		for _, id := range ids {
+			if h.jobOf(id).State != store.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	if got := h.recv.maxConcurrent("cc"); got != 2 {
+		t.Errorf("at most %d requests in flight at once, want 2 (the upstream's concurrency, reached)", got)
+	}
+	if sawRunning < 1 || sawRunning > 2 {
+		t.Errorf("runtime running peaked at %d, want 1 … 2", sawRunning)
+	}
+	exactlyOnce(t, h.recv.arrivals("cc"), ids)
+	if n, err := h.st.UpstreamRunning(h.ctx, "slow"); err != nil || n != 0 {
+		t.Errorf("leases in force after the last job: %d, %v; want 0", n, err)
+	}
+	h.noLostHandoff(t)
+}
+
+// TestUpstreamConcurrencyGivesBack: a job whose upstream stays at its
+// concurrency (a lease held elsewhere) past half the grace goes back to
+// its lane unsent, no attempt used, its log saying why; once the lease is
+// released it is delivered once.
+func TestUpstreamConcurrencyGivesBack(t *testing.T) {
+	h := newHarness(t, 4)
+	r, _ := bucket.ParseRate("100/s")
+	if _, err := h.st.PutUpstream(h.ctx, "one", upstream.Config{Rate: r, Concurrency: 1}, store.SourceAPI, ""); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := h.st.AcquireUpstreamRun(h.ctx, "one", "elsewhere:1", time.Minute); !held || err != nil {
+		t.Fatalf("external lease: %v, %v", held, err)
+	}
+	ids := h.enqueueUp("gb", 1, "one")
+	h.startWorker(2, nil, func(c *worker.Config) { c.UpstreamRates = h.st })
+	h.startDispatcher(nil)
+	redistest.Poll(t, slack(10*time.Second), "the job given back", func() bool {
+		for _, a := range h.jobOf(ids[0]).Attempts {
+			if a.Error == worker.ReasonUpstreamConcurrency {
+				return true
+			}
+		}
+		return false
+	})
+	if n := len(h.recv.arrivals("gb")); n != 0 {
+		t.Fatalf("%d requests while the upstream was full, want 0", n)
+	}
+	if err := h.st.ReleaseUpstreamRun(h.ctx, "one", "elsewhere:1"); err != nil {
+		t.Fatal(err)
+	}
+	got := h.recv.waitFor(t, "gb", 1, slack(10*time.Second))
+	exactlyOnce(t, got, ids)
+	redistest.Poll(t, 5*time.Second, "the job succeeded", func() bool { return h.jobOf(ids[0]).State == store.StateSucceeded })
+	if j := h.jobOf(ids[0]); j.Attempt != 1 {
+		t.Errorf("attempts used %d, want 1 (the give-back is not counted)", j.Attempt)
+	}
+}

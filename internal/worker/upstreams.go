@@ -9,13 +9,16 @@ import (
 )
 
 // UpstreamRates is what a Worker needs to apply an upstream's pause_scope
-// and adaptive rate (issue #15): its settings (read through the Worker's
+// adaptive rate and concurrency (issue #15): its settings (read through the Worker's
 // UpstreamCache), its pause (pu = max(pu, until), reason) and its rate
-// factor's feedback.
+// factor's feedback, and its concurrency leases.
 type UpstreamRates interface {
 	UpstreamSettings(ctx context.Context, names []string) ([]store.UpstreamSettings, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
 	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error)
+	// The concurrency leases (upstreamrun.go).
+	AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error)
+	ReleaseUpstreamRun(ctx context.Context, name, holder string) error
 }
 
 var _ UpstreamRates = (*store.Store)(nil)

@@ -220,6 +220,9 @@ type Worker struct {
 	// upstreams caches the settings of the upstreams jobs name
 	// (Config.UpstreamCache; nil without UpstreamRates).
 	upstreams *store.UpstreamCache
+	// runWakes wakes jobs waiting for an upstream's concurrency lease
+	// (upstreamrun.go).
+	runWakes runWakes
 	// current is the settings applied now (Settings); stored the settings
 	// last read from <prefix>:meta (nil before the first read), touched only
 	// by Start and then the meta loop.
