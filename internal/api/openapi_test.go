@@ -238,7 +238,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		"GET /v1/summary", "GET /v1/tenants/{tenant}/live", // issue #17: the console's polls
 		// issue #15: shared upstream quotas
 		"GET /v1/upstreams", "GET /v1/upstreams/{name}", "PUT /v1/upstreams/{name}",
-		"POST /v1/upstreams/{name}/pause", "POST /v1/upstreams/{name}/resume",
+		"POST /v1/upstreams/{name}/pause", "POST /v1/upstreams/{name}/resume", "DELETE /v1/upstreams/{name}",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {
@@ -257,7 +257,8 @@ func TestOpenAPIDocument(t *testing.T) {
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")
 	wantCodes := []any{CodeMalformed, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllowed, CodeConflict, CodeTooLarge,
 		CodeUnsupportedMedia, CodeInvalid, CodeIdempotencyMismat, CodeNoTaskWorker, CodeNoWebhookSecret, CodeRateLimited, CodeBacklogFull,
-		CodeUnavailable, CodeReplicationTimeout, CodeSecretsDisabled, CodeStorageFull, CodePreconditionFailed, CodeUnknownUpstream, "internal"}
+		CodeUnavailable, CodeReplicationTimeout, CodeSecretsDisabled, CodeStorageFull, CodePreconditionFailed, CodeUnknownUpstream,
+		CodeCostExceedsUpstreamBurst, CodeUpstreamInUse, "internal"}
 	if got, ok := codes.([]any); !ok || !sameSet(got, wantCodes) {
 		t.Errorf("ErrorCode enum = %v, want the codes of errors.go %v", codes, wantCodes)
 	}
