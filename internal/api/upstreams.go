@@ -207,7 +207,7 @@ func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
 // stale If-Match → 412, in use → 409, no such upstream → 404, else as
 // storeError.
 func (s *Server) upstreamWriteError(r *http.Request, op, name string, err error) error {
-	var stale *store.UpstreamVersionError
+	var stale *store.VersionMismatchError
 	var inUse *store.UpstreamInUseError
 	switch {
 	case errors.As(err, &stale):

@@ -28,7 +28,8 @@ const viewerKey = "e2e-viewer-key"
 // agrees; no secret left in the page once its dialog closed); a read-only
 // key sees no write button and the API refuses its forged write; the tenant
 // page lists recent attempts; the configuration's upstream is listed and
-// paused and resumed from its page. Screenshots of the overview and a tenant page go to .sluice/ui/.
+// paused and resumed from its page, and one created by API deleted from its
+// page. Screenshots of the overview and a tenant page go to .sluice/ui/.
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, options{
@@ -174,6 +175,17 @@ func TestConsole(t *testing.T) {
 		if c.call(p, http.MethodGet, "/v1/upstreams/sms-7", nil, &v); v.Paused {
 			t.Fatal("resumed from the console, the API says paused")
 		}
+		// An upstream created by API, deleted from its page.
+		if st := c.call(p, http.MethodPut, "/v1/upstreams/tmp-del", map[string]any{"rate": "5/s"}, nil); st != http.StatusCreated {
+			t.Fatalf("PUT tmp-del: %d", st)
+		}
+		b.run(tab, "open tmp-del", chromedp.Navigate(p.url()+"/ui/#/upstream/tmp-del"), chromedp.WaitVisible(chromedp.CSS(`#upstream-delete-btn`)))
+		evalJS[bool](b, tab, "accept the confirmation", `(window.confirm = () => true, true)`)
+		b.run(tab, "delete", press(`#upstream-delete-btn`))
+		b.waitJS(tab, "back on the list", `location.hash === '#/upstreams'`)
+		if st := c.call(p, http.MethodGet, "/v1/upstreams/tmp-del", nil, nil); st != http.StatusNotFound {
+			t.Fatalf("deleted from the console, GET answers %d, want 404", st)
+		}
 	})
 
 	t.Run("a read-only key sees no write button; the API refuses its forged write", func(t *testing.T) {
@@ -187,7 +199,7 @@ func TestConsole(t *testing.T) {
 		}
 		b.run(ro, "open sms-7", chromedp.Navigate(p.url()+"/ui/#/upstream/sms-7"), chromedp.WaitVisible(chromedp.CSS(`#upstream-config`)))
 		b.waitJS(ro, "sms-7 shown", `document.querySelector('#upstream-config').textContent.includes('100/s')`)
-		if n := evalJS[int](b, ro, "upstream write buttons", `document.querySelectorAll('#upstream-pause-btn, #upstream-resume-btn').length`); n != 0 {
+		if n := evalJS[int](b, ro, "upstream write buttons", `document.querySelectorAll('#upstream-pause-btn, #upstream-resume-btn, #upstream-delete-btn').length`); n != 0 {
 			t.Fatalf("a read-only key's upstream page shows %d write buttons", n)
 		}
 		status := evalJS[int](b, ro, "forged pause", `fetch('/v1/tenants/charlie/pause', {method: 'POST',

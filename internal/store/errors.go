@@ -15,7 +15,8 @@ var (
 	// ErrConflict: the job's state does not allow the operation (e.g. cancel
 	// after the claim). Returned as a *ConflictError.
 	ErrConflict = errors.New("conflict")
-	// ErrVersionMismatch: a policy write's If-Match version is not current.
+	// ErrVersionMismatch: a policy or upstream write's If-Match version is
+	// not current.
 	// Returned as a *VersionMismatchError.
 	ErrVersionMismatch = errors.New("policy version mismatch")
 	// ErrInvalid: an argument is out of range or malformed (HTTP 422/400).
@@ -39,15 +40,20 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// VersionMismatchError reports the current version of a tenant's overrides
-// (0 when the tenant has none).
+// VersionMismatchError reports the current version of what a stale
+// If-Match named: a tenant's overrides (Tenant set; 0 when it has none) or
+// an upstream (Upstream set; 0 when it does not exist).
 type VersionMismatchError struct {
-	Tenant  string
-	Want    int64
-	Current int64
+	Tenant   string
+	Upstream string
+	Want     int64
+	Current  int64
 }
 
 func (e *VersionMismatchError) Error() string {
+	if e.Upstream != "" {
+		return fmt.Sprintf("upstream %q is at version %d, not %d", e.Upstream, e.Current, e.Want)
+	}
 	return fmt.Sprintf("policy of tenant %q is at version %d, not %d", e.Tenant, e.Current, e.Want)
 }
 

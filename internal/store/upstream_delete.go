@@ -30,7 +30,7 @@ func (e *UpstreamInUseError) Error() string {
 // DeleteUpstream removes upstream name from the registry: its hash, the
 // coordinator's keys and its concurrency leases, then its listing entry.
 // ifMatch is an If-Match value as for PutUpstream ("" or "*": any
-// version; a stale one is an *UpstreamVersionError). It refuses with an
+// version; a stale one is a *VersionMismatchError, Upstream set). It refuses with an
 // *UpstreamInUseError while jobs wait on it (UpstreamRuntime's
 // WaitingByTenant: the jobs queued in the shards' lanes naming it) or run
 // under its concurrency (leases in force), and with ErrUpstreamNotFound
@@ -60,7 +60,7 @@ func (s *Store) DeleteUpstream(ctx context.Context, name, ifMatch string) error 
 	var st *statusReply
 	switch {
 	case errors.As(err, &st) && st.status == statusVersionMismatch:
-		err = &UpstreamVersionError{Name: name, Want: want, Current: d.int(1)}
+		err = &VersionMismatchError{Upstream: name, Want: want, Current: d.int(1)}
 	case errors.As(err, &st) && st.status == statusNotFound:
 		err = ErrUpstreamNotFound
 	case errors.As(err, &st) && st.status == "in_use":

@@ -119,7 +119,7 @@ func TestDeleteUpstream(t *testing.T) {
 	if err := e.store.ReleaseUpstreamRun(e.ctx, "sms", "j:1"); err != nil {
 		t.Fatal(err)
 	}
-	var stale *UpstreamVersionError
+	var stale *VersionMismatchError
 	if err := e.store.DeleteUpstream(e.ctx, "sms", `"u7"`); !errors.As(err, &stale) || stale.Current != 1 {
 		t.Fatalf("stale If-Match: %v, want a version error at 1", err)
 	}

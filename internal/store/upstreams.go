@@ -56,22 +56,6 @@ const MaxUpstreamNames = 1000
 // ErrUpstreamNotFound: no upstream of that name is registered.
 var ErrUpstreamNotFound = errors.New("no such upstream")
 
-// UpstreamVersionError is PutUpstream's refusal of a stale If-Match: the
-// upstream's current version (0 when it does not exist). It wraps
-// ErrVersionMismatch.
-type UpstreamVersionError struct {
-	Name    string
-	Want    int64
-	Current int64
-}
-
-func (e *UpstreamVersionError) Error() string {
-	return fmt.Sprintf("upstream %q is at version %d, not %d", e.Name, e.Current, e.Want)
-}
-
-// Is makes errors.Is(err, ErrVersionMismatch) true.
-func (e *UpstreamVersionError) Is(target error) bool { return target == ErrVersionMismatch }
-
 // UpstreamRecord is one upstream as the registry holds it.
 type UpstreamRecord struct {
 	Name    string
@@ -94,7 +78,7 @@ func (r UpstreamRecord) PausedUntilResume() bool { return r.PausedUntil.UnixMicr
 // version: 1 when it created the upstream. ifMatch is an If-Match value
 // (ParseUpstreamIfMatch): "" or "*" writes unconditionally; a version
 // writes only when it is current (0: the upstream must not exist yet),
-// else an *UpstreamVersionError. The pause and the coordinator's state are
+// else a *VersionMismatchError (Upstream set). The pause and the coordinator's state are
 // kept. Bad input (name, configuration, src, ifMatch) is an error wrapping
 // ErrInvalid that writes nothing.
 func (s *Store) PutUpstream(ctx context.Context, name string, cfg upstream.Config, src, ifMatch string) (int64, error) {
@@ -107,7 +91,7 @@ func (s *Store) PutUpstream(ctx context.Context, name string, cfg upstream.Confi
 		version, _, err = s.putUpstream(ctx, "put", name, cfg, src, want)
 	}
 	if versionMismatch(err) {
-		err = &UpstreamVersionError{Name: name, Want: want, Current: version}
+		err = &VersionMismatchError{Upstream: name, Want: want, Current: version}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("put upstream %q: %w", name, err)

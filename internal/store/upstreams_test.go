@@ -51,7 +51,7 @@ func TestPutUpstreamVersions(t *testing.T) {
 	if _, err := e.store.PutUpstream(e.ctx, "sms", upCfg(30, 2), SourceAPI, "0"); !errors.Is(err, ErrVersionMismatch) {
 		t.Fatalf("create again with If-Match 0: %v, want a version mismatch", err)
 	}
-	var stale *UpstreamVersionError
+	var stale *VersionMismatchError
 	_, err = e.store.PutUpstream(e.ctx, "sms", upCfg(30, 2), SourceAPI, `"u7"`)
 	if !errors.As(err, &stale) || stale.Current != 1 || stale.Want != 7 {
 		t.Fatalf("stale If-Match: %v, want current 1, want 7", err)

@@ -1,8 +1,9 @@
 // upstreams.js — the shared upstream quotas (issue #15): the list (GET
 // /v1/upstreams: rate, burst, pause, waiting jobs) and one upstream's page
-// (GET /v1/upstreams/{name}, polled every 2 s: its configuration, pause and
-// waiting jobs by tenant; pause and resume for an admin key). Waiting jobs
-// come from the upstream's runtime state, "–" when the server has none.
+// (GET /v1/upstreams/{name}, polled every 2 s: its configuration, pause,
+// jobs running under its concurrency and waiting jobs by tenant; pause,
+// resume and delete for an admin key). Waiting and running jobs come from
+// the upstream's runtime state, "–" when the server has none.
 import { call, get, enc } from './api.js';
 import { h, fmtNum, table, errorText, card, tenantLink } from './ui.js';
 
@@ -78,6 +79,7 @@ export function upstream(main, { me, arg }) {
       card('upstream-rate', 'rate / burst', `${u.config.rate} / ${fmtNum(u.config.burst)}`),
       card('upstream-effective', 'effective rate', u.runtime ? `${fmtNum(u.runtime.effective_rate)}/s` : '–'),
       card('upstream-waiting-total', 'waiting jobs', fmtNum(waiting(u))),
+      card('upstream-running', 'running / concurrency', `${u.runtime ? fmtNum(u.runtime.running) : '–'} / ${u.config.concurrency ? fmtNum(u.config.concurrency) : 'none'}`),
       card('upstream-version', 'version', `${u.version} (${u.source})`));
     cfg.textContent = JSON.stringify(u.config, null, 2);
     const rows = u.runtime && u.runtime.waiting_by_tenant ? Object.entries(u.runtime.waiting_by_tenant).sort((a, b) => b[1] - a[1]) : [];
@@ -88,7 +90,8 @@ export function upstream(main, { me, arg }) {
     const dur = h('input', { id: 'upstream-pause-for', placeholder: 'for (e.g. 30s; empty: until resumed)', size: 32 });
     controls.replaceChildren(
       dur, h('button', { type: 'button', id: 'upstream-pause-btn', class: 'danger', onclick: () => act('pause', dur.value.trim()) }, 'Pause'),
-      h('button', { type: 'button', id: 'upstream-resume-btn', disabled: !u.paused, onclick: () => act('resume') }, 'Resume'));
+      h('button', { type: 'button', id: 'upstream-resume-btn', disabled: !u.paused, onclick: () => act('resume') }, 'Resume'),
+      h('button', { type: 'button', id: 'upstream-delete-btn', class: 'danger', onclick: () => remove(u.version) }, 'Delete'));
   };
   const load = async () => {
     try { render(await get(path)); errorText(msg, null); } catch (err) { errorText(msg, err); }
@@ -99,6 +102,17 @@ export function upstream(main, { me, arg }) {
       const opts = what === 'pause' && forText ? { body: { for: forText } } : {};
       render((await call('POST', `${path}/${what}`, opts)).body);
       errorText(msg, null);
+    } catch (err) { errorText(msg, err); }
+  };
+  // remove deletes the upstream at the version shown (a change since: 412,
+  // shown; jobs waiting or running: 409 upstream_in_use, shown), then goes
+  // back to the list.
+  const remove = async (version) => {
+    if (!confirm(`Delete upstream ${arg}? Jobs naming it are refused from then on.`)) return;
+    try {
+      await call('DELETE', path, { ifMatch: `u${version}` });
+      stopped = true; clearTimeout(timer);
+      location.hash = '#/upstreams';
     } catch (err) { errorText(msg, err); }
   };
   load();
