@@ -108,6 +108,19 @@ func adminUpstream(r *http.Request, c *call) (string, error) {
 	return upstreamOf(r)
 }
 
+// adminUpstreamWrite is adminUpstream and the request's If-Match, checked
+// (400 when malformed).
+func adminUpstreamWrite(r *http.Request, c *call) (name, ifMatch string, err error) {
+	if name, err = adminUpstream(r, c); err != nil {
+		return "", "", err
+	}
+	ifMatch = r.Header.Get("If-Match")
+	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
+		return "", "", errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
+	}
+	return name, ifMatch, nil
+}
+
 // upstreamResponse reads name and answers status with its view and ETag;
 // 404 when it does not exist.
 func (s *Server) upstreamResponse(r *http.Request, c *call, status int, name string) (int, any, error) {
@@ -171,13 +184,9 @@ func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstrea
 // configuration. 201 when it created the upstream, else 200, with the
 // upstream and its new version as ETag.
 func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
-	name, err := adminUpstream(r, c)
+	name, ifMatch, err := adminUpstreamWrite(r, c)
 	if err != nil {
 		return 0, nil, err
-	}
-	ifMatch := r.Header.Get("If-Match")
-	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
-		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
 	}
 	raw, err := readJSONBody(c.w, r, s.opts.MaxBodyBytes)
 	if err != nil {
@@ -234,13 +243,9 @@ func (s *Server) upstreamWriteError(r *http.Request, op, name string, err error)
 // refused (422 unknown_upstream) within UpstreamCache (a second) by every
 // API process, at once by this one.
 func (s *Server) deleteUpstream(r *http.Request, c *call) (int, any, error) {
-	name, err := adminUpstream(r, c)
+	name, ifMatch, err := adminUpstreamWrite(r, c)
 	if err != nil {
 		return 0, nil, err
-	}
-	ifMatch := r.Header.Get("If-Match")
-	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
-		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
 	}
 	if err := s.opts.Store.DeleteUpstream(r.Context(), name, ifMatch); err != nil {
 		return 0, nil, s.upstreamWriteError(r, "delete_upstream", name, err)

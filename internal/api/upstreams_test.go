@@ -504,26 +504,11 @@ func TestGetUpstreamRuntime(t *testing.T) {
 // If-Match and returns the status and the error code ("" for none).
 func (f *fixture) deleteUpstream(t *testing.T, name, token, ifMatch string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("DELETE", f.http.URL+"/v1/upstreams/"+name, nil)
-	if err != nil {
-		t.Fatal(err)
+	r := f.do(t, "DELETE", "/v1/upstreams/"+name, token, "", "", "If-Match", ifMatch)
+	if r.status == http.StatusNoContent {
+		return r.status, ""
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if ifMatch != "" {
-		req.Header.Set("If-Match", ifMatch)
-	}
-	resp, err := f.http.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return resp.StatusCode, body.Error.Code
+	return r.status, errorCode(r)
 }
 
 // TestDeleteUpstream: DELETE is for admin keys; 404 for an unknown
