@@ -21,6 +21,9 @@ type metrics struct {
 	finishErrors prometheus.Counter
 	rtt          prometheus.Gauge
 	batchJobs    prometheus.Histogram // jobs per batch task
+	// upstreamLeases counts the jobs that needed an upstream's concurrency
+	// lease, by outcome (upstreamrun.go).
+	upstreamLeases *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -72,12 +75,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Jobs per batch task received.",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
+		upstreamLeases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_upstream_leases_total",
+			Help: "Jobs that needed upstream concurrency leases, by outcome: held (at once), waited (held after waiting), given_back (back to their lane unsent).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range []string{leaseHeld, leaseWaited, leaseGivenBack} {
+		m.upstreamLeases.WithLabelValues(o)
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.rtt,
-		m.batchJobs} {
+		m.batchJobs, m.upstreamLeases} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

@@ -305,6 +305,10 @@ func TestUpstreamConcurrency(t *testing.T) {
 	if n, err := h.st.UpstreamRunning(h.ctx, "slow"); err != nil || n != 0 {
 		t.Errorf("leases in force after the last job: %d, %v; want 0", n, err)
 	}
+	held, waited := h.counter("sluice_worker_upstream_leases_total", "outcome=held"), h.counter("sluice_worker_upstream_leases_total", "outcome=waited")
+	if waited < 1 || held+waited < float64(len(ids)) {
+		t.Errorf("leases counted held %v, waited %v; want some waits and ≥ %d in all", held, waited, len(ids))
+	}
 	h.noLostHandoff(t)
 }
 
@@ -325,6 +329,9 @@ func TestUpstreamConcurrencyGivesBack(t *testing.T) {
 	h.startWorker(2, nil, func(c *worker.Config) { c.UpstreamRates = h.st })
 	h.startDispatcher(nil)
 	redistest.Poll(t, slack(10*time.Second), "the job given back", func() bool {
+		if h.counter("sluice_worker_upstream_leases_total", "outcome=given_back") < 1 {
+			return false
+		}
 		for _, a := range h.jobOf(ids[0]).Attempts {
 			if a.Error == worker.ReasonUpstreamConcurrency {
 				return true

@@ -31,6 +31,13 @@ const (
 	runRetryMax = 250 * time.Millisecond
 )
 
+// Outcomes of sluice_worker_upstream_leases_total.
+const (
+	leaseHeld      = "held"
+	leaseWaited    = "waited"
+	leaseGivenBack = "given_back"
+)
+
 // ReasonUpstreamConcurrency is the error of the attempt-log entry of a job
 // given back because an upstream's concurrency stayed full.
 const ReasonUpstreamConcurrency = "upstream concurrency full"
@@ -89,21 +96,31 @@ func (w *Worker) acquireRuns(ctx context.Context, job store.ClaimedJob) (held []
 	grace := w.Settings().Grace
 	life, deadline := timeout+grace, time.Now().Add(grace/2)
 	holder := store.HolderOf(job.ID, job.Gen)
+	asked, waitedAny := false, false
 	for i, name := range job.Upstreams {
 		if settings[i].Params.Concurrency == 0 {
 			continue
 		}
-		taken, err := w.acquireRun(ctx, name, holder, life, deadline)
+		asked = true
+		taken, waited, err := w.acquireRun(ctx, name, holder, life, deadline)
+		waitedAny = waitedAny || waited
 		if err != nil {
 			if ctx.Err() == nil {
 				w.cfg.Logger.Info("no upstream concurrency lease; the job goes back to its lane", "job", job.ID, "upstream", name, "err", err)
 			}
+			w.metrics.upstreamLeases.WithLabelValues(leaseGivenBack).Inc()
 			w.releaseRuns(ctx, job, held)
 			return nil, false
 		}
 		if taken {
 			held = append(held, name)
 		}
+	}
+	switch {
+	case waitedAny:
+		w.metrics.upstreamLeases.WithLabelValues(leaseWaited).Inc()
+	case asked:
+		w.metrics.upstreamLeases.WithLabelValues(leaseHeld).Inc()
 	}
 	return held, true
 }
@@ -112,18 +129,19 @@ func (w *Worker) acquireRuns(ctx context.Context, job store.ClaimedJob) (held []
 var errRunWait = errors.New("the upstream stayed at its concurrency")
 
 // acquireRun takes holder's lease on upstream name, waiting while it is
-// full until deadline.
-func (w *Worker) acquireRun(ctx context.Context, name, holder string, life time.Duration, deadline time.Time) (bool, error) {
+// full until deadline; waited says whether it found it full.
+func (w *Worker) acquireRun(ctx context.Context, name, holder string, life time.Duration, deadline time.Time) (taken, waited bool, err error) {
 	for delay := runRetryMin; ; delay = min(2*delay, runRetryMax) {
 		wake := w.runWakes.next(name)
 		taken, err := w.cfg.UpstreamRates.AcquireUpstreamRun(ctx, name, holder, life)
 		var full *store.UpstreamRunFullError
 		if !errors.As(err, &full) {
-			return taken, err
+			return taken, waited, err
 		}
+		waited = true
 		left := time.Until(deadline)
 		if left <= 0 {
-			return false, errRunWait
+			return false, true, errRunWait
 		}
 		wait := min(delay/2+rand.N(delay/2+1), full.Retry, left) // jittered: waiters elsewhere do not poll in step
 		t := time.NewTimer(wait)
@@ -132,7 +150,7 @@ func (w *Worker) acquireRun(ctx context.Context, name, holder string, life time.
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return false, ctx.Err()
+			return false, true, ctx.Err()
 		}
 		t.Stop()
 	}
