@@ -37,7 +37,8 @@ import (
 //     score no earlier than its pauses;
 //   - every tenant hash is in its shard's tenant index;
 //   - upstreams: every registry hash <p>:{u:<name>}:u has cfg, p and a
-//     version ≥ 1, no TTL, and is in the listing <p>:upstreams (no TTL).
+//     version ≥ 1, no TTL, and is in the listing <p>:upstreams (no TTL);
+//     its concurrency lease set <p>:{u:<name>}:run has a TTL.
 //
 // Reusable by any test of this package: call it after a scenario, with
 // Redis quiet (it reads with many commands, not atomically).
@@ -78,12 +79,22 @@ func (ks *keyspaceSnapshot) checkIndex() {
 	}
 }
 
-var upstreamKeyPattern = regexp.MustCompile(`^\{u:([^{}:]+)\}:u$`)
+var (
+	upstreamKeyPattern = regexp.MustCompile(`^\{u:([^{}:]+)\}:u$`)
+	upstreamRunPattern = regexp.MustCompile(`^\{u:([^{}:]+)\}:run$`)
+)
 
-// loadUpstream reads key when it is the upstream listing or a registry
-// hash, and reports whether it was.
+// loadUpstream reads key when it is the upstream listing, a registry hash
+// or a concurrency lease set (which must have a TTL), and reports whether
+// it was.
 func (ks *keyspaceSnapshot) loadUpstream(ctx context.Context, rdb redis.UniversalClient, key string) (bool, error) {
 	rest := strings.TrimPrefix(key, ks.prefix+":")
+	if upstreamRunPattern.MatchString(rest) {
+		if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl == -1 {
+			ks.problem("upstream lease set %s: ttl %s (%v), want one", key, ttl, err)
+		}
+		return true, nil
+	}
 	m := upstreamKeyPattern.FindStringSubmatch(rest)
 	if rest != "upstreams" && m == nil {
 		return false, nil

@@ -89,6 +89,10 @@ func TestUpstreamRunLeases(t *testing.T) {
 	if rt, err := e.store.UpstreamRuntime(e.ctx, "llm"); err != nil || rt.Running != 2 {
 		t.Fatalf("runtime running %d, %v; want 2", rt.Running, err)
 	}
+	problems, err := auditKeyspace(e.ctx, e.rdb, e.prefix, 4)
+	if err != nil || len(problems) != 0 {
+		t.Fatalf("keyspace audit: %v, %q", err, problems)
+	}
 }
 
 // DeleteUpstream: 404 for an unknown one, in use while jobs wait on it or

@@ -291,22 +291,6 @@ func (s *Store) UpstreamNames(ctx context.Context, after string, limit int) ([]s
 	return names, nil
 }
 
-// UnknownUpstreams returns those of names that have no record, in their
-// order (nil when every one is registered), reading each hash.
-func (s *Store) UnknownUpstreams(ctx context.Context, names []string) ([]string, error) {
-	recs, err := s.Upstreams(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	var unknown []string
-	for _, n := range names {
-		if !slices.ContainsFunc(recs, func(r UpstreamRecord) bool { return r.Name == n }) {
-			unknown = append(unknown, n)
-		}
-	}
-	return unknown, nil
-}
-
 // PauseUpstream pauses name until until (zero: until ResumeUpstream, reason
 // normally PauseManual) for every tenant: the coordinator grants it no
 // time before then. It never shortens a pause in force: a pause ending

@@ -143,10 +143,6 @@ func TestUpstreamNamesPages(t *testing.T) {
 	if err != nil || len(recs) != 2 || recs[0].Name != "e" || recs[1].Name != "a" {
 		t.Errorf("Upstreams = %+v, %v; want e and a", recs, err)
 	}
-	unknown, err := e.store.UnknownUpstreams(e.ctx, []string{"a", "zz", "c", "yy"})
-	if err != nil || !slices.Equal(unknown, []string{"zz", "yy"}) {
-		t.Errorf("UnknownUpstreams = %v, %v", unknown, err)
-	}
 }
 
 // TestPauseUpstream: a timed pause, a longer one replacing it, a shorter
