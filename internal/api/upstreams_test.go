@@ -469,7 +469,8 @@ func TestEnqueueCostOverUpstreamBurst(t *testing.T) {
 
 // TestGetUpstreamRuntime: GET shows the coordinator's state — the effective
 // rate, the tokens now and the jobs waiting on the upstream by tenant,
-// limited to the tenants the key may see; PUT answers without it.
+// limited to the tenants the key may see, and the jobs running under its
+// concurrency; PUT answers without it.
 func TestGetUpstreamRuntime(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, nil)
@@ -494,9 +495,20 @@ func TestGetUpstreamRuntime(t *testing.T) {
 		g := f.get(t, "/v1/upstreams/sms", tc.token)
 		rt, _ := g.body["runtime"].(map[string]any)
 		if g.status != http.StatusOK || rt["effective_rate"] != 10.0 || rt["tokens"] != 1.0 ||
-			mustJSON(rt["waiting_by_tenant"]) != mustJSON(tc.want) {
-			t.Errorf("GET with %s: %d runtime %v, want rate 10, 1 token, waiting %v", tc.token, g.status, rt, tc.want)
+			mustJSON(rt["waiting_by_tenant"]) != mustJSON(tc.want) || rt["running"] != 0.0 {
+			t.Errorf("GET with %s: %d runtime %v, want rate 10, 1 token, waiting %v, none running", tc.token, g.status, rt, tc.want)
 		}
+	}
+	// A job running under the upstream's concurrency shows as running.
+	cfg := upstream.Config{Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Concurrency: 3}
+	if _, err := f.srv.opts.Store.PutUpstream(context.Background(), "sms", cfg, store.SourceAPI, ""); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := f.srv.opts.Store.AcquireUpstreamRun(context.Background(), "sms", "j:1", time.Minute); !held || err != nil {
+		t.Fatalf("lease: %v, %v", held, err)
+	}
+	if rt, _ := f.get(t, "/v1/upstreams/sms", adminToken).body["runtime"].(map[string]any); rt["running"] != 1.0 {
+		t.Errorf("runtime %v, want 1 running", rt)
 	}
 }
 
