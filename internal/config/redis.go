@@ -33,8 +33,8 @@ const (
 // FailoverOptions have no such field, so Sentinel clients keep it). A pool
 // keeps every connection it opened at its busiest moment, each with its
 // two buffers: at 32 KiB they were three quarters of a worker's heap and
-// its slow creep over a soak (issue #18); 4 KiB, go-redis's size before
-// v9.12, reads and writes Sluice's replies and pipelines as fast here.
+// its slow creep over a soak (issue #18); 4 KiB is go-redis's size before
+// v9.12 (a larger reply or pipeline takes more than one read or write).
 const RedisBufferSize = 4 << 10
 
 // Kind returns the deployment r names: Sentinel when Sentinel is set or the
