@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	reg := prometheus.NewRegistry()
 	httpserver.RegisterProcessMetrics(reg)
+	httpserver.RegisterRedisPoolMetrics(reg, map[string]redis.UniversalClient{"sluice": rdb})
 	opts, err := apiOptions(cfg, rdb, batcher, reg, log)
 	if err != nil {
 		return err

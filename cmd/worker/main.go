@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer arb.Close()
+	httpserver.RegisterRedisPoolMetrics(reg, map[string]redis.UniversalClient{"sluice": rdb, "asynq": arb})
 	stopGate, err := w.StartGate(ctx, rdb, arb, cfg.Worker.IdlePoll)
 	if err != nil {
 		return err

@@ -28,6 +28,15 @@ const (
 	sentinelScheme = "+sentinel"
 )
 
+// RedisBufferSize is the read and the write buffer of each connection of a
+// single-node or Cluster client (go-redis's default is 32 KiB each; its
+// FailoverOptions have no such field, so Sentinel clients keep it). A pool
+// keeps every connection it opened at its busiest moment, each with its
+// two buffers: at 32 KiB they were three quarters of a worker's heap and
+// its slow creep over a soak (issue #18); 4 KiB is go-redis's size before
+// v9.12 (a larger reply or pipeline takes more than one read or write).
+const RedisBufferSize = 4 << 10
+
 // Kind returns the deployment r names: Sentinel when Sentinel is set or the
 // URL is redis+sentinel://, Cluster when Addrs or Cluster is set or the URL
 // is redis+cluster://, else a single node. Validate reports configs that
@@ -96,6 +105,7 @@ func (r RedisConfig) builder() (func() redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
+		o.ReadBufferSize, o.WriteBufferSize = RedisBufferSize, RedisBufferSize
 		return func() redis.UniversalClient { return redis.NewClusterClient(o) }, nil
 	case RedisSentinel:
 		o, err := r.failoverOptions()
@@ -110,6 +120,7 @@ func (r RedisConfig) builder() (func() redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
+		o.ReadBufferSize, o.WriteBufferSize = RedisBufferSize, RedisBufferSize
 		return func() redis.UniversalClient { return redis.NewClient(o) }, nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/version"
 )
@@ -108,4 +109,39 @@ func RegisterProcessMetrics(reg prometheus.Registerer) {
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// RegisterRedisPoolMetrics registers the connection pools of clients
+// (name → client, the label client) with reg, read at each scrape:
+// sluice_redis_pool_connections{client, state="idle"|"in_use"} and
+// sluice_redis_pool_dials_total{client} (a connection the pool had to
+// open: go-redis's misses). A pool keeps what it opened at its busiest
+// moment, so the connections (and their read and write buffers,
+// config.RedisBufferSize each) are the figure that explains a process's
+// heap high-water mark.
+func RegisterRedisPoolMetrics(reg prometheus.Registerer, clients map[string]redis.UniversalClient) {
+	reg.MustRegister(poolCollector(clients))
+}
+
+var (
+	poolConns = prometheus.NewDesc("sluice_redis_pool_connections",
+		"Connections in the Redis client's pool, by state (idle, in_use).", []string{"client", "state"}, nil)
+	poolDials = prometheus.NewDesc("sluice_redis_pool_dials_total",
+		"Connections the Redis client's pool opened because none was idle.", []string{"client"}, nil)
+)
+
+type poolCollector map[string]redis.UniversalClient
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConns
+	ch <- poolDials
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, client := range c {
+		s := client.PoolStats()
+		ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.IdleConns), name, "idle")
+		ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.TotalConns-min(s.IdleConns, s.TotalConns)), name, "in_use")
+		ch <- prometheus.MustNewConstMetric(poolDials, prometheus.CounterValue, float64(s.Misses), name)
+	}
 }

@@ -28,6 +28,8 @@ type soakSample struct {
 	wkHeap   float64       // worker go_memstats_heap_alloc_bytes
 	wkLive   float64       // worker go_gc_heap_live_bytes
 	wkGC     float64       // worker heap right after a forced GC (heapAfterGC), 0 when not served
+	thConns  float64       // throttler's Redis connections (sluice_redis_pool_connections, every client and state)
+	wkConns  float64       // worker's Redis connections (its two clients)
 	redis    int64         // used_memory, bytes
 	keys     int64         // DBSIZE
 	accepted int64
@@ -47,6 +49,7 @@ const (
 	// single readings of it differ by up to the live heap itself.
 	liveHeap     = "go_gc_heap_live_bytes"
 	staleClaims  = `sluice_worker_claims_total{outcome="stale"}`
+	poolConns    = "sluice_redis_pool_connections"
 	lapsedClaims = `sluice_worker_claims_total{outcome="lapsed"}`
 )
 
@@ -114,17 +117,18 @@ func soak(ctx context.Context, e *env, t *table) error {
 	}()
 
 	read := func(label string) soakSample {
-		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, "sluice_dispatch_swept_total")
-		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, staleClaims, lapsedClaims)
+		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, "sluice_dispatch_swept_total", poolConns)
+		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, staleClaims, lapsedClaims, poolConns)
 		keys, _ := e.rdb.DBSize(ctx).Result()
 		_, n := rec.count()
 		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
 			thLive: th[liveHeap], wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], wkLive: wk[liveHeap], wkGC: sl.heapAfterGC(ctx),
+			thConns: sumSeries(th, poolConns), wkConns: sumSeries(wk, poolConns),
 			redis: e.usedMemory(ctx), keys: keys,
 			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], lapsed: wk[lapsedClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
-		e.logf("soak %s %s: throttler %.0f goroutines %s heap (%s live), worker %.0f goroutines %s heap (%s live, %s after a forced GC), redis %s, %d keys, accepted %d, arrived %d, "+
+		e.logf("soak %s %s: throttler %.0f goroutines %s heap (%s live), worker %.0f goroutines %s heap (%s live, %s after a forced GC), Redis connections %.0f / %.0f, redis %s, %d keys, accepted %d, arrived %d, "+
 			"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), mb(s.thLive),
-			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), mb(float64(s.redis)),
+			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), s.thConns, s.wkConns, mb(float64(s.redis)),
 			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 		return s
 	}
@@ -266,14 +270,14 @@ func (sl *sluice) soakJob(ctx context.Context, c *http.Client, tenants []string,
 
 func printSoakSamples(w *os.File, samples []soakSample) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap (live)\tworker goroutines\tworker heap (live; after a forced GC)\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tlapsed\tload average\t")
+	fmt.Fprintln(tw, "t\tthrottler goroutines\tthrottler heap (live)\tworker goroutines\tworker heap (live; after a forced GC)\tRedis connections (throttler / worker)\tredis used_memory\tkeys\taccepted\tarrived\tswept\tstale claims\tlapsed\tload average\t")
 	for _, s := range samples {
 		at := s.at.Round(time.Second).String()
 		if s.label != "" {
 			at += " (" + s.label + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s (%s)\t%.0f\t%s (%s; %s)\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), mb(s.thLive),
-			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC),
+		fmt.Fprintf(tw, "%s\t%.0f\t%s (%s)\t%.0f\t%s (%s; %s)\t%.0f / %.0f\t%s\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", at, s.thG, mb(s.thHeap), mb(s.thLive),
+			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), s.thConns, s.wkConns,
 			mb(float64(s.redis)), s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
 	}
 	tw.Flush()
@@ -317,6 +321,8 @@ func soakRows(t *table, o options, c *soakCounts, samples []soakSample, loadTime
 		{"worker heap", func(s soakSample) float64 { return s.wkHeap }, mb},
 		{"worker live heap (after GC)", func(s soakSample) float64 { return s.wkLive }, mb},
 		{"worker heap after a forced GC (-tags pprof)", func(s soakSample) float64 { return s.wkGC }, mb},
+		{"throttler Redis connections", func(s soakSample) float64 { return s.thConns }, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
+		{"worker Redis connections", func(s soakSample) float64 { return s.wkConns }, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
 		{"redis used_memory", func(s soakSample) float64 { return float64(s.redis) }, mb},
 	} {
 		mean := func(ss []soakSample) float64 {
@@ -503,4 +509,16 @@ func (sl *sluice) heapAfterGC(ctx context.Context) float64 {
 		}
 	}
 	return 0
+}
+
+// sumSeries is the sum of every series of metric name in m (all its label
+// sets).
+func sumSeries(m map[string]float64, name string) float64 {
+	var sum float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			sum += v
+		}
+	}
+	return sum
 }
