@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/sluicehq/sluice/internal/deliverytest"
 )
 
 // secretsSection is the configuration's secrets section with a fresh
@@ -64,19 +64,10 @@ func (c *cluster) arrivalOf(tenant, id string, within time.Duration) arrival {
 	return got
 }
 
-// signedBy reports, for each secret, whether a's Standard Webhooks
-// signature verifies with it, and how many signatures a carries.
+// signedBy is deliverytest.SignedBy of a.
 func signedBy(t *testing.T, a arrival, secrets ...string) ([]bool, int) {
 	t.Helper()
-	ok := make([]bool, len(secrets))
-	for i, s := range secrets {
-		wh, err := standardwebhooks.NewWebhook(s)
-		if err != nil {
-			t.Fatalf("the API's secret is not a Standard Webhooks secret: %v", err)
-		}
-		ok[i] = wh.Verify(a.body, a.header) == nil
-	}
-	return ok, len(strings.Fields(a.header.Get("webhook-signature")))
+	return deliverytest.SignedBy(t, a.body, a.header, secrets...)
 }
 
 // secretForms are the ways a whsec_ secret could show: whole, its base64,
