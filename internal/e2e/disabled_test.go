@@ -10,13 +10,12 @@ import (
 
 // listedTenant is the part of a tenant view this file checks.
 type listedTenant struct {
-	Tenant      string   `json:"tenant"`
-	Backlog     int64    `json:"backlog"`
-	Disabled    bool     `json:"disabled"`
-	AdminPaused bool     `json:"admin_paused"`
-	DrainETAS   *float64 `json:"drain_eta_s"`
-	OldestAgeS  *float64 `json:"oldest_job_age_s"`
-	Draining    bool     `json:"draining"`
+	Tenant     string   `json:"tenant"`
+	Backlog    int64    `json:"backlog"`
+	Disabled   bool     `json:"disabled"`
+	DrainETAS  *float64 `json:"drain_eta_s"`
+	OldestAgeS *float64 `json:"oldest_job_age_s"`
+	Draining   bool     `json:"draining"`
 }
 
 // listTenants is every page of GET /v1/tenants?query on p, in order.
