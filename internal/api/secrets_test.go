@@ -308,3 +308,36 @@ func TestEnqueueNeedsAWebhookSecret(t *testing.T) {
 	}
 	requireAccepted(t, sf.post(t, "/v1/tenants/acme-a/jobs", producerToken, webhookJob), "acme-a", "queued")
 }
+
+// A rotation that does not give expire_previous_in (no body, or a body
+// without the field) ends the previous secrets ExpirePreviousDefault (24 h)
+// after the new one's created_at, to the millisecond the API shows; one
+// already ending sooner keeps its end.
+func TestRotationDefaultsTo24h(t *testing.T) {
+	t.Parallel()
+	if ExpirePreviousDefault != 24*time.Hour {
+		t.Fatalf("ExpirePreviousDefault %s, the issue says 24h", ExpirePreviousDefault)
+	}
+	sf := newSecretsFixture(t, testKeyring(t, "k1"))
+	id1, _ := sf.createSecret(t, "acme", "")
+	id2, _ := sf.createSecret(t, "acme", "{}")
+	id3, _ := sf.createSecret(t, "acme", `{"secret":"`+policy.SecretPrefix+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))+`"}`)
+	got := sf.listSecrets(t, "acme")
+	if len(got) != 3 || got[0].ID != id1 || got[1].ID != id2 || got[2].ID != id3 || got[0].ExpiresAt == nil || got[1].ExpiresAt == nil || got[2].ExpiresAt != nil {
+		t.Fatalf("after two rotations: %+v, want %s and %s expiring, then %s", got, id1, id2, id3)
+	}
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if want := at(got[1].CreatedAt).Add(24 * time.Hour); !at(*got[0].ExpiresAt).Equal(want) {
+		t.Errorf("the first secret expires at %s, want the second's created_at + 24h = %s", *got[0].ExpiresAt, want.Format(time.RFC3339Nano))
+	}
+	if want := at(got[2].CreatedAt).Add(24 * time.Hour); !at(*got[1].ExpiresAt).Equal(want) {
+		t.Errorf("the second secret expires at %s, want the third's created_at + 24h = %s", *got[1].ExpiresAt, want.Format(time.RFC3339Nano))
+	}
+}

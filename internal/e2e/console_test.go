@@ -266,6 +266,7 @@ func newSecretInUI(t *testing.T, b *browser, tab context.Context) string {
 // apiSecret is an item of GET /v1/tenants/{t}/secrets.
 type apiSecret struct {
 	ID        string  `json:"id"`
+	CreatedAt string  `json:"created_at"`
 	ExpiresAt *string `json:"expires_at"`
 }
 

@@ -34,6 +34,9 @@ type arrival struct {
 	// answered is when the receiver answered (zero while held, and when
 	// aborted).
 	answered time.Time
+	// header and body are the request's, for signature checks.
+	header http.Header
+	body   []byte
 }
 
 // receiver is a webhook endpoint on loopback that records every request.
@@ -90,9 +93,9 @@ func (r *receiver) setStatus(tenant string, status int) {
 func (r *receiver) setHold(d time.Duration) { r.hold.Store(int64(d)) }
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
-	a := &arrival{at: time.Now(), redis: r.clock.Now(), id: req.Header.Get("webhook-id")}
+	a := &arrival{at: time.Now(), redis: r.clock.Now(), id: req.Header.Get("webhook-id"), header: req.Header.Clone()}
 	a.tenant = req.URL.Path[strings.LastIndexByte(req.URL.Path, '/')+1:]
-	_, _ = io.Copy(io.Discard, req.Body)
+	a.body, _ = io.ReadAll(req.Body)
 	if j, err := r.jobs.GetJob(req.Context(), a.id); err == nil {
 		a.slot = j.Slot
 	}

@@ -3,13 +3,11 @@ package worker_test
 import (
 	"crypto/rand"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
+	"github.com/sluicehq/sluice/internal/deliverytest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
@@ -70,15 +68,7 @@ func (h *harness) addSecret(ring *secretbox.Keyring, tenant, secret string, expi
 // signatures it carries.
 func verifies(t *testing.T, c hookCall, secrets ...string) ([]bool, int) {
 	t.Helper()
-	out := make([]bool, len(secrets))
-	for i, s := range secrets {
-		wh, err := standardwebhooks.NewWebhook(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = wh.Verify(c.body, c.header) == nil
-	}
-	return out, len(strings.Fields(c.header.Get(webhook.HeaderSignature)))
+	return deliverytest.SignedBy(t, c.body, c.header, secrets...)
 }
 
 // Secrets by API sign at once, a rotation signs with both until the
