@@ -69,6 +69,7 @@ type env struct {
 	prefix string
 	store  *Store
 	clock  *fakeClock
+	cals   map[int]Calendars // upPass: what each shard's dispatcher knows of the upstreams' calendars
 }
 
 func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }

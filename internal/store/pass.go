@@ -86,7 +86,10 @@ func (c PassConfig) validate() error {
 // and its lanes' heads; a lane head also needs room in the shard's segment
 // of each upstream it names at its slot (the latest of the tenant's and the
 // upstreams' earliest), where all are charged. Heads waiting for room are
-// reported as PassResult.Demand.
+// reported as PassResult.Demand. A head naming several upstreams uses its
+// set's aligned reservation first (segments of every upstream from one
+// common start, AlignUpstreams), else the shard's segments when they give a
+// common instant; when neither does it is reported as PassResult.Aligned.
 //
 // Fairness under overload (start-time fair queueing). Capacity goes one job
 // at a time to the visited tenant with the smallest weighted virtual time vt
@@ -143,7 +146,8 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		Tenants: int(d.int(7)),
 	}
 	res.Demand = decodeDemand(d.list(8))
-	const head = 9
+	res.Aligned = decodeAligned(d.list(9))
+	const head = 10
 	if n := d.Len() - head; n > 0 {
 		res.Released = make([]wire.Release, n)
 	}

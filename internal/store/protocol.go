@@ -79,6 +79,11 @@ type PassResult struct {
 	// already): ask their coordinators (GrantUpstreams) and hand the grants
 	// to the shard's next pass.
 	Demand []UpstreamDemand
+	// Aligned lists the sets of upstreams some lane head naming several of
+	// them waited on without a common instant in the shard's segments (and
+	// the shard had not asked already for that set): ask for aligned
+	// segments (AlignUpstreams) and hand the grants to the next pass.
+	Aligned []AlignedDemand
 }
 
 // ClaimOutcome is the worker's answer from the claim script (DESIGN §2.3).

@@ -60,6 +60,12 @@ type UpstreamGrant struct {
 	Segments []Segment
 	// TAT is the upstream's calendar end after the call.
 	TAT time.Time
+	// Set is, for an aligned grant (AlignUpstreams), the set of upstreams
+	// it was asked for (their names, sorted, joined by ','): Segments then
+	// holds the upstream's part of the set's reservation, or nothing when
+	// the set's request failed (ask again from NextGrant). Empty for a plain
+	// grant.
+	Set string
 }
 
 // Usable is when the grant's first segment can be used by a pass of lead
@@ -80,6 +86,25 @@ type GrantConfig struct {
 	// Lifetime is how long a shard's registration lives without a new
 	// call. Default 4·Horizon.
 	Lifetime time.Duration
+	// Margin is added to an aligned request's common start X past every
+	// calendar end and pause the shard knows of (AlignUpstreams), so that
+	// other shards' rounds in between rarely pass it. Default Horizon/8.
+	Margin time.Duration
+	// Jitter, when positive, adds a random [0, Jitter) to X, so that two
+	// shards asking for the same set at once do not keep choosing the same
+	// X. Default 0 (none).
+	Jitter time.Duration
+}
+
+// withDefaults fills Lifetime and Margin.
+func (c GrantConfig) withDefaults() GrantConfig {
+	if c.Lifetime <= 0 {
+		c.Lifetime = 4 * c.Horizon
+	}
+	if c.Margin <= 0 {
+		c.Margin = c.Horizon / 8
+	}
+	return c
 }
 
 // GrantUpstreams registers shard's demand on each upstream of demand and
@@ -88,68 +113,74 @@ type GrantConfig struct {
 // all in one pipeline. A Wanted of 0 only picks up segments granted to the
 // shard earlier. The grants come back in demand's order; an upstream that
 // failed (not configured: ErrUpstreamNotFound; a Redis error) is left out
-// and its error joined in err.
+// and its error joined in err. It is AlignUpstreams without aligned
+// demand.
 func (s *Store) GrantUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, cfg GrantConfig) ([]UpstreamGrant, error) {
-	if cfg.Lifetime <= 0 {
-		cfg.Lifetime = 4 * cfg.Horizon
-	}
-	if shard < 0 || shard >= s.keys.shards || cfg.Horizon < time.Microsecond {
-		return nil, invalidf("grant upstreams for shard %d: want a shard of 0 … %d and a horizon ≥ 1µs", shard, s.keys.shards-1)
-	}
-	calls := make([]*redisscript.Call, 0, len(demand))
-	var errs []error
-	for _, d := range demand {
-		if err := checkUpstreamName(d.Upstream); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		calls = append(calls, &redisscript.Call{
-			Script: scriptUpstreamGrant.eval,
-			Keys:   s.keys.upstreamGrantKeys(d.Upstream),
-			Args: []any{s.nowArg(), shard, max(d.Wanted, 0), max(d.Weight, 1), max(d.Unit, 1),
-				cfg.Horizon.Microseconds(), cfg.Lifetime.Microseconds()},
-		})
-	}
-	s.runner.Batch(ctx, calls)
-	grants := make([]UpstreamGrant, 0, len(calls))
-	for _, c := range calls {
-		name := upstreamOfKey(c.Keys[0])
-		g, err := decodeGrant(name, c)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("grant upstream %q to shard %d: %w", name, shard, err))
-			continue
-		}
-		grants = append(grants, g)
-	}
-	return grants, errors.Join(errs...)
+	return s.AlignUpstreams(ctx, shard, demand, nil, nil, cfg)
 }
 
+// grantReply is one coordinator reply: the plain grant, the script's now
+// and the aligned request's answer: its segment when granted, else why not
+// (alignLate, alignTurn; "" when none was asked).
+type grantReply struct {
+	grant   UpstreamGrant
+	now     time.Time
+	aligned []Segment
+	refusal string
+	turn    bool // the shard may ask for an aligned segment (a probe's answer)
+}
+
+// Why a coordinator refused an aligned request (lua/upstream_grant.lua).
+const (
+	alignLate = "late" // its calendar or pause had passed X, or X was out of reach
+	alignTurn = "turn" // another shard's registration was served less: not the caller's turn
+)
+
 // decodeGrant reads one coordinator reply.
-func decodeGrant(name string, c *redisscript.Call) (UpstreamGrant, error) {
+func decodeGrant(name string, c *redisscript.Call) (grantReply, error) {
 	if c.Err != nil {
-		return UpstreamGrant{}, c.Err
+		return grantReply{}, c.Err
 	}
 	dec, err := c.Reply.Status(refused)
 	if errors.Is(err, ErrNotFound) {
-		return UpstreamGrant{}, ErrUpstreamNotFound
+		return grantReply{}, ErrUpstreamNotFound
 	}
 	if err != nil {
-		return UpstreamGrant{}, err
+		return grantReply{}, err
 	}
 	d := decoder{dec}
-	g := UpstreamGrant{Upstream: name, Interval: us(d.int(2)), Burst: d.int(3),
-		PausedUntil: optMicros(d.int(4)), NextGrant: microsTime(d.int(5)), TAT: microsTime(d.int(7))}
-	v, perr := parseInts(d.str(6))
+	r := grantReply{now: microsTime(d.int(1)), grant: UpstreamGrant{Upstream: name, Interval: us(d.int(2)),
+		Burst: d.int(3), PausedUntil: optMicros(d.int(4)), NextGrant: microsTime(d.int(5)), TAT: microsTime(d.int(7))}}
+	segs, aligned := d.str(6), d.str(8)
+	r.turn = d.int(9) == 1
 	if err := d.Err(); err != nil {
-		return UpstreamGrant{}, err
+		return grantReply{}, err
 	}
-	if perr != nil || len(v)%2 != 0 {
-		return UpstreamGrant{}, fmt.Errorf("%w: segments %q", ErrProtocol, d.str(6))
+	if r.grant.Segments, err = parseSegments(segs); err != nil {
+		return grantReply{}, err
 	}
+	switch aligned {
+	case alignLate, alignTurn:
+		r.refusal = aligned
+	default:
+		if r.aligned, err = parseSegments(aligned); err != nil {
+			return grantReply{}, err
+		}
+	}
+	return r, nil
+}
+
+// parseSegments parses "t0 ceil t0 ceil …" (µs).
+func parseSegments(text string) ([]Segment, error) {
+	v, err := parseInts(text)
+	if err != nil || len(v)%2 != 0 {
+		return nil, fmt.Errorf("%w: segments %q", ErrProtocol, text)
+	}
+	var out []Segment
 	for i := 0; i < len(v); i += 2 {
-		g.Segments = append(g.Segments, Segment{T0: microsTime(v[i]), Ceil: microsTime(v[i+1])})
+		out = append(out, Segment{T0: microsTime(v[i]), Ceil: microsTime(v[i+1])})
 	}
-	return g, nil
+	return out, nil
 }
 
 // optMicros is a µs time, zero for 0.
@@ -174,7 +205,8 @@ func parseInts(s string) ([]int64, error) {
 	return out, nil
 }
 
-// grantArgs are pass.lua's ARGV[14…] for grants: m, then 7 values each.
+// grantArgs are pass.lua's ARGV[14…] for grants: m, then 7 values each
+// (the last: an aligned grant's set, ” for a plain one).
 func grantArgs(grants []UpstreamGrant) []any {
 	args := make([]any, 0, 1+7*len(grants))
 	args = append(args, len(grants))
@@ -191,7 +223,7 @@ func grantArgs(grants []UpstreamGrant) []any {
 			pu = g.PausedUntil.UnixMicro()
 		}
 		args = append(args, g.Upstream, max(g.Interval.Microseconds(), 0), max(g.Burst, 1), pu,
-			g.NextGrant.UnixMicro(), segs.String(), 0)
+			g.NextGrant.UnixMicro(), segs.String(), g.Set)
 	}
 	return args
 }

@@ -37,8 +37,8 @@ func upItem(body string, upstreams ...string) Item {
 const grantLead = 100 * time.Millisecond
 
 // upPass runs one pass of shard with the grants handed to it, returns its
-// result, and asks the coordinators for its demand (the grants for the
-// shard's next pass), as the dispatcher does.
+// result, and asks the coordinators for its demand, plain and aligned (the
+// grants for the shard's next pass), as the dispatcher does.
 func (e *env) upPass(shard int, grants []UpstreamGrant) (PassResult, []UpstreamGrant) {
 	e.t.Helper()
 	res, err := e.store.PassGranted(e.ctx, shard, PassConfig{Lead: grantLead, MinLead: -1,
@@ -46,10 +46,16 @@ func (e *env) upPass(shard int, grants []UpstreamGrant) (PassResult, []UpstreamG
 	if err != nil {
 		e.t.Fatalf("pass on shard %d: %v", shard, err)
 	}
-	if len(res.Demand) == 0 {
+	if len(res.Demand) == 0 && len(res.Aligned) == 0 {
 		return res, nil
 	}
-	next, err := e.store.GrantUpstreams(e.ctx, shard, res.Demand, GrantConfig{Horizon: grantLead})
+	if e.cals == nil {
+		e.cals = map[int]Calendars{}
+	}
+	if e.cals[shard] == nil {
+		e.cals[shard] = Calendars{}
+	}
+	next, err := e.store.AlignUpstreams(e.ctx, shard, res.Demand, res.Aligned, e.cals[shard], GrantConfig{Horizon: grantLead})
 	if err != nil {
 		e.t.Fatalf("grant upstreams for shard %d: %v", shard, err)
 	}

@@ -335,3 +335,73 @@ func TestMultiUpstreamJobs(t *testing.T) {
 		t.Fatalf("%d charges to the two upstreams, want 40 (10 jobs count for both)", n)
 	}
 }
+
+// Issue #15, jobs naming several upstreams under contention: shard B keeps
+// upstream u1 saturated and shard C keeps u2 saturated (both 50/s, burst 1;
+// C starting 0–50 ms after B, so the two calendars' rounds run in any
+// phase) while shard A's tenant has 10 jobs naming both. Without aligned
+// grants A's segments of u1 and u2 need never give a common instant: on
+// main (c0851b6) 1 of the 10 left in 3 s with C 20 ms behind B, 2 with C
+// 30 ms behind. With them each of A's jobs leaves within 4·H of the
+// previous one (of its enqueue, for the first), every upstream's releases
+// obey B + R·Δ + 1 over every window and every tenant's its own bound.
+func TestMultiUpstreamJobsLeaveUnderContention(t *testing.T) {
+	t.Parallel()
+	for offset := range 6 {
+		t.Run(fmt.Sprintf("C %d0ms behind B", offset), func(t *testing.T) {
+			t.Parallel()
+			e := newEnvShards(t, 4)
+			e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 5_000, 2, 1000 }))
+			e.putUpstream("u1", 20*ms, 1)
+			e.putUpstream("u2", 20*ms, 1)
+			tn := distinctShards(e, 3)
+			a, b, c := tn[0], tn[1], tn[2]
+			s := newUpSim(e)
+			steps := func(n int) {
+				for range n {
+					s.step(e.clock.Now().Add(10 * ms))
+				}
+			}
+			start := e.clock.Now()
+			s.add(b, 300, 1, "u1") // 6 s of u1
+			steps(offset)
+			s.add(c, 300, 1, "u2") // 6 s of u2
+			steps(10)              // B and C have taken their upstreams
+			s.add(a, 10, 1, "u1", "u2")
+			added := e.clock.Now()
+			steps(300) // 3 s
+			s.checkOnce(t)
+			var slots []time.Time
+			for _, r := range s.of(a) {
+				slots = append(slots, r.Slot)
+			}
+			if len(slots) != 10 {
+				t.Fatalf("%d of A's 10 jobs naming u1 and u2 left in %v", len(slots), e.clock.Now().Sub(added))
+			}
+			slices.SortFunc(slots, time.Time.Compare)
+			bound := 4 * grantLead
+			prev, worst := added, time.Duration(0)
+			for _, sl := range slots {
+				worst = max(worst, sl.Sub(prev))
+				prev = sl
+			}
+			if worst > bound {
+				t.Fatalf("A's jobs: a wait of %v between releases, want ≤ 4·H = %v (slots %v)", worst, bound, slots)
+			}
+			// B and C kept their upstreams busy throughout: jobs of theirs
+			// still wait.
+			for _, x := range []string{b, c} {
+				if n := len(s.of(x)); n >= 300 || n < 100 {
+					t.Fatalf("%s released %d of 300 in %v: not saturating its upstream", x, n, e.clock.Now().Sub(start))
+				}
+			}
+			checkBound(t, "upstream u1", s.naming("u1"), 20*ms, 1)
+			checkBound(t, "upstream u2", s.naming("u2"), 20*ms, 1)
+			for _, x := range tn {
+				checkBound(t, "tenant "+x, s.of(x), 5*ms, 2)
+			}
+			t.Logf("A's 10 jobs: longest wait between releases %v (bound %v); B %d, C %d releases in %v",
+				worst, bound, len(s.of(b)), len(s.of(c)), e.clock.Now().Sub(start))
+		})
+	}
+}

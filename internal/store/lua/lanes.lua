@@ -24,9 +24,20 @@
 -- <p>:{sN}:uw:<N> (score: when they were last visited for it), so a pass
 -- given a new segment of N visits them whatever their ready score.
 --
+-- Aligned reservations (issue #15: a job naming several upstreams): HASH
+-- <p>:{sN}:ua, ups (a lane's set) → "nx h tat1 ceil1 tat2 ceil2 …" (µs, one
+-- pair per name of ups, in order): segments [X, ceil_i) that every
+-- upstream's coordinator granted the set at one common start X (an aligned
+-- request, upstream_grant.lua), reserved for the heads of the shard's lanes
+-- of exactly that set (no other lane sees them), each with its local GCRA
+-- tat_i as for a segment; nx: no new aligned request before it (a pass that
+-- asks sets now + D, a failed request the coordinators' next round; h the
+-- D it was set with). The key's TTL outlives its furthest entry.
+--
 -- All names live in one table, LN, to keep the library's locals few.
 
 local LN = {}
+LN.AL, LN.AL_DIRTY = {}, {} -- aligned records of the call (ups → record or false), and those to write
 LN.FRONT = 1125899906842624 -- 2^50: a given-back job's lane score is hseq − FRONT
 LN.SEGS_MAX = 32 -- pending segments kept per upstream (older ones: wasted, safe)
 
@@ -34,6 +45,7 @@ function LN.k_lane(tn, ups) return BASE .. 't:' .. tn .. ':l:' .. ups end
 function LN.k_lanes(tn) return BASE .. 't:' .. tn .. ':lanes' end
 function LN.k_wait(name) return BASE .. 'uw:' .. name end
 function LN.k_state() return BASE .. 'ul' end
+function LN.k_aligned() return BASE .. 'ua' end
 
 -- names splits an ups field into its names.
 function LN.names(ups)
@@ -103,7 +115,7 @@ end
 -- Upstream states of the call (UL: name → state, false when none; UL_DIRTY:
 -- names to write back by LN.save).
 local UL, UL_DIRTY = {}, {}
-RESETS[#RESETS + 1] = function() UL, UL_DIRTY = {}, {} end
+RESETS[#RESETS + 1] = function() UL, UL_DIRTY, LN.AL, LN.AL_DIRTY = {}, {}, {}, {} end
 
 function LN.decode(raw)
   local v = {}
@@ -216,12 +228,98 @@ function LN.take(name, u, slot, c)
   UL_DIRTY[name] = true
 end
 
+-- al_get returns the aligned record of set ups ({nx, h, parts = {{tat,
+-- ceil}, …}}), nil when none.
+function LN.al_get(ups)
+  local r = LN.AL[ups]
+  if r == nil then
+    local raw = rcall('HGET', LN.k_aligned(), ups)
+    local v = {}
+    for x in string.gmatch(raw or '', '%-?%d+') do v[#v + 1] = tonum(x) end
+    r = false
+    if #v >= 2 and #v % 2 == 0 then
+      r = {nx = v[1], h = v[2], parts = {}}
+      for i = 3, #v, 2 do r.parts[#r.parts + 1] = {v[i], v[i + 1]} end
+    end
+    LN.AL[ups] = r
+  end
+  return r or nil
+end
+
+-- al_put replaces set ups's record (written by LN.al_save).
+function LN.al_put(ups, r)
+  LN.AL[ups] = r
+  LN.AL_DIRTY[ups] = true
+end
+
+-- al_slot is the earliest slot ≥ base (and now) at which head h fits every
+-- part of its set's reservation (s ≥ tat_i − (b_i − c)·iv_i, max(tat_i, s)
+-- + c·iv_i ≤ ceil_i, past each pause), or nil when there is none or it
+-- cannot take h any more.
+function LN.al_slot(h, base, now)
+  local r = LN.al_get(h.ups)
+  if not r or #r.parts ~= #h.names then return nil end
+  local s = mmax(base, now)
+  for i, n in ipairs(h.names) do
+    local u = LN.get(n)
+    if not u or u.iv <= 0 then return nil end
+    s = mmax(s, r.parts[i][1] - (u.b - h.cost) * u.iv, u.pu)
+  end
+  for i, n in ipairs(h.names) do
+    local p = r.parts[i]
+    if mmax(p[1], s) + h.cost * LN.get(n).iv > p[2] then return nil end
+  end
+  return s
+end
+
+-- al_take charges head h at slot to its set's reservation.
+function LN.al_take(h, slot)
+  local r = LN.al_get(h.ups)
+  for i, n in ipairs(h.names) do
+    local p = r.parts[i]
+    p[1] = mmax(p[1], slot) + h.cost * LN.get(n).iv
+  end
+  LN.AL_DIRTY[h.ups] = true
+end
+
+-- al_save writes the aligned records the call changed (a record with
+-- nothing reserved and nothing to wait for is deleted) and keeps the key's
+-- TTL past the furthest one written.
+function LN.al_save()
+  local far = nil
+  for ups in pairs(LN.AL_DIRTY) do
+    local r = LN.AL[ups]
+    if not r or (r.nx <= NOW and #r.parts == 0) then
+      rcall('HDEL', LN.k_aligned(), ups)
+    else
+      local parts = {string.format('%d %d', r.nx, r.h)}
+      far = mmax(far or NOW, r.nx + r.h)
+      for _, p in ipairs(r.parts) do
+        parts[#parts + 1] = string.format('%d %d', p[1], p[2])
+        far = mmax(far, p[2])
+      end
+      rcall('HSET', LN.k_aligned(), ups, table.concat(parts, ' '))
+    end
+  end
+  LN.AL_DIRTY = {}
+  if far then
+    local ttl = math.ceil((far - NOW) / 1000) + 60000 -- ms: a minute past the furthest
+    if rcall('PTTL', LN.k_aligned()) < ttl then rcall('PEXPIRE', LN.k_aligned(), ttl) end
+  end
+end
+
 -- slot_of is a lane head's earliest slot for tenant t (policy p): the
 -- tenant's GCRA slot and pauses, and each named upstream's earliest (or,
 -- without room, LN.expected); the second value is true when some upstream
 -- had no room.
 function LN.slot_of(h, t, p, now)
   local s = mmax(earliest(t, p, h.cost, now), gate(t), h.nb or 0)
+  if #h.names > 1 then -- its set's reservation, or the aligned request on its way
+    local a = LN.al_slot(h, s, now)
+    if a then return a, false end
+    local r = LN.al_get(h.ups)
+    if r and r.nx > now then return mmax(s, r.nx + r.h), true end
+  end
   local wanting = false
   for _, n in ipairs(h.names) do
     local e = LN.earliest(n, h.cost, now)

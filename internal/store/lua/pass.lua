@@ -12,10 +12,12 @@
 -- ARGV[15…] m grants of 7 values each (upstream_grant.lua's reply for this
 --          shard): name, interval µs (0: no answer — only the next grant
 --          time is news), burst, pause end µs, next grant µs, segments
---          ("t0 ceil t0 ceil …" µs, '' = none), 0 (reserved)
+--          ("t0 ceil t0 ceil …" µs, '' = none), the set of an aligned grant
+--          (its lane's ups; '' or 0: a plain grant)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
+--           {{ups, cost, span µs, weight, earliest µs}, …} (aligned demand: 3c),
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
 --            send at µs}, …}
 --
@@ -63,6 +65,16 @@
 --    weight, once per tenant; unit: the largest head cost), and the
 --    upstream's next grant becomes now + D until a grant says otherwise, so
 --    waiting tenants are scored past the horizon and the loop does not spin.
+-- 3c. A lane head naming several upstreams first uses its set's aligned
+--    reservation (lanes.lua LN.al_slot: segments of every upstream from one
+--    common start X, reserved for that set's lanes); else the shard's plain
+--    segments when they give a common instant. When neither does, it
+--    reports aligned demand (its set, cost, the span its lane's jobs need —
+--    ≥ one job, ≤ D/2 —, its tenant's weight and its earliest slot by its
+--    tenant alone), once per set until the set's nx (now + D), instead of
+--    plain demand. Aligned grants of ARGV install the set's reservation when
+--    every upstream of the set granted one; else the set may ask again at
+--    the grants' next round.
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
 --    (a ready tenant that was read but not visited is left as it was).
 -- more: P or K cut the work short (or the ready read was cut by the
@@ -85,7 +97,8 @@ X.grants = {}
 for i = 1, X.M do
   local o = 14 + (i - 1) * 7
   local g = {name = ARGV[o + 1], iv = tonum(ARGV[o + 2]), b = tonum(ARGV[o + 3]), pu = tonum(ARGV[o + 4]),
-    nx = tonum(ARGV[o + 5]), segs = {}}
+    nx = tonum(ARGV[o + 5]), segs = {}, set = ARGV[o + 7]}
+  if g.set == '0' then g.set = '' end
   local v = {}
   for x in string.gmatch(ARGV[o + 6], '%d+') do v[#v + 1] = tonum(x) end
   if not (g.iv and g.b and g.pu and g.nx) or g.iv < 0 or g.b < 1 or #v % 2 ~= 0 then
@@ -171,7 +184,29 @@ end
 local vclock = tonum(rcall('GET', K_VCLOCK)) or 0
 -- The grants join the shard's upstream states (lanes.lua LN.install reads
 -- them; LN.save writes them at the end).
-for _, g in ipairs(X.grants) do LN.install(g.name, g.iv, g.b, g.pu, g.nx, D, g.segs) end
+-- Aligned grants (3c) install their set's reservation, whole or not at all.
+X.al_in = {} -- ups → {nx, segs = name → {X, ceil}}
+for _, g in ipairs(X.grants) do
+  if g.set == '' then
+    LN.install(g.name, g.iv, g.b, g.pu, g.nx, D, g.segs)
+  else
+    local a = X.al_in[g.set] or {nx = 0, segs = {}}
+    a.nx = mmax(a.nx, g.nx)
+    if #g.segs == 1 then a.segs[g.name] = g.segs[1] end
+    X.al_in[g.set] = a
+  end
+end
+for ups, a in pairs(X.al_in) do
+  local parts = {}
+  for _, n in ipairs(LN.names(ups)) do
+    if not a.segs[n] then
+      parts = nil
+      break
+    end
+    parts[#parts + 1] = {a.segs[n][1], a.segs[n][2]}
+  end
+  if parts then LN.al_put(ups, {nx = 0, h = D, parts = parts}) else LN.al_put(ups, {nx = a.nx, h = D, parts = {}}) end
+end
 
 -- 1. Promotion.
 local promoted = 0
@@ -429,12 +464,56 @@ function X.want(name, tn, c, h)
   d.unit = mmax(d.unit, h.cost + mmax(0, h.cost - (u and u.b or h.cost)))
 end
 
--- lane_slot is the slot lane head h may leave at now, or nil (noting the
--- upstreams that had no room as demand).
+-- Aligned demand of the pass (3c): ups → {ups, cost, span, weight, earliest}.
+X.aligned, X.al_order = {}, {}
+function X.align(tn, c, h, base)
+  local r = LN.al_get(h.ups)
+  if (r and r.nx > NOW) or X.aligned[h.ups] then return end -- asked already
+  local per = h.cost * interval(c.t, c.p) -- one job's calendar time: its slowest rate
+  for _, n in ipairs(h.names) do
+    local u = LN.get(n)
+    if u then per = mmax(per, h.cost * u.iv) end
+  end
+  local span = mmax(per, mmin(rcall('ZCARD', LN.k_lane(tn, h.ups)) * per, mfloor(D / 2)))
+  X.aligned[h.ups] = {h.ups, h.cost, span, c.p.weight, base}
+  X.al_order[#X.al_order + 1] = h.ups
+end
+
+-- al_lane_slot is lane head h's slot under its set's reservation (3c):
+-- false when it has none it can use (an unusable one is dropped), nil
+-- when it must wait for it, else the slot and whether it was spread.
+function X.al_lane_slot(h, base)
+  local a = LN.al_slot(h, base, NOW)
+  if not a then
+    local r = LN.al_get(h.ups)
+    if r and #r.parts > 0 then LN.al_put(h.ups, {nx = r.nx, h = r.h, parts = {}}) end
+    return false
+  end
+  if a > HORIZON then return nil end
+  local spread = a >= NOW + L
+  if spread then
+    local s = spaced(a)
+    if s > HORIZON or LN.al_slot(h, s, NOW) ~= s then return nil end
+    a = s
+  end
+  return a, spread
+end
+
+-- lane_slot is the slot lane head h may leave at now, whether it was
+-- spread and whether it is charged to its set's reservation (3c), or nil
+-- (noting what it waits for as demand).
 function X.lane_slot(tn, c, h, g)
   local t, p = c.t, c.p
-  local slot = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
-  local ok = true
+  local base = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
+  local multi = #h.names > 1
+  if multi then
+    local a, spread = X.al_lane_slot(h, base)
+    if a ~= false then
+      if a then return a, spread, true end
+      return nil
+    end
+  end
+  local slot, ok = base, true
   for _, n in ipairs(h.names) do
     local e = LN.earliest(n, h.cost, NOW)
     if not e then
@@ -443,8 +522,12 @@ function X.lane_slot(tn, c, h, g)
       slot = mmax(slot, e)
     end
   end
-  if not ok then -- ask for every upstream it names: segments of one moment overlap best
-    for _, n in ipairs(h.names) do X.want(n, tn, c, h) end
+  if not ok then
+    if multi then
+      X.align(tn, c, h, base)
+    else
+      X.want(h.names[1], tn, c, h)
+    end
     return nil
   end
   if slot > HORIZON then return nil end
@@ -454,9 +537,12 @@ function X.lane_slot(tn, c, h, g)
     if slot > HORIZON then return nil end
   end
   for _, n in ipairs(h.names) do
-    if not LN.fits(LN.get(n), slot, h.cost) then return nil end
+    if not LN.fits(LN.get(n), slot, h.cost) then
+      if multi then X.align(tn, c, h, base) end -- no common instant
+      return nil
+    end
   end
-  return slot, spread
+  return slot, spread, false
 end
 
 -- release_lanes is release_one for a tenant holding lane jobs (uq > 0) or
@@ -487,9 +573,9 @@ function X.release_lanes(tn, c)
   end)
   for _, h in ipairs(heads) do
     if not (t.rtok > 0 and t.rtok + h.cost > release_cap(t, p, D)) then
-      local slot, spread
+      local slot, spread, aligned
       if h.lane then
-        slot, spread = X.lane_slot(tn, c, h, g)
+        slot, spread, aligned = X.lane_slot(tn, c, h, g)
       else
         slot = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
         spread = slot >= NOW + L
@@ -499,7 +585,11 @@ function X.release_lanes(tn, c)
       if slot then
         if h.lane then
           LN.remove(h, t)
-          for _, n in ipairs(h.names) do LN.take(n, LN.get(n), slot, h.cost) end
+          if aligned then
+            LN.al_take(h, slot)
+          else
+            for _, n in ipairs(h.names) do LN.take(n, LN.get(n), slot, h.cost) end
+          end
         else
           drop(tn, c, h.id, h.from_head)
         end
@@ -549,11 +639,16 @@ for _, name in ipairs(X.order) do
   local u = LN.ensure(name)
   u.nx, u.h = NOW + D, D
 end
+for _, ups in ipairs(X.al_order) do -- 3c: likewise for the sets asked for
+  local r = LN.al_get(ups) or {parts = {}}
+  LN.al_put(ups, {nx = NOW + D, h = D, parts = r.parts})
+end
 
 -- 4. Save and reschedule every tenant the pass changed.
 leases_flush()
 flush_tenants(cfg)
 LN.save()
+LN.al_save()
 if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
 -- 5. Check the tenant index's entries that are due (tenants.lua), a few.
 index_trim(INDEX_TRIM_MAX)
@@ -576,6 +671,8 @@ for _, name in ipairs(X.order) do
   local d = X.demand[name]
   X.wanted[#X.wanted + 1] = {name, d.wanted, d.weight, d.unit}
 end
-local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited, X.wanted}
+X.al_out = {}
+for _, ups in ipairs(X.al_order) do X.al_out[#X.al_out + 1] = X.aligned[ups] end
+local reply = {'ok', NOW, more, cap_reached, next_wake or 0, promoted, swept, visited, X.wanted, X.al_out}
 for _, r in ipairs(released) do reply[#reply + 1] = r end
 return reply

@@ -10,13 +10,23 @@
 -- ARGV[2]  shard (≥ 0)            ARGV[3]  wanted cost units (≥ 0; 0 = none)
 -- ARGV[4]  weight (≥ 1)           ARGV[5]  unit: the largest head cost (≥ 1)
 -- ARGV[6]  H: horizon µs (≥ 1)    ARGV[7]  registration lifetime µs (≥ 1)
--- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat}: the upstream's
+-- ARGV[8]  aligned request (optional, 0 = none): X, the common start µs of
+--          a segment asked for a set of upstreams at once (see below)
+-- ARGV[9]  its span µs (≥ 0; > 0 with X 0: a probe, asking only whether
+--          it is the caller's turn)       ARGV[10] its job cost c (≥ 1)
+-- ARGV[11] its reach µs (≥ 1): X may lie at most this far past now
+-- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat, aligned, turn}: the upstream's
 --          interval T (µs per cost unit; an adaptive upstream's effective
 --          ⌈T·10⁶ / rf⌉, upstream_adapt.lua) and burst B, its pause end (0 =
 --          none), nx the earliest time the next grant round may give
 --          anything worth a call (TAT − H/2, pu − H, at least now), the caller's segments
 --          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
---          round's, in calendar order) and the new TAT
+--          round's, in calendar order), the new TAT and the aligned
+--          request's answer: "X ceil" (granted), 'late' (TAT or the pause
+--          was past X, or X out of reach), 'turn' (not the caller's turn),
+--          '' (none asked); turn 1 when the caller's registration is at
+--          most one aligned segment ahead of every other one wanting
+--          something (its vf, before this call's grants), else 0
 --          {'not_found'}: the upstream has no params (field p); nothing written
 --          {'invalid'}: a malformed argument or p; nothing written
 --
@@ -33,6 +43,21 @@
 -- Segments are consecutive in the calendar, so the shards' releases, each
 -- within its segments (lanes.lua), form one GCRA chain: over any window Δ
 -- the cost units released are ≤ B + Δ/T (+1 for the send).
+--
+-- Aligned request (a shard whose jobs name several upstreams asks each of
+-- them, one call per upstream, for a segment starting at one common X): it
+-- is served first, before the round, when it is not the caller's turn
+-- by far (its vf at most two such segments ahead of every other
+-- registration wanting something: aligned segments count in the weighted
+-- sharing like the round's; the caller probes the set's upstreams first and
+-- asks only when each says it is within one, so a set is rarely granted by
+-- some of its upstreams and refused by others) and max(TAT, now, pu) ≤
+-- X ≤ now + reach: the caller gets [X, X + q·T), q = max(c + max(0, c − B), ⌈span/T⌉),
+-- TAT ← X + q·T (the gap [old TAT, X) is never handed out: a gap only lowers
+-- the rate), and its registration's vf grows by q as for a round's segment.
+-- Otherwise nothing aligned is granted (the reply's TAT feeds the next try).
+-- A call with an aligned request or probe (span > 0) and wanted 0 leaves
+-- the caller's registration as it was (a new one wants nothing).
 
 local NOW = clock(ARGV[1]) -- clock.lua
 local K_U, K_CAL, K_G = KEYS[1], KEYS[2], KEYS[3]
@@ -42,8 +67,10 @@ if string.sub(K_U, -2) ~= ':u' or K_CAL ~= base .. 'cal' or K_G ~= base .. 'g' t
 end
 local shard, wanted, weight, unit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local H, TTL = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not (shard and wanted and weight and unit and H and TTL) or shard < 0 or wanted < 0 or weight < 1
-  or unit < 1 or H < 1 or TTL < 1 then
+local AX, ASPAN, AC, AREACH = tonumber(ARGV[8] or '0'), tonumber(ARGV[9] or '0'), tonumber(ARGV[10] or '1'),
+  tonumber(ARGV[11] or '1')
+if not (shard and wanted and weight and unit and H and TTL and AX and ASPAN and AC and AREACH) or shard < 0
+  or wanted < 0 or weight < 1 or unit < 1 or H < 1 or TTL < 1 or AX < 0 or ASPAN < 0 or AC < 1 or AREACH < 1 then
   return {'invalid'}
 end
 local me = string.format('%d', shard)
@@ -97,7 +124,30 @@ if not mine then
 elseif mine.wanted == 0 and least and mine.vf < least then
   mine.vf = least -- it wanted nothing: it returns level with the others
 end
-mine.wanted, mine.weight, mine.unit, mine.exp = wanted, weight, unit, NOW + TTL
+if ASPAN == 0 or wanted > 0 or not mine.wanted then
+  mine.wanted, mine.weight, mine.unit, mine.exp = wanted, weight, unit, NOW + TTL
+end
+
+-- The aligned request, served first when it is the caller's turn.
+local aligned = ''
+local rival = nil -- the least vf of the others wanting something
+for _, s in ipairs(order) do
+  local e = cal[s]
+  if e and s ~= me and e.wanted > 0 and (rival == nil or e.vf < rival) then rival = e.vf end
+end
+local aq = math.max(AC + math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the aligned segment's units
+local ahead = rival and (mine.vf - rival) / math.max(1, math.floor(aq * 1000000 / mine.weight)) or 0 -- in aligned segments
+local turn = (ahead <= 1) and 1 or 0
+if AX > 0 and ahead > 2 then
+  aligned = 'turn'
+elseif AX > 0 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
+  aligned = 'late'
+elseif AX > 0 then
+  local q = aq
+  aligned = string.format('%d %d', AX, AX + q * iv)
+  tat = AX + q * iv
+  mine.vf = mine.vf + math.floor(q * 1000000 / mine.weight)
+end
 
 -- The round.
 local granted = {} -- shard → {t0, ceil, …}
@@ -168,4 +218,4 @@ for _, x in ipairs(granted[me] or {}) do v[#v + 1] = x end
 -- A pause ending past a second from now (a manual one: 2^52) is asked about
 -- again within the second, so a resume is learnt without a call per D.
 local nx = math.max(NOW, tat - math.floor(H / 2), math.min(pu - H, NOW + 1000000))
-return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat}
+return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat, aligned, turn}
