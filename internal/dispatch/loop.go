@@ -28,6 +28,7 @@ type shardLoop struct {
 	capWait    <-chan struct{}       // when set: a wait also ends at the next capacity reading
 	starved    bool                  // the last pass ran out of worker capacity with work left
 	grants     []store.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
+	calendars  store.Calendars       // what its aligned requests learnt of the upstreams' calendars (upstreams.go)
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).
@@ -114,7 +115,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	// Jobs waiting on upstreams without room: ask their coordinators; the
 	// next pass takes the grants when the first can be used.
-	if at := d.askUpstreams(ctx, s, res.Demand, cfg.Lead, res.Now); !at.IsZero() {
+	if at := d.askUpstreams(ctx, s, res, cfg.Lead); !at.IsZero() {
 		next = minTime(next, at)
 	}
 	// More: P or K stopped the pass: run again at once. CapacityReached:

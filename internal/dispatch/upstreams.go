@@ -10,11 +10,13 @@ import (
 
 // upstreamStore is what the Dispatcher needs of *store.Store for shared
 // upstream quotas (issue #15): a pass that installs grants, and the
-// coordinators' calls. A Store without it (the loop tests' fake) runs plain
-// passes.
+// coordinators' calls (aligned ones for jobs naming several upstreams). A
+// Store without it (the loop tests' fake) runs plain passes.
 type upstreamStore interface {
 	PassGranted(ctx context.Context, shard int, cfg store.PassConfig, grants []store.UpstreamGrant) (store.PassResult, error)
 	GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
+	AlignUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, aligned []store.AlignedDemand,
+		known store.Calendars, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
 }
 
 var _ upstreamStore = (*store.Store)(nil)
@@ -34,8 +36,10 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 }
 
 // askUpstreams calls the coordinators of the upstreams a pass found waiting
-// without room (one pipelined call per upstream) and keeps the grants for
-// the shard's next pass. It returns when that pass should run: at once when
+// without room (one pipelined call per upstream; for a set of upstreams
+// that jobs naming several of them wait on, AlignUpstreams' probe and
+// aligned request, with what the shard knows of their calendars,
+// s.calendars) and keeps the grants for the shard's next pass. It returns when that pass should run: at once when
 // a segment can be used now, else when the first grant becomes usable (its
 // first segment's start − D, or the next grant round); zero when nothing
 // was asked. An upstream that fails (not configured: jobs may name one
@@ -43,12 +47,24 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 // grant whose next round is MaxSleep after the pass (redisNow), so its
 // shard asks again at that pace, not every D. Idle upstreams cost nothing:
 // only a pass with jobs waiting on an upstream asks.
-func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, demand []store.UpstreamDemand, lead time.Duration, redisNow time.Time) time.Time {
+func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.PassResult, lead time.Duration) time.Time {
 	us, ok := d.cfg.Store.(upstreamStore)
-	if !ok || len(demand) == 0 {
+	demand, redisNow := res.Demand, res.Now
+	if !ok || len(demand) == 0 && len(res.Aligned) == 0 {
 		return time.Time{}
 	}
-	grants, err := us.GrantUpstreams(ctx, s.shard, demand, store.GrantConfig{Horizon: lead})
+	if s.calendars == nil {
+		s.calendars = store.Calendars{}
+	}
+	var grants []store.UpstreamGrant
+	var err error
+	if len(res.Aligned) == 0 { // the common case: no job naming several upstreams waits
+		grants, err = us.GrantUpstreams(ctx, s.shard, demand, store.GrantConfig{Horizon: lead})
+		s.calendars.Learn(grants)
+	} else {
+		grants, err = us.AlignUpstreams(ctx, s.shard, demand, res.Aligned, s.calendars,
+			store.GrantConfig{Horizon: lead, Jitter: lead / 8})
+	}
 	if err != nil && ctx.Err() == nil {
 		d.metrics.passErrors.Inc()
 		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
