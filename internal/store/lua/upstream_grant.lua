@@ -4,7 +4,7 @@
 -- lib.lua): no shard key.
 --
 -- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, a, …), pu, tat, rf
--- KEYS[2]  <p>:{u:N}:cal  HASH  shard → "wanted weight unit expires vf": registered demand
+-- KEYS[2]  <p>:{u:N}:cal  HASH  shard → "wanted weight unit expires vf debt": registered demand
 -- KEYS[3]  <p>:{u:N}:g    HASH  shard → "t0 ceil t0 ceil …": segments granted, not picked up
 -- ARGV[1]  now µs (0 = Redis TIME)
 -- ARGV[2]  shard (≥ 0)            ARGV[3]  wanted cost units (≥ 0; 0 = none)
@@ -23,20 +23,21 @@
 --          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
 --          round's, in calendar order), the new TAT and the aligned
 --          request's answer: "X ceil" (granted), 'late' (TAT or the pause
---          was past X, or X out of reach), 'turn' (not the caller's turn),
---          '' (none asked); turn 1 when the caller's registration is at
---          most one aligned segment ahead of every other one wanting
---          something (its vf, before this call's grants), else 0
+--          was past X, or X out of reach), 'turn' (the caller owes more
+--          than two such segments), '' (none asked); turn 1 when the
+--          caller owes at most one (before this call), else 0
 --          {'not_found'}: the upstream has no params (field p); nothing written
 --          {'invalid'}: a malformed argument or p; nothing written
 --
 -- The calendar: TAT (field tat, µs) is the end of the last segment handed
 -- out. A round runs when start = max(TAT, now, pu) < now + H: the live
--- registrations with wanted > 0 (the caller's updated first) are served
--- once each in order of virtual finish vf (fewest units per weight served
--- first; ties by shard), each a contiguous segment [start, start + q·T),
--- q = max(unit, min(wanted, ⌈A·w/W⌉)) (A: the units of the round, W the
--- weights' sum), until start reaches now + H; TAT ← start; vf += ⌊q·10⁶/w⌋.
+-- registrations with wanted > 0 or a debt (the caller's updated first) are
+-- served once each in order of virtual finish vf (fewest units per weight
+-- served first; ties by shard), each its share q = max(unit, min(wanted,
+-- ⌈A·w/W⌉)) (only owing: min(⌈A·w/W⌉, debt); A: the units of the round, W
+-- the weights' sum), of which it first repays its debt; the rest is a
+-- contiguous segment [start, start + q·T), until start reaches now + H;
+-- TAT ← start; vf += ⌊q·10⁶/w⌋ for the segment.
 -- A registration joining (or returning: expired, or wanting nothing before)
 -- starts at the least vf of the live ones, so absence banks no credit. Segments of other shards wait in KEYS[3]
 -- for their next call (one over before it is picked up is wasted: safe).
@@ -46,16 +47,17 @@
 --
 -- Aligned request (a shard whose jobs name several upstreams asks each of
 -- them, one call per upstream, for a segment starting at one common X): it
--- is served first, before the round, when it is not the caller's turn
--- by far (its vf at most two such segments ahead of every other
--- registration wanting something: aligned segments count in the weighted
--- sharing like the round's; the caller probes the set's upstreams first and
--- asks only when each says it is within one, so a set is rarely granted by
--- some of its upstreams and refused by others) and max(TAT, now, pu) ≤
--- X ≤ now + reach: the caller gets [X, X + q·T), q = max(c + max(0, c − B), ⌈span/T⌉),
--- TAT ← X + q·T (the gap [old TAT, X) is never handed out: a gap only lowers
--- the rate), and its registration's vf grows by q as for a round's segment.
--- Otherwise nothing aligned is granted (the reply's TAT feeds the next try).
+-- is served first, before the round, when the caller owes at most two such
+-- segments and max(TAT, now, pu) ≤ X ≤ now + reach: the caller gets
+-- [X, X + q·T), q = max(c + max(0, c − B), ⌈span/T⌉), TAT ← X + q·T (the
+-- gap [old TAT, X) is never handed out: a gap only lowers the rate), vf
+-- grows by q as for a round's segment, and q is the caller's debt: an
+-- advance on its share, repaid from its next rounds' shares (so an aligned
+-- segment comes out of its shard's weighted share, not out of the
+-- others'). The caller probes the set's upstreams first and asks only when
+-- each says it owes at most one, so a set is rarely granted by some of its
+-- upstreams and refused by others. Otherwise nothing aligned is granted
+-- (the reply's TAT feeds the next try).
 -- A call with an aligned request or probe (span > 0) and wanted 0 leaves
 -- the caller's registration as it was (a new one wants nothing).
 
@@ -93,9 +95,9 @@ local raw = redis.call('HGETALL', K_CAL)
 for i = 1, #raw, 2 do
   local v = {}
   for x in string.gmatch(raw[i + 1], '%d+') do v[#v + 1] = tonumber(x) end
-  if #v == 5 then
+  if #v == 5 or #v == 6 then
     cal[raw[i]] = {shard = raw[i], wanted = v[1], weight = math.max(1, v[2]), unit = math.max(1, v[3]),
-      exp = v[4], vf = v[5]}
+      exp = v[4], vf = v[5], debt = v[6] or 0}
     order[#order + 1] = raw[i]
   end
 end
@@ -116,7 +118,7 @@ for _, s in ipairs(order) do
 end
 local mine = cal[me]
 if not mine then
-  mine = {shard = me, vf = least or 0}
+  mine = {shard = me, vf = least or 0, debt = 0}
   local listed = false -- an expired registration stays in order
   for _, s in ipairs(order) do listed = listed or s == me end
   if not listed then order[#order + 1] = me end
@@ -130,15 +132,9 @@ end
 
 -- The aligned request, served first when it is the caller's turn.
 local aligned = ''
-local rival = nil -- the least vf of the others wanting something
-for _, s in ipairs(order) do
-  local e = cal[s]
-  if e and s ~= me and e.wanted > 0 and (rival == nil or e.vf < rival) then rival = e.vf end
-end
 local aq = math.max(AC + math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the aligned segment's units
-local ahead = rival and (mine.vf - rival) / math.max(1, math.floor(aq * 1000000 / mine.weight)) or 0 -- in aligned segments
-local turn = (ahead <= 1) and 1 or 0
-if AX > 0 and ahead > 2 then
+local turn = (mine.debt <= aq) and 1 or 0
+if AX > 0 and mine.debt > 2 * aq then
   aligned = 'turn'
 elseif AX > 0 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
   aligned = 'late'
@@ -147,6 +143,7 @@ elseif AX > 0 then
   aligned = string.format('%d %d', AX, AX + q * iv)
   tat = AX + q * iv
   mine.vf = mine.vf + math.floor(q * 1000000 / mine.weight)
+  mine.debt = mine.debt + q
 end
 
 -- The round.
@@ -157,7 +154,7 @@ if start < limit then
   local live, W = {}, 0
   for _, s in ipairs(order) do
     local e = cal[s]
-    if e and e.wanted > 0 then
+    if e and (e.wanted > 0 or e.debt > 0) then
       live[#live + 1] = e
       W = W + e.weight
     end
@@ -169,13 +166,19 @@ if start < limit then
   local A = math.ceil((limit - start) / iv)
   for _, e in ipairs(live) do
     if start >= limit then break end
-    local q = math.max(e.unit, math.min(e.wanted, math.ceil(A * e.weight / W)))
-    granted[e.shard] = granted[e.shard] or {}
-    local g = granted[e.shard]
-    g[#g + 1], g[#g + 2] = start, start + q * iv
-    start = start + q * iv
-    e.wanted = math.max(0, e.wanted - q)
-    e.vf = e.vf + math.floor(q * 1000000 / e.weight)
+    local share = math.ceil(A * e.weight / W)
+    local q = math.min(share, e.debt) -- a registration that only owes: repays its share
+    if e.wanted > 0 then q = math.max(e.unit, math.min(e.wanted, share)) end
+    local pay = math.min(q, e.debt) -- aligned segments had it in advance (vf counted then)
+    e.debt, q = e.debt - pay, q - pay
+    if q > 0 then
+      granted[e.shard] = granted[e.shard] or {}
+      local g = granted[e.shard]
+      g[#g + 1], g[#g + 2] = start, start + q * iv
+      start = start + q * iv
+      e.wanted = math.max(0, e.wanted - q)
+      e.vf = e.vf + math.floor(q * 1000000 / e.weight)
+    end
   end
   tat = math.max(tat, start)
   for s in pairs(granted) do
@@ -199,7 +202,9 @@ end
 if #gone > 0 then redis.call('HDEL', K_CAL, unpack(gone)) end
 for _, s in ipairs(order) do
   local e = cal[s]
-  if e then redis.call('HSET', K_CAL, s, string.format('%d %d %d %d %d', e.wanted, e.weight, e.unit, e.exp, e.vf)) end
+  if e then
+    redis.call('HSET', K_CAL, s, string.format('%d %d %d %d %d %d', e.wanted, e.weight, e.unit, e.exp, e.vf, e.debt))
+  end
 end
 for s, text in pairs(others) do
   local v = nums(text)
