@@ -42,6 +42,7 @@ import (
 //	<p>:{s7}:t:<tenant>:lanes      SET    the tenant's lanes holding jobs (their ups)
 //	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
 //	<p>:{s7}:ul                    HASH   upstream → the shard's segment state "tat ceil iv b pu nx h[ t0 ceil]…" (µs)
+//	<p>:{s7}:ua                    HASH   ups (a set of upstreams) → its aligned reservation "nx h tat ceil …" (µs; TTL past the furthest)
 //
 // An upstream's own keys carry the hash tag {u:<name>} (issue #15):
 //
@@ -103,6 +104,9 @@ func (k keyspace) upstreamWaiting(shard int, upstream string) string {
 
 // upstreamLocal is shard's hash of upstream segment states (LN.k_state).
 func (k keyspace) upstreamLocal(shard int) string { return k.base(shard) + "ul" }
+
+// upstreamAligned is shard's hash of aligned reservations (LN.k_aligned).
+func (k keyspace) upstreamAligned(shard int) string { return k.base(shard) + "ua" }
 
 // upstreamGrantKeys are lua/upstream_grant.lua's KEYS for upstream: its
 // hash, its demand registrations and its waiting segments.

@@ -309,18 +309,19 @@ func settleAligned(set string, asks []grantAsk, replies []*grantReply, grants []
 
 // retryAligned is when a failed aligned request may be tried again as far
 // as upstream reply r goes: at once when it granted its part or its
-// calendar had moved past X (the reply's TAT feeds the next X); once X is
-// within reach when it was out of reach; at the upstream's next round while
-// it is paused past X or when it was not the shard's turn (the others are
-// served in that round).
+// calendar had moved past X (the reply's TAT feeds the next X); when X was
+// out of reach, once it is within reach or at the upstream's next round,
+// whichever comes first (a long pause may end: its next round is within a
+// second); at the upstream's next round while it is paused past X or when
+// the shard owes too much (rounds repay it).
 func retryAligned(a grantAsk, r grantReply) time.Time {
 	switch {
 	case r.refusal == alignTurn:
 		return latest(r.now, r.grant.NextGrant)
 	case r.refusal == alignLate && r.grant.PausedUntil.After(a.at):
 		return latest(r.now, r.grant.NextGrant)
-	case r.refusal == alignLate:
-		return latest(r.now, a.at.Add(-a.reach))
+	case r.refusal == alignLate: // X out of reach: at the latest at the upstream's next round (a pause may end)
+		return latest(r.now, slices.MinFunc([]time.Time{a.at.Add(-a.reach), r.grant.NextGrant}, time.Time.Compare))
 	}
 	return r.now
 }
