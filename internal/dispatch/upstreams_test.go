@@ -39,32 +39,10 @@ func (c *countingStore) GrantUpstreams(ctx context.Context, shard int, demand []
 func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 	t.Parallel()
 	rdb, prefix, st := realStore(t, 2, 10_000)
-	ctx := context.Background()
 	const iv = 20 * time.Millisecond
-	rate, err := bucket.ParseRate("50/s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.PutUpstream(ctx, "shared", upstream.Config{Rate: rate, Burst: 1}, store.SourceAPI, ""); err != nil {
-		t.Fatal(err)
-	}
-	var tenants []string
-	for i := 0; len(tenants) < 2; i++ {
-		if tn := fmt.Sprintf("t%d", i); store.ShardOf(tn, 2) == len(tenants) {
-			tenants = append(tenants, tn)
-		}
-	}
-	for _, tn := range tenants {
-		if _, err := st.PutTenantPolicy(ctx, tn, store.Overrides{RateUS: ptrInt(1000), Burst: ptrInt(10), Concurrency: ptrInt(1000)}, 0); err != nil {
-			t.Fatal(err)
-		}
-		items := make([]store.Item, 15)
-		for j := range items {
-			items[j] = store.Item{Type: wire.TypeWebhook, Body: []byte(`{}`), Upstreams: []string{"shared"}}
-		}
-		if _, err := st.Enqueue(ctx, tn, items); err != nil {
-			t.Fatal(err)
-		}
+	putUpstreams50(t, st, "shared")
+	for _, tn := range tenantPerShard(2) {
+		enqueueNaming(t, st, tn, 15, "shared")
 	}
 	cs := &countingStore{Store: st}
 	d := start(t, Config{Store: cs, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix,
@@ -72,29 +50,11 @@ func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 	in := asynq.NewInspectorFromRedisClient(rdb)
 	var sends []int64
 	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
-		sends = nil
-		for shard := range 2 {
-			for _, ti := range pending(t, in, wire.HandoffQueueOf(prefix, shard)) {
-				b, err := wire.DecodeBatch(ti.Payload)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, p := range b.Jobs {
-					sends = append(sends, p.SlotUS)
-				}
-			}
-		}
+		sends = slices.Concat(handedOff(t, in, prefix, 0), handedOff(t, in, prefix, 1))
 		return len(sends) == 30, fmt.Sprintf("%d of 30 jobs handed off", len(sends))
 	})
 	slices.Sort(sends)
-	for i := range sends {
-		for j := i; j < len(sends); j++ {
-			window := time.Duration(sends[j]-sends[i]) * time.Microsecond
-			if n := j - i + 1; time.Duration(n)*iv > 2*iv+window { // n ≤ B + Δ/T + 1, B = 1
-				t.Fatalf("%d jobs sent within %v: above the upstream's bound", n, window)
-			}
-		}
-	}
+	checkSendBound(t, "shared", sends, iv)
 	if span := time.Duration(sends[29]-sends[0]) * time.Microsecond; span < 28*iv {
 		t.Fatalf("30 jobs over %v at 50/s, want ≥ %v", span, 28*iv)
 	}
@@ -120,55 +80,19 @@ func TestDispatcherGrantsUpstreamSegments(t *testing.T) {
 func TestDispatcherAlignsMultiUpstreamJobs(t *testing.T) {
 	t.Parallel()
 	rdb, prefix, st := realStore(t, 3, 10_000)
-	ctx := context.Background()
 	const iv = 20 * time.Millisecond
-	rate, err := bucket.ParseRate("50/s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"u1", "u2"} {
-		if _, err := st.PutUpstream(ctx, u, upstream.Config{Rate: rate, Burst: 1}, store.SourceAPI, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tenants := make([]string, 3) // tenants[i] on shard i
-	for i := 0; tenants[0] == "" || tenants[1] == "" || tenants[2] == ""; i++ {
-		tn := fmt.Sprintf("t%d", i)
-		if sh := store.ShardOf(tn, 3); tenants[sh] == "" {
-			tenants[sh] = tn
-		}
-	}
-	enqueue := func(tn string, n int, ups ...string) {
-		if _, err := st.PutTenantPolicy(ctx, tn, store.Overrides{RateUS: ptrInt(1000), Burst: ptrInt(10), Concurrency: ptrInt(1000)}, 0); err != nil {
-			t.Fatal(err)
-		}
-		items := make([]store.Item, n)
-		for j := range items {
-			items[j] = store.Item{Type: wire.TypeWebhook, Body: []byte(`{}`), Upstreams: ups}
-		}
-		if _, err := st.Enqueue(ctx, tn, items); err != nil {
-			t.Fatal(err)
-		}
-	}
-	enqueue(tenants[1], 150, "u1")
-	enqueue(tenants[2], 150, "u2")
-	enqueue(tenants[0], 10, "u1", "u2")
+	putUpstreams50(t, st, "u1", "u2")
+	tenants := tenantPerShard(3)
+	enqueueNaming(t, st, tenants[1], 150, "u1")
+	enqueueNaming(t, st, tenants[2], 150, "u2")
+	enqueueNaming(t, st, tenants[0], 10, "u1", "u2")
 	start(t, Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb, Prefix: prefix,
 		Pass: store.PassConfig{Grace: time.Minute}, MaxSleep: 20 * time.Millisecond, Registerer: prometheus.NewRegistry()})
 	in := asynq.NewInspectorFromRedisClient(rdb)
 	var sends [3][]int64 // by shard
 	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
 		for shard := range 3 {
-			sends[shard] = nil
-			for _, ti := range pending(t, in, wire.HandoffQueueOf(prefix, shard)) {
-				b, err := wire.DecodeBatch(ti.Payload)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, p := range b.Jobs {
-					sends[shard] = append(sends[shard], p.SlotUS)
-				}
-			}
+			sends[shard] = handedOff(t, in, prefix, shard)
 		}
 		return len(sends[0]) == 10, fmt.Sprintf("%d of shard 0's 10 jobs naming u1 and u2 handed off", len(sends[0]))
 	})
@@ -180,16 +104,83 @@ func TestDispatcherAlignsMultiUpstreamJobs(t *testing.T) {
 	for u, shard := range []int{1, 2} { // u1: shards 0 and 1; u2: shards 0 and 2
 		all := slices.Concat(sends[0], sends[shard])
 		slices.Sort(all)
-		for i := range all {
-			for j := i; j < len(all); j++ {
-				window := time.Duration(all[j]-all[i]) * time.Microsecond
-				if n := j - i + 1; time.Duration(n)*iv > 2*iv+window { // n ≤ B + Δ/T + 1, B = 1
-					t.Fatalf("u%d: %d jobs sent within %v: above the upstream's bound", u+1, n, window)
-				}
-			}
-		}
+		checkSendBound(t, fmt.Sprintf("u%d", u+1), all, iv)
 	}
 	slices.Sort(sends[0])
 	t.Logf("shard 0's 10 jobs sent over %v; meanwhile shard 1 handed off %d, shard 2 %d",
 		time.Duration(sends[0][9]-sends[0][0])*time.Microsecond, len(sends[1]), len(sends[2]))
+}
+
+// putUpstreams50 configures each upstream of names at 50/s, burst 1.
+func putUpstreams50(t *testing.T, st *store.Store, names ...string) {
+	t.Helper()
+	rate, err := bucket.ParseRate("50/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range names {
+		if _, err := st.PutUpstream(context.Background(), u, upstream.Config{Rate: rate, Burst: 1}, store.SourceAPI, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// tenantPerShard returns n tenant names, the i-th on shard i of n.
+func tenantPerShard(n int) []string {
+	out, left := make([]string, n), n
+	for i := 0; left > 0; i++ {
+		tn := fmt.Sprintf("t%d", i)
+		if sh := store.ShardOf(tn, n); out[sh] == "" {
+			out[sh], left = tn, left-1
+		}
+	}
+	return out
+}
+
+// enqueueNaming gives tenant tn a policy of 1000/s and enqueues n webhook
+// jobs naming ups.
+func enqueueNaming(t *testing.T, st *store.Store, tn string, n int, ups ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.PutTenantPolicy(ctx, tn, store.Overrides{RateUS: ptrInt(1000), Burst: ptrInt(10), Concurrency: ptrInt(1000)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]store.Item, n)
+	for j := range items {
+		items[j] = store.Item{Type: wire.TypeWebhook, Body: []byte(`{}`), Upstreams: ups}
+	}
+	if _, err := st.Enqueue(ctx, tn, items); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handedOff is the send times (slots, µs) of the jobs in shard's hand-off
+// queue.
+func handedOff(t *testing.T, in *asynq.Inspector, prefix string, shard int) []int64 {
+	t.Helper()
+	var out []int64
+	for _, ti := range pending(t, in, wire.HandoffQueueOf(prefix, shard)) {
+		b, err := wire.DecodeBatch(ti.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range b.Jobs {
+			out = append(out, p.SlotUS)
+		}
+	}
+	return out
+}
+
+// checkSendBound fails unless sorted send times sends obey an upstream's
+// bound at interval iv and burst 1: n ≤ B + Δ/T + 1 in every window.
+func checkSendBound(t *testing.T, what string, sends []int64, iv time.Duration) {
+	t.Helper()
+	for i := range sends {
+		for j := i; j < len(sends); j++ {
+			window := time.Duration(sends[j]-sends[i]) * time.Microsecond
+			if n := j - i + 1; time.Duration(n)*iv > 2*iv+window {
+				t.Fatalf("%s: %d jobs sent within %v: above the upstream's bound", what, n, window)
+			}
+		}
+	}
 }
