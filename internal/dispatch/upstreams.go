@@ -39,14 +39,15 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 // without room (one pipelined call per upstream; for a set of upstreams
 // that jobs naming several of them wait on, AlignUpstreams' probe and
 // aligned request, with what the shard knows of their calendars,
-// s.calendars) and keeps the grants for the shard's next pass. It returns when that pass should run: at once when
-// a segment can be used now, else when the first grant becomes usable (its
-// first segment's start − D, or the next grant round); zero when nothing
-// was asked. An upstream that fails (not configured: jobs may name one
-// that was deleted; Redis) is logged, and the next pass is handed an empty
-// grant whose next round is MaxSleep after the pass (redisNow), so its
-// shard asks again at that pace, not every D. Idle upstreams cost nothing:
-// only a pass with jobs waiting on an upstream asks.
+// s.calendars) and keeps the grants for the shard's next pass. It returns
+// when that pass should run: at once when a segment can be used now, else
+// when the first grant becomes usable (its first segment's start − D, or
+// the next grant round); zero when nothing was asked. An upstream that
+// fails (not configured: jobs may name one that was deleted; Redis) is
+// logged, and the next pass is handed an empty grant (for a set: an empty
+// aligned grant) whose next round is MaxSleep after the pass (redisNow), so
+// its shard asks again at that pace, not every D. Idle upstreams cost
+// nothing: only a pass with jobs waiting on an upstream asks.
 func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.PassResult, lead time.Duration) time.Time {
 	us, ok := d.cfg.Store.(upstreamStore)
 	demand, redisNow := res.Demand, res.Now
@@ -73,6 +74,12 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 	for _, dm := range demand {
 		if !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Upstream == dm.Upstream }) {
 			s.grants = append(s.grants, store.UpstreamGrant{Upstream: dm.Upstream, Burst: 1,
+				NextGrant: redisNow.Add(d.cfg.MaxSleep)})
+		}
+	}
+	for _, a := range res.Aligned { // likewise a set some of whose calls failed
+		if set := a.Set(); !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Set == set }) {
+			s.grants = append(s.grants, store.UpstreamGrant{Upstream: a.Upstreams[0], Set: set, Burst: 1,
 				NextGrant: redisNow.Add(d.cfg.MaxSleep)})
 		}
 	}

@@ -253,8 +253,9 @@ func (s *Store) grantCalls(ctx context.Context, shard int, asks []grantAsk, cfg 
 // set's grants. A probe every upstream answered with its turn: retry (ask
 // for real). A request every upstream granted: the set's reservation. A
 // request refused only by calendars that had moved past X, none failed:
-// retry, when may. Else failure markers say when the set may ask again, and
-// the parts granted go to the plain grants.
+// retry, when may. A call of the set failed: nothing for the set. Else
+// failure markers say when the set may ask again, and the parts granted go
+// to the plain grants.
 func settleAligned(set string, asks []grantAsk, replies []*grantReply, grants []UpstreamGrant, plain map[string]int, may bool) ([]UpstreamGrant, bool) {
 	var mine []int // indexes of the set's asks
 	whole, moved, probe := true, true, false
@@ -278,12 +279,12 @@ func settleAligned(set string, asks []grantAsk, replies []*grantReply, grants []
 	if probe && whole || !probe && !whole && moved && may {
 		return nil, true
 	}
+	if slices.ContainsFunc(mine, func(i int) bool { return replies[i] == nil }) {
+		return nil, false // a call failed: no news of the set (its grants for other upstreams are plain)
+	}
 	out := make([]UpstreamGrant, 0, len(mine))
 	for _, i := range mine {
 		r := replies[i]
-		if r == nil {
-			continue // the call failed: the set asks again after its pass's D
-		}
 		g := r.grant
 		g.Set, g.Segments = set, nil
 		switch {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +85,14 @@ func TestAlignUpstreamsCommonStart(t *testing.T) {
 	}
 	if _, err := e.store.AlignUpstreams(e.ctx, 7, nil, []AlignedDemand{set}, known, GrantConfig{Horizon: grantLead}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("shard 7 of 2: %v, want ErrInvalid", err)
+	}
+	// A set naming an upstream that is not configured (deleted since its
+	// jobs were enqueued): ErrUpstreamNotFound and no grant for the set (the
+	// dispatcher then asks again after max_sleep, not every pass).
+	gone := AlignedDemand{Upstreams: []string{"nope", "u1"}, Cost: 1, Span: 40 * ms, Weight: 1, Earliest: e.clock.Now()}
+	gs, err = e.store.AlignUpstreams(e.ctx, 0, nil, []AlignedDemand{gone}, known, GrantConfig{Horizon: grantLead})
+	if !errors.Is(err, ErrUpstreamNotFound) || slices.ContainsFunc(gs, func(g UpstreamGrant) bool { return g.Set != "" }) {
+		t.Fatalf("a set naming an unknown upstream: %+v, %v; want no aligned grant and ErrUpstreamNotFound", gs, err)
 	}
 }
 
