@@ -100,9 +100,10 @@ const alignTries = 3
 // when there is one): each reply says the upstream's calendar end and
 // whether it is the shard's turn (its registration owes at most one aligned
 // segment: an aligned segment is an advance on the shard's weighted share,
-// repaid from its next rounds). When all say so, a second pipeline asks each of them, in its
-// own slot, for a segment starting at one common X (known.AlignAt with
-// cfg.Margin, plus up to cfg.Jitter): a coordinator grants [X, X + q·T),
+// repaid from its next rounds). When all say so, a second pipeline asks
+// each of them, in its own slot, for a segment starting at one common X
+// (known.AlignAt with cfg.Margin, plus up to cfg.Jitter): a coordinator
+// grants [X, X + q·T),
 // q = max(c + max(0, c − B), ⌈span/T⌉), before its round, when its
 // calendar end and pause are ≤ X ≤ now + 3H + 2·span and the shard owes
 // at most two (lua/upstream_grant.lua). A set refused only because a
