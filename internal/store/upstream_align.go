@@ -21,9 +21,9 @@ type AlignedDemand struct {
 	// Upstreams is the set: the lane's names, sorted.
 	Upstreams []string
 	Cost      int64 // the head's cost
-	// Span is the calendar time the set's segments should cover: the
-	// lane's jobs at the slowest of the head's rates (its tenant's and its
-	// upstreams'), at least one job, at most D/2.
+	// Span is the time from the slot of the lane's first job to its last's
+	// at the slowest of the head's rates (its tenant's and its upstreams'),
+	// at most D/2: each upstream's part is Span + one job long.
 	Span     time.Duration
 	Weight   int64     // the head's tenant's weight
 	Earliest time.Time // the head's earliest slot by its tenant alone (≥ the pass's now)
@@ -104,7 +104,7 @@ const alignTries = 3
 // each of them, in its own slot, for a segment starting at one common X
 // (known.AlignAt with cfg.Margin, plus up to cfg.Jitter): a coordinator
 // grants [X, X + q·T),
-// q = max(c + max(0, c − B), ⌈span/T⌉), before its round, when its
+// q = c + max(c − B, ⌈span/T⌉, 0), before its round, when its
 // calendar end and pause are ≤ X ≤ now + 3H + 2·span and the shard owes
 // at most two (lua/upstream_grant.lua). A set refused only because a
 // calendar had moved past X (another shard's round came in between) is
@@ -205,7 +205,7 @@ func mergeAligned(asks []grantAsk, sets []AlignedDemand, request bool, known Cal
 		}
 		for _, n := range a.Upstreams {
 			ask := grantAsk{upstream: n, weight: a.Weight, unit: 1, set: a.Set(), request: request, at: x,
-				span: max(a.Span, time.Microsecond), reach: alignedReach(cfg.Horizon, a.Span), cost: a.Cost}
+				span: max(a.Span, 0), reach: alignedReach(cfg.Horizon, a.Span), cost: a.Cost}
 			if i := slices.IndexFunc(asks, func(g grantAsk) bool { return g.upstream == n && g.set == "" }); i >= 0 {
 				if asks[i].wanted > 0 {
 					ask.wanted, ask.weight, ask.unit = asks[i].wanted, asks[i].weight, asks[i].unit
@@ -224,16 +224,19 @@ func mergeAligned(asks []grantAsk, sets []AlignedDemand, request bool, known Cal
 func (s *Store) grantCalls(ctx context.Context, shard int, asks []grantAsk, cfg GrantConfig) ([]*grantReply, []error) {
 	calls := make([]*redisscript.Call, len(asks))
 	for i, a := range asks {
-		var at int64
-		if a.request {
-			at = a.at.UnixMicro()
+		var mode, at int64 // aligned mode: 0 none, 1 probe, 2 request
+		switch {
+		case a.request:
+			mode, at = 2, a.at.UnixMicro()
+		case a.set != "":
+			mode = 1
 		}
 		calls[i] = &redisscript.Call{
 			Script: scriptUpstreamGrant.eval,
 			Keys:   s.keys.upstreamGrantKeys(a.upstream),
 			Args: []any{s.nowArg(), shard, max(a.wanted, 0), max(a.weight, 1), max(a.unit, 1),
 				cfg.Horizon.Microseconds(), cfg.Lifetime.Microseconds(),
-				at, a.span.Microseconds(), max(a.cost, 1), max(a.reach.Microseconds(), 1)},
+				mode, at, a.span.Microseconds(), max(a.cost, 1), max(a.reach.Microseconds(), 1)},
 		}
 	}
 	s.runner.Batch(ctx, calls)

@@ -12,8 +12,8 @@ import (
 // AlignUpstreams asks every upstream of a set for a segment from one
 // common start X past each calendar end: with u1's calendar held 100 ms
 // ahead by shard 1, shard 0's parts of {u1, u2} both start at the same X ≥
-// u1's calendar end and cover the span on each; the next pass keeps them as
-// the set's reservation (key ua, with a TTL). With u2 paused until resumed,
+// u1's calendar end and cover the span plus one job on each; the next pass
+// keeps them as the set's reservation (key ua, with a TTL). With u2 paused until resumed,
 // the set gets no reservation, u1's calendar does not leap to the pause,
 // and the set may ask again only at u2's next round (not at once: no call
 // per pass); a bad shard is ErrInvalid.
@@ -46,8 +46,8 @@ func TestAlignUpstreamsCommonStart(t *testing.T) {
 	if len(parts) != 2 || !p1.T0.Equal(p2.T0) || p1.T0.Before(held[0].TAT) {
 		t.Fatalf("parts %+v: want both from one X ≥ u1's calendar end %v", parts, held[0].TAT)
 	}
-	if p1.Ceil.Sub(p1.T0) != 40*ms || p2.Ceil.Sub(p2.T0) != 60*ms { // ⌈40/20⌉ units of u1, ⌈40/30⌉ of u2
-		t.Fatalf("parts %+v: want 40 ms of u1 and 60 ms of u2", parts)
+	if p1.Ceil.Sub(p1.T0) != 60*ms || p2.Ceil.Sub(p2.T0) != 90*ms { // c + ⌈span/T⌉ units: 1 + 2 of u1, 1 + 2 of u2
+		t.Fatalf("parts %+v: want 60 ms of u1 and 90 ms of u2 (the span and one job)", parts)
 	}
 	if k := known["u1"]; !k.TAT.Equal(p1.Ceil) {
 		t.Fatalf("known u1 %+v: want its calendar end at the part's end %v", k, p1.Ceil)

@@ -69,9 +69,9 @@
 --    reservation (lanes.lua LN.al_slot: segments of every upstream from one
 --    common start X, reserved for that set's lanes); else the shard's plain
 --    segments when they give a common instant. When neither does, it
---    reports aligned demand (its set, cost, the span its lane's jobs need —
---    ≥ one job, ≤ D/2 —, its tenant's weight and its earliest slot by its
---    tenant alone), once per set until the set's nx (now + D), instead of
+--    reports aligned demand (its set, cost, the span from its lane's first
+--    job's slot to its last's at the slowest of the head's rates — at most
+--    D/2 —, its tenant's weight and its earliest slot by its tenant alone), once per set until the set's nx (now + D), instead of
 --    plain demand. Aligned grants of ARGV install the set's reservation when
 --    every upstream of the set granted one; else the set may ask again at
 --    the grants' next round.
@@ -474,7 +474,7 @@ function X.align(tn, c, h, base)
     local u = LN.get(n)
     if u then per = mmax(per, h.cost * u.iv) end
   end
-  local span = mmax(per, mmin(rcall('ZCARD', LN.k_lane(tn, h.ups)) * per, mfloor(D / 2)))
+  local span = mmin((rcall('ZCARD', LN.k_lane(tn, h.ups)) - 1) * per, mfloor(D / 2)) -- first slot to last
   X.aligned[h.ups] = {h.ups, h.cost, span, c.p.weight, base}
   X.al_order[#X.al_order + 1] = h.ups
 end

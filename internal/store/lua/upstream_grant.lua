@@ -10,11 +10,13 @@
 -- ARGV[2]  shard (≥ 0)            ARGV[3]  wanted cost units (≥ 0; 0 = none)
 -- ARGV[4]  weight (≥ 1)           ARGV[5]  unit: the largest head cost (≥ 1)
 -- ARGV[6]  H: horizon µs (≥ 1)    ARGV[7]  registration lifetime µs (≥ 1)
--- ARGV[8]  aligned request (optional, 0 = none): X, the common start µs of
---          a segment asked for a set of upstreams at once (see below)
--- ARGV[9]  its span µs (≥ 0; > 0 with X 0: a probe, asking only whether
---          it is the caller's turn)       ARGV[10] its job cost c (≥ 1)
--- ARGV[11] its reach µs (≥ 1): X may lie at most this far past now
+-- ARGV[8]  aligned mode (optional): 0 none, 1 probe (only asks whether it
+--          is the caller's turn), 2 request (see below)
+-- ARGV[9]  X, the common start µs of the segment asked for a set of
+--          upstreams at once (a request's; 0 otherwise)
+-- ARGV[10] its span µs (≥ 0): from the first job's slot to the last's
+-- ARGV[11] its job cost c (≥ 1)   ARGV[12] its reach µs (≥ 1): X may lie at
+--          most this far past now
 -- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat, aligned, turn}: the upstream's
 --          interval T (µs per cost unit; an adaptive upstream's effective
 --          ⌈T·10⁶ / rf⌉, upstream_adapt.lua) and burst B, its pause end (0 =
@@ -49,7 +51,7 @@
 -- them, one call per upstream, for a segment starting at one common X): it
 -- is served first, before the round, when the caller owes at most two such
 -- segments and max(TAT, now, pu) ≤ X ≤ now + reach: the caller gets
--- [X, X + q·T), q = max(c + max(0, c − B), ⌈span/T⌉), TAT ← X + q·T (the
+-- [X, X + q·T), q = c + max(c − B, ⌈span/T⌉, 0), TAT ← X + q·T (the
 -- gap [old TAT, X) is never handed out: a gap only lowers the rate), vf
 -- grows by q as for a round's segment, and q is the caller's debt: an
 -- advance on its share, repaid from its next rounds' shares (so an aligned
@@ -58,8 +60,8 @@
 -- each says it owes at most one, so a set is rarely granted by some of its
 -- upstreams and refused by others. Otherwise nothing aligned is granted
 -- (the reply's TAT feeds the next try).
--- A call with an aligned request or probe (span > 0) and wanted 0 leaves
--- the caller's registration as it was (a new one wants nothing).
+-- A call with an aligned request or probe and wanted 0 leaves the
+-- caller's registration as it was (a new one wants nothing).
 
 local NOW = clock(ARGV[1]) -- clock.lua
 local K_U, K_CAL, K_G = KEYS[1], KEYS[2], KEYS[3]
@@ -69,10 +71,11 @@ if string.sub(K_U, -2) ~= ':u' or K_CAL ~= base .. 'cal' or K_G ~= base .. 'g' t
 end
 local shard, wanted, weight, unit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local H, TTL = tonumber(ARGV[6]), tonumber(ARGV[7])
-local AX, ASPAN, AC, AREACH = tonumber(ARGV[8] or '0'), tonumber(ARGV[9] or '0'), tonumber(ARGV[10] or '1'),
-  tonumber(ARGV[11] or '1')
-if not (shard and wanted and weight and unit and H and TTL and AX and ASPAN and AC and AREACH) or shard < 0
-  or wanted < 0 or weight < 1 or unit < 1 or H < 1 or TTL < 1 or AX < 0 or ASPAN < 0 or AC < 1 or AREACH < 1 then
+local AMODE, AX, ASPAN = tonumber(ARGV[8] or '0'), tonumber(ARGV[9] or '0'), tonumber(ARGV[10] or '0')
+local AC, AREACH = tonumber(ARGV[11] or '1'), tonumber(ARGV[12] or '1')
+if not (shard and wanted and weight and unit and H and TTL and AMODE and AX and ASPAN and AC and AREACH)
+  or shard < 0 or wanted < 0 or weight < 1 or unit < 1 or H < 1 or TTL < 1 or AMODE < 0 or AMODE > 2
+  or (AMODE == 2 and AX < 1) or ASPAN < 0 or AC < 1 or AREACH < 1 then
   return {'invalid'}
 end
 local me = string.format('%d', shard)
@@ -126,19 +129,19 @@ if not mine then
 elseif mine.wanted == 0 and least and mine.vf < least then
   mine.vf = least -- it wanted nothing: it returns level with the others
 end
-if ASPAN == 0 or wanted > 0 or not mine.wanted then
+if AMODE == 0 or wanted > 0 or not mine.wanted then
   mine.wanted, mine.weight, mine.unit, mine.exp = wanted, weight, unit, NOW + TTL
 end
 
 -- The aligned request, served first when it is the caller's turn.
 local aligned = ''
-local aq = math.max(AC + math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the aligned segment's units
+local aq = AC + math.max(math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the aligned segment's units
 local turn = (mine.debt <= aq) and 1 or 0
-if AX > 0 and mine.debt > 2 * aq then
+if AMODE == 2 and mine.debt > 2 * aq then
   aligned = 'turn'
-elseif AX > 0 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
+elseif AMODE == 2 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
   aligned = 'late'
-elseif AX > 0 then
+elseif AMODE == 2 then
   local q = aq
   aligned = string.format('%d %d', AX, AX + q * iv)
   tat = AX + q * iv
