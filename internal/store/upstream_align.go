@@ -98,15 +98,14 @@ const alignTries = 3
 // each set of aligned it first probes every upstream of the set, within
 // the pipeline of the plain demand (merged into an upstream's plain call
 // when there is one): each reply says the upstream's calendar end and
-// whether it is the shard's turn (its registration owes at most one aligned
-// segment: an aligned segment is an advance on the shard's weighted share,
-// repaid from its next rounds). When all say so, a second pipeline asks
-// each of them, in its own slot, for a segment starting at one common X
-// (known.AlignAt with cfg.Margin, plus up to cfg.Jitter): a coordinator
-// grants [X, X + q·T),
-// q = c + max(c − B, ⌈span/T⌉, 0), before its round, when its
-// calendar end and pause are ≤ X ≤ now + 3H + 2·span and the shard owes
-// at most two (lua/upstream_grant.lua). A set refused only because a
+// whether it is the shard's turn (its registration owes nothing: an aligned
+// segment is an advance on the shard's weighted share, repaid from its next
+// rounds). When all say so, a second pipeline asks each of them, in its own
+// slot, for a segment starting at one common X (known.AlignAt with
+// cfg.Margin, plus up to cfg.Jitter): a coordinator grants [X, X + q·T),
+// q = c + max(c − B, ⌈span/T⌉, 0), before its round, when its calendar end
+// and pause are ≤ X ≤ now + 3H + 2·span and the shard owes at most one
+// such segment (lua/upstream_grant.lua). A set refused only because a
 // calendar had moved past X (another shard's round came in between) is
 // asked again at once with X from the replies, up to alignTries times.
 //

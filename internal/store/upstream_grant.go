@@ -133,7 +133,7 @@ type grantReply struct {
 // Why a coordinator refused an aligned request (lua/upstream_grant.lua).
 const (
 	alignLate = "late" // its calendar or pause had passed X, or X was out of reach
-	alignTurn = "turn" // the caller owes more than two aligned segments: not its turn
+	alignTurn = "turn" // the caller owes more than one aligned segment: not its turn
 )
 
 // decodeGrant reads one coordinator reply.

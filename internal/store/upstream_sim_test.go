@@ -419,3 +419,38 @@ func TestMultiUpstreamJobsLeaveUnderContention(t *testing.T) {
 		})
 	}
 }
+
+// Sharing with aligned grants: shard A's tenant has 300 jobs naming u1 and
+// u2 (both 50/s, burst 1) while shard B's saturates u1 and shard C's u2,
+// all of weight 1. Over 3 s A gets half of each upstream's releases ± 15
+// points (an aligned segment is an advance on its shard's share, repaid
+// from its next rounds), and the bounds hold.
+func TestMultiUpstreamJobsShareTheirUpstreams(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 4)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 5_000, 2, 1000 }))
+	e.putUpstream("u1", 20*ms, 1)
+	e.putUpstream("u2", 20*ms, 1)
+	tn := distinctShards(e, 3)
+	a, b, c := tn[0], tn[1], tn[2]
+	s := newUpSim(e)
+	s.add(b, 300, 1, "u1")
+	s.add(c, 300, 1, "u2")
+	s.add(a, 300, 1, "u1", "u2")
+	for range 300 {
+		s.step(e.clock.Now().Add(10 * ms))
+	}
+	for _, u := range []string{"u1", "u2"} {
+		rs := s.naming(u)
+		share := float64(len(s.of(a))) / float64(len(rs))
+		if share < 0.35 || share > 0.65 || len(rs) < 120 {
+			t.Errorf("%s: A has %d of its %d releases in 3 s (%.2f), want half ± 0.15 of at least 120", u, len(s.of(a)), len(rs), share)
+		}
+		checkBound(t, "upstream "+u, rs, 20*ms, 1)
+	}
+	for _, x := range tn {
+		checkBound(t, "tenant "+x, s.of(x), 5*ms, 2)
+	}
+	t.Logf("3 s: A %d, B %d, C %d releases; u1 %d, u2 %d", len(s.of(a)), len(s.of(b)), len(s.of(c)),
+		len(s.naming("u1")), len(s.naming("u2")))
+}

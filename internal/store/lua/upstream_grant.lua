@@ -26,8 +26,8 @@
 --          round's, in calendar order), the new TAT and the aligned
 --          request's answer: "X ceil" (granted), 'late' (TAT or the pause
 --          was past X, or X out of reach), 'turn' (the caller owes more
---          than two such segments), '' (none asked); turn 1 when the
---          caller owes at most one (before this call), else 0
+--          than this segment), '' (none asked); turn 1 when the caller
+--          owes nothing (before this call), else 0
 --          {'not_found'}: the upstream has no params (field p); nothing written
 --          {'invalid'}: a malformed argument or p; nothing written
 --
@@ -49,16 +49,17 @@
 --
 -- Aligned request (a shard whose jobs name several upstreams asks each of
 -- them, one call per upstream, for a segment starting at one common X): it
--- is served first, before the round, when the caller owes at most two such
--- segments and max(TAT, now, pu) ≤ X ≤ now + reach: the caller gets
+-- is served first, before the round, when the caller owes at most one such
+-- segment and max(TAT, now, pu) ≤ X ≤ now + reach: the caller gets
 -- [X, X + q·T), q = c + max(c − B, ⌈span/T⌉, 0), TAT ← X + q·T (the
 -- gap [old TAT, X) is never handed out: a gap only lowers the rate), vf
 -- grows by q as for a round's segment, and q is the caller's debt: an
 -- advance on its share, repaid from its next rounds' shares (so an aligned
 -- segment comes out of its shard's weighted share, not out of the
 -- others'). The caller probes the set's upstreams first and asks only when
--- each says it owes at most one, so a set is rarely granted by some of its
--- upstreams and refused by others. Otherwise nothing aligned is granted
+-- each says it owes nothing, so a set is rarely granted by some of its
+-- upstreams and refused by others (the one segment of slack covers a race
+-- between the probe and the request). Otherwise nothing aligned is granted
 -- (the reply's TAT feeds the next try).
 -- A call with an aligned request or probe and wanted 0 leaves the
 -- caller's registration as it was (a new one wants nothing).
@@ -136,8 +137,8 @@ end
 -- The aligned request, served first when it is the caller's turn.
 local aligned = ''
 local aq = AC + math.max(math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the aligned segment's units
-local turn = (mine.debt <= aq) and 1 or 0
-if AMODE == 2 and mine.debt > 2 * aq then
+local turn = (mine.debt == 0) and 1 or 0
+if AMODE == 2 and mine.debt > aq then
   aligned = 'turn'
 elseif AMODE == 2 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
   aligned = 'late'
