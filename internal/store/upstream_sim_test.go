@@ -354,21 +354,11 @@ func TestMultiUpstreamJobsLeaveUnderContention(t *testing.T) {
 		offset, rival := run%6, run >= 6
 		t.Run(fmt.Sprintf("C %d0ms behind B, rival %v", offset, rival), func(t *testing.T) {
 			t.Parallel()
-			e := newEnvShards(t, 4)
-			e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 5_000, 2, 1000 }))
-			e.putUpstream("u1", 20*ms, 1)
-			e.putUpstream("u2", 20*ms, 1)
-			tn := distinctShards(e, 3)
+			e, s, tn := newPairSim(t)
 			a, b, c := tn[0], tn[1], tn[2]
-			s := newUpSim(e)
-			steps := func(n int) {
-				for range n {
-					s.step(e.clock.Now().Add(10 * ms))
-				}
-			}
 			start := e.clock.Now()
 			s.add(b, 300, 1, "u1") // 6 s of u1
-			steps(offset)
+			s.steps(offset)
 			s.add(c, 300, 1, "u2") // 6 s of u2
 			if rival {
 				var r string
@@ -380,10 +370,10 @@ func TestMultiUpstreamJobsLeaveUnderContention(t *testing.T) {
 				tn = append(tn, r)
 				s.add(r, 300, 1, "u1")
 			}
-			steps(10) // B and C have taken their upstreams
+			s.steps(10) // B and C have taken their upstreams
 			s.add(a, 10, 1, "u1", "u2")
 			added := e.clock.Now()
-			steps(300) // 3 s
+			s.steps(300) // 3 s
 			s.checkOnce(t)
 			var slots []time.Time
 			for _, r := range s.of(a) {
@@ -427,19 +417,12 @@ func TestMultiUpstreamJobsLeaveUnderContention(t *testing.T) {
 // from its next rounds), and the bounds hold.
 func TestMultiUpstreamJobsShareTheirUpstreams(t *testing.T) {
 	t.Parallel()
-	e := newEnvShards(t, 4)
-	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 5_000, 2, 1000 }))
-	e.putUpstream("u1", 20*ms, 1)
-	e.putUpstream("u2", 20*ms, 1)
-	tn := distinctShards(e, 3)
+	_, s, tn := newPairSim(t)
 	a, b, c := tn[0], tn[1], tn[2]
-	s := newUpSim(e)
 	s.add(b, 300, 1, "u1")
 	s.add(c, 300, 1, "u2")
 	s.add(a, 300, 1, "u1", "u2")
-	for range 300 {
-		s.step(e.clock.Now().Add(10 * ms))
-	}
+	s.steps(300)
 	for _, u := range []string{"u1", "u2"} {
 		rs := s.naming(u)
 		share := float64(len(s.of(a))) / float64(len(rs))
@@ -453,4 +436,23 @@ func TestMultiUpstreamJobsShareTheirUpstreams(t *testing.T) {
 	}
 	t.Logf("3 s: A %d, B %d, C %d releases; u1 %d, u2 %d", len(s.of(a)), len(s.of(b)), len(s.of(c)),
 		len(s.naming("u1")), len(s.naming("u2")))
+}
+
+// newPairSim is the multi-upstream tests' setup: tenants at 200/s (burst 2)
+// on four shards, upstreams u1 and u2 at 50/s (burst 1), and three tenant
+// names on three different shards.
+func newPairSim(t *testing.T) (*env, *upSim, []string) {
+	t.Helper()
+	e := newEnvShards(t, 4)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 5_000, 2, 1000 }))
+	e.putUpstream("u1", 20*ms, 1)
+	e.putUpstream("u2", 20*ms, 1)
+	return e, newUpSim(e), distinctShards(e, 3)
+}
+
+// steps runs n steps of 10 ms.
+func (s *upSim) steps(n int) {
+	for range n {
+		s.step(s.e.clock.Now().Add(10 * ms))
+	}
 }
