@@ -26,6 +26,9 @@ const (
 	attentionRead = 3 * AttentionMax
 	// BusiestMax is how many of the largest backlogs the summary lists.
 	BusiestMax = 5
+	// DeliveriesWindow is the span the summary's deliveries per second
+	// average over: the whole seconds before the read's (store.Finished).
+	DeliveriesWindow = 10 * time.Second
 )
 
 // summaryView answers GET /v1/summary: the deployment's totals over the
@@ -43,6 +46,11 @@ type summaryView struct {
 	Disabled    int     `json:"disabled"`
 	// InFlight is released plus running jobs of every tenant (all keys).
 	InFlight int `json:"in_flight"`
+	// DeliveriesPerS is the jobs of every tenant (all keys) that ended by
+	// an attempt — delivered, or dead-lettered by their last attempt — per
+	// second over the DeliveriesWindow before the read, counted in Redis by
+	// every finish whichever throttler or worker made it (store.Finished).
+	DeliveriesPerS float64 `json:"deliveries_per_s"`
 	// Workers and WorkerCapacity: the live workers and their concurrency.
 	Workers        int `json:"workers"`
 	WorkerCapacity int `json:"worker_capacity"`
@@ -130,6 +138,11 @@ func (s *Server) readSummary(r *http.Request, c *call) (summaryView, error) {
 	if v.InFlight, err = s.opts.Store.InFlight(ctx); err != nil {
 		return summaryView{}, s.storeError(r, "in_flight", err)
 	}
+	finished, err := s.opts.Store.Finished(ctx, DeliveriesWindow)
+	if err != nil {
+		return summaryView{}, s.storeError(r, "finished", err)
+	}
+	v.DeliveriesPerS = float64(finished) / DeliveriesWindow.Seconds()
 	if v.Workers, v.WorkerCapacity, err = s.opts.Store.Workers(ctx); err != nil {
 		return summaryView{}, s.storeError(r, "workers", err)
 	}

@@ -95,6 +95,69 @@ func TestSummary(t *testing.T) {
 	}
 }
 
+// The summary's deliveries per second are the jobs of every tenant that
+// ended by an attempt (delivered or dead) over the 10 whole seconds before
+// the read, whichever process finished them: here through two stores on
+// one Redis, as two throttlers would; a retry is not one.
+func TestSummaryDeliveries(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Date(2026, 11, 30, 12, 0, 10, 0, time.UTC)}
+	var other *store.Store
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		var err error
+		o.Store, err = store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		if err == nil {
+			other, err = store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	st := f.srv.opts.Store
+	deliveries := func() any {
+		t.Helper()
+		f.srv.summaries.mu.Lock()
+		f.srv.summaries.entries = nil // every read computes: the cache runs on the wall clock
+		f.srv.summaries.mu.Unlock()
+		r := f.get(t, "/v1/summary", producerToken)
+		if r.status != http.StatusOK {
+			t.Fatalf("summary: %d %v", r.status, r.body)
+		}
+		return r.body["deliveries_per_s"]
+	}
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("before any delivery: %v, want 0", got)
+	}
+	tenants := []string{"acme-1", "globex"} // globex: outside the producer key's globs, counted all the same
+	ids := map[string][]string{}
+	for _, tn := range tenants {
+		f.setPolicy(t, tn, store.Overrides{RateUS: p64(1000), MaxAttempts: p64(3)})
+		ids[tn] = enqueueN(t, st, tn, 4)
+	}
+	// Second 10: 5 jobs end (3 delivered, 1 dead, 1 delivered via the other
+	// store); a retry does not end its job.
+	for i, o := range []wire.AttemptOutcome{{Kind: wire.FinishSuccess, Status: 200}, {Kind: wire.FinishPermanent, Status: 400},
+		{Kind: wire.FinishRetry, Status: 503}, {Kind: wire.FinishSuccess, Status: 204}} {
+		deliverOne(t, st, clock, ids["acme-1"][i], o)
+	}
+	deliverOne(t, st, clock, ids["globex"][0], wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200})
+	deliverOne(t, other, clock, ids["globex"][1], wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200})
+	if now := clock.Now(); now.Second() != 10 {
+		t.Fatalf("the deliveries ran until %s, past second 10", now)
+	}
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("during second 10: %v, want 0 (the current second is not counted)", got)
+	}
+	clock.Advance(time.Second)
+	if got := deliveries(); got != 0.5 {
+		t.Fatalf("at second 11: %v, want 0.5 (5 jobs in the last 10 s)", got)
+	}
+	clock.Advance(10 * time.Second) // second 21: second 10 left the window
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("at second 21: %v, want 0", got)
+	}
+}
+
 // A tenant's live series gains a point per read: the jobs that left the
 // backlog per second between two reads (Redis time), with the rates; the
 // tenant's recent attempts come with it.
