@@ -233,8 +233,8 @@ func encodeTenantCursor(c tenantCursor) *string {
 
 type tenantQuery struct {
 	sort, state, prefix string
-	limit       int
-	after       *tenantCursor
+	limit               int
+	after               *tenantCursor
 }
 
 // parseTenantQuery reads GET /v1/tenants' parameters; every problem is one 400.
