@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -116,9 +117,7 @@ func TestSummaryDeliveries(t *testing.T) {
 	st := f.srv.opts.Store
 	deliveries := func() any {
 		t.Helper()
-		f.srv.summaries.mu.Lock()
-		f.srv.summaries.entries = nil // every read computes: the cache runs on the wall clock
-		f.srv.summaries.mu.Unlock()
+		f.srv.forgetSummaries() // every read computes: the caches run on the wall clock
 		r := f.get(t, "/v1/summary", producerToken)
 		if r.status != http.StatusOK {
 			t.Fatalf("summary: %d %v", r.status, r.body)
@@ -156,6 +155,76 @@ func TestSummaryDeliveries(t *testing.T) {
 	if got := deliveries(); got != 0.0 {
 		t.Fatalf("at second 21: %v, want 0", got)
 	}
+}
+
+// forgetSummaries drops the summary's base and every key's summary: the
+// next GET /v1/summary reads anew.
+func (s *Server) forgetSummaries() {
+	s.summaries.mu.Lock()
+	s.summaries.entries = nil
+	s.summaries.mu.Unlock()
+	s.bases.mu.Lock()
+	s.bases.cur = nil
+	s.bases.mu.Unlock()
+}
+
+// With warming on, the summary's base is read at Start, before any request:
+// the first GET /v1/summary is answered from it. A base no longer fresh but
+// younger than twice the warm period is served while the next is read in
+// the background; an older one is not served: the request waits for a
+// read. Stop is idempotent.
+func TestSummaryWarm(t *testing.T) {
+	t.Parallel()
+	redisNow := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	wall := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: redisNow.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Store, o.SummaryCache, o.SummaryWarm = st, time.Second, time.Hour
+	})
+	f.srv.bases.now = wall.Now
+	st := f.srv.opts.Store
+	enqueueN(t, st, "acme-1", 2)
+	if err := f.srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer f.srv.Stop()
+	redistest.Poll(t, 10*time.Second, "the warmer's first read", func() bool {
+		f.srv.bases.mu.Lock()
+		defer f.srv.bases.mu.Unlock()
+		return f.srv.bases.cur != nil
+	})
+	summary := func() (backlog any, at any) {
+		t.Helper()
+		r := f.get(t, "/v1/summary", producerToken)
+		if r.status != http.StatusOK {
+			t.Fatalf("summary: %d %v", r.status, r.body)
+		}
+		return r.body["backlog"], r.body["at"]
+	}
+	warmAt := *timeString(redisNow.Now())
+	redisNow.Advance(time.Minute)
+	enqueueN(t, st, "acme-1", 3)
+	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
+		t.Fatalf("first request: backlog %v at %v, want the warm base's 2 at %s", backlog, at, warmAt)
+	}
+
+	wall.Advance(2 * time.Second) // past fresh, within twice the warm period
+	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
+		t.Fatalf("a base past fresh: backlog %v at %v, want it served (2 at %s) while the next is read", backlog, at, warmAt)
+	}
+	redistest.Poll(t, 10*time.Second, "the background read's backlog of 5", func() bool { backlog, _ := summary(); return backlog == 5.0 })
+
+	wall.Advance(3 * time.Hour) // past twice the warm period: not served
+	redisNow.Advance(time.Minute)
+	enqueueN(t, st, "acme-1", 1)
+	if backlog, at := summary(); backlog != 6.0 || at != *timeString(redisNow.Now()) {
+		t.Fatalf("a base too old: backlog %v at %v, want a new read's 6 at %s", backlog, at, redisNow.Now())
+	}
+	f.srv.Stop()
+	f.srv.Stop()
 }
 
 // A tenant's live series gains a point per read: the jobs that left the
