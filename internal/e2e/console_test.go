@@ -305,11 +305,12 @@ func apiSecrets(t *testing.T, c *cluster, p *proc, tenant string) []apiSecret {
 	return out
 }
 
-// pollCost logs the throttler's CPU share while 20 pages poll as the
-// console's do, one request a second each — 10 overviews (GET /v1/summary),
-// 10 tenant pages (GET /v1/tenants/alpha/live) — for d: a figure for the
-// README, not a timed assertion.
-func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) {
+// pollCost logs and returns the throttler's CPU share (% of one core)
+// while 20 pages poll as the console's do, one request a second each — 10
+// overviews (GET /v1/summary), 10 tenant pages (GET /v1/tenants/alpha/live)
+// — for d: a figure for the README, not a timed assertion.
+func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) float64 {
+	t.Helper()
 	cpu0, ok := procstat.ProcessCPU(p.cmd.Process.Pid)
 	if !ok {
 		t.Fatal("cannot read the throttler's CPU time")
@@ -333,8 +334,10 @@ func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) {
 	}
 	wg.Wait()
 	cpu1, _ := procstat.ProcessCPU(p.cmd.Process.Pid)
+	pct := 100 * (cpu1 - cpu0) / time.Since(start).Seconds()
 	t.Logf("20 pages polling for %s: the throttler used %.2f CPU s, %.1f%% of one core (jobs flowing, the browser tabs open)",
-		d, cpu1-cpu0, 100*(cpu1-cpu0)/time.Since(start).Seconds())
+		d, cpu1-cpu0, pct)
+	return pct
 }
 
 // signIn opens the console in tab, signs in with key and waits for the
