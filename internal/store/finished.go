@@ -15,9 +15,9 @@ const MaxFinishedWindow = 30 * time.Second
 // second (the script's now: Redis TIME, or Config.Clock), over every shard,
 // one HMGET script per shard (lua/finished.lua). Every finish adds its ended
 // jobs to its shard's counter, whichever process calls it, so the count is
-// the deployment's, not one throttler's. Jobs a pass dead-letters (a lease
-// or a retry budget run out without an attempt) and cancels are not
-// counted. window is 1 s … MaxFinishedWindow in whole seconds; else the
+// the deployment's, not one throttler's. Not counted: a job a pass's sweep
+// dead-letters when its lease expired with no finish (a worker lost), and
+// cancels. window is 1 s … MaxFinishedWindow in whole seconds; else the
 // error wraps ErrInvalid.
 func (s *Store) Finished(ctx context.Context, window time.Duration) (int64, error) {
 	if window < time.Second || window > MaxFinishedWindow || window%time.Second != 0 {
