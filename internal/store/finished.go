@@ -7,7 +7,7 @@ import (
 )
 
 // MaxFinishedWindow is the longest window Finished counts over: the seconds
-// each shard's finished-jobs counter keeps (lua/lib.lua FINISHED_KEEP_S).
+// each shard's finished-jobs counter keeps (lua/finish.lua keep).
 const MaxFinishedWindow = 30 * time.Second
 
 // Finished returns how many jobs ended by an attempt — succeeded, or

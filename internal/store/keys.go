@@ -78,7 +78,7 @@ func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
 func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
 
-// finished is shard's finished-jobs counter (lua: k_finished).
+// finished is shard's finished-jobs counter (lua: BASE .. 'finished').
 func (k keyspace) finished(shard int) string { return k.base(shard) + "finished" }
 
 // callbacks is shard's callback set (lua: BASE .. 'cb').

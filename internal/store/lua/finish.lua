@@ -230,26 +230,28 @@ for _, tn in ipairs(TENANT_ORDER) do
 end
 wake_if_earlier()
 
--- The shard's finished-jobs counter (lib.lua k_finished): the attempts of
--- this call that ended their job (succeeded, or dead) are added to now's
+-- The shard's finished-jobs counter <p>:{sN}:finished (HASH Unix second →
+-- jobs that ended by an attempt in it; finished.lua reads it): the attempts
+-- of this call that ended their job (succeeded, or dead) are added to now's
 -- second, one HINCRBY. The second's first call (the field is new) also
--- drops the seconds older than FINISHED_KEEP_S and sets the key's TTL to
--- it: the hash holds at most FINISHED_KEEP_S + 1 fields and goes
--- FINISHED_KEEP_S s after the last second written.
-local ended = 0
-for i = 2, #reply do
-  local r = reply[i]
-  if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end
-end
-if ended > 0 then
-  local key, sec = k_finished(), mfloor(NOW / 1000000)
-  if rcall('HINCRBY', key, istr(sec), ended) == ended then
+-- drops the seconds older than keep and sets the key's TTL to it: the hash
+-- holds at most keep + 1 fields and goes keep seconds after the last second
+-- written. keep is MaxFinishedWindow (finished.go; TestFinished checks
+-- both). In a block: the prologue's locals leave the scripts few to spare.
+do
+  local ended, keep = 0, 30
+  for i = 2, #reply do
+    local r = reply[i]
+    if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end
+  end
+  local key, sec = BASE .. 'finished', mfloor(NOW / 1000000)
+  if ended > 0 and rcall('HINCRBY', key, istr(sec), ended) == ended then
     local old = {}
     for _, f in ipairs(rcall('HKEYS', key)) do
-      if tonum(f) < sec - FINISHED_KEEP_S then old[#old + 1] = f end
+      if tonum(f) < sec - keep then old[#old + 1] = f end
     end
     if #old > 0 then rcall('HDEL', key, unpack(old)) end
-    rcall('PEXPIRE', key, FINISHED_KEEP_S * 1000)
+    rcall('PEXPIRE', key, keep * 1000)
   end
 end
 return reply

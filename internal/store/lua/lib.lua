@@ -70,11 +70,6 @@ local function k_secrets(tn) return BASE .. 'sec:' .. tn end
 -- at score 0, in name order): the same members (tenants.lua).
 local function k_index() return BASE .. 'tenants' end
 local function k_names() return BASE .. 'tenant_names' end
--- The shard's finished-jobs counter: Unix second → the jobs that ended by
--- an attempt in it (finish.lua writes it, finished.lua reads it); it keeps
--- the last FINISHED_KEEP_S seconds and expires that long after its last write.
-local function k_finished() return BASE .. 'finished' end
-local FINISHED_KEEP_S = 30
 
 -- secret_live: the tenant holds a webhook secret by API that has not
 -- expired (secrets_write.lua keeps the summary field '~live': -1 when one
