@@ -227,7 +227,7 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 			ks.problem("vclock %s: %d (%v), ttl %s", key, v, gerr, ttl)
 		}
 	case rest == "finished":
-		if ttl < 0 || ttl > 30*time.Second {
+		if ttl < 0 || ttl > MaxFinishedWindow {
 			ks.problem("finished counter %s: ttl %s", key, ttl)
 		}
 	case rest == "waitmark":

@@ -7,8 +7,10 @@ import (
 )
 
 // MaxFinishedWindow is the longest window Finished counts over: the seconds
-// each shard's finished-jobs counter keeps (lua/finish.lua keep).
-const MaxFinishedWindow = 30 * time.Second
+// each shard's finished-jobs counter keeps (lua/finish.lua keep) — a
+// little over the console's 10 s, so the key expires soon after the last
+// finish (an idle deployment keeps no key of it).
+const MaxFinishedWindow = 11 * time.Second
 
 // Finished returns how many jobs ended by an attempt — succeeded, or
 // dead-lettered by a finish — in the whole seconds of window before now's

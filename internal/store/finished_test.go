@@ -12,7 +12,7 @@ import (
 // Finished counts the jobs that ended by an attempt — succeeded or dead —
 // in the whole seconds before now's, over every shard: a retry, a stale
 // finish and the current second's jobs are not counted; each shard's
-// counter keeps the last 30 s and expires.
+// counter keeps the last 11 s and expires.
 func TestFinished(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -71,11 +71,11 @@ func TestFinished(t *testing.T) {
 	}
 
 	e.clock.Set(epoch.Add(2500 * time.Millisecond))
-	if n1, n2, n30 := finished(time.Second), finished(2*time.Second), finished(30*time.Second); n1 != 1 || n2 != 4 || n30 != 4 {
-		t.Fatalf("in second 2: last 1 s %d, 2 s %d, 30 s %d; want 1, 4, 4", n1, n2, n30)
+	if n1, n2, n11 := finished(time.Second), finished(2*time.Second), finished(MaxFinishedWindow); n1 != 1 || n2 != 4 || n11 != 4 {
+		t.Fatalf("in second 2: last 1 s %d, 2 s %d, 11 s %d; want 1, 4, 4", n1, n2, n11)
 	}
 
-	// 40 s on, the shard's first finish drops the seconds older than 30 s.
+	// 40 s on, the shard's first finish drops the seconds older than 11 s.
 	e.clock.Set(epoch.Add(40 * time.Second))
 	deliver(acme, wire.FinishSuccess)
 	key := e.store.keys.finished(e.store.keys.shardOf(acme))
@@ -88,8 +88,8 @@ func TestFinished(t *testing.T) {
 		t.Fatalf("%s: TTL %s, want (0, %s]", key, ttl, MaxFinishedWindow)
 	}
 	e.clock.Set(epoch.Add(41 * time.Second))
-	if n := finished(30 * time.Second); n != 1 {
-		t.Fatalf("41 s: %d finished in the last 30 s, want 1", n)
+	if n := finished(MaxFinishedWindow); n != 1 {
+		t.Fatalf("41 s: %d finished in the last 11 s, want 1", n)
 	}
 
 	for _, w := range []time.Duration{0, 1500 * time.Millisecond, MaxFinishedWindow + time.Second} {

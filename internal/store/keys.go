@@ -28,7 +28,7 @@ import (
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
-//	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 30 s; TTL 30 s (finished.go)
+//	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 11 s; TTL 11 s (finished.go)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence

@@ -239,7 +239,7 @@ wake_if_earlier()
 -- written. keep is MaxFinishedWindow (finished.go; TestFinished checks
 -- both). In a block: the prologue's locals leave the scripts few to spare.
 do
-  local ended, keep = 0, 30
+  local ended, keep = 0, 11
   for i = 2, #reply do
     local r = reply[i]
     if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end

@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
--- ARGV[3]  w: seconds, 1 … 30 (the seconds finish.lua keeps: MaxFinishedWindow)
+-- ARGV[3]  w: seconds, 1 … 11 (the seconds finish.lua keeps: MaxFinishedWindow)
 -- Reply:   {'ok', now, n} — n: the jobs that succeeded or died by an attempt
 --          (finish.lua's counter <p>:{sN}:finished) in the w whole seconds
 --          before now's second
@@ -10,8 +10,8 @@
 -- One HMGET of w fields. No writes.
 
 local w = tonumber(ARGV[3])
-if not w or w < 1 or w > 30 or w % 1 ~= 0 then
-  return redis.error_reply('ERR sluice finished: want w of 1 … 30')
+if not w or w < 1 or w > 11 or w % 1 ~= 0 then
+  return redis.error_reply('ERR sluice finished: want w of 1 … 11')
 end
 local sec = mfloor(NOW / 1000000)
 local fields = {}
