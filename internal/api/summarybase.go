@@ -39,9 +39,12 @@ type summaryBase struct {
 // large deployment is answered from memory, not after a walk of every
 // tenant. Safe for concurrent use.
 type summaryBases struct {
-	read  func(ctx context.Context) (*summaryBase, error)
-	fresh time.Duration // Options.SummaryCache
-	warm  time.Duration // Options.SummaryWarm; 0: off
+	read func(ctx context.Context) (*summaryBase, error)
+	// failed is told each failed read (the server logs it: a background
+	// read has no request to answer with its error).
+	failed func(error)
+	fresh  time.Duration // Options.SummaryCache
+	warm   time.Duration // Options.SummaryWarm; 0: off
 	// timeout bounds a background read (Options.RequestTimeout).
 	timeout time.Duration
 	now     func() time.Time // the wall clock (tests replace it)
@@ -116,6 +119,9 @@ func (sb *summaryBases) startRead() <-chan struct{} {
 		sb.mu.Lock()
 		defer sb.mu.Unlock()
 		sb.reading, sb.err = nil, err
+		if err != nil && sb.failed != nil {
+			sb.failed(err)
+		}
 		if err == nil {
 			b.took, b.readAt = time.Since(start), sb.now()
 			sb.cur = b

@@ -108,7 +108,8 @@ func TestConsole(t *testing.T) {
 	t.Run("the search finds a tenant beyond the first page", func(t *testing.T) {
 		// The overview again, its deliveries' 10 s window full by now: the README's screenshot.
 		b.run(tab, "overview", chromedp.Navigate(p.url()+"/ui/#/"), chromedp.WaitVisible(chromedp.CSS(`#busiest tr[data-tenant="alpha"]`)))
-		b.waitJS(tab, "deliveries per second", `Number(document.querySelector('#total-deliveries .v').textContent) >= 1`)
+		// The first answer may be the summary read when the overview was last open (served while the next is read).
+		b.waitJS(tab, "deliveries per second", `Number(document.querySelector('#total-deliveries .v').textContent) >= 5`)
 		b.screenshot(tab, "overview.png")
 		for i := range 60 { // zulu-00 … zulu-59: after alpha … dlq in name order, zulu-46 on are on page 2
 			if st := c.call(p, http.MethodPut, fmt.Sprintf("/v1/tenants/zulu-%02d/policy", i), map[string]any{"rate": "1/s"}, nil); st != http.StatusOK {
