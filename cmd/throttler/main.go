@@ -106,10 +106,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	opts.Store = st
+	if cfg.UI.On() { // the console's overview: a page opened finds the summary read
+		opts.SummaryWarm = api.SummaryWarmDefault
+	}
 	srv, err := api.New(opts)
 	if err != nil {
 		return err
 	}
+	// The summary's warmer stops after the HTTP drain, before Redis is closed.
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	defer srv.Stop()
 	reg.MustRegister(dispatch.NewStateCollector(st, rdb, cfg.StateConfig(), cfg.SluiceQueues(), log))
 	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
 		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,

@@ -106,6 +106,12 @@ type Options struct {
 	// SummaryCache is the shortest time one GET /v1/summary read serves a
 	// key's polls; default SummaryCacheDefault.
 	SummaryCache time.Duration
+	// SummaryWarm, when > 0, keeps the summary's base warm (Server.Start):
+	// read at least this often, and served up to twice this old while the
+	// next is read in the background, so a page opened is answered from
+	// memory (SummaryWarmDefault for the console). 0: off — a request that
+	// finds no fresh base waits for a read.
+	SummaryWarm time.Duration
 	// LiveStep is the shortest time between two reads of a tenant's state
 	// for GET /v1/tenants/{tenant}/live; default LiveStepDefault.
 	LiveStep time.Duration
@@ -144,6 +150,7 @@ type Server struct {
 	// summaries caches GET /v1/summary per key; lives holds the series of
 	// GET /v1/tenants/{tenant}/live.
 	summaries summaryCache
+	bases     *summaryBases
 	lives     liveSet
 	// upstreams and policyUpstreams serve enqueue's upstream resolution.
 	upstreams       *store.UpstreamCache
@@ -193,9 +200,24 @@ func New(opts Options) (*Server, error) {
 		s.upstreams = newUpstreamSettings(s.opts.Store, opts.UpstreamCache)
 		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
 	}
+	s.bases = &summaryBases{read: s.readBase, fresh: opts.SummaryCache, warm: max(opts.SummaryWarm, 0),
+		timeout: opts.RequestTimeout, now: time.Now,
+		failed: func(err error) { opts.Logger.Warn("summary read failed", "err", err) }}
 	s.routes()
 	return s, nil
 }
+
+// Start starts the server's background work: the summary's warmer when
+// Options.SummaryWarm > 0 (nothing else). It returns at once; Stop ends it.
+func (s *Server) Start(ctx context.Context) error {
+	if s.opts.Store != nil {
+		s.bases.Start(ctx)
+	}
+	return nil
+}
+
+// Stop ends what Start started and waits for it; idempotent.
+func (s *Server) Stop() { s.bases.Stop() }
 
 // Handler returns the server's root handler.
 func (s *Server) Handler() http.Handler { return s.mux }

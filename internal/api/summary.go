@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -14,7 +15,8 @@ import (
 // Bounds of GET /v1/summary.
 const (
 	// SummaryCacheDefault is Options.SummaryCache: the shortest time one
-	// computed summary serves a key's polls: 20 consoles polling every second cost one read. The
+	// read of the summary's base (summaryBases) and one key's summary
+	// serve polls: 20 consoles polling every second cost one read. The
 	// time grows to SummaryCostFactor times the last read's duration, so
 	// the reads of a large deployment take at most 1/SummaryCostFactor of
 	// the time.
@@ -26,6 +28,9 @@ const (
 	attentionRead = 3 * AttentionMax
 	// BusiestMax is how many of the largest backlogs the summary lists.
 	BusiestMax = 5
+	// DeliveriesWindow is the span the summary's deliveries per second
+	// average over: the whole seconds before the read's (store.Finished).
+	DeliveriesWindow = 10 * time.Second
 )
 
 // summaryView answers GET /v1/summary: the deployment's totals over the
@@ -43,6 +48,11 @@ type summaryView struct {
 	Disabled    int     `json:"disabled"`
 	// InFlight is released plus running jobs of every tenant (all keys).
 	InFlight int `json:"in_flight"`
+	// DeliveriesPerS is the jobs of every tenant (all keys) that ended by
+	// an attempt — delivered, or dead-lettered by their last attempt — per
+	// second over the DeliveriesWindow before the read, counted in Redis by
+	// every finish whichever throttler or worker made it (store.Finished).
+	DeliveriesPerS float64 `json:"deliveries_per_s"`
 	// Workers and WorkerCapacity: the live workers and their concurrency.
 	Workers        int `json:"workers"`
 	WorkerCapacity int `json:"worker_capacity"`
@@ -79,6 +89,7 @@ type summaryCache struct {
 type summaryEntry struct {
 	mu      sync.Mutex // held while computing: concurrent polls wait for one read
 	view    summaryView
+	base    *summaryBase // the base view was computed from
 	expires time.Time
 }
 
@@ -96,51 +107,88 @@ func (c *summaryCache) entry(key string) *summaryEntry {
 	return e
 }
 
-// summary is GET /v1/summary (any key; read-only): see summaryView. One
-// computation per key serves its polls for Options.SummaryCache or
-// SummaryCostFactor times its own duration, whichever is longer; it reads
-// a summary of every tenant (store.Tenants), the workers, the shard owners
-// and the full state of up to attentionRead tenants.
+// summary is GET /v1/summary (any key; read-only): see summaryView. It is
+// computed from the shared base (summaryBases: a summary of every tenant,
+// store.Tenants, the workers, the shard owners, the finished jobs) and
+// the full state of up to attentionRead + BusiestMax tenants the key may
+// see; one computation per key serves its polls while the base is the
+// same, for Options.SummaryCache or SummaryCostFactor times its own
+// duration, whichever is longer.
 func (s *Server) summary(r *http.Request, c *call) (int, any, error) {
+	b, err := s.bases.get(r.Context())
+	if err != nil {
+		var re *summaryReadError
+		if errors.As(err, &re) {
+			return 0, nil, s.storeError(r, re.op, re.err)
+		}
+		return 0, nil, s.storeError(r, "list_tenants", err)
+	}
 	e := s.summaries.entry(c.key.Name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if time.Now().Before(e.expires) {
+	if e.base == b && s.bases.now().Before(e.expires) {
 		return http.StatusOK, e.view, nil
 	}
 	start := time.Now()
-	v, err := s.readSummary(r, c)
+	v, err := s.keySummary(r.Context(), b, c)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, s.storeError(r, "tenant_state", err)
 	}
-	e.view = v
-	e.expires = time.Now().Add(max(s.opts.SummaryCache, SummaryCostFactor*time.Since(start)))
+	e.view, e.base = v, b
+	e.expires = s.bases.now().Add(max(s.opts.SummaryCache, SummaryCostFactor*time.Since(start)))
 	return http.StatusOK, v, nil
 }
 
-func (s *Server) readSummary(r *http.Request, c *call) (summaryView, error) {
-	ctx := r.Context()
-	all, err := s.opts.Store.Tenants(ctx)
-	if err != nil {
-		return summaryView{}, s.storeError(r, "list_tenants", err)
+// summaryReadError is a failed base read: the store call (op) and its error.
+type summaryReadError struct {
+	op  string
+	err error
+}
+
+func (e *summaryReadError) Error() string { return "read summary: " + e.op + ": " + e.err.Error() }
+func (e *summaryReadError) Unwrap() error { return e.err }
+
+// readBase reads a summary base: every tenant's summary, the jobs in
+// flight, the workers, the shard owners and the finished jobs.
+func (s *Server) readBase(ctx context.Context) (*summaryBase, error) {
+	fail := func(op string, err error) (*summaryBase, error) { return nil, &summaryReadError{op: op, err: err} }
+	var b summaryBase
+	var err error
+	if b.all, err = s.opts.Store.Tenants(ctx); err != nil {
+		return fail("list_tenants", err)
 	}
-	all = slices.DeleteFunc(all, func(st store.TenantSummary) bool { return !c.key.AllowsTenant(st.Tenant) })
+	if b.inFlight, err = s.opts.Store.InFlight(ctx); err != nil {
+		return fail("in_flight", err)
+	}
+	if b.workers, b.capacity, err = s.opts.Store.Workers(ctx); err != nil {
+		return fail("workers", err)
+	}
+	if b.throttlers, b.unowned, err = s.throttlers(ctx); err != nil {
+		return fail("shard_owners", err)
+	}
+	finished, err := s.opts.Store.Finished(ctx, DeliveriesWindow)
+	if err != nil {
+		return fail("finished", err)
+	}
+	b.deliveriesPerS = float64(finished) / DeliveriesWindow.Seconds()
+	return &b, nil
+}
+
+// keySummary is the summary of base as the key of c sees it: the totals of
+// the tenants it may see, the deployment-wide figures, and its tenants
+// needing attention and largest backlogs, read in full now.
+func (s *Server) keySummary(ctx context.Context, b *summaryBase, c *call) (summaryView, error) {
+	all := slices.DeleteFunc(slices.Clone(b.all), func(st store.TenantSummary) bool { return !c.key.AllowsTenant(st.Tenant) })
 	v := totalsOf(all)
 	v.Key = keyView{Name: c.key.Name, Admin: c.key.Admin, Tenants: append([]string{}, c.key.Tenants...)}
-	if v.InFlight, err = s.opts.Store.InFlight(ctx); err != nil {
-		return summaryView{}, s.storeError(r, "in_flight", err)
-	}
-	if v.Workers, v.WorkerCapacity, err = s.opts.Store.Workers(ctx); err != nil {
-		return summaryView{}, s.storeError(r, "workers", err)
-	}
-	if v.Throttlers, v.Unowned, err = s.throttlers(ctx); err != nil {
-		return summaryView{}, s.storeError(r, "shard_owners", err)
-	}
+	v.InFlight, v.Workers, v.WorkerCapacity = b.inFlight, b.workers, b.capacity
+	v.Throttlers, v.Unowned, v.DeliveriesPerS = b.throttlers, b.unowned, b.deliveriesPerS
+	var err error
 	if v.Attention, err = s.attention(ctx, all); err != nil {
-		return summaryView{}, s.storeError(r, "tenant_state", err)
+		return summaryView{}, err
 	}
 	if v.Busiest, err = s.busiest(ctx, all); err != nil {
-		return summaryView{}, s.storeError(r, "tenant_state", err)
+		return summaryView{}, err
 	}
 	return v, nil
 }
@@ -225,19 +273,24 @@ func summaryKey(sort string, t store.TenantSummary) int64 {
 }
 
 // firstViews sorts cands by the listing's order sort, reads up to read of
-// them in full and returns the views keep accepts, at most most.
+// them in full (store.TenantViews: one script per shard) and returns the
+// views keep accepts, at most most.
 func (s *Server) firstViews(ctx context.Context, cands []store.TenantSummary, sort string, read, most int, keep func(tenantView) bool) ([]tenantView, error) {
 	pos := tenantOrders[sort]
 	key := func(t store.TenantSummary) int64 { return pos(summaryKey(sort, t)) }
 	slices.SortFunc(cands, func(a, b store.TenantSummary) int {
 		return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Tenant, b.Tenant))
 	})
-	out := []tenantView{}
+	names := make([]string, 0, min(len(cands), read))
 	for _, sum := range cands[:min(len(cands), read)] {
-		st, err := s.opts.Store.TenantState(ctx, sum.Tenant)
-		if err != nil {
-			return nil, err
-		}
+		names = append(names, sum.Tenant)
+	}
+	states, err := s.opts.Store.TenantViews(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := []tenantView{}
+	for _, st := range states {
 		if v := tenantViewOf(st); keep(v) {
 			out = append(out, v)
 		}

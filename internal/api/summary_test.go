@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -93,6 +94,137 @@ func TestSummary(t *testing.T) {
 	if r := f.get(t, "/v1/summary", ""); r.status != http.StatusUnauthorized {
 		t.Fatalf("no key: %d", r.status)
 	}
+}
+
+// The summary's deliveries per second are the jobs of every tenant that
+// ended by an attempt (delivered or dead) over the 10 whole seconds before
+// the read, whichever process finished them: here through two stores on
+// one Redis, as two throttlers would; a retry is not one.
+func TestSummaryDeliveries(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Date(2026, 11, 30, 12, 0, 10, 0, time.UTC)}
+	var other *store.Store
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		var err error
+		o.Store, err = store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		if err == nil {
+			other, err = store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	st := f.srv.opts.Store
+	deliveries := func() any {
+		t.Helper()
+		f.srv.forgetSummaries() // every read computes: the caches run on the wall clock
+		r := f.get(t, "/v1/summary", producerToken)
+		if r.status != http.StatusOK {
+			t.Fatalf("summary: %d %v", r.status, r.body)
+		}
+		return r.body["deliveries_per_s"]
+	}
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("before any delivery: %v, want 0", got)
+	}
+	tenants := []string{"acme-1", "globex"} // globex: outside the producer key's globs, counted all the same
+	ids := map[string][]string{}
+	for _, tn := range tenants {
+		f.setPolicy(t, tn, store.Overrides{RateUS: p64(1000), MaxAttempts: p64(3)})
+		ids[tn] = enqueueN(t, st, tn, 4)
+	}
+	// Second 10: 5 jobs end (3 delivered, 1 dead, 1 delivered via the other
+	// store); a retry does not end its job.
+	for i, o := range []wire.AttemptOutcome{{Kind: wire.FinishSuccess, Status: 200}, {Kind: wire.FinishPermanent, Status: 400},
+		{Kind: wire.FinishRetry, Status: 503}, {Kind: wire.FinishSuccess, Status: 204}} {
+		deliverOne(t, st, clock, ids["acme-1"][i], o)
+	}
+	deliverOne(t, st, clock, ids["globex"][0], wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200})
+	deliverOne(t, other, clock, ids["globex"][1], wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200})
+	if now := clock.Now(); now.Second() != 10 {
+		t.Fatalf("the deliveries ran until %s, past second 10", now)
+	}
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("during second 10: %v, want 0 (the current second is not counted)", got)
+	}
+	clock.Advance(time.Second)
+	if got := deliveries(); got != 0.5 {
+		t.Fatalf("at second 11: %v, want 0.5 (5 jobs in the last 10 s)", got)
+	}
+	clock.Advance(10 * time.Second) // second 21: second 10 left the window
+	if got := deliveries(); got != 0.0 {
+		t.Fatalf("at second 21: %v, want 0", got)
+	}
+}
+
+// forgetSummaries drops the summary's base and every key's summary: the
+// next GET /v1/summary reads anew.
+func (s *Server) forgetSummaries() {
+	s.summaries.mu.Lock()
+	s.summaries.entries = nil
+	s.summaries.mu.Unlock()
+	s.bases.mu.Lock()
+	s.bases.cur = nil
+	s.bases.mu.Unlock()
+}
+
+// With warming on, the summary's base is read at Start, before any request:
+// the first GET /v1/summary is answered from it. A base no longer fresh but
+// younger than twice the warm period is served while the next is read in
+// the background; an older one is not served: the request waits for a
+// read. Stop is idempotent.
+func TestSummaryWarm(t *testing.T) {
+	t.Parallel()
+	redisNow := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	wall := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4, Clock: redisNow.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Store, o.SummaryCache, o.SummaryWarm = st, time.Second, time.Hour
+	})
+	f.srv.bases.now = wall.Now
+	st := f.srv.opts.Store
+	enqueueN(t, st, "acme-1", 2)
+	if err := f.srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer f.srv.Stop()
+	redistest.Poll(t, 10*time.Second, "the warmer's first read", func() bool {
+		f.srv.bases.mu.Lock()
+		defer f.srv.bases.mu.Unlock()
+		return f.srv.bases.cur != nil
+	})
+	summary := func() (backlog any, at any) {
+		t.Helper()
+		r := f.get(t, "/v1/summary", producerToken)
+		if r.status != http.StatusOK {
+			t.Fatalf("summary: %d %v", r.status, r.body)
+		}
+		return r.body["backlog"], r.body["at"]
+	}
+	warmAt := *timeString(redisNow.Now())
+	redisNow.Advance(time.Minute)
+	enqueueN(t, st, "acme-1", 3)
+	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
+		t.Fatalf("first request: backlog %v at %v, want the warm base's 2 at %s", backlog, at, warmAt)
+	}
+
+	wall.Advance(2 * time.Second) // past fresh, within twice the warm period
+	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
+		t.Fatalf("a base past fresh: backlog %v at %v, want it served (2 at %s) while the next is read", backlog, at, warmAt)
+	}
+	redistest.Poll(t, 10*time.Second, "the background read's backlog of 5", func() bool { backlog, _ := summary(); return backlog == 5.0 })
+
+	wall.Advance(3 * time.Hour) // past twice the warm period: not served
+	redisNow.Advance(time.Minute)
+	enqueueN(t, st, "acme-1", 1)
+	if backlog, at := summary(); backlog != 6.0 || at != *timeString(redisNow.Now()) {
+		t.Fatalf("a base too old: backlog %v at %v, want a new read's 6 at %s", backlog, at, redisNow.Now())
+	}
+	f.srv.Stop()
+	f.srv.Stop()
 }
 
 // A tenant's live series gains a point per read: the jobs that left the

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -71,9 +73,11 @@ type tenantPage struct {
 	Cursor  *string      `json:"cursor"` // null on the last page
 }
 
-// tenantCursor is the opaque cursor: the sort and the last item's position.
+// tenantCursor is the opaque cursor: the sort, the name prefix and the last
+// item's position.
 type tenantCursor struct {
 	Sort   string `json:"s"`
+	Prefix string `json:"p,omitempty"`
 	Tenant string `json:"t"`
 	Key    int64  `json:"k"`
 }
@@ -113,13 +117,15 @@ func stateOf(st store.TenantState) string {
 // fewer than limit tenants, with a cursor to go on.
 const tenantsExamineMax = 10 * MaxTenantsLimit
 
-// listTenants is GET /v1/tenants?cursor=&limit=&sort=&state=: a page of the
-// views of every tenant with state in Redis that the key may see, in the
-// sort's order, after the cursor's position; each tenant appears once along
-// the cursors while nothing changes. name (the default): by id, in byte
-// order, O(limit) per page (tenantsByName); backlog (largest first) and
-// oldest (oldest queued job first): every tenant's key is read
-// (tenantsByKey). Bad parameters: 400.
+// listTenants is GET /v1/tenants?cursor=&limit=&sort=&state=&prefix=: a
+// page of the views of every tenant with state in Redis that the key may
+// see and whose id begins with prefix, in the sort's order, after the
+// cursor's position; each tenant appears once along the cursors while
+// nothing changes. name (the default): by id, in byte order, O(limit) per
+// page (tenantsByName; a prefix narrows the names read, a lexicographic
+// range of each shard's name set); backlog (largest first) and oldest
+// (oldest queued job first): every tenant's key is read (tenantsByKey), the
+// prefix filters them. Bad parameters: 400.
 func (s *Server) listTenants(r *http.Request, c *call) (int, any, error) {
 	q, err := parseTenantQuery(r)
 	if err != nil {
@@ -153,7 +159,7 @@ func (s *Server) tenantsByName(ctx context.Context, q tenantQuery, allowed func(
 	}
 	for examined := 0; examined < tenantsExamineMax; n = min(4*n, store.MaxTenantNames) {
 		n = min(n, tenantsExamineMax-examined)
-		names, more, err := s.opts.Store.TenantNames(ctx, after, n)
+		names, more, err := s.opts.Store.TenantNames(ctx, q.prefix, after, n)
 		if err != nil {
 			return err
 		}
@@ -173,7 +179,7 @@ func (s *Server) tenantsByName(ctx context.Context, q tenantQuery, allowed func(
 			}
 			if len(page.Tenants) == q.limit {
 				if more || i < len(names)-1 {
-					page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: tn})
+					page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Prefix: q.prefix, Tenant: tn})
 				}
 				return nil
 			}
@@ -182,7 +188,7 @@ func (s *Server) tenantsByName(ctx context.Context, q tenantQuery, allowed func(
 			return nil
 		}
 	}
-	page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: after})
+	page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Prefix: q.prefix, Tenant: after})
 	return nil
 }
 
@@ -196,7 +202,7 @@ func (s *Server) tenantsByKey(ctx context.Context, q tenantQuery, allowed func(s
 	}
 	pos, want := tenantOrders[q.sort], tenantStates[q.state]
 	keys = slices.DeleteFunc(keys, func(k store.TenantKey) bool {
-		return (want != "" && k.State != want) || !allowed(k.Tenant) ||
+		return (want != "" && k.State != want) || !allowed(k.Tenant) || !strings.HasPrefix(k.Tenant, q.prefix) ||
 			(q.after != nil && cmp.Or(cmp.Compare(pos(k.Key), q.after.Key), cmp.Compare(k.Tenant, q.after.Tenant)) <= 0)
 	})
 	slices.SortFunc(keys, func(a, b store.TenantKey) int {
@@ -204,7 +210,7 @@ func (s *Server) tenantsByKey(ctx context.Context, q tenantQuery, allowed func(s
 	})
 	if len(keys) > q.limit {
 		last := keys[q.limit-1]
-		page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Tenant: last.Tenant, Key: pos(last.Key)})
+		page.Cursor = encodeTenantCursor(tenantCursor{Sort: q.sort, Prefix: q.prefix, Tenant: last.Tenant, Key: pos(last.Key)})
 		keys = keys[:q.limit]
 	}
 	names := make([]string, len(keys))
@@ -226,21 +232,24 @@ func encodeTenantCursor(c tenantCursor) *string {
 }
 
 type tenantQuery struct {
-	sort, state string
-	limit       int
-	after       *tenantCursor
+	sort, state, prefix string
+	limit               int
+	after               *tenantCursor
 }
 
 // parseTenantQuery reads GET /v1/tenants' parameters; every problem is one 400.
 func parseTenantQuery(r *http.Request) (tenantQuery, error) {
 	v := r.URL.Query()
-	q := tenantQuery{sort: cmp.Or(v.Get("sort"), "name"), state: v.Get("state"), limit: TenantsLimitDefault}
+	q := tenantQuery{sort: cmp.Or(v.Get("sort"), "name"), state: v.Get("state"), prefix: v.Get("prefix"), limit: TenantsLimitDefault}
 	var errs []error
 	if _, ok := tenantOrders[q.sort]; !ok && q.sort != "name" {
 		errs = append(errs, errors.New("sort: want backlog, oldest or name"))
 	}
 	if _, ok := tenantStates[q.state]; !ok {
 		errs = append(errs, errors.New("state: want paused, disabled or active"))
+	}
+	if policy.ValidTenantPrefix(q.prefix) != nil {
+		errs = append(errs, errors.New("prefix: want up to "+strconv.Itoa(policy.MaxTenantIDLen)+" characters of [A-Za-z0-9._@-]"))
 	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -255,8 +264,8 @@ func parseTenantQuery(r *http.Request) (tenantQuery, error) {
 		if err == nil {
 			err = json.Unmarshal(raw, &cur)
 		}
-		if err != nil || cur.Sort != q.sort || cur.Tenant == "" {
-			errs = append(errs, errors.New("cursor: not one this listing returned for this sort"))
+		if err != nil || cur.Sort != q.sort || cur.Prefix != q.prefix || cur.Tenant == "" {
+			errs = append(errs, errors.New("cursor: not one this listing returned for this sort and prefix"))
 		}
 		q.after = &cur
 	}

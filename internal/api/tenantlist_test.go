@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,10 +128,13 @@ func TestListTenants(t *testing.T) {
 	if got := f.listAll(t, adminToken, "state=active"); len(got) != n+1-n/10 {
 		t.Fatalf("state=active: %d", len(got))
 	}
+	prefixCursor := f.checkPrefix(t, n)
 	first := f.get(t, "/v1/tenants?sort=name&limit=2", adminToken)
 	nameCursor, _ := first.body["cursor"].(string)
 	for _, q := range []string{"limit=0", "limit=501", "limit=x", "sort=size", "state=gone",
-		"cursor=%25%25", "sort=backlog&cursor=" + url.QueryEscape(nameCursor)} {
+		"cursor=%25%25", "sort=backlog&cursor=" + url.QueryEscape(nameCursor),
+		"prefix=a:b", "prefix=acme-*", "prefix=" + strings.Repeat("a", 129),
+		"prefix=acme-02&cursor=" + url.QueryEscape(prefixCursor), "cursor=" + url.QueryEscape(prefixCursor)} {
 		r := f.get(t, "/v1/tenants?"+q, adminToken)
 		if e, _ := r.body["error"].(map[string]any); r.status != http.StatusBadRequest || e["code"] != CodeMalformed {
 			t.Errorf("GET /v1/tenants?%s: %d %v, want 400 malformed", q, r.status, r.body)
@@ -139,6 +143,60 @@ func TestListTenants(t *testing.T) {
 	if r := f.get(t, "/v1/tenants", plainToken); r.status != http.StatusOK || len(r.body["tenants"].([]any)) != 0 {
 		t.Errorf("a key with no tenant globs: %d %v, want an empty page", r.status, r.body)
 	}
+}
+
+// checkPrefix checks prefix= on TestListTenants' n tenants acme-0000…:
+// acme-01 selects the 100 tenants acme-0100 … acme-0199, paged 30 at a time
+// by name, each once, in order; with a state filter and the other sorts
+// too; a key sees only what its globs allow. It returns a cursor of the
+// prefix acme-01.
+func (f *fixture) checkPrefix(t *testing.T, n int) (cursor string) {
+	t.Helper()
+	var got []string
+	for pages := 1; ; pages++ {
+		path := "/v1/tenants?prefix=acme-01&limit=30"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		r := f.get(t, path, adminToken)
+		items, _ := r.body["tenants"].([]any)
+		if r.status != http.StatusOK || len(items) > 30 || pages > 4 {
+			t.Fatalf("GET %s (page %d): %d, %d items", path, pages, r.status, len(items))
+		}
+		for _, it := range items {
+			got = append(got, it.(map[string]any)["tenant"].(string))
+		}
+		next, _ := r.body["cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	var want []string
+	for i := 100; i < 200 && i < n; i++ {
+		want = append(want, fmt.Sprintf("acme-%04d", i))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("prefix=acme-01: %d tenants %v, want the %d of acme-0100 … acme-0199 in order", len(got), got, len(want))
+	}
+	for q, wantN := range map[string]int{
+		"prefix=acme-01&state=paused": 10, "prefix=acme-01&sort=backlog": 100, "prefix=acme-01&sort=oldest": 100,
+		"prefix=acme-0999": 1, "prefix=globex": 1, "prefix=acme-1": 0, "prefix=ACME": 0,
+	} {
+		items := f.listAll(t, adminToken, q)
+		for _, v := range items {
+			if p := strings.TrimPrefix(strings.Split(q, "&")[0], "prefix="); !strings.HasPrefix(v["tenant"].(string), p) {
+				t.Fatalf("%s lists %v", q, v["tenant"])
+			}
+		}
+		if len(items) != wantN {
+			t.Fatalf("%s: %d tenants, want %d", q, len(items), wantN)
+		}
+	}
+	if got := f.listAll(t, producerToken, "prefix=globex"); len(got) != 0 {
+		t.Fatalf("the producer key (acme-*) sees %d globex tenants", len(got))
+	}
+	return cursor
 }
 
 // dead:replay is admin-only, refuses bad input with a 400 that replays

@@ -40,3 +40,18 @@ func tenantByte(c byte) bool {
 	}
 	return c == '.' || c == '_' || c == '@' || c == '-'
 }
+
+// ValidTenantPrefix reports whether p can begin a tenant id: empty, or up to
+// MaxTenantIDLen characters of [A-Za-z0-9._@-]. The error wraps
+// ErrInvalidTenantID and never echoes p.
+func ValidTenantPrefix(p string) error {
+	if len(p) > MaxTenantIDLen {
+		return fmt.Errorf("%w: prefix of %d bytes, at most %d allowed", ErrInvalidTenantID, len(p), MaxTenantIDLen)
+	}
+	for i := 0; i < len(p); i++ {
+		if !tenantByte(p[i]) {
+			return fmt.Errorf("%w: prefix byte %d is not one of [A-Za-z0-9._@-]", ErrInvalidTenantID, i)
+		}
+	}
+	return nil
+}

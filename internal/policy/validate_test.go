@@ -244,6 +244,19 @@ func TestValidTenantID(t *testing.T) {
 	}
 }
 
+func TestValidTenantPrefix(t *testing.T) {
+	for _, p := range []string{"", ".", "..", "acme-", "A-Z_0.9@", strings.Repeat("x", MaxTenantIDLen)} {
+		if err := ValidTenantPrefix(p); err != nil {
+			t.Errorf("ValidTenantPrefix(%q) = %v", p, err)
+		}
+	}
+	for _, p := range []string{strings.Repeat("x", MaxTenantIDLen+1), "a/", "a:", "{s1", "a ", "é", "*", "a%"} {
+		if err := ValidTenantPrefix(p); !errors.Is(err, ErrInvalidTenantID) {
+			t.Errorf("ValidTenantPrefix(%q) = %v, want ErrInvalidTenantID", p, err)
+		}
+	}
+}
+
 // The store's bounds are Validate's, named in user terms (formerly the
 // store's CheckStorable).
 func TestValidateNamesStorageBoundsInUserTerms(t *testing.T) {

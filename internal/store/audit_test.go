@@ -226,6 +226,10 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 		if v, gerr := rdb.Get(ctx, key).Int64(); gerr != nil || v < 0 || ttl >= 0 {
 			ks.problem("vclock %s: %d (%v), ttl %s", key, v, gerr, ttl)
 		}
+	case rest == "finished":
+		if ttl < 0 || ttl > MaxFinishedWindow {
+			ks.problem("finished counter %s: ttl %s", key, ttl)
+		}
 	case rest == "waitmark":
 		if v, gerr := rdb.Get(ctx, key).Result(); gerr != nil || v != "1" || ttl < 0 || ttl > time.Minute {
 			ks.problem("waitmark %s: %q (%v), ttl %s", key, v, gerr, ttl)

@@ -28,6 +28,7 @@ import (
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
+//	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 11 s; TTL 11 s (finished.go)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
@@ -77,6 +78,9 @@ func (k keyspace) leases(shard int) string  { return k.base(shard) + "leases" }
 func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
 func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
+
+// finished is shard's finished-jobs counter (lua: BASE .. 'finished').
+func (k keyspace) finished(shard int) string { return k.base(shard) + "finished" }
 
 // callbacks is shard's callback set (lua: BASE .. 'cb').
 func (k keyspace) callbacks(shard int) string { return k.base(shard) + "cb" }

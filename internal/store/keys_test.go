@@ -30,6 +30,7 @@ func TestKeyLayout(t *testing.T) {
 		k.tenantIndex(6):      "sluice:{s6}:tenants",
 		k.tenantNames(6):      "sluice:{s6}:tenant_names",
 		k.backfilled(6):       "sluice:{s6}:tenants_backfilled",
+		k.finished(6):         "sluice:{s6}:finished",
 		k.workers():           "sluice:workers",
 		k.taskWorkers("mail"): "sluice:mw:mail",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",

@@ -65,6 +65,8 @@ var (
 	luaTenantViews string
 	//go:embed lua/tenant_keys.lua
 	luaTenantKeys string
+	//go:embed lua/finished.lua
+	luaFinished string
 	//go:embed lua/tenant_backfill.lua
 	luaTenantBackfill string
 	//go:embed lua/callback_take.lua
@@ -119,6 +121,7 @@ var (
 	scriptTenantNames  = assemble("tenant_names", luaTenantNames)
 	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
 	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
+	scriptFinished     = assemble("finished", luaFinished)
 	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
 	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
 	scriptCallbackDone = assemble("callback_done", luaCallbackDone)

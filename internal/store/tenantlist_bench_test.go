@@ -46,7 +46,7 @@ func BenchmarkTenantPages(b *testing.B) {
 	for _, limit := range []int{50, 500} {
 		b.Run(fmt.Sprintf("name/limit=%d", limit), func(b *testing.B) {
 			for range b.N {
-				names, more, err := e.store.TenantNames(e.ctx, "", limit)
+				names, more, err := e.store.TenantNames(e.ctx, "", "", limit)
 				if err != nil || !more || len(names) != limit {
 					b.Fatalf("%d names, %v", len(names), err)
 				}

@@ -4,24 +4,34 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // MaxTenantNames is the most names one TenantNames call returns.
 const MaxTenantNames = 1000
 
 // TenantNames returns up to n (1 … MaxTenantNames) names of tenants with
-// state in Redis that come after after ("" = from the first) in byte order,
-// merged across the shards' name sets (lua/tenant_names.lua: one ZRANGE
-// BYLEX of n+1 names per shard, O(shards · (log N + n))), and whether any
-// name follows the last one returned. A name whose tenant's state is gone
-// but not yet trimmed may be among them (TenantViews leaves it out). Bad
-// input wraps ErrInvalid.
-func (s *Store) TenantNames(ctx context.Context, after string, n int) (names []string, more bool, err error) {
+// state in Redis that begin with prefix ("" = any) and come after after
+// ("" = from the first) in byte order, merged across the shards' name sets
+// (lua/tenant_names.lua: one ZRANGE BYLEX of n+1 names per shard, a prefix
+// being a lexicographic range too, O(shards · (log N + n))), and whether
+// any such name follows the last one returned. A name whose tenant's state
+// is gone but not yet trimmed may be among them (TenantViews leaves it
+// out). Bad input — n, or a prefix that cannot begin a tenant id
+// (policy.ValidTenantPrefix) — wraps ErrInvalid.
+func (s *Store) TenantNames(ctx context.Context, prefix, after string, n int) (names []string, more bool, err error) {
 	if n < 1 || n > MaxTenantNames {
 		return nil, false, fmt.Errorf("tenant names: %w", invalidf("n %d: want 1 … %d", n, MaxTenantNames))
 	}
+	if err := policy.ValidTenantPrefix(prefix); err != nil {
+		return nil, false, fmt.Errorf("tenant names: %w: %w", ErrInvalid, err)
+	}
+	if after < prefix {
+		after = "" // the names with the prefix all come after it: start at the prefix
+	}
 	for shard := range s.keys.shards {
-		d, err := s.run(ctx, scriptTenantNames, shard, after, n+1)
+		d, err := s.run(ctx, scriptTenantNames, shard, after, n+1, prefix)
 		if err != nil {
 			return nil, false, fmt.Errorf("tenant names of shard %d: %w", shard, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,13 +14,13 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// walkNames walks TenantNames n at a time from the start, failing on a
-// repeat or a name out of order, and returns the names.
-func (e *env) walkNames(n int) []string {
+// walkNames walks TenantNames of prefix n at a time from the start, failing
+// on a repeat or a name out of order, and returns the names.
+func (e *env) walkNames(prefix string, n int) []string {
 	e.t.Helper()
 	var all []string
 	for after := ""; ; {
-		names, more, err := e.store.TenantNames(e.ctx, after, n)
+		names, more, err := e.store.TenantNames(e.ctx, prefix, after, n)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -72,11 +73,11 @@ func TestTenantNamesAndViews(t *testing.T) {
 	want := e.makeTenants(200)
 	slices.Sort(want)
 	for _, n := range []int{1, 7, 1000} {
-		if got := e.walkNames(n); !slices.Equal(got, want) {
+		if got := e.walkNames("", n); !slices.Equal(got, want) {
 			t.Fatalf("n %d: %d names %q…, want %d", n, len(got), got[:min(3, len(got))], len(want))
 		}
 	}
-	page, more, err := e.store.TenantNames(e.ctx, "t010", 5)
+	page, more, err := e.store.TenantNames(e.ctx, "", "t010", 5)
 	if err != nil || !more || !slices.Equal(page, []string{"t011", "t012", "t013", "t014", "t015"}) {
 		t.Fatalf("after t010: %q, %v, %v", page, more, err)
 	}
@@ -102,18 +103,54 @@ func TestTenantNamesAndViews(t *testing.T) {
 	if err != nil || len(views) != 4 || slices.ContainsFunc(views, func(st TenantState) bool { return st.Tenant == "t012" }) {
 		t.Fatalf("views after t012's state went: %d, %v", len(views), err)
 	}
-	if got := e.walkNames(50); slices.Contains(got, "t012") || len(got) != len(want)-1 {
+	if got := e.walkNames("", 50); slices.Contains(got, "t012") || len(got) != len(want)-1 {
 		t.Fatalf("t012 still named (%d names)", len(got))
 	}
 	e.requireConsistent()
 
 	for _, n := range []int{0, MaxTenantNames + 1} {
-		if _, _, err := e.store.TenantNames(e.ctx, "", n); !errors.Is(err, ErrInvalid) {
+		if _, _, err := e.store.TenantNames(e.ctx, "", "", n); !errors.Is(err, ErrInvalid) {
 			t.Errorf("TenantNames n %d: %v, want ErrInvalid", n, err)
 		}
 	}
 	if _, err := e.store.TenantViews(e.ctx, []string{"t001", "a:b"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("TenantViews of a bad id: %v, want ErrInvalid", err)
+	}
+}
+
+// TenantNames with a prefix pages only the names that begin with it, in
+// name order, each once, across the shards, from wherever the cursor is;
+// a prefix that cannot begin a tenant id is ErrInvalid.
+func TestTenantNamesPrefix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := e.makeTenants(200)
+	with := func(prefix string) []string {
+		return slices.DeleteFunc(slices.Clone(all), func(tn string) bool { return !strings.HasPrefix(tn, prefix) })
+	}
+	for _, prefix := range []string{"t01", "t1", "t", "policy", "t199", "zz", "T"} {
+		want := with(prefix)
+		slices.Sort(want)
+		for _, n := range []int{1, 3, 1000} {
+			if got := e.walkNames(prefix, n); !slices.Equal(got, want) {
+				t.Fatalf("prefix %q, n %d: %q, want %q", prefix, n, got, want)
+			}
+		}
+	}
+	for after, want := range map[string]string{
+		"t015": "[t016 t017 t018 t019] false", // within the prefix's range
+		"a":    "[t010 t011 t012] true",       // below it: from its first name
+		"t02":  "[] false",                    // above it
+	} {
+		page, more, err := e.store.TenantNames(e.ctx, "t01", after, 3+len(after)/4)
+		if err != nil || fmt.Sprint(page, " ", more) != want {
+			t.Errorf("prefix t01 after %q: %q %v (%v), want %s", after, page, more, err, want)
+		}
+	}
+	for _, bad := range []string{"a:b", "{s1}", "t*", strings.Repeat("t", 129)} {
+		if _, _, err := e.store.TenantNames(e.ctx, bad, "", 10); !errors.Is(err, ErrInvalid) {
+			t.Errorf("prefix %.20q: %v, want ErrInvalid", bad, err)
+		}
 	}
 }
 
@@ -204,7 +241,7 @@ func TestBackfillTenantIndex(t *testing.T) {
 	want = append(want, "dead-only")
 	slices.Sort(want)
 	e.forgetIndex()
-	if got := e.walkNames(100); len(got) != 0 {
+	if got := e.walkNames("", 100); len(got) != 0 {
 		t.Fatalf("names before the backfill: %q", got)
 	}
 
@@ -212,7 +249,7 @@ func TestBackfillTenantIndex(t *testing.T) {
 	if err != nil || added != len(want) {
 		t.Fatalf("backfill: added %d, %v; want %d", added, err, len(want))
 	}
-	if got := e.walkNames(100); !slices.Equal(got, want) {
+	if got := e.walkNames("", 100); !slices.Equal(got, want) {
 		t.Fatalf("after the backfill: %d names, want %d", len(got), len(want))
 	}
 	now := e.clock.Now().UnixMicro()

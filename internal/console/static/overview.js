@@ -33,6 +33,7 @@ function render(body, s) {
       card('total-tenants', 'tenants', fmtNum(s.tenants)),
       card('total-backlog', 'backlog', fmtNum(s.backlog)),
       card('total-inflight', 'in flight (released + running)', fmtNum(s.in_flight)),
+      card('total-deliveries', 'deliveries/s (last 10 s)', fmtNum(s.deliveries_per_s)),
       card('total-dead', 'dead letters', fmtNum(s.dead_letters)),
       card('total-paused', 'paused / disabled', `${fmtNum(s.paused)} / ${fmtNum(s.disabled)}`),
       card('total-workers', 'workers (capacity)', `${fmtNum(s.workers)} (${fmtNum(s.worker_capacity)})`),
@@ -45,5 +46,6 @@ function render(body, s) {
     s.busiest.length ? table('busiest', tenantCols, s.busiest, row) : h('p', { class: 'muted', id: 'busiest' }, 'No backlog.'),
     h('h2', {}, 'Throttlers'),
     table('throttlers', [['dispatcher', (d) => d.id], ['shards held', (d) => d.shards.join(', ')]], s.throttlers),
-    h('p', { class: 'muted' }, `As of ${s.at}. Deliveries per second are on each tenant's page.`));
+    h('p', { class: 'muted' }, `As of ${s.at}. Deliveries/s: jobs of every tenant delivered or dead-lettered by an attempt, ` +
+      "per second over the 10 s before the read, all throttlers and workers; each tenant's page charts its own."));
 }

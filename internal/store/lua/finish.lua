@@ -21,6 +21,8 @@
 --          actual cost (0 = unknown, else 1 … 10⁶; see correct below)
 -- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
 --          {'ok', state after, stale (0|1)} | {'not_found'}
+-- Writes besides the jobs' and tenants' keys: the shard's finished-jobs
+-- counter <p>:{sN}:finished (the jobs this call ended, at the end).
 --
 -- The attempts are recorded one after the other, in request order, at one
 -- now, each on the state the ones before it left; one attempt's refusal
@@ -227,4 +229,29 @@ for _, tn in ipairs(TENANT_ORDER) do
   expire_tenant(tn, c.t, c.p, NOW)
 end
 wake_if_earlier()
+
+-- The shard's finished-jobs counter <p>:{sN}:finished (HASH Unix second →
+-- jobs that ended by an attempt in it; finished.lua reads it): the attempts
+-- of this call that ended their job (succeeded, or dead) are added to now's
+-- second, one HINCRBY. The second's first call (the field is new) also
+-- drops the seconds older than keep and sets the key's TTL to it: the hash
+-- holds at most keep + 1 fields and goes keep seconds after the last second
+-- written. keep is MaxFinishedWindow (finished.go; TestFinished checks
+-- both). In a block: the prologue's locals leave the scripts few to spare.
+do
+  local ended, keep = 0, 11
+  for i = 2, #reply do
+    local r = reply[i]
+    if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end
+  end
+  local key, sec = BASE .. 'finished', mfloor(NOW / 1000000)
+  if ended > 0 and rcall('HINCRBY', key, istr(sec), ended) == ended then
+    local old = {}
+    for _, f in ipairs(rcall('HKEYS', key)) do
+      if tonum(f) < sec - keep then old[#old + 1] = f end
+    end
+    if #old > 0 then rcall('HDEL', key, unpack(old)) end
+    rcall('PEXPIRE', key, keep * 1000)
+  end
+end
 return reply

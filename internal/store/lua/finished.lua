@@ -1,0 +1,23 @@
+-- finished.lua — the jobs that ended by an attempt on the shard over the last seconds.
+--
+-- KEYS[1]  <p>:{sN}:ready
+-- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
+-- ARGV[3]  w: seconds, 1 … 11 (the seconds finish.lua keeps: MaxFinishedWindow)
+-- Reply:   {'ok', now, n} — n: the jobs that succeeded or died by an attempt
+--          (finish.lua's counter <p>:{sN}:finished) in the w whole seconds
+--          before now's second
+--
+-- One HMGET of w fields. No writes.
+
+local w = tonumber(ARGV[3])
+if not w or w < 1 or w > 11 or w % 1 ~= 0 then
+  return redis.error_reply('ERR sluice finished: want w of 1 … 11')
+end
+local sec = mfloor(NOW / 1000000)
+local fields = {}
+for s = sec - w, sec - 1 do fields[#fields + 1] = istr(s) end
+local n = 0
+for _, v in ipairs(rcall('HMGET', BASE .. 'finished', unpack(fields))) do
+  if v then n = n + tonum(v) end
+end
+return {'ok', NOW, n}
