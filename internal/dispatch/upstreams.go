@@ -50,8 +50,9 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 // pace, not every D. An upstream its coordinator answered does not exist
 // (deleted while jobs naming it were delayed, or just before they were
 // enqueued) has the jobs of the shard's lanes naming it dead-lettered
-// (deadLetterOrphans); while some are left, it is asked about again at the
-// next pass, run at once. A Redis error never dead-letters anything. Idle
+// (deadLetterOrphans) and it is asked about again at the next pass (run at
+// once while some are left; so a replay after the upstream is created
+// again does not wait MaxSleep). A Redis error never dead-letters anything. Idle
 // upstreams cost nothing: only a pass with jobs waiting on an upstream
 // asks.
 func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.PassResult, cfg store.PassConfig) time.Time {
@@ -77,10 +78,10 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 		d.metrics.passErrors.Inc()
 		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
 	}
-	left := d.deadLetterOrphans(ctx, us, s.shard, store.MissingUpstreams(err), redisNow, cfg)
+	orphans := d.deadLetterOrphans(ctx, us, s.shard, store.MissingUpstreams(err), redisNow, cfg)
 	retry := func(names ...string) time.Time { // an unanswered call's next ask
-		if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(left, n) }) {
-			return redisNow // orphans left: ask again at the next pass
+		if slices.ContainsFunc(names, func(n string) bool { _, ok := orphans[n]; return ok }) {
+			return redisNow // its orphans are handled: no wait (for a replay after it is created again)
 		}
 		return redisNow.Add(d.cfg.MaxSleep)
 	}
@@ -99,8 +100,10 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 	}
 	var next time.Time
 	now := d.cfg.clock.Now()
-	if len(left) > 0 {
-		next = now
+	for _, more := range orphans {
+		if more { // orphans left: the next pass at once asks again, and they die then
+			next = now
+		}
 	}
 	for _, g := range grants {
 		at := s.local(g.Usable(lead), now)
@@ -115,13 +118,13 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 // as not existing by its coordinator), the jobs of shard's lanes naming it
 // that were created by before (the pass's Redis time, read before the
 // coordinator was asked), one bounded call each
-// (store.DeadLetterUnknownUpstream). It returns the upstreams whose call
-// stopped at its bound: they are asked about again at the next pass, and
-// what is left is dead-lettered then if the upstream still does not
-// exist. A failed call is logged (asked about again after MaxSleep).
+// (store.DeadLetterUnknownUpstream). It returns, for each upstream whose
+// call succeeded, whether it stopped at its bound (what is left dies at
+// the next pass if the upstream still does not exist). A failed call is
+// logged and left out (its upstream is asked about again after MaxSleep).
 func (d *Dispatcher) deadLetterOrphans(ctx context.Context, us upstreamStore, shard int, missing []string,
-	before time.Time, cfg store.PassConfig) []string {
-	var left []string
+	before time.Time, cfg store.PassConfig) map[string]bool {
+	done := map[string]bool{}
 	for _, name := range missing {
 		n, more, err := us.DeadLetterUnknownUpstream(ctx, shard, name, store.OrphanConfig{Before: before,
 			DeadRetention: cfg.DeadRetention, DeadMaxPerTenant: cfg.DeadMaxPerTenant})
@@ -137,9 +140,7 @@ func (d *Dispatcher) deadLetterOrphans(ctx context.Context, us upstreamStore, sh
 			d.cfg.Logger.Info("jobs naming an upstream that does not exist dead-lettered", "shard", shard,
 				"upstream", name, "jobs", n, "reason", store.DeadReasonUnknownUpstream, "more", more)
 		}
-		if more {
-			left = append(left, name)
-		}
+		done[name] = more
 	}
-	return left
+	return done
 }
