@@ -1,10 +1,13 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -242,5 +245,18 @@ func TestMissingUpstreams(t *testing.T) {
 	}
 	if !errors.Is(&UpstreamNotFoundError{Upstream: "a"}, ErrUpstreamNotFound) {
 		t.Fatal("UpstreamNotFoundError is not ErrUpstreamNotFound")
+	}
+	// Redis unreachable: the calls fail, and no upstream is reported missing
+	// (its jobs keep waiting).
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = down.Close() })
+	st, err := NewStore(down, Config{Prefix: "down", Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.GrantUpstreams(context.Background(), 0, []UpstreamDemand{{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}},
+		GrantConfig{Horizon: grantLead})
+	if err == nil || errors.Is(err, ErrUpstreamNotFound) || MissingUpstreams(err) != nil {
+		t.Fatalf("grant with Redis down: %v (missing %v); want a Redis error, nothing missing", err, MissingUpstreams(err))
 	}
 }
