@@ -12,6 +12,18 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
+// newOrphanEnv is an env whose tenants run at 1000/s (burst 4) and with
+// upstreams names at 50/s each (burst 1).
+func newOrphanEnv(t *testing.T, names ...string) *env {
+	t.Helper()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 }))
+	for _, n := range names {
+		e.putUpstream(n, 20*time.Millisecond, 1)
+	}
+	return e
+}
+
 // orphanPass is upPass for a shard whose demand names an upstream that no
 // longer exists, as the dispatcher runs it: one pass, the coordinators'
 // calls, and for each upstream they answered does not exist one
@@ -68,10 +80,7 @@ func (e *env) releaseAfterGrant(shard int, id string) bool {
 // upstream no more. Created again and replayed, the job is released.
 func TestUnknownUpstreamJobIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 })) // the tenant: 1000/s
-	e.putUpstream("sms", 20*time.Millisecond, 1)
-	e.putUpstream("mail", 20*time.Millisecond, 1)
+	e := newOrphanEnv(t, "sms", "mail")
 	delayed := upItem(`{"n":1}`, "sms")
 	delayed.RunAt = e.clock.Now().Add(time.Minute)
 	orphan := e.enqueueOne("acme", delayed).ID
@@ -132,10 +141,7 @@ func TestUnknownUpstreamJobIsDeadLettered(t *testing.T) {
 // the upstream exists again, it leaves through an aligned grant.
 func TestUnknownUpstreamMultiUpstreamJob(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 })) // the tenant: 1000/s
-	e.putUpstream("u1", 20*time.Millisecond, 1)
-	e.putUpstream("u2", 20*time.Millisecond, 1)
+	e := newOrphanEnv(t, "u1", "u2")
 	delayed := upItem(`{}`, "u1", "u2")
 	delayed.Delay = time.Minute
 	orphan := e.enqueueOne("acme", delayed).ID
@@ -174,9 +180,7 @@ func TestUnknownUpstreamMultiUpstreamJob(t *testing.T) {
 // in the upstream's waiting set for them.
 func TestUnknownUpstreamDeadLetteringIsBounded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1000, 4 })) // the tenant: 1000/s
-	e.putUpstream("sms", 20*time.Millisecond, 1)
+	e := newOrphanEnv(t, "sms")
 	items := make([]Item, 25)
 	for i := range items {
 		items[i] = upItem(`{}`, "sms")
