@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
@@ -576,5 +579,55 @@ func TestDeleteUpstream(t *testing.T) {
 	}
 	if r := f.post(t, "/v1/tenants/acme-d/jobs", producerToken, job); r.status != 422 || errorCode(r) != CodeUnknownUpstream {
 		t.Errorf("a job naming the deleted upstream: %d %v, want 422 %s", r.status, r.body, CodeUnknownUpstream)
+	}
+}
+
+// A job delayed when its upstream is deleted (issue #15): DELETE answers
+// 204 (its check cannot see the delayed set); once the job is due, a pass
+// asking the coordinator is told the upstream does not exist and the job
+// is dead-lettered (as the dispatcher does): the job view shows
+// dead_reason unknown_upstream, no attempt used. After a PUT creates the
+// upstream again, dead:replay with that reason queues it once more.
+func TestDeleteUpstreamDeadLettersDelayedJobs(t *testing.T) {
+	t.Parallel()
+	var st *store.Store
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { st = o.Store })
+	f.createUpstream(t, "sms")
+	job := strings.TrimSuffix(webhookJob, "}") + `,"upstreams":["sms"],"delay":"1ms"}`
+	r := f.post(t, "/v1/tenants/acme-o/jobs", producerToken, job)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("enqueue: %d %v", r.status, r.body)
+	}
+	id := r.body["id"].(string)
+	if status, code := f.deleteUpstream(t, "sms", adminToken, ""); status != http.StatusNoContent {
+		t.Fatalf("DELETE sms with only a delayed job naming it: %d %s, want 204", status, code)
+	}
+	ctx := context.Background()
+	shard := store.ShardOf("acme-o", st.Shards())
+	redistest.Poll(t, 5*time.Second, "the job dead-lettered", func() bool {
+		res, err := st.PassGranted(ctx, shard, store.PassConfig{Capacity: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.GrantUpstreams(ctx, shard, res.Demand, store.GrantConfig{Horizon: 100 * time.Millisecond})
+		for _, name := range store.MissingUpstreams(err) {
+			if _, _, err := st.DeadLetterUnknownUpstream(ctx, shard, name, store.OrphanConfig{Before: res.Now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := f.get(t, "/v1/jobs/"+id, producerToken)
+		return g.body["state"] == "dead"
+	})
+	g := f.get(t, "/v1/jobs/"+id, producerToken)
+	if g.body["dead_reason"] != "unknown_upstream" || g.body["attempt_count"] != 0.0 {
+		t.Fatalf("job view: %v, want dead_reason unknown_upstream and no attempt used", g.body)
+	}
+	f.createUpstream(t, "sms")
+	rp := f.post(t, "/v1/tenants/acme-o/dead:replay", adminToken, `{"reason":"unknown_upstream"}`)
+	if rp.status != http.StatusOK || rp.body["replayed"] != 1.0 {
+		t.Fatalf("dead:replay by reason: %d %v, want 1 replayed", rp.status, rp.body)
+	}
+	if g := f.get(t, "/v1/jobs/"+id, producerToken); g.body["state"] != "queued" || g.body["dead_reason"] != nil {
+		t.Fatalf("replayed job: %v, want queued without a dead_reason", g.body)
 	}
 }

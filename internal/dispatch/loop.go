@@ -115,7 +115,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	// Jobs waiting on upstreams without room: ask their coordinators; the
 	// next pass takes the grants when the first can be used.
-	if at := d.askUpstreams(ctx, s, res, cfg.Lead); !at.IsZero() {
+	if at := d.askUpstreams(ctx, s, res, cfg); !at.IsZero() {
 		next = minTime(next, at)
 	}
 	// More: P or K stopped the pass: run again at once. CapacityReached:

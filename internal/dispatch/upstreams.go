@@ -17,6 +17,7 @@ type upstreamStore interface {
 	GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
 	AlignUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, aligned []store.AlignedDemand,
 		known store.Calendars, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
+	DeadLetterUnknownUpstream(ctx context.Context, shard int, name string, cfg store.OrphanConfig) (int, bool, error)
 }
 
 var _ upstreamStore = (*store.Store)(nil)
@@ -43,12 +44,19 @@ func (d *Dispatcher) runPass(ctx context.Context, s *shardLoop, cfg store.PassCo
 // when that pass should run: at once when a segment can be used now, else
 // when the first grant becomes usable (its first segment's start − D, or
 // the next grant round); zero when nothing was asked. An upstream that
-// fails (not configured: jobs may name one that was deleted; Redis) is
-// logged, and the next pass is handed an empty grant (for a set: an empty
-// aligned grant) whose next round is MaxSleep after the pass (redisNow), so
-// its shard asks again at that pace, not every D. Idle upstreams cost
-// nothing: only a pass with jobs waiting on an upstream asks.
-func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.PassResult, lead time.Duration) time.Time {
+// fails (not configured; Redis) is logged, and the next pass is handed an
+// empty grant (for a set: an empty aligned grant) whose next round is
+// MaxSleep after the pass (redisNow), so its shard asks again at that
+// pace, not every D. An upstream its coordinator answered does not exist
+// (deleted while jobs naming it were delayed, or just before they were
+// enqueued) has the jobs of the shard's lanes naming it dead-lettered
+// (deadLetterOrphans) and it is asked about again at the next pass (run at
+// once while some are left; so a replay after the upstream is created
+// again does not wait MaxSleep). A Redis error never dead-letters anything. Idle
+// upstreams cost nothing: only a pass with jobs waiting on an upstream
+// asks.
+func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.PassResult, cfg store.PassConfig) time.Time {
+	lead := cfg.Lead
 	us, ok := d.cfg.Store.(upstreamStore)
 	demand, redisNow := res.Demand, res.Now
 	if !ok || len(demand) == 0 && len(res.Aligned) == 0 {
@@ -70,21 +78,33 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 		d.metrics.passErrors.Inc()
 		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
 	}
+	orphans := d.deadLetterOrphans(ctx, us, s.shard, store.MissingUpstreams(err), redisNow, cfg)
+	retry := func(names ...string) time.Time { // an unanswered call's next ask
+		if slices.ContainsFunc(names, func(n string) bool { _, ok := orphans[n]; return ok }) {
+			return redisNow // its orphans are handled: no wait (for a replay after it is created again)
+		}
+		return redisNow.Add(d.cfg.MaxSleep)
+	}
 	s.grants = append(s.grants, grants...)
 	for _, dm := range demand {
 		if !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Upstream == dm.Upstream }) {
 			s.grants = append(s.grants, store.UpstreamGrant{Upstream: dm.Upstream, Burst: 1,
-				NextGrant: redisNow.Add(d.cfg.MaxSleep)})
+				NextGrant: retry(dm.Upstream)})
 		}
 	}
 	for _, a := range res.Aligned { // likewise a set some of whose calls failed
 		if set := a.Set(); !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Set == set }) {
 			s.grants = append(s.grants, store.UpstreamGrant{Upstream: a.Upstreams[0], Set: set, Burst: 1,
-				NextGrant: redisNow.Add(d.cfg.MaxSleep)})
+				NextGrant: retry(a.Upstreams...)})
 		}
 	}
 	var next time.Time
 	now := d.cfg.clock.Now()
+	for _, more := range orphans {
+		if more { // orphans left: the next pass at once asks again, and they die then
+			next = now
+		}
+	}
 	for _, g := range grants {
 		at := s.local(g.Usable(lead), now)
 		if next.IsZero() || at.Before(next) {
@@ -92,4 +112,35 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 		}
 	}
 	return next
+}
+
+// deadLetterOrphans dead-letters, for each upstream of missing (answered
+// as not existing by its coordinator), the jobs of shard's lanes naming it
+// that were created by before (the pass's Redis time, read before the
+// coordinator was asked), one bounded call each
+// (store.DeadLetterUnknownUpstream). It returns, for each upstream whose
+// call succeeded, whether it stopped at its bound (what is left dies at
+// the next pass if the upstream still does not exist). A failed call is
+// logged and left out (its upstream is asked about again after MaxSleep).
+func (d *Dispatcher) deadLetterOrphans(ctx context.Context, us upstreamStore, shard int, missing []string,
+	before time.Time, cfg store.PassConfig) map[string]bool {
+	done := map[string]bool{}
+	for _, name := range missing {
+		n, more, err := us.DeadLetterUnknownUpstream(ctx, shard, name, store.OrphanConfig{Before: before,
+			DeadRetention: cfg.DeadRetention, DeadMaxPerTenant: cfg.DeadMaxPerTenant})
+		if err != nil {
+			if ctx.Err() == nil {
+				d.metrics.passErrors.Inc()
+				d.cfg.Logger.Warn("dead-letter jobs naming an unknown upstream failed", "shard", shard,
+					"upstream", name, "err", err)
+			}
+			continue // asked about again after MaxSleep, as after any failure
+		}
+		if n > 0 {
+			d.cfg.Logger.Info("jobs naming an upstream that does not exist dead-lettered", "shard", shard,
+				"upstream", name, "jobs", n, "reason", store.DeadReasonUnknownUpstream, "more", more)
+		}
+		done[name] = more
+	}
+	return done
 }

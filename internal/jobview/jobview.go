@@ -45,7 +45,8 @@ type View struct {
 	// (named by its body or its tenant policy's default at enqueue); []
 	// when none.
 	Upstreams []string `json:"upstreams"`
-	// DeadReason is why a dead job died, when recorded: "gone" (a 410).
+	// DeadReason is why a dead job died, when recorded: "gone" (a 410),
+	// "unknown_upstream" (an upstream it names was deleted).
 	DeadReason string `json:"dead_reason,omitempty"`
 	// CanceledFrom is the state a DELETE canceled the job in.
 	CanceledFrom string `json:"canceled_from,omitempty"`

@@ -70,6 +70,7 @@ type env struct {
 	store  *Store
 	clock  *fakeClock
 	cals   map[int]Calendars // upPass: what each shard's dispatcher knows of the upstreams' calendars
+	grants []UpstreamGrant   // orphanPass: the grants for the shard's next pass
 }
 
 func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }

@@ -44,7 +44,8 @@ func (s State) Terminal() bool {
 //	log      the attempt log: one JSON object a line, newest last, the last
 //	         N kept (FinishConfig.AttemptLog)
 //	logged   attempts ever logged
-//	reason   why the job died, when told: "gone" (a 410; Finish)
+//	reason   why the job died, when told: "gone" (a 410; Finish),
+//	         "unknown_upstream" (DeadLetterUnknownUpstream); a replay clears it
 //	result   an http job's result: the last attempt's response (JSON of JobResult)
 //	cb       the callback URL (enqueue), "" = none
 //	cb_n     callback attempts failed so far
@@ -68,7 +69,8 @@ type Job struct {
 	ETA        time.Time // the lower bound reported at enqueue
 	Slot       time.Time // the slot of the last release; zero before the first
 	Ended      time.Time // terminal time; zero while live
-	// DeadReason is why a dead job died, when recorded: DeadReasonGone.
+	// DeadReason is why a dead job died, when recorded: DeadReasonGone,
+	// DeadReasonUnknownUpstream.
 	DeadReason string
 	IdemKey    string    // idempotency key, "" when none
 	Claimed    time.Time // the last claim; zero before the first

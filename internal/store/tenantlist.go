@@ -221,7 +221,8 @@ const (
 type DeadReplay struct {
 	// Reason, when not "", selects the letters of that reason: the record's
 	// reason when it has one, else its last attempt's outcome ("permanent",
-	// "retry" — attempts used up —, "gone", "lease_expired"). 1–32
+	// "retry" — attempts used up —, "gone", "unknown_upstream",
+	// "lease_expired"). 1–32
 	// characters of [a-z_].
 	Reason string
 	// Before, when not zero, selects the letters that died at or before it;

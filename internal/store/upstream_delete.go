@@ -35,13 +35,14 @@ func (e *UpstreamInUseError) Error() string {
 // WaitingByTenant: the jobs queued in the shards' lanes naming it) or run
 // under its concurrency (leases in force), and with ErrUpstreamNotFound
 // when it has no record. Jobs naming it in a shard's delayed set (run_at,
-// a retry's backoff) are not seen: when due they wait in their lane until
-// the name is registered again. Jobs naming it that are released or running
+// a retry's backoff) are not seen: when due they reach their lane, the
+// shard's dispatcher asks the coordinator for room, is told the upstream
+// does not exist, and dead-letters them (DeadLetterUnknownUpstream, reason
+// DeadReasonUnknownUpstream). Jobs naming it that are released or running
 // without a lease are not seen either: they finish normally (a cost correction
 // or a throttle pause of a deleted upstream does nothing). The check and
 // the delete are two steps: a job enqueued between them (the API's
-// upstream cache is up to a second old) waits in its lane until an
-// upstream of that name is created again, or is canceled.
+// upstream cache is up to a second old) is dead-lettered likewise.
 func (s *Store) DeleteUpstream(ctx context.Context, name, ifMatch string) error {
 	want, err := ParseUpstreamIfMatch(ifMatch)
 	if err == nil {

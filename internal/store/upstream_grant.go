@@ -112,7 +112,8 @@ func (c GrantConfig) withDefaults() GrantConfig {
 // (lua/upstream_grant.lua, in the upstream's slot {u:<name>}) per upstream,
 // all in one pipeline. A Wanted of 0 only picks up segments granted to the
 // shard earlier. The grants come back in demand's order; an upstream that
-// failed (not configured: ErrUpstreamNotFound; a Redis error) is left out
+// failed (not configured: an *UpstreamNotFoundError, MissingUpstreams; a
+// Redis error) is left out
 // and its error joined in err. It is AlignUpstreams without aligned
 // demand.
 func (s *Store) GrantUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, cfg GrantConfig) ([]UpstreamGrant, error) {
@@ -142,8 +143,8 @@ func decodeGrant(name string, c *redisscript.Call) (grantReply, error) {
 		return grantReply{}, c.Err
 	}
 	dec, err := c.Reply.Status(refused)
-	if errors.Is(err, ErrNotFound) {
-		return grantReply{}, ErrUpstreamNotFound
+	if errors.Is(err, ErrNotFound) { // the script's answer: no params (deleted); never a Redis error
+		return grantReply{}, &UpstreamNotFoundError{Upstream: name}
 	}
 	if err != nil {
 		return grantReply{}, err

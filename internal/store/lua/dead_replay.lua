@@ -13,7 +13,7 @@
 --
 -- A letter's reason is its record's field `reason` when it has one, else
 -- the outcome of its last attempt ("permanent", "retry" — attempts used up
--- —, "gone", "lease_expired"…). Each replayed letter is requeued as
+-- —, "gone", "unknown_upstream", "lease_expired"…). Each replayed letter is requeued as
 -- replay.lua does (tenants.lua requeue_dead). Letters are examined in the
 -- dead set's order (death time, id) after the cursor, up to the cutoff; a
 -- replayed letter leaves the set and one that dies again gets a death time

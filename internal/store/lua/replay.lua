@@ -10,8 +10,8 @@
 -- dead → queued at the backlog's tail: same id, gen + 1, attempts and the
 -- attempt log kept (a replayed job whose attempts or retry duration are used
 -- up gets exactly one more attempt), admission not charged and backlog caps
--- not applied (an operator's decision). Out of the dead set, `ended` and
--- `due` cleared, the record and the idempotency key persisted again; counters,
+-- not applied (an operator's decision). Out of the dead set, `ended`,
+-- `due` and `reason` cleared, the record and the idempotency key persisted again; counters,
 -- reschedule(tenant), expiry and the wake check.
 
 local id = ARGV[3]

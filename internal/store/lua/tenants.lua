@@ -150,7 +150,8 @@ end
 -- requeue_dead moves dead job j (load_job's) of tenant t to the backlog's
 -- tail (DESIGN §2, dead → queued): same id, gen + 1, attempts and attempt
 -- log kept, admission not charged, caps not applied; out of the dead set,
--- `ended` and `due` cleared, the record and its idempotency key persisted.
+-- `ended`, `due` and `reason` cleared (a letter that dies again is told
+-- why anew), the record and its idempotency key persisted.
 -- The caller reschedules, saves and expires t, then checks the wake.
 local function requeue_dead(j, t)
   local tn, jk = j.tenant, k_job(j.id)
@@ -162,7 +163,7 @@ local function requeue_dead(j, t)
     rcall('RPUSH', k_queue(tn), j.id)
   end
   rcall('HSET', jk, 'state', 'queued', 'gen', j.gen + 1)
-  rcall('HDEL', jk, 'ended', 'due')
+  rcall('HDEL', jk, 'ended', 'due', 'reason')
   rcall('PERSIST', jk)
   if j.idem ~= '' then rcall('PERSIST', k_idem(tn, j.idem)) end
   t.live = t.live + 1
