@@ -28,9 +28,8 @@ const (
 	sentinelScheme = "+sentinel"
 )
 
-// RedisBufferSize is the read and the write buffer of each connection of a
-// single-node or Cluster client (go-redis's default is 32 KiB each; its
-// FailoverOptions have no such field, so Sentinel clients keep it). A pool
+// RedisBufferSize is the read and the write buffer of each connection of
+// every client Sluice builds (go-redis's default is 32 KiB each). A pool
 // keeps every connection it opened at its busiest moment, each with its
 // two buffers: at 32 KiB they were three quarters of a worker's heap and
 // its slow creep over a soak (issue #18); 4 KiB is go-redis's size before
@@ -113,6 +112,7 @@ func (r RedisConfig) builder() (func() redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
+		o.ReadBufferSize, o.WriteBufferSize = RedisBufferSize, RedisBufferSize
 		return func() redis.UniversalClient { return redis.NewFailoverClient(o) }, nil
 	default:
 		o, err := parseURL(r.URL, redis.ParseURL)

@@ -109,7 +109,10 @@ func (w *Worker) acquireRuns(ctx context.Context, job store.ClaimedJob) (held []
 				w.cfg.Logger.Info("no upstream concurrency lease; the job goes back to its lane", "job", job.ID, "upstream", name, "err", err)
 			}
 			w.metrics.upstreamLeases.WithLabelValues(leaseGivenBack).Inc()
-			w.releaseRuns(ctx, job, held)
+			// name too: an error after Redis ran the script (a read timeout,
+			// a reset) may leave this holder's lease on it; releasing one
+			// never taken does nothing.
+			w.releaseRuns(ctx, job, append(held, name))
 			return nil, false
 		}
 		if taken {

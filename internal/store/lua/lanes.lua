@@ -171,17 +171,27 @@ function LN.install(name, iv, b, pu, nx, h, segs)
   local u = LN.ensure(name)
   if iv > 0 then u.iv, u.b, u.pu = iv, b, pu end -- 0: the coordinator did not answer
   u.nx, u.h = nx, h
+  -- A coordinator hands a shard its segments in calendar order, so one
+  -- that starts below the end of what the shard holds was installed
+  -- before: the same grants again (a pass whose reply was lost is run
+  -- again with them — go-redis re-sends on a read timeout, the dispatcher
+  -- keeps a failed pass's grants). Only what lies past that end is new;
+  -- installing the rest twice would hand the same calendar out twice.
+  local hw = u.ceil
+  if #u.segs > 0 then hw = mmax(hw, u.segs[#u.segs][2]) end
   for _, s in ipairs(segs) do
     local last = u.segs[#u.segs]
-    if s[2] <= NOW then
-      -- over before it reached the shard: wasted
-    elseif last and s[1] == last[2] then
+    local t0 = mmax(s[1], hw)
+    if s[2] <= NOW or s[2] <= t0 then
+      -- over before it reached the shard, or installed already: nothing new
+    elseif last and t0 == last[2] then
       last[2] = s[2]
-    elseif not last and u.ceil > 0 and s[1] == u.ceil then
+    elseif not last and u.ceil > 0 and t0 == u.ceil then
       u.ceil = s[2]
     else
-      u.segs[#u.segs + 1] = {s[1], s[2]}
+      u.segs[#u.segs + 1] = {t0, s[2]}
     end
+    hw = mmax(hw, s[2])
   end
   while #u.segs > LN.SEGS_MAX do table.remove(u.segs, 1) end
 end
@@ -282,14 +292,16 @@ function LN.al_take(h, slot)
   LN.AL_DIRTY[h.ups] = true
 end
 
--- al_save writes the aligned records the call changed (a record with
--- nothing reserved and nothing to wait for is deleted) and keeps the key's
--- TTL past the furthest one written.
+-- al_save writes the aligned records the call changed (a record whose
+-- parts have all ended and that waits for nothing is deleted) and keeps
+-- the key's TTL past the furthest one written.
 function LN.al_save()
   local far = nil
   for ups in pairs(LN.AL_DIRTY) do
     local r = LN.AL[ups]
-    if not r or (r.nx <= NOW and #r.parts == 0) then
+    local ended = true
+    for _, p in ipairs(r and r.parts or {}) do ended = ended and p[2] <= NOW end
+    if not r or (r.nx <= NOW and ended) then
       rcall('HDEL', LN.k_aligned(), ups)
     else
       local parts = {string.format('%d %d', r.nx, r.h)}

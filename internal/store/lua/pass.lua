@@ -205,7 +205,17 @@ for ups, a in pairs(X.al_in) do
     end
     parts[#parts + 1] = {a.segs[n][1], a.segs[n][2]}
   end
-  if parts then LN.al_put(ups, {nx = 0, h = D, parts = parts}) else LN.al_put(ups, {nx = a.nx, h = D, parts = {}}) end
+  -- A reservation whose parts end no later than the set's current ones is
+  -- the same grant again (a retried pass): installing it would reuse its
+  -- calendar, so it is skipped (a new aligned grant starts past the
+  -- coordinator's calendar end, so it ends later).
+  local old = parts and LN.al_get(ups)
+  if old and #old.parts == #parts then
+    for i, p in ipairs(parts) do
+      if p[2] <= old.parts[i][2] then parts, a = nil, nil break end
+    end
+  end
+  if parts then LN.al_put(ups, {nx = 0, h = D, parts = parts}) elseif a then LN.al_put(ups, {nx = a.nx, h = D, parts = {}}) end
 end
 
 -- 1. Promotion.
@@ -480,15 +490,13 @@ function X.align(tn, c, h, base)
 end
 
 -- al_lane_slot is lane head h's slot under its set's reservation (3c):
--- false when it has none it can use (an unusable one is dropped), nil
--- when it must wait for it, else the slot and whether it was spread.
+-- false when it has none it can use, nil when it must wait for it, else
+-- the slot and whether it was spread. A reservation h cannot use stays:
+-- another head of the set may fit it, and its ends tell a retried grant
+-- from a new one (LN.al_save deletes it once every part has ended).
 function X.al_lane_slot(h, base)
   local a = LN.al_slot(h, base, NOW)
-  if not a then
-    local r = LN.al_get(h.ups)
-    if r and #r.parts > 0 then LN.al_put(h.ups, {nx = r.nx, h = r.h, parts = {}}) end
-    return false
-  end
+  if not a then return false end
   if a > HORIZON then return nil end
   local spread = a >= NOW + L
   if spread then
