@@ -3,12 +3,9 @@ package store
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 //go:embed lua/upstream_waiting.lua
@@ -45,20 +42,27 @@ type UpstreamRuntime struct {
 	Running int64
 }
 
-// UpstreamRuntime reads upstream name's runtime: its hash (one read in its
-// slot) and, per shard, the tenants waiting on it (one script each,
+// UpstreamRuntime reads upstream name's runtime: its hash (one HMGET in its
+// slot: the params and the calendar) and, per shard, the tenants waiting on it (one script each,
 // bounded), and its concurrency leases in force (one script in its slot).
 // ErrUpstreamNotFound when it has no params.
 func (s *Store) UpstreamRuntime(ctx context.Context, name string) (UpstreamRuntime, error) {
-	p, err := s.UpstreamParamsOf(ctx, name)
-	if err != nil {
-		return UpstreamRuntime{}, err
+	if err := checkUpstreamName(name); err != nil {
+		return UpstreamRuntime{}, fmt.Errorf("read upstream runtime: %w", err)
 	}
-	v, err := s.rdb.HMGet(ctx, s.keys.upstream(name), "tat", "pu", "rf").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	v, err := s.rdb.HMGet(ctx, s.keys.upstream(name), "p", "cfg", "tat", "pu", "rf").Result()
+	if err != nil {
 		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
-	tat, pu, rf := hashInt(v, 0), hashInt(v, 1), hashInt(v, 2)
+	settings, err := parseUpstreamSettings(v[:2])
+	if err != nil {
+		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
+	}
+	if !settings.Found {
+		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, ErrUpstreamNotFound)
+	}
+	p := settings.Params
+	tat, pu, rf := hashInt(v, 2), hashInt(v, 3), hashInt(v, 4)
 	iv := p.IntervalUS
 	if p.Adaptive && rf > 0 && rf < RateFactorFull { // upstream_adapt.lua: ⌈T·10⁶ / f⌉
 		iv = (p.IntervalUS*RateFactorFull + rf - 1) / rf

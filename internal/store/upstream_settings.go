@@ -77,19 +77,6 @@ func parseUpstreamSettings(v []any) (UpstreamSettings, error) {
 	return out, nil
 }
 
-// UpstreamParamsOf reads upstream name's params (UpstreamSettings):
-// ErrUpstreamNotFound when it has none.
-func (s *Store) UpstreamParamsOf(ctx context.Context, name string) (upstream.Params, error) {
-	got, err := s.UpstreamSettings(ctx, []string{name})
-	if err != nil {
-		return upstream.Params{}, err
-	}
-	if !got[0].Found {
-		return upstream.Params{}, fmt.Errorf("read upstream %q: %w", name, ErrUpstreamNotFound)
-	}
-	return got[0].Params, nil
-}
-
 // UpstreamCacheMax bounds an UpstreamCache's entries; it starts afresh
 // when full.
 const UpstreamCacheMax = 10_000

@@ -110,7 +110,7 @@ func TestUpstreamSettings(t *testing.T) {
 	if _, err := e.store.UpstreamSettings(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad name: %v, want ErrInvalid", err)
 	}
-	if _, err := e.store.UpstreamParamsOf(e.ctx, "missing"); !errors.Is(err, ErrUpstreamNotFound) {
+	if _, err := e.store.UpstreamRuntime(e.ctx, "missing"); !errors.Is(err, ErrUpstreamNotFound) {
 		t.Fatalf("params of a missing upstream: %v, want ErrUpstreamNotFound", err)
 	}
 	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream("sms"), "cfg", "{").Err(); err != nil {
