@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // MaxTenantIDLen is the longest valid tenant id, in bytes.
@@ -17,28 +19,10 @@ var ErrInvalidTenantID = errors.New("invalid tenant id")
 // The error wraps ErrInvalidTenantID and never echoes id itself (it may be
 // untrusted input of any size).
 func ValidTenantID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty", ErrInvalidTenantID)
-	case len(id) > MaxTenantIDLen:
-		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidTenantID, len(id), MaxTenantIDLen)
-	case id == "." || id == "..":
-		return fmt.Errorf("%w: %q is reserved", ErrInvalidTenantID, id)
-	}
-	for i := 0; i < len(id); i++ {
-		if !tenantByte(id[i]) {
-			return fmt.Errorf("%w: byte %d is not one of [A-Za-z0-9._@-]", ErrInvalidTenantID, i)
-		}
+	if err := wire.CheckName(id, MaxTenantIDLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidTenantID, err)
 	}
 	return nil
-}
-
-func tenantByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return c == '.' || c == '_' || c == '@' || c == '-'
 }
 
 // ValidTenantPrefix reports whether p can begin a tenant id: empty, or up to
@@ -48,10 +32,8 @@ func ValidTenantPrefix(p string) error {
 	if len(p) > MaxTenantIDLen {
 		return fmt.Errorf("%w: prefix of %d bytes, at most %d allowed", ErrInvalidTenantID, len(p), MaxTenantIDLen)
 	}
-	for i := 0; i < len(p); i++ {
-		if !tenantByte(p[i]) {
-			return fmt.Errorf("%w: prefix byte %d is not one of [A-Za-z0-9._@-]", ErrInvalidTenantID, i)
-		}
+	if err := wire.CheckNameBytes(p, "prefix "); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidTenantID, err)
 	}
 	return nil
 }

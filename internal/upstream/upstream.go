@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // MaxPerJob is the most upstreams one job may name.
@@ -227,27 +228,17 @@ func DecodeJSON(r io.Reader) (Config, error) {
 var ErrInvalidName = errors.New("invalid upstream name")
 
 // ValidName reports whether name is a valid upstream name: the rules of a
-// tenant id (policy.ValidTenantID: characters of [A-Za-z0-9._@-], neither
+// tenant id (wire.CheckName: characters of [A-Za-z0-9._@-], neither
 // "." nor "..") and 1 … MaxNameLen bytes. Such a name is one URL path
 // segment and holds no Redis key separator or hash-tag brace. The error
 // wraps ErrInvalidName and never echoes name (it may be untrusted input of
 // any size).
 func ValidName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidName)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidName, len(name), MaxNameLen)
-	case name == "." || name == "..":
-		return fmt.Errorf("%w: %q is reserved", ErrInvalidName, name)
-	}
-	if i := strings.IndexFunc(name, func(r rune) bool { return !strings.ContainsRune(nameChars, r) }); i >= 0 {
-		return fmt.Errorf("%w: byte %d is not one of [A-Za-z0-9._@-]", ErrInvalidName, i)
+	if err := wire.CheckName(name, MaxNameLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
 	return nil
 }
-
-const nameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@-"
 
 // CheckNames checks the upstreams a job or a tenant policy names: at most
 // MaxPerJob, each a valid name (ValidName), none twice. It returns one
