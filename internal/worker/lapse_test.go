@@ -84,15 +84,26 @@ func TestStarvedWorkerResumesAtOnce(t *testing.T) {
 
 	// The stall: every release lapses; the stale copies pile up in asynq
 	// until they fill the capacity, then the dispatcher holds back.
+	// The queue is read before the leases: a release made between the two
+	// readings still holds its lease at the second (its grace is 300 ms),
+	// while read the other way round it could be missed by the first
+	// (lease not yet written) and counted by the second (task queued).
 	held := func() (bool, string) {
-		leases, waiting := h.leases(), h.handoffWaiting()
+		waiting := h.handoffWaiting()
+		leases := h.leases()
 		return leases == 0 && waiting >= capacity, fmt.Sprintf("%d leases, %d batch tasks waiting", leases, waiting)
 	}
 	redistest.PollMsg(t, 30*time.Second, held)
 	// A release would hold a lease for its grace, and its batch would wait.
 	waiting := h.handoffWaiting()
 	redistest.Hold(t, 4*grace, "no release while the stale copies fill the capacity", func() bool {
-		return h.leases() == 0 && h.handoffWaiting() == waiting
+		now := h.handoffWaiting()
+		leases := h.leases()
+		if leases != 0 || now != waiting {
+			t.Logf("%d leases, %d batch tasks waiting (%d at the start)", leases, now, waiting)
+			return false
+		}
+		return true
 	})
 	swept := h.counter("sluice_dispatch_swept_total")
 	if waiting > 2*capacity {
