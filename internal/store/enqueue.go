@@ -149,13 +149,21 @@ func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Res
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
+	return s.enqueueCall(ctx, tenant, shard, args, len(items))
+}
+
+// enqueueCall runs enqueue.lua with args (enqueueArgs's, for n items) and
+// decodes its reply. The same args run twice store each job once: go-redis
+// re-sends a call whose connection broke before the reply, and the script
+// answers the jobs the first run stored as they were stored (enqueue.lua).
+func (s *Store) enqueueCall(ctx context.Context, tenant string, shard int, args []any, n int) ([]Result, error) {
 	d, acked, err := s.runWaited(ctx, scriptEnqueue, shard, args...)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
-	results := make([]Result, len(items))
-	if d.Len() != 5+len(items) {
-		d.fail("%d elements for %d items", d.Len(), len(items))
+	results := make([]Result, n)
+	if d.Len() != 5+n {
+		d.fail("%d elements for %d items", d.Len(), n)
 	}
 	interval, burst := time.Duration(d.int(3))*time.Microsecond, d.int(4)
 	for i := range results {

@@ -19,7 +19,7 @@
 --          atok, full_in: the admission bucket right after the item's decision —
 --          whole tokens left and the time until it is full again (0 = full).
 --
--- Per item, in order: idempotency → the item's unless refusal (a new job
+-- Per item, in order: stored already (a re-sent call, below) → idempotency → the item's unless refusal (a new job
 -- the caller does not want stored; a replay still answers; the code
 -- 'no_webhook_secret' is waived when the tenant's policy says unsigned or
 -- it holds a live webhook secret by API, lib.lua secret_live) → cost fits
@@ -61,6 +61,23 @@ end
 -- Read phase.
 local p = load_policy(tn)
 local t = load_tenant(tn, p)
+-- A call run before: go-redis re-sends a command whose connection broke
+-- before its reply came, and the first run may have stored its jobs. Every
+-- call's ids are new (the caller makes them), so a record under one of them
+-- means this call ran already: such an item answers as the first run stored
+-- it ('accepted', its state and eta now) and is not stored again. One EXISTS
+-- over every id (one slot) tells; the records are read only then. In a
+-- block: the prologue's locals leave the scripts few to spare.
+do
+  local ids = {}
+  for i, it in ipairs(items) do ids[i] = k_job(it.id) end
+  if redis.call('EXISTS', unpack(ids)) > 0 then
+    for _, it in ipairs(items) do
+      local r = redis.call('HMGET', k_job(it.id), 'state', 'eta')
+      if r[1] then it.stored = {'accepted', it.id, r[1], tonumber(r[2]) or 0} end
+    end
+  end
+end
 local before = shard_earliest()
 local signed -- read only when an item carries 'no_webhook_secret'
 for _, it in ipairs(items) do
@@ -179,7 +196,7 @@ end
 local reply = {'ok', NOW, 0, p.admit_us, p.admit_burst}
 local accepted = 0
 for _, it in ipairs(items) do
-  local r = idempotency(it)
+  local r = it.stored or idempotency(it)
   if not r and it.unless ~= '' and not (signed and it.unless == 'no_webhook_secret') then
     r = {'refused', it.unless, 0, it.unless_detail}
   end
