@@ -79,10 +79,11 @@ type options struct {
 	peerConc    int
 
 	// throughput
-	tputJobs    int
-	tputTenants int
-	concurrency int // worker concurrency of both Sluice and bare asynq
-	tputExtra   int // a further Sluice row at this worker concurrency; 0 = none
+	tputJobs      int
+	tputTenants   int
+	concurrency   int  // worker concurrency of both Sluice and bare asynq
+	tputExtra     int  // a further Sluice row at this worker concurrency; 0 = none
+	scriptProfile bool // log every command of the Sluice runs (SLOWLOG) and print the time per script
 
 	// isolation
 	isoNoisy     int
@@ -178,6 +179,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.tputTenants, "throughput-tenants", 1000, "throughput: Sluice tenants the jobs are spread over")
 	fs.IntVar(&o.concurrency, "concurrency", 100, "throughput: worker concurrency of Sluice and of bare asynq")
 	fs.IntVar(&o.tputExtra, "throughput-extra-concurrency", 400, "throughput: one more Sluice row at this worker concurrency (0: none)")
+	fs.BoolVar(&o.scriptProfile, "script-profile", false, "throughput: log every Redis command during the Sluice runs (SLOWLOG) and print "+
+		"the time per job of each script and command (slows Redis: the table's cost rows of such a run are not the figures)")
 
 	fs.IntVar(&o.isoNoisy, "isolation-noisy-jobs", 100000, "isolation: the noisy tenant's backlog")
 	fs.IntVar(&o.isoNoisyRate, "isolation-noisy-rate", 500,

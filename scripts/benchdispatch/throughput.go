@@ -151,6 +151,12 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 		return tputRun{}, err
 	}
 	c0 := sl.counters(ctx)
+	var prof *scriptProfile
+	if e.o.scriptProfile {
+		if prof, err = e.startProfile(ctx); err != nil {
+			return tputRun{}, err
+		}
+	}
 	start := time.Now()
 	if err := sl.startWorker(ctx); err != nil {
 		return tputRun{}, err
@@ -161,6 +167,12 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
 		return tputRun{}, err
+	}
+	if prof != nil {
+		if err := prof.stop(ctx, e); err != nil {
+			return tputRun{}, err
+		}
+		e.logf("throughput: where Redis's time went at concurrency %d (SLOWLOG of every command, a slower run than the table's): %s", wc, prof.report(n, 12))
 	}
 	if !done {
 		missing := missingIDs(rec, ids)
