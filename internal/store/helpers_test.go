@@ -71,6 +71,7 @@ type env struct {
 	clock  *fakeClock
 	cals   map[int]Calendars // upPass: what each shard's dispatcher knows of the upstreams' calendars
 	grants []UpstreamGrant   // orphanPass: the grants for the shard's next pass
+	loaded bool              // pipelined: the Functions library is loaded
 }
 
 func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }

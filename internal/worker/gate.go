@@ -218,48 +218,88 @@ func (g *DequeueGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // and records the outcome of the others.
 func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		q := g.dequeued(cmd.Args())
-		if q == nil {
+		if g.dequeued(cmd.Args()) == nil {
 			return next(ctx, cmd)
 		}
-		at := time.Now()
-		g.mu.Lock()
-		known := q.knownEmpty(at, g.hearing, &g.cfg)
-		if known {
-			if hold := g.holdFor(at); hold > 0 {
-				wake := g.wake
-				g.mu.Unlock()
-				g.hold(ctx, wake, hold)
-				at = time.Now()
-				g.mu.Lock()
-				known = q.knownEmpty(at, g.hearing, &g.cfg)
+		// A dequeue that was held (asynq is idle) and then found its queue
+		// empty at a real poll — the safety net's, or a stale
+		// announcement's — goes back to holding rather than answering: an
+		// empty answer makes asynq sleep its TaskCheckInterval, blind to
+		// announcements (a batch announced then waited up to that long:
+		// about one due-at-once job in 20 sent from idle, with the 500 ms
+		// safety net and a 20 ms interval). Bounded by maxHeld, by ctx, and
+		// by the announcements being heard (Stop, or a lost subscription,
+		// ends it at once). A dequeue never held answers as Redis did.
+		start, wasHeld := time.Now(), false
+		for {
+			real, held, err := g.gated(ctx, cmd, next)
+			wasHeld = wasHeld || held
+			if !real || !wasHeld || !errors.Is(err, redis.Nil) || !g.holding(ctx, start) {
+				return err
 			}
+			cmd.SetErr(nil)
 		}
-		if known {
-			if d := g.dirty(at); d != nil {
-				redirect(cmd.Args(), d.name)
-				q, known = d, false
-			}
-		}
-		version := q.version
-		g.mu.Unlock()
-		if known {
-			g.local.Add(1)
-			cmd.SetErr(redis.Nil)
-			return redis.Nil
-		}
-		g.real.Add(1)
-		err := next(ctx, cmd)
-		g.mu.Lock()
-		if q.version == version { // no announcement since the poll was sent
-			q.empty, q.polled = errors.Is(err, redis.Nil), at
-		}
-		if err == nil {
-			q.found = at
-		}
-		g.mu.Unlock()
-		return err
 	}
+}
+
+// maxHeld bounds, in safety nets, how long one dequeue stays with the gate
+// (holds and the real polls between them) before an empty answer goes
+// back to asynq.
+const maxHeld = 20
+
+// holding reports whether a dequeue taken at start may be held again.
+func (g *DequeueGate) holding(ctx context.Context, start time.Time) bool {
+	if g.cfg.Hold <= 0 || ctx.Err() != nil || time.Since(start) >= maxHeld*g.cfg.SafetyNet {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.hearing
+}
+
+// gated answers the gated dequeue cmd once: locally, when its queue (or,
+// redirected, every announced queue) is known empty after any hold, else
+// by Redis through next — then real is true; held is whether it was held.
+func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) (real, held bool, err error) {
+	q := g.dequeued(cmd.Args())
+	at := time.Now()
+	g.mu.Lock()
+	known := q.knownEmpty(at, g.hearing, &g.cfg)
+	if known {
+		if hold := g.holdFor(at); hold > 0 {
+			wake := g.wake
+			g.mu.Unlock()
+			g.hold(ctx, wake, hold)
+			held = true
+			at = time.Now()
+			g.mu.Lock()
+			known = q.knownEmpty(at, g.hearing, &g.cfg)
+		}
+	}
+	if known {
+		if d := g.dirty(at); d != nil {
+			redirect(cmd.Args(), d.name)
+			q, known = d, false
+		}
+	}
+	version := q.version
+	g.mu.Unlock()
+	if known {
+		g.local.Add(1)
+		cmd.SetErr(redis.Nil)
+		return false, held, redis.Nil
+	}
+	g.real.Add(1)
+	err = next(ctx, cmd)
+	g.mu.Lock()
+	if q.version == version { // no announcement since the poll was sent
+		q.empty, q.polled = errors.Is(err, redis.Nil), at
+	}
+	if err == nil {
+		q.found = at
+	}
+	g.mu.Unlock()
+	return true, held, err
 }
 
 // holdFor is how long a dequeue of a queue known empty at at is held: 0

@@ -383,3 +383,68 @@ func TestGateHoldsAnIdleDequeueAndRedirectsItToTheAnnouncedQueue(t *testing.T) {
 		t.Fatalf("held dequeue of %s after announcing %s = %q, want %q", asked, announced, v, want)
 	}
 }
+
+// TestGateHoldsAHeldDequeueAgainAfterAnEmptySafetyNetPoll: a dequeue held
+// while every queue is known empty goes to Redis at each safety net; when
+// that poll finds nothing it is held again instead of answered (an empty
+// answer would make asynq sleep its TaskCheckInterval, deaf to the next
+// announcement), so a batch announced a safety net later is fetched by that
+// very call.
+func TestGateHoldsAHeldDequeueAgainAfterAnEmptySafetyNetPoll(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const safetyNet = 100 * time.Millisecond
+	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix, Queues: wire.HandoffQueueNames(h.prefix),
+		SafetyNet: safetyNet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := redistest.New(t)
+	client.AddHook(gate)
+	if err := gate.Start(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Stop()
+	dequeue := redis.NewScript(`local v = redis.call("RPOP", KEYS[1]) if v then return KEYS[1] .. "=" .. v end return nil`)
+	keys := func(q string) []string {
+		k := "asynq:{" + q + "}:"
+		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
+	}
+	run := func(q string) (string, error) { return dequeue.Run(h.ctx, client, keys(q), 0, "x").Text() }
+	for _, q := range wire.HandoffQueueNames(h.prefix) {
+		if _, err := run(q); !errors.Is(err, redis.Nil) { // never held: Redis's answer
+			t.Fatalf("first dequeue of %s: %v, want redis.Nil", q, err)
+		}
+	}
+	_, realBefore := gate.Counts()
+	got := make(chan string, 1)
+	go func() {
+		v, err := run(wire.HandoffQueue(h.prefix, 0))
+		if err != nil {
+			v = err.Error()
+		}
+		got <- v
+	}()
+	// Four safety nets: each sends every queue to Redis, finds it empty,
+	// and holds the dequeue again.
+	redistest.Hold(t, 4*safetyNet, "the dequeue is held across the safety nets", func() bool { return len(got) == 0 })
+	queues := int64(len(wire.HandoffQueueNames(h.prefix)))
+	if _, real := gate.Counts(); real-realBefore < 2*queues {
+		t.Fatalf("%d dequeues reached Redis over 4 safety nets, want at least %d (every queue, twice)", real-realBefore, 2*queues)
+	}
+	announced := wire.HandoffQueue(h.prefix, 5)
+	if err := h.rdb.RPush(h.ctx, keys(announced)[0], "task").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), announced).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-got:
+		if want := keys(announced)[0] + "=task"; v != want {
+			t.Fatalf("held dequeue = %q, want %q", v, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the announced task was not fetched by the held dequeue")
+	}
+}

@@ -128,6 +128,7 @@ func idleSluice(ctx context.Context, e *env) (idleRun, error) {
 		}
 	}
 	res.now, res.delayed, err = wakeLatencies(ctx, e, rec.snapshot(), delayed)
+	e.logf("idle: wake-ups, slot → arrival, in order: due at once %v; delayed %v", roundAll(res.now.slot), roundAll(res.delayed.slot))
 	if extra := sl.problems(5); extra != "" {
 		e.logf("idle: log lines of the Sluice run:\n%s", extra)
 	}
@@ -269,4 +270,13 @@ func orNA(ok bool, format string, args ...any) string {
 		return "n/a"
 	}
 	return fmt.Sprintf(format, args...)
+}
+
+// roundAll rounds each duration to 10 µs, for a log line.
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Microsecond)
+	}
+	return out
 }
