@@ -118,6 +118,9 @@ func TestTenantPackedFieldsMatchLua(t *testing.T) {
 	m = regexp.MustCompile(`(?s)local function tenant_of.*?return \{(.*?)\}`).FindSubmatch(src)
 	var ctor []string
 	for _, kv := range regexp.MustCompile(`([a-z_0-9]+) = ([a-z_0-9]+)`).FindAllSubmatch(m[1], -1) {
+		if string(kv[2]) == "nil" && strings.HasPrefix(string(kv[1]), "st_") {
+			continue // what load_tenant remembers, sized in
+		}
 		if string(kv[1]) != string(kv[2]) {
 			t.Fatalf("tenant_of sets %s = %s", kv[1], kv[2])
 		}

@@ -161,16 +161,17 @@ local function store(it)
   if run_at > NOW then
     state = 'scheduled'
     eta = math.max(eta, run_at)
-    redis.call('ZADD', K_DELAYED, run_at, it.id)
+    redis.call('ZADD', K_DELAYED, istr(run_at), it.id)
   elseif it.ups ~= '' then
     LN.push({id = it.id, tenant = tn, cost = it.cost, ups = it.ups}, t, false)
   else
     redis.call('RPUSH', k_queue(tn), it.id)
     t.qtok = t.qtok + it.cost
   end
-  redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', it.cost,
-    'bytes', #it.body, 'body', it.body, 'state', state, 'gen', 0, 'attempt', 0,
-    'created', NOW, 'run_at', run_at, 'eta', eta, 'idem', it.idem)
+  -- Numbers as istr strings (lib.lua): Redis would format each with %.17g.
+  redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', istr(it.cost),
+    'bytes', istr(#it.body), 'body', it.body, 'state', state, 'gen', '0', 'attempt', '0',
+    'created', istr(NOW), 'run_at', istr(run_at), 'eta', istr(eta), 'idem', it.idem)
   if it.cb ~= '' then redis.call('HSET', k_job(it.id), 'cb', it.cb) end -- callbacks.lua
   if it.ups ~= '' then redis.call('HSET', k_job(it.id), 'ups', it.ups) end -- lanes.lua
   if it.idem ~= '' then

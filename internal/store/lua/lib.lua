@@ -193,17 +193,17 @@ end
 -- on its first save. Field rs (sched_sig's digest, a string) is stored
 -- beside s, in the same HSET; so is field ra (recent.lua: the ring of the
 -- tenant's last attempts), read by the same HGETALL (t.ra). load_tenant remembers what was stored
--- (T_STORED) so that save_tenant writes only what changed, and whether the
--- tenant was busy (T_BUSY, see expire_tenant).
+-- (fields st_packed, st_rs, st_ra, st_named of the tenant table) so that
+-- save_tenant writes only what changed, and whether the tenant was busy
+-- (st_busy, see expire_tenant); tenant_of sizes the table for them and for
+-- rs and ra, so none of them grows it.
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
   'in_m', 'in_c', 'in_p', 'uq', 'useq'}
 local T_PACK = '<ddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
-local T_STORED, T_BUSY = {}, {}
 RESETS[#RESETS + 1] = function()
-  T_STORED, T_BUSY = {}, {}
   if T_INDEX then return end
   T_INDEX, T_ZERO = {}, string.rep('\0', 8 * #T_FIELDS)
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
@@ -222,7 +222,10 @@ local function tenant_of(s)
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
     cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz,
-    in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq}
+    in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq,
+    -- Set by load_tenant, sized in here: added later, they would rehash the
+    -- table (a constructor's nil fields still count for its size).
+    rs = '', ra = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -257,7 +260,7 @@ local function load_tenant(tn, p)
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
-  T_STORED[t], T_BUSY[t] = {packed = packed, rs = rs, ra = ra, named = named}, busy(t)
+  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy = packed, rs, ra, named, busy(t)
   return t
 end
 
@@ -267,15 +270,15 @@ end
 local INDEX_RECHECK = 3600000000
 
 local function save_tenant(tn, t)
-  local stored = T_STORED[t] or {}
+  local named = t.st_named
   local packed = pack_tenant(t)
   local args = {}
-  if packed ~= stored.packed or stored.named then args = {'s', packed} end
-  if t.rs ~= stored.rs then
+  if packed ~= t.st_packed or named then args = {'s', packed} end
+  if t.rs ~= t.st_rs then
     args[#args + 1] = 'rs'
     args[#args + 1] = t.rs
   end
-  if t.ra ~= stored.ra then
+  if t.ra ~= t.st_ra then
     args[#args + 1] = 'ra'
     args[#args + 1] = t.ra
   end
@@ -283,13 +286,13 @@ local function save_tenant(tn, t)
   local key = k_tenant(tn)
   -- A tenant hash created here enters the shard's tenant index and its
   -- name set (one ZADD each per creation; see index_check).
-  if not stored.packed and not stored.named then
+  if not t.st_packed and not named then
     rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
     rcall('ZADD', k_names(), 0, tn)
   end
   rcall('HSET', key, unpack(args))
-  if stored.named then rcall('HDEL', key, unpack(stored.named)) end
-  T_STORED[t] = {packed = packed, rs = t.rs, ra = t.ra}
+  if named then rcall('HDEL', key, unpack(named)) end
+  t.st_packed, t.st_rs, t.st_ra, t.st_named = packed, t.rs, t.ra, nil
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
@@ -575,7 +578,7 @@ end
 local function expire_tenant(tn, t, p, now)
   local key = k_tenant(tn)
   if busy(t) then
-    if not T_BUSY[t] then rcall('PERSIST', key) end
+    if not t.st_busy then rcall('PERSIST', key) end
     return
   end
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
