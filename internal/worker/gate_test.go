@@ -267,10 +267,7 @@ func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
 	client.AddHook(gate)
 	queue := wire.HandoffQueue(h.prefix, 3)
 	dequeue := redis.NewScript(`return redis.call("RPOP", KEYS[1])`)
-	keys := func(q string) []string {
-		k := "asynq:{" + q + "}:"
-		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
-	}
+	keys := dequeueKeys
 	if err := dequeue.Load(h.ctx, client).Err(); err != nil { // EVALSHA succeeds: one call per dequeue
 		t.Fatal(err)
 	}
@@ -336,24 +333,11 @@ func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
 func TestGateHoldsAnIdleDequeueAndRedirectsItToTheAnnouncedQueue(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix, Queues: wire.HandoffQueueNames(h.prefix),
-		SafetyNet: time.Hour, Hold: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, _ := redistest.New(t)
-	client.AddHook(gate)
-	if err := gate.Start(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Stop()
+	_, client := h.startGate(worker.GateConfig{SafetyNet: time.Hour, Hold: time.Hour})
 	// The script returns the queue it popped from with the task: the keys
 	// it ran on, whatever the call named.
 	dequeue := redis.NewScript(`local v = redis.call("RPOP", KEYS[1]) if v then return KEYS[1] .. "=" .. v .. "@" .. ARGV[2] end return nil`)
-	keys := func(q string) []string {
-		k := "asynq:{" + q + "}:"
-		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
-	}
+	keys := dequeueKeys
 	run := func(q string) (string, error) {
 		return dequeue.Run(h.ctx, client, keys(q), 0, "asynq:{"+q+"}:t:").Text()
 	}
@@ -394,22 +378,9 @@ func TestGateHoldsAHeldDequeueAgainAfterAnEmptySafetyNetPoll(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	const safetyNet = 100 * time.Millisecond
-	gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix, Queues: wire.HandoffQueueNames(h.prefix),
-		SafetyNet: safetyNet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, _ := redistest.New(t)
-	client.AddHook(gate)
-	if err := gate.Start(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Stop()
+	gate, client := h.startGate(worker.GateConfig{SafetyNet: safetyNet})
 	dequeue := redis.NewScript(`local v = redis.call("RPOP", KEYS[1]) if v then return KEYS[1] .. "=" .. v end return nil`)
-	keys := func(q string) []string {
-		k := "asynq:{" + q + "}:"
-		return []string{k + "pending", k + "paused", k + "active", k + "lease"}
-	}
+	keys := dequeueKeys
 	run := func(q string) (string, error) { return dequeue.Run(h.ctx, client, keys(q), 0, "x").Text() }
 	for _, q := range wire.HandoffQueueNames(h.prefix) {
 		if _, err := run(q); !errors.Is(err, redis.Nil) { // never held: Redis's answer
@@ -447,4 +418,29 @@ func TestGateHoldsAHeldDequeueAgainAfterAnEmptySafetyNetPoll(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the announced task was not fetched by the held dequeue")
 	}
+}
+
+// startGate starts a dequeue gate on the hand-off queues of h's prefix
+// (cfg's Redis, Prefix and Queues set here), hooked into a client of its
+// own, both ended with the test.
+func (h *harness) startGate(cfg worker.GateConfig) (*worker.DequeueGate, redis.UniversalClient) {
+	h.t.Helper()
+	cfg.Redis, cfg.Prefix, cfg.Queues = h.rdb, h.prefix, wire.HandoffQueueNames(h.prefix)
+	gate, err := worker.NewDequeueGate(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	client, _ := redistest.New(h.t)
+	client.AddHook(gate)
+	if err := gate.Start(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(gate.Stop)
+	return gate, client
+}
+
+// dequeueKeys are the four keys of asynq's dequeue script for queue q.
+func dequeueKeys(q string) []string {
+	k := "asynq:{" + q + "}:"
+	return []string{k + "pending", k + "paused", k + "active", k + "lease"}
 }
