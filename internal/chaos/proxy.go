@@ -23,7 +23,10 @@ import (
 //     byte either way, and new ones are accepted but not connected to the
 //     target, until Resume (bytes read meanwhile are held, as TCP would
 //     retransmit them, and forwarded after Resume unless the connection was
-//     closed first).
+//     closed first);
+//   - DropReplies discards every byte the target sends until Resume: the
+//     requests still reach it and run, their replies are lost (a connection
+//     that breaks after Redis ran a command, before its reply arrived).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -31,6 +34,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	latency time.Duration
 	hole    chan struct{} // non-nil while black-holed; closed by Resume
+	drop    bool          // the target's bytes are discarded (DropReplies)
 	conns   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -105,16 +109,31 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
-// Resume ends a black hole (a no-op when there is none) and sets the
-// latency back to 0.
+// DropReplies discards the target's bytes from now on, until Resume.
+func (p *Proxy) DropReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drop = true
+}
+
+// Resume ends a black hole and the dropping of replies (a no-op when there
+// is neither) and sets the latency back to 0.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.drop = false
 	if p.hole != nil {
 		close(p.hole)
 		p.hole = nil
 	}
 	p.latency = 0
+}
+
+// dropping reports whether the target's bytes are being discarded.
+func (p *Proxy) dropping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drop
 }
 
 // Open is the number of connections open through the proxy.
@@ -217,8 +236,8 @@ func (p *Proxy) serve(l *link) {
 	l.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pump(l, s, l.client) }()
-	go func() { defer wg.Done(); p.pump(l, l.client, s) }()
+	go func() { defer wg.Done(); p.pump(l, s, l.client, false) }()
+	go func() { defer wg.Done(); p.pump(l, l.client, s, true) }()
 	wg.Wait()
 }
 
@@ -228,9 +247,9 @@ type chunk struct {
 	due time.Time
 }
 
-// pump copies src to dst through the proxy's faults, and closes l when
-// either side ends.
-func (p *Proxy) pump(l *link, dst, src net.Conn) {
+// pump copies src to dst through the proxy's faults (reply: src is the
+// target), and closes l when either side ends.
+func (p *Proxy) pump(l *link, dst, src net.Conn, reply bool) {
 	defer l.close()
 	q := make(chan chunk, 256)
 	wrote := make(chan struct{})
@@ -256,6 +275,9 @@ func (p *Proxy) pump(l *link, dst, src net.Conn) {
 			lat, ok := p.gate(l)
 			if !ok {
 				return
+			}
+			if reply && p.dropping() {
+				continue
 			}
 			q <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(lat)}
 		}

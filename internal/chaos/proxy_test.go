@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,6 +168,63 @@ func TestBlackholeAcceptsAndNeverAnswersUntilResume(t *testing.T) {
 	}
 	if got, err := roundTrip(fresh, freshR, "after", 2*time.Second); err != nil || got != "after" {
 		t.Errorf("echo after Resume: %q, %v", got, err)
+	}
+}
+
+// TestDropRepliesLetsRequestsThroughAndLosesTheAnswers: while replies are
+// dropped the target still gets every request (it answers them: the echoes
+// are counted at the target) and the client reads nothing; after Resume
+// the dropped answers stay lost and the next one arrives.
+func TestDropRepliesLetsRequestsThroughAndLosesTheAnswers(t *testing.T) {
+	var lines atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				r := bufio.NewReader(c)
+				for {
+					s, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					lines.Add(1)
+					if _, err := io.WriteString(c, s); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	p, err := Listen(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, r := dial(t, p)
+	if got, err := roundTrip(c, r, "before", 2*time.Second); err != nil || got != "before" {
+		t.Fatalf("echo before: %q, %v", got, err)
+	}
+	p.DropReplies()
+	if got, err := roundTrip(c, r, "lost", 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("reply while dropping: %q, %v, want a timeout", got, err)
+	}
+	if n := lines.Load(); n != 2 {
+		t.Errorf("the target read %d lines, want 2: a request goes through while its reply is dropped", n)
+	}
+	p.Resume()
+	if got, err := roundTrip(c, r, "after", 2*time.Second); err != nil || got != "after" {
+		t.Errorf("echo after Resume: %q, %v; want \"after\" (the dropped reply stays lost)", got, err)
 	}
 }
 
