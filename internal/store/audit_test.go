@@ -213,6 +213,13 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 		}
 	case strings.HasSuffix(rest, ":dead"):
 		ks.sets[key], err = rdb.ZRange(ctx, key, 0, -1).Result()
+	case strings.HasPrefix(rest, "t:") && strings.HasSuffix(rest, ":ra"): // recent.lua: a string, always with a TTL
+		var raw string
+		if raw, err = rdb.Get(ctx, key).Result(); err == nil {
+			if _, perr := parseRecent(raw); perr != nil || ttl < 0 {
+				ks.problem("recent attempts %s: %v, ttl %s", key, perr, ttl)
+			}
+		}
 	case rest == "tenants" || rest == "tenant_names":
 		if ttl >= 0 {
 			ks.problem("tenant index %s has a TTL", key)

@@ -33,6 +33,7 @@ import (
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
 //	<p>:{s7}:t:<tenant>:dead       ZSET   dead letters
+//	<p>:{s7}:t:<tenant>:ra         STRING the last attempts' records, appended (lua/recent.lua)
 //	<p>:{s7}:j:<id>                HASH   job record (fields: see Job), attempt log included
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)

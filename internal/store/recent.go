@@ -15,7 +15,7 @@ import (
 )
 
 // RecentMax is how many of a tenant's attempts RecentAttempts returns at
-// most: the ring lua/recent.lua keeps in the tenant's hash.
+// most (lua/recent.lua RA_MAX: the ring key keeps at least that many).
 const RecentMax = 20
 
 // recentHead is the length of a ring record's fixed part (lua/recent.lua
@@ -39,37 +39,49 @@ type RecentAttempt struct {
 }
 
 // RecentAttempts returns tenant's last attempts (at most RecentMax), newest
-// first; none for a tenant without any (or without state). One HGET of field
-// ra of the tenant's hash: the finish writes it in the HSET of the tenant's
-// state, so keeping it costs the hot path no command.
+// first; none for a tenant without any. One pipeline: the tenant's ring key
+// <p>:{sN}:t:<tenant>:ra (lua/recent.lua: records appended by the finish,
+// cut back now and then) and, while that key is absent, the field ra an
+// earlier release kept in the tenant's hash (a count byte, then the
+// records).
 func (s *Store) RecentAttempts(ctx context.Context, tenant string) ([]RecentAttempt, error) {
 	if err := checkTenant(tenant); err != nil {
 		return nil, fmt.Errorf("recent attempts of %q: %w", tenant, err)
 	}
-	raw, err := s.rdb.HGet(ctx, s.keys.tenant(tenant), "ra").Result()
-	if errors.Is(err, redis.Nil) {
-		return []RecentAttempt{}, nil
-	}
-	if err != nil {
+	var ring, legacy *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ring = p.Get(ctx, s.keys.tenant(tenant)+":ra")
+		legacy = p.HGet(ctx, s.keys.tenant(tenant), "ra")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("recent attempts of %q: %w", tenant, err)
 	}
-	out, err := parseRecent(raw)
+	var out []RecentAttempt
+	switch {
+	case ring.Err() == nil:
+		out, err = parseRecent(ring.Val())
+	case legacy.Err() == nil && legacy.Val() != "":
+		raw := legacy.Val()
+		if out, err = parseRecent(raw[1:]); err == nil && len(out) != int(raw[0]) {
+			err = fmt.Errorf("%w: recent attempts: %d records, the count says %d", ErrProtocol, len(out), raw[0])
+		}
+	default:
+		return []RecentAttempt{}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("recent attempts of %q: %w", tenant, err)
 	}
 	return out, nil
 }
 
-// parseRecent decodes field ra (lua/recent.lua's layout), newest first.
+// parseRecent decodes ring records (lua/recent.lua's layout, oldest first)
+// and returns the last RecentMax, newest first.
 func parseRecent(raw string) ([]RecentAttempt, error) {
 	out := []RecentAttempt{}
-	if raw == "" {
-		return out, nil
-	}
-	n, b := int(raw[0]), []byte(raw[1:])
-	for i := 0; i < n; i++ {
+	for b := []byte(raw); len(b) > 0; {
 		if len(b) < recentHead || len(b) < recentHead+int(b[15]) {
-			return nil, fmt.Errorf("%w: recent attempts: record %d of %d cut short", ErrProtocol, i+1, n)
+			return nil, fmt.Errorf("%w: recent attempts: record %d cut short", ErrProtocol, len(out)+1)
 		}
 		end := recentHead + int(b[15])
 		out = append(out, RecentAttempt{
@@ -81,9 +93,7 @@ func parseRecent(raw string) ([]RecentAttempt, error) {
 		})
 		b = b[end:]
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: recent attempts: %d bytes after %d records", ErrProtocol, len(b), n)
-	}
+	out = out[max(0, len(out)-RecentMax):]
 	slices.Reverse(out)
 	return out, nil
 }

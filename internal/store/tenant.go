@@ -48,8 +48,10 @@ import (
 //	                    held out by the release cap): a claim or finish that
 //	                    leaves it equal keeps the score. Stored beside s, as
 //	                    its own field (not packed)
-//	ra                  the ring of the tenant's last attempts (lua/recent.lua,
-//	                    binary, not packed; RecentAttempts reads it)
+//	ra                  (an earlier release's) the ring of the tenant's last
+//	                    attempts, now the key t:<tenant>:ra (lua/recent.lua);
+//	                    read by RecentAttempts while that key is absent,
+//	                    deleted by the tenant's next save
 //	c1                  1: every job of the tenant costs 1 (set by an enqueue
 //	                    into a tenant holding no job, cleared by a costlier
 //	                    enqueue or replay), so its next job's cost needs no read

@@ -199,7 +199,7 @@ func TestTenantNamedFieldsReadAndMigrated(t *testing.T) {
 	steps(3)
 	same("after more steps")
 	h := e.rdb.HGetAll(e.ctx, e.store.keys.tenant("acme")).Val()
-	if len(h) != 3 || h["s"] == "" || h["ra"] == "" || h["rs"] == "1234567890123" { // ra: recent.lua
+	if len(h) != 2 || h["s"] == "" || h["rs"] == "1234567890123" { // the recent attempts have a key of their own
 		t.Fatalf("acme not migrated: fields %v", slices.Sorted(maps.Keys(h)))
 	}
 	e.requireConsistent()

@@ -166,7 +166,7 @@ local function finish_one(r)
     j.pending[#j.pending + 1] = 'result'
     j.pending[#j.pending + 1] = r.result
   end
-  recent_add(t, r, NOW) -- the tenant's ring, saved with it (recent.lua)
+  recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
   correct(r, j, t, p)
 
   if UP_SCOPE then

@@ -191,12 +191,13 @@ end
 -- (the representation before s, or a test's write) overrides s, and
 -- save_tenant folds it into s and deletes it: an older tenant is migrated
 -- on its first save. Field rs (sched_sig's digest, a string) is stored
--- beside s, in the same HSET; so is field ra (recent.lua: the ring of the
--- tenant's last attempts), read by the same HGETALL (t.ra). load_tenant remembers what was stored
--- (fields st_packed, st_rs, st_ra, st_named of the tenant table) so that
+-- beside s, in the same HSET. A field ra (the ring of the tenant's last
+-- attempts before it got a key of its own, recent.lua) is deleted by the
+-- next save, as the named fields are. load_tenant remembers what was stored
+-- (fields st_packed, st_rs, st_named, st_ra of the tenant table) so that
 -- save_tenant writes only what changed, and whether the tenant was busy
 -- (st_busy, see expire_tenant); tenant_of sizes the table for them and for
--- rs and ra, so none of them grows it.
+-- rs, so none of them grows it.
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
@@ -225,7 +226,7 @@ local function tenant_of(s)
     in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', ra = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil}
+    rs = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -236,7 +237,7 @@ end
 
 local function load_tenant(tn, p)
   local all = rcall('HGETALL', k_tenant(tn))
-  local packed, rs, ra, named = nil, '', '', nil
+  local packed, rs, ra, named = nil, '', false, nil
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
@@ -244,7 +245,7 @@ local function load_tenant(tn, p)
     elseif f == 'rs' then
       rs = all[i + 1]
     elseif f == 'ra' then
-      ra = all[i + 1]
+      ra = true
     elseif T_INDEX[f] then
       named = named or {}
       named[#named + 1] = f
@@ -255,7 +256,7 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
-  t.rs, t.ra = rs, ra
+  t.rs = rs
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
@@ -273,14 +274,10 @@ local function save_tenant(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
   local args = {}
-  if packed ~= t.st_packed or named then args = {'s', packed} end
+  if packed ~= t.st_packed or named or t.st_ra then args = {'s', packed} end
   if t.rs ~= t.st_rs then
     args[#args + 1] = 'rs'
     args[#args + 1] = t.rs
-  end
-  if t.ra ~= t.st_ra then
-    args[#args + 1] = 'ra'
-    args[#args + 1] = t.ra
   end
   if #args == 0 then return end
   local key = k_tenant(tn)
@@ -292,7 +289,8 @@ local function save_tenant(tn, t)
   end
   rcall('HSET', key, unpack(args))
   if named then rcall('HDEL', key, unpack(named)) end
-  t.st_packed, t.st_rs, t.st_ra, t.st_named = packed, t.rs, t.ra, nil
+  if t.st_ra then rcall('HDEL', key, 'ra') end
+  t.st_packed, t.st_rs, t.st_ra, t.st_named = packed, t.rs, false, nil
 end
 
 -- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)

@@ -1,15 +1,25 @@
--- recent.lua — a tenant's recent attempts: a ring of its last RA_MAX
--- attempts, kept in field ra of its hash (t:<tenant>) beside s and rs, so
--- it is read by load_tenant's HGETALL and written by save_tenant's HSET
--- (lib.lua): no command of its own. Part of the prologue (after lib.lua);
--- only finish.lua writes it, one record per attempt that finished a running
--- job (a stale finish is not recorded).
+-- recent.lua — a tenant's recent attempts: the records of its last attempts
+-- appended to the string <p>:{sN}:t:<tenant>:ra (its ring key), read by
+-- RecentAttempts (recent.go), which keeps the last RecentMax. Part of the
+-- prologue (after lib.lua); only finish.lua writes it, one record per
+-- attempt that finished a running job (a stale finish is not recorded).
 --
--- Layout (the Go twin: recent.go): one byte, the count of records (0…RA_MAX),
--- then the records, oldest first, each the struct RA_HEAD — finished at µs
--- (double), latency µs (uint32, capped at 2^32 − 1), HTTP status (uint16,
--- 0 = none), kind (uint8: RA_KINDS), job id length (uint8) — then the job id.
--- An absent field is the empty ring.
+-- Layout (the Go twin: recent.go): the records, oldest first, each the
+-- struct RA_HEAD — finished at µs (double), latency µs (uint32, capped at
+-- 2^32 − 1), HTTP status (uint16, 0 = none), kind (uint8: RA_KINDS), job id
+-- length (uint8) — then the job id. An absent key is the empty ring.
+--
+-- A record costs one APPEND and nothing is read: the ring was a field of
+-- the tenant's hash, read (and its ~1 KiB hashed byte by byte by Redis's
+-- Lua) by every script that loads the tenant and rebuilt by every finish,
+-- 5 % of Redis's instructions on the hot path. The string is cut back to
+-- its last RA_MAX records once it passes RA_TRIM bytes (one GET and one
+-- SET every few dozen finishes). Its TTL, the succeeded retention, is set
+-- when APPEND creates it and at every cut: the ring lives about as long as
+-- the records of the jobs it names (and holds at most 4 KiB, far less than
+-- those records). A field ra left in a tenant's hash by
+-- an earlier release is read by RecentAttempts while the key is absent and
+-- dropped by the tenant's next save (lib.lua).
 
 local RA_MAX = 20
 local RA_HEAD = '<dI4HBB'
@@ -17,19 +27,23 @@ local RA_HEAD_LEN = 16
 local RA_KINDS = {success = 1, retry = 2, throttled = 3, permanent = 4, gone = 5}
 
 -- recent_add appends one attempt (finish.lua's request r: id, kind, status,
--- latency µs) finished at now to tenant t's ring, dropping the oldest record
--- when the ring holds RA_MAX.
-local function recent_add(t, r, now)
+-- latency µs) finished at now to tenant tn's ring; ttl_us is its TTL when
+-- it sets one.
+local function recent_add(tn, r, now, ttl_us)
   local id = string.sub(r.id, 1, 255)
   local rec = struct.pack(RA_HEAD, now, mmax(0, mmin(r.latency, 4294967295)), mmax(0, mmin(r.status, 65535)),
     RA_KINDS[r.kind], #id) .. id
-  local ra = t.ra or ''
-  local n = #ra > 0 and string.byte(ra, 1) or 0
-  local body = string.sub(ra, 2)
-  if n >= RA_MAX then
-    local idlen = string.byte(body, RA_HEAD_LEN)
-    body = string.sub(body, RA_HEAD_LEN + idlen + 1)
-    n = RA_MAX - 1
+  local key = k_tenant(tn) .. ':ra'
+  local n = rcall('APPEND', key, rec)
+  if n == #rec then
+    rcall('PEXPIRE', key, istr(mmax(1, mfloor(ttl_us / 1000))))
+  elseif n > 4096 then -- RA_TRIM
+    local s = rcall('GET', key)
+    local starts, i = {}, 1
+    while i + RA_HEAD_LEN - 1 <= #s do
+      starts[#starts + 1] = i
+      i = i + RA_HEAD_LEN + string.byte(s, i + RA_HEAD_LEN - 1)
+    end
+    rcall('SET', key, string.sub(s, starts[mmax(1, #starts - RA_MAX + 1)]), 'PX', istr(mmax(1, mfloor(ttl_us / 1000))))
   end
-  t.ra = string.char(n + 1) .. body .. rec
 end
