@@ -125,7 +125,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, nil, 0, nil, fmt.Errorf("secrets: %w", err)
 	}
-	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants, st, ring)
+	exec, maxTimeout, err := worker.NewWebhookExecutor(allow, cfg.Defaults, cfg.Tenants, st, ring, cfg.Worker.Concurrency)
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}

@@ -34,7 +34,7 @@ func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) store
 	if err != nil || cl.Outcome != store.ClaimOK {
 		t.Fatalf("claim: %v %+v", err, cl)
 	}
-	exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil, st, nil)
+	exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil, st, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

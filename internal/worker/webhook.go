@@ -46,7 +46,10 @@ type WebhookExecutor struct {
 var _ Executor = (*WebhookExecutor)(nil)
 
 // NewWebhookExecutor builds cmd/worker's executor: a webhook.NewClient with
-// the egress allow-list, and SigningKeys over the secrets by API in st
+// the egress allow-list, keeping up to idlePerHost idle connections per host
+// (the worker's concurrency: it never has more requests in flight, and a
+// smaller pool re-dials a busy receiver at every request beyond it; 0:
+// webhook.MaxIdleConnsPerHostDefault), and SigningKeys over the secrets by API in st
 // (opened with ring; nil when secrets.key is not configured) and the
 // configuration's (policy.SigningKeys of defaults and tenants), and
 // ResultSettings over st's policies. It also
@@ -56,12 +59,12 @@ func NewWebhookExecutor(allow []netip.Prefix, defaults policy.Overrides, tenants
 	st interface {
 		SecretReader
 		PolicyReader
-	}, ring *secretbox.Keyring) (*WebhookExecutor, time.Duration, error) {
+	}, ring *secretbox.Keyring, idlePerHost int) (*WebhookExecutor, time.Duration, error) {
 	file, maxTimeout, err := policy.SigningKeys(defaults, tenants)
 	if err != nil {
 		return nil, 0, err
 	}
-	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow}),
+	return &WebhookExecutor{Client: webhook.NewClient(webhook.ClientConfig{Allow: allow, MaxIdleConnsPerHost: idlePerHost}),
 		Signing: &SigningKeys{Store: st, Keyring: ring, File: file}, Results: &ResultSettings{Store: st}}, maxTimeout, nil
 }
 
