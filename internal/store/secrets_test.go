@@ -161,3 +161,58 @@ func TestEnqueueNoWebhookSecret(t *testing.T) {
 		t.Fatalf("Secrets: %+v, want unsigned and none live", set)
 	}
 }
+
+// The shard's secrets version moves with every secret added or deleted and
+// every policy write on the shard, and with nothing else; a policy hash
+// left without an epoch by an earlier release has no version ("").
+func TestSecretsVersionMovesWithSecretsAndPolicies(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	version := func() string {
+		t.Helper()
+		v, err := e.store.SecretsVersion(e.ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if shard, err := e.store.SecretsShard("acme"); err != nil || shard != 0 {
+		t.Fatalf("shard of acme: %d, %v", shard, err)
+	}
+	if _, err := e.store.SecretsShard("no tenant"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a bad tenant id: %v, want ErrInvalid", err)
+	}
+	if _, err := e.store.SecretsVersion(e.ctx, 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("shard 1 of 1: %v, want ErrInvalid", err)
+	}
+	seen := map[string]bool{}
+	moved := func(what string) {
+		t.Helper()
+		v := version()
+		if v == "" || seen[v] {
+			t.Fatalf("after %s: version %q, want a new one (seen %v)", what, v, seen)
+		}
+		seen[v] = true
+	}
+	moved("nothing")
+	id := e.addSecret("acme", "sealed-1", time.Hour)
+	moved("a secret added")
+	e.enqueueOne("acme", item(`{}`))
+	if v := version(); !seen[v] {
+		t.Fatalf("an enqueue moved the version to %q", v)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", id); err != nil {
+		t.Fatal(err)
+	}
+	moved("a secret deleted")
+	if _, err := e.store.PutTenantPolicy(e.ctx, "globex", Overrides{Unsigned: ptr(int64(1))}, 0); err != nil {
+		t.Fatal(err)
+	}
+	moved("a policy written")
+	if err := e.rdb.HDel(e.ctx, e.store.keys.policy(0), "#v").Err(); err != nil { // as an earlier release left it
+		t.Fatal(err)
+	}
+	if v := version(); v != "" {
+		t.Fatalf("policies without an epoch: version %q, want none", v)
+	}
+}

@@ -1,9 +1,11 @@
 package worker_test
 
 import (
+	"context"
 	"crypto/rand"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,4 +158,78 @@ func TestNoSecretIsNeverSentUnsigned(t *testing.T) {
 		t.Fatalf("unsigned tenant: status %d, signature %q; want sent, unsigned", c.status, c.header.Get(webhook.HeaderSignature))
 	}
 	h.noStall(t)
+}
+
+// countingSecrets counts the reads of a SecretReader.
+type countingSecrets struct {
+	worker.SecretReader
+	reads, versions atomic.Int64
+}
+
+func (c *countingSecrets) Secrets(ctx context.Context, tenant string) (store.SecretSet, error) {
+	c.reads.Add(1)
+	return c.SecretReader.Secrets(ctx, tenant)
+}
+
+func (c *countingSecrets) SecretsVersion(ctx context.Context, shard int) (string, error) {
+	c.versions.Add(1)
+	return c.SecretReader.SecretsVersion(ctx, shard)
+}
+
+// A worker reads a tenant's secrets again only when its shard's secrets or
+// policies changed (the shard's version, read at most once per half
+// refresh for all its tenants): steady signing costs one small read per
+// shard, and a new secret, a deleted one or a policy change is still used
+// within the refresh.
+func TestSigningKeysReadAgainOnlyWhenTheShardChanged(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	ring := newKeyring(t)
+	clock := &shiftClock{}
+	st := &countingSecrets{SecretReader: h.st}
+	signing := &worker.SigningKeys{Store: st, Keyring: ring, Now: clock.Now}
+	tenants := []string{"acme", "globex", "initech"}
+	s1 := newSecret(t)
+	for _, tn := range tenants {
+		h.addSecret(ring, tn, s1, time.Hour)
+	}
+	keys := func(tn string) int {
+		t.Helper()
+		k, err := signing.Keys(h.ctx, tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(k)
+	}
+	for _, tn := range tenants {
+		keys(tn)
+	}
+	if r, v := st.reads.Load(), st.versions.Load(); r != 3 || v != 1 {
+		t.Fatalf("first use of 3 tenants: %d secret reads, %d version reads; want 3 and 1", r, v)
+	}
+	for range 5 { // nothing changes: only the shard's version is read
+		clock.Advance(worker.SigningRefreshDefault)
+		for _, tn := range tenants {
+			keys(tn)
+		}
+	}
+	if r, v := st.reads.Load(), st.versions.Load(); r != 3 || v != 6 {
+		t.Fatalf("5 refreshes without a change: %d secret reads, %d version reads; want 3 and 6", r, v)
+	}
+
+	h.addSecret(ring, "acme", newSecret(t), time.Hour) // a rotation: both sign
+	clock.Advance(worker.SigningRefreshDefault)
+	if n := keys("acme"); n != 2 {
+		t.Fatalf("a refresh after the rotation: %d keys, want 2", n)
+	}
+	if r := st.reads.Load(); r != 4 {
+		t.Fatalf("%d secret reads after the rotation, want 4 (acme again)", r)
+	}
+
+	h.policy("globex", store.Overrides{Unsigned: ptr(int64(1))}) // a policy write moves the version too
+	clock.Advance(worker.SigningRefreshDefault)
+	keys("globex")
+	if r := st.reads.Load(); r != 5 {
+		t.Fatalf("%d secret reads after a policy write, want 5 (globex again)", r)
+	}
 }

@@ -24,20 +24,28 @@ const MaxSigningTenants = 100_000
 // say unsigned.
 var ErrNoSigningKey = errors.New("no webhook signing secret")
 
-// SecretReader reads a tenant's secrets by API: *store.Store.
+// SecretReader reads a tenant's secrets by API, and the version of its
+// shard's secrets and policies that tells whether a read is needed:
+// *store.Store.
 type SecretReader interface {
 	Secrets(ctx context.Context, tenant string) (store.SecretSet, error)
+	SecretsShard(tenant string) (int, error)
+	SecretsVersion(ctx context.Context, shard int) (string, error)
 }
 
 var _ SecretReader = (*store.Store)(nil)
 
 // SigningKeys gives the keys a tenant's webhooks are signed with: its live
 // secrets by API (decrypted with Keyring), newest first, then its
-// configuration's (File), at most policy.MaxWebhookSecrets. Each tenant's
-// secrets by API and unsigned flag are read from Redis at most once per
-// Refresh (one read-only script; concurrent callers share it), so the
-// delivery path adds no round trip beyond that; a secret's expiry is
-// applied at every call (its Redis-time expiry against the local clock).
+// configuration's (File), at most policy.MaxWebhookSecrets. A tenant's
+// secrets by API and unsigned flag are read again (one read-only script;
+// concurrent callers share it) only when its shard's version
+// (store.SecretsVersion: the policy epoch and the secrets counter) moved
+// since its last read; that version is read at most once per Refresh/2 per
+// shard, and a tenant compares it at most once per Refresh/2, so a change
+// is used within Refresh and a worker's steady cost is one HMGET per shard
+// per Refresh/2, not one script per tenant per Refresh. A secret's expiry
+// is applied at every call (its Redis-time expiry against the local clock).
 // Safe for concurrent use; the zero value signs with nothing.
 type SigningKeys struct {
 	// Store reads the secrets by API and the unsigned flag; nil: only File,
@@ -55,15 +63,51 @@ type SigningKeys struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 
-	cache tenantCache[signingEntry]
+	cache    tenantCache[signingEntry]
+	versions shardVersions
 }
 
 // signingEntry is one tenant's last read; mu serialises its refresh.
 type signingEntry struct {
 	mu       sync.Mutex
-	read     time.Time // zero: never read
+	read     time.Time // when it was last read or found current; zero: never read
+	version  string    // its shard's version before its last read ("" : unknown)
 	unsigned bool
 	secrets  []openedSecret // oldest first
+}
+
+// shardVersions caches each shard's store.SecretsVersion with the local
+// time it was read.
+type shardVersions struct {
+	mu sync.Mutex
+	m  map[int]shardVersion
+}
+
+type shardVersion struct {
+	version string
+	at      time.Time
+}
+
+// get returns shard's version, read again when the cached one is maxAge
+// old (or from the local clock's future).
+func (v *shardVersions) get(ctx context.Context, st SecretReader, shard int, now time.Time, maxAge time.Duration) (string, error) {
+	v.mu.Lock()
+	c, ok := v.m[shard]
+	v.mu.Unlock()
+	if ok && now.Sub(c.at) < maxAge && !now.Before(c.at) {
+		return c.version, nil
+	}
+	version, err := st.SecretsVersion(ctx, shard)
+	if err != nil {
+		return "", fmt.Errorf("read signing secrets' version: %w", err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = make(map[int]shardVersion)
+	}
+	v.m[shard] = shardVersion{version: version, at: now}
+	return version, nil
 }
 
 type openedSecret struct {
@@ -91,9 +135,22 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 	if k.Refresh > 0 && k.Refresh < refresh {
 		refresh = k.Refresh
 	}
-	if e.read.IsZero() || now.Sub(e.read) >= refresh || now.Before(e.read) {
-		if err := k.read(ctx, tenant, e); err != nil {
+	if half := refresh / 2; e.read.IsZero() || now.Sub(e.read) >= half || now.Before(e.read) {
+		// The shard's version first, then the secrets: what is read is at
+		// least as new as the version recorded with it.
+		shard, err := k.Store.SecretsShard(tenant)
+		if err != nil {
 			return nil, err
+		}
+		version, err := k.versions.get(ctx, k.Store, shard, now, half)
+		if err != nil {
+			return nil, err
+		}
+		if e.read.IsZero() || version == "" || version != e.version {
+			if err := k.read(ctx, tenant, e); err != nil {
+				return nil, err
+			}
+			e.version = version
 		}
 		e.read = now
 	}

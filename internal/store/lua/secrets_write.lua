@@ -84,4 +84,8 @@ else
   set[#set + 1] = istr(summary)
   rcall('HSET', key, unpack(set))
 end
+-- The shard's secrets counter (field "#sv" of its policy hash, beside the
+-- policy epoch "#v"): workers re-read a tenant's secrets only when the
+-- shard's pair moved (Store.SecretsVersion).
+rcall('HINCRBY', K_POLICY, '#sv', 1)
 return reply
