@@ -18,6 +18,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // echoServer answers every line with the same line, on loopback.
 func echoServer(t *testing.T) string {
 	t.Helper()
+	return server(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// server serves each connection with serve (then closes it), on loopback,
+// until the test ends; it returns the address.
+func server(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+			go func() { serve(c); _ = c.Close() }()
 		}
 	}()
 	t.Cleanup(func() { _ = ln.Close(); <-done })
@@ -177,36 +184,20 @@ func TestBlackholeAcceptsAndNeverAnswersUntilResume(t *testing.T) {
 // the dropped answers stay lost and the next one arrives.
 func TestDropRepliesLetsRequestsThroughAndLosesTheAnswers(t *testing.T) {
 	var lines atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	target := server(t, func(c net.Conn) { // an echo that counts the lines it read
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			s, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				r := bufio.NewReader(c)
-				for {
-					s, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					lines.Add(1)
-					if _, err := io.WriteString(c, s); err != nil {
-						return
-					}
-				}
-			}()
+			lines.Add(1)
+			if _, err := io.WriteString(c, s); err != nil {
+				return
+			}
 		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); <-done })
-	p, err := Listen(ln.Addr().String())
+	})
+	p, err := Listen(target)
 	if err != nil {
 		t.Fatal(err)
 	}
