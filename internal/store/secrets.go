@@ -112,25 +112,26 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant, id string) error {
 	return nil
 }
 
-// SecretsShard is the shard tenant's secrets and policy live on.
-func (s *Store) SecretsShard(tenant string) (int, error) {
+// TenantShard is the shard tenant's state, secrets and policy live on.
+func (s *Store) TenantShard(tenant string) (int, error) {
 	if err := checkTenant(tenant); err != nil {
 		return 0, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
 	}
 	return s.keys.shardOf(tenant), nil
 }
 
-// SecretsVersion returns the version of what the signing keys of shard's
-// tenants are read from (Secrets): the shard's policy epoch (field "#v" of
-// its policy hash, new at every policy write: the unsigned flag) and its
-// secrets counter ("#sv", bumped by every secret written or deleted on the
-// shard), one HMGET. Equal versions mean no tenant of the shard had its
-// secrets or policy changed in between, so a cache read after the first
-// needs no new read (a secret's expiry aside: it is in the secret). A
+// SettingsVersion returns the version of shard's tenant settings — what
+// the workers cache per tenant: signing keys (Secrets) and policies
+// (TenantPolicy) —: the shard's policy epoch (field "#v" of its policy
+// hash, new at every policy write) and its secrets counter ("#sv", bumped by
+// every secret written or deleted on the shard), one HMGET. Equal versions
+// mean no tenant of the shard had its secrets or policy changed in between,
+// so a cache read after the first needs no new read (a secret's expiry
+// aside: it is in the secret). A
 // shard with no policy at all has the epoch "-"; "" when its policy hash
 // holds policies but no epoch (written by an earlier release): no change
 // can be told, the secrets must be read.
-func (s *Store) SecretsVersion(ctx context.Context, shard int) (string, error) {
+func (s *Store) SettingsVersion(ctx context.Context, shard int) (string, error) {
 	if shard < 0 || shard >= s.keys.shards {
 		return "", invalidf("shard %d of %d", shard, s.keys.shards)
 	}

@@ -165,24 +165,24 @@ func TestEnqueueNoWebhookSecret(t *testing.T) {
 // The shard's secrets version moves with every secret added or deleted and
 // every policy write on the shard, and with nothing else; a policy hash
 // left without an epoch by an earlier release has no version ("").
-func TestSecretsVersionMovesWithSecretsAndPolicies(t *testing.T) {
+func TestSettingsVersionMovesWithSecretsAndPolicies(t *testing.T) {
 	t.Parallel()
 	e := newEnvShards(t, 1)
 	version := func() string {
 		t.Helper()
-		v, err := e.store.SecretsVersion(e.ctx, 0)
+		v, err := e.store.SettingsVersion(e.ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	if shard, err := e.store.SecretsShard("acme"); err != nil || shard != 0 {
+	if shard, err := e.store.TenantShard("acme"); err != nil || shard != 0 {
 		t.Fatalf("shard of acme: %d, %v", shard, err)
 	}
-	if _, err := e.store.SecretsShard("no tenant"); !errors.Is(err, ErrInvalid) {
+	if _, err := e.store.TenantShard("no tenant"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a bad tenant id: %v, want ErrInvalid", err)
 	}
-	if _, err := e.store.SecretsVersion(e.ctx, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := e.store.SettingsVersion(e.ctx, 1); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("shard 1 of 1: %v, want ErrInvalid", err)
 	}
 	seen := map[string]bool{}

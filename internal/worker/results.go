@@ -15,6 +15,7 @@ import (
 // PolicyReader reads a tenant's stored policy: *store.Store.
 type PolicyReader interface {
 	TenantPolicy(ctx context.Context, tenant string) (store.PolicyRecord, error)
+	SettingsVersions
 }
 
 var _ PolicyReader = (*store.Store)(nil)
@@ -24,24 +25,27 @@ var _ PolicyReader = (*store.Store)(nil)
 const ResultRefreshDefault = time.Second
 
 // ResultSettings gives each tenant's result settings (policy
-// max_result_bytes and result_headers), read from Redis at most once per
-// Refresh per tenant (one HMGET; concurrent callers share it). A read that
-// fails keeps the last values (the built-in defaults before the first).
-// Safe for concurrent use; the zero value (and nil) gives the built-in
-// defaults.
+// max_result_bytes and result_headers), read from Redis again (one HMGET;
+// concurrent callers share it) only when its shard's settings version moved
+// (store.SettingsVersion, read at most once per Refresh/2 per shard, as
+// SigningKeys does), so a change applies within Refresh. A read that fails
+// keeps the last values (the built-in defaults before the first). Safe for
+// concurrent use; the zero value (and nil) gives the built-in defaults.
 type ResultSettings struct {
 	// Store reads the policy; nil: the defaults.
 	Store PolicyReader
 	// Refresh is how long one read is used; default ResultRefreshDefault.
 	Refresh time.Duration
 
-	cache tenantCache[resultEntry]
+	cache    tenantCache[resultEntry]
+	versions shardVersions
 }
 
 // resultEntry is one tenant's last read; mu serialises its refresh.
 type resultEntry struct {
 	mu       sync.Mutex
-	read     time.Time // zero: never read
+	read     time.Time // when it was last read or found current; zero: never read
+	version  string    // its shard's version before its last read that succeeded ("": unknown)
 	maxBytes int
 	headers  []string
 }
@@ -59,16 +63,25 @@ func (r *ResultSettings) Of(ctx context.Context, tenant string) (maxBytes int, h
 	if refresh <= 0 {
 		refresh = ResultRefreshDefault
 	}
-	if !e.read.IsZero() && time.Since(e.read) < refresh {
+	now, half := time.Now(), refresh/2
+	if !e.read.IsZero() && now.Sub(e.read) < half && !now.Before(e.read) {
 		return e.maxBytes, e.headers
 	}
 	if e.read.IsZero() {
 		e.maxBytes, e.headers = int(def.MaxResultBytes), def.ResultHeaders
 	}
-	if rec, err := r.Store.TenantPolicy(ctx, tenant); err == nil {
-		e.maxBytes, e.headers = int(rec.Effective.MaxResultBytes), rec.Effective.ResultHeaders
+	version := "" // unknown (a failed read): read the policy
+	if shard, err := r.Store.TenantShard(tenant); err == nil {
+		version, _ = r.versions.get(ctx, r.Store, shard, now, half)
 	}
-	e.read = time.Now()
+	if version == "" || version != e.version {
+		e.version = ""
+		if rec, err := r.Store.TenantPolicy(ctx, tenant); err == nil {
+			e.maxBytes, e.headers = int(rec.Effective.MaxResultBytes), rec.Effective.ResultHeaders
+			e.version = version
+		}
+	}
+	e.read = now
 	return e.maxBytes, e.headers
 }
 

@@ -171,9 +171,9 @@ func (c *countingSecrets) Secrets(ctx context.Context, tenant string) (store.Sec
 	return c.SecretReader.Secrets(ctx, tenant)
 }
 
-func (c *countingSecrets) SecretsVersion(ctx context.Context, shard int) (string, error) {
+func (c *countingSecrets) SettingsVersion(ctx context.Context, shard int) (string, error) {
 	c.versions.Add(1)
-	return c.SecretReader.SecretsVersion(ctx, shard)
+	return c.SecretReader.SettingsVersion(ctx, shard)
 }
 
 // A worker reads a tenant's secrets again only when its shard's secrets or
@@ -231,5 +231,45 @@ func TestSigningKeysReadAgainOnlyWhenTheShardChanged(t *testing.T) {
 	keys("globex")
 	if r := st.reads.Load(); r != 5 {
 		t.Fatalf("%d secret reads after a policy write, want 5 (globex again)", r)
+	}
+}
+
+// countingPolicies counts the policy reads of a PolicyReader.
+type countingPolicies struct {
+	worker.PolicyReader
+	reads atomic.Int64
+}
+
+func (c *countingPolicies) TenantPolicy(ctx context.Context, tenant string) (store.PolicyRecord, error) {
+	c.reads.Add(1)
+	return c.PolicyReader.TenantPolicy(ctx, tenant)
+}
+
+// An http job's result settings are read again only when the shard's
+// settings moved, and a policy write is used within the refresh.
+func TestResultSettingsReadAgainOnlyWhenTheShardChanged(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	st := &countingPolicies{PolicyReader: h.st}
+	const refresh = 40 * time.Millisecond
+	r := &worker.ResultSettings{Store: st, Refresh: refresh}
+	h.policy("acme", store.Overrides{MaxResultBytes: ptr(int64(100))})
+	if n, _ := r.Of(h.ctx, "acme"); n != 100 {
+		t.Fatalf("max result bytes %d, want 100", n)
+	}
+	before := st.reads.Load()
+	redistest.Hold(t, 3*refresh, "no policy read while nothing changes", func() bool {
+		n, _ := r.Of(h.ctx, "acme")
+		return n == 100 && st.reads.Load() == before
+	})
+	if _, err := h.st.PutTenantPolicy(h.ctx, "acme", store.Overrides{MaxResultBytes: ptr(int64(200))}, 1); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Poll(t, 5*time.Second, "the new max_result_bytes used", func() bool {
+		n, _ := r.Of(h.ctx, "acme")
+		return n == 200
+	})
+	if got := st.reads.Load() - before; got != 1 {
+		t.Fatalf("%d policy reads for one policy write, want 1", got)
 	}
 }

@@ -24,13 +24,18 @@ const MaxSigningTenants = 100_000
 // say unsigned.
 var ErrNoSigningKey = errors.New("no webhook signing secret")
 
-// SecretReader reads a tenant's secrets by API, and the version of its
-// shard's secrets and policies that tells whether a read is needed:
-// *store.Store.
+// SettingsVersions tells whether a tenant's cached settings need a new
+// read: the version of its shard's secrets and policies
+// (store.SettingsVersion). *store.Store.
+type SettingsVersions interface {
+	TenantShard(tenant string) (int, error)
+	SettingsVersion(ctx context.Context, shard int) (string, error)
+}
+
+// SecretReader reads a tenant's secrets by API: *store.Store.
 type SecretReader interface {
 	Secrets(ctx context.Context, tenant string) (store.SecretSet, error)
-	SecretsShard(tenant string) (int, error)
-	SecretsVersion(ctx context.Context, shard int) (string, error)
+	SettingsVersions
 }
 
 var _ SecretReader = (*store.Store)(nil)
@@ -40,7 +45,7 @@ var _ SecretReader = (*store.Store)(nil)
 // configuration's (File), at most policy.MaxWebhookSecrets. A tenant's
 // secrets by API and unsigned flag are read again (one read-only script;
 // concurrent callers share it) only when its shard's version
-// (store.SecretsVersion: the policy epoch and the secrets counter) moved
+// (store.SettingsVersion: the policy epoch and the secrets counter) moved
 // since its last read; that version is read at most once per Refresh/2 per
 // shard, and a tenant compares it at most once per Refresh/2, so a change
 // is used within Refresh and a worker's steady cost is one HMGET per shard
@@ -76,8 +81,8 @@ type signingEntry struct {
 	secrets  []openedSecret // oldest first
 }
 
-// shardVersions caches each shard's store.SecretsVersion with the local
-// time it was read.
+// shardVersions caches each shard's store.SettingsVersion with the local
+// time it was read (SigningKeys', ResultSettings').
 type shardVersions struct {
 	mu sync.Mutex
 	m  map[int]shardVersion
@@ -90,16 +95,16 @@ type shardVersion struct {
 
 // get returns shard's version, read again when the cached one is maxAge
 // old (or from the local clock's future).
-func (v *shardVersions) get(ctx context.Context, st SecretReader, shard int, now time.Time, maxAge time.Duration) (string, error) {
+func (v *shardVersions) get(ctx context.Context, st SettingsVersions, shard int, now time.Time, maxAge time.Duration) (string, error) {
 	v.mu.Lock()
 	c, ok := v.m[shard]
 	v.mu.Unlock()
 	if ok && now.Sub(c.at) < maxAge && !now.Before(c.at) {
 		return c.version, nil
 	}
-	version, err := st.SecretsVersion(ctx, shard)
+	version, err := st.SettingsVersion(ctx, shard)
 	if err != nil {
-		return "", fmt.Errorf("read signing secrets' version: %w", err)
+		return "", fmt.Errorf("read the tenant settings' version: %w", err)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -138,7 +143,7 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 	if half := refresh / 2; e.read.IsZero() || now.Sub(e.read) >= half || now.Before(e.read) {
 		// The shard's version first, then the secrets: what is read is at
 		// least as new as the version recorded with it.
-		shard, err := k.Store.SecretsShard(tenant)
+		shard, err := k.Store.TenantShard(tenant)
 		if err != nil {
 			return nil, err
 		}
