@@ -181,6 +181,9 @@ func (k keyspace) tenantQueue(tenant string) string { return k.tenant(tenant) + 
 func (k keyspace) tenantHead(tenant string) string  { return k.tenant(tenant) + ":head" }
 func (k keyspace) tenantDead(tenant string) string  { return k.tenant(tenant) + ":dead" }
 
+// tenantRecent is the tenant's recent attempts (lua/recent.lua builds it too).
+func (k keyspace) tenantRecent(tenant string) string { return k.tenant(tenant) + ":ra" }
+
 // job is the key of a job record; the shard comes from the id itself.
 func (k keyspace) job(id string) (string, error) {
 	shard, err := ShardOfJobID(id)

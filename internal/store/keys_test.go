@@ -37,6 +37,7 @@ func TestKeyLayout(t *testing.T) {
 		k.tenantQueue(tn):     "sluice:{s6}:t:123456789:q",
 		k.tenantHead(tn):      "sluice:{s6}:t:123456789:head",
 		k.tenantDead(tn):      "sluice:{s6}:t:123456789:dead",
+		k.tenantRecent(tn):    "sluice:{s6}:t:123456789:ra",
 		jobKey:                "sluice:{s6}:j:j6_01KJMMA2G0WAAKMBBJK9MDDZKB",
 		k.idem(tn, "order:1"): "sluice:{s6}:idem:123456789:order:1",
 	} {

@@ -50,7 +50,7 @@ func (s *Store) RecentAttempts(ctx context.Context, tenant string) ([]RecentAtte
 	}
 	var ring, legacy *redis.StringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ring = p.Get(ctx, s.keys.tenant(tenant)+":ra")
+		ring = p.Get(ctx, s.keys.tenantRecent(tenant))
 		legacy = p.HGet(ctx, s.keys.tenant(tenant), "ra")
 		return nil
 	})

@@ -106,7 +106,7 @@ func TestRecentAttemptsRingIsCutBack(t *testing.T) {
 	t.Parallel()
 	e := newEnvShards(t, 1)
 	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency, p.AdmitBurst = 1000, 1, 10, 1000 }))
-	key := e.store.keys.tenant("acme") + ":ra"
+	key := e.store.keys.tenantRecent("acme")
 	cfg := FinishConfig{SucceededRetention: 2 * time.Hour}
 	var ids []string
 	longest := 0
@@ -151,12 +151,12 @@ func TestRecentAttemptsOfAnEarlierRelease(t *testing.T) {
 	c := e.attempt(old)
 	e.finish(old, c.Gen, wire.AttemptOutcome{Kind: wire.FinishRetry, Status: 503, Latency: ms}, FinishConfig{})
 	key := e.store.keys.tenant("acme")
-	records := e.rdb.Get(e.ctx, key+":ra").Val()
+	records := e.rdb.Get(e.ctx, e.store.keys.tenantRecent("acme")).Val()
 	// As an earlier release left it: the field, and no key.
 	if err := e.rdb.HSet(e.ctx, key, "ra", "\x01"+records).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rdb.Del(e.ctx, key+":ra").Err(); err != nil {
+	if err := e.rdb.Del(e.ctx, e.store.keys.tenantRecent("acme")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.store.RecentAttempts(e.ctx, "acme")

@@ -115,7 +115,7 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant, id string) error {
 // TenantShard is the shard tenant's state, secrets and policy live on.
 func (s *Store) TenantShard(tenant string) (int, error) {
 	if err := checkTenant(tenant); err != nil {
-		return 0, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
+		return 0, fmt.Errorf("shard of tenant %q: %w", tenant, err)
 	}
 	return s.keys.shardOf(tenant), nil
 }
@@ -137,14 +137,14 @@ func (s *Store) SettingsVersion(ctx context.Context, shard int) (string, error) 
 	}
 	vals, err := s.rdb.HMGet(ctx, s.keys.policy(shard), "#v", "#sv").Result()
 	if err != nil {
-		return "", fmt.Errorf("secrets version of shard %d: %w", shard, err)
+		return "", fmt.Errorf("settings version of shard %d: %w", shard, err)
 	}
 	epoch, _ := vals[0].(string)
 	counter, _ := vals[1].(string)
 	if epoch == "" { // no policy written since epochs exist: none at all, or an earlier release's
 		n, err := s.rdb.HLen(ctx, s.keys.policy(shard)).Result()
 		if err != nil {
-			return "", fmt.Errorf("secrets version of shard %d: %w", shard, err)
+			return "", fmt.Errorf("settings version of shard %d: %w", shard, err)
 		}
 		if counter != "" {
 			n--

@@ -218,7 +218,8 @@ func (g *DequeueGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // and records the outcome of the others.
 func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if g.dequeued(cmd.Args()) == nil {
+		q := g.dequeued(cmd.Args())
+		if q == nil {
 			return next(ctx, cmd)
 		}
 		// A dequeue that was held (asynq is idle) and then found its queue
@@ -232,7 +233,9 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// ends it at once). A dequeue never held answers as Redis did.
 		start, wasHeld := time.Now(), false
 		for {
-			real, held, err := g.gated(ctx, cmd, next)
+			var real, held bool
+			var err error
+			q, real, held, err = g.gated(ctx, cmd, q, next)
 			wasHeld = wasHeld || held
 			if !real || !wasHeld || !errors.Is(err, redis.Nil) || !g.holding(ctx, start) {
 				return err
@@ -257,11 +260,11 @@ func (g *DequeueGate) holding(ctx context.Context, start time.Time) bool {
 	return g.hearing
 }
 
-// gated answers the gated dequeue cmd once: locally, when its queue (or,
+// gated answers the gated dequeue cmd of queue q once: locally, when q (or,
 // redirected, every announced queue) is known empty after any hold, else
 // by Redis through next — then real is true; held is whether it was held.
-func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) (real, held bool, err error) {
-	q := g.dequeued(cmd.Args())
+// It returns the queue cmd names now (another one once redirected).
+func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, q *gateQueue, next redis.ProcessHook) (_ *gateQueue, real, held bool, err error) {
 	at := time.Now()
 	g.mu.Lock()
 	known := q.knownEmpty(at, g.hearing, &g.cfg)
@@ -287,7 +290,7 @@ func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	if known {
 		g.local.Add(1)
 		cmd.SetErr(redis.Nil)
-		return false, held, redis.Nil
+		return q, false, held, redis.Nil
 	}
 	g.real.Add(1)
 	err = next(ctx, cmd)
@@ -299,7 +302,7 @@ func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		q.found = at
 	}
 	g.mu.Unlock()
-	return true, held, err
+	return q, true, held, err
 }
 
 // holdFor is how long a dequeue of a queue known empty at at is held: 0

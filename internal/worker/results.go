@@ -43,9 +43,8 @@ type ResultSettings struct {
 
 // resultEntry is one tenant's last read; mu serialises its refresh.
 type resultEntry struct {
-	mu       sync.Mutex
-	read     time.Time // when it was last read or found current; zero: never read
-	version  string    // its shard's version before its last read that succeeded ("": unknown)
+	mu sync.Mutex
+	versioned
 	maxBytes int
 	headers  []string
 }
@@ -64,17 +63,14 @@ func (r *ResultSettings) Of(ctx context.Context, tenant string) (maxBytes int, h
 		refresh = ResultRefreshDefault
 	}
 	now, half := time.Now(), refresh/2
-	if !e.read.IsZero() && now.Sub(e.read) < half && !now.Before(e.read) {
+	if !e.due(now, half) {
 		return e.maxBytes, e.headers
 	}
 	if e.read.IsZero() {
 		e.maxBytes, e.headers = int(def.MaxResultBytes), def.ResultHeaders
 	}
-	version := "" // unknown (a failed read): read the policy
-	if shard, err := r.Store.TenantShard(tenant); err == nil {
-		version, _ = r.versions.get(ctx, r.Store, shard, now, half)
-	}
-	if version == "" || version != e.version {
+	version, _ := r.versions.of(ctx, r.Store, tenant, now, half) // "" on an error: read the policy
+	if e.moved(version) {
 		e.version = ""
 		if rec, err := r.Store.TenantPolicy(ctx, tenant); err == nil {
 			e.maxBytes, e.headers = int(rec.Effective.MaxResultBytes), rec.Effective.ResultHeaders

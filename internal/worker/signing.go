@@ -74,11 +74,30 @@ type SigningKeys struct {
 
 // signingEntry is one tenant's last read; mu serialises its refresh.
 type signingEntry struct {
-	mu       sync.Mutex
-	read     time.Time // when it was last read or found current; zero: never read
-	version  string    // its shard's version before its last read ("" : unknown)
+	mu sync.Mutex
+	versioned
 	unsigned bool
 	secrets  []openedSecret // oldest first
+}
+
+// versioned is what a per-tenant cache entry (SigningKeys', ResultSettings')
+// keeps to know when to read again: when it was last read or found current,
+// and its shard's settings version before that read.
+type versioned struct {
+	read    time.Time // zero: never read
+	version string    // "": unknown, read again at the next check
+}
+
+// due reports whether the entry is to be checked at now: never read, or
+// last checked half ago (or in the local clock's future).
+func (e *versioned) due(now time.Time, half time.Duration) bool {
+	return e.read.IsZero() || now.Sub(e.read) >= half || now.Before(e.read)
+}
+
+// moved reports whether the entry must be read again, its shard now at
+// version: never read, or the version moved or is unknown.
+func (e *versioned) moved(version string) bool {
+	return e.read.IsZero() || version == "" || version != e.version
 }
 
 // shardVersions caches each shard's store.SettingsVersion with the local
@@ -93,9 +112,13 @@ type shardVersion struct {
 	at      time.Time
 }
 
-// get returns shard's version, read again when the cached one is maxAge
-// old (or from the local clock's future).
-func (v *shardVersions) get(ctx context.Context, st SettingsVersions, shard int, now time.Time, maxAge time.Duration) (string, error) {
+// of returns the version of tenant's shard, read again when the cached one
+// is maxAge old (or from the local clock's future).
+func (v *shardVersions) of(ctx context.Context, st SettingsVersions, tenant string, now time.Time, maxAge time.Duration) (string, error) {
+	shard, err := st.TenantShard(tenant)
+	if err != nil {
+		return "", err
+	}
 	v.mu.Lock()
 	c, ok := v.m[shard]
 	v.mu.Unlock()
@@ -140,18 +163,14 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 	if k.Refresh > 0 && k.Refresh < refresh {
 		refresh = k.Refresh
 	}
-	if half := refresh / 2; e.read.IsZero() || now.Sub(e.read) >= half || now.Before(e.read) {
+	if half := refresh / 2; e.due(now, half) {
 		// The shard's version first, then the secrets: what is read is at
 		// least as new as the version recorded with it.
-		shard, err := k.Store.TenantShard(tenant)
+		version, err := k.versions.of(ctx, k.Store, tenant, now, half)
 		if err != nil {
 			return nil, err
 		}
-		version, err := k.versions.get(ctx, k.Store, shard, now, half)
-		if err != nil {
-			return nil, err
-		}
-		if e.read.IsZero() || version == "" || version != e.version {
+		if e.moved(version) {
 			if err := k.read(ctx, tenant, e); err != nil {
 				return nil, err
 			}

@@ -244,7 +244,7 @@ do
     local r = reply[i]
     if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end
   end
-  local key, sec = BASE .. 'finished', mfloor(NOW / 1000000)
+  local key, sec = K_FINISHED, mfloor(NOW / 1000000)
   if ended > 0 and rcall('HINCRBY', key, istr(sec), ended) == ended then
     local old = {}
     for _, f in ipairs(rcall('HKEYS', key)) do

@@ -17,7 +17,7 @@ local sec = mfloor(NOW / 1000000)
 local fields = {}
 for s = sec - w, sec - 1 do fields[#fields + 1] = istr(s) end
 local n = 0
-for _, v in ipairs(rcall('HMGET', BASE .. 'finished', unpack(fields))) do
+for _, v in ipairs(rcall('HMGET', K_FINISHED, unpack(fields))) do
   if v then n = n + tonum(v) end
 end
 return {'ok', NOW, n}

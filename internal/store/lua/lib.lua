@@ -34,7 +34,7 @@ local BASE, NOW
 -- load may not read the standard libraries): an upvalue each instead of
 -- two table lookups per use.
 local rcall, tonum, mmax, mmin, mfloor
-local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK
+local K_READY, K_DELAYED, K_LEASES, K_POLICY, K_WAKE, K_VCLOCK, K_FINISHED
 local RESETS = {}
 
 -- Numbers given to redis.call go as istr strings on the hot paths: Redis
@@ -55,6 +55,7 @@ local function begin()
   K_POLICY = BASE .. 'policy'
   K_WAKE = BASE .. 'wake'
   K_VCLOCK = BASE .. 'vclock'
+  K_FINISHED = BASE .. 'finished' -- finish.lua's counter, finished.lua's read
   for _, reset in ipairs(RESETS) do reset() end
   return nil
 end
