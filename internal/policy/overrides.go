@@ -1,14 +1,12 @@
 package policy
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Overrides is a sparse policy: a nil field (nil pointer, nil slice) is unset
@@ -119,17 +117,5 @@ func setDuration(dst *time.Duration, v *Duration) {
 // DecodeJSON reads one JSON object of Overrides from r, rejecting unknown
 // fields and trailing data. It does not validate; call Validate.
 func DecodeJSON(r io.Reader) (Overrides, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var o *Overrides
-	if err := dec.Decode(&o); err != nil {
-		return Overrides{}, fmt.Errorf("decode policy overrides: %w", err)
-	}
-	if o == nil {
-		return Overrides{}, errors.New("decode policy overrides: want a JSON object, got null")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Overrides{}, errors.New("decode policy overrides: trailing data after the object")
-	}
-	return *o, nil
+	return wire.DecodeObject[Overrides](r, "policy overrides")
 }

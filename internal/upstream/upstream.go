@@ -209,19 +209,7 @@ func (c Config) View() View {
 // DecodeJSON reads one JSON object of Config from r, rejecting unknown
 // fields and trailing data. It neither applies defaults nor validates.
 func DecodeJSON(r io.Reader) (Config, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var c *Config
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("decode upstream: %w", err)
-	}
-	if c == nil {
-		return Config{}, errors.New("decode upstream: want a JSON object, got null")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Config{}, errors.New("decode upstream: trailing data after the object")
-	}
-	return *c, nil
+	return wire.DecodeObject[Config](r, "upstream")
 }
 
 // ErrInvalidName is wrapped by every error ValidName returns.
