@@ -9,8 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -23,7 +25,33 @@ func TestExecutorKeepsAConnectionPerConcurrentRequest(t *testing.T) {
 	t.Parallel()
 	const concurrency, rounds = 40, 3
 	var dials atomic.Int64
+	// A barrier: no request of a round is answered before all of its
+	// requests have arrived, so each round really holds concurrency
+	// connections at once (without it, a request ending before another
+	// starts lends it its connection and fewer are dialled).
+	var (
+		mu      sync.Mutex
+		arrived int
+		release chan struct{}
+	)
+	newRound := func() {
+		mu.Lock()
+		arrived, release = 0, make(chan struct{})
+		mu.Unlock()
+	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		ch := release
+		if arrived == concurrency {
+			close(ch)
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+		case <-time.After(30 * time.Second): // not all came: the count below tells
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -39,9 +67,8 @@ func TestExecutorKeepsAConnectionPerConcurrentRequest(t *testing.T) {
 		min, max int64
 	}{
 		{concurrency, concurrency, concurrency},
-		// The default pool, 16: up to 24 more dials a round (fewer when some
-		// of a round's requests end before others start).
-		{0, concurrency + 1, rounds * concurrency},
+		// The default pool: concurrency - default more dials a round.
+		{0, concurrency + (rounds-1)*(concurrency-webhook.MaxIdleConnsPerHostDefault), concurrency + (rounds-1)*(concurrency-webhook.MaxIdleConnsPerHostDefault)},
 	} {
 		dials.Store(0)
 		exec, _, err := worker.NewWebhookExecutor(loopback, policy.Overrides{}, nil, nil, nil, c.idle)
@@ -49,6 +76,7 @@ func TestExecutorKeepsAConnectionPerConcurrentRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range rounds {
+			newRound()
 			var wg sync.WaitGroup
 			start := make(chan struct{})
 			for range concurrency {
