@@ -30,11 +30,12 @@ const (
 	oomWithin  = time.Minute
 )
 
-// TestRedisMemoryFull (issue #18): producers enqueue faster than the
-// tenant's rate into a Redis whose maxmemory (noeviction) holds oomFill
-// bytes of jobs under the high-water mark. Enqueue must answer 507
-// storage_full with Retry-After once the backlog reaches the mark, while
-// delivery goes on (no gap of a second between arrivals) and frees memory
+// TestRedisMemoryFull (issue #18): producers enqueue into a Redis whose
+// maxmemory (noeviction) holds oomFill bytes of jobs under the high-water
+// mark, faster than the tenant's rate (it is paused until the first 507,
+// then resumed). Enqueue must answer 507 storage_full with Retry-After once
+// the backlog reaches the mark, while delivery goes on (no gap of a second
+// between arrivals after the resume) and frees memory
 // (a delivered job's body is dropped), so enqueue accepts again by itself:
 // every job is accepted in the end, with maxmemory untouched, and
 // delivered exactly once; Redis never reaches its own limit.
@@ -61,8 +62,28 @@ func TestRedisMemoryFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	mon := watchMemory(t, rdb)
-	p := &oomProducers{c: c, th: th, tenant: tenant, ids: map[int]string{}}
-	p.run(t, oomJobs, oomWithin)
+	// The tenant is paused until the first 507, so the backlog reaches the
+	// mark however slowly the producers go on a busy machine (at 4 at a
+	// time they may not outpace the rate by much); delivery then resumes
+	// while enqueue is still refused.
+	if st := c.call(th, http.MethodPost, "/v1/tenants/"+tenant+"/pause", nil, nil); st != http.StatusOK {
+		t.Fatalf("pause: %d", st)
+	}
+	p := &oomProducers{c: c, th: th, tenant: tenant, ids: map[int]string{}, full: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(t, oomJobs, oomWithin)
+	}()
+	select {
+	case <-p.full:
+	case <-done:
+	}
+	resumed := time.Now()
+	if st := c.call(th, http.MethodPost, "/v1/tenants/"+tenant+"/resume", nil, nil); st != http.StatusOK {
+		t.Fatalf("resume: %d", st)
+	}
+	<-done
 	mon.stop()
 
 	ids := p.accepted()
@@ -84,7 +105,7 @@ func TestRedisMemoryFull(t *testing.T) {
 	for _, b := range p.bad {
 		t.Errorf("enqueue answer breaks the contract: %s", b)
 	}
-	during, gap := deliveryWhileFull(got, p.firstFull, p.lastFull)
+	during, gap := deliveryWhileFull(got, p.firstFull, p.lastFull, resumed)
 	t.Logf("maxmemory %d B (base %d B); %d × 507 over %s, the first after %d accepted; %d delivered from the first 507 to the last; "+
 		"longest gap between arrivals %s; used_memory peak %d B, at the end %d B",
 		maxmemory, base, p.fulls, p.lastFull.Sub(p.firstFull).Round(time.Millisecond), p.acceptedBeforeFull, during,
@@ -106,13 +127,14 @@ func TestRedisMemoryFull(t *testing.T) {
 }
 
 // deliveryWhileFull counts the arrivals in [from, to] and finds the longest
-// gap between two consecutive arrivals.
-func deliveryWhileFull(got []arrival, from, to time.Time) (during int, gap time.Duration) {
+// gap between two consecutive arrivals after resumed (the tenant was paused
+// before).
+func deliveryWhileFull(got []arrival, from, to, resumed time.Time) (during int, gap time.Duration) {
 	for i, a := range got {
 		if !a.at.Before(from) && !a.at.After(to) {
 			during++
 		}
-		if i > 0 {
+		if i > 0 && !got[i-1].at.Before(resumed) {
 			gap = max(gap, a.at.Sub(got[i-1].at))
 		}
 	}
@@ -180,6 +202,7 @@ type oomProducers struct {
 	firstFull          time.Time
 	lastFull           time.Time
 	acceptedBeforeFull int
+	full               chan struct{} // closed at the first 507
 	bad                []string
 }
 
@@ -259,6 +282,7 @@ func (p *oomProducers) try(ctx context.Context, client *http.Client, i int, body
 			p.lastFull = time.Now()
 			if p.firstFull.IsZero() {
 				p.firstFull, p.acceptedBeforeFull = time.Now(), len(p.ids)
+				close(p.full)
 			}
 		}
 		return min(time.Duration(max(ra, 1))*time.Second, 100*time.Millisecond), false

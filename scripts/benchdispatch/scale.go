@@ -107,6 +107,7 @@ func scaleOne(ctx context.Context, e *env, n int) (scaleRun, error) {
 		e.logf("scale: log lines of the %d-tenant run:\n%s", n, extra)
 	}
 	d, jobs := s1.sub(s0), c1-c0
+	e.logf("scale: Redis commands of the %d-tenant window:%s", n, d.top(16, jobs))
 	return scaleRun{tenants: n, perTenant: per, jobs: jobs, calls: float64(d.calls) / float64(jobs),
 		cpuUS: d.cpu * 1e6 / float64(jobs), rate: float64(jobs) / at1.Sub(at0).Seconds(), cpu: cpu, ctr: ctr}, nil
 }
