@@ -128,6 +128,10 @@ func decodeClaim(d decoder, id string) Claim {
 		c.Job = ClaimedJob{ID: id, Tenant: d.str(1), Type: d.str(2), Body: []byte(d.str(3)),
 			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
 			Created: microsTime(d.int(8)), Cost: d.int(9), Upstreams: splitUpstreams(d.str(10))}
+		if sign := d.list(11); sign.Len() > 0 {
+			set := SecretSet{Now: microsTime(sign.int(0)), Unsigned: sign.int(1) == 1, Secrets: decodeSecrets(sign, 2)}
+			c.Job.Signing = &set
+		}
 	case "early":
 		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
 	case "stale":

@@ -131,4 +131,10 @@ type ClaimedJob struct {
 	// Upstreams are the upstreams the job names (record field ups), sorted;
 	// nil when none.
 	Upstreams []string
+	// Signing is a webhook job's tenant's signing state as the claim read
+	// it — its live secrets by API and its policy's unsigned flag, what
+	// Store.Secrets reads (its Now the claim's) —, so the worker signs
+	// without a read of its own; nil for other jobs, and when the claim
+	// could not give it (a stored secret is corrupt: Store.Secrets says).
+	Signing *SecretSet
 }

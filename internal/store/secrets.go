@@ -167,25 +167,33 @@ func (s *Store) Secrets(ctx context.Context, tenant string) (SecretSet, error) {
 	if err != nil {
 		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
 	}
-	set := SecretSet{Now: microsTime(d.int(1)), Unsigned: d.int(2) == 1}
-	if (d.Len()-3)%4 != 0 {
+	set := SecretSet{Now: microsTime(d.int(1)), Unsigned: d.int(2) == 1, Secrets: decodeSecrets(d, 3)}
+	if err := d.Err(); err != nil {
+		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
+	}
+	return set, nil
+}
+
+// decodeSecrets reads the live secrets of a reply from element from on
+// (lib.lua signing_set: id, created µs, expires µs, sealed each), oldest
+// first (then by id).
+func decodeSecrets(d decoder, from int) []StoredSecret {
+	if (d.Len()-from)%4 != 0 {
 		d.fail("secrets reply of %d elements", d.Len())
 	}
-	for i := 3; i+3 < d.Len(); i += 4 {
+	var secrets []StoredSecret
+	for i := from; i+3 < d.Len(); i += 4 {
 		sec := StoredSecret{ID: d.str(i), Created: microsTime(d.int(i + 1)), Sealed: d.str(i + 3)}
 		if e := d.int(i + 2); e > 0 {
 			sec.Expires = microsTime(e)
 		}
-		set.Secrets = append(set.Secrets, sec)
+		secrets = append(secrets, sec)
 	}
-	if err := d.Err(); err != nil {
-		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
-	}
-	slices.SortFunc(set.Secrets, func(a, b StoredSecret) int {
+	slices.SortFunc(secrets, func(a, b StoredSecret) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return set, nil
+	return secrets
 }

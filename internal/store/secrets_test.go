@@ -216,3 +216,53 @@ func TestSettingsVersionMovesWithSecretsAndPolicies(t *testing.T) {
 		t.Fatalf("policies without an epoch: version %q, want none", v)
 	}
 }
+
+// A webhook job's claim carries its tenant's signing state — the live
+// secrets by API (oldest first) and the unsigned flag, what Secrets reads at
+// the claim's now — so the worker signs without a read of its own; other
+// jobs' claims carry none, and neither does a claim whose tenant holds a
+// corrupt secret (the worker's own read then reports it).
+func TestClaimCarriesTheSigningState(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Burst = 10 }))
+	first := e.addSecret("acme", "k1:AAAA", time.Hour)
+	e.clock.Advance(time.Second)
+	second := e.addSecret("acme", "k1:BBBB", time.Minute) // the first expires in a minute
+	e.enqueue("acme", item(`1`), Item{Type: "http", Body: []byte(`2`)}, item(`3`), item(`4`))
+	rel := e.passTenant("acme", time.Second, -1)
+	if len(rel) != 4 {
+		t.Fatalf("released %d of 4", len(rel))
+	}
+	hook := e.claimAt(rel[0])
+	if s := hook.Signing; s == nil || s.Unsigned || !s.Now.Equal(e.clock.Now()) || sealedOf(*s) != "k1:AAAA,k1:BBBB" ||
+		s.Secrets[0].ID != first || s.Secrets[1].ID != second || !s.Secrets[1].Expires.IsZero() {
+		t.Fatalf("webhook claim's signing state %+v, want both secrets, signed", s)
+	}
+	if want := e.secrets("acme"); hook.Signing.Secrets[0] != want.Secrets[0] || hook.Signing.Secrets[1] != want.Secrets[1] {
+		t.Fatalf("claim's secrets %+v, Secrets reads %+v", hook.Signing.Secrets, want.Secrets)
+	}
+	if http := e.claimAt(rel[1]); http.Signing != nil {
+		t.Fatalf("http claim's signing state %+v, want none", http.Signing)
+	}
+
+	// The first secret expired; the policy says unsigned: the next claim says so.
+	e.clock.Advance(time.Minute)
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Unsigned: ptr(int64(1))}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.claimAt(rel[2]).Signing; s == nil || !s.Unsigned || sealedOf(*s) != "k1:BBBB" {
+		t.Fatalf("after the expiry and the policy write: %+v, want the second secret alone, unsigned", s)
+	}
+
+	// A corrupt secret: no signing state in the claim, which still succeeds.
+	if err := e.rdb.HSet(e.ctx, e.store.keys.secrets("acme"), "whs_corrupt", "not a secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.claimAt(rel[3]); c.Signing != nil || c.ID != rel[3].ID {
+		t.Fatalf("claim with a corrupt secret: %+v, want claimed without a signing state", c)
+	}
+	if _, err := e.store.Secrets(e.ctx, "acme"); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("Secrets with a corrupt secret: %v, want it named", err)
+	}
+}

@@ -74,9 +74,9 @@ func verifies(t *testing.T, c hookCall, secrets ...string) ([]bool, int) {
 }
 
 // Secrets by API sign at once, a rotation signs with both until the
-// previous one expires, a deleted secret stops signing once the cache
-// refreshes (≤ 1 s on the workers' clock), and a tenant with no secret gets
-// no unsigned delivery.
+// previous one expires, a deleted secret stops signing at the next send
+// (each claim carries the tenant's secrets, so the worker reads none and
+// caches none), and a tenant with no secret gets no unsigned delivery.
 func TestSecretsByAPISignRotateDelete(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2)
@@ -85,7 +85,8 @@ func TestSecretsByAPISignRotateDelete(t *testing.T) {
 	clock := &shiftClock{}
 	h.policy("acme", store.Overrides{RateUS: ptr(10_000), Concurrency: ptr(5)})
 	client := loopbackClient(t)
-	signing := &worker.SigningKeys{Store: h.st, Keyring: ring, Now: clock.Now}
+	st := &countingSecrets{SecretReader: h.st}
+	signing := &worker.SigningKeys{Store: st, Keyring: ring, Now: clock.Now}
 	h.startWorker(5, &worker.WebhookExecutor{Client: client, Signing: signing},
 		func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 	h.startDispatcher(nil)
@@ -121,9 +122,13 @@ func TestSecretsByAPISignRotateDelete(t *testing.T) {
 	if err := h.st.DeleteSecret(h.ctx, "acme", id3); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(worker.SigningRefreshDefault) // the cache's bound: 1 s
+	// The claim carries the secrets: a deletion counts from the next send
+	// on (no cache to wait for), and the sends read nothing themselves.
 	if ok, sigs := verifies(t, deliver(), s2, s3); !ok[0] || ok[1] || sigs != 1 {
-		t.Fatalf("1 s after deleting s3: s2 %v, s3 %v, %d signatures; want s2 alone", ok[0], ok[1], sigs)
+		t.Fatalf("after deleting s3: s2 %v, s3 %v, %d signatures; want s2 alone", ok[0], ok[1], sigs)
+	}
+	if r, v := st.reads.Load(), st.versions.Load(); r != 0 || v != 0 {
+		t.Fatalf("%d secret reads and %d version reads for %d sends, want none: the claims carry the secrets", r, v, n)
 	}
 
 	// A second worker process (a restart) reads the same secrets.

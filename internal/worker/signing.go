@@ -70,6 +70,8 @@ type SigningKeys struct {
 
 	cache    tenantCache[signingEntry]
 	versions shardVersions
+	openedMu sync.Mutex
+	opened   map[string][]byte // KeysFrom's: tenant "\x00" sealed → key
 }
 
 // signingEntry is one tenant's last read; mu serialises its refresh.
@@ -178,14 +180,80 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 		}
 		e.read = now
 	}
-	keys := make([][]byte, 0, len(e.secrets)+len(file))
-	for i := len(e.secrets) - 1; i >= 0; i-- { // newest first
-		if s := e.secrets[i]; s.expires.IsZero() || s.expires.After(now) {
+	return signingKeys(tenant, e.secrets, file, e.unsigned, now)
+}
+
+// KeysFrom is Keys for a claimed webhook job whose claim gave its tenant's
+// signing state (store.ClaimedJob.Signing): the secrets by API and the
+// unsigned flag as the claim read them, no read of its own. Each sealed
+// secret is opened once (a cache by tenant and sealed text, bounded like
+// the tenants').
+func (k *SigningKeys) KeysFrom(tenant string, set store.SecretSet) ([][]byte, error) {
+	var file [][]byte
+	if k.File != nil {
+		file = k.File(tenant)
+	}
+	opened := make([]openedSecret, 0, len(set.Secrets))
+	for _, s := range set.Secrets {
+		key, err := k.open(tenant, s)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, openedSecret{key: key, expires: s.Expires})
+	}
+	return signingKeys(tenant, opened, file, set.Unsigned, k.now())
+}
+
+// open returns the signing key sealed in s, from the cache of opened
+// secrets when it was opened before.
+func (k *SigningKeys) open(tenant string, s store.StoredSecret) ([]byte, error) {
+	ck := tenant + "\x00" + s.Sealed
+	k.openedMu.Lock()
+	key, ok := k.opened[ck]
+	k.openedMu.Unlock()
+	if ok {
+		return key, nil
+	}
+	key, err := openSecret(k.Keyring, tenant, s)
+	if err != nil {
+		return nil, err
+	}
+	k.openedMu.Lock()
+	defer k.openedMu.Unlock()
+	if k.opened == nil || len(k.opened) >= MaxSigningTenants {
+		k.opened = make(map[string][]byte)
+	}
+	k.opened[ck] = key
+	return key, nil
+}
+
+// openSecret opens a stored secret of tenant with ring (its additional
+// data: the tenant) and parses the signing key.
+func openSecret(ring *secretbox.Keyring, tenant string, s store.StoredSecret) ([]byte, error) {
+	plain, err := ring.Open(s.Sealed, []byte(tenant))
+	if err != nil {
+		return nil, fmt.Errorf("open signing secret %s of tenant %q: %w", s.ID, tenant, err)
+	}
+	key, err := policy.ParseWebhookSecret(string(plain))
+	if err != nil {
+		return nil, fmt.Errorf("signing secret %s of tenant %q: %w", s.ID, tenant, err)
+	}
+	return key, nil
+}
+
+// signingKeys is the keys to sign tenant's webhooks with at now: its live
+// secrets by API (secrets: oldest first), newest first, then the file's,
+// at most policy.MaxWebhookSecrets; none and not unsigned is
+// ErrNoSigningKey.
+func signingKeys(tenant string, secrets []openedSecret, file [][]byte, unsigned bool, now time.Time) ([][]byte, error) {
+	keys := make([][]byte, 0, len(secrets)+len(file))
+	for i := len(secrets) - 1; i >= 0; i-- { // newest first
+		if s := secrets[i]; s.expires.IsZero() || s.expires.After(now) {
 			keys = append(keys, s.key)
 		}
 	}
 	keys = append(keys, file...)
-	if len(keys) == 0 && !e.unsigned {
+	if len(keys) == 0 && !unsigned {
 		return nil, fmt.Errorf("tenant %q: %w", tenant, ErrNoSigningKey)
 	}
 	return keys[:min(len(keys), policy.MaxWebhookSecrets)], nil
@@ -199,13 +267,9 @@ func (k *SigningKeys) read(ctx context.Context, tenant string, e *signingEntry) 
 	}
 	opened := make([]openedSecret, 0, len(set.Secrets))
 	for _, s := range set.Secrets {
-		plain, err := k.Keyring.Open(s.Sealed, []byte(tenant))
+		key, err := openSecret(k.Keyring, tenant, s)
 		if err != nil {
-			return fmt.Errorf("open signing secret %s of tenant %q: %w", s.ID, tenant, err)
-		}
-		key, err := policy.ParseWebhookSecret(string(plain))
-		if err != nil {
-			return fmt.Errorf("signing secret %s of tenant %q: %w", s.ID, tenant, err)
+			return err
 		}
 		opened = append(opened, openedSecret{key: key, expires: s.Expires})
 	}

@@ -81,7 +81,7 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if err != nil {
 		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}
-	secrets, failed := e.signingKeys(ctx, cj.Tenant, spec.Type)
+	secrets, failed := e.signingKeys(ctx, cj, spec.Type)
 	if failed != nil {
 		return *failed
 	}
@@ -107,20 +107,29 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	return o
 }
 
-// signingKeys returns the keys to sign a job of typ for tenant with, or the
+// signingKeys returns the keys to sign claimed job cj (of typ) with — from
+// the tenant signing state its claim gave, else through Signing.Keys —, or the
 // outcome that ends the attempt unsent: a webhook job without a key (and
 // not unsigned) is a permanent failure, unknown keys a retry.
-func (e *WebhookExecutor) signingKeys(ctx context.Context, tenant, typ string) ([][]byte, *wire.AttemptOutcome) {
+func (e *WebhookExecutor) signingKeys(ctx context.Context, cj store.ClaimedJob, typ string) ([][]byte, *wire.AttemptOutcome) {
 	if e.Signing == nil {
 		if e.Secrets == nil {
 			return nil, nil
 		}
-		return e.Secrets(tenant), nil
+		return e.Secrets(cj.Tenant), nil
 	}
 	if typ != wire.TypeWebhook {
 		return nil, nil // only webhook jobs are signed
 	}
-	keys, err := e.Signing.Keys(ctx, tenant)
+	var (
+		keys [][]byte
+		err  error
+	)
+	if cj.Signing != nil { // what the claim read: no read here
+		keys, err = e.Signing.KeysFrom(cj.Tenant, *cj.Signing)
+	} else {
+		keys, err = e.Signing.Keys(ctx, cj.Tenant)
+	}
 	switch {
 	case errors.Is(err, ErrNoSigningKey):
 		return nil, &wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "no_webhook_secret"}

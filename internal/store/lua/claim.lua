@@ -6,7 +6,11 @@
 -- ARGV[4…] the jobs, in pairs: job id, gen the task carries (at least one)
 -- Reply:   {'ok', r1, r2, …}, one r per job in request order, each one of
 --          {'claimed', tenant, type, body, gen, attempt, timeout µs, slot µs, created µs,
---           cost (reserved), upstreams (record field ups: names joined by ',', '' = none)}
+--           cost (reserved), upstreams (record field ups: names joined by ',', '' = none),
+--           signing: a webhook job's {now µs, unsigned (0|1), id, created µs, expires µs
+--           (0 = never), sealed, …} — its tenant's policy flag and live secrets by
+--           API, as secrets_read.lua gives them —, else {} (also when a stored
+--           secret is corrupt: the worker then reads them itself)}
 --          {'early', wait µs}           not yet: claim again after wait
 --          {'stale', state}             gen not current or not released ('' = no record)
 --          {'canceled'}
@@ -138,7 +142,14 @@ local function claim_one(id, gen)
   rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
   lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups}
+  -- A webhook job takes its tenant's signing state along (read once per
+  -- call and tenant): the worker signs with it and reads nothing more.
+  local sign = {}
+  if j.type == 'webhook' then
+    if c.sign == nil then c.sign = signing_set(tn, {NOW, p.unsigned == 1 and 1 or 0}) or false end -- lib.lua
+    sign = c.sign or {}
+  end
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign}
 end
 
 local reply = {'ok'}

@@ -80,6 +80,28 @@ local function secret_live(tn)
   return v == '-1' or (tonum(v) or 0) > NOW
 end
 
+-- signing_set appends to out the tenant's live secrets by API (expires = 0
+-- or > now), four values each: id, created µs, expires µs (0 = never),
+-- sealed — in no order; secrets_read's and claim's reply. Returns out, or
+-- nil when a stored secret is corrupt.
+local function signing_set(tn, out)
+  local all = rcall('HGETALL', k_secrets(tn))
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) ~= '~' then
+      local created, expires, sealed = string.match(all[i + 1], '^(%d+) (%d+) (%S+)$')
+      if not created then return nil end
+      local e = tonum(expires)
+      if e == 0 or e > NOW then
+        out[#out + 1] = all[i]
+        out[#out + 1] = tonum(created)
+        out[#out + 1] = e
+        out[#out + 1] = sealed
+      end
+    end
+  end
+  return out
+end
+
 -- Policy: BUILTIN ← field "*" ← field <tenant>, merged on every call, so a
 -- policy write is effective on the very next decision. Returns the effective
 -- params and the tenant overrides' version (0 when none).

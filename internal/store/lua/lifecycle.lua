@@ -258,7 +258,7 @@ local function tenant(tn)
     local p = load_policy(tn)
     local t = load_tenant(tn, p)
     rescale_tat(t, p, NOW)
-    c = {p = p, t = t, head = nil, touched = nil, sig = nil} -- sized for the fields the scripts add
+    c = {p = p, t = t, head = nil, touched = nil, sig = nil, sign = nil} -- sized for the fields the scripts add
     TENANTS[tn] = c
     TENANT_ORDER[#TENANT_ORDER + 1] = tn
   end

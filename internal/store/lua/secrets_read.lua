@@ -9,19 +9,6 @@
 
 local tn = ARGV[3]
 local p = load_policy(tn)
-local all = rcall('HGETALL', k_secrets(tn))
-local reply = {'ok', NOW, p.unsigned == 1 and 1 or 0}
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 1) ~= '~' then
-    local created, expires, sealed = string.match(all[i + 1], '^(%d+) (%d+) (%S+)$')
-    if not created then return redis.error_reply('ERR sluice secrets_read: corrupt secret of ' .. tn) end
-    local e = tonum(expires)
-    if e == 0 or e > NOW then
-      reply[#reply + 1] = all[i]
-      reply[#reply + 1] = tonum(created)
-      reply[#reply + 1] = e
-      reply[#reply + 1] = sealed
-    end
-  end
-end
+local reply = signing_set(tn, {'ok', NOW, p.unsigned == 1 and 1 or 0}) -- lib.lua
+if not reply then return redis.error_reply('ERR sluice secrets_read: corrupt secret of ' .. tn) end
 return reply
