@@ -116,6 +116,7 @@ func scaleOne(ctx context.Context, e *env, n int) (scaleRun, error) {
 		return scaleRun{}, err
 	}
 	meter := e.cpuMeter(ctx, sl)
+	e.logf("scale: the %d-tenant window opens", n) // a cue for an outside profiler
 	c1, s1, at1, err := mark(e.o.scaleWarmup+e.o.scaleWindow, func() {})
 	if err != nil {
 		return scaleRun{}, err
