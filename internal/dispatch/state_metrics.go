@@ -76,6 +76,9 @@ type StateCollector struct {
 	queues []string
 	log    *slog.Logger
 	cache  tenantCache
+	// readTimeout bounds a read of the tenant series, scrapeWait a
+	// scrape's wait for it (tenantReadTimeout, tenantScrapeWait).
+	readTimeout, scrapeWait time.Duration
 
 	backlog, running, dead, paused, rate, effRate, oldest, drain *prometheus.Desc
 	inflight, capacity, queueSize                                *prometheus.Desc
@@ -89,6 +92,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 	t := []string{"tenant"}
 	return &StateCollector{
 		src: src, rdb: rdb, cfg: cfg.WithDefaults(), queues: queues, log: log,
+		readTimeout: tenantReadTimeout, scrapeWait: tenantScrapeWait,
 		backlog:   prometheus.NewDesc("sluice_tenant_backlog_jobs", "Jobs toward max_backlog (scheduled, queued, released, retrying), per labeled tenant.", t, nil),
 		running:   prometheus.NewDesc("sluice_tenant_running_jobs", "Jobs claimed and not finished, per labeled tenant.", t, nil),
 		dead:      prometheus.NewDesc("sluice_tenant_dead_letters", "Entries in the tenant's dead set, per labeled tenant.", t, nil),
@@ -112,11 +116,11 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), stateScrapeTimeout)
-	defer cancel()
-	for _, m := range c.tenantSeries(ctx) {
+	for _, m := range c.tenantSeries(context.Background()) { // bounded by scrapeWait
 		ch <- m
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), stateScrapeTimeout)
+	defer cancel()
 	if n, err := c.src.InFlight(ctx); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n))
 	}

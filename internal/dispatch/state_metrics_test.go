@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +113,7 @@ func TestStateCollectorTopTenants(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	c := NewStateCollector(st, nil, StateConfig{TopTenants: top, CacheFor: -1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.scrapeWait = time.Minute // every scrape sees its own read, however busy the machine
 	reg.MustRegister(c)
 	backlogs := func() map[string]float64 { return tenantBacklogs(t, reg, top) }
 	got := backlogs()
@@ -164,7 +166,9 @@ func TestStateCollectorCachesTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewStateCollector(st, nil, StateConfig{CacheFor: time.Hour}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	c := NewStateCollector(st, nil, StateConfig{CacheFor: time.Hour}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.scrapeWait = time.Minute
+	reg.MustRegister(c)
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v, want 1", got)
 	}
@@ -174,6 +178,68 @@ func TestStateCollectorCachesTenants(t *testing.T) {
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v within CacheFor, want the cached 1", got)
 	}
+}
+
+// A read of the tenant series that outlasts a scrape's wait (100 000
+// tenants: seconds of walking) goes on in the background: the scrapes
+// meanwhile answer the last complete read's series and start no second
+// read; once it ends, the scrapes answer its series.
+func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
+	t.Parallel()
+	_, _, st := realStore(t, 1, 0)
+	ctx := context.Background()
+	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
+	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
+		t.Fatal(err)
+	}
+	src := &heldTenants{StateSource: st, release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	c := NewStateCollector(src, nil, StateConfig{CacheFor: -1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.scrapeWait = time.Minute
+	reg.MustRegister(c)
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
+		t.Fatalf("backlog %v, want 1", got)
+	}
+	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
+		t.Fatal(err)
+	}
+	src.hold.Store(true) // the next read waits for release
+	c.scrapeWait = 10 * time.Millisecond
+	for i := range 3 {
+		if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
+			t.Fatalf("scrape %d during the held read: backlog %v, want the last read's 1", i, got)
+		}
+	}
+	if n := src.reads.Load(); n != 2 {
+		t.Fatalf("%d reads after 3 scrapes during a held one, want 2 (no second read at once)", n)
+	}
+	src.hold.Store(false)
+	close(src.release)
+	c.scrapeWait = time.Minute
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 2 {
+		t.Fatalf("backlog %v after the held read ended, want 2", got)
+	}
+}
+
+// heldTenants is a StateSource whose Tenants, while hold is set, waits for
+// release; it counts its reads.
+type heldTenants struct {
+	StateSource
+	hold    atomic.Bool
+	release chan struct{}
+	reads   atomic.Int64
+}
+
+func (h *heldTenants) Tenants(ctx context.Context) ([]store.TenantSummary, error) {
+	h.reads.Add(1)
+	if h.hold.Load() {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.StateSource.Tenants(ctx)
 }
 
 // tenantBacklogs gathers reg's backlog series by tenant, failing when a

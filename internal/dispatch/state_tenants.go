@@ -12,28 +12,69 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 )
 
-// tenantCache holds the tenant series of the last read (StateConfig.CacheFor).
+// tenantCache holds the tenant series of the last complete read
+// (StateConfig.CacheFor) and the read under way, if any.
 type tenantCache struct {
-	mu     sync.Mutex
-	at     time.Time
-	series []prometheus.Metric
+	mu      sync.Mutex
+	at      time.Time // when series were read; zero: never
+	series  []prometheus.Metric
+	running chan struct{} // the read under way (closed when it ends); nil: none
 }
 
-// tenantSeries returns the tenant series, from the cache when the last read
-// is younger than CacheFor. Concurrent scrapes wait for one read.
+// Bounds of a read of the tenant series (StateCollector's readTimeout and
+// scrapeWait; tests change them). A read walks every tenant (a few commands
+// each): seconds at 100 000 tenants, more than a scrape's budget. So it
+// runs in the background, one at a time, bounded by tenantReadTimeout; a
+// scrape waits for it at most tenantScrapeWait and otherwise answers the
+// series of the read before.
+const (
+	tenantReadTimeout = time.Minute
+	tenantScrapeWait  = stateScrapeTimeout
+)
+
+// tenantSeries returns the tenant series: those of the last read when it is
+// younger than CacheFor; else a new read is started (unless one is under
+// way) and waited for up to scrapeWait or ctx's end, and the series
+// are the newest complete read's — the previous one's when the new read has
+// not ended (nil before the first ends). Concurrent scrapes share one read.
 func (c *StateCollector) tenantSeries(ctx context.Context) []prometheus.Metric {
 	c.cache.mu.Lock()
-	defer c.cache.mu.Unlock()
-	if c.cfg.CacheFor > 0 && !c.cache.at.IsZero() && time.Since(c.cache.at) < c.cfg.CacheFor {
-		return c.cache.series
+	if c.cache.running == nil && (c.cache.at.IsZero() || time.Since(c.cache.at) >= c.cfg.CacheFor) {
+		done := make(chan struct{})
+		c.cache.running = done
+		go c.refreshTenants(done)
 	}
+	running := c.cache.running
+	c.cache.mu.Unlock()
+	if running != nil {
+		wait := time.NewTimer(c.scrapeWait)
+		defer wait.Stop()
+		select {
+		case <-running:
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+	}
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
+	return c.cache.series
+}
+
+// refreshTenants is one read of the tenant series into the cache; done is
+// closed when it ends. A failed read keeps the series before (logged).
+func (c *StateCollector) refreshTenants(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.readTimeout)
+	defer cancel()
 	series, err := c.readTenants(ctx)
+	c.cache.mu.Lock()
+	defer c.cache.mu.Unlock()
 	if err != nil {
 		c.log.Warn("state metrics: tenants", "err", err)
-		return nil
+	} else {
+		c.cache.at, c.cache.series = time.Now(), series
 	}
-	c.cache.at, c.cache.series = time.Now(), series
-	return series
+	c.cache.running = nil
+	close(done)
 }
 
 // readTenants reads every tenant's summary (store.Tenants), labels the
