@@ -160,21 +160,8 @@ func TestStateCollectorTopTenants(t *testing.T) {
 func TestStateCollectorCachesTenants(t *testing.T) {
 	t.Parallel()
 	_, _, st := realStore(t, 1, 0)
-	ctx := context.Background()
-	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
-	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	c := NewStateCollector(st, nil, StateConfig{CacheFor: time.Hour}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c.scrapeWait = time.Minute
-	reg.MustRegister(c)
-	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
-		t.Fatalf("backlog %v, want 1", got)
-	}
-	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
-		t.Fatal(err)
-	}
+	_, reg, more := acmeCollector(t, st, st, time.Hour)
+	more()
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v within CacheFor, want the cached 1", got)
 	}
@@ -187,22 +174,9 @@ func TestStateCollectorCachesTenants(t *testing.T) {
 func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
 	t.Parallel()
 	_, _, st := realStore(t, 1, 0)
-	ctx := context.Background()
-	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
-	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
-		t.Fatal(err)
-	}
 	src := &heldTenants{StateSource: st, release: make(chan struct{})}
-	reg := prometheus.NewRegistry()
-	c := NewStateCollector(src, nil, StateConfig{CacheFor: -1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c.scrapeWait = time.Minute
-	reg.MustRegister(c)
-	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
-		t.Fatalf("backlog %v, want 1", got)
-	}
-	if _, err := st.Enqueue(ctx, "acme", job); err != nil {
-		t.Fatal(err)
-	}
+	c, reg, more := acmeCollector(t, st, src, -1)
+	more()
 	src.hold.Store(true) // the next read waits for release
 	c.scrapeWait = 10 * time.Millisecond
 	for i := range 3 {
@@ -219,6 +193,29 @@ func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 2 {
 		t.Fatalf("backlog %v after the held read ended, want 2", got)
 	}
+}
+
+// acmeCollector enqueues a job of tenant acme into st and registers a
+// collector of src (cache for cacheFor, scrapes waiting a minute for a read)
+// whose first scrape must give acme a backlog of 1; more enqueues another.
+func acmeCollector(t *testing.T, st *store.Store, src StateSource, cacheFor time.Duration) (*StateCollector, *prometheus.Registry, func()) {
+	t.Helper()
+	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
+	enqueue := func() {
+		t.Helper()
+		if _, err := st.Enqueue(context.Background(), "acme", job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue()
+	reg := prometheus.NewRegistry()
+	c := NewStateCollector(src, nil, StateConfig{CacheFor: cacheFor}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.scrapeWait = time.Minute
+	reg.MustRegister(c)
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
+		t.Fatalf("backlog %v, want 1", got)
+	}
+	return c, reg, enqueue
 }
 
 // heldTenants is a StateSource whose Tenants, while hold is set, waits for
