@@ -287,7 +287,7 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 	h.policy("steady", store.Overrides{RateUS: ptr(100_000), Concurrency: ptr(5)})
 	h.startSigningWorker(20, nil)
 	slowIDs := h.enqueueTo("slowed", slow.srv.URL+"/hooks/slowed", 4)
-	steadyIDs := h.enqueueTo("steady", steady.srv.URL+"/hooks/steady", 30)
+	steadyIDs := h.enqueueTo("steady", steady.srv.URL+"/hooks/steady", 40)
 	h.startDispatcher(nil)
 
 	got := slow.waitCalls(t, 5, 8*time.Second)
@@ -319,26 +319,42 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 			j.Attempt, j.Attempts)
 	}
 
-	// The other tenant during the pause: every job once, at its rate.
-	all := steady.waitCalls(t, 30, 5*time.Second)
+	// The other tenant during the pause: every job once, at its rate. The
+	// pause is counted where the steady tenant was sending (its 40 jobs
+	// take 4 s; on a busy machine the 429 may come a second after its
+	// first request).
+	all := steady.waitCalls(t, len(steadyIDs), 8*time.Second)
+	from, to := throttled.done, throttled.done.Add(2*time.Second)
+	if first := all[0].at; first.After(from) {
+		from = first
+	}
+	if last := all[len(all)-1].at; last.Before(to) {
+		to = last
+	}
+	if to.Sub(from) < time.Second {
+		t.Fatalf("the steady tenant sent during %s of the other's 2 s pause, want ≥ 1 s to compare", to.Sub(from))
+	}
 	var during []hookCall
 	for _, c := range all {
-		if c.at.After(throttled.done) && c.at.Before(throttled.done.Add(2*time.Second)) {
+		if !c.at.Before(from) && !c.at.After(to) {
 			during = append(during, c)
 		}
 	}
-	// 10/s over 2 s: 20, less one for where the window falls, less up to
-	// two slots per delivery of our own that missed its claim (re-slotted
-	// or returned: its job's generation is past 1) on a loaded machine.
+	// 10/s over that span (≈ 20): a paused tenant would get none. At least
+	// 60 % of it, so that a stall of the loaded machine (a worker picking
+	// its task up 300 ms late on the CI's Cluster run: 16 of 20) does not
+	// count as a pause; its deliveries that missed their claim (re-slotted
+	// or returned: the job's generation is past 1) are logged.
 	missed := 0
 	for _, id := range steadyIDs {
 		if h.jobOf(id).Gen > 1 {
 			missed++
 		}
 	}
-	if least := max(19-2*missed, 12); len(during) < least {
-		t.Fatalf("the steady tenant got %d requests during the other's 2 s pause (%d of its claims missed), want ≈ 20 (≥ %d)",
-			len(during), missed, least)
+	span := to.Sub(from)
+	if least := int(6 * span.Seconds()); len(during) < least {
+		t.Fatalf("the steady tenant got %d requests in %s of the other's 2 s pause (%d of its claims missed), want ≈ %.0f (≥ %d)",
+			len(during), span.Round(time.Millisecond), missed, 10*span.Seconds(), least)
 	}
 	var steadyGot []arrival
 	for _, c := range all {
@@ -346,8 +362,8 @@ func TestWebhook429PausesOnlyItsTenant(t *testing.T) {
 	}
 	checkRate(t, steadyGot, 10, 1, sendBound())
 	exactlyOnce(t, steadyGot, steadyIDs)
-	t.Logf("steady tenant: %d requests during the pause (%d claims missed); inter-arrival error p99 %s", len(during),
-		missed, spacingError(steadyGot, 100*time.Millisecond))
+	t.Logf("steady tenant: %d requests in %s of the pause (%d claims missed); inter-arrival error p99 %s", len(during),
+		span.Round(time.Millisecond), missed, spacingError(steadyGot, 100*time.Millisecond))
 	h.noStall(t)
 }
 
