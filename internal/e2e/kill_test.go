@@ -17,8 +17,9 @@ const workerConcurrency = 20
 // one worker is killed with SIGKILL while it holds requests, and a
 // replacement starts. Every job still succeeds. Only attempts in flight on
 // the killed worker arrive twice (same webhook-id): each duplicate's first
-// attempt began before the kill (its request was cut off, or answered just
-// before the worker could record it), every request the kill cut off is
+// request was cut off by the kill (so it was the killed worker's, even if
+// the receiver saw it a moment after the signal) or began before the kill
+// and was answered just before the worker could record it; every request the kill cut off is
 // retried, and there are no more duplicates than the worker's concurrency.
 // The running leases come back after claim + timeout (2s) + grace (500ms).
 func TestKill9OfAWorkerLosesNothing(t *testing.T) {
@@ -66,8 +67,12 @@ func TestKill9OfAWorkerLosesNothing(t *testing.T) {
 			t.Errorf("unexpected job %s arrived %d times", id, k)
 		case k > 2:
 			t.Errorf("job %s arrived %d times: one kill can repeat an attempt once", id, k)
-		case k == 2 && !first[id].at.Before(killedAt):
-			t.Errorf("job %s arrived twice, but its first attempt began after the kill", id)
+		case k == 2 && !first[id].at.Before(killedAt) && !first[id].aborted:
+			// A first request cut off by the kill came from the killed
+			// worker, even when the receiver saw it a moment after the
+			// signal (written just before, in transit on a busy machine).
+			t.Errorf("job %s arrived twice, but its first attempt began %s after the kill and was answered",
+				id, first[id].at.Sub(killedAt).Round(time.Microsecond))
 		case k == 2 && !aborted[id]:
 			// Answered, but the worker died before its finish.
 			t.Logf("job %s arrived twice: its first request was answered at the kill %+v, the worker dying before its finish",
