@@ -70,8 +70,14 @@ type SigningKeys struct {
 
 	cache    tenantCache[signingEntry]
 	versions shardVersions
-	openedMu sync.Mutex
-	opened   map[string][]byte // KeysFrom's: tenant "\x00" sealed → key
+	keys     tenantCache[openedKey] // by tenant "\x00" sealed text
+}
+
+// openedKey is a sealed secret's signing key once opened; mu serialises
+// the opening.
+type openedKey struct {
+	mu  sync.Mutex
+	key []byte
 }
 
 // signingEntry is one tenant's last read; mu serialises its refresh.
@@ -150,10 +156,7 @@ type openedSecret struct {
 // Other errors (Redis, a secret the keyring cannot open) mean the keys are
 // not known now: the caller retries later rather than sending unsigned.
 func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error) {
-	var file [][]byte
-	if k.File != nil {
-		file = k.File(tenant)
-	}
+	file := k.fileKeys(tenant)
 	if k.Store == nil {
 		return file, nil
 	}
@@ -189,48 +192,45 @@ func (k *SigningKeys) Keys(ctx context.Context, tenant string) ([][]byte, error)
 // secret is opened once (a cache by tenant and sealed text, bounded like
 // the tenants').
 func (k *SigningKeys) KeysFrom(tenant string, set store.SecretSet) ([][]byte, error) {
-	var file [][]byte
-	if k.File != nil {
-		file = k.File(tenant)
+	opened, err := k.open(tenant, set.Secrets)
+	if err != nil {
+		return nil, err
 	}
-	opened := make([]openedSecret, 0, len(set.Secrets))
-	for _, s := range set.Secrets {
-		key, err := k.open(tenant, s)
+	return signingKeys(tenant, opened, k.fileKeys(tenant), set.Unsigned, k.now())
+}
+
+// fileKeys is tenant's configuration secrets (File; none without it).
+func (k *SigningKeys) fileKeys(tenant string) [][]byte {
+	if k.File == nil {
+		return nil
+	}
+	return k.File(tenant)
+}
+
+// open opens tenant's stored secrets (openKey each).
+func (k *SigningKeys) open(tenant string, secrets []store.StoredSecret) ([]openedSecret, error) {
+	opened := make([]openedSecret, 0, len(secrets))
+	for _, s := range secrets {
+		key, err := k.openKey(tenant, s)
 		if err != nil {
 			return nil, err
 		}
 		opened = append(opened, openedSecret{key: key, expires: s.Expires})
 	}
-	return signingKeys(tenant, opened, file, set.Unsigned, k.now())
+	return opened, nil
 }
 
-// open returns the signing key sealed in s, from the cache of opened
-// secrets when it was opened before.
-func (k *SigningKeys) open(tenant string, s store.StoredSecret) ([]byte, error) {
-	ck := tenant + "\x00" + s.Sealed
-	k.openedMu.Lock()
-	key, ok := k.opened[ck]
-	k.openedMu.Unlock()
-	if ok {
-		return key, nil
+// openKey opens a stored secret of tenant with Keyring (its additional
+// data: the tenant) and parses its signing key, once per sealed text (the
+// keys cache).
+func (k *SigningKeys) openKey(tenant string, s store.StoredSecret) ([]byte, error) {
+	e := k.keys.entry(tenant + "\x00" + s.Sealed)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.key != nil {
+		return e.key, nil
 	}
-	key, err := openSecret(k.Keyring, tenant, s)
-	if err != nil {
-		return nil, err
-	}
-	k.openedMu.Lock()
-	defer k.openedMu.Unlock()
-	if k.opened == nil || len(k.opened) >= MaxSigningTenants {
-		k.opened = make(map[string][]byte)
-	}
-	k.opened[ck] = key
-	return key, nil
-}
-
-// openSecret opens a stored secret of tenant with ring (its additional
-// data: the tenant) and parses the signing key.
-func openSecret(ring *secretbox.Keyring, tenant string, s store.StoredSecret) ([]byte, error) {
-	plain, err := ring.Open(s.Sealed, []byte(tenant))
+	plain, err := k.Keyring.Open(s.Sealed, []byte(tenant))
 	if err != nil {
 		return nil, fmt.Errorf("open signing secret %s of tenant %q: %w", s.ID, tenant, err)
 	}
@@ -238,6 +238,7 @@ func openSecret(ring *secretbox.Keyring, tenant string, s store.StoredSecret) ([
 	if err != nil {
 		return nil, fmt.Errorf("signing secret %s of tenant %q: %w", s.ID, tenant, err)
 	}
+	e.key = key
 	return key, nil
 }
 
@@ -265,20 +266,16 @@ func (k *SigningKeys) read(ctx context.Context, tenant string, e *signingEntry) 
 	if err != nil {
 		return fmt.Errorf("read signing secrets: %w", err)
 	}
-	opened := make([]openedSecret, 0, len(set.Secrets))
-	for _, s := range set.Secrets {
-		key, err := openSecret(k.Keyring, tenant, s)
-		if err != nil {
-			return err
-		}
-		opened = append(opened, openedSecret{key: key, expires: s.Expires})
+	opened, err := k.open(tenant, set.Secrets)
+	if err != nil {
+		return err
 	}
 	e.secrets, e.unsigned = opened, set.Unsigned
 	return nil
 }
 
 // tenantCache is a per-tenant cache of entries E (SigningKeys',
-// ResultSettings'), each refreshed under its own lock so that concurrent
+// ResultSettings'; SigningKeys' opened keys, by tenant and sealed text), each refreshed under its own lock so that concurrent
 // callers of one tenant share a read; past MaxSigningTenants tenants it
 // starts afresh. The zero value is ready.
 type tenantCache[E any] struct {
