@@ -129,7 +129,7 @@ func decodeClaim(d decoder, id string) Claim {
 			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
 			Created: microsTime(d.int(8)), Cost: d.int(9), Upstreams: splitUpstreams(d.str(10))}
 		if sign := d.list(11); sign.Len() > 0 {
-			set := SecretSet{Now: microsTime(sign.int(0)), Unsigned: sign.int(1) == 1, Secrets: decodeSecrets(sign, 2)}
+			set := decodeSecretSet(sign, 0)
 			c.Job.Signing = &set
 		}
 	case "early":

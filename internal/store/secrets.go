@@ -167,22 +167,24 @@ func (s *Store) Secrets(ctx context.Context, tenant string) (SecretSet, error) {
 	if err != nil {
 		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
 	}
-	set := SecretSet{Now: microsTime(d.int(1)), Unsigned: d.int(2) == 1, Secrets: decodeSecrets(d, 3)}
+	set := decodeSecretSet(d, 1)
 	if err := d.Err(); err != nil {
 		return SecretSet{}, fmt.Errorf("secrets of tenant %q: %w", tenant, err)
 	}
 	return set, nil
 }
 
-// decodeSecrets reads the live secrets of a reply from element from on
-// (lib.lua signing_set: id, created µs, expires µs, sealed each), oldest
-// first (then by id).
-func decodeSecrets(d decoder, from int) []StoredSecret {
-	if (d.Len()-from)%4 != 0 {
+// decodeSecretSet reads a signing state from element from of a reply on:
+// now µs, unsigned (0|1), then the live secrets (lib.lua signing_set: id,
+// created µs, expires µs, sealed each), oldest first (then by id) —
+// secrets_read's reply and claim's.
+func decodeSecretSet(d decoder, from int) SecretSet {
+	set := SecretSet{Now: microsTime(d.int(from)), Unsigned: d.int(from+1) == 1}
+	if (d.Len()-from-2)%4 != 0 {
 		d.fail("secrets reply of %d elements", d.Len())
 	}
 	var secrets []StoredSecret
-	for i := from; i+3 < d.Len(); i += 4 {
+	for i := from + 2; i+3 < d.Len(); i += 4 {
 		sec := StoredSecret{ID: d.str(i), Created: microsTime(d.int(i + 1)), Sealed: d.str(i + 3)}
 		if e := d.int(i + 2); e > 0 {
 			sec.Expires = microsTime(e)
@@ -195,5 +197,6 @@ func decodeSecrets(d decoder, from int) []StoredSecret {
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return secrets
+	set.Secrets = secrets
+	return set
 }

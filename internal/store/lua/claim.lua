@@ -146,7 +146,7 @@ local function claim_one(id, gen)
   -- call and tenant): the worker signs with it and reads nothing more.
   local sign = {}
   if j.type == 'webhook' then
-    if c.sign == nil then c.sign = signing_set(tn, {NOW, p.unsigned == 1 and 1 or 0}) or false end -- lib.lua
+    if c.sign == nil then c.sign = signing_set(tn, p, {}) or false end -- lib.lua
     sign = c.sign or {}
   end
   return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign}

@@ -80,11 +80,14 @@ local function secret_live(tn)
   return v == '-1' or (tonum(v) or 0) > NOW
 end
 
--- signing_set appends to out the tenant's live secrets by API (expires = 0
--- or > now), four values each: id, created µs, expires µs (0 = never),
--- sealed — in no order; secrets_read's and claim's reply. Returns out, or
--- nil when a stored secret is corrupt.
-local function signing_set(tn, out)
+-- signing_set appends to out the tenant's signing state: now, its policy
+-- p's unsigned flag (0|1), then its live secrets by API (expires = 0 or >
+-- now), four values each: id, created µs, expires µs (0 = never), sealed —
+-- in no order; secrets_read's and claim's reply (Go: decodeSecretSet).
+-- Returns out, or nil when a stored secret is corrupt.
+local function signing_set(tn, p, out)
+  out[#out + 1] = NOW
+  out[#out + 1] = p.unsigned == 1 and 1 or 0
   local all = rcall('HGETALL', k_secrets(tn))
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 1) ~= '~' then

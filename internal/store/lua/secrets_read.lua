@@ -9,6 +9,6 @@
 
 local tn = ARGV[3]
 local p = load_policy(tn)
-local reply = signing_set(tn, {'ok', NOW, p.unsigned == 1 and 1 or 0}) -- lib.lua
+local reply = signing_set(tn, p, {'ok'}) -- lib.lua
 if not reply then return redis.error_reply('ERR sluice secrets_read: corrupt secret of ' .. tn) end
 return reply
