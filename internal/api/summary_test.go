@@ -168,11 +168,10 @@ func (s *Server) forgetSummaries() {
 	s.bases.mu.Unlock()
 }
 
-// With warming on, the summary's base is read at Start, before any request:
-// the first GET /v1/summary is answered from it. A base no longer fresh but
-// younger than twice the warm period is served while the next is read in
-// the background; an older one is not served: the request waits for a
-// read. Stop is idempotent.
+// With warming on, nothing is read at Start: the first GET /v1/summary
+// waits for a read. A base no longer fresh but younger than twice the warm
+// period is served while the next is read in the background; an older one
+// is not served: the request waits for a read. Stop is idempotent.
 func TestSummaryWarm(t *testing.T) {
 	t.Parallel()
 	redisNow := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
@@ -191,11 +190,12 @@ func TestSummaryWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.srv.Stop()
-	redistest.Poll(t, 10*time.Second, "the warmer's first read", func() bool {
-		f.srv.bases.mu.Lock()
-		defer f.srv.bases.mu.Unlock()
-		return f.srv.bases.cur != nil
-	})
+	f.srv.bases.mu.Lock()
+	due, _ := f.srv.bases.warmDue()
+	f.srv.bases.mu.Unlock()
+	if due {
+		t.Fatal("the warmer would read before any request")
+	}
 	summary := func() (backlog any, at any) {
 		t.Helper()
 		r := f.get(t, "/v1/summary", producerToken)
@@ -205,10 +205,13 @@ func TestSummaryWarm(t *testing.T) {
 		return r.body["backlog"], r.body["at"]
 	}
 	warmAt := *timeString(redisNow.Now())
+	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
+		t.Fatalf("first request: backlog %v at %v, want a read's 2 at %s", backlog, at, warmAt)
+	}
 	redisNow.Advance(time.Minute)
 	enqueueN(t, st, "acme-1", 3)
 	if backlog, at := summary(); backlog != 2.0 || at != warmAt {
-		t.Fatalf("first request: backlog %v at %v, want the warm base's 2 at %s", backlog, at, warmAt)
+		t.Fatalf("a fresh base: backlog %v at %v, want it served (2 at %s)", backlog, at, warmAt)
 	}
 
 	wall.Advance(2 * time.Second) // past fresh, within twice the warm period
@@ -225,6 +228,48 @@ func TestSummaryWarm(t *testing.T) {
 	}
 	f.srv.Stop()
 	f.srv.Stop()
+}
+
+// The warmer reads only while the summary was asked for within
+// SummaryWarmIdle, each time the latest base turns the warm period old:
+// nothing before the first request, and with every page closed it stops
+// walking the tenants; a request starts it again.
+func TestSummaryWarmOnlyWhileAsked(t *testing.T) {
+	t.Parallel()
+	wall := &testClock{t: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+	reads := 0
+	sb := &summaryBases{warm: time.Minute, fresh: time.Second, timeout: time.Minute, now: wall.Now,
+		read: func(context.Context) (*summaryBase, error) { reads++; return &summaryBase{}, nil }}
+	due := func(wantDue bool, wantWait time.Duration, what string) {
+		t.Helper()
+		sb.mu.Lock()
+		d, wait := sb.warmDue()
+		sb.mu.Unlock()
+		if d != wantDue || wait != wantWait {
+			t.Fatalf("%s: warmDue %v, %v; want %v, %v", what, d, wait, wantDue, wantWait)
+		}
+	}
+	due(false, time.Minute, "no base, no request yet (Start)")
+	sb.cur = &summaryBase{readAt: wall.Now()}
+	due(false, time.Minute, "a base nobody asked for")
+	wall.Advance(time.Hour)
+	due(false, time.Minute, "an hour later, still nobody asked")
+
+	if _, err := sb.get(context.Background()); err != nil { // a page: the base is too old, read anew
+		t.Fatal(err)
+	}
+	if reads != 1 {
+		t.Fatalf("the request read %d bases, want 1", reads)
+	}
+	due(false, time.Minute, "a new base, just asked for")
+	wall.Advance(time.Minute)
+	due(true, 0, "the base a warm period old, asked a minute ago")
+	sb.cur.readAt = wall.Now() // the warmer's read
+	wall.Advance(SummaryWarmIdle - time.Minute)
+	due(true, 0, "asked SummaryWarmIdle ago")
+	sb.cur.readAt = wall.Now()
+	wall.Advance(time.Minute + time.Second)
+	due(false, time.Minute, "asked longer than SummaryWarmIdle ago")
 }
 
 // A tenant's live series gains a point per read: the jobs that left the

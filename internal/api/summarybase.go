@@ -13,6 +13,14 @@ import (
 // page opened finds one at most this old.
 const SummaryWarmDefault = time.Minute
 
+// SummaryWarmIdle is how long after the last request of the summary the
+// warmer goes on reading: the console's pages poll it every second, so a
+// deployment whose pages are all closed stops walking its tenants ten
+// minutes later, and one whose console nobody opened never starts (at
+// 100 000 tenants a walk a minute is ~10 % of a Redis core, issue #13).
+// The next page opened after that waits for a read.
+const SummaryWarmIdle = 10 * time.Minute
+
 // summaryBase is what every key's GET /v1/summary is computed from: the
 // summary of every tenant (store.Tenants) and the deployment-wide reads.
 // It is shared by all keys (each filters the tenants by its globs) and
@@ -51,6 +59,7 @@ type summaryBases struct {
 
 	mu      sync.Mutex
 	cur     *summaryBase
+	asked   time.Time     // the last get (wall clock); zero before the first
 	reading chan struct{} // not nil while a read runs; closed at its end
 	err     error         // the last read's error, nil after a success
 	// life is the warmer's context (Start; Stop cancels it); background
@@ -70,6 +79,7 @@ func (sb *summaryBases) freshFor(b *summaryBase) time.Duration {
 // background); else it waits for a new read (ctx bounds the wait).
 func (sb *summaryBases) get(ctx context.Context) (*summaryBase, error) {
 	sb.mu.Lock()
+	sb.asked = sb.now()
 	b := sb.cur
 	if b != nil {
 		age := sb.now().Sub(b.readAt)
@@ -130,10 +140,11 @@ func (sb *summaryBases) startRead() <-chan struct{} {
 	return done
 }
 
-// Start runs the warmer when warming is on (Options.SummaryWarm > 0): it
-// reads a base at once, then whenever the latest is the warm period old.
-// A failed read is retried after the warm period. It returns at once; Stop
-// ends it. Start while started is a no-op.
+// Start runs the warmer when warming is on (Options.SummaryWarm > 0): while
+// the summary was asked for within SummaryWarmIdle, it reads a base
+// whenever the latest is the warm period old (warmDue). A failed read is
+// retried after the warm period. It returns at once; Stop ends it. Start
+// while started is a no-op.
 func (sb *summaryBases) Start(ctx context.Context) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
@@ -149,12 +160,8 @@ func (sb *summaryBases) warmLoop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	for {
 		sb.mu.Lock()
-		wait := time.Duration(0)
-		if sb.cur != nil {
-			wait = sb.warm - sb.now().Sub(sb.cur.readAt)
-		}
-		if wait <= 0 {
-			wait = 0
+		due, wait := sb.warmDue()
+		if due {
 			read := sb.startRead()
 			sb.mu.Unlock()
 			select {
@@ -174,6 +181,25 @@ func (sb *summaryBases) warmLoop(ctx context.Context, done chan struct{}) {
 			return
 		}
 	}
+}
+
+// warmDue tells the warmer whether to read a base now and, if not, how long
+// to wait before it asks again: while the summary was asked for within
+// SummaryWarmIdle, a read when there is no base or the latest is the warm
+// period old; with no request for that long (or none yet), no read: it
+// looks again a warm period later. Called with mu held.
+func (sb *summaryBases) warmDue() (bool, time.Duration) {
+	now := sb.now()
+	if sb.asked.IsZero() || now.Sub(sb.asked) > SummaryWarmIdle {
+		return false, sb.warm
+	}
+	if sb.cur == nil {
+		return true, 0
+	}
+	if wait := sb.warm - now.Sub(sb.cur.readAt); wait > 0 {
+		return false, wait
+	}
+	return true, 0
 }
 
 // Stop ends the warmer and waits for it; idempotent. A background read
