@@ -77,8 +77,10 @@ type StateCollector struct {
 	log    *slog.Logger
 	cache  tenantCache
 	// readTimeout bounds a read of the tenant series, scrapeWait a
-	// scrape's wait for it (tenantReadTimeout, tenantScrapeWait).
+	// scrape's wait for it (tenantReadTimeout, tenantScrapeWait);
+	// costFactor spaces slow reads (StateCostFactor; 0: CacheFor alone).
 	readTimeout, scrapeWait time.Duration
+	costFactor              int
 
 	backlog, running, dead, paused, rate, effRate, oldest, drain *prometheus.Desc
 	inflight, capacity, queueSize                                *prometheus.Desc
@@ -92,7 +94,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 	t := []string{"tenant"}
 	return &StateCollector{
 		src: src, rdb: rdb, cfg: cfg.WithDefaults(), queues: queues, log: log,
-		readTimeout: tenantReadTimeout, scrapeWait: tenantScrapeWait,
+		readTimeout: tenantReadTimeout, scrapeWait: tenantScrapeWait, costFactor: StateCostFactor,
 		backlog:   prometheus.NewDesc("sluice_tenant_backlog_jobs", "Jobs toward max_backlog (scheduled, queued, released, retrying), per labeled tenant.", t, nil),
 		running:   prometheus.NewDesc("sluice_tenant_running_jobs", "Jobs claimed and not finished, per labeled tenant.", t, nil),
 		dead:      prometheus.NewDesc("sluice_tenant_dead_letters", "Entries in the tenant's dead set, per labeled tenant.", t, nil),

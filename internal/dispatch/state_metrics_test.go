@@ -113,6 +113,7 @@ func TestStateCollectorTopTenants(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	c := NewStateCollector(st, nil, StateConfig{TopTenants: top, CacheFor: -1}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.costFactor = 0           // every scrape reads
 	c.scrapeWait = time.Minute // every scrape sees its own read, however busy the machine
 	reg.MustRegister(c)
 	backlogs := func() map[string]float64 { return tenantBacklogs(t, reg, top) }
@@ -195,6 +196,37 @@ func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
 	}
 }
 
+// A read's series serve the scrapes for StateCostFactor times the read's
+// duration when that is longer than CacheFor: a slow walk (many tenants)
+// is not repeated at every scrape.
+func TestStateCollectorSpacesSlowReads(t *testing.T) {
+	t.Parallel()
+	_, _, st := realStore(t, 1, 0)
+	src := &heldTenants{StateSource: st, release: make(chan struct{})}
+	c, reg, more := acmeCollector(t, st, src, -1) // CacheFor < 0: every scrape reads
+	more()
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 2 {
+		t.Fatalf("backlog %v, want a new read's 2 (CacheFor < 0)", got)
+	}
+	c.cache.mu.Lock()
+	c.costFactor, c.cache.took = StateCostFactor, time.Hour // the last read took an hour
+	c.cache.mu.Unlock()
+	more()
+	reads := src.reads.Load()
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 2 {
+		t.Fatalf("backlog %v after a read that took an hour, want its 2 (no new read)", got)
+	}
+	if n := src.reads.Load(); n != reads {
+		t.Fatalf("%d reads, want %d: a scrape read again within %d times the last read's duration", n, reads, StateCostFactor)
+	}
+	c.cache.mu.Lock()
+	c.cache.took = 0
+	c.cache.mu.Unlock()
+	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 3 {
+		t.Fatalf("backlog %v after a quick read, want a new read's 3", got)
+	}
+}
+
 // acmeCollector enqueues a job of tenant acme into st and registers a
 // collector of src (cache for cacheFor, scrapes waiting a minute for a read)
 // whose first scrape must give acme a backlog of 1; more enqueues another.
@@ -210,7 +242,7 @@ func acmeCollector(t *testing.T, st *store.Store, src StateSource, cacheFor time
 	enqueue()
 	reg := prometheus.NewRegistry()
 	c := NewStateCollector(src, nil, StateConfig{CacheFor: cacheFor}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	c.scrapeWait = time.Minute
+	c.scrapeWait, c.costFactor = time.Minute, 0 // CacheFor alone decides
 	reg.MustRegister(c)
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v, want 1", got)

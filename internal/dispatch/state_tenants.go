@@ -16,7 +16,8 @@ import (
 // (StateConfig.CacheFor) and the read under way, if any.
 type tenantCache struct {
 	mu      sync.Mutex
-	at      time.Time // when series were read; zero: never
+	at      time.Time     // when series were read; zero: never
+	took    time.Duration // how long that read took
 	series  []prometheus.Metric
 	running chan struct{} // the read under way (closed when it ends); nil: none
 }
@@ -32,14 +33,28 @@ const (
 	tenantScrapeWait  = stateScrapeTimeout
 )
 
-// tenantSeries returns the tenant series: those of the last read when it is
-// younger than CacheFor; else a new read is started (unless one is under
+// StateCostFactor bounds the reads' share of the time: a read's series
+// serve the scrapes for CacheFor or this many times the read's duration,
+// whichever is longer — at most 1/StateCostFactor of the time walking the
+// tenants however often Prometheus scrapes (at 100 000 tenants a walk
+// takes seconds: a new one every minute or two, not every CacheFor).
+const StateCostFactor = 20
+
+// fresh reports whether the cached series serve a scrape now. Called with
+// the cache's lock held.
+func (c *StateCollector) fresh() bool {
+	return !c.cache.at.IsZero() && time.Since(c.cache.at) < max(c.cfg.CacheFor, time.Duration(c.costFactor)*c.cache.took)
+}
+
+// tenantSeries returns the tenant series: those of the last read while
+// they are fresh (CacheFor, or StateCostFactor times the read's duration);
+// else a new read is started (unless one is under
 // way) and waited for up to scrapeWait or ctx's end, and the series
 // are the newest complete read's — the previous one's when the new read has
 // not ended (nil before the first ends). Concurrent scrapes share one read.
 func (c *StateCollector) tenantSeries(ctx context.Context) []prometheus.Metric {
 	c.cache.mu.Lock()
-	if c.cache.running == nil && (c.cache.at.IsZero() || time.Since(c.cache.at) >= c.cfg.CacheFor) {
+	if c.cache.running == nil && !c.fresh() {
 		done := make(chan struct{})
 		c.cache.running = done
 		go c.refreshTenants(done)
@@ -65,13 +80,14 @@ func (c *StateCollector) tenantSeries(ctx context.Context) []prometheus.Metric {
 func (c *StateCollector) refreshTenants(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.readTimeout)
 	defer cancel()
+	start := time.Now()
 	series, err := c.readTenants(ctx)
 	c.cache.mu.Lock()
 	defer c.cache.mu.Unlock()
 	if err != nil {
 		c.log.Warn("state metrics: tenants", "err", err)
 	} else {
-		c.cache.at, c.cache.series = time.Now(), series
+		c.cache.at, c.cache.took, c.cache.series = time.Now(), time.Since(start), series
 	}
 	c.cache.running = nil
 	close(done)
