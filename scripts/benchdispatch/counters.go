@@ -40,6 +40,25 @@ func (sl *sluice) counters(ctx context.Context) counters {
 	return c
 }
 
+// awaitTenantSeries scrapes the throttler's /metrics until it has tenant
+// series: its first read of the tenants has ended.
+func (sl *sluice) awaitTenantSeries(ctx context.Context, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		for _, l := range sl.scrape(ctx, sl.api+"/metrics", []string{"sluice_tenant_backlog_jobs{"}) {
+			if strings.HasPrefix(l, "sluice_tenant_backlog_jobs{") {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the throttler's /metrics had no tenant series within %s (%w)", bound, errTimeout)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 // since describes what happened between b and c: dispatcher passes per
 // second, and the worker's claim outcomes.
 func (c counters) since(b counters) string {

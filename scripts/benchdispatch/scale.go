@@ -76,6 +76,14 @@ func scaleOne(ctx context.Context, e *env, n int) (scaleRun, error) {
 	if err := sl.startThrottler(ctx); err != nil {
 		return scaleRun{}, err
 	}
+	// The throttler's first read of its /metrics tenant series (a walk of
+	// every tenant: seconds at 100 000 tenants) ends before the worker
+	// starts: the window measures dispatch, and the scrapes at its edges
+	// find that read fresh (it serves them for 20 times its duration,
+	// dispatch.StateCostFactor) — a scrape's cost, not a job's.
+	if err := sl.awaitTenantSeries(ctx, 2*time.Minute); err != nil {
+		return scaleRun{}, err
+	}
 	start := time.Now()
 	if err := sl.startWorker(ctx); err != nil {
 		return scaleRun{}, err
@@ -97,9 +105,10 @@ func scaleOne(ctx context.Context, e *env, n int) (scaleRun, error) {
 		return (c0 + c1) / 2, st, at, err
 	}
 	// The counters are scraped outside the window: a scrape of the
-	// throttler's /metrics runs its state collector, which walks every
-	// tenant (a few commands each: at 100 000 tenants more than the window's
-	// dispatch) — a cost per scrape, not per job.
+	// throttler's /metrics may start a read of its state collector, which
+	// walks every tenant (a few commands each: at 100 000 tenants more than
+	// the window's dispatch) — a cost per scrape, not per job; the first
+	// read has ended before the worker started (above).
 	var (
 		ctr0 counters
 		prof *scriptProfile
