@@ -288,14 +288,27 @@ func TestGateAnswersOnlyDequeuesOfKnownEmptyQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gate.Stop()
+	// The first dequeue of each queue after the subscription goes to Redis
+	// (every queue dirty). The legacy queues are in use (each dequeue finds
+	// a task): asynq's dequeues of them poll them, the gate never holds
+	// nor redirects for them (a quiet one not polled for a safety net would
+	// be polled in a known-empty queue's place).
+	for _, q := range []string{wire.WebhookQueue(h.prefix), wire.HTTPQueue(h.prefix)} {
+		if err := client.RPush(h.ctx, keys(q)[0], "task").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(q); err != nil {
+			t.Fatalf("dequeue of legacy queue %s holding a task: %v", q, err)
+		}
+	}
 	for _, q := range wire.HandoffQueueNames(h.prefix) {
-		_ = run(q) // the first after the subscription goes to Redis (every queue dirty)
+		_ = run(q)
 	}
 	for range 2 {
 		_ = run(queue)
 	}
-	if local, real := counts(); local != 2 || real != 2+wire.HandoffQueues {
-		t.Fatalf("heard: %v answered by the gate, %v by Redis; want 2, %d", local, real, 2+wire.HandoffQueues)
+	if local, real := counts(); local != 2 || real != 2+wire.HandoffQueues+2 {
+		t.Fatalf("heard: %v answered by the gate, %v by Redis; want 2, %d", local, real, 2+wire.HandoffQueues+2)
 	}
 	if err := client.RPush(h.ctx, keys(queue)[0], "task").Err(); err != nil {
 		t.Fatal(err)
@@ -404,6 +417,58 @@ func TestGateHoldsAHeldDequeueAgainAfterAnEmptySafetyNetPoll(t *testing.T) {
 		t.Fatalf("%d dequeues reached Redis over 4 safety nets, want at least %d (every queue, twice)", real-realBefore, 2*queues)
 	}
 	announced := wire.HandoffQueue(h.prefix, 5)
+	if err := h.rdb.RPush(h.ctx, keys(announced)[0], "task").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), announced).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-got:
+		if want := keys(announced)[0] + "=task"; v != want {
+			t.Fatalf("held dequeue = %q, want %q", v, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the announced task was not fetched by the held dequeue")
+	}
+}
+
+// TestGateHoldsAHeldDequeueAcrossALegacyQueuesSafetyNet: with legacy
+// queues (an earlier dispatcher's per-job queues, polled at each safety
+// net), a held dequeue whose hold ends at a legacy queue's safety net polls
+// that queue and is held again, never answered empty: an empty answer at
+// the end of asynq's round would make it sleep its TaskCheckInterval, and a
+// batch announced then would wait up to that long.
+func TestGateHoldsAHeldDequeueAcrossALegacyQueuesSafetyNet(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const safetyNet = 100 * time.Millisecond
+	legacy := wire.WebhookQueue(h.prefix)
+	gate, client := h.startGate(worker.GateConfig{SafetyNet: safetyNet, Legacy: []string{legacy}})
+	dequeue := redis.NewScript(`local v = redis.call("RPOP", KEYS[1]) if v then return KEYS[1] .. "=" .. v end return nil`)
+	keys := dequeueKeys
+	run := func(q string) (string, error) { return dequeue.Run(h.ctx, client, keys(q), 0, "x").Text() }
+	// Every queue polled once, the legacy one last: its safety net comes
+	// due first after the others'.
+	for _, q := range append(wire.HandoffQueueNames(h.prefix), legacy) {
+		if _, err := run(q); !errors.Is(err, redis.Nil) {
+			t.Fatalf("first dequeue of %s: %v, want redis.Nil", q, err)
+		}
+	}
+	_, realBefore := gate.Counts()
+	got := make(chan string, 1)
+	go func() {
+		v, err := run(wire.HandoffQueue(h.prefix, 0))
+		if err != nil {
+			v = err.Error()
+		}
+		got <- v
+	}()
+	redistest.Hold(t, 4*safetyNet, "the dequeue is held across the safety nets", func() bool { return len(got) == 0 })
+	if _, real := gate.Counts(); real-realBefore < 2*int64(len(wire.HandoffQueueNames(h.prefix))+1) {
+		t.Fatalf("%d dequeues reached Redis over 4 safety nets, want every queue's, the legacy one's too, twice", real-realBefore)
+	}
+	announced := wire.HandoffQueue(h.prefix, 3)
 	if err := h.rdb.RPush(h.ctx, keys(announced)[0], "task").Err(); err != nil {
 		t.Fatal(err)
 	}
