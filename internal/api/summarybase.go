@@ -79,10 +79,11 @@ func (sb *summaryBases) freshFor(b *summaryBase) time.Duration {
 // background); else it waits for a new read (ctx bounds the wait).
 func (sb *summaryBases) get(ctx context.Context) (*summaryBase, error) {
 	sb.mu.Lock()
-	sb.asked = sb.now()
+	now := sb.now()
+	sb.asked = now
 	b := sb.cur
 	if b != nil {
-		age := sb.now().Sub(b.readAt)
+		age := now.Sub(b.readAt)
 		if age < sb.freshFor(b) {
 			sb.mu.Unlock()
 			return b, nil

@@ -160,8 +160,7 @@ func TestStateCollectorTopTenants(t *testing.T) {
 // A read serves the scrapes within CacheFor.
 func TestStateCollectorCachesTenants(t *testing.T) {
 	t.Parallel()
-	_, _, st := realStore(t, 1, 0)
-	_, reg, more := acmeCollector(t, st, st, time.Hour)
+	_, reg, more, _ := acmeCollector(t, time.Hour)
 	more()
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v within CacheFor, want the cached 1", got)
@@ -174,9 +173,7 @@ func TestStateCollectorCachesTenants(t *testing.T) {
 // read; once it ends, the scrapes answer its series.
 func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
 	t.Parallel()
-	_, _, st := realStore(t, 1, 0)
-	src := &heldTenants{StateSource: st, release: make(chan struct{})}
-	c, reg, more := acmeCollector(t, st, src, -1)
+	c, reg, more, src := acmeCollector(t, -1)
 	more()
 	src.hold.Store(true) // the next read waits for release
 	c.scrapeWait = 10 * time.Millisecond
@@ -201,9 +198,7 @@ func TestStateCollectorAnswersTheLastReadWhileASlowOneRuns(t *testing.T) {
 // is not repeated at every scrape.
 func TestStateCollectorSpacesSlowReads(t *testing.T) {
 	t.Parallel()
-	_, _, st := realStore(t, 1, 0)
-	src := &heldTenants{StateSource: st, release: make(chan struct{})}
-	c, reg, more := acmeCollector(t, st, src, -1) // CacheFor < 0: every scrape reads
+	c, reg, more, src := acmeCollector(t, -1) // CacheFor < 0: every scrape reads
 	more()
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 2 {
 		t.Fatalf("backlog %v, want a new read's 2 (CacheFor < 0)", got)
@@ -227,11 +222,14 @@ func TestStateCollectorSpacesSlowReads(t *testing.T) {
 	}
 }
 
-// acmeCollector enqueues a job of tenant acme into st and registers a
-// collector of src (cache for cacheFor, scrapes waiting a minute for a read)
-// whose first scrape must give acme a backlog of 1; more enqueues another.
-func acmeCollector(t *testing.T, st *store.Store, src StateSource, cacheFor time.Duration) (*StateCollector, *prometheus.Registry, func()) {
+// acmeCollector enqueues a job of tenant acme into a new store and
+// registers a collector of it, through a heldTenants that counts its reads
+// (cache for cacheFor, scrapes waiting a minute for a read), whose first
+// scrape must give acme a backlog of 1; more enqueues another.
+func acmeCollector(t *testing.T, cacheFor time.Duration) (*StateCollector, *prometheus.Registry, func(), *heldTenants) {
 	t.Helper()
+	_, _, st := realStore(t, 1, 0)
+	src := &heldTenants{StateSource: st, release: make(chan struct{})}
 	job := []store.Item{{Type: "webhook", Body: []byte(`{}`)}}
 	enqueue := func() {
 		t.Helper()
@@ -247,7 +245,7 @@ func acmeCollector(t *testing.T, st *store.Store, src StateSource, cacheFor time
 	if got := tenantBacklogs(t, reg, 1)["acme"]; got != 1 {
 		t.Fatalf("backlog %v, want 1", got)
 	}
-	return c, reg, enqueue
+	return c, reg, enqueue, src
 }
 
 // heldTenants is a StateSource whose Tenants, while hold is set, waits for

@@ -280,17 +280,7 @@ func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, q *gateQueue, 
 		}
 	}
 	if known {
-		d := g.dirty(at)
-		if d == nil {
-			// A quiet legacy queue's safety net is due (it ended the hold,
-			// or keeps this dequeue from being held): poll that queue with
-			// this dequeue rather than answer it empty — asynq would then
-			// finish its round and sleep its TaskCheckInterval, deaf to
-			// announcements (a held dequeue answered so: one job in ~20
-			// sent from idle waited up to that long).
-			d = g.dueLegacy(at)
-		}
-		if d != nil {
+		if d := g.dirty(at); d != nil {
 			redirect(cmd.Args(), d.name)
 			q, known = d, false
 		}
@@ -343,21 +333,20 @@ func (g *DequeueGate) hold(ctx context.Context, wake <-chan struct{}, d time.Dur
 	}
 }
 
-// dirty is an announced queue not known empty at at, or nil. Called with mu
-// held.
+// dirty is the queue a dequeue of a queue known empty at at polls instead,
+// or nil: an announced queue not known empty (it may hold a batch), else a
+// quiet legacy queue (no task found for LegacyQuiet) whose safety-net poll
+// is due — polled by this dequeue rather than answering it empty, which
+// would let asynq finish its round and sleep its TaskCheckInterval, deaf to
+// announcements (a held dequeue answered so: one job in ~20 sent from idle
+// waited up to that long). A legacy queue in use is left to asynq's own
+// dequeue of it, as without the gate. Called with mu held.
 func (g *DequeueGate) dirty(at time.Time) *gateQueue {
 	for _, q := range g.byName {
 		if !q.knownEmpty(at, g.hearing, &g.cfg) {
 			return q
 		}
 	}
-	return nil
-}
-
-// dueLegacy is a quiet legacy queue (no task found for LegacyQuiet) whose
-// safety-net poll is due at at, or nil; a legacy queue in use is left to
-// asynq's own dequeue of it, as without the gate. Called with mu held.
-func (g *DequeueGate) dueLegacy(at time.Time) *gateQueue {
 	for _, q := range g.byKey {
 		if !q.announced && at.Sub(q.found) >= g.cfg.LegacyQuiet && !q.knownEmpty(at, g.hearing, &g.cfg) {
 			return q

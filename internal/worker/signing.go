@@ -275,8 +275,9 @@ func (k *SigningKeys) read(ctx context.Context, tenant string, e *signingEntry) 
 }
 
 // tenantCache is a per-tenant cache of entries E (SigningKeys',
-// ResultSettings'; SigningKeys' opened keys, by tenant and sealed text), each refreshed under its own lock so that concurrent
-// callers of one tenant share a read; past MaxSigningTenants tenants it
+// ResultSettings'; SigningKeys' opened keys, by tenant and sealed text),
+// each refreshed under its own lock so that concurrent callers of one
+// tenant share a read; past MaxSigningTenants tenants it
 // starts afresh. The zero value is ready.
 type tenantCache[E any] struct {
 	mu sync.Mutex
