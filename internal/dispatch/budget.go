@@ -134,12 +134,12 @@ func (b *budget) read(ctx context.Context) {
 }
 
 // readFree reads the free capacity: the workers' total concurrency (read
-// at most every capacityEvery: workers come and go far more rarely than
-// jobs) less the jobs in flight (one ZCARD per shard, pipelined) and the
+// at most every capacityEvery while it is above 0: workers come and go far
+// more rarely than jobs) less the jobs in flight (one ZCARD per shard, pipelined) and the
 // batch tasks waiting in the hand-off queues (one LLEN per queue,
 // pipelined).
 func (b *budget) readFree(ctx context.Context) (int, error) {
-	if now := time.Now(); b.capacityAt.IsZero() || now.Sub(b.capacityAt) >= capacityEvery {
+	if now := time.Now(); b.capacity == 0 || now.Sub(b.capacityAt) >= capacityEvery {
 		c, err := b.store.Capacity(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("read worker capacity: %w", err)
@@ -162,7 +162,13 @@ func (b *budget) readFree(ctx context.Context) (int, error) {
 
 // capacityEvery is the longest the workers' total concurrency is reused
 // between readings: a worker that joins is used within it; one that left
-// is counted until its heartbeat expires anyway.
+// is counted until its heartbeat expires anyway. A total of 0 (no worker
+// yet, or none left) is not reused: the first worker to start is used at
+// the next reading — a throttler that started first, or outlived its
+// workers, would otherwise hold its first jobs up to capacityEvery after
+// a worker came. A reading is taken only while jobs wait (at most one per
+// fullRefresh when nothing is free), so a fleet without workers costs one
+// more script call per reading, not a poll of its own.
 const capacityEvery = time.Second
 
 // share reserves and returns the Capacity of one pass over one of owned

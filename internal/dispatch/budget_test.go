@@ -22,6 +22,7 @@ type gatedStore struct {
 	fakeStore
 	mu       sync.Mutex
 	reads    int
+	capReads int // Capacity calls
 	gate     chan struct{}
 	inFlight int
 	err      error
@@ -42,6 +43,14 @@ func (g *gatedStore) InFlight(ctx context.Context) (int, error) {
 	defer g.mu.Unlock()
 	g.reads++
 	return g.inFlight, g.err
+}
+
+// Capacity answers the capacity field under the lock (set may change it).
+func (g *gatedStore) Capacity(context.Context) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.capReads++
+	return g.capacity, nil
 }
 
 func (g *gatedStore) set(f func(g *gatedStore)) {
@@ -151,6 +160,42 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 		t.Fatalf("after want: share %d, %v, %d readings; want 0, nil, 3", n, err, g.readings())
 	}
 	redistest.Hold(t, 100*time.Millisecond, "no reading while nobody wants one", func() bool { return g.readings() == 3 })
+}
+
+// TestBudgetRereadsAZeroCapacityAtOnce: a capacity of 0 (no worker had
+// sent its heartbeat at the reading) is read again at the next reading, so
+// the first worker is used as soon as the jobs ask (it used to be reused
+// for capacityEvery: a throttler started before its worker held its first
+// job ~1 s); a capacity above 0 is reused for capacityEvery.
+func TestBudgetRereadsAZeroCapacityAtOnce(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 0}}
+	b := newBudget(g, nil, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if n, err := b.share(ctx, 1); err != nil || n != 0 {
+		t.Fatalf("share with no worker: %d, %v; want 0", n, err)
+	}
+	b.spend(0, 0)
+	g.set(func(g *gatedStore) { g.capacity = 8 }) // a worker's first heartbeat
+	<-b.want()
+	if n, err := b.share(ctx, 1); err != nil || n != 8 {
+		t.Fatalf("share at the reading after the worker came: %d, %v; want its 8", n, err)
+	}
+	b.spend(8, 0)
+	g.set(func(g *gatedStore) { g.capacity = 20 }) // another worker
+	<-b.want()
+	if n, err := b.share(ctx, 1); err != nil || n != 8 {
+		t.Fatalf("share within capacityEvery of a reading of 8: %d, %v; want 8 (reused)", n, err)
+	}
+	g.set(func(g *gatedStore) {
+		if g.capReads != 2 {
+			t.Errorf("%d capacity reads in three readings, want 2 (the 0, then the 8 reused)", g.capReads)
+		}
+	})
 }
 
 // TestBudgetNeverHandsTheSameCapacityOutTwice: a share is reserved until
