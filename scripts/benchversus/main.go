@@ -57,7 +57,15 @@ type row struct {
 // run is one build's table.
 type run struct {
 	label, machine string
-	rows           []row // by concurrency, as printed
+	rows           []row      // by concurrency, as printed
+	prec           *precision // the precision part's figures, when it ran
+}
+
+// precision are Sluice's figures of the precision part: |gap − T|
+// percentiles in ms, the long-run rate error in %, the most deliveries in
+// any 1 s.
+type precision struct {
+	p50, p99, max, rateErr, most float64
 }
 
 var concRe = regexp.MustCompile(`worker concurrency (\d+)`)
@@ -79,6 +87,12 @@ func parse(label string, r io.Reader) (run, error) {
 		}
 		if strings.HasPrefix(line, "part ") && strings.Contains(line, "Sluice ÷ peer") {
 			cols = columns(line)
+			continue
+		}
+		if cols != nil && strings.HasPrefix(line, "1 precision") {
+			if err := out.precisionRow(split(line, cols)); err != nil {
+				return run{}, fmt.Errorf("%s: %w", label, err)
+			}
 			continue
 		}
 		if cols == nil || !strings.HasPrefix(line, "3 throughput") {
@@ -123,11 +137,40 @@ func parse(label string, r io.Reader) (run, error) {
 		}
 		out.rows = append(out.rows, *rw)
 	}
-	if len(out.rows) == 0 {
-		return run{}, fmt.Errorf("%s: no throughput rows (was it run with -parts throughput?)", label)
+	if len(out.rows) == 0 && out.prec == nil {
+		return run{}, fmt.Errorf("%s: no throughput or precision rows (was it run with -parts throughput or precision?)", label)
 	}
 	sort.Slice(out.rows, func(i, j int) bool { return out.rows[i].conc < out.rows[j].conc })
 	return out, nil
+}
+
+// precisionRow reads one row of the precision part into r.prec (the
+// Sluice column: "0.174 ms", "0.027 % (50.014/s)", "51").
+func (r *run) precisionRow(cells []string) error {
+	var dst *float64
+	if r.prec == nil {
+		r.prec = &precision{}
+	}
+	switch m := cells[1]; {
+	case strings.HasPrefix(m, "|gap") && strings.HasSuffix(m, "p50"):
+		dst = &r.prec.p50
+	case strings.HasPrefix(m, "|gap") && strings.HasSuffix(m, "p99"):
+		dst = &r.prec.p99
+	case strings.HasPrefix(m, "|gap") && strings.HasSuffix(m, "max"):
+		dst = &r.prec.max
+	case strings.HasPrefix(m, "long-run rate error"):
+		dst = &r.prec.rateErr
+	case strings.HasPrefix(m, "most deliveries in any 1 s"):
+		dst = &r.prec.most
+	default:
+		return nil
+	}
+	v, err := number(cells[2])
+	if err != nil {
+		return fmt.Errorf("%q: %w", cells[1], err)
+	}
+	*dst = v
+	return nil
 }
 
 // columns returns the rune offsets where the header's cells start.
@@ -287,15 +330,18 @@ func report(w io.Writer, runs []run) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "build\tconcurrency\tjobs/s\tasynq\t÷ asynq\tcommands/job\tasynq\t"+
-		"Redis CPU µs/job\tasynq\t÷ asynq\twhole-machine µs/job\tasynq\t÷ asynq\t")
-	for _, l := range lines {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t\n", l.label, l.conc,
-			l.jobs, l.asynqJobs, l.jobsRatio, l.cmds, l.asynqCmds, l.redis, l.asynqRedis, l.redisRatio,
-			l.whole, l.asynqWhole, l.wholeRatio)
+	if len(lines) > 0 {
+		fmt.Fprintln(tw, "build\tconcurrency\tjobs/s\tasynq\t÷ asynq\tcommands/job\tasynq\t"+
+			"Redis CPU µs/job\tasynq\t÷ asynq\twhole-machine µs/job\tasynq\t÷ asynq\t")
+		for _, l := range lines {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t\n", l.label, l.conc,
+				l.jobs, l.asynqJobs, l.jobsRatio, l.cmds, l.asynqCmds, l.redis, l.asynqRedis, l.redisRatio,
+				l.whole, l.asynqWhole, l.wholeRatio)
+		}
 	}
 	tw.Flush()
-	if len(builds) < 2 {
+	precisionReport(w, runs, builds)
+	if len(builds) < 2 || len(lines) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
@@ -314,6 +360,45 @@ func report(w io.Writer, runs []run) {
 				ratio(l.redis, x.redis), ratio(l.redisRatio, x.redisRatio),
 				ratio(l.whole, x.whole), ratio(l.wholeRatio, x.wholeRatio))
 		}
+	}
+	tw.Flush()
+}
+
+// precisionReport prints the precision part's figures of every run that
+// has them, and each build's medians when it ran more than once.
+func precisionReport(w io.Writer, runs []run, builds []string) {
+	byBuild := map[string][]precision{}
+	any := false
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range runs {
+		if r.prec == nil {
+			continue
+		}
+		if !any {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "build\t|gap − T| p50 ms\tp99 ms\tmax ms\trate error %\tmost in 1 s\t")
+			any = true
+		}
+		p := *r.prec
+		byBuild[r.build()] = append(byBuild[r.build()], p)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", r.label, p.p50, p.p99, p.max, p.rateErr, p.most)
+	}
+	for _, b := range builds {
+		ps := byBuild[b]
+		if len(ps) < 2 {
+			continue
+		}
+		m := func(f func(precision) float64) float64 {
+			xs := make([]float64, len(ps))
+			for i, p := range ps {
+				xs[i] = f(p)
+			}
+			return median(xs)
+		}
+		fmt.Fprintf(tw, "%s median\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", b,
+			m(func(p precision) float64 { return p.p50 }), m(func(p precision) float64 { return p.p99 }),
+			m(func(p precision) float64 { return p.max }), m(func(p precision) float64 { return p.rateErr }),
+			m(func(p precision) float64 { return p.most }))
 	}
 	tw.Flush()
 }

@@ -88,7 +88,7 @@ func TestReportComparesEachBuildWithTheFirst(t *testing.T) {
 
 func TestParseRefusesATableWithoutThroughputRows(t *testing.T) {
 	_, err := parse("x", strings.NewReader("machine: 2 cores\npart  measure  Sluice  peer  Sluice ÷ peer  target  met\n"))
-	if err == nil || !strings.Contains(err.Error(), "no throughput rows") {
+	if err == nil || !strings.Contains(err.Error(), "no throughput or precision rows") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -123,5 +123,25 @@ func TestReportTakesEachBuildsMedians(t *testing.T) {
 	// The median row of b: jobs/s 3412 (the middle of 1457, 3412, 3412).
 	if f := strings.Fields(median); len(f) < 4 || f[3] != "3412" {
 		t.Errorf("b's median row %q, want 3412 jobs/s\n%s", median, out)
+	}
+}
+
+// The precision part's rows: Sluice's |gap − T| percentiles, rate error
+// and most in any 1 s, printed per run.
+func TestParseAndReportThePrecisionPart(t *testing.T) {
+	r := parseFile(t, "h#1", "testdata/precision-after.txt")
+	if r.prec == nil || len(r.rows) != 0 {
+		t.Fatalf("prec %+v, rows %+v; want precision only", r.prec, r.rows)
+	}
+	want := precision{p50: 0.174, p99: 2.358, max: 6.36, rateErr: 0.027, most: 51}
+	if *r.prec != want {
+		t.Errorf("precision = %+v, want %+v", *r.prec, want)
+	}
+	r2 := parseFile(t, "h#2", "testdata/precision-after.txt")
+	r2.prec.p99 = 1.5
+	var b strings.Builder
+	report(&b, []run{r, r2})
+	if !strings.Contains(b.String(), "h median  0.174             1.929") {
+		t.Errorf("no median row of p99 (2.358 + 1.5) / 2:\n%s", b.String())
 	}
 }
