@@ -201,7 +201,7 @@ func New(opts Options) (*Server, error) {
 		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
 	}
 	s.bases = &summaryBases{read: s.readBase, fresh: opts.SummaryCache, warm: max(opts.SummaryWarm, 0),
-		timeout: opts.RequestTimeout, now: time.Now,
+		timeout: max(opts.RequestTimeout, SummaryReadTimeout), now: time.Now,
 		failed: func(err error) { opts.Logger.Warn("summary read failed", "err", err) }}
 	s.routes()
 	return s, nil

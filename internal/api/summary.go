@@ -116,6 +116,10 @@ func (c *summaryCache) entry(key string) *summaryEntry {
 // duration, whichever is longer.
 func (s *Server) summary(r *http.Request, c *call) (int, any, error) {
 	b, err := s.bases.get(r.Context())
+	if errors.Is(err, errSummaryReading) {
+		return 0, nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: 1,
+			Message: "the summary of every tenant is being read (at this many tenants it takes longer than a request waits); retry in a second"}
+	}
 	if err != nil {
 		var re *summaryReadError
 		if errors.As(err, &re) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,6 +230,42 @@ func TestSummaryWarm(t *testing.T) {
 	}
 	f.srv.Stop()
 	f.srv.Stop()
+}
+
+// A read of the summary's base that outlasts a request's Redis wait (a
+// walk of 100 000 tenants does) is not cut there: the request is answered
+// 503 unavailable, Retry-After 1, and the read goes on — the next poll
+// finds its base. Cut at the request's timeout, as it was, every read
+// failed and was started again, and the overview never loaded.
+func TestSummaryReadOutlastsARequest(t *testing.T) {
+	t.Parallel()
+	f := newStoreFixture(t, func(o *Options, rdb redis.UniversalClient, prefix string) {
+		o.RequestTimeout = 200 * time.Millisecond
+	})
+	enqueueN(t, f.srv.opts.Store, "acme-1", 2)
+	gate := make(chan struct{})
+	var reads atomic.Int32
+	read := f.srv.bases.read
+	f.srv.bases.read = func(ctx context.Context) (*summaryBase, error) {
+		reads.Add(1)
+		<-gate // a walk longer than the request's 200 ms: the test opens it after the 503
+		return read(ctx)
+	}
+	r := f.get(t, "/v1/summary", producerToken)
+	errBody, _ := r.body["error"].(map[string]any)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" || errBody["code"] != CodeUnavailable ||
+		!strings.Contains(fmt.Sprint(errBody["message"]), "being read") {
+		t.Fatalf("a request outlasted by the read: %d %v (Retry-After %q), want 503 unavailable, being read, Retry-After 1",
+			r.status, r.body, r.header.Get("Retry-After"))
+	}
+	close(gate)
+	redistest.Poll(t, 10*time.Second, "the read's base", func() bool {
+		r = f.get(t, "/v1/summary", producerToken)
+		return r.status == http.StatusOK
+	})
+	if r.body["backlog"] != 2.0 || reads.Load() != 1 {
+		t.Fatalf("backlog %v after %d reads, want 2 from the one read the first request started", r.body["backlog"], reads.Load())
+	}
 }
 
 // The warmer reads only while the summary was asked for within

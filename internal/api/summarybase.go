@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -20,6 +22,20 @@ const SummaryWarmDefault = time.Minute
 // 100 000 tenants a walk a minute is ~10 % of a Redis core, issue #13).
 // The next page opened after that waits for a read.
 const SummaryWarmIdle = 10 * time.Minute
+
+// SummaryReadTimeout bounds one read of the summary's base. The read
+// walks every tenant in short steps (a ZSCAN page of a shard's tenant index
+// each), so its length is the deployment's size, not a Redis stall: it may
+// outlast a request's Redis wait (Options.RequestTimeout), which at 100 000
+// tenants it did — every read was cut there and retried, and the overview
+// never loaded. A request waits for a read only as long as its own budget
+// and is answered 503 unavailable with Retry-After: 1 meanwhile (the read
+// goes on; the console's overview polls again a second later).
+const SummaryReadTimeout = time.Minute
+
+// errSummaryReading is get's error when the request's wait ended while
+// the read it waited for goes on.
+var errSummaryReading = errors.New("the summary of every tenant is being read")
 
 // summaryBase is what every key's GET /v1/summary is computed from: the
 // summary of every tenant (store.Tenants) and the deployment-wide reads.
@@ -53,7 +69,7 @@ type summaryBases struct {
 	failed func(error)
 	fresh  time.Duration // Options.SummaryCache
 	warm   time.Duration // Options.SummaryWarm; 0: off
-	// timeout bounds a background read (Options.RequestTimeout).
+	// timeout bounds a read (max(Options.RequestTimeout, SummaryReadTimeout)).
 	timeout time.Duration
 	now     func() time.Time // the wall clock (tests replace it)
 
@@ -76,7 +92,8 @@ func (sb *summaryBases) freshFor(b *summaryBase) time.Duration {
 
 // get returns a base for a request: the latest when fresh, or — warming on
 // — when younger than twice the warm period (starting a read in the
-// background); else it waits for a new read (ctx bounds the wait).
+// background); else it waits for a new read (ctx bounds the wait: its end
+// is errSummaryReading, the read going on).
 func (sb *summaryBases) get(ctx context.Context) (*summaryBase, error) {
 	sb.mu.Lock()
 	now := sb.now()
@@ -99,7 +116,7 @@ func (sb *summaryBases) get(ctx context.Context) (*summaryBase, error) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: %w", errSummaryReading, ctx.Err())
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
