@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,8 +31,17 @@ import (
 // ServeHTTP (no network).
 //
 //	go test ./internal/api -run x -bench BenchmarkConsoleCalls -benchtime 10x
+//
+// SLUICE_CONSOLE_BENCH_TENANTS sets another number of tenants (e.g.
+// 100000, with -bench 'ConsoleCalls/summary_cold' -benchtime 3x).
 func BenchmarkConsoleCalls(b *testing.B) {
-	const n = 10_000
+	n := 10_000
+	if v := os.Getenv("SLUICE_CONSOLE_BENCH_TENANTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("SLUICE_CONSOLE_BENCH_TENANTS=%q: want a number of tenants", v)
+		}
+	}
 	rdb, prefix := redistest.New(b)
 	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 16})
 	if err != nil {
