@@ -128,7 +128,11 @@ func headerNumber(h http.Header, name string) (float64, bool) {
 	if i := strings.IndexByte(v, ','); i >= 0 {
 		v = v[:i]
 	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	v = strings.TrimSpace(v)
+	if v == "" { // absent: most responses send none of the names asked (no error to build)
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(v, 64)
 	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
 		return 0, false
 	}
