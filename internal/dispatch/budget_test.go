@@ -65,6 +65,18 @@ func (g *gatedStore) readings() int {
 	return g.reads
 }
 
+// runBudget starts a budget over g with the given refresh interval; its
+// reader stops when the test ends. ctx is the reader's (and the shares').
+func runBudget(t *testing.T, g Store, refresh time.Duration) (*budget, context.Context) {
+	t.Helper()
+	b := newBudget(g, nil, refresh)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b, ctx
+}
+
 // TestBudgetNeverWaitsOnRedisAfterTheFirstReading: share waits for the
 // first reading only; a reading in progress does not hold up the passes;
 // using the capacity up brings the next reading forward (the refresh
@@ -74,12 +86,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}, inFlight: 10}
 	gate := make(chan struct{})
 	g.gate = gate
-	b := newBudget(g, nil, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	b, ctx := runBudget(t, g, time.Hour)
 
 	shared := make(chan int, 1)
 	go func() {
@@ -135,11 +142,7 @@ func TestBudgetNeverWaitsOnRedisAfterTheFirstReading(t *testing.T) {
 func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 	t.Parallel()
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}}
-	b := newBudget(g, nil, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	b, ctx := runBudget(t, g, time.Millisecond)
 
 	if n, err := b.share(ctx, 1); err != nil || n != 40 {
 		t.Fatalf("first share %d, %v; want 40", n, err)
@@ -170,11 +173,7 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 func TestBudgetRereadsAZeroCapacityAtOnce(t *testing.T) {
 	t.Parallel()
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 0}}
-	b := newBudget(g, nil, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	b, ctx := runBudget(t, g, time.Millisecond)
 
 	if n, err := b.share(ctx, 1); err != nil || n != 0 {
 		t.Fatalf("share with no worker: %d, %v; want 0", n, err)
@@ -206,11 +205,7 @@ func TestBudgetRereadsAZeroCapacityAtOnce(t *testing.T) {
 func TestBudgetNeverHandsTheSameCapacityOutTwice(t *testing.T) {
 	t.Parallel()
 	g := &gatedStore{fakeStore: fakeStore{shards: 2, capacity: 10}}
-	b := newBudget(g, nil, time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	b, ctx := runBudget(t, g, time.Hour)
 
 	first, err := b.share(ctx, 2)
 	if err != nil || first != 10 {
