@@ -135,9 +135,9 @@ func (b *budget) read(ctx context.Context) {
 
 // readFree reads the free capacity: the workers' total concurrency (read
 // at most every capacityEvery while it is above 0: workers come and go far
-// more rarely than jobs) less the jobs in flight (one ZCARD per shard, pipelined) and the
-// batch tasks waiting in the hand-off queues (one LLEN per queue,
-// pipelined).
+// more rarely than jobs) less the jobs in flight (one ZCARD per shard,
+// pipelined) and the batch tasks waiting in the hand-off queues (one LLEN
+// per queue, pipelined).
 func (b *budget) readFree(ctx context.Context) (int, error) {
 	if now := time.Now(); b.capacity == 0 || now.Sub(b.capacityAt) >= capacityEvery {
 		c, err := b.store.Capacity(ctx)
