@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +188,11 @@ func (c *Coalescer) call(k coalesceKey, batch []*coalesceReq) {
 			}
 		}
 	} else {
+		// In job id order (ids are ULIDs: creation order), so that a
+		// tenant's jobs that reach one call together are claimed in the
+		// order of their send schedule: claimed out of order, the earlier
+		// one is answered early and claimed again (claim.lua).
+		slices.SortStableFunc(batch, func(a, b *coalesceReq) int { return strings.Compare(a.claim.ID, b.claim.ID) })
 		reqs := make([]ClaimRequest, len(batch))
 		for i, r := range batch {
 			reqs[i] = r.claim

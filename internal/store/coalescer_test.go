@@ -98,6 +98,39 @@ func TestCoalescerSeparatesTolerances(t *testing.T) {
 	}
 }
 
+// A coalesced call claims its jobs in job id (creation) order, whatever
+// order their callers came in: two due jobs of one tenant (T = 100 ms,
+// burst 1) reaching one call latest first — the earlier one is claimed
+// and the later one is early by T, as if they had come in order. Claimed
+// latest first, the later one went out and the earlier one was answered
+// early behind it (a reservation on the send schedule), and the jobs
+// queued after them waited behind that reservation too: at saturation
+// that reordering was most of the workers' early replies.
+func TestCoalescerClaimsInJobOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 100_000, 1 }))
+	rel := e.released("a", 2)
+	if rel[0].ID >= rel[1].ID {
+		t.Fatalf("ids %s, %s: want creation order", rel[0].ID, rel[1].ID)
+	}
+	e.clock.Set(rel[1].Slot) // both due
+	c := NewCoalescer(e.store, 0)
+	shard, err := e.store.jobShard(rel[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := &coalesceReq{claim: ClaimRequest{ID: rel[1].ID, Gen: rel[1].Gen}, done: make(chan struct{})}
+	earlier := &coalesceReq{claim: ClaimRequest{ID: rel[0].ID, Gen: rel[0].Gen}, done: make(chan struct{})}
+	c.call(coalesceKey{shard: shard, tolerance: 2 * ms}, []*coalesceReq{later, earlier})
+	if earlier.err != nil || later.err != nil {
+		t.Fatal(earlier.err, later.err)
+	}
+	if earlier.c.Outcome != ClaimOK || later.c.Outcome != ClaimEarly || later.c.Wait != 100*ms {
+		t.Fatalf("earlier %+v, later %+v; want the earlier claimed, the later early by T", earlier.c, later.c)
+	}
+}
+
 // A caller whose context is done gets ctx.Err() and sends nothing; an
 // invalid request is refused as Store refuses it.
 func TestCoalescerCanceledAndInvalid(t *testing.T) {
