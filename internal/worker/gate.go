@@ -125,6 +125,12 @@ func (q *gateQueue) knownEmpty(at time.Time, hearing bool, cfg *GateConfig) bool
 	if q.announced {
 		return hearing
 	}
+	return q.quiet(at, cfg)
+}
+
+// quiet reports whether legacy queue q has had no task found for
+// cfg.LegacyQuiet at at.
+func (q *gateQueue) quiet(at time.Time, cfg *GateConfig) bool {
 	return at.Sub(q.found) >= cfg.LegacyQuiet
 }
 
@@ -348,7 +354,7 @@ func (g *DequeueGate) dirty(at time.Time) *gateQueue {
 		}
 	}
 	for _, q := range g.byKey {
-		if !q.announced && at.Sub(q.found) >= g.cfg.LegacyQuiet && !q.knownEmpty(at, g.hearing, &g.cfg) {
+		if !q.announced && q.quiet(at, &g.cfg) && !q.knownEmpty(at, g.hearing, &g.cfg) {
 			return q
 		}
 	}

@@ -404,10 +404,11 @@ func TestGateHoldsAHeldDequeueAcrossALegacyQueuesSafetyNet(t *testing.T) {
 }
 
 // heldAcrossSafetyNets starts a gate with a 100 ms safety net on the
-// hand-off queues (and, withLegacy, the legacy wire.WebhookQueue), polls every queue once (the legacy ones last: their safety
-// nets come due after the others'), holds a dequeue across four safety
-// nets — every queue polled at least twice, the dequeue never answered —
-// then announces a task, which that dequeue must fetch.
+// hand-off queues (and, withLegacy, the legacy wire.WebhookQueue), polls
+// every queue once (the legacy ones last: their safety nets come due after
+// the others'), holds a dequeue across four safety nets — every queue
+// polled at least twice, the dequeue never answered — then announces a
+// task, which that dequeue must fetch.
 func heldAcrossSafetyNets(t *testing.T, withLegacy bool) {
 	t.Helper()
 	h := newHarness(t, 1)

@@ -276,15 +276,18 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// medianBy is the median of f over xs.
+func medianBy[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	return median(v)
+}
+
 // medianLine is the field-wise median of ls (one build, one concurrency).
 func medianLine(label string, ls []line) line {
-	m := func(f func(line) float64) float64 {
-		xs := make([]float64, len(ls))
-		for i, l := range ls {
-			xs[i] = f(l)
-		}
-		return median(xs)
-	}
+	m := func(f func(line) float64) float64 { return medianBy(ls, f) }
 	return line{label: label, conc: ls[0].conc,
 		jobs: m(func(l line) float64 { return l.jobs }), asynqJobs: m(func(l line) float64 { return l.asynqJobs }),
 		cmds: m(func(l line) float64 { return l.cmds }), asynqCmds: m(func(l line) float64 { return l.asynqCmds }),
@@ -388,29 +391,13 @@ func precisionReport(w io.Writer, runs []run, builds []string) {
 		if len(ps) < 2 {
 			continue
 		}
-		m := func(f func(precision) float64) float64 {
-			xs := make([]float64, len(ps))
-			for i, p := range ps {
-				xs[i] = f(p)
-			}
-			return median(xs)
-		}
+		m := func(f func(precision) float64) float64 { return medianBy(ps, f) }
 		fmt.Fprintf(tw, "%s median\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", b,
 			m(func(p precision) float64 { return p.p50 }), m(func(p precision) float64 { return p.p99 }),
 			m(func(p precision) float64 { return p.max }), m(func(p precision) float64 { return p.rateErr }),
 			m(func(p precision) float64 { return p.most }))
 	}
 	tw.Flush()
-}
-
-// at is the run's row at worker concurrency c.
-func (r run) at(c int) (row, bool) {
-	for _, x := range r.rows {
-		if x.conc == c {
-			return x, true
-		}
-	}
-	return row{}, false
 }
 
 func main() {

@@ -51,10 +51,10 @@ func TestParseTheTableOfTheIssuesBuild(t *testing.T) {
 // whole-machine target, and whose cells hold "≥", "÷" and "µ".
 func TestParseTodaysTable(t *testing.T) {
 	r := parseFile(t, "after", "testdata/after-2925aab.txt")
-	x, ok := r.at(400)
-	if !ok {
-		t.Fatalf("no concurrency 400 in %+v", r.rows)
+	if len(r.rows) != 2 || r.rows[1].conc != 400 {
+		t.Fatalf("rows = %+v, want concurrency 100 and 400", r.rows)
 	}
+	x := r.rows[1]
 	if x.sluice.jobsPerSec != 3627 || x.peer.jobsPerSec != 5974 || x.sluice.commands != 22.6 {
 		t.Errorf("row = %+v", x)
 	}
