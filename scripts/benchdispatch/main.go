@@ -8,7 +8,9 @@
 //     the receiver. Peer: plain asynq with the rate-limit pattern of asynq's
 //     wiki (an x/time/rate limiter in the handler, RateLimitError, IsFailure
 //     false, RetryDelayFunc), the same N tasks enqueued at once, bounded in
-//     time;
+//     time. A control beside Sluice in the same window: a bare pacer (one
+//     thread POSTing to the receiver at exact instants, no Redis) whose
+//     inter-arrival error is what the machine allowed then;
 //   - throughput: jobs/s end to end over many tenants with high rates against
 //     bare asynq (tasks enqueued directly, a handler that POSTs to the
 //     receiver) with the same worker concurrency;

@@ -16,6 +16,8 @@ type precisionRun struct {
 	handlers int64         // handler calls (peer only)
 	cpu      cpuShares
 	ctr      string // dispatcher and worker counters (Sluice only)
+	pacer    pacing // the bare pacer beside it (Sluice only; runPacer)
+	pacerErr error
 }
 
 func (r precisionRun) perJob(n int64) string {
@@ -66,14 +68,25 @@ func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error
 	if err != nil {
 		return precisionRun{}, err
 	}
+	// The control: a bare pacer at the same rate over the same window.
+	const pacerRun = "precision-pacer"
+	pacerRec := e.rcv.start(pacerRun)
+	pacerDone := make(chan error, 1)
+	pctx, stopPacer := context.WithCancel(ctx)
+	go func() {
+		pacerDone <- runPacer(pctx, e.rcv.url(pacerRun), time.Second/time.Duration(r), n, time.Now())
+	}()
 	limit := time.Duration(float64(n)/float64(r)*float64(time.Second)) + 30*time.Second
 	done := rec.waitDistinct(ctx, n, start.Add(limit))
+	pacerErr := <-pacerDone // it ends n·T after the enqueue, as Sluice should
+	stopPacer()
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
 		return precisionRun{}, err
 	}
 	res := precisionRun{p: pace(rec.snapshot(), float64(r)), want: n, elapsed: time.Since(start),
-		bounded: !done, calls: rs1.sub(rs0).calls, cpu: meter.stop(), ctr: sl.counters(ctx).since(c0)}
+		bounded: !done, calls: rs1.sub(rs0).calls, cpu: meter.stop(), ctr: sl.counters(ctx).since(c0),
+		pacer: pace(pacerRec.snapshot(), float64(r)), pacerErr: pacerErr}
 	if !done {
 		missing := missingIDs(rec, ids)
 		t.note("precision: Sluice delivered %d of %d jobs within %s; %d missing. Diagnosis:\n%s",
@@ -114,6 +127,19 @@ func precisionRows(e *env, t *table, s, peer precisionRun) {
 	t.row(part, fmt.Sprintf("|gap − %s| p99", T), gap(s, s.p.gapP99), gap(peer, peer.p.gapP99), "",
 		"≤ 5 ms (goal 2 ms)", yes(s.p.distinct > 1 && s.p.gapP99 <= 5*time.Millisecond))
 	t.row(part, fmt.Sprintf("|gap − %s| max", T), gap(s, s.p.gapMax), gap(peer, peer.p.gapMax), "", "", "")
+	// The control beside Sluice: what the machine allowed in that window.
+	control := "-"
+	if s.pacerErr != nil {
+		t.note("precision: the bare pacer failed: %v", s.pacerErr)
+	} else if s.pacer.distinct > 1 {
+		control = fmt.Sprintf("%s / %s / %s (%d requests)", msf(s.pacer.gapP50), msf(s.pacer.gapP99), msf(s.pacer.gapMax), s.pacer.distinct)
+	}
+	ratio := ""
+	if s.pacerErr == nil && s.pacer.distinct > 1 && s.p.distinct > 1 {
+		ratio = div(s.p.gapP99.Seconds(), s.pacer.gapP99.Seconds()) + " (p99s)"
+	}
+	t.row(part, fmt.Sprintf("control: a bare pacer beside Sluice, |gap − %s| p50 / p99 / max", T), control, "", ratio,
+		"(what the machine allowed: one thread POSTing at exact instants, no Redis)", "")
 	rerr := func(x precisionRun) string {
 		if x.p.distinct < 2 {
 			return "-"

@@ -63,9 +63,11 @@ type run struct {
 
 // precision are Sluice's figures of the precision part: |gap − T|
 // percentiles in ms, the long-run rate error in %, the most deliveries in
-// any 1 s.
+// any 1 s; and the p99 of the bare pacer beside it (its control row; 0
+// when the run has none: a build before it).
 type precision struct {
 	p50, p99, max, rateErr, most float64
+	pacerP99                     float64
 }
 
 var concRe = regexp.MustCompile(`worker concurrency (\d+)`)
@@ -162,6 +164,18 @@ func (r *run) precisionRow(cells []string) error {
 		dst = &r.prec.rateErr
 	case strings.HasPrefix(m, "most deliveries in any 1 s"):
 		dst = &r.prec.most
+	case strings.HasPrefix(m, "control: a bare pacer"):
+		// "0.071 ms / 2.106 ms / 3.811 ms (2000 requests)": the p99 is the second.
+		parts := strings.Split(cells[2], " / ")
+		if len(parts) != 3 {
+			return fmt.Errorf("%q: want p50 / p99 / max, got %q", m, cells[2])
+		}
+		v, err := number(parts[1])
+		if err != nil {
+			return fmt.Errorf("%q: %w", m, err)
+		}
+		r.prec.pacerP99 = v
+		return nil
 	default:
 		return nil
 	}
@@ -379,12 +393,12 @@ func precisionReport(w io.Writer, runs []run, builds []string) {
 		}
 		if !any {
 			fmt.Fprintln(w)
-			fmt.Fprintln(tw, "build\t|gap − T| p50 ms\tp99 ms\tmax ms\trate error %\tmost in 1 s\t")
+			fmt.Fprintln(tw, "build\t|gap − T| p50 ms\tp99 ms\tmax ms\trate error %\tmost in 1 s\tbare pacer's p99 ms\t")
 			any = true
 		}
 		p := *r.prec
 		byBuild[r.build()] = append(byBuild[r.build()], p)
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", r.label, p.p50, p.p99, p.max, p.rateErr, p.most)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t\n", r.label, p.p50, p.p99, p.max, p.rateErr, p.most, pacerCell(p.pacerP99))
 	}
 	for _, b := range builds {
 		ps := byBuild[b]
@@ -392,12 +406,20 @@ func precisionReport(w io.Writer, runs []run, builds []string) {
 			continue
 		}
 		m := func(f func(precision) float64) float64 { return medianBy(ps, f) }
-		fmt.Fprintf(tw, "%s median\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", b,
+		fmt.Fprintf(tw, "%s median\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t\n", b,
 			m(func(p precision) float64 { return p.p50 }), m(func(p precision) float64 { return p.p99 }),
 			m(func(p precision) float64 { return p.max }), m(func(p precision) float64 { return p.rateErr }),
-			m(func(p precision) float64 { return p.most }))
+			m(func(p precision) float64 { return p.most }), pacerCell(m(func(p precision) float64 { return p.pacerP99 })))
 	}
 	tw.Flush()
+}
+
+// pacerCell prints a bare pacer's p99 (ms), "-" for a run without one.
+func pacerCell(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", v)
 }
 
 func main() {

@@ -145,3 +145,26 @@ func TestParseAndReportThePrecisionPart(t *testing.T) {
 		t.Errorf("no median row of p99 (2.358 + 1.5) / 2:\n%s", b.String())
 	}
 }
+
+// The precision part's control row (a bare pacer beside Sluice): its p99
+// is read and printed beside Sluice's; a run without the row prints "-".
+func TestParseThePrecisionPartsControl(t *testing.T) {
+	r := parseFile(t, "h#1", "testdata/precision-control.txt")
+	want := precision{p50: 0.231, p99: 2.972, max: 27.556, rateErr: 0.031, most: 51, pacerP99: 2.416}
+	if r.prec == nil || *r.prec != want {
+		t.Fatalf("precision = %+v, want %+v", r.prec, want)
+	}
+	old := parseFile(t, "b#1", "testdata/precision-after.txt")
+	var b strings.Builder
+	report(&b, []run{old, r})
+	lines := strings.Split(b.String(), "\n")
+	var got []string
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "h#1" || f[0] == "b#1") {
+			got = append(got, f[0]+" "+f[len(f)-1])
+		}
+	}
+	if strings.Join(got, ", ") != "b#1 -, h#1 2.416" {
+		t.Errorf("pacer cells %q, want b#1 -, h#1 2.416:\n%s", got, b.String())
+	}
+}
