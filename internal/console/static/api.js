@@ -8,13 +8,15 @@ export function apiKey() { return sessionStorage.getItem(KEY) || ''; }
 export function setApiKey(k) { sessionStorage.setItem(KEY, k); }
 export function clearApiKey() { sessionStorage.removeItem(KEY); }
 
-// ApiError carries the API's JSON error (status, code, message).
+// ApiError carries the API's JSON error (status, code, message) and its
+// Retry-After in seconds (0: none).
 export class ApiError extends Error {
-  constructor(status, body) {
+  constructor(status, body, retryAfter = 0) {
     const e = (body && body.error) || {};
     super(e.message || `HTTP ${status}`);
     this.status = status;
     this.code = e.code || '';
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -31,7 +33,10 @@ export async function call(method, path, opts = {}) {
   let body = null;
   const text = await resp.text();
   if (text) { try { body = JSON.parse(text); } catch { body = null; } }
-  if (!resp.ok) throw new ApiError(resp.status, body);
+  if (!resp.ok) {
+    const ra = Number.parseInt(resp.headers.get('Retry-After') || '', 10);
+    throw new ApiError(resp.status, body, Number.isFinite(ra) && ra > 0 ? ra : 0);
+  }
   return { status: resp.status, body, etag: resp.headers.get('ETag') };
 }
 

@@ -35,6 +35,15 @@ async function route() {
       const msg = h('p', { class: 'error', id: 'signin-error' });
       errorText(msg, err); // the key may be fine: Redis or the network failing
       main.replaceChildren(msg, h('button', { type: 'button', onclick: route }, 'Try again'));
+      if (err instanceof ApiError && err.status === 503 && err.retryAfter > 0) {
+        // The server is busy (the summary's first read over many tenants
+        // outlasts a request): ask again when it says, unless the operator
+        // moves on first.
+        main.insertBefore(h('p', { class: 'muted', id: 'signin-retry' },
+          `Asking again in ${err.retryAfter} s…`), msg.nextSibling);
+        const timer = setTimeout(route, err.retryAfter * 1000);
+        stop = () => clearTimeout(timer);
+      }
       return;
     }
   }
