@@ -22,6 +22,7 @@ func (sl *sluice) counters(ctx context.Context) counters {
 	c := counters{at: time.Now(), v: map[string]float64{}}
 	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total",
 		"sluice_worker_send_lateness_seconds_sum", "sluice_worker_send_lateness_seconds_count",
+		"sluice_worker_send_delay_seconds_bucket", "sluice_worker_send_delay_seconds_count",
 		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count", handoffMetric}
 	for _, base := range []string{sl.api, sl.metrics} {
 		if base == "" {
@@ -87,6 +88,16 @@ func (c counters) since(b counters) string {
 	}
 	if ms, ok := mean("sluice_worker_send_lateness_seconds", ""); ok {
 		parts = append(parts, fmt.Sprintf("slot → send mean %.1f ms", ms))
+	}
+	// The worker's own lateness (send − the send time the dispatcher set,
+	// the schedule's carried lateness included): how many sends it made
+	// more than 1, 2 and 5 ms after it (the histogram's buckets).
+	if n := delta("sluice_worker_send_delay_seconds_count"); n > 0 {
+		var over []string
+		for _, le := range []string{"0.001", "0.002", "0.005"} {
+			over = append(over, fmt.Sprintf("%.0f", n-delta(`sluice_worker_send_delay_seconds_bucket{le="`+le+`"}`)))
+		}
+		parts = append(parts, "worker late by > 1 / 2 / 5 ms "+strings.Join(over, " / "))
 	}
 	if ms, ok := mean("sluice_worker_delivery_seconds", `{kind="success"}`); ok {
 		parts = append(parts, fmt.Sprintf("request mean %.2f ms", ms))
