@@ -89,18 +89,26 @@ func (c counters) since(b counters) string {
 	if ms, ok := mean("sluice_worker_send_lateness_seconds", ""); ok {
 		parts = append(parts, fmt.Sprintf("slot → send mean %.1f ms", ms))
 	}
-	// The worker's own lateness (send − the send time the dispatcher set,
-	// the schedule's carried lateness included): how many sends it made
-	// more than 1, 2 and 5 ms after it (the histogram's buckets).
-	if n := delta("sluice_worker_send_delay_seconds_count"); n > 0 {
-		var over []string
-		for _, le := range []string{"0.001", "0.002", "0.005"} {
-			over = append(over, fmt.Sprintf("%.0f", n-delta(`sluice_worker_send_delay_seconds_bucket{le="`+le+`"}`)))
-		}
-		parts = append(parts, "worker late by > 1 / 2 / 5 ms "+strings.Join(over, " / "))
-	}
 	if ms, ok := mean("sluice_worker_delivery_seconds", `{kind="success"}`); ok {
 		parts = append(parts, fmt.Sprintf("request mean %.2f ms", ms))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// lateSends describes the worker's own lateness between b and c (send −
+// the send time the dispatcher set, the schedule's carried lateness
+// included): how many sends it made more than 1, 2 and 5 ms after it (the
+// histogram's buckets). Only for runs whose jobs are released ahead of
+// their slots (precision): a job due at once is "late" by its queueing.
+func (c counters) lateSends(b counters) string {
+	delta := func(k string) float64 { return c.v[k] - b.v[k] }
+	n := delta("sluice_worker_send_delay_seconds_count")
+	if n <= 0 {
+		return ""
+	}
+	var over []string
+	for _, le := range []string{"0.001", "0.002", "0.005"} {
+		over = append(over, fmt.Sprintf("%.0f", n-delta(`sluice_worker_send_delay_seconds_bucket{le="`+le+`"}`)))
+	}
+	return fmt.Sprintf("worker late by > 1 / 2 / 5 ms: %s of %.0f sends", strings.Join(over, " / "), n)
 }
