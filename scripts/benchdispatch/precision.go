@@ -84,13 +84,14 @@ func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error
 	if err != nil {
 		return precisionRun{}, err
 	}
+	cpu := meter.stop()
 	c1 := sl.counters(ctx)
 	ctr := c1.since(c0)
 	if late := c1.lateSends(c0); late != "" {
 		ctr += "; " + late
 	}
 	res := precisionRun{p: pace(rec.snapshot(), float64(r)), want: n, elapsed: time.Since(start),
-		bounded: !done, calls: rs1.sub(rs0).calls, cpu: meter.stop(), ctr: ctr,
+		bounded: !done, calls: rs1.sub(rs0).calls, cpu: cpu, ctr: ctr,
 		pacer: pace(pacerRec.snapshot(), float64(r)), pacerErr: pacerErr}
 	if !done {
 		missing := missingIDs(rec, ids)
