@@ -132,6 +132,7 @@ func decodeClaim(d decoder, id string) Claim {
 			set := decodeSecretSet(sign, 0)
 			c.Job.Signing = &set
 		}
+		c.Job.SendAt = microsTime(d.int(12))
 	case "early":
 		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
 	case "stale":

@@ -41,6 +41,9 @@ func TestClaimOK(t *testing.T) {
 	if j.Created.IsZero() || !c.Job.Created.Equal(j.Created) {
 		t.Fatalf("claimed job created %s, want the record's %s", c.Job.Created, j.Created)
 	}
+	if !c.Job.SendAt.Equal(e.clock.Now()) {
+		t.Fatalf("a claim after the slot sends at %s, want now %s", c.Job.SendAt, e.clock.Now())
+	}
 	lease := e.rdb.ZScore(e.ctx, e.store.keys.leases(e.store.keys.shardOf("acme")), rel.ID).Val()
 	if want := e.clock.Now().Add(5*time.Second + time.Second).UnixMicro(); int64(lease) != want {
 		t.Fatalf("lease %d, want claim + timeout + grace = %d", int64(lease), want)
@@ -203,6 +206,35 @@ func TestClaimLate(t *testing.T) {
 	e.clock.Advance(c.Wait)
 	if c := e.claim(two[0].ID, two[0].Gen); c.Outcome != ClaimOK {
 		t.Fatalf("claim after the wait: %+v", c)
+	}
+	e.requireConsistent()
+}
+
+// A claim up to ε early is answered at once with the instant to send at —
+// the target: the slot, or later by the lateness the send schedule
+// carries — not the claim's now, and the schedule records that instant:
+// behind a late job every later one is told to send exactly its planned
+// distance after it, whenever within ε its claim arrived.
+func TestClaimEarlyWithinToleranceSendsAtTheTarget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // 10/s, burst 1: T = 100ms; ε = 2ms
+	rel := e.released("acme", 3)
+	e.clock.Set(rel[0].Slot.Add(5 * ms)) // the first goes out 5ms late
+	if c := e.claim(rel[0].ID, rel[0].Gen); c.Outcome != ClaimOK || !c.Job.SendAt.Equal(rel[0].Slot.Add(5*ms)) {
+		t.Fatalf("late claim: %+v, want claimed, sent at now", c)
+	}
+	for i, r := range rel[1:] {
+		target := r.Slot.Add(5 * ms) // its planned distance from the first
+		e.clock.Set(target.Add(-1500 * time.Microsecond))
+		c := e.claim(r.ID, r.Gen)
+		if c.Outcome != ClaimOK || !c.Job.Slot.Equal(r.Slot) || !c.Job.SendAt.Equal(target) {
+			t.Fatalf("job %d claimed 1.5ms before its target: %+v, want claimed with send at the target (+%s)",
+				i+1, c, target.Sub(r.Slot))
+		}
+		lease := e.rdb.ZScore(e.ctx, e.store.keys.leases(e.store.keys.shardOf("acme")), r.ID).Val()
+		if want := target.Add(c.Job.Timeout + time.Second).UnixMicro(); int64(lease) != want {
+			t.Fatalf("job %d: lease %d, want send + timeout + grace = %d", i+1, int64(lease), want)
+		}
 	}
 	e.requireConsistent()
 }

@@ -124,7 +124,13 @@ type ClaimedJob struct {
 	Attempt int64         // this attempt's number, 1-based (attempts used so far, this one included)
 	Timeout time.Duration // the policy's per-attempt timeout
 	Slot    time.Time     // the slot the job was claimed at
-	Created time.Time     // when the job was enqueued (Job.Created), the same on every attempt
+	// SendAt is the instant to send at (Redis time): the slot, later by
+	// the lateness the tenant's send schedule carries, or the claim's now
+	// when that came after both. A claim up to ε early is answered at once:
+	// the worker waits for SendAt, so the claim's round trip never moves
+	// the send.
+	SendAt  time.Time
+	Created time.Time // when the job was enqueued (Job.Created), the same on every attempt
 	// Cost is the cost the job reserved at its release (its enqueue cost):
 	// a cost correction charges or refunds ActualCost − Cost.
 	Cost int64

@@ -36,7 +36,8 @@ var _ asynq.Handler = (*Worker)(nil)
 //     yet: a later job of the tenant went out first) → wait the reply's Δ
 //     and claim again (up to maxEarlyClaims times); stale, canceled or
 //     returned → done;
-//  4. wait (on the scheduler) for the claimed slot itself, execute with
+//  4. wait (on the scheduler) for the claim's send instant (the slot, or
+//     later by the lateness the tenant's send schedule carries), execute with
 //     the job's timeout (a panic is a retryable failure with reason
 //     "panic"), then finish with the outcome.
 //
@@ -115,7 +116,7 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 		w.giveBack(ctx, job)
 		return
 	}
-	_ = w.sched.Wait(ctx, w.clock.Local(job.Slot)) // on ctx's end the attempt fails at once
+	_ = w.sched.Wait(ctx, w.clock.Local(job.SendAt)) // on ctx's end the attempt fails at once
 	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
 	w.attempt(ctx, job, exec, held)
 }

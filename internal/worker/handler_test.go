@@ -383,3 +383,51 @@ func TestReclaimAfterAnEarlyReplyAimsInsideTheWindow(t *testing.T) {
 		t.Fatalf("re-claim %s after the early reply, want within [%s, %s] (W − ε/2 − RTT)", gap, lo, hi)
 	}
 }
+
+// sendLaterStore claims through the real store and moves the reply's send
+// instant by later past the claim: a claim answered up to ε before the
+// send instant of a schedule running late.
+type sendLaterStore struct {
+	worker.Store
+	later   time.Duration
+	mu      sync.Mutex
+	replied time.Time // when the claim's reply came back
+}
+
+func (s *sendLaterStore) Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (store.Claim, error) {
+	c, err := s.Store.Claim(ctx, id, gen, tolerance)
+	if err == nil && c.Outcome == store.ClaimOK {
+		s.mu.Lock()
+		s.replied = time.Now()
+		c.Job.SendAt = c.Job.SendAt.Add(s.later)
+		s.mu.Unlock()
+	}
+	return c, err
+}
+
+// TestClaimedJobIsSentAtTheClaimsSendInstant: the worker sends at the send
+// instant the claim answered, not on the claim's reply, even when the job's
+// slot is past — behind a late job the schedule puts each later one at its
+// planned distance, and a claim's round trip must not move that.
+func TestClaimedJobIsSentAtTheClaimsSendInstant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	st := &sendLaterStore{Store: h.st, later: 300 * time.Millisecond}
+	var sentAt time.Time
+	exec := &sentExecutor{then: func(int, store.ClaimedJob) { sentAt = time.Now() }}
+	w := h.newWorker(exec, func(c *worker.Config) { c.Store = st })
+	r, task := h.release("t1")
+	h.process(w, task)
+	if got := exec.sent(); len(got) != 1 || got[0] != r.ID {
+		t.Fatalf("sent %v, want %s once", got, r.ID)
+	}
+	st.mu.Lock()
+	wait := sentAt.Sub(st.replied)
+	st.mu.Unlock()
+	if wait < 300*time.Millisecond-5*time.Millisecond { // the clock estimate's slack
+		t.Fatalf("sent %s after the claim's reply, want at its send instant 300ms after the slot", wait)
+	}
+	if j := h.jobOf(r.ID); j.State != store.StateSucceeded {
+		t.Fatalf("job after the attempt: %s", j.State)
+	}
+}

@@ -10,7 +10,8 @@
 --           signing: a webhook job's {now µs, unsigned (0|1), id, created µs, expires µs
 --           (0 = never), sealed, …} — its tenant's policy flag and live secrets by
 --           API, as secrets_read.lua gives them —, else {} (also when a stored
---           secret is corrupt: the worker then reads them itself)}
+--           secret is corrupt: the worker then reads them itself),
+--           send µs: the instant to send at, max(now, target) (below)}
 --          {'early', wait µs}           not yet: claim again after wait
 --          {'stale', state}             gen not current or not released ('' = no record)
 --          {'canceled'}
@@ -26,8 +27,8 @@
 -- canceled, the tenant is neither disabled nor paused (admin or upstream)
 -- and has running < concurrency (the job itself is counted as released),
 -- and now ≥ target − ε (below). Then attempt + 1, claimed = now, first =
--- now on the first attempt, the lease deadline becomes now + timeout +
--- grace (grace: the pass's, field grace), and the job counts toward
+-- now on the first attempt, the lease deadline becomes send + timeout +
+-- grace (send: below; grace: the pass's, field grace), and the job counts toward
 -- concurrency as running.
 --
 -- The send schedule (tenant fields slast, sslot, stat) keeps late claims
@@ -41,10 +42,12 @@
 -- target = max(slot, stat − (b − c)·T) (T the effective interval T_eff);
 -- when that is not now, the target is reserved for it (record field resv;
 -- stat and slast move past it, so the jobs planned later wait behind it
--- instead of starving it). A claim is allowed from target − ε; then stat ←
--- max(stat, now) + c·T and slast, sslot ← now, slot — for an out-of-order
--- job only slast ← max(slast, now), and nothing for one that had reserved
--- its turn. Late jobs thus never go out in a clump, none forfeits its
+-- instead of starving it). A claim is allowed from target − ε; the job is
+-- sent at send = max(now, target), which the reply tells the worker (it
+-- waits for that instant: a claim's round trip, early by up to ε, never
+-- moves a send); then stat ← max(stat, send) + c·T and slast, sslot ←
+-- send, slot — for an out-of-order job only slast ← max(slast, send), and
+-- nothing for one that had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
 -- slot, and the order holds. The pass moves sslot where the plan has a gap
 -- (pass.lua), so a lateness does not outlive the backlog it happened in;
 -- it also tells the worker send_target, so one claim per job is the norm.
@@ -125,14 +128,18 @@ local function claim_one(id, gen)
   end
   if NOW < target - eps then return {'early', target - NOW} end
 
+  -- The send instant: the target, or now when the claim came after it. A
+  -- claim up to ε early is answered at once and the worker waits for it,
+  -- so the claim's round trip never shows in the send.
+  local send = mmax(NOW, target)
   touch(tn, 'claimed')
   unrelease(j, t)
   if in_plan then
-    t.stat = mmax(t.stat, NOW) + j.cost * iv
-    t.slast, t.sslot = NOW, j.slot
+    t.stat = mmax(t.stat, send) + j.cost * iv
+    t.slast, t.sslot = send, j.slot
   elseif j.resv == 0 then
-    t.stat = mmax(t.stat, NOW) + j.cost * iv
-    t.slast = mmax(t.slast, NOW)
+    t.stat = mmax(t.stat, send) + j.cost * iv
+    t.slast = mmax(t.slast, send)
   end
   t.running = t.running + 1
   t.live = t.live - 1
@@ -141,7 +148,7 @@ local function claim_one(id, gen)
   if j.first == 0 then j.first = NOW end
   rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
-  lease_add(id, NOW + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
+  lease_add(id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
   -- A webhook job takes its tenant's signing state along (read once per
   -- call and tenant): the worker signs with it and reads nothing more.
   local sign = {}
@@ -149,7 +156,8 @@ local function claim_one(id, gen)
     if c.sign == nil then c.sign = signing_set(tn, p, {}) or false end -- lib.lua
     sign = c.sign or {}
   end
-  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign}
+  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign,
+    send}
 end
 
 local reply = {'ok'}
