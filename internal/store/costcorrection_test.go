@@ -21,7 +21,7 @@ func costedItems(n int, c int64) []Item {
 	return items
 }
 
-// sent is one attempt as the receiver sees it: its send instant (its claim)
+// sent is one attempt as the receiver sees it: its send instant (its claim's SendAt)
 // and its actual cost.
 type sent struct {
 	slot time.Time

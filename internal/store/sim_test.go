@@ -127,7 +127,7 @@ func (s *sim) claimOrWait(rel wire.Release) {
 	if s.sentAt == nil {
 		s.sentAt = map[string]time.Time{}
 	}
-	s.sentAt[rel.ID] = s.e.clock.Now()
+	s.sentAt[rel.ID] = c.Job.SendAt // the worker waits for it: up to ε after the claim
 	s.claims++
 	var d time.Duration
 	if s.hold != nil {

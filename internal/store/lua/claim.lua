@@ -11,7 +11,7 @@
 --           (0 = never), sealed, …} — its tenant's policy flag and live secrets by
 --           API, as secrets_read.lua gives them —, else {} (also when a stored
 --           secret is corrupt: the worker then reads them itself),
---           send µs: the instant to send at, max(now, target) (below)}
+--           send µs: the instant to send at, ≥ now (below)}
 --          {'early', wait µs}           not yet: claim again after wait
 --          {'stale', state}             gen not current or not released ('' = no record)
 --          {'canceled'}
@@ -43,11 +43,13 @@
 -- when that is not now, the target is reserved for it (record field resv;
 -- stat and slast move past it, so the jobs planned later wait behind it
 -- instead of starving it). A claim is allowed from target − ε; the job is
--- sent at send = max(now, target), which the reply tells the worker (it
--- waits for that instant: a claim's round trip, early by up to ε, never
--- moves a send); then stat ← max(stat, send) + c·T and slast, sslot ←
--- send, slot — for an out-of-order job only slast ← max(slast, send), and
--- nothing for one that had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
+-- sent at send = max(now, target) — for an in-plan job whose target is past
+-- its slot max(now, slot, target − ε/4): a late schedule catches up ε/4 a
+-- job — which the reply tells the worker (it waits for that instant: a
+-- claim's round trip, early by up to ε, never moves a send); then stat ←
+-- max(stat, send) + c·T and slast, sslot ← send, slot — for an
+-- out-of-order job only slast ← max(slast, send), and nothing for one that
+-- had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
 -- slot, and the order holds. The pass moves sslot where the plan has a gap
 -- (pass.lua), so a lateness does not outlive the backlog it happened in;
 -- it also tells the worker send_target, so one claim per job is the norm.
@@ -130,8 +132,14 @@ local function claim_one(id, gen)
 
   -- The send instant: the target, or now when the claim came after it. A
   -- claim up to ε early is answered at once and the worker waits for it,
-  -- so the claim's round trip never shows in the send.
-  local send = mmax(NOW, target)
+  -- so the claim's round trip never shows in the send. A schedule running
+  -- late catches up ε/4 a job (an in-plan target past the slot is sent ε/4
+  -- early, never before the slot): a lateness does not last the whole
+  -- backlog, the long-run rate stays the tenant's, and the claim, aimed at
+  -- ε/2 before the target, still has ε/4 of the wait to absorb its trip.
+  local send = target
+  if in_plan and target > j.slot then send = mmax(j.slot, target - mfloor(eps / 4)) end
+  send = mmax(NOW, send)
   touch(tn, 'claimed')
   unrelease(j, t)
   if in_plan then
