@@ -218,8 +218,8 @@ func TestClaimLate(t *testing.T) {
 // arrived, and the lateness shrinks by ε/4 a job until it is gone.
 func TestClaimEarlyWithinToleranceSendsAtTheTarget(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t) // 10/s, burst 1: T = 100ms; ε = 2ms
-	rel := e.released("acme", 10) // D = 1s
+	e := newEnv(t)                       // 10/s, burst 1: T = 100ms; ε = 2ms
+	rel := e.released("acme", 10)        // D = 1s
 	e.clock.Set(rel[0].Slot.Add(4 * ms)) // the first goes out 4ms late
 	if c := e.claim(rel[0].ID, rel[0].Gen); c.Outcome != ClaimOK || !c.Job.SendAt.Equal(rel[0].Slot.Add(4*ms)) {
 		t.Fatalf("late claim: %+v, want claimed, sent at now", c)
