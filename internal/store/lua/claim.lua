@@ -28,8 +28,8 @@
 -- and has running < concurrency (the job itself is counted as released),
 -- and now ≥ target − ε (below). Then attempt + 1, claimed = now, first =
 -- now on the first attempt, the lease deadline becomes send + timeout +
--- grace (send: below; grace: the pass's, field grace), and the job counts toward
--- concurrency as running.
+-- grace (send: below; grace: the pass's, field grace), and the job counts
+-- toward concurrency as running.
 --
 -- The send schedule (tenant fields slast, sslot, stat) keeps late claims
 -- from clumping. slast is when the last job went out and sslot its planned
@@ -49,8 +49,8 @@
 -- claim's round trip, early by up to ε, never moves a send); then stat ←
 -- max(stat, send) + c·T and slast, sslot ← send, slot — for an
 -- out-of-order job only slast ← max(slast, send), and nothing for one that
--- had reserved its turn. Late jobs thus never go out in a clump, none forfeits its
--- slot, and the order holds. The pass moves sslot where the plan has a gap
+-- had reserved its turn. Late jobs thus never go out in a clump, none
+-- forfeits its slot, and the order holds. The pass moves sslot where the plan has a gap
 -- (pass.lua), so a lateness does not outlive the backlog it happened in;
 -- it also tells the worker send_target, so one claim per job is the norm.
 -- A tenant given a job back ends with reschedule(tenant) and its expiry. A
