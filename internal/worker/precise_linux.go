@@ -5,10 +5,12 @@ import (
 	"time"
 )
 
-// preciseSleep blocks the calling thread for d with the kernel's
+// PreciseSleep blocks the calling thread for d with the kernel's
 // high-resolution timer (the runtime hands its processor to other
-// goroutines if it needs it).
-func preciseSleep(d time.Duration) {
+// goroutines if it needs it). The scheduler's approach uses it, and so
+// does scripts/benchdispatch's bare pacer, the control of its precision
+// part.
+func PreciseSleep(d time.Duration) {
 	ts := syscall.NsecToTimespec(d.Nanoseconds())
 	_ = syscall.Nanosleep(&ts, nil) // EINTR: the loop re-checks
 }

@@ -7,6 +7,6 @@ import (
 	"time"
 )
 
-// preciseSleep yields: no portable sleep finer than the runtime's timers,
+// PreciseSleep yields: no portable sleep finer than the runtime's timers,
 // so the approach spins.
-func preciseSleep(time.Duration) { runtime.Gosched() }
+func PreciseSleep(time.Duration) { runtime.Gosched() }

@@ -138,7 +138,7 @@ const (
 // approach waits part of d, the time left to the earliest instant.
 func approach(d time.Duration) {
 	if d > preciseSlack {
-		preciseSleep(min(d-preciseSlack, preciseChunk))
+		PreciseSleep(min(d-preciseSlack, preciseChunk))
 		return
 	}
 	runtime.Gosched()

@@ -60,11 +60,14 @@ func (sl *sluice) awaitTenantSeries(ctx context.Context, bound time.Duration) er
 	}
 }
 
+// delta is series k's growth from b to c.
+func (c counters) delta(b counters, k string) float64 { return c.v[k] - b.v[k] }
+
 // since describes what happened between b and c: dispatcher passes per
 // second, and the worker's claim outcomes.
 func (c counters) since(b counters) string {
 	d := c.at.Sub(b.at).Seconds()
-	delta := func(k string) float64 { return c.v[k] - b.v[k] }
+	delta := func(k string) float64 { return c.delta(b, k) }
 	var parts []string
 	if d > 0 {
 		parts = append(parts, fmt.Sprintf("%.0f passes/s", delta("sluice_dispatch_passes_total")/d))
@@ -101,14 +104,13 @@ func (c counters) since(b counters) string {
 // histogram's buckets). Only for runs whose jobs are released ahead of
 // their slots (precision): a job due at once is "late" by its queueing.
 func (c counters) lateSends(b counters) string {
-	delta := func(k string) float64 { return c.v[k] - b.v[k] }
-	n := delta("sluice_worker_send_delay_seconds_count")
+	n := c.delta(b, "sluice_worker_send_delay_seconds_count")
 	if n <= 0 {
 		return ""
 	}
 	var over []string
 	for _, le := range []string{"0.001", "0.002", "0.005"} {
-		over = append(over, fmt.Sprintf("%.0f", n-delta(`sluice_worker_send_delay_seconds_bucket{le="`+le+`"}`)))
+		over = append(over, fmt.Sprintf("%.0f", n-c.delta(b, `sluice_worker_send_delay_seconds_bucket{le="`+le+`"}`)))
 	}
 	return fmt.Sprintf("worker late by > 1 / 2 / 5 ms: %s of %.0f sends", strings.Join(over, " / "), n)
 }

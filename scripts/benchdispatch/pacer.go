@@ -7,10 +7,13 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
-// pacerSlack is how long before each instant the pacer stops sleeping and
-// yields in a loop instead (the worker's scheduler does the same).
+// pacerSlack is how long before each instant the pacer stops sleeping
+// (worker.PreciseSleep, the worker's scheduler's sleep) and yields in a
+// loop instead, as that scheduler does.
 const pacerSlack = 100 * time.Microsecond
 
 // runPacer is the precision part's control: one goroutine on its own OS
@@ -33,7 +36,7 @@ func runPacer(ctx context.Context, url string, T time.Duration, n int, start tim
 				break
 			}
 			if d > pacerSlack {
-				sleepThread(d - pacerSlack)
+				worker.PreciseSleep(d - pacerSlack)
 			} else {
 				runtime.Gosched()
 			}

@@ -72,14 +72,10 @@ func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error
 	const pacerRun = "precision-pacer"
 	pacerRec := e.rcv.start(pacerRun)
 	pacerDone := make(chan error, 1)
-	pctx, stopPacer := context.WithCancel(ctx)
-	go func() {
-		pacerDone <- runPacer(pctx, e.rcv.url(pacerRun), time.Second/time.Duration(r), n, time.Now())
-	}()
+	go func() { pacerDone <- runPacer(ctx, e.rcv.url(pacerRun), time.Second/time.Duration(r), n, time.Now()) }()
 	limit := time.Duration(float64(n)/float64(r)*float64(time.Second)) + 30*time.Second
 	done := rec.waitDistinct(ctx, n, start.Add(limit))
 	pacerErr := <-pacerDone // it ends n·T after the enqueue, as Sluice should
-	stopPacer()
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
 		return precisionRun{}, err
