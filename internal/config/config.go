@@ -294,7 +294,7 @@ type EgressConfig struct {
 // Defaults of WorkerConfig.
 const (
 	WorkerConcurrencyDefault = 100
-	FetchersDefault          = 1
+	FetchersDefault          = 4
 	IdlePollDefault          = worker.SafetyNetDefault
 	TaskCheckIntervalDefault = worker.TaskCheckIntervalDefault
 	ShutdownTimeoutDefault   = 20 * time.Second
@@ -312,10 +312,13 @@ type WorkerConfig struct {
 	// ShutdownTimeoutDefault.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// Fetchers is how many asynq servers the process runs, sharing
-	// Concurrency between them; default FetchersDefault (1). One asynq
-	// server fetches one task per Redis round trip; a task is a batch of
-	// jobs, so one server keeps up (an earlier version's per-job tasks
-	// needed about 4). Each fetcher adds an idle poll loop.
+	// Concurrency between them; default min(FetchersDefault, Concurrency).
+	// One asynq server fetches one task (a batch of jobs) per Redis round
+	// trip, and under load a round trip waits behind the dispatch scripts
+	// (milliseconds): four fetch side by side. Idle, they cost no more
+	// than one (the dequeue gate polls each queue once per idle poll
+	// whatever the servers, and only the first runs asynq's forwarder and
+	// janitor).
 	Fetchers int `yaml:"fetchers"`
 	// IdlePoll is the longest a hand-off queue believed empty goes without
 	// a real poll (worker.GateConfig.SafetyNet): between announcements of

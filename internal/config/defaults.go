@@ -39,11 +39,12 @@ func (c *Config) WithDefaults() *Config {
 	if len(c.TaskQueues) == 0 {
 		out.TaskQueues = []string{TaskQueueDefault}
 	}
+	concurrency := cmp.Or(c.Worker.Concurrency, WorkerConcurrencyDefault)
 	out.Worker = WorkerConfig{
-		Concurrency:       cmp.Or(c.Worker.Concurrency, WorkerConcurrencyDefault),
+		Concurrency:       concurrency,
 		TaskCheckInterval: cmp.Or(c.Worker.TaskCheckInterval, TaskCheckIntervalDefault),
 		ShutdownTimeout:   cmp.Or(c.Worker.ShutdownTimeout, ShutdownTimeoutDefault),
-		Fetchers:          cmp.Or(c.Worker.Fetchers, FetchersDefault),
+		Fetchers:          cmp.Or(c.Worker.Fetchers, min(FetchersDefault, max(concurrency, 1))),
 		IdlePoll:          cmp.Or(c.Worker.IdlePoll, IdlePollDefault),
 	}
 	out.Secrets = c.Secrets.withDefaults()

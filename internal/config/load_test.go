@@ -92,7 +92,7 @@ func defaultConfig() *Config {
 		},
 		LimitsBytes: LimitsBytesConfig{MaxJobBytes: policy.MiB, MaxBatchBytes: 16 * policy.MiB},
 		TaskQueues:  []string{"default"},
-		Worker: WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 1,
+		Worker: WorkerConfig{Concurrency: 100, TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 20 * time.Second, Fetchers: 4,
 			IdlePoll: 500 * time.Millisecond},
 		Log:     LogConfig{Format: "text", Level: "info", Asynq: "warn"},
 		Secrets: SecretsConfig{KeyID: SecretsKeyIDDefault},
@@ -374,6 +374,25 @@ func TestWithDefaultsKeepsValuesAndInput(t *testing.T) {
 	out.TaskQueues[0], out.Redis.Addrs[0] = "changed", "changed"
 	if in.TaskQueues[0] != "q" || in.Redis.Addrs[0] != "a:1" {
 		t.Error("WithDefaults' result shares slices with its receiver")
+	}
+}
+
+// TestFetchersDefaultFollowsConcurrency: without worker.fetchers a worker
+// runs four asynq servers, or one per job slot when its concurrency is
+// smaller (validation wants 1 ≤ fetchers ≤ concurrency); a set value stays.
+func TestFetchersDefaultFollowsConcurrency(t *testing.T) {
+	for _, tc := range []struct{ concurrency, fetchers, want int }{
+		{0, 0, 4}, {100, 0, 4}, {4, 0, 4}, {2, 0, 2}, {1, 0, 1}, {100, 1, 1}, {100, 7, 7},
+	} {
+		c := &Config{Worker: WorkerConfig{Concurrency: tc.concurrency, Fetchers: tc.fetchers}}
+		if got := c.WithDefaults().Worker.Fetchers; got != tc.want {
+			t.Errorf("concurrency %d, fetchers %d: default fetchers %d, want %d", tc.concurrency, tc.fetchers, got, tc.want)
+		}
+		var p problems
+		c.WithDefaults().Worker.validate(&p)
+		if err := errors.Join(p.errs...); err != nil {
+			t.Errorf("concurrency %d, fetchers %d: the defaults do not validate: %v", tc.concurrency, tc.fetchers, err)
+		}
 	}
 }
 

@@ -236,14 +236,19 @@ func (g *DequeueGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// about one due-at-once job in 20 sent from idle, with the 500 ms
 		// safety net and a 20 ms interval). Bounded by maxHeld, by ctx, and
 		// by the announcements being heard (Stop, or a lost subscription,
-		// ends it at once). A dequeue never held answers as Redis did.
+		// ends it at once). So does one that finds every queue known empty
+		// after its hold because another server's dequeue has just sent
+		// the safety-net poll it was held for — until it has been with the
+		// gate for Hold, as a dequeue held without a poll would be. A
+		// dequeue never held answers as Redis did.
 		start, wasHeld := time.Now(), false
 		for {
 			var real, held bool
 			var err error
 			q, real, held, err = g.gated(ctx, cmd, q, next)
 			wasHeld = wasHeld || held
-			if !real || !wasHeld || !errors.Is(err, redis.Nil) || !g.holding(ctx, start) {
+			if !wasHeld || !errors.Is(err, redis.Nil) || !g.holding(ctx, start) ||
+				(!real && time.Since(start) >= g.cfg.Hold) {
 				return err
 			}
 			cmd.SetErr(nil)
@@ -292,6 +297,11 @@ func (g *DequeueGate) gated(ctx context.Context, cmd redis.Cmder, q *gateQueue, 
 		}
 	}
 	version := q.version
+	if !known && q.empty {
+		// The safety net's poll of a queue believed empty: the dequeues
+		// of the other servers wait for its answer rather than repeat it.
+		q.polled = at
+	}
 	g.mu.Unlock()
 	if known {
 		g.local.Add(1)

@@ -459,6 +459,54 @@ func heldAcrossSafetyNets(t *testing.T, withLegacy bool) {
 	}
 }
 
+// TestGateSafetyNetPollsOnceForAllServers: four servers dequeuing through
+// one worker's gate — each dequeue held, and asked again as soon as it is
+// answered, as asynq's processors do — send each queue's safety-net poll
+// to Redis once between them, not once each: an idle worker costs the
+// same with one fetcher or four.
+func TestGateSafetyNetPollsOnceForAllServers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const safetyNet, servers = 100 * time.Millisecond, 4
+	gate, client := h.startGate(worker.GateConfig{SafetyNet: safetyNet})
+	dequeue := redis.NewScript(`local v = redis.call("RPOP", KEYS[1]) if v then return KEYS[1] .. "=" .. v end return nil`)
+	queues := wire.HandoffQueueNames(h.prefix)
+	for _, q := range queues {
+		if _, err := dequeue.Run(h.ctx, client, dequeueKeys(q), 0, "x").Text(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("first dequeue of %s: %v, want redis.Nil", q, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{}, servers)
+	_, realBefore := gate.Counts()
+	start := time.Now()
+	for i := range servers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for ctx.Err() == nil {
+				if _, err := dequeue.Run(ctx, client, dequeueKeys(queues[i]), 0, "x").Text(); !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+					t.Errorf("dequeue of an empty queue: %v, want redis.Nil", err)
+					return
+				}
+			}
+		}()
+	}
+	redistest.Hold(t, 6*safetyNet, "the servers dequeue while idle", func() bool { return len(done) == 0 })
+	elapsed := time.Since(start)
+	_, real := gate.Counts()
+	cancel()
+	for range servers {
+		<-done
+	}
+	// Each queue is due once per safety net: at most one poll each per
+	// safety net begun in the window, plus one in flight at its edge.
+	nets := int64(elapsed/safetyNet) + 2
+	if polls, most := real-realBefore, nets*int64(len(queues)); polls > most || polls < int64(len(queues)) {
+		t.Fatalf("%d safety-net polls reached Redis from %d servers in %s, want %d … %d (every queue once per safety net)",
+			polls, servers, elapsed.Round(time.Millisecond), len(queues), most)
+	}
+}
+
 // startGate starts a dequeue gate on the hand-off queues of h's prefix
 // (cfg's Redis, Prefix and Queues set here), hooked into a client of its
 // own, both ended with the test.

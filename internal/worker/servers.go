@@ -39,9 +39,14 @@ type ServersConfig struct {
 // tasks for up to the shutdown timeout (asynq puts unfinished tasks back;
 // Sluice's sweep recovers their jobs). An asynq server dequeues one task —
 // a batch of jobs, or a single job of an earlier dispatcher — per Redis
-// round trip; one server is enough once a fetch brings a batch. rdb should
-// be a client of its own with a DequeueGate (NewAsynqClient), so that idle
-// polls stay off Redis. ready, when not nil, is called once every server
+// round trip, and under load each round trip waits behind the dispatch
+// scripts (several milliseconds at a few thousand jobs a second), so a
+// worker fetches through several servers side by side (config: four). rdb
+// should be a client of its own with a DequeueGate (NewAsynqClient), so
+// that idle polls stay off Redis: the gate polls a queue believed empty
+// once per safety net whatever the servers, and only the first server runs
+// asynq's forwarder and janitor (housekeepingRest), so an idle worker
+// costs Redis the same with one server or four. ready, when not nil, is called once every server
 // fetches. Start w first and stop it after Serve returns.
 func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg ServersConfig, ready func()) error {
 	shutdown, raised := ShutdownTimeout(cfg.ShutdownTimeout, cfg.Lead, cfg.MaxTimeout)
@@ -57,9 +62,15 @@ func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg Server
 		}
 		wg.Wait()
 	}
-	for _, n := range Split(cfg.Concurrency, cfg.Fetchers) {
-		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: n, TaskCheckInterval: cfg.TaskCheckInterval,
-			ShutdownTimeout: shutdown, Queues: w.Queues(), Logger: asynqLogger{cfg.Logger}, LogLevel: asynqLevel(cfg.AsynqLogLevel)})
+	for i, n := range Split(cfg.Concurrency, cfg.Fetchers) {
+		acfg := asynq.Config{Concurrency: n, TaskCheckInterval: cfg.TaskCheckInterval,
+			ShutdownTimeout: shutdown, Queues: w.Queues(), Logger: asynqLogger{cfg.Logger}, LogLevel: asynqLevel(cfg.AsynqLogLevel)}
+		if i > 0 {
+			// The servers serve the same queues: the first one's forwarder
+			// and janitor keep them, the others' would only repeat its polls.
+			acfg.DelayedTaskCheckInterval, acfg.JanitorInterval = housekeepingRest, housekeepingRest
+		}
+		srv := asynq.NewServerFromRedisClient(rdb, acfg)
 		if err := srv.Start(w); err != nil {
 			shutdownAll()
 			return fmt.Errorf("start asynq server: %w", err)
@@ -76,6 +87,10 @@ func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg Server
 	shutdownAll()
 	return nil
 }
+
+// housekeepingRest is the forwarder's and the janitor's interval in every
+// asynq server of a worker but the first.
+const housekeepingRest = 10 * time.Minute
 
 // Split divides total into n near-equal positive parts (n ≤ total): the
 // concurrency of each of the n asynq servers (worker.fetchers).
