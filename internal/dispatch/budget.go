@@ -32,6 +32,24 @@ import (
 // first, and a loop that finds nothing free waits for the next (want).
 // Safe for concurrent use.
 //
+// Headroom: a job that a worker finishes frees its place in the budget only
+// after its finish, the next reading, a pass and the hand-off — tens of
+// milliseconds through a busy Redis, during which the worker's slot would
+// stand empty. So the budget lends the workers a queue: free capacity is
+// counted as Capacity + headroom − in flight − waiting, the headroom being
+// the jobs the workers end in headroomWait (a quarter of the grace by
+// default) at the rate they ended them lately (the shards' finished-jobs
+// counters over the last second and the current one: Store.FinishRate,
+// read at most every rateEvery, only while readings are taken), at most
+// Capacity. A job thus
+// waits for a worker slot at most about headroomWait, well inside its
+// grace (it never lapses for the headroom): slow attempts (a slow
+// upstream) end few jobs a second and get little headroom, fast ones keep
+// a queue in front of the workers, as bare asynq's would be. Nothing is
+// lent on a rate older than rateStale (after an idle spell), nor for
+// what no worker ended: a lease the sweep removed (a starved worker's
+// lapsed release) is no completion.
+//
 // Several Dispatchers (replicas owning different shards) each see the whole
 // free capacity, so together they can overshoot it by what they release
 // within one refresh; and after a long idle time the first pass uses the
@@ -41,6 +59,9 @@ type budget struct {
 	store   Store
 	queued  func(context.Context) (int, error) // batch tasks waiting in the hand-off queues; nil: none
 	refresh time.Duration
+	// headroomWait is the longest a job should wait in asynq for a worker
+	// slot (see Headroom above); nil or ≤ 0: no headroom.
+	headroomWait func() time.Duration
 
 	// The workers' total concurrency as last read, and when (run's own:
 	// only read touches them).
@@ -58,11 +79,24 @@ type budget struct {
 	reading  bool          // a reading is in progress
 	err      error         // the last read's error (nil after a success)
 	fresh    chan struct{} // closed after the next read, then replaced
+
+	// The workers' completion rate (readRate): jobs ended per second, when
+	// it was read, and whether a read is under way.
+	rate        float64
+	rateAt      time.Time
+	rateReading bool
 }
 
 func newBudget(store Store, queued func(context.Context) (int, error), refresh time.Duration) *budget {
 	return &budget{store: store, queued: queued, refresh: refresh, demand: make(chan struct{}, 1), empty: make(chan struct{}, 1), fresh: make(chan struct{})}
 }
+
+// The completion rate is read at most every rateEvery, and lends nothing
+// once older than rateStale (an idle Dispatcher reads nothing).
+const (
+	rateEvery = 250 * time.Millisecond
+	rateStale = 3 * time.Second
+)
 
 // run takes a reading whenever one is wanted (poke), then waits the
 // refresh interval before it takes the next — only fullRefresh when the
@@ -118,7 +152,12 @@ func (b *budget) read(ctx context.Context) {
 	b.mu.Lock()
 	b.reading, b.spentIn = true, 0
 	b.mu.Unlock()
-	free, err := b.readFree(ctx)
+	capacity, leases, waiting, err := b.readCounts(ctx)
+	var wait time.Duration
+	if b.headroomWait != nil {
+		wait = b.headroomWait()
+	}
+	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading = false
@@ -127,37 +166,64 @@ func (b *budget) read(ctx context.Context) {
 	}
 	b.err = err
 	if err == nil {
+		free := capacity + b.headroom(capacity, wait, now) - leases - waiting
 		b.ready, b.free = true, max(free-b.spentIn, 0)
+		if wait > 0 && !b.rateReading && now.Sub(b.rateAt) >= rateEvery {
+			b.rateReading = true
+			go b.readRate(ctx)
+		}
 	}
 	close(b.fresh)
 	b.fresh = make(chan struct{})
 }
 
-// readFree reads the free capacity: the workers' total concurrency (read
-// at most every capacityEvery while it is above 0: workers come and go far
-// more rarely than jobs) less the jobs in flight (one ZCARD per shard,
-// pipelined) and the batch tasks waiting in the hand-off queues (one LLEN
-// per queue, pipelined).
-func (b *budget) readFree(ctx context.Context) (int, error) {
+// readRate reads the workers' completion rate, deployment-wide (a failed
+// read is a rate of 0). Its own goroutine: the count takes a script call
+// per shard, which the readings do not wait for.
+func (b *budget) readRate(ctx context.Context) {
+	rate, err := b.store.FinishRate(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rateReading = false
+	if err != nil {
+		rate = 0
+	}
+	b.rate, b.rateAt = rate, time.Now()
+}
+
+// headroom is the jobs the workers end in wait at the rate last read (none
+// when that is older than rateStale at now), at most capacity. b.mu must
+// be held.
+func (b *budget) headroom(capacity int, wait time.Duration, now time.Time) int {
+	if wait <= 0 || capacity <= 0 || now.Sub(b.rateAt) > rateStale {
+		return 0
+	}
+	return min(int(b.rate*wait.Seconds()), capacity)
+}
+
+// readCounts reads what the free capacity is made of: the workers' total
+// concurrency (read at most every capacityEvery while it is above 0:
+// workers come and go far more rarely than jobs), the jobs in flight (their
+// leases: one ZCARD per shard, pipelined) and the batch tasks waiting in
+// the hand-off queues (one LLEN per queue, pipelined).
+func (b *budget) readCounts(ctx context.Context) (capacity, leases, waiting int, err error) {
 	if now := time.Now(); b.capacity == 0 || now.Sub(b.capacityAt) >= capacityEvery {
 		c, err := b.store.Capacity(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("read worker capacity: %w", err)
+			return 0, 0, 0, fmt.Errorf("read worker capacity: %w", err)
 		}
 		b.capacity, b.capacityAt = c, now
 	}
-	n, err := b.store.InFlight(ctx)
+	leases, err = b.store.InFlight(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read jobs in flight: %w", err)
+		return 0, 0, 0, fmt.Errorf("read jobs in flight: %w", err)
 	}
 	if b.queued != nil {
-		q, err := b.queued(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("read hand-off tasks waiting: %w", err)
+		if waiting, err = b.queued(ctx); err != nil {
+			return 0, 0, 0, fmt.Errorf("read hand-off tasks waiting: %w", err)
 		}
-		n += q
 	}
-	return max(b.capacity-n, 0), nil
+	return b.capacity, leases, waiting, nil
 }
 
 // capacityEvery is the longest the workers' total concurrency is reused

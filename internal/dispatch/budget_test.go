@@ -65,6 +65,12 @@ func (g *gatedStore) readings() int {
 	return g.reads
 }
 
+// freeOf is a reading's free capacity without headroom: capacity − leases
+// − tasks waiting, never below 0.
+func freeOf(capacity, leases, waiting int, err error) (int, error) {
+	return max(capacity-leases-waiting, 0), err
+}
+
 // runBudget starts a budget over g with the given refresh interval; its
 // reader stops when the test ends. ctx is the reader's (and the shares').
 func runBudget(t *testing.T, g Store, refresh time.Duration) (*budget, context.Context) {
@@ -165,6 +171,75 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 	redistest.Hold(t, 100*time.Millisecond, "no reading while nobody wants one", func() bool { return g.readings() == 3 })
 }
 
+// TestBudgetHeadroomIsTheJobsEndedInItsWait: the headroom is the rate the
+// workers ended jobs at lately (Store.FinishRate) × the wait,
+// at most the capacity; nothing before a rate was read, once it is older
+// than rateStale, with no wait or with no workers.
+func TestBudgetHeadroomIsTheJobsEndedInItsWait(t *testing.T) {
+	t.Parallel()
+	const wait = 250 * time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		finishRate float64
+		capacity   int
+		wait       time.Duration
+		after      time.Duration // from the rate's read to the reading
+		want       int
+	}{
+		{"fast workers: capped at the capacity", 2000, 100, wait, 0, 100},
+		{"slow attempts: 50/s × 0.25 s", 50, 100, wait, time.Second, 12},
+		{"no job ended (a starved worker)", 0, 100, wait, 0, 0},
+		{"a rate older than rateStale", 2000, 100, wait, rateStale + time.Millisecond, 0},
+		{"no wait configured", 2000, 100, 0, 0, 0},
+		{"no workers", 2000, 0, wait, 0, 0},
+	} {
+		b := newBudget(&gatedStore{fakeStore: fakeStore{finishRate: tc.finishRate}}, nil, time.Hour)
+		if got := b.headroom(tc.capacity, tc.wait, time.Now()); got != 0 {
+			t.Fatalf("%s: headroom %d before any rate was read, want 0", tc.name, got)
+		}
+		b.readRate(context.Background())
+		b.mu.Lock()
+		got := b.headroom(tc.capacity, tc.wait, b.rateAt.Add(tc.after))
+		b.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%s: headroom %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestBudgetLendsTheHeadroomToThePasses: with every worker slot taken
+// (leases = capacity) a budget has nothing to share until the workers'
+// completion rate is read — at the first reading, in the background —;
+// then the passes may release up to the headroom more, never beyond twice
+// the capacity.
+func TestBudgetLendsTheHeadroomToThePasses(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40, finishRate: 400}, inFlight: 40}
+	b := newBudget(g, nil, time.Millisecond)
+	b.headroomWait = func() time.Duration { return time.Second } // 400 ended/s × 1 s, capped at 40
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if n, err := b.share(ctx, 1); err != nil || n != 0 {
+		t.Fatalf("first share with every slot taken: %d, %v; want 0 (no rate read yet)", n, err)
+	}
+	b.spend(0, 0)
+	redistest.Poll(t, 5*time.Second, "a reading after the rate's read lends the headroom", func() bool {
+		<-b.want()
+		n, err := b.share(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.spend(n, 0)
+		return n > 0
+	})
+	if n, err := b.share(ctx, 1); err != nil || n != 40 {
+		t.Fatalf("share with the headroom lent: %d, %v; want 40 (capacity 40 + headroom 40 − 40 in flight)", n, err)
+	}
+}
+
 // TestBudgetRereadsAZeroCapacityAtOnce: a capacity of 0 (no worker had
 // sent its heartbeat at the reading) is read again at the next reading, so
 // the first worker is used as soon as the jobs ask (it used to be reused
@@ -263,7 +338,7 @@ func TestBudgetCountsTasksWaitingInHandoffQueues(t *testing.T) {
 	if n, err := d.handoffWaiting(ctx); err != nil || n != 5 {
 		t.Fatalf("handoffWaiting = %d, %v; want the 5 tasks of the hand-off queues", n, err)
 	}
-	if free, err := d.budget.readFree(ctx); err != nil || free != 5 {
+	if free, err := freeOf(d.budget.readCounts(ctx)); err != nil || free != 5 {
 		t.Fatalf("free capacity %d, %v; want 10 − 0 leases − 5 tasks waiting", free, err)
 	}
 	// A worker fetches queue 0's tasks (asynq moves them to its active list).
@@ -271,11 +346,11 @@ func TestBudgetCountsTasksWaitingInHandoffQueues(t *testing.T) {
 	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if free, err := d.budget.readFree(ctx); err != nil || free != 8 {
+	if free, err := freeOf(d.budget.readCounts(ctx)); err != nil || free != 8 {
 		t.Fatalf("free capacity after the fetch %d, %v; want 10 − 2", free, err)
 	}
 	put(wire.HandoffQueue(prefix, 1), 12)
-	if free, err := d.budget.readFree(ctx); err != nil || free != 0 {
+	if free, err := freeOf(d.budget.readCounts(ctx)); err != nil || free != 0 {
 		t.Fatalf("free capacity with 14 tasks waiting %d, %v; want 0, never below", free, err)
 	}
 }
@@ -287,8 +362,8 @@ func TestBudgetReadingFailsWhenTheHandoffQueuesCannotBeRead(t *testing.T) {
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40}}
 	down := errors.New("redis down")
 	b := newBudget(g, func(context.Context) (int, error) { return 0, down }, time.Hour)
-	if _, err := b.readFree(context.Background()); !errors.Is(err, down) {
-		t.Fatalf("readFree = %v, want the queue count's error", err)
+	if _, _, _, err := b.readCounts(context.Background()); !errors.Is(err, down) {
+		t.Fatalf("readCounts = %v, want the queue count's error", err)
 	}
 }
 

@@ -88,6 +88,7 @@ type Store interface {
 	Pass(ctx context.Context, shard int, cfg store.PassConfig) (store.PassResult, error)
 	Capacity(ctx context.Context) (int, error)
 	InFlight(ctx context.Context) (int, error)
+	FinishRate(ctx context.Context) (float64, error)
 	TaskQueueLive(ctx context.Context, queue string) (bool, error)
 }
 
@@ -259,6 +260,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
 	d.budget = newBudget(cfg.Store, d.handoffWaiting, cfg.CapacityRefresh)
+	d.budget.headroomWait = func() time.Duration { return d.passConfig().Grace / 4 }
 	d.inspector = asynq.NewInspectorFromRedisClient(cfg.Redis)
 	d.passCfg.Store(&d.cfg.Pass)
 	d.wakes = make([]chan int64, d.shards)

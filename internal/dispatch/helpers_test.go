@@ -30,6 +30,7 @@ type fakeStore struct {
 	clock              clock // the time passes are recorded at
 	shards             int
 	capacity, inFlight int
+	finishRate         float64 // jobs ended per second (FinishRate); set before use
 	result             func(shard, n int) store.PassResult
 
 	mu       sync.Mutex
@@ -66,6 +67,9 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg store.PassConfig) (st
 
 func (f *fakeStore) Capacity(context.Context) (int, error) { return f.capacity, nil }
 func (f *fakeStore) InFlight(context.Context) (int, error) { return f.inFlight, nil }
+
+// FinishRate answers the finishRate field.
+func (f *fakeStore) FinishRate(context.Context) (float64, error) { return f.finishRate, nil }
 
 // TaskQueueLive: every task queue is served, unless listed in unserved.
 func (f *fakeStore) TaskQueueLive(_ context.Context, queue string) (bool, error) {

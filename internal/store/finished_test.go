@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // Finished counts the jobs that ended by an attempt — succeeded or dead —
 // in the whole seconds before now's, over every shard: a retry, a stale
 // finish and the current second's jobs are not counted; each shard's
-// counter keeps the last 11 s and expires.
+// counter keeps the last 11 s and expires. FinishRate counts the last whole
+// second and the current one so far, over the time they span.
 func TestFinished(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -47,6 +49,17 @@ func TestFinished(t *testing.T) {
 		return n
 	}
 
+	// rate checks FinishRate against jobs ended over 1 s + the current
+	// second's elapsed part (the test clock moves a little with each call).
+	rate := func(jobs float64) {
+		t.Helper()
+		elapsed := float64(e.clock.Now().Sub(epoch)%time.Second) / float64(time.Second)
+		got, err := e.store.FinishRate(e.ctx)
+		if want := jobs / (1 + elapsed); err != nil || math.Abs(got-want) > want*0.005 {
+			t.Fatalf("at %s: FinishRate %v, %v; want %v", e.clock.Now().Sub(epoch), got, err, want)
+		}
+	}
+
 	e.clock.Set(epoch.Add(100 * time.Millisecond)) // second 0: 3 succeed
 	first := deliver(acme, wire.FinishSuccess)
 	deliver(acme, wire.FinishSuccess)
@@ -54,6 +67,7 @@ func TestFinished(t *testing.T) {
 	if n := finished(time.Second); n != 0 {
 		t.Fatalf("during second 0: %d finished, want 0 (the current second is not counted)", n)
 	}
+	rate(3) // second 0 so far: 3 jobs in its first 0.1 s (and none in the second before)
 
 	e.clock.Set(epoch.Add(1100 * time.Millisecond)) // second 1: 1 dead; a retry and a stale finish
 	deliver(globex, wire.FinishPermanent)
@@ -69,11 +83,13 @@ func TestFinished(t *testing.T) {
 	if n := finished(time.Second); n != 3 {
 		t.Fatalf("in second 1, the last second: %d finished, want 3", n)
 	}
+	rate(3 + 1) // second 0's 3 and second 1's dead letter, over 1.1 s
 
 	e.clock.Set(epoch.Add(2500 * time.Millisecond))
 	if n1, n2, n11 := finished(time.Second), finished(2*time.Second), finished(MaxFinishedWindow); n1 != 1 || n2 != 4 || n11 != 4 {
 		t.Fatalf("in second 2: last 1 s %d, 2 s %d, 11 s %d; want 1, 4, 4", n1, n2, n11)
 	}
+	rate(1) // second 1's dead letter, over 1.5 s
 
 	// 40 s on, the shard's first finish drops the seconds older than 11 s.
 	e.clock.Set(epoch.Add(40 * time.Second))

@@ -3,11 +3,11 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  w: seconds, 1 … 11 (the seconds finish.lua keeps: MaxFinishedWindow)
--- Reply:   {'ok', now, n} — n: the jobs that succeeded or died by an attempt
---          (finish.lua's counter <p>:{sN}:finished) in the w whole seconds
---          before now's second
+-- Reply:   {'ok', now, n, cur} — n: the jobs that succeeded or died by an
+--          attempt (finish.lua's counter <p>:{sN}:finished) in the w whole
+--          seconds before now's second; cur: those of now's second so far
 --
--- One HMGET of w fields. No writes.
+-- One HMGET of w + 1 fields. No writes.
 
 local w = tonumber(ARGV[3])
 if not w or w < 1 or w > 11 or w % 1 ~= 0 then
@@ -15,9 +15,10 @@ if not w or w < 1 or w > 11 or w % 1 ~= 0 then
 end
 local sec = mfloor(NOW / 1000000)
 local fields = {}
-for s = sec - w, sec - 1 do fields[#fields + 1] = istr(s) end
+for s = sec - w, sec do fields[#fields + 1] = istr(s) end
+local got = rcall('HMGET', K_FINISHED, unpack(fields))
 local n = 0
-for _, v in ipairs(rcall('HMGET', K_FINISHED, unpack(fields))) do
-  if v then n = n + tonum(v) end
+for i = 1, w do
+  if got[i] then n = n + tonum(got[i]) end
 end
-return {'ok', NOW, n}
+return {'ok', NOW, n, tonum(got[w + 1]) or 0}
