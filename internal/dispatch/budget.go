@@ -40,8 +40,9 @@ import (
 // the jobs the workers end in headroomWait (a quarter of the grace by
 // default) at the rate they ended them lately (the shards' finished-jobs
 // counters over the last second and the current one: Store.FinishRate,
-// read at most every rateEvery, only while readings are taken), at most
-// Capacity. A job thus
+// read at most every rateEvery, only while readings are taken and find
+// the workers at least half busy: below that the headroom is not needed),
+// at most Capacity. A job thus
 // waits for a worker slot at most about headroomWait, well inside its
 // grace (it never lapses for the headroom): slow attempts (a slow
 // upstream) end few jobs a second and get little headroom, fast ones keep
@@ -168,7 +169,7 @@ func (b *budget) read(ctx context.Context) {
 	if err == nil {
 		free := capacity + b.headroom(capacity, wait, now) - leases - waiting
 		b.ready, b.free = true, max(free-b.spentIn, 0)
-		if wait > 0 && !b.rateReading && now.Sub(b.rateAt) >= rateEvery {
+		if wait > 0 && !b.rateReading && now.Sub(b.rateAt) >= rateEvery && 2*(leases+waiting) >= capacity {
 			b.rateReading = true
 			go b.readRate(ctx)
 		}

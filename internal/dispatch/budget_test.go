@@ -240,6 +240,36 @@ func TestBudgetLendsTheHeadroomToThePasses(t *testing.T) {
 	}
 }
 
+// TestBudgetReadsTheRateOnlyWhenHalfBusy: readings that find the workers
+// less than half busy read no completion rate (a script call per shard
+// that only the headroom needs); one at half busy does.
+func TestBudgetReadsTheRateOnlyWhenHalfBusy(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40, finishRate: 400}, inFlight: 19}
+	b, ctx := runBudget(t, g, time.Millisecond)
+	b.headroomWait = func() time.Duration { return time.Second }
+	rateRead := func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.rateAt.IsZero()
+	}
+	for range 5 {
+		if _, err := b.share(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		b.spend(0, 0)
+		<-b.want()
+	}
+	if rateRead() {
+		t.Fatal("the rate was read with 19 of 40 slots busy")
+	}
+	g.set(func(g *gatedStore) { g.inFlight = 20 })
+	redistest.Poll(t, 5*time.Second, "the rate read at 20 of 40 busy", func() bool {
+		<-b.want()
+		return rateRead()
+	})
+}
+
 // TestBudgetRereadsAZeroCapacityAtOnce: a capacity of 0 (no worker had
 // sent its heartbeat at the reading) is read again at the next reading, so
 // the first worker is used as soon as the jobs ask (it used to be reused

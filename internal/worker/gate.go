@@ -101,7 +101,8 @@ type DequeueGate struct {
 	real    atomic.Int64 // dequeues of gated queues sent to Redis
 	mu      sync.Mutex
 	hearing bool          // the subscription is confirmed and unbroken
-	wake    chan struct{} // closed (and replaced) at every announcement and hearing change
+	wake    chan struct{} // closed (and replaced) at every hearing change: wakes every held dequeue
+	nudge   chan struct{} // a token per announcement: wakes one held dequeue
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -153,7 +154,8 @@ func NewDequeueGate(cfg GateConfig) (*DequeueGate, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}, wake: make(chan struct{})}
+	g := &DequeueGate{cfg: cfg, byKey: map[string]*gateQueue{}, byName: map[string]*gateQueue{}, wake: make(chan struct{}),
+		nudge: make(chan struct{}, nudgeTokens)}
 	for _, q := range cfg.Queues {
 		s := &gateQueue{name: q, announced: true}
 		g.byKey[asynqPendingKey(q)], g.byName[q] = s, s
@@ -338,12 +340,13 @@ func (g *DequeueGate) holdFor(at time.Time) time.Duration {
 	return hold
 }
 
-// hold waits for wake, d or ctx's end.
+// hold waits for wake, an announcement's token, d or ctx's end.
 func (g *DequeueGate) hold(ctx context.Context, wake <-chan struct{}, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-wake:
+	case <-g.nudge:
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -409,7 +412,13 @@ func (g *DequeueGate) dequeued(args []any) *gateQueue {
 	return q
 }
 
-// announced marks queue dirty: its next dequeue goes to Redis.
+// announced marks queue dirty — its next dequeue goes to Redis — and
+// wakes one held dequeue to fetch the batch announced: one poll per batch,
+// where waking every held dequeue (one per asynq server) sent them all to
+// the queue and all but one came back empty. A dequeue not held, or held
+// later, polls a dirty queue anyway; a token that finds no dequeue held
+// waits for the next hold (which then looks once and holds again), and
+// tokens beyond nudgeTokens are dropped.
 func (g *DequeueGate) announced(queue string) {
 	q := g.byName[queue]
 	if q == nil {
@@ -418,9 +427,15 @@ func (g *DequeueGate) announced(queue string) {
 	g.mu.Lock()
 	q.version++
 	q.empty = false
-	g.wakeAll()
 	g.mu.Unlock()
+	select {
+	case g.nudge <- struct{}{}:
+	default:
+	}
 }
+
+// nudgeTokens bounds the announcements waiting for a held dequeue.
+const nudgeTokens = 64
 
 // wakeAll releases the held dequeues. Called with mu held.
 func (g *DequeueGate) wakeAll() {

@@ -139,7 +139,8 @@ type options struct {
 	upJobs    int
 	upTenants int
 
-	tci time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
+	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
+	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
 }
 
 func main() {
@@ -230,6 +231,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.soWorkers, "scaleout-workers", 2, "scale-out: workers of the many-tenant run (each of -concurrency)")
 
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
+	fs.IntVar(&o.fetchers, "fetchers", 0, "worker.fetchers of Sluice's workers (0: Sluice's default)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

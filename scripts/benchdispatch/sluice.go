@@ -51,7 +51,7 @@ type sluice struct {
 // no signatures; without unsigned a tenant with no secret is refused); a
 // Redis Cluster of seed addresses addrs when not empty, else the single node
 // of $SLUICE_REDIS_URL.
-func (s setup) config(tci time.Duration, addrs []string) string {
+func (s setup) config(tci time.Duration, fetchers int, addrs []string) string {
 	var b strings.Builder
 	cluster := ""
 	if len(addrs) > 0 {
@@ -72,9 +72,9 @@ defaults:
 limits:
   api: {algorithm: sliding_window, limit: 50000000, window: 1m}
 egress: {allow: ["127.0.0.0/8"]}
-worker: {concurrency: %d, task_check_interval: %s}
+worker: {concurrency: %d, task_check_interval: %s%s}
 log: {level: warn}
-`, prefix, shards, cluster, apiKey, s.defaultRate, s.defaultConc, s.workerConc, tci)
+`, prefix, shards, cluster, apiKey, s.defaultRate, s.defaultConc, s.workerConc, tci, fetchersField(fetchers))
 	if len(s.tenants) > 0 {
 		b.WriteString("tenants:\n")
 		for t, o := range s.tenants {
@@ -83,6 +83,15 @@ log: {level: warn}
 	}
 	b.WriteString(s.extra)
 	return b.String()
+}
+
+// fetchersField is the worker's fetchers setting in its flow mapping, or
+// nothing for the default.
+func fetchersField(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", fetchers: %d", n)
 }
 
 // startSluice flushes Redis, writes s's configuration and starts the
@@ -94,7 +103,7 @@ func (e *env) startSluice(ctx context.Context, s setup) (*sluice, error) {
 	}
 	*e.runs++
 	base := filepath.Join(e.o.dir, fmt.Sprintf("%02d-%s", *e.runs, s.name))
-	if err := os.WriteFile(base+".yaml", []byte(s.config(e.o.tci, e.addrs)), 0o600); err != nil {
+	if err := os.WriteFile(base+".yaml", []byte(s.config(e.o.tci, e.o.fetchers, e.addrs)), 0o600); err != nil {
 		return nil, err
 	}
 	port, err := freePort()
