@@ -105,10 +105,11 @@ log: {format: json, level: debug}
 	}
 	defer d.Stop()
 
-	// worker.concurrency 5 and the default single fetcher: one asynq server
-	// of concurrency 5 on the hand-off queues and the per-job ones.
+	// worker.concurrency 5 and the default fetchers, min(4, 5): four asynq
+	// servers sharing the 5 job slots (2, 1, 1, 1) on the hand-off queues
+	// and the per-job ones.
 	var conc []int
-	redistest.Poll(t, 10*time.Second, "one asynq server on the hand-off and webhook queues", func() bool {
+	redistest.Poll(t, 10*time.Second, "four asynq servers on the hand-off and webhook queues", func() bool {
 		servers, err := asynq.NewInspectorFromRedisClient(rdb).Servers()
 		if err != nil {
 			t.Fatal(err)
@@ -121,10 +122,11 @@ log: {format: json, level: debug}
 				conc = append(conc, s.Concurrency)
 			}
 		}
-		return len(conc) == 1
+		return len(conc) == 4
 	})
-	if !slices.Equal(conc, []int{5}) {
-		t.Fatalf("asynq servers' concurrency %v, want [5]", conc)
+	slices.Sort(conc)
+	if !slices.Equal(conc, []int{1, 1, 1, 2}) {
+		t.Fatalf("asynq servers' concurrency %v, want [1 1 1 2]", conc)
 	}
 
 	var del delivery
