@@ -159,7 +159,15 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 			// after the target — a late claim shifts the tenant's send
 			// schedule, and a shift that every re-claim adds up grows over
 			// a long backlog.
-			wait = time.Now().Add(c.Wait - w.clock.RTT() - w.Settings().Tolerance/2)
+			// Never before the reply's target − ε, though: the reply's now is
+			// at or before ours, so a claim sent then lands inside the
+			// window. With a round-trip estimate above the round trips of
+			// the moment (a Sync taken under load) the aim alone fell before
+			// the window, every re-claim went out at once and came back
+			// early again, and after maxEarlyClaims the job went to the
+			// sweep.
+			now, tol := time.Now(), w.Settings().Tolerance
+			wait = now.Add(max(c.Wait-w.clock.RTT()-tol/2, c.Wait-tol))
 		case store.ClaimReturned:
 			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", p.Gen, "reason", c.Reason,
 				"lead_at_pickup", p.Slot().Sub(pickedUp))

@@ -384,6 +384,31 @@ func TestReclaimAfterAnEarlyReplyAimsInsideTheWindow(t *testing.T) {
 	}
 }
 
+// TestReclaimAfterAnEarlyReplyNeverComesBeforeTheWindow: with a tolerance
+// (1 µs) below any round trip, aiming the re-claim a round trip before the
+// target would send it before target − ε, where it could only come back
+// early again (8 times, then the sweep); the re-claim waits until W − ε
+// after the early reply at least (a lower bound: timers never fire early).
+func TestReclaimAfterAnEarlyReplyNeverComesBeforeTheWindow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const wait, tolerance = 200 * time.Millisecond, time.Microsecond
+	st := &earlyOnceStore{Store: h.st, wait: wait, done: make(chan struct{})}
+	w := h.newWorker(&sentExecutor{}, func(c *worker.Config) {
+		c.Store = st
+		c.Settings.Tolerance = tolerance
+	})
+	payload, _ := json.Marshal(wire.Payload{ID: "0-early", Gen: 1, SlotUS: time.Now().UnixMicro()})
+	h.process(w, asynq.NewTask(wire.TaskTypeWebhook, payload))
+	<-st.done
+	st.mu.Lock()
+	gap := st.again.Sub(st.replied)
+	st.mu.Unlock()
+	if gap < wait-tolerance {
+		t.Fatalf("re-claim %s after the early reply, want at least W − ε = %s", gap, wait-tolerance)
+	}
+}
+
 // sendLaterStore claims through the real store and moves the reply's send
 // instant by later past the claim: a claim answered up to ε before the
 // send instant of a schedule running late.
