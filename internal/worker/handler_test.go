@@ -359,6 +359,25 @@ func (s *earlyOnceStore) Claim(_ context.Context, _ string, _ int64, _ time.Dura
 	return store.Claim{Outcome: store.ClaimCanceled}, nil
 }
 
+// reclaimGap delivers one job whose first claim is answered "early, wait
+// wait" (earlyOnceStore) by a worker of the given tolerance, and returns
+// the time from that reply to the second claim.
+func reclaimGap(t *testing.T, wait, tolerance time.Duration) time.Duration {
+	t.Helper()
+	h := newHarness(t, 1)
+	st := &earlyOnceStore{Store: h.st, wait: wait, done: make(chan struct{})}
+	w := h.newWorker(&sentExecutor{}, func(c *worker.Config) {
+		c.Store = st
+		c.Settings.Tolerance = tolerance
+	})
+	payload, _ := json.Marshal(wire.Payload{ID: "0-early", Gen: 1, SlotUS: time.Now().UnixMicro()})
+	h.process(w, asynq.NewTask(wire.TaskTypeWebhook, payload))
+	<-st.done
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.again.Sub(st.replied)
+}
+
 // TestReclaimAfterAnEarlyReplyAimsInsideTheWindow: after an "early, wait
 // W" reply the worker claims again half a tolerance and a round trip
 // before W is up — like its first claim — not at W, when the claim would
@@ -367,18 +386,7 @@ func (s *earlyOnceStore) Claim(_ context.Context, _ string, _ int64, _ time.Dura
 // 100 ms of slack for a busy machine.)
 func TestReclaimAfterAnEarlyReplyAimsInsideTheWindow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 1)
-	st := &earlyOnceStore{Store: h.st, wait: time.Second, done: make(chan struct{})}
-	w := h.newWorker(&sentExecutor{}, func(c *worker.Config) {
-		c.Store = st
-		c.Settings.Tolerance = 400 * time.Millisecond
-	})
-	payload, _ := json.Marshal(wire.Payload{ID: "0-early", Gen: 1, SlotUS: time.Now().UnixMicro()})
-	h.process(w, asynq.NewTask(wire.TaskTypeWebhook, payload))
-	<-st.done
-	st.mu.Lock()
-	gap := st.again.Sub(st.replied)
-	st.mu.Unlock()
+	gap := reclaimGap(t, time.Second, 400*time.Millisecond)
 	if lo, hi := 750*time.Millisecond, 900*time.Millisecond; gap < lo || gap > hi {
 		t.Fatalf("re-claim %s after the early reply, want within [%s, %s] (W − ε/2 − RTT)", gap, lo, hi)
 	}
@@ -391,20 +399,8 @@ func TestReclaimAfterAnEarlyReplyAimsInsideTheWindow(t *testing.T) {
 // after the early reply at least (a lower bound: timers never fire early).
 func TestReclaimAfterAnEarlyReplyNeverComesBeforeTheWindow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 1)
 	const wait, tolerance = 200 * time.Millisecond, time.Microsecond
-	st := &earlyOnceStore{Store: h.st, wait: wait, done: make(chan struct{})}
-	w := h.newWorker(&sentExecutor{}, func(c *worker.Config) {
-		c.Store = st
-		c.Settings.Tolerance = tolerance
-	})
-	payload, _ := json.Marshal(wire.Payload{ID: "0-early", Gen: 1, SlotUS: time.Now().UnixMicro()})
-	h.process(w, asynq.NewTask(wire.TaskTypeWebhook, payload))
-	<-st.done
-	st.mu.Lock()
-	gap := st.again.Sub(st.replied)
-	st.mu.Unlock()
-	if gap < wait-tolerance {
+	if gap := reclaimGap(t, wait, tolerance); gap < wait-tolerance {
 		t.Fatalf("re-claim %s after the early reply, want at least W − ε = %s", gap, wait-tolerance)
 	}
 }

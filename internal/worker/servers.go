@@ -46,8 +46,9 @@ type ServersConfig struct {
 // that idle polls stay off Redis: the gate polls a queue believed empty
 // once per safety net whatever the servers, and only the first server runs
 // asynq's forwarder and janitor (housekeepingRest), so an idle worker
-// costs Redis the same with one server or four. ready, when not nil, is called once every server
-// fetches. Start w first and stop it after Serve returns.
+// costs Redis the same with one server or four. ready, when not nil, is
+// called once every server fetches. Start w first and stop it after Serve
+// returns.
 func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg ServersConfig, ready func()) error {
 	shutdown, raised := ShutdownTimeout(cfg.ShutdownTimeout, cfg.Lead, cfg.MaxTimeout)
 	if raised {

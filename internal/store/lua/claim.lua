@@ -50,9 +50,10 @@
 -- max(stat, send) + c·T and slast, sslot ← send, slot — for an
 -- out-of-order job only slast ← max(slast, send), and nothing for one that
 -- had reserved its turn. Late jobs thus never go out in a clump, none
--- forfeits its slot, and the order holds. The pass moves sslot where the plan has a gap
--- (pass.lua), so a lateness does not outlive the backlog it happened in;
--- it also tells the worker send_target, so one claim per job is the norm.
+-- forfeits its slot, and the order holds. The pass moves sslot where the
+-- plan has a gap (pass.lua), so a lateness does not outlive the backlog it
+-- happened in; it also tells the worker send_target, so one claim per job
+-- is the norm.
 -- A tenant given a job back ends with reschedule(tenant) and its expiry. A
 -- claim changes nothing its ready score depends on but the released tokens
 -- (released to running: the concurrency sum stays), which only matter when
