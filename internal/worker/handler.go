@@ -166,8 +166,8 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 			// the window, every re-claim went out at once and came back
 			// early again, and after maxEarlyClaims the job went to the
 			// sweep.
-			now, tol := time.Now(), w.Settings().Tolerance
-			wait = now.Add(max(c.Wait-w.clock.RTT()-tol/2, c.Wait-tol))
+			tol := w.Settings().Tolerance
+			wait = time.Now().Add(max(c.Wait-w.clock.RTT()-tol/2, c.Wait-tol))
 		case store.ClaimReturned:
 			w.cfg.Logger.Debug("job returned to its tenant's head lane unsent", "job", p.ID, "gen", p.Gen, "reason", c.Reason,
 				"lead_at_pickup", p.Slot().Sub(pickedUp))
