@@ -1,5 +1,5 @@
 // Package sluicetask runs Sluice `task` jobs in your own asynq workers
-// (DESIGN §2.5). It is an asynq middleware: wrap the handlers of an
+// (docs/design.md §2.5). It is an asynq middleware: wrap the handlers of an
 // asynq.Server that serves the queues your producers name in task jobs, and
 // Sluice's guarantees extend to them.
 //
@@ -12,7 +12,7 @@
 // headers sluice-job (the job id), sluice-gen (its generation) and
 // sluice-slot-us (the instant it may run, Redis time in µs), shortly before
 // that instant. The middleware then does what Sluice's own workers do
-// (DESIGN §2.3):
+// (docs/design.md §2.3):
 //
 //  1. wait on the monotonic clock, against an estimate of Redis's clock,
 //     until the job's slot;

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 )
 
-// apiClient calls the throttler's HTTP API (DESIGN §6) with one API key.
+// apiClient calls the throttler's HTTP API (docs/design.md §6) with one API key.
 type apiClient struct {
 	base string // "http://127.0.0.1:8080", no trailing slash
 	key  string
@@ -110,7 +110,7 @@ func (c *apiClient) waitReady(ctx context.Context, within time.Duration) error {
 	}
 }
 
-// webhookJob is the body of one webhook job (DESIGN §6).
+// webhookJob is the body of one webhook job (docs/design.md §6).
 type webhookJob struct {
 	Type    string  `json:"type"` // "webhook"
 	URL     string  `json:"url"`

@@ -9,7 +9,7 @@
 // The second form copies a stopped deployment from the Redis at URL to the
 // one the configuration names (internal/migrate), e.g. onto a Cluster.
 //
-// See DESIGN §7 for the configuration; SLUICE_CONFIG, SLUICE_REDIS_URL and
+// See docs/design.md §7 for the configuration; SLUICE_CONFIG, SLUICE_REDIS_URL and
 // SLUICE_LISTEN override it.
 package main
 

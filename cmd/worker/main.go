@@ -1,11 +1,11 @@
-// Command worker runs Sluice's webhook and http jobs (DESIGN §2.3) in an
+// Command worker runs Sluice's webhook and http jobs (docs/design.md §2.3) in an
 // asynq server on the hand-off queues <prefix>:h0…h7 and, for earlier
 // dispatchers, <prefix>:webhook and <prefix>:http (internal/worker), serves
 // Prometheus metrics on /metrics, and drains on SIGTERM or SIGINT.
 //
 //	worker [--config PATH] [--metrics-listen ADDR|off]
 //
-// --config is the throttler's YAML file (DESIGN §7); --metrics-listen
+// --config is the throttler's YAML file (docs/design.md §7); --metrics-listen
 // defaults to $SLUICE_METRICS_LISTEN, else 127.0.0.1:9091. The worker refuses
 // to start when redis.shards, dispatch.lead or dispatch.min_lead differ from
 // <prefix>:meta, and follows the settings stored there (worker.Config.Settings).

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Error codes of DESIGN §4.3. Each maps to one HTTP status.
+// Error codes of docs/design.md §4.3. Each maps to one HTTP status.
 const (
 	CodeMalformed         = "malformed"
 	CodeUnauthorized      = "unauthorized"

@@ -6,9 +6,9 @@ import (
 	"strconv"
 )
 
-// openAPI is the OpenAPI 3.1 description of the HTTP API (DESIGN §6): every
+// openAPI is the OpenAPI 3.1 description of the HTTP API (docs/design.md §6): every
 // route, its request and response bodies, the error object and codes of
-// DESIGN §4.3, the rate-limit, idempotency and ETag headers and bearer
+// docs/design.md §4.3, the rate-limit, idempotency and ETag headers and bearer
 // authentication. The server serves it, unauthenticated, at
 // GET /openapi.json.
 //

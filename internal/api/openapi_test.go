@@ -175,7 +175,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // TestOpenAPIDocument checks the document on its own: OpenAPI 3.1, every
 // $ref resolves, each path's {params} are declared as required path
-// parameters (and nothing else is), the routes of DESIGN §6 are all there,
+// parameters (and nothing else is), the routes of docs/design.md §6 are all there,
 // and the error codes and headers are the ones the server uses.
 func TestOpenAPIDocument(t *testing.T) {
 	t.Parallel()
@@ -225,7 +225,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		t.Errorf("document security = %v, want [{bearerAuth: []}]", doc.Security)
 	}
 
-	design := []string{ // DESIGN §6, plus this document
+	design := []string{ // docs/design.md §6, plus this document
 		"POST /v1/tenants/{tenant}/jobs", "POST /v1/tenants/{tenant}/jobs:batch",
 		"GET /v1/jobs/{id}", "DELETE /v1/jobs/{id}", "POST /v1/jobs/{id}/replay",
 		"GET /v1/tenants/{tenant}", "PUT /v1/tenants/{tenant}/policy",
@@ -242,7 +242,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {
-			t.Errorf("DESIGN §6 route %s is not in the document", p)
+			t.Errorf("docs/design.md §6 route %s is not in the document", p)
 		}
 	}
 	if len(ops) != len(design) {
@@ -251,7 +251,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			got = append(got, r.String())
 		}
 		sort.Strings(got)
-		t.Errorf("the document has %d operations, DESIGN §6 %d: %v", len(ops), len(design), got)
+		t.Errorf("the document has %d operations, docs/design.md §6 %d: %v", len(ops), len(design), got)
 	}
 
 	codes, _ := doc.resolve("#/components/schemas/ErrorCode/enum")

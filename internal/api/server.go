@@ -1,6 +1,6 @@
 // Package api is Sluice's HTTP API: authentication by API key, the API's own
 // rate limiter, the rate-limit headers, JSON errors, and the routes of
-// DESIGN §6 (rate limiting as a service; health, readiness and metrics).
+// docs/design.md §6 (rate limiting as a service; health, readiness and metrics).
 package api
 
 import (

@@ -11,7 +11,7 @@ import (
 const TaskWorkerCacheDefault = time.Second
 
 // taskQueueRefusal answers whether task item it for queue may be enqueued
-// (DESIGN §2.5): a 422 no_task_worker when no live sluicetask middleware
+// (docs/design.md §2.5): a 422 no_task_worker when no live sluicetask middleware
 // serves the queue (nothing would ever run the job), nil when one does. An
 // item under an idempotency key is not refused here: it carries the refusal
 // to the store (Item.Unless), which answers a replay of an accepted request

@@ -53,7 +53,7 @@ func requireNoTaskWorker(t *testing.T, r response, queue string) {
 	}
 }
 
-// TestEnqueueTaskJobNeedsALiveTaskWorker (DESIGN §2.5): a task job for a
+// TestEnqueueTaskJobNeedsALiveTaskWorker (docs/design.md §2.5): a task job for a
 // queue without a live middleware heartbeat is refused with 422
 // no_task_worker and changes nothing; with one it is accepted; once the
 // heartbeat expires (store time) it is refused again. In a batch only that

@@ -38,7 +38,7 @@ type tenantView struct {
 	Disabled         bool    `json:"disabled"`
 	DeadLetters      int64   `json:"dead_letters"`
 	// EffectiveRate is the rate the tenant's jobs leave at now, tokens per
-	// second: the policy rate times RateFactor (DESIGN §4.2, adaptive).
+	// second: the policy rate times RateFactor (docs/design.md §4.2, adaptive).
 	EffectiveRate float64 `json:"effective_rate"`
 	// RateFactor is the adaptive rate factor as a fraction, 0 < f ≤ 1; 1
 	// when the policy is not adaptive.

@@ -173,7 +173,7 @@ func TestStoreDownIsUnavailable(t *testing.T) {
 }
 
 // The view shows the adaptive rate: the factor as a fraction and the
-// effective rate in tokens per second; a 5xx halves both (DESIGN §4.2).
+// effective rate in tokens per second; a 5xx halves both (docs/design.md §4.2).
 func TestGetTenantShowsTheEffectiveRate(t *testing.T) {
 	t.Parallel()
 	f := newStoreFixture(t, nil)

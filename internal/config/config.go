@@ -1,4 +1,4 @@
-// Package config is Sluice's configuration contract (DESIGN §7): the YAML
+// Package config is Sluice's configuration contract (docs/design.md §7): the YAML
 // file both binaries read, its defaults, environment overrides and
 // validation.
 //
@@ -195,7 +195,7 @@ const (
 	MaxRequestTimeout     = time.Minute
 )
 
-// DispatchConfig holds the dispatcher's timing (DESIGN §1 "Timing and
+// DispatchConfig holds the dispatcher's timing (docs/design.md §1 "Timing and
 // symbols"). Lead and MinLead are fixed in <prefix>:meta once written.
 type DispatchConfig struct {
 	// Lead is D, the release window: jobs whose slot is ≤ now + D may be
@@ -236,7 +236,7 @@ type DispatchConfig struct {
 // store.AdaptiveFloorPPMDefault as a fraction.
 const AdaptiveFloorDefault = float64(store.AdaptiveFloorPPMDefault) / store.RateFactorFull
 
-// ThrottleConfig tunes reactions to "slow down" from upstream (DESIGN §4.2).
+// ThrottleConfig tunes reactions to "slow down" from upstream (docs/design.md §4.2).
 type ThrottleConfig struct {
 	// DefaultPause is the pause after a 429 without Retry-After; default
 	// store.DefaultPauseDefault.
@@ -249,7 +249,7 @@ type ThrottleConfig struct {
 	AdaptiveFloor float64 `yaml:"adaptive_floor"`
 }
 
-// RetentionConfig bounds how long finished work is kept (DESIGN §3
+// RetentionConfig bounds how long finished work is kept (docs/design.md §3
 // "Expiry"). The defaults are the store package's.
 type RetentionConfig struct {
 	// Succeeded keeps a succeeded job's hash; default store.SucceededRetentionDefault.

@@ -5,7 +5,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Meta is c's part of <prefix>:meta (DESIGN §3): the fixed parameters
+// Meta is c's part of <prefix>:meta (docs/design.md §3): the fixed parameters
 // (redis.prefix, redis.shards, dispatch.lead, dispatch.min_lead) and the
 // adjustable settings (dispatch.tolerance and grace, retention, throttle)
 // that the throttler writes and workers follow. c must have its defaults.
@@ -40,7 +40,7 @@ func (c *Config) StoreConfig() store.Config {
 		WaitReplicas: c.Redis.WaitReplicas, WaitTimeout: c.Redis.WaitTimeout}
 }
 
-// PassConfig is the dispatcher's pass bounds (DESIGN §2.2) from c's dispatch
+// PassConfig is the dispatcher's pass bounds (docs/design.md §2.2) from c's dispatch
 // timing and the retention the sweep applies to the jobs it retires.
 func (c *Config) PassConfig() store.PassConfig {
 	return store.PassConfig{

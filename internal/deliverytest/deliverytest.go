@@ -1,5 +1,5 @@
 // Package deliverytest checks what a test's receiver saw against Sluice's
-// delivery guarantees (DESIGN §5): every job arrives exactly once, and no
+// delivery guarantees (docs/design.md §5): every job arrives exactly once, and no
 // window of a tenant's arrivals holds more than b + r·Δ + 1 of them.
 package deliverytest
 

@@ -166,7 +166,7 @@ func (c *composeFile) service(t *testing.T, name string) service {
 	return s
 }
 
-// TestComposeServices checks the file's structure: the services of DESIGN
+// TestComposeServices checks the file's structure: the services of docs/design.md
 // §8, dependencies on services that exist, named volumes that are declared
 // and bind mounts of files that exist.
 func TestComposeServices(t *testing.T) {
@@ -214,7 +214,7 @@ func TestComposeServices(t *testing.T) {
 	}
 }
 
-// TestComposeRedis checks Redis as DESIGN §3 and asynq need it: AOF on,
+// TestComposeRedis checks Redis as docs/design.md §3 and asynq need it: AOF on,
 // maxmemory-policy noeviction, data on a volume.
 func TestComposeRedis(t *testing.T) {
 	t.Parallel()

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// budget is one Dispatcher's view of free worker capacity (DESIGN §2.2
+// budget is one Dispatcher's view of free worker capacity (docs/design.md §2.2
 // "Back-pressure"): Capacity − InFlight − the batch tasks waiting in the
 // hand-off queues (queued), as read from Redis by one reader goroutine
 // (run), less what this Dispatcher has released since.

@@ -1,4 +1,4 @@
-// Package dispatch runs Sluice's dispatch loops (DESIGN §2.2): per shard,
+// Package dispatch runs Sluice's dispatch loops (docs/design.md §2.2): per shard,
 // it holds the shard's lease, runs the pass script (promote, sweep, release
 // due jobs at their tenants' rates) and hands the released jobs to asynq.
 //

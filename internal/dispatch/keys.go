@@ -6,7 +6,7 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 )
 
-// Keys and channels this package uses (DESIGN §3); the functions below are
+// Keys and channels this package uses (docs/design.md §3); the functions below are
 // the only place this package builds their names. The lease and members
 // keys have no hash tag: single-key scripts, fine in any Cluster slot.
 //

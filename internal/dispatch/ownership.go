@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Shard ownership (DESIGN §2.2, "Shard leases"): a shard loop passes its
+// Shard ownership (docs/design.md §2.2, "Shard leases"): a shard loop passes its
 // shard only while this Dispatcher holds the shard's lease (lease.go), and
 // each Dispatcher holds at most its fair share of the shards.
 

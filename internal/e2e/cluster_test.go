@@ -328,7 +328,7 @@ func (p *proc) logged(msg string, kv ...any) []map[string]any {
 
 // checkRate fails unless every window of the arrivals holds at most
 // b + r·(Δ + 2ε_r) + 1 requests (each job costs 1), Δ the window's length
-// and ε_r the measured p99 send error (DESIGN §5). It logs the worst excess
+// and ε_r the measured p99 send error (docs/design.md §5). It logs the worst excess
 // over the stricter b + r·Δ + 1, and the arrivals of that window when it
 // is positive.
 func checkRate(t *testing.T, got []arrival, rate float64, burst int) {

@@ -1,7 +1,7 @@
 // Package e2e holds no code: its tests run the real binaries (cmd/throttler
 // and cmd/worker, built once per test run) as subprocesses against the test
 // Redis, deliver webhooks to a loopback receiver, and kill, stop and restart
-// the processes to check DESIGN §5's guarantees where a user would see them:
+// the processes to check docs/design.md §5's guarantees where a user would see them:
 // at the receiving endpoint.
 //
 //   - kill -9 of a worker or a dispatcher loses nothing, and duplicates are

@@ -11,7 +11,7 @@ import (
 // shutdown timeout (5s: 2·D + timeout 2s + 2s is less); a second worker
 // carries on. Then the throttler is stopped with SIGTERM (exit 0) and
 // started again, and the remaining jobs are delivered. A graceful stop is
-// no crash: every job arrives exactly once (DESIGN §4.2).
+// no crash: every job arrives exactly once (docs/design.md §4.2).
 func TestSIGTERMLosesNothing(t *testing.T) {
 	t.Parallel()
 	const tenant, n = "acme", 80

@@ -1,5 +1,5 @@
 // Package job parses and validates the job bodies producers send to
-// POST /v1/tenants/{tenant}/jobs (DESIGN §6) and turns them into the canonical
+// POST /v1/tenants/{tenant}/jobs (docs/design.md §6) and turns them into the canonical
 // JSON Sluice stores. It does no I/O.
 package job
 

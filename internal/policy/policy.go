@@ -1,4 +1,4 @@
-// Package policy holds a tenant's policy (DESIGN §1, §7): its dispatch rate
+// Package policy holds a tenant's policy (docs/design.md §1, §7): its dispatch rate
 // and burst, concurrency cap, weight, admission bucket, backlog caps, retry
 // curve, per-attempt timeout, adaptive flag and webhook signing secrets.
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// The adaptive rate (DESIGN §4.2) on the fake clock: cuts once per episode,
+// The adaptive rate (docs/design.md §4.2) on the fake clock: cuts once per episode,
 // additive recovery, the floor, non-adaptive tenants, and every GCRA
 // computation at the effective interval T_eff = ⌈T·10⁶ / f⌉.
 

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Pause pauses tenant by an operator (DESIGN §6): with a zero until,
+// Pause pauses tenant by an operator (docs/design.md §6): with a zero until,
 // indefinitely — the tenant leaves the ready set until Resume; else until
 // that time — no slot before it. The latest Pause replaces an earlier one.
 // Jobs already released see the pause at their claim and return to the head
@@ -104,7 +104,7 @@ func parseCursor(c string) (int64, string, error) {
 	return score, id, nil
 }
 
-// Replay re-queues dead job id at its tenant's backlog tail (DESIGN §2): the
+// Replay re-queues dead job id at its tenant's backlog tail (docs/design.md §2): the
 // same id, gen + 1, its attempts and attempt log kept — so a job whose
 // attempts or retry duration are used up gets exactly one more attempt —
 // admission not charged, backlog caps not applied. It returns the record

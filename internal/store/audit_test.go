@@ -17,7 +17,7 @@ import (
 )
 
 // auditKeyspace checks every key under prefix against the data model
-// (DESIGN §2, §3) and returns the problems found, one line each:
+// (docs/design.md §2, §3) and returns the problems found, one line each:
 //
 //   - no orphans: every key either has a TTL (terminal job records — dead
 //     ones too, with their dead set —, their idempotency keys, idle tenant
@@ -30,7 +30,7 @@ import (
 //   - released and running records carry what their state needs (gen ≥ 1,
 //     a slot, a claim time) and their lease is not before the slot;
 //   - the tenant counters equal what the job records say;
-//   - ready holds exactly the tenants that can use it (DESIGN §2.2): each
+//   - ready holds exactly the tenants that can use it (docs/design.md §2.2): each
 //     has a queued job and is neither disabled, admin-paused, at its
 //     concurrency cap nor at its release cap; every tenant with a queued job
 //     and none of those blockers is in ready (else it would be stuck), at a
@@ -491,7 +491,7 @@ func mergeMaps(a, b map[string][]string) map[string][]string {
 }
 
 // checkTenants: counters match the records; the rate factor is in range;
-// expiry per DESIGN §3.
+// expiry per docs/design.md §3.
 func (ks *keyspaceSnapshot) checkTenants() {
 	type counts struct{ live, bytes, qtok, running, released, rtok int64 }
 	want := map[string]*counts{}

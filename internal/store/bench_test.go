@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkPass measures the dispatcher's cost per released job with 10 and
-// with 10 000 tenants, all backlogged, on one shard (DESIGN §5 Scale: the
+// with 10 000 tenants, all backlogged, on one shard (docs/design.md §5 Scale: the
 // cost per dispatched job must not grow with the number of tenants).
 //
 // Each tenant runs at 10/s (T = 100ms), burst 1, so every visit releases

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Callbacks (job.Spec.Callback, DESIGN: results and callbacks). A job
+// Callbacks (job.Spec.Callback, docs/design.md §4.4). A job
 // enqueued with a callback URL keeps it in record field cb. Every terminal
 // transition — finish (succeeded, dead), the sweep's and the claim's dead,
 // cancel — queues the job id on its shard's callback set (ZSET

@@ -8,7 +8,7 @@ import (
 )
 
 // Claim is a worker's go-check at a released job's slot, in one script
-// (DESIGN §2.3 step 3). The job goes released(gen) → running(gen) only when
+// (docs/design.md §2.3 step 3). The job goes released(gen) → running(gen) only when
 // gen is current, the job is not canceled, its tenant is neither disabled
 // nor paused (admin or upstream) and has fewer running jobs than its
 // concurrency, now ≥ slot − tolerance (ε) in Redis time, and the tenant's

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// MaxBatch is the most items one Enqueue call takes (DESIGN §6).
+// MaxBatch is the most items one Enqueue call takes (docs/design.md §6).
 const MaxBatch = 1000
 
 // maxTimeUS bounds times given to the scripts: the bound of a job's run_at,
@@ -83,7 +83,7 @@ const (
 	Refused                      // nothing stored: Code, RetryAfter, Detail
 )
 
-// Code is why an item was refused: the API error codes of DESIGN §4.3.
+// Code is why an item was refused: the API error codes of docs/design.md §4.3.
 type Code string
 
 // The refusal codes.
@@ -132,7 +132,7 @@ type Admission struct {
 }
 
 // Enqueue admits and stores items for tenant in one script on the tenant's
-// shard (DESIGN §2.1): per item, in order, idempotency, admission token bucket
+// shard (docs/design.md §2.1): per item, in order, idempotency, admission token bucket
 // (charging Cost), backlog caps, then the job is stored in the backlog
 // (queued) or the shard's delayed set (scheduled); then reschedule(tenant) and
 // a wake-up PUBLISH when the shard's earliest time moved earlier. Items are

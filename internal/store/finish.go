@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Defaults of FinishConfig (DESIGN §7 `retention`, `throttle`).
+// Defaults of FinishConfig (docs/design.md §7 `retention`, `throttle`).
 const (
 	SucceededRetentionDefault = 24 * time.Hour
 	// IdempotencyRetentionDefault is retention.idempotency's default; a
@@ -29,7 +29,7 @@ const (
 )
 
 // RateFactorFull is the rate factor of a tenant at its full policy rate:
-// rate factors are in parts per million (DESIGN §4.2, adaptive).
+// rate factors are in parts per million (docs/design.md §4.2, adaptive).
 const RateFactorFull = 1_000_000
 
 // PPM turns a fraction (config throttle.adaptive_floor) into parts per
@@ -123,7 +123,7 @@ func (c FinishConfig) validate() error {
 }
 
 // Finish records one attempt of job id claimed at gen, in one script
-// (DESIGN §2.3 step 4, §4.2), and returns the job's state after it.
+// (docs/design.md §2.3 step 4, §4.2), and returns the job's state after it.
 //
 // It requires running(gen). Otherwise the attempt is only appended to the
 // log (marked stale) and Finish returns the job's current state with an
@@ -149,7 +149,7 @@ func (c FinishConfig) validate() error {
 //     webhook job's tenant is disabled until Resume (its backlog kept), an
 //     http or task job's only when its policy sets disable_on_gone.
 //
-// An adaptive tenant (policy adaptive = 1, DESIGN §4.2) sends at a rate
+// An adaptive tenant (policy adaptive = 1, docs/design.md §4.2) sends at a rate
 // factor f of its policy rate (TenantState.RateFactor; every slot is
 // spaced by T_eff = ⌈T·10⁶ / f⌉). When o.Congested(), Finish cuts f to
 // max(cfg.AdaptiveFloorPPM, ⌊f / 2⌋) once per episode: a cut starts an

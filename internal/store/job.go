@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// State is a job's lifecycle state (DESIGN §2).
+// State is a job's lifecycle state (docs/design.md §2).
 type State string
 
 // The states. A Result of a duplicate whose record has expired carries "".
@@ -62,7 +62,7 @@ type Job struct {
 	Bytes      int64  // body size at enqueue
 	Body       []byte // the job as the API stored it; nil once succeeded or canceled
 	State      State
-	Gen        int64     // generation, bumped by every release, sweep, return, replay (DESIGN §1)
+	Gen        int64     // generation, bumped by every release, sweep, return, replay (docs/design.md §1)
 	Attempt    int64     // attempts used
 	Created    time.Time // enqueue time
 	RunAt      time.Time // requested run_at (or now + delay); zero when none
@@ -128,7 +128,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
 	return job, nil
 }
 
-// Cancel cancels job id in one script (DESIGN §2): queued (backlog or head
+// Cancel cancels job id in one script (docs/design.md §2): queued (backlog or head
 // lane), scheduled, retrying and released jobs become canceled tombstones —
 // out of every set, the tenant's counters decremented, the body dropped, the
 // record and its idempotency key expiring after Config.CanceledRetention.

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Key layout (DESIGN §3). Every key of a shard carries the hash tag {s<shard>},
+// Key layout (docs/design.md §3). Every key of a shard carries the hash tag {s<shard>},
 // so one shard is one Redis Cluster slot:
 //
 //	<p>:workers                    HASH   worker id → "<concurrency> <expiry µs>" (not shard-tagged)
@@ -149,7 +149,7 @@ func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix
 func (k keyspace) workers() string { return k.prefix + ":workers" }
 
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
-// serving task queue queue (DESIGN §2.5), one for all shards.
+// serving task queue queue (docs/design.md §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
 
 // upstreams is the upstream listing, one for all shards.
@@ -163,7 +163,7 @@ func (k keyspace) upstreamBase(name string) string { return k.prefix + ":{u:" + 
 // upstream is upstream name's registry hash.
 func (k keyspace) upstream(name string) string { return k.upstreamBase(name) + "u" }
 
-// checkTenant checks a tenant id with policy.ValidTenantID (DESIGN §1): such
+// checkTenant checks a tenant id with policy.ValidTenantID (docs/design.md §1): such
 // an id holds no key separator or hash-tag brace. The error wraps ErrInvalid
 // and policy.ErrInvalidTenantID.
 func checkTenant(id string) error {

@@ -15,7 +15,7 @@ import (
 )
 
 // Params is a tenant's resolved policy (policy.Policy) in the integer units
-// the scripts take (DESIGN §1 and §7), derived from it by ParamsOf; this
+// the scripts take (docs/design.md §1 and §7), derived from it by ParamsOf; this
 // package never parses rates or durations. A rate is its emission interval
 // bucket.Rate.IntervalMicros() (⌈Per / Tokens⌉ µs per token); a duration is
 // whole µs, rounded up so that a positive duration stays positive; a bool is

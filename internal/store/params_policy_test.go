@@ -13,7 +13,7 @@ import (
 
 func TestParamsFromBuiltinPolicyAreTheDefaults(t *testing.T) {
 	t.Parallel()
-	want := Params{ // DESIGN §7's built-in defaults in the scripts' units
+	want := Params{ // docs/design.md §7's built-in defaults in the scripts' units
 		RateUS: 100_000, Burst: 1, Concurrency: 10, Weight: 1,
 		AdmitUS: 10_000, AdmitBurst: 1000,
 		MaxBacklog: 100_000, MaxBacklogBytes: 256 << 20,

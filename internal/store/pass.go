@@ -56,7 +56,7 @@ func (c PassConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// Pass runs one dispatcher pass over shard in one script (DESIGN §2.2):
+// Pass runs one dispatcher pass over shard in one script (docs/design.md §2.2):
 //
 //  1. promotes up to P delayed jobs due by now + D, by due time: scheduled
 //     → the backlog's tail, retrying → the head lane (in head-sequence

@@ -17,7 +17,7 @@ import (
 // AnyVersion, as PutTenantPolicy's ifVersion, writes unconditionally.
 const AnyVersion int64 = -1
 
-// Policy storage (DESIGN §3): the shard's policy hash holds field "*", the
+// Policy storage (docs/design.md §3): the shard's policy hash holds field "*", the
 // shard's defaults, and one field per tenant with overrides. Each value is a
 // JSON object of integer fields named as in Params (rate_us, burst, …) plus an
 // integer "version", e.g. {"version":3,"rate_us":20000,"burst":5}. The scripts
@@ -74,7 +74,7 @@ func (s *Store) SeedDefaults(ctx context.Context, p Params) error {
 	return nil
 }
 
-// SeedPolicies writes a configuration's policy (DESIGN §3): defaults,
+// SeedPolicies writes a configuration's policy (docs/design.md §3): defaults,
 // resolved over policy.Builtin, to every shard's "*" entry on every call (the
 // file is their only source), and each tenant's overrides only when the
 // tenant has none yet (If-Match version 0), so a restart never reverts a

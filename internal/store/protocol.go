@@ -6,11 +6,11 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// This file holds the types of the dispatch protocol (DESIGN §2.2–§2.3)
+// This file holds the types of the dispatch protocol (docs/design.md §2.2–§2.3)
 // shared by the Store's pass, claim and finish scripts, the dispatcher loop
 // and the workers.
 
-// Defaults of PassConfig (DESIGN §1, §7 `dispatch`).
+// Defaults of PassConfig (docs/design.md §1, §7 `dispatch`).
 const (
 	LeadDefault          = 100 * time.Millisecond // D
 	MinLeadDefault       = 50 * time.Millisecond  // L
@@ -20,7 +20,7 @@ const (
 	MaxTenantsDefault    = 256  // K
 )
 
-// PassConfig bounds one dispatcher pass over one shard (DESIGN §1 symbols).
+// PassConfig bounds one dispatcher pass over one shard (docs/design.md §1 symbols).
 // Zero durations and counts take the defaults above (WithDefaults), except
 // Capacity, whose zero means "release nothing".
 type PassConfig struct {
@@ -86,7 +86,7 @@ type PassResult struct {
 	Aligned []AlignedDemand
 }
 
-// ClaimOutcome is the worker's answer from the claim script (DESIGN §2.3).
+// ClaimOutcome is the worker's answer from the claim script (docs/design.md §2.3).
 type ClaimOutcome uint8
 
 // Claim outcomes.

@@ -1,4 +1,4 @@
-// Package store is Sluice's Redis layer for tenant backlogs (DESIGN §2–§3):
+// Package store is Sluice's Redis layer for tenant backlogs (docs/design.md §2–§3):
 // job records, the per-tenant backlog and head lane, the shard's ready,
 // delayed and lease sets, per-tenant policies, and the scripts that change
 // them atomically — enqueue with token-bucket admission, cancel, the

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Task workers (DESIGN §2.5). The sluicetask middleware, run inside the
+// Task workers (docs/design.md §2.5). The sluicetask middleware, run inside the
 // user's own asynq servers, heartbeats every task queue it serves into the
 // plain (not shard-tagged) hash <p>:mw:<queue>, field instance id →
 // "<concurrency> <expiry µs> <task check interval µs>", with the expiry in
@@ -23,7 +23,7 @@ type TaskWorker struct {
 	ID          string
 	Concurrency int
 	// TaskCheckInterval is the asynq TaskCheckInterval the instance runs
-	// with (DESIGN §1, TCI).
+	// with (docs/design.md §1, TCI).
 	TaskCheckInterval time.Duration
 	Expiry            time.Time // Redis time; the entry is ignored from then on
 }

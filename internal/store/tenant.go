@@ -9,7 +9,7 @@ import (
 
 // TenantState is a snapshot of one tenant, as its next decision would see it.
 //
-// Tenant hash t:<tenant> fields (DESIGN §3), all integers, µs for times,
+// Tenant hash t:<tenant> fields (docs/design.md §3), all integers, µs for times,
 // all but rs and ra stored packed in the hash's field s: their values in lib.lua T_FIELDS' order,
 // each a little-endian IEEE 754 double (exact: every value is an integer
 // below 2⁵³; lib.lua load_tenant). A field stored under its own
@@ -91,7 +91,7 @@ type TenantState struct {
 	Policy       Params // the effective policy, as the scripts merged it
 	// RateFactor is the adaptive rate factor f in parts per million of the
 	// policy rate, 1 … RateFactorFull; RateFactorFull for a tenant that is
-	// not adaptive or not cut (DESIGN §4.2).
+	// not adaptive or not cut (docs/design.md §4.2).
 	RateFactor int64
 	// IntervalUS is the effective emission interval T_eff = ⌈T·10⁶ / f⌉ in
 	// µs per token, the interval every slot is spaced by now; Policy.RateUS

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
-// Worker capacity (DESIGN §2.2, back-pressure). Workers heartbeat their
+// Worker capacity (docs/design.md §2.2, back-pressure). Workers heartbeat their
 // concurrency into the plain (not shard-tagged) hash <p>:workers, field
 // worker id → "<concurrency> <expiry µs>". The dispatcher computes the free
 // capacity as Capacity − InFlight: released-but-unclaimed jobs occupy a

@@ -16,7 +16,7 @@ import (
 
 // MinPause is the pause returned for a Retry-After (or a quota reset) that
 // is zero or already past. Retry-After has whole-second resolution, and a
-// zero pause means "absent, use the configured default" (DESIGN §7
+// zero pause means "absent, use the configured default" (docs/design.md §7
 // throttle.default_pause), so "retry now" becomes one second.
 const MinPause = time.Second
 
@@ -36,7 +36,7 @@ const (
 	ReasonQuotaExhausted = "quota_exhausted"
 )
 
-// Classify judges one attempt (DESIGN §4.2) from its response status (0
+// Classify judges one attempt (docs/design.md §4.2) from its response status (0
 // when none arrived), response header and error, at now (used to turn
 // HTTP-dates and epoch resets into deltas). It returns the finish kind, a
 // pause and a short reason for people ("http_503", "timeout", …; "" for a

@@ -1,5 +1,5 @@
 // Package webhook sends one attempt of a `webhook` or `http` job and judges
-// its outcome (DESIGN §4.1, §4.2). It does no Redis I/O.
+// its outcome (docs/design.md §4.1, §4.2). It does no Redis I/O.
 //
 // The pieces, in the order a worker uses them:
 //

@@ -165,7 +165,7 @@ func isNumericLabel(l string) bool {
 	return strings.Trim(l, "0123456789") == ""
 }
 
-// CheckLiteral is the enqueue-time check (DESIGN §4.2: a 422): it returns an
+// CheckLiteral is the enqueue-time check (docs/design.md §4.2: a 422): it returns an
 // *EgressError when the host of rawURL is refused without any DNS lookup —
 // an IP literal that CheckAddr refuses, a non-canonical numeric host
 // (decimal, octal, hex or short forms), or "localhost" / "*.localhost" unless

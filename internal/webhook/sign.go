@@ -59,7 +59,7 @@ func Headers(h http.Header, secrets [][]byte, id string, ts time.Time, body []by
 	}
 }
 
-// EventBody returns the JSON body of a webhook delivery (DESIGN §4.1):
+// EventBody returns the JSON body of a webhook delivery (docs/design.md §4.1):
 // {"type":event,"timestamp":ts,"data":payload}, ts in RFC 3339 in UTC with
 // trailing zero fractions trimmed. payload is copied verbatim and must be
 // valid JSON, as it is in a job.Spec decoded from a stored job (validated at

@@ -43,7 +43,7 @@ func WebhookQueue(p string) string { return p + ":webhook" }
 func HTTPQueue(p string) string { return p + ":http" }
 
 // Release is a job a dispatcher pass released: hand it to asynq as task
-// TaskID() with MaxRetry(0) and Timeout = TaskTimeout (DESIGN §2.2).
+// TaskID() with MaxRetry(0) and Timeout = TaskTimeout (docs/design.md §2.2).
 type Release struct {
 	ID     string
 	Tenant string
@@ -57,7 +57,7 @@ type Release struct {
 	// Timeout is the tenant's per-attempt timeout at the release.
 	Timeout time.Duration
 	// Queue and TaskType are, for task jobs, the body's "queue" and
-	// "task_type" (DESIGN §2.5); "" for other types or when the body lacks
+	// "task_type" (docs/design.md §2.5); "" for other types or when the body lacks
 	// them. The payload travels with the claim.
 	Queue    string
 	TaskType string

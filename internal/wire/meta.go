@@ -8,7 +8,7 @@ import (
 )
 
 // Meta is a deployment's parameters, kept in the hash MetaKey(prefix)
-// (DESIGN §3).
+// (docs/design.md §3).
 //
 // The fixed ones — Prefix, Shards, the hash function, the schema, Lead (D)
 // and MinLead (L) — are written by the first process that starts and
@@ -29,7 +29,7 @@ type Meta struct {
 	Settings Settings
 }
 
-// Settings are a deployment's adjustable settings (DESIGN §7 `dispatch`,
+// Settings are a deployment's adjustable settings (docs/design.md §7 `dispatch`,
 // `retention`, `throttle`). A zero field means "not set": whoever applies
 // them fills it from its own configuration or the defaults.
 type Settings struct {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// FinishKind classifies an attempt's outcome (DESIGN §4.2).
+// FinishKind classifies an attempt's outcome (docs/design.md §4.2).
 type FinishKind uint8
 
 // Finish kinds.
@@ -86,7 +86,7 @@ type AttemptResult struct {
 	Truncated bool
 }
 
-// Congested reports whether o tells an adaptive tenant to slow down (DESIGN
+// Congested reports whether o tells an adaptive tenant to slow down (docs/design.md
 // §4.2): FinishThrottled, or FinishRetry after a 5xx response or a timeout
 // with no response. Connection, TLS and DNS errors, 408 and 425 are not
 // congestion signals.

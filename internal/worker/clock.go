@@ -14,7 +14,7 @@ import (
 // ClockSamplesDefault is how many TIME round trips one Clock.Sync takes.
 const ClockSamplesDefault = 5
 
-// Clock estimates Redis's clock (DESIGN §2.3 step 1), the one clock every
+// Clock estimates Redis's clock (docs/design.md §2.3 step 1), the one clock every
 // slot is expressed in. Sync takes a few TIME round trips and keeps the one
 // with the smallest round-trip time: Redis's time is taken to be at the
 // local midpoint of that round trip, an error of at most half its RTT

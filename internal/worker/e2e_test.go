@@ -73,7 +73,7 @@ func TestFailingEndpointIsRetriedOnTheCurveWithinTheRate(t *testing.T) {
 	h.policy("flaky", store.Overrides{
 		RateUS: ptr(50_000), Burst: ptr(1), Concurrency: ptr(10), // 20/s
 		MaxAttempts: ptr(4), MinBackoffUS: ptr(100_000), MaxBackoffUS: ptr(10_000_000), MaxDoublings: ptr(5),
-		Adaptive: ptr(0), // the bare curve: each 500 would cut an adaptive tenant's rate (DESIGN §4.2)
+		Adaptive: ptr(0), // the bare curve: each 500 would cut an adaptive tenant's rate (docs/design.md §4.2)
 	})
 	h.startWorker(10, nil, func(c *worker.Config) { c.Settings.Tolerance = 10 * time.Millisecond })
 	ids := h.enqueue("flaky", 3)

@@ -359,7 +359,7 @@ func (quietLogger) Fatal(...any) {}
 
 // checkRate fails unless every window of the arrivals holds at most
 // b + r·(Δ + 2ε_r) + 1 tokens (each job costs 1), Δ the window's length and
-// ε_r the measured p99 send error (DESIGN §5). It logs the worst excess
+// ε_r the measured p99 send error (docs/design.md §5). It logs the worst excess
 // over the stricter b + r·Δ + 1.
 func checkRate(t *testing.T, got []arrival, rate float64, burst int, epsR time.Duration) {
 	t.Helper()
@@ -382,7 +382,7 @@ func checkRate(t *testing.T, got []arrival, rate float64, burst int, epsR time.D
 
 // sendError is the p99 of |arrival − slot| over the arrivals, each job's
 // slot read from its record (the slot it was last released at), arrival on
-// the receiver's estimate of Redis's clock: the ε_r of DESIGN §5.
+// the receiver's estimate of Redis's clock: the ε_r of docs/design.md §5.
 func (h *harness) sendError(got []arrival) time.Duration {
 	h.t.Helper()
 	var errs []time.Duration

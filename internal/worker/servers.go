@@ -107,7 +107,7 @@ func Split(total, n int) []int {
 }
 
 // ShutdownTimeout is the asynq servers' shutdown timeout: configured
-// (worker.shutdown_timeout), raised to 2·lead + maxTimeout + 2 s (DESIGN
+// (worker.shutdown_timeout), raised to 2·lead + maxTimeout + 2 s (docs/design.md
 // §2.3: a released job may wait up to 2·D for its slot, then run for its
 // attempt timeout) when smaller; raised reports it.
 func ShutdownTimeout(configured, lead, maxTimeout time.Duration) (d time.Duration, raised bool) {

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// ProcessTaskJob runs one delivery of a task job (DESIGN §2.5) through the
+// ProcessTaskJob runs one delivery of a task job (docs/design.md §2.5) through the
 // same protocol as ProcessTask: wait for the slot, claim, execute with the
 // job's timeout, finish. Only the hand-off differs: a task job's asynq task
 // carries the job's id, generation and slot in its headers

@@ -17,7 +17,7 @@ import (
 
 // WebhookExecutor sends webhook and http jobs with internal/webhook: it
 // parses the stored job, delivers it (Standard Webhooks signed for webhook
-// jobs) and classifies the result (DESIGN §4.1, §4.2).
+// jobs) and classifies the result (docs/design.md §4.1, §4.2).
 type WebhookExecutor struct {
 	// Client sends every request: webhook.NewClient with the egress
 	// allow-list (SSRF-safe, no redirects, no proxies). Required.

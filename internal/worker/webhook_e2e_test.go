@@ -27,7 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
-// End-to-end webhook behaviour at the receiver (DESIGN §4.1, §4.2): real
+// End-to-end webhook behaviour at the receiver (docs/design.md §4.1, §4.2): real
 // Redis, an in-process dispatcher and worker behind a real asynq server,
 // and httptest receivers on loopback that answer as each test scripts them.
 

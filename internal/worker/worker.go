@@ -1,5 +1,5 @@
 // Package worker runs Sluice's webhook and http jobs inside an asynq.Server
-// (DESIGN §2.3). A Worker is the server's asynq.Handler for the queues
+// (docs/design.md §2.3). A Worker is the server's asynq.Handler for the queues
 // Queues() names: a task is a batch of jobs (or one job of an earlier
 // dispatcher); for each job it waits on the monotonic clock until the job's
 // slot (converted from Redis time through a Clock; one scheduler wakes
@@ -50,7 +50,7 @@ type Store interface {
 var _ Store = (*store.Store)(nil)
 
 // Executor runs one attempt of a claimed job and classifies its outcome
-// (DESIGN §4.2). ctx carries the attempt's timeout; Execute must return
+// (docs/design.md §4.2). ctx carries the attempt's timeout; Execute must return
 // soon after ctx ends. It must be safe for concurrent use.
 type Executor interface {
 	Execute(ctx context.Context, job store.ClaimedJob) wire.AttemptOutcome
@@ -347,7 +347,7 @@ func (w *Worker) checkPickupBudget(ctx context.Context) error {
 }
 
 // CheckPickupBudget reports an error unless minLead ≥ 1.5 × tci + 2 × rtt
-// (DESIGN §1: a released job must reach a worker before its slot, and asynq
+// (docs/design.md §1: a released job must reach a worker before its slot, and asynq
 // picks up a task up to 1.5 × TaskCheckInterval after it was enqueued).
 func CheckPickupBudget(minLead, tci, rtt time.Duration) error {
 	need := tci*3/2 + 2*rtt

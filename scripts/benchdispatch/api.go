@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 )
 
-// batchReply is the part of a batch answer this program reads (DESIGN §6).
+// batchReply is the part of a batch answer this program reads (docs/design.md §6).
 type batchReply struct {
 	Results []struct {
 		Status int    `json:"status"`

@@ -1,4 +1,4 @@
-// Command benchdispatch measures Sluice's dispatch path (DESIGN §1, §2.2,
+// Command benchdispatch measures Sluice's dispatch path (docs/design.md §1, §2.2,
 // §2.3, §5) end to end, at a receiver, side by side with asynq in one run,
 // and prints one table:
 //

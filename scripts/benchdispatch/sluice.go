@@ -45,7 +45,7 @@ type sluice struct {
 	capacity   int    // the workers' capacity startWorker waits for; 0: s.workerConc
 }
 
-// config renders s as the YAML file both binaries read (DESIGN §7):
+// config renders s as the YAML file both binaries read (docs/design.md §7):
 // admission, backlog caps and the API's own limiter set so that nothing is
 // refused, loopback webhooks allowed and sent unsigned (the receiver checks
 // no signatures; without unsigned a tenant with no secret is refused); a

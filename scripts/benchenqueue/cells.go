@@ -106,7 +106,7 @@ func (e *env) send(ctx context.Context, path string, body []byte) (int, []byte, 
 	return resp.StatusCode, reply, err
 }
 
-// batchReply is the part of a batch answer this program reads (DESIGN §6):
+// batchReply is the part of a batch answer this program reads (docs/design.md §6):
 // one result per item, in order; an accepted item has status 202 and an id.
 type batchReply struct {
 	Results []struct {

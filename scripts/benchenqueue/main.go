@@ -1,4 +1,4 @@
-// Command benchenqueue measures Sluice's enqueue path (DESIGN §2.1) side by
+// Command benchenqueue measures Sluice's enqueue path (docs/design.md §2.1) side by
 // side in one run: enqueue requests/s and jobs/s through the HTTP API for
 // single jobs and for batches, the same enqueue script called directly with
 // go-redis (no HTTP), and one EVALSHA of a trivial script per request as the

@@ -1,4 +1,4 @@
--- admin.lua — pause or resume one tenant (DESIGN §6, admin routes).
+-- admin.lua — pause or resume one tenant (docs/design.md §6, admin routes).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

@@ -1,4 +1,4 @@
--- cancel.lua — cancel one job (DESIGN §2, the DELETE column).
+-- cancel.lua — cancel one job (docs/design.md §2, the DELETE column).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

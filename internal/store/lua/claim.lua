@@ -1,4 +1,4 @@
--- claim.lua — a worker's claim of a released job at its slot (DESIGN §2.3, step 3).
+-- claim.lua — a worker's claim of a released job at its slot (docs/design.md §2.3, step 3).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

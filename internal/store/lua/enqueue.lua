@@ -1,4 +1,4 @@
--- enqueue.lua — admit and store up to 1000 jobs of one tenant (DESIGN §2.1).
+-- enqueue.lua — admit and store up to 1000 jobs of one tenant (docs/design.md §2.1).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

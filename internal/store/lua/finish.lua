@@ -1,4 +1,4 @@
--- finish.lua — record one attempt's outcome (DESIGN §2.3 step 4, §4.2).
+-- finish.lua — record one attempt's outcome (docs/design.md §2.3 step 4, §4.2).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
@@ -42,7 +42,7 @@
 --               max pause)); the attempt is not counted; head lane, gen + 1 —
 --               or dead when max_retry_duration has run out;
 --               (any other kind with pause > 0 pauses the tenant the same
---               way: the upstream's quota is used up, DESIGN §4.2)
+--               way: the upstream's quota is used up, docs/design.md §4.2)
 --   permanent → dead;
 --   gone      → dead at once, record field reason = 'gone'; a webhook job's
 --               tenant is disabled (its backlog kept, until resume), an http
@@ -51,7 +51,7 @@
 -- cost charges (actual > reserved) or refunds (actual < reserved) the
 -- difference on the tenant's schedule, and the record keeps it (field
 -- acost), before the outcome's transition.
--- Adaptive rate (policy adaptive = 1, DESIGN §4.2; see adapt below): a
+-- Adaptive rate (policy adaptive = 1, docs/design.md §4.2; see adapt below): a
 -- congestion signal (throttled, or a retry after a 5xx or a timeout: the
 -- caller says which, ARGV[17]) halves the tenant's rate factor once per
 -- episode, down to the floor; a success adds the step, up to full; then TAT
@@ -216,7 +216,7 @@ leases_flush()
 -- Every tenant an attempt changed: rescheduled when what its ready score
 -- depends on changed (lib.lua sched_sig: a success of a tenant below its
 -- concurrency cap changes none of it), its dead set trimmed (each finish
--- trims it, DESIGN §7; lifecycle.lua trim_dead), saved, expired; then the wake
+-- trims it, docs/design.md §7; lifecycle.lua trim_dead), saved, expired; then the wake
 -- check.
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]

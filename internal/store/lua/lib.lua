@@ -1,4 +1,4 @@
--- lib.lua — shared prologue of every dispatch script (DESIGN §3).
+-- lib.lua — shared prologue of every dispatch script (docs/design.md §3).
 --
 -- Assembled at init (scripts.go) as:  BUILTIN table, clock.lua, this file,
 -- lifecycle.lua, the script.
@@ -319,7 +319,7 @@ local function save_tenant(tn, t)
   t.st_packed, t.st_rs, t.st_ra, t.st_named = packed, t.rs, false, nil
 end
 
--- Adaptive rate (DESIGN §4.2). An adaptive tenant (policy adaptive = 1)
+-- Adaptive rate (docs/design.md §4.2). An adaptive tenant (policy adaptive = 1)
 -- sends at a fraction f of its policy rate, its rate factor, in parts per
 -- million: field rf, where 0 (absent) means RF_FULL. Every GCRA computation
 -- uses the effective emission interval T_eff = ⌈T·10⁶ / f⌉ (interval), so
@@ -355,7 +355,7 @@ local function scale(d, from, to)
 end
 
 -- rescale_tat applies a rate or burst change of the policy to the GCRA
--- state (DESIGN §3): TAT′ = now + max(0, TAT − now)·T′/T, capped at now +
+-- state (docs/design.md §3): TAT′ = now + max(0, TAT − now)·T′/T, capped at now +
 -- b′·T′, with T and T′ the effective intervals before and after (lib.lua
 -- interval: a cut tenant's policy rate change keeps its factor). tat_t and
 -- tat_b remember the T_eff and b the TAT was computed with, so a change of
@@ -481,7 +481,7 @@ local function blocked(t, p)
 end
 
 -- reschedule(tenant) — the one routine every script that changes a tenant
--- calls last (DESIGN §2.2): score in ready = max(earliest slot for the head
+-- calls last (docs/design.md §2.2): score in ready = max(earliest slot for the head
 -- job's cost, paused_until, admin_until); removed when the tenant has no
 -- queued job, is disabled or admin-paused indefinitely, has released +
 -- running ≥ concurrency, or would exceed its release cap with the head job
@@ -689,5 +689,5 @@ local function leases_flush()
   LEASE_ADD, LEASE_DEL = {}, {}
 end
 
--- Job states (DESIGN §2).
+-- Job states (docs/design.md §2).
 local LIVE = {scheduled = true, queued = true, released = true, retrying = true}

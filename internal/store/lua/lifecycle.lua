@@ -1,5 +1,5 @@
 -- lifecycle.lua — job lifecycle helpers shared by the dispatch scripts
--- (DESIGN §2), assembled after lib.lua, whose names it uses.
+-- (docs/design.md §2), assembled after lib.lua, whose names it uses.
 --
 -- Used by pass, claim, finish and the admin scripts. Callers keep the
 -- tenant counters (see tenant.go) and call reschedule last.

@@ -1,4 +1,4 @@
--- pass.lua — one dispatcher pass over one shard (DESIGN §2.2).
+-- pass.lua — one dispatcher pass over one shard (docs/design.md §2.2).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

@@ -1,4 +1,4 @@
--- policy_put.lua — replace one entry of the shard's policy hash (DESIGN §3).
+-- policy_put.lua — replace one entry of the shard's policy hash (docs/design.md §3).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

@@ -1,4 +1,4 @@
--- replay.lua — re-queue a dead job (DESIGN §2, dead → queued).
+-- replay.lua — re-queue a dead job (docs/design.md §2, dead → queued).
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)

@@ -1,5 +1,5 @@
 -- task_workers.lua — heartbeats of the sluicetask middleware on one task queue
--- (DESIGN §2.5). A standalone script (clock.lua, no lib.lua): its one key is not
+-- (docs/design.md §2.5). A standalone script (clock.lua, no lib.lua): its one key is not
 -- shard-tagged.
 --
 -- KEYS[1]  <p>:mw:<queue> (HASH instance id → "<concurrency> <expiry µs> <tci µs>")

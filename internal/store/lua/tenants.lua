@@ -148,7 +148,7 @@ local function dead_start(key, cscore, cid)
 end
 
 -- requeue_dead moves dead job j (load_job's) of tenant t to the backlog's
--- tail (DESIGN §2, dead → queued): same id, gen + 1, attempts and attempt
+-- tail (docs/design.md §2, dead → queued): same id, gen + 1, attempts and attempt
 -- log kept, admission not charged, caps not applied; out of the dead set,
 -- `ended`, `due` and `reason` cleared (a letter that dies again is told
 -- why anew), the record and its idempotency key persisted.

@@ -1,4 +1,4 @@
--- workers.lua — worker heartbeats and the total worker capacity (DESIGN §2.2).
+-- workers.lua — worker heartbeats and the total worker capacity (docs/design.md §2.2).
 -- A standalone script (clock.lua, no lib.lua): its one key is not shard-tagged.
 --
 -- KEYS[1]  <p>:workers (HASH worker id → "<concurrency> <expiry µs>")
