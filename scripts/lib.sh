@@ -25,6 +25,20 @@ ensure_chromium_installed() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 }
 
+# ensure_prometheus_installed installs Debian's prometheus (prometheus and
+# promtool) when missing: the alert rules are checked by promtool and run on
+# a real Prometheus (internal/deploytest TestAlertRules, internal/e2e
+# TestAlerts). It needs root, as CI has. The package's own service is not
+# needed (the tests start their own prometheus on a free loopback port).
+ensure_prometheus_installed() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return
+  echo "prometheus not found: installing it with apt-get (for the alert rules' tests)" >&2
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus >/dev/null
+}
+
 # redis_reachable URL: true when a Redis answers PING at URL.
 redis_reachable() {
   redis-cli -u "$1" ping 2>/dev/null | grep -q PONG

@@ -118,7 +118,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer srv.Stop()
-	reg.MustRegister(dispatch.NewStateCollector(st, rdb, cfg.StateConfig(), cfg.SluiceQueues(), log))
+	reg.MustRegister(dispatch.NewStateCollector(st, rdb, cfg.StateConfig(), cfg.SluiceQueues(), log),
+		dispatch.NewRedisCollector(rdb, log))
 	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
 		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,
 		MaxSleep: cfg.Dispatch.MaxSleep, Registerer: reg, Logger: log.With("component", "dispatcher")})

@@ -2,17 +2,16 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Timing of the memory guard's readings.
@@ -126,7 +125,7 @@ func (g *memoryGuard) reading(ctx context.Context, node redis.UniversalClient, a
 	m.reading = true
 	g.mu.Unlock()
 
-	used, max, err := readMemory(ctx, node)
+	used, max, err := redisscript.ReadMemory(ctx, node)
 	now := g.now()
 
 	g.mu.Lock()
@@ -181,42 +180,4 @@ func masterOf(ctx context.Context, rdb redis.UniversalClient, key string) (redis
 		return nil, "", fmt.Errorf("the master of key %q: %w", key, err)
 	}
 	return node, node.Options().Addr, nil
-}
-
-// errNoMemoryInfo: INFO memory lacked used_memory or maxmemory.
-var errNoMemoryInfo = errors.New("INFO memory without used_memory and maxmemory")
-
-// readMemory is INFO memory's used_memory and maxmemory (0: no limit) of
-// node, in bytes.
-func readMemory(ctx context.Context, node redis.UniversalClient) (used, max int64, err error) {
-	info, err := node.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, 0, fmt.Errorf("read INFO memory: %w", err)
-	}
-	return parseMemoryInfo(info)
-}
-
-// parseMemoryInfo reads used_memory and maxmemory from INFO memory's text.
-func parseMemoryInfo(info string) (used, max int64, err error) {
-	found := 0
-	for line := range strings.Lines(info) {
-		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "used_memory" && name != "maxmemory") {
-			continue
-		}
-		n, err := strconv.ParseInt(value, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("INFO memory %s %q: %w", name, value, err)
-		}
-		if name == "used_memory" {
-			used = n
-		} else {
-			max = n
-		}
-		found++
-	}
-	if found != 2 {
-		return 0, 0, errNoMemoryInfo
-	}
-	return used, max, nil
 }

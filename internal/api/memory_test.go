@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -115,7 +116,7 @@ func TestMemoryHighWater(t *testing.T) {
 // memoryOf reads used_memory and maxmemory of rdb.
 func memoryOf(t *testing.T, rdb redis.UniversalClient) (m struct{ used, max int64 }) {
 	t.Helper()
-	used, max, err := readMemory(context.Background(), rdb)
+	used, max, err := redisscript.ReadMemory(context.Background(), rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,19 +143,6 @@ func TestMemoryRetryAfter(t *testing.T) {
 	} {
 		if got := tc.m.retryAfter(tc.mark); got != tc.want {
 			t.Errorf("%s: retryAfter = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestParseMemoryInfo(t *testing.T) {
-	t.Parallel()
-	used, max, err := parseMemoryInfo("# Memory\r\nused_memory:1234\r\nused_memory_human:1.21K\r\nmaxmemory:5678\r\nmaxmemory_human:5.54K\r\n")
-	if err != nil || used != 1234 || max != 5678 {
-		t.Errorf("parse: %d %d %v, want 1234 5678 nil", used, max, err)
-	}
-	for _, bad := range []string{"", "# Memory\r\nused_memory:12\r\n", "used_memory:x\r\nmaxmemory:1\r\n"} {
-		if _, _, err := parseMemoryInfo(bad); err == nil {
-			t.Errorf("parse %q: no error", bad)
 		}
 	}
 }

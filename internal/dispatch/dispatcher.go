@@ -259,6 +259,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		leases:  l,
 		live:    store.NewLiveCache(cfg.Store.TaskQueueLive, taskLiveCache),
 	}
+	m.shards.Set(float64(d.shards))
 	d.budget = newBudget(cfg.Store, d.handoffWaiting, cfg.CapacityRefresh)
 	d.budget.headroomWait = func() time.Duration { return d.passConfig().Grace / 4 }
 	d.inspector = asynq.NewInspectorFromRedisClient(cfg.Redis)

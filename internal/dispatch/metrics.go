@@ -19,6 +19,7 @@ type metrics struct {
 	promoted      prometheus.Counter
 	swept         prometheus.Counter
 	owned         prometheus.Gauge
+	shards        prometheus.Gauge // the deployment's shard count, for "shards unheld"
 	unserved      prometheus.Counter
 	resubscribed  prometheus.Counter
 	// By queue: the hand-off queues (wire.HandoffQueueNames), and "task"
@@ -63,6 +64,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_dispatch_shards_owned",
 			Help: "Shards whose lease this dispatcher holds.",
 		}),
+		shards: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_dispatch_shards",
+			Help: "The deployment's shard count (redis.shards): sum(sluice_dispatch_shards_owned) below it means shards nobody dispatches.",
+		}),
 		unserved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_dispatch_unserved_task_releases_total",
 			Help: "Released task jobs not handed to asynq because no live middleware serves their queue " +
@@ -88,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches,
+	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.shards, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches,
 		m.archivedTrimmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register dispatcher metrics: %w", err)

@@ -71,3 +71,12 @@ func UsedMemory(t testing.TB, rdb redis.UniversalClient) int64 {
 	t.Fatalf("no used_memory in INFO memory: %s", info)
 	return 0
 }
+
+// Kill kills the server (kill -9), as a crash would, and waits until it is
+// gone; clients' calls fail from then on.
+func (p *Private) Kill(t testing.TB) {
+	t.Helper()
+	if err := p.g.kill(p.addr); err != nil {
+		t.Fatalf("kill the private redis-server: %v", err)
+	}
+}

@@ -83,6 +83,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, o := range []string{leaseHeld, leaseWaited, leaseGivenBack} {
 		m.upstreamLeases.WithLabelValues(o)
 	}
+	// Every bounded label value exists from the start at 0, so a rate over
+	// it (a dashboard panel, an alert) has series before the first event.
+	for _, o := range claimOutcomes {
+		m.claims.WithLabelValues(o)
+	}
+	for _, k := range attemptKinds {
+		m.attempts.WithLabelValues(k)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -94,6 +102,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// The label values of sluice_worker_claims_total and
+// sluice_worker_attempts_total: what outcomeLabel and kindLabel return, the
+// claims' "error" and "lapsed".
+var (
+	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "other"}
+	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "other"}
+)
 
 func outcomeLabel(o store.ClaimOutcome) string {
 	switch o {
