@@ -140,7 +140,7 @@ func deep(n int) string {
 // and checks that each gets its documented status and error code in the
 // JSON error shape, and that the keyspace under the test's prefix is the
 // same afterwards, key by key (type, TTL presence, DUMP), except the API
-// limiter's keys <prefix>:rl:{api:<key name>} (README "API": a refused
+// limiter's keys <prefix>:rl:{api:<key name>} (docs/api.md "Conventions and errors": a refused
 // request is still counted against its API key).
 func TestHostileRequestsChangeNothing(t *testing.T) {
 	t.Parallel()

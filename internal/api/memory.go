@@ -27,7 +27,7 @@ const (
 	// in seconds.
 	maxMemoryRetryAfter = 60
 	// jobOverheadBytes is what one stored job costs Redis beyond its body,
-	// about: the README's 2 289 B per queued job of a 1 KiB payload. A body
+	// about: docs/benchmarks.md's 2 289 B per queued job of a 1 KiB payload. A body
 	// counts 5/4 of its size: the allocator's size classes of large values
 	// are a quarter of a power of two apart.
 	jobOverheadBytes = 1280

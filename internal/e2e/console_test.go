@@ -106,7 +106,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("the search finds a tenant beyond the first page", func(t *testing.T) {
-		// The overview again, its deliveries' 10 s window full by now: the README's screenshot.
+		// The overview again, its deliveries' 10 s window full by now: docs/console.md's screenshot.
 		b.run(tab, "overview", chromedp.Navigate(p.url()+"/ui/#/"), chromedp.WaitVisible(chromedp.CSS(`#busiest tr[data-tenant="alpha"]`)))
 		// The first answer may be the summary read when the overview was last open (served while the next is read).
 		b.waitJS(tab, "deliveries per second", `Number(document.querySelector('#total-deliveries .v').textContent) >= 5`)
@@ -312,7 +312,7 @@ func apiSecrets(t *testing.T, c *cluster, p *proc, tenant string) []apiSecret {
 // pollCost logs and returns the throttler's CPU share (% of one core)
 // while 20 pages poll as the console's do, one request a second each — 10
 // overviews (GET /v1/summary), 10 tenant pages (GET /v1/tenants/alpha/live)
-// — for d: a figure for the README, not a timed assertion.
+// — for d: a figure for docs/console.md, not a timed assertion.
 func pollCost(t *testing.T, c *cluster, p *proc, d time.Duration) float64 {
 	t.Helper()
 	cpu0, ok := procstat.ProcessCPU(p.cmd.Process.Pid)

@@ -32,7 +32,7 @@ var (
 // Redis's (INFO cpu) for -baseline with no page open, then while 20 pages
 // poll at the console's rate — 10 overviews (GET /v1/summary each second),
 // 10 tenant pages (GET /v1/tenants/alpha/live each second) — for
-// -duration, and prints both. A figure for the README, not an assertion.
+// -duration, and prints both. A figure for docs/benchmarks.md, not an assertion.
 func TestConsoleCPU(t *testing.T) {
 	c := newCluster(t, options{tenants: map[string]string{"alpha": "{rate: 5/s, burst: 1}"}})
 	ctx := context.Background()

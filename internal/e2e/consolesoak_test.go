@@ -46,7 +46,7 @@ type consoleSample struct {
 // HeapProfiler.collectGarbage), DOM nodes and listeners
 // (Memory.getDOMCounters) and the throttler's RSS; it prints the readings
 // and the growth from the first reading at or after -warmup to the last. A
-// figure for the README, not an assertion.
+// figure for docs/benchmarks.md, not an assertion.
 func TestConsoleSoak(t *testing.T) {
 	tenants := map[string]string{}
 	for tn, r := range soakTenants {

@@ -14,7 +14,7 @@ import (
 )
 
 // TestMigrateToAClusterLosesNothing moves a running deployment from one
-// redis-server to a Redis Cluster the way the README says: 300 webhooks
+// redis-server to a Redis Cluster the way docs/operations.md says: 300 webhooks
 // over 3 tenants at 20/s on the single node; once about a third have
 // arrived, the worker and the throttler are stopped with SIGTERM; `throttler
 // migrate --from <single node>` copies the keys to the Cluster the
