@@ -217,9 +217,10 @@
 //     <p>:{sN}:uw:<name>. Plain jobs keep the backlog; the c1 fast path is
 //     off while the tenant has lane jobs.
 //  2. Pass: a tenant with lane jobs releases the oldest eligible of its
-//     plain next job and its lanes' heads (pass.lua X.release_lanes): slot =
-//     max(its GCRA slot, pauses, each named upstream's local earliest) ≤ now
-//     + D, and each upstream's shard-local segment has room at that slot;
+//     plain next job and its lanes' heads (pass.lua X.release_lanes): its
+//     slot, max(its GCRA slot, pauses, each named upstream's local
+//     earliest), is ≤ now + D, and each upstream's shard-local segment has
+//     room at that slot;
 //     the tenant's TAT and each upstream's local tat are charged there. A
 //     head whose upstream has no room adds to the pass's Demand (wanted
 //     cost, weight, unit) unless the shard has asked already (its state's
