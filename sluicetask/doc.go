@@ -30,6 +30,11 @@
 //     or refunds its difference to the reserved cost on the tenant's and the
 //     job's upstreams' schedules.
 //
+// It keeps the rules of Sluice's own workers: nothing runs before the claim
+// said ok, a delivery whose lease (its slot + grace) has passed on the clock
+// estimate is not claimed (the sweep returns it), and the finish always
+// carries the claimed generation.
+//
 // The wrapper returns nil to asynq once the job is settled: Sluice owns
 // retries (the tasks are enqueued with MaxRetry(0)). Only a task whose sluice
 // headers do not parse, or one that arrives before Start, is returned as an

@@ -1,6 +1,3 @@
-// Package api is Sluice's HTTP API: authentication by API key, the API's own
-// rate limiter, the rate-limit headers, JSON errors, and the routes of
-// docs/design.md §6 (rate limiting as a service; health, readiness and metrics).
 package api
 
 import (

@@ -5,6 +5,10 @@
 // All arithmetic is in integer microseconds. The clock is Redis TIME, read
 // inside the script, so every host shares one clock; tests pass a fake now
 // through the same script argument (see Limiter.AllowAt).
+//
+// A Batcher coalesces concurrent decisions into pipelined round trips. Each
+// limiter key is one Redis key, <prefix>:rl:{<name>:<key>}, whose braces
+// make it its own Cluster slot.
 package bucket
 
 import (

@@ -13,6 +13,21 @@
 // Durations are Go durations ("200ms", "15s"), rates "N/s", "N/m", "N/h" or "N/d",
 // sizes "1MiB" (see policy.ByteSize). A zero or absent value means the
 // default, as documented on each field.
+//
+// RedisConfig.Client is the one place a Redis client is built from
+// configuration: a *redis.Client, a *redis.ClusterClient or a
+// Sentinel-backed *redis.Client (Kind), each with ContextTimeoutEnabled and
+// 4 KiB connection buffers (RedisBufferSize), so a pool's high-water mark
+// costs little heap. Everything downstream takes a redis.UniversalClient;
+// nothing type-switches on it. SecretsConfig prints without secrets.key.
+//
+// Settings live at three levels (docs/design.md §7): a tenant's policy
+// (package policy; this file seeds the defaults and tenants, Redis holds
+// them at run time), the deployment-wide settings written to <p>:meta
+// (Meta: fixed ones — shards, hash, D, L — checked by every process, the
+// adjustable ones written by every throttler at start and re-read by every
+// process every few seconds), and each process's own (listen addresses,
+// concurrency, fetchers, task-check interval, log), which stay in its file.
 package config
 
 import (

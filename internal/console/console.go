@@ -5,6 +5,13 @@
 // sessionStorage, sent as Authorization: Bearer, never in a cookie — so the
 // console has no power of its own and no CSRF surface: what a key may not
 // do, the API refuses (a read-only key's page shows no write buttons).
+//
+// Rules it keeps: nothing the API returns is parsed as HTML (the pages build
+// DOM nodes; a test bans innerHTML, inline script, style attributes and
+// foreign URLs); every /ui/ response carries the security headers (Headers: CSP
+// script-src 'self', no framing, no referrer); With serves the console in
+// front of the API. The read-only routes the pages use bound their own cost
+// (see package api).
 package console
 
 import (

@@ -1,5 +1,9 @@
 // Package httpserver runs the binaries' HTTP servers (the throttler's API,
 // the worker's /metrics) with Sluice's timeouts and a graceful drain.
+//
+// It also registers both binaries' runtime metrics: RegisterProcessMetrics
+// (client_golang's Go and process collectors and go_gc_heap_live_bytes)
+// and RegisterRedisPoolMetrics (each Redis client's pool).
 package httpserver
 
 import (

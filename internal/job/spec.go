@@ -1,6 +1,9 @@
 // Package job parses and validates the job bodies producers send to
 // POST /v1/tenants/{tenant}/jobs (docs/design.md §6) and turns them into the canonical
 // JSON Sluice stores. It does no I/O.
+//
+// Every job default and bound is declared once, here; the API and the
+// store's direct callers check a job by the same rules.
 package job
 
 import (

@@ -6,6 +6,11 @@
 // entries and the API's PUT body hold; Resolve merges layers of it over
 // Builtin into a Policy with every field set. The package has no I/O: Redis
 // storage, HTTP handlers and configuration loading live elsewhere.
+//
+// Every policy default and bound is declared once, here, and everything
+// else derives from it (the store's script integers, ParamsOf; the
+// configuration's defaults; the API's view). Secrets print without their
+// values (Secrets' String and LogValue): nothing logs, counts or shows one.
 package policy
 
 import (

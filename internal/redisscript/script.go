@@ -1,11 +1,17 @@
 // Package redisscript runs Sluice's Lua scripts on Redis — the one runner of
-// the store, the rate limiters and the dispatcher (STYLE.md §2): a Script by
+// the store, the rate limiters and the dispatcher: a Script by
 // EVALSHA (loaded when Redis does not know it), a function of a Redis
 // Functions library by FCALL (the library loaded on every master when Redis
 // lost it, EVALSHA when Redis has no Functions), many calls pipelined in one
 // round trip (Batch), and checked reply decoding. Callers see Reply and
 // Decoder values and errors wrapping ErrUnexpectedReply, never redis.Nil or
 // a *redis.Cmd.
+//
+// Rules it keeps: a WAIT is only ever sent in the pipeline of the write it
+// confirms (or after a write of its own, Confirm), on that write's node
+// client — never through the Cluster client, which would send a keyless
+// command to any node. ForEachMaster runs a function (a library load, a
+// SCAN) on every master of a Cluster, or on the one Redis.
 package redisscript
 
 import (

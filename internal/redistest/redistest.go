@@ -22,6 +22,15 @@
 // and in a test:
 //
 //	rdb, prefix := redistest.New(t)
+//
+// A test that looks at keys or connections does it per node, so it holds
+// on a Cluster too: Keys (SCAN on every master), ForEachNode, ForEachMaster,
+// KillClients. NewPrivate gives a test a single node of its own (for a
+// maxmemory or a CONFIG SET the shared one must not see); a Cluster or
+// Sentinel of its own offers Kill (kill -9), MasterOf, Masters and Master
+// for failover tests. A test that needs one Redis address (a proxy in front
+// of it) calls RequireSingle, which skips with its reason outside single
+// mode.
 package redistest
 
 import (

@@ -96,7 +96,7 @@ func windowExcess(s []sent, b int64, T time.Duration) (int64, string) {
 // cost sent to the tenant's token rate (within 5 % over a simulated minute)
 // instead of a fifth of it, and no window exceeds the bound by more than E
 // (refunds of the ≤ c jobs in flight at a window's first release, 8 each;
-// ARCHITECTURE.md, "Cost correction").
+// doc.go, "Cost correction").
 func TestCostRefundsReachTheTokenRate(t *testing.T) {
 	t.Parallel()
 	const T, b, c = 20 * ms, 10, 4 // 50 units/s
@@ -144,7 +144,7 @@ func TestCostChargesStayWithinTheBoundPlusE(t *testing.T) {
 
 // Reports that err both ways (reserved 5, actual 1 or 9 at random): no
 // window exceeds the bound by more than E = c·(4 + 4), the charges still due
-// plus the refunds of earlier jobs (ARCHITECTURE.md, "Cost correction").
+// plus the refunds of earlier jobs (doc.go, "Cost correction").
 func TestCostMixedReportsStayWithinTheBoundPlusE(t *testing.T) {
 	t.Parallel()
 	const T, b, c = 10 * ms, 10, 3

@@ -170,7 +170,7 @@ func (c FinishConfig) validate() error {
 // TAT d·T later, a refund (d < 0) |d|·T earlier but never below now (a TAT
 // already past stays). Applied for a current attempt only (not stale),
 // before the outcome's transition. The window bound this keeps:
-// ARCHITECTURE.md, "Cost correction".
+// doc.go, "Cost correction".
 //
 // An o.Pause > 0 with any other kind (a success that used up the upstream's
 // quota: X-RateLimit-Remaining 0 with a reset) pauses the tenant the same

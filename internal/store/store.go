@@ -1,17 +1,3 @@
-// Package store is Sluice's Redis layer for tenant backlogs (docs/design.md §2–§3):
-// job records, the per-tenant backlog and head lane, the shard's ready,
-// delayed and lease sets, per-tenant policies, and the scripts that change
-// them atomically — enqueue with token-bucket admission, cancel, the
-// dispatcher's pass (promotion, lease sweep, paced release), the workers'
-// claim and finish (one job, or many of one shard in one script:
-// ClaimBatch, FinishBatch, and the Coalescer that batches concurrent
-// callers), the admin pause/resume, dead letters and replay — and
-// the workers' capacity heartbeats and the task middleware's queue
-// heartbeats.
-//
-// Every operation on a tenant or a job is one Lua script on one shard (one
-// Redis Cluster slot). The clock is Redis TIME read inside the scripts, in
-// integer microseconds; Config.Clock injects a fake one for tests.
 package store
 
 import (

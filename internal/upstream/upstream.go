@@ -9,6 +9,9 @@
 // The package is pure (no I/O): the registry in Redis is
 // internal/store/upstreams.go, the routes internal/api. It imports no
 // Sluice package but bucket, so internal/job may use its name rules.
+//
+// Every upstream default and bound is declared once, here; the store's
+// scripts take the integers Params derives from them.
 package upstream
 
 import (

@@ -1,22 +1,3 @@
-// Package worker runs Sluice's webhook and http jobs inside an asynq.Server
-// (docs/design.md §2.3). A Worker is the server's asynq.Handler for the queues
-// Queues() names: a task is a batch of jobs (or one job of an earlier
-// dispatcher); for each job it waits on the monotonic clock until the job's
-// slot (converted from Redis time through a Clock; one scheduler wakes
-// every waiting job of the process, precise to well under a millisecond),
-// claims the job (the claim is the go-check), executes it with the job's
-// timeout, and finishes it with the classified outcome. It always returns
-// nil to asynq once the task's jobs are settled: Sluice owns retries and
-// recovery, and asynq runs every task with MaxRetry(0).
-//
-// A DequeueGate (gate.go) on the asynq server's own Redis client keeps the
-// server's idle polls off Redis: a hand-off queue is polled when a
-// dispatcher announces a batch on it, or as a safety net.
-//
-// Besides the handler, a started Worker heartbeats its concurrency into
-// Redis (the dispatcher releases no more jobs than the live workers can
-// hold) and refreshes its Clock. It keeps no state outside Redis: killing it
-// at any moment loses nothing (the dispatcher's sweep returns its jobs).
 package worker
 
 import (

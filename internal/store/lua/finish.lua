@@ -129,7 +129,7 @@ end
 --     never moves TAT below now, so it never hands out more than a full
 --     burst at once.
 -- The record keeps a in field acost (GET shows actual_cost). The window
--- bound with corrections, and its excess E: ARCHITECTURE.md, "Cost
+-- bound with corrections, and its excess E: package store's doc.go, "Cost
 -- correction".
 local function correct(r, j, t, p)
   if r.actual == 0 then return end
