@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/scripts/procstat"
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // The console CPU measurement (scripts/console-cpu; built only with -tags
