@@ -1,5 +1,6 @@
 // The keyspace checks of the soak part: a scan of every key with its
 // TTL, the keys a deployment keeps for good, and what is left behind.
+
 package main
 
 import (

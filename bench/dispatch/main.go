@@ -47,6 +47,15 @@
 // against the given Redis (or Cluster), which the program flushes before
 // each run: use a private redis-server. Run it through
 // scripts/bench-dispatch.
+//
+// Each part has its own files: precision.go (its control in pacer.go),
+// throughput.go, isolation.go, scale.go, idle.go, noisy.go and
+// noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
+// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// (every part's flags), env.go (Redis, the store, the receiver), sluice.go
+// (the Sluice processes), api.go (enqueues), load.go (paced producers),
+// receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
+// time per script), slots.go (Cluster hash slots) and table.go.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // The noisy part's requests: the quiet tenants' jobs, the noisy tenant's
 // hammering and the checks of its 429s, the retry after Retry-After.
+
 package main
 
 import (
