@@ -33,11 +33,13 @@ func TestQuickKeepsExplicitFlags(t *testing.T) {
 // with a message naming it.
 func TestParseFlagsRefusesBadValues(t *testing.T) {
 	t.Parallel()
+	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "-redis, -throttler, -worker and -dir are required") {
+		t.Errorf("parseFlags() = %v, want the required flags named", err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{nil, "-redis, -throttler, -worker and -dir are required"},
 		{[]string{"-parts", "precision,fast"}, `unknown part "fast"`},
 		{[]string{"-scale-tenants", "10,x"}, `scale-tenants: bad count "x"`},
 		{[]string{"-parts", "scale-out"}, "-parts scale-out needs -cluster"},
@@ -45,10 +47,7 @@ func TestParseFlagsRefusesBadValues(t *testing.T) {
 		{[]string{"-peer-retry", "never"}, "-peer-retry: want wiki or limiter"},
 		{[]string{"-soak-retention", "100ms"}, "bad soak flags"},
 	} {
-		args := c.args
-		if c.want != "-redis, -throttler, -worker and -dir are required" {
-			args = append(slices.Clone(required), c.args...)
-		}
+		args := append(slices.Clone(required), c.args...)
 		_, err := parseFlags(args)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseFlags(%q) = %v, want an error with %q", args, err, c.want)
