@@ -13,7 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluicehq/sluice/scripts/procstat"
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // viewerKey is the read-only (non-admin) key of the console test.

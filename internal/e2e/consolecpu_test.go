@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/scripts/procstat"
 )
 
 // The console CPU measurement (scripts/console-cpu; built only with -tags

@@ -8,7 +8,7 @@ import (
 // PreciseSleep blocks the calling thread for d with the kernel's
 // high-resolution timer (the runtime hands its processor to other
 // goroutines if it needs it). The scheduler's approach uses it, and so
-// does scripts/benchdispatch's bare pacer, the control of its precision
+// does bench/dispatch's bare pacer, the control of its precision
 // part.
 func PreciseSleep(d time.Duration) {
 	ts := syscall.NsecToTimespec(d.Nanoseconds())

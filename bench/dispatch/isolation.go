@@ -81,21 +81,11 @@ func isolationRun(ctx context.Context, e *env, withNoisy bool) (isoRun, error) {
 	rec := e.rcv.start(quietRun)
 	noisyRec := e.rcv.start(noisyRun)
 	if withNoisy {
-		items, err := e.storeItems(noisyRun, e.o.isoNoisy)
-		if err != nil {
-			return isoRun{}, err
-		}
-		if _, err := e.enqueueTenant(ctx, "noisy", items); err != nil {
-			return isoRun{}, fmt.Errorf("enqueue the noisy backlog: %w", err)
-		}
-		if err := sleepCtx(ctx, time.Second); err != nil { // let the noisy tenant reach its pace
+		if err := isolationBacklog(ctx, e, noisyRun); err != nil {
 			return isoRun{}, err
 		}
 	}
-	jobs := make([][]byte, e.o.isoQuiet)
-	for i := range jobs {
-		jobs[i] = e.webhookJob(quietRun, i)
-	}
+	jobs := e.webhookJobs(quietRun, e.o.isoQuiet)
 	meter, c0 := e.cpuMeter(ctx, sl), sl.counters(ctx)
 	start := time.Now()
 	n0, _ := noisyRec.count()
@@ -129,6 +119,19 @@ func isolationRun(ctx context.Context, e *env, withNoisy bool) (isoRun, error) {
 		e.logf("isolation: log lines of %s:\n%s", name, extra)
 	}
 	return res, nil
+}
+
+// isolationBacklog stores the noisy tenant's backlog and gives it a second
+// to reach its pace.
+func isolationBacklog(ctx context.Context, e *env, run string) error {
+	items, err := e.storeItems(run, e.o.isoNoisy)
+	if err != nil {
+		return err
+	}
+	if _, err := e.enqueueTenant(ctx, "noisy", items); err != nil {
+		return fmt.Errorf("enqueue the noisy backlog: %w", err)
+	}
+	return sleepCtx(ctx, time.Second)
 }
 
 // slotLatencies is, per arrival, its time minus the slot recorded in its

@@ -101,38 +101,51 @@ func parse(label string, r io.Reader) (run, error) {
 			continue
 		}
 		cells := split(line, cols)
-		m := concRe.FindStringSubmatch(cells[1])
-		if m == nil {
-			continue
-		}
-		conc, _ := strconv.Atoi(m[1])
-		rw := byConc[conc]
-		if rw == nil {
-			rw = &row{conc: conc}
-			byConc[conc] = rw
-		}
-		var err error
-		switch measure := cells[1]; {
-		case strings.HasPrefix(measure, "jobs/s"):
-			if rw.sluice.jobsPerSec, err = number(cells[2]); err == nil {
-				rw.peer.jobsPerSec, err = number(cells[3])
-			}
-		case strings.HasPrefix(measure, "Redis commands / job"):
-			if rw.sluice.commands, err = number(cells[2]); err == nil {
-				rw.peer.commands, err = number(cells[3])
-			}
-		case strings.HasPrefix(measure, "CPU µs / job"):
-			if rw.sluice.cpu, err = perProcess(cells[2]); err == nil {
-				rw.peer.cpu, err = perProcess(cells[3])
-			}
-		}
-		if err != nil {
+		if err := throughputRow(cells, byConc); err != nil {
 			return run{}, fmt.Errorf("%s: %q: %w", label, cells[1], err)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return run{}, fmt.Errorf("%s: %w", label, err)
 	}
+	return out.finish(byConc)
+}
+
+// throughputRow reads one row of the throughput part into the row of its
+// worker concurrency in byConc; rows of other measures are skipped.
+func throughputRow(cells []string, byConc map[int]*row) error {
+	m := concRe.FindStringSubmatch(cells[1])
+	if m == nil {
+		return nil
+	}
+	conc, _ := strconv.Atoi(m[1])
+	rw := byConc[conc]
+	if rw == nil {
+		rw = &row{conc: conc}
+		byConc[conc] = rw
+	}
+	var err error
+	switch measure := cells[1]; {
+	case strings.HasPrefix(measure, "jobs/s"):
+		if rw.sluice.jobsPerSec, err = number(cells[2]); err == nil {
+			rw.peer.jobsPerSec, err = number(cells[3])
+		}
+	case strings.HasPrefix(measure, "Redis commands / job"):
+		if rw.sluice.commands, err = number(cells[2]); err == nil {
+			rw.peer.commands, err = number(cells[3])
+		}
+	case strings.HasPrefix(measure, "CPU µs / job"):
+		if rw.sluice.cpu, err = perProcess(cells[2]); err == nil {
+			rw.peer.cpu, err = perProcess(cells[3])
+		}
+	}
+	return err
+}
+
+// finish adds the throughput rows, by worker concurrency, once each is
+// complete; a run with neither throughput nor precision rows is an error.
+func (out run) finish(byConc map[int]*row) (run, error) {
+	label := out.label
 	for _, rw := range byConc {
 		if rw.sluice.jobsPerSec == 0 || rw.peer.jobsPerSec == 0 || rw.sluice.cpu == nil || rw.peer.cpu == nil {
 			return run{}, fmt.Errorf("%s: worker concurrency %d: the jobs/s or CPU µs / job row is missing", label, rw.conc)
@@ -311,17 +324,11 @@ func medianLine(label string, ls []line) line {
 		wholeRatio: m(func(l line) float64 { return l.wholeRatio })}
 }
 
-// report prints every run's rows; for a build run more than once, its
-// medians; then each other build's change against the first build, from
-// the builds' medians (a build run once: its run), at each concurrency.
-func report(w io.Writer, runs []run) {
-	for _, r := range runs {
-		fmt.Fprintf(w, "%s: %s\n", r.label, r.machine)
-	}
-	fmt.Fprintln(w)
-	var builds []string
+// group sorts the runs' rows by build (in the order first seen): every
+// run's line, and with more than one run of a build at a concurrency their
+// median after them; meds holds each build's median per concurrency.
+func group(runs []run) (builds []string, lines []line, meds map[string]map[int]line) {
 	byBuild := map[string]map[int][]line{}
-	var lines []line
 	for _, r := range runs {
 		b := r.build()
 		if byBuild[b] == nil {
@@ -334,11 +341,10 @@ func report(w io.Writer, runs []run) {
 			byBuild[b][x.conc] = append(byBuild[b][x.conc], l)
 		}
 	}
-	meds := map[string]map[int]line{}
+	meds = map[string]map[int]line{}
 	for _, b := range builds {
 		meds[b] = map[int]line{}
-		concs := slices.Sorted(maps.Keys(byBuild[b]))
-		for _, c := range concs {
+		for _, c := range slices.Sorted(maps.Keys(byBuild[b])) {
 			ls := byBuild[b][c]
 			meds[b][c] = medianLine(b+" median", ls)
 			if len(ls) > 1 {
@@ -346,6 +352,18 @@ func report(w io.Writer, runs []run) {
 			}
 		}
 	}
+	return builds, lines, meds
+}
+
+// report prints every run's rows; for a build run more than once, its
+// medians; then each other build's change against the first build, from
+// the builds' medians (a build run once: its run), at each concurrency.
+func report(w io.Writer, runs []run) {
+	for _, r := range runs {
+		fmt.Fprintf(w, "%s: %s\n", r.label, r.machine)
+	}
+	fmt.Fprintln(w)
+	builds, lines, meds := group(runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(lines) > 0 {
 		fmt.Fprintln(tw, "build\tconcurrency\tjobs/s\tasynq\t÷ asynq\tcommands/job\tasynq\t"+
@@ -361,9 +379,15 @@ func report(w io.Writer, runs []run) {
 	if len(builds) < 2 || len(lines) == 0 {
 		return
 	}
+	changeReport(w, builds, meds)
+}
+
+// changeReport prints each later build's medians as multiples of the first
+// build's, per worker concurrency.
+func changeReport(w io.Writer, builds []string, meds map[string]map[int]line) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "change against %s (as measured; and of the ratio to the asynq of the same run)\n", builds[0])
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "build\tconcurrency\tjobs/s\t(÷ asynq)\tcommands/job\tRedis CPU µs/job\t(÷ asynq)\twhole-machine µs/job\t(÷ asynq)\t")
 	for _, b := range builds[1:] {
 		for _, c := range slices.Sorted(maps.Keys(meds[b])) {

@@ -231,8 +231,6 @@ func idlePeer(ctx context.Context, e *env) (idleRun, error) {
 	}
 	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(e.rdb)
-	due := map[string]time.Time{}
-	delayed := map[string]bool{}
 	// The first task since start (see idle), before the idle window.
 	at := time.Now()
 	info, err := client.EnqueueContext(ctx, asynq.NewTask(peerTaskType, []byte("first")), asynq.Queue(peerQueue))
@@ -248,9 +246,18 @@ func idlePeer(ctx context.Context, e *env) (idleRun, error) {
 	if err != nil {
 		return res, err
 	}
+	return res, idlePeerWakeups(ctx, e, client, rec, firstID, &res)
+}
+
+// idlePeerWakeups enqueues the peer's wake-up tasks one at a time, each
+// after -idle-gap of idle, due at once and delayed by turns, and adds
+// their due → arrival times to res (the first task, firstID, left out).
+func idlePeerWakeups(ctx context.Context, e *env, client *asynq.Client, rec *recording, firstID string, res *idleRun) error {
+	due := map[string]time.Time{}
+	delayed := map[string]bool{}
 	for i := range 2 * e.o.idleWakeups {
 		if err := sleepCtx(ctx, e.o.idleGap); err != nil {
-			return res, err
+			return err
 		}
 		at, opts := time.Now(), []asynq.Option{asynq.Queue(peerQueue)}
 		if i%2 == 1 {
@@ -259,12 +266,12 @@ func idlePeer(ctx context.Context, e *env) (idleRun, error) {
 		}
 		info, err := client.EnqueueContext(ctx, asynq.NewTask(peerTaskType, []byte("wake")), opts...)
 		if err != nil {
-			return res, fmt.Errorf("enqueue a wake-up task: %w", err)
+			return fmt.Errorf("enqueue a wake-up task: %w", err)
 		}
 		due[info.ID], delayed[info.ID] = at, i%2 == 1
 		// asynq forwards scheduled tasks every 5 s (its default): wait for that.
 		if !rec.waitDistinct(ctx, i+2, time.Now().Add(2*wakeDelay+10*time.Second)) {
-			return res, fmt.Errorf("wake-up task %s did not arrive: %w", info.ID, errTimeout)
+			return fmt.Errorf("wake-up task %s did not arrive: %w", info.ID, errTimeout)
 		}
 	}
 	for _, a := range rec.snapshot() {
@@ -277,7 +284,7 @@ func idlePeer(ctx context.Context, e *env) (idleRun, error) {
 		}
 		w.due = append(w.due, a.at.Sub(due[a.id]))
 	}
-	return res, nil
+	return nil
 }
 
 // perSecond lists the n commands with the most calls, per second of d:

@@ -100,6 +100,26 @@ func (quietLogger) Warn(...any)  {}
 func (quietLogger) Error(...any) {}
 func (quietLogger) Fatal(...any) {}
 
+// wikiHandler is the wiki's handler: a call the limiter refuses returns a
+// RateLimitError (RetryIn per -peer-retry), an allowed one POSTs to the
+// receiver; handlers counts the calls.
+func wikiHandler(e *env, limiter *rate.Limiter, post *poster, handlers *atomic.Int64) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		handlers.Add(1)
+		if !limiter.Allow() {
+			retryIn := time.Duration(rand.IntN(10)) * time.Second // the wiki's
+			if e.o.peerRetry == "limiter" {
+				res := limiter.Reserve()
+				retryIn = res.Delay()
+				res.Cancel()
+			}
+			return &RateLimitError{RetryIn: retryIn}
+		}
+		id, _ := asynq.GetTaskID(ctx)
+		return post.post(ctx, id)
+	})
+}
+
 // precisionPeer runs asynq's wiki rate-limit pattern: an x/time/rate limiter
 // rate.NewLimiter(r, 1) in the handler; a refused call returns a
 // RateLimitError whose RetryIn is the wiki's rand(0…9) s ("wiki") or the
@@ -120,20 +140,7 @@ func precisionPeer(ctx context.Context, e *env) (precisionRun, error) {
 	post := newPoster(e.rcv.url(run), e.o.peerConc)
 	defer post.client.CloseIdleConnections()
 	var handlers atomic.Int64
-	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-		handlers.Add(1)
-		if !limiter.Allow() {
-			retryIn := time.Duration(rand.IntN(10)) * time.Second // the wiki's
-			if e.o.peerRetry == "limiter" {
-				res := limiter.Reserve()
-				retryIn = res.Delay()
-				res.Cancel()
-			}
-			return &RateLimitError{RetryIn: retryIn}
-		}
-		id, _ := asynq.GetTaskID(ctx)
-		return post.post(ctx, id)
-	})
+	handler := wikiHandler(e, limiter, post, &handlers)
 	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{
 		Concurrency:              e.o.peerConc,
 		Queues:                   map[string]int{peerQueue: 1},

@@ -125,6 +125,15 @@ func (e *env) webhookJob(run string, i int) []byte {
 	return fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.%s","payload":{"i":%d}}`, e.rcv.url(run), run, i)
 }
 
+// webhookJobs is jobs 0 … n−1 to the receiver's run (webhookJob).
+func (e *env) webhookJobs(run string, n int) [][]byte {
+	jobs := make([][]byte, n)
+	for i := range jobs {
+		jobs[i] = e.webhookJob(run, i)
+	}
+	return jobs
+}
+
 // storeItems returns n items of one canonical webhook job to the receiver's
 // run, for Store.Enqueue (the script the API runs after parsing).
 func (e *env) storeItems(run string, n int) ([]store.Item, error) {

@@ -1,5 +1,6 @@
 // Package procstat reads CPU times from Linux's /proc for the benchmark
-// programs under scripts/: a process's, and the whole machine's.
+// programs (the bench module) and the console's CPU tests (internal/e2e):
+// a process's, and the whole machine's.
 package procstat
 
 import (

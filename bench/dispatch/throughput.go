@@ -201,11 +201,7 @@ func enqueueSpread(ctx context.Context, e *env, sl *sluice, run string, tenants 
 	nt := len(tenants)
 	err := parallel(ctx, nt, 8, func(i int) error {
 		k := n/nt + boolInt(i < n%nt)
-		jobs := make([][]byte, k)
-		for j := range jobs {
-			jobs[j] = e.webhookJob(run, j)
-		}
-		got, err := sl.enqueueHTTP(ctx, tenants[i], jobs)
+		got, err := sl.enqueueHTTP(ctx, tenants[i], e.webhookJobs(run, k))
 		mu.Lock()
 		ids = append(ids, got...)
 		mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,122 +95,159 @@ func soak(ctx context.Context, e *env, t *table) error {
 		return err
 	}
 	defer sl.stop()
-	rec := e.rcv.startCounting("soak")
+	r := &soakRun{e: e, sl: sl, rec: e.rcv.startCounting("soak")}
+	collapsed := r.load(ctx)
+	if ctx.Err() != nil {
+		printSoakSamples(os.Stdout, r.samples)
+		return ctx.Err()
+	}
+	loadTime := time.Since(r.start)
+	end, err := r.drainAndExpire(ctx)
+	if err != nil {
+		return err
+	}
+	printSoakSamples(os.Stdout, r.samples)
+	soakRows(t, o, &r.c, r.samples, loadTime)
+	r.endRows(ctx, t, collapsed, end)
+	if extra := sl.problems(5); extra != "" {
+		e.logf("soak: log lines:\n%s", extra)
+	}
+	t.gap()
+	return nil
+}
+
+// soakRun is one soak: its Sluice, what the receiver counts, the
+// producers' outcomes and the readings so far.
+type soakRun struct {
+	e       *env
+	sl      *sluice
+	rec     *recording
+	c       soakCounts
+	start   time.Time // when the producers started
+	samples []soakSample
+}
+
+// load runs the producers for -soak-duration with a reading every
+// -soak-every, and returns when the deliveries fell too far behind, else 0.
+func (r *soakRun) load(ctx context.Context) (collapsed time.Duration) {
+	o := r.e.o
 	tenants := make([]string, o.soakTenants)
 	for i := range tenants {
 		tenants[i] = fmt.Sprintf("soak-%04d", i)
 	}
 	client := loadClient(2 * o.soakProducers)
 	defer client.CloseIdleConnections()
-
-	var c soakCounts
-	start := time.Now()
+	r.start = time.Now()
 	pctx, stopLoad := context.WithTimeout(ctx, o.soakDuration)
 	defer stopLoad()
 	work := make(chan int, 1024)
 	go emit(pctx, float64(o.soakRate), work)
 	done := make(chan struct{})
 	go func() {
-		consume(o.soakProducers, work, func(i int) { sl.soakJob(ctx, client, tenants, i, &c) })
+		consume(o.soakProducers, work, func(i int) { r.sl.soakJob(ctx, client, tenants, i, &r.c) })
 		close(done)
 	}()
-
-	read := func(label string) soakSample {
-		th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, "sluice_dispatch_swept_total", poolConns)
-		wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, staleClaims, lapsedClaims, poolConns)
-		keys, _ := e.rdb.DBSize(ctx).Result()
-		_, n := rec.count()
-		s := soakSample{at: time.Since(start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
-			thLive: th[liveHeap], wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], wkLive: wk[liveHeap], wkGC: sl.heapAfterGC(ctx),
-			thConns: sumSeries(th, poolConns), wkConns: sumSeries(wk, poolConns),
-			redis: e.usedMemory(ctx), keys: keys,
-			accepted: c.accepted.Load(), arrived: n, stale: wk[staleClaims], lapsed: wk[lapsedClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
-		e.logf("soak %s %s: throttler %.0f goroutines %s heap (%s live), worker %.0f goroutines %s heap (%s live, %s after a forced GC), Redis connections %.0f / %.0f, redis %s, %d keys, accepted %d, arrived %d, "+
-			"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), mb(s.thLive),
-			s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), s.thConns, s.wkConns, mb(float64(s.redis)),
-			s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
-		return s
-	}
-	samples := []soakSample{read("")}
-	var collapsed time.Duration // when the deliveries fell too far behind, else 0
+	r.samples = []soakSample{r.read(ctx, "")}
 	tick := time.NewTicker(o.soakEvery)
-	for running := true; running; {
+	defer tick.Stop()
+	for {
 		select {
 		case <-done:
-			running = false
+			return collapsed
 		case <-tick.C:
-			s := read("")
-			samples = append(samples, s)
+			s := r.read(ctx, "")
+			r.samples = append(r.samples, s)
 			// Bounded: stop when the deliveries fall more than two
 			// minutes of load behind (Redis would only fill up).
-			if behind := s.accepted - c.canceled.Load() - int64(s.arrived); behind > 120*int64(o.soakRate) && collapsed == 0 {
+			if behind := s.accepted - r.c.canceled.Load() - int64(s.arrived); behind > 120*int64(o.soakRate) && collapsed == 0 {
 				collapsed = s.at
 				stopLoad()
 			}
 		}
 	}
-	tick.Stop()
-	if ctx.Err() != nil {
-		printSoakSamples(os.Stdout, samples)
-		return ctx.Err()
-	}
-	loadTime := time.Since(start)
+}
 
-	// Drain: every accepted job but the canceled ones reaches the receiver
-	// (the dead ones once, answered 400).
-	want := int(c.accepted.Load() - c.canceled.Load())
+// read takes one reading, logs it and returns it.
+func (r *soakRun) read(ctx context.Context, label string) soakSample {
+	e, sl := r.e, r.sl
+	th := sl.metricValues(ctx, sl.api+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, "sluice_dispatch_swept_total", poolConns)
+	wk := sl.metricValues(ctx, sl.metrics+"/metrics", "go_goroutines", "go_memstats_heap_alloc_bytes", liveHeap, staleClaims, lapsedClaims, poolConns)
+	keys, _ := e.rdb.DBSize(ctx).Result()
+	_, n := r.rec.count()
+	s := soakSample{at: time.Since(r.start), label: label, thG: th["go_goroutines"], thHeap: th["go_memstats_heap_alloc_bytes"],
+		thLive: th[liveHeap], wkG: wk["go_goroutines"], wkHeap: wk["go_memstats_heap_alloc_bytes"], wkLive: wk[liveHeap], wkGC: sl.heapAfterGC(ctx),
+		thConns: sumSeries(th, poolConns), wkConns: sumSeries(wk, poolConns),
+		redis: e.usedMemory(ctx), keys: keys,
+		accepted: r.c.accepted.Load(), arrived: n, stale: wk[staleClaims], lapsed: wk[lapsedClaims], swept: th["sluice_dispatch_swept_total"], load: loadAverage()}
+	e.logf("soak %s %s: throttler %.0f goroutines %s heap (%s live), worker %.0f goroutines %s heap (%s live, %s after a forced GC), Redis connections %.0f / %.0f, redis %s, %d keys, accepted %d, arrived %d, "+
+		"swept %.0f, stale claims %.0f, lapsed %.0f, load %s", s.at.Round(time.Second), label, s.thG, mb(s.thHeap), mb(s.thLive),
+		s.wkG, mb(s.wkHeap), mb(s.wkLive), mb(s.wkGC), s.thConns, s.wkConns, mb(float64(s.redis)),
+		s.keys, s.accepted, s.arrived, s.swept, s.stale, s.lapsed, s.load)
+	return s
+}
+
+// soakEnd is what the soak found after the producers stopped.
+type soakEnd struct {
+	want       int           // jobs the receiver should see: accepted, not canceled
+	drained    bool          // whether it saw them all in time
+	drainTime  time.Duration // from the producers' end to the drain
+	expiryTime time.Duration // from the drain to no key but the permanent ones
+	keep       *regexp.Regexp
+	ks         keyScan // the keyspace at the end
+}
+
+// drainAndExpire waits for every accepted job but the canceled ones to
+// reach the receiver (the dead ones once, answered 400), then for no
+// Sluice key but the permanent ones to be left, reading after each; then
+// scans the keyspace.
+func (r *soakRun) drainAndExpire(ctx context.Context) (soakEnd, error) {
+	end := soakEnd{want: int(r.c.accepted.Load() - r.c.canceled.Load()), keep: permanentKeys(prefix)}
 	stopped := time.Now()
-	drained := rec.waitDistinct(ctx, want, stopped.Add(2*time.Minute))
-	drainTime := time.Since(stopped)
-	samples = append(samples, read("drained"))
-
-	// Expiry: wait until no Sluice key but the permanent ones is left.
-	keep := permanentKeys(prefix)
-	deadline := time.Now().Add(3*o.soakRetention + 90*time.Second)
+	end.drained = r.rec.waitDistinct(ctx, end.want, stopped.Add(2*time.Minute))
+	end.drainTime = time.Since(stopped)
+	r.samples = append(r.samples, r.read(ctx, "drained"))
+	deadline := time.Now().Add(3*r.e.o.soakRetention + 90*time.Second)
 	for time.Now().Before(deadline) {
-		left, err := e.scanKeys(ctx)
+		left, err := r.e.scanKeys(ctx)
 		if err != nil {
-			return err
+			return end, err
 		}
-		if left.sluiceLeft(keep) == 0 {
+		if left.sluiceLeft(end.keep) == 0 {
 			break
 		}
 		if err := sleepCtx(ctx, 2*time.Second); err != nil {
-			return err
+			return end, err
 		}
 	}
-	expiryTime := time.Since(stopped) - drainTime
-	samples = append(samples, read("expired"))
-	ks, err := e.scanKeys(ctx)
-	if err != nil {
-		return err
-	}
-	printSoakSamples(os.Stdout, samples)
-	soakRows(t, o, &c, samples, loadTime)
+	end.expiryTime = time.Since(stopped) - end.drainTime
+	r.samples = append(r.samples, r.read(ctx, "expired"))
+	var err error
+	end.ks, err = r.e.scanKeys(ctx)
+	return end, err
+}
+
+// endRows adds the rows of the load's end, the drain and the keys left.
+func (r *soakRun) endRows(ctx context.Context, t *table, collapsed time.Duration, end soakEnd) {
 	const part = "6 soak"
+	o := r.e.o
 	if collapsed > 0 {
 		t.row(part, "load stopped early: deliveries more than 2 minutes of load behind", fmt.Sprintf("at %s", collapsed.Round(time.Second)), "", "",
 			"never", "NO")
 	}
-	last := samples[len(samples)-1]
+	last := r.samples[len(r.samples)-1]
 	t.row(part, "dispatcher leases swept / worker stale claims / releases dropped unclaimed, lapsed (releases that reached no worker within grace)",
 		fmt.Sprintf("%.0f / %.0f / %.0f", last.swept, last.stale, last.lapsed), "", "", "", "")
-	requests, arrived := rec.count()
+	requests, arrived := r.rec.count()
 	t.row(part, "drain after the producers stopped: jobs delivered (requests beyond one per job)", fmt.Sprintf("%d of %d in %.1f s (%d)",
-		arrived, want, drainTime.Seconds(), requests-arrived), "", "", "all", yes(drained))
-	orphans, expiring, tenantsLeft, detail := ks.verdict(keep)
-	t.row(part, fmt.Sprintf("keys %.0f s after the drain (retention %s)", expiryTime.Seconds(), o.soakRetention),
-		fmt.Sprintf("%d: %s", ks.total(), detail), "", "", "", "")
+		arrived, end.want, end.drainTime.Seconds(), requests-arrived), "", "", "all", yes(end.drained))
+	orphans, expiring, tenantsLeft, detail := end.ks.verdict(end.keep)
+	t.row(part, fmt.Sprintf("keys %.0f s after the drain (retention %s)", end.expiryTime.Seconds(), o.soakRetention),
+		fmt.Sprintf("%d: %s", end.ks.total(), detail), "", "", "", "")
 	t.row(part, "keys without a TTL, not permanent", fmt.Sprintf("%d", orphans), "", "", "0", yes(orphans == 0))
-	for _, l := range e.describeOrphans(ctx, ks, keep, 8) {
+	for _, l := range r.e.describeOrphans(ctx, end.ks, end.keep, 8) {
 		t.note("soak: left without a TTL: %s", l)
 	}
 	t.row(part, "tenants with a key left behind", fmt.Sprintf("%d of %d (%d keys still expiring)", tenantsLeft, o.soakTenants, expiring), "", "", "0", yes(tenantsLeft == 0))
-	if extra := sl.problems(5); extra != "" {
-		e.logf("soak: log lines:\n%s", extra)
-	}
-	t.gap()
-	return nil
 }
 
 // soakJob sends job i of the soak to tenant i mod len(tenants): every 100th
@@ -351,145 +387,6 @@ func errClass(err error) string {
 		return "canceled"
 	}
 	return "other"
-}
-
-// describeOrphans describes up to n keys without a TTL that are neither
-// permanent nor asynq's bookkeeping: its type and, for a hash, its short
-// fields (a job record's state, gen, times) — for the diagnosis.
-func (e *env) describeOrphans(ctx context.Context, ks keyScan, keep *regexp.Regexp, n int) []string {
-	var keys []string
-	for k, ttl := range ks {
-		if ttl < 0 && !keep.MatchString(k) && (!strings.HasPrefix(k, "asynq:") || strings.Contains(k, ":t:")) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	var out []string
-	for _, k := range keys[:min(n, len(keys))] {
-		typ, _ := e.rdb.Type(ctx, k).Result()
-		line := fmt.Sprintf("%s (%s)", k, typ)
-		if typ == "hash" {
-			h, _ := e.rdb.HGetAll(ctx, k).Result()
-			var fields []string
-			for f, v := range h {
-				if len(v) <= 80 {
-					fields = append(fields, f+"="+v)
-				}
-			}
-			sort.Strings(fields)
-			line += " " + strings.Join(fields, " ")
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-// keyScan is the keyspace at one time, each key with its PTTL.
-type keyScan map[string]time.Duration
-
-// scanKeys SCANs the whole keyspace and reads every key's PTTL.
-func (e *env) scanKeys(ctx context.Context) (keyScan, error) {
-	out := keyScan{}
-	var cursor uint64
-	for {
-		keys, next, err := e.rdb.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
-		pipe := e.rdb.Pipeline()
-		for _, k := range keys {
-			pipe.PTTL(ctx, k)
-		}
-		cmds, err := pipe.Exec(ctx)
-		if err != nil && len(keys) > 0 {
-			return nil, fmt.Errorf("pttl: %w", err)
-		}
-		for i, k := range keys {
-			d, _ := cmds[i].(interface{ Val() time.Duration })
-			if d != nil {
-				out[k] = d.Val()
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return out, nil
-		}
-	}
-}
-
-func (ks keyScan) total() int { return len(ks) }
-
-// sluiceLeft counts the keys under Sluice's prefix that keep does not match.
-func (ks keyScan) sluiceLeft(keep *regexp.Regexp) int {
-	n := 0
-	for k := range ks {
-		if strings.HasPrefix(k, prefix+":") && !keep.MatchString(k) {
-			n++
-		}
-	}
-	return n
-}
-
-// tenantOf finds the tenant in a tenant key (…:t:<tenant>[:q|:head|:dead])
-// or an idempotency key (…:idem:<tenant>:<key>).
-var tenantOf = regexp.MustCompile(`:(?:t|idem):([^:]+)`)
-
-// verdict classifies the keys: permanent (keep), asynq's own (its queues'
-// bookkeeping; a task key without a TTL would be an orphan), and the rest:
-// those without a TTL are orphans, those with one still expiring. It
-// returns the orphans (asynq task keys included), the expiring keys, the
-// tenants still holding a key, and a description.
-func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, detail string) {
-	var perm, asynqKeys int
-	shapes := map[string]int{}
-	ts := map[string]bool{}
-	var examples []string
-	ids := regexp.MustCompile(`[0-9a-zA-Z_-]{20,}|\d{4}-\d{2}-\d{2}`)
-	for k, ttl := range ks {
-		switch {
-		case keep.MatchString(k):
-			perm++
-			continue
-		case strings.HasPrefix(k, "asynq:"):
-			asynqKeys++
-			if ttl < 0 {
-				shapes[ids.ReplaceAllString(k, "…")]++
-			}
-			if !strings.Contains(k, ":t:") || ttl >= 0 {
-				continue
-			}
-		}
-		if m := tenantOf.FindStringSubmatch(k); m != nil && strings.HasPrefix(k, prefix+":") {
-			ts[m[1]] = true
-		}
-		if ttl < 0 {
-			orphans++
-			if len(examples) < 5 {
-				examples = append(examples, k)
-			}
-		} else {
-			expiring++
-		}
-	}
-	var sh []string
-	for s, n := range shapes {
-		sh = append(sh, fmt.Sprintf("%s ×%d", s, n))
-	}
-	sort.Strings(sh)
-	detail = fmt.Sprintf("%d permanent (meta, policy, vclock, tenant index, leases, workers), %d asynq's own (without TTL: %s), %d expiring, %d without a TTL",
-		perm, asynqKeys, strings.Join(sh, ", "), expiring, orphans)
-	if len(examples) > 0 {
-		detail += " e.g. " + strings.Join(examples, ", ")
-	}
-	return orphans, expiring, len(ts), detail
-}
-
-// permanentKeys matches the keys a deployment keeps for good under p (as
-// internal/e2e's expiry test lists them): meta, per shard the policy hash,
-// the virtual clock, the tenant index, its name set and the backfill's
-// marker, the worker heartbeats, the dispatch leases and members.
-func permanentKeys(p string) *regexp.Regexp {
-	q := regexp.QuoteMeta(p)
-	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members)$`)
 }
 
 // heapAfterGC is the worker's heap right after a forced GC (# HeapAlloc of

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/scripts/procstat"
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // stats is what one cell measured.

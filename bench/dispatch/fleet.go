@@ -25,6 +25,17 @@ type fleetRun struct {
 	spread             spread
 }
 
+// stopFleet stops every throttler of fl first (no more releases), then
+// every process.
+func stopFleet(fl []*sluice) {
+	for _, m := range fl {
+		m.throttler.stop(10 * time.Second)
+	}
+	for _, m := range fl {
+		m.stop()
+	}
+}
+
 // fleetOnCluster is the many-tenant run: -scaleout-tenants tenants of rate
 // -scaleout-rate (burst 1), -scaleout-jobs jobs each stored with no
 // throttler running, then -scaleout-throttlers throttlers and
@@ -39,14 +50,7 @@ func fleetOnCluster(ctx context.Context, ce *env) (fleetRun, error) {
 		return fleetRun{}, err
 	}
 	fl := []*sluice{first}
-	defer func() {
-		for _, m := range fl { // throttlers first: no more releases
-			m.throttler.stop(10 * time.Second)
-		}
-		for _, m := range fl {
-			m.stop()
-		}
-	}()
+	defer func() { stopFleet(fl) }()
 	// The first throttler seeded meta and the policies; it is stopped while
 	// the backlog is stored (as in the scale part).
 	first.throttler.stop(10 * time.Second)

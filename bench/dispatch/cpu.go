@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/scripts/procstat"
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // cpuMeter measures the CPU time of named groups of processes, and of the

@@ -54,10 +54,7 @@ func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error
 	defer sl.stop()
 	const run = "precision-sluice"
 	rec := e.rcv.start(run)
-	jobs := make([][]byte, n)
-	for i := range jobs {
-		jobs[i] = e.webhookJob(run, i)
-	}
+	jobs := e.webhookJobs(run, n)
 	rs0, err := e.redisStats(ctx)
 	if err != nil {
 		return precisionRun{}, err
@@ -97,6 +94,7 @@ func precisionSluice(ctx context.Context, e *env, t *table) (precisionRun, error
 	return res, nil
 }
 
+// precisionRows adds the precision part's rows: Sluice beside the peer.
 func precisionRows(e *env, t *table, s, peer precisionRun) {
 	r := float64(e.o.precRate)
 	T := time.Duration(float64(time.Second) / r)
@@ -105,31 +103,30 @@ func precisionRows(e *env, t *table, s, peer precisionRun) {
 		e.o.peerConc, orDefault(e.o.peerForward, "5s"), e.o.peerRetry)
 	t.row(part, fmt.Sprintf("one tenant, r = %d/s, b = 1, %d jobs at once", e.o.precRate, e.o.precJobs),
 		"Sluice", peerName, "", "", "")
-	delivered := func(x precisionRun) string {
-		if x.want == 0 {
-			return "-"
-		}
-		s := fmt.Sprintf("%d/%d in %.1f s", x.p.distinct, x.want, x.elapsed.Seconds())
-		if x.bounded {
-			s += " (time bound)"
-		}
-		return s
-	}
-	t.row(part, "delivered (distinct webhook-ids)", delivered(s), delivered(peer), "", "all", yes(s.p.distinct == s.want))
+	t.row(part, "delivered (distinct webhook-ids)", precDelivered(s), precDelivered(peer), "", "all", yes(s.p.distinct == s.want))
 	t.row(part, "duplicate deliveries", fmt.Sprint(s.p.delivered-s.p.distinct), fmt.Sprint(peer.p.delivered-peer.p.distinct), "", "0", yes(s.p.delivered == s.p.distinct))
 	sRate, pRate := rateOver(s), rateOver(peer)
 	t.row(part, "jobs/s delivered (all jobs ÷ run time)", fmt.Sprintf("%.2f", sRate), fmt.Sprintf("%.2f", pRate), div(sRate, pRate), "", "")
-	gap := func(x precisionRun, d time.Duration) string {
-		if x.p.distinct < 2 {
-			return "-"
-		}
-		return msf(d)
-	}
-	t.row(part, fmt.Sprintf("|gap − %s| p50", T), gap(s, s.p.gapP50), gap(peer, peer.p.gapP50), "", "", "")
-	t.row(part, fmt.Sprintf("|gap − %s| p99", T), gap(s, s.p.gapP99), gap(peer, peer.p.gapP99), "",
+	t.row(part, fmt.Sprintf("|gap − %s| p50", T), precGap(s, s.p.gapP50), precGap(peer, peer.p.gapP50), "", "", "")
+	t.row(part, fmt.Sprintf("|gap − %s| p99", T), precGap(s, s.p.gapP99), precGap(peer, peer.p.gapP99), "",
 		"≤ 5 ms (goal 2 ms)", yes(s.p.distinct > 1 && s.p.gapP99 <= 5*time.Millisecond))
-	t.row(part, fmt.Sprintf("|gap − %s| max", T), gap(s, s.p.gapMax), gap(peer, peer.p.gapMax), "", "", "")
-	// The control beside Sluice: what the machine allowed in that window.
+	t.row(part, fmt.Sprintf("|gap − %s| max", T), precGap(s, s.p.gapMax), precGap(peer, peer.p.gapMax), "", "", "")
+	precisionControlRow(t, s, T)
+	t.row(part, "long-run rate error, (N−1)/(t_last−t_first) vs r", precRateErr(s), precRateErr(peer), "",
+		"≤ 0.5 % (goal 0.1 %)", yes(s.p.distinct > 1 && s.p.rateErr <= 0.005))
+	bound := 1 + r*(1+2*s.p.gapP99.Seconds()) + 1
+	t.row(part, "most deliveries in any 1 s", fmt.Sprint(s.p.maxIn1s), fmt.Sprint(peer.p.maxIn1s), "",
+		fmt.Sprintf("≤ b + r(1 s + 2ε) + 1 = %.1f", bound), yes(float64(s.p.maxIn1s) <= bound))
+	t.row(part, "Redis commands / delivered job", s.perJob(s.calls), peer.perJob(peer.calls), "", "", "")
+	t.row(part, "handler calls / delivered job", "-", peer.perJob(peer.handlers), "", "", "")
+	t.row(part, "CPU, % of one core", s.cpu.format(cpuNames...), peer.cpu.format(cpuNames...), "", "", "")
+	t.row(part, "dispatcher and worker counters", s.ctr, "-", "", "", "")
+	t.gap()
+}
+
+// precisionControlRow adds the control beside Sluice: what the machine
+// allowed in that window.
+func precisionControlRow(t *table, s precisionRun, T time.Duration) {
 	control := "-"
 	if s.pacerErr != nil {
 		t.note("precision: the bare pacer failed: %v", s.pacerErr)
@@ -140,24 +137,36 @@ func precisionRows(e *env, t *table, s, peer precisionRun) {
 	if s.pacerErr == nil && s.pacer.distinct > 1 && s.p.distinct > 1 {
 		ratio = div(s.p.gapP99.Seconds(), s.pacer.gapP99.Seconds()) + " (p99s)"
 	}
-	t.row(part, fmt.Sprintf("control: a bare pacer beside Sluice, |gap − %s| p50 / p99 / max", T), control, "", ratio,
+	t.row("1 precision", fmt.Sprintf("control: a bare pacer beside Sluice, |gap − %s| p50 / p99 / max", T), control, "", ratio,
 		"(what the machine allowed: one thread POSTing at exact instants, no Redis)", "")
-	rerr := func(x precisionRun) string {
-		if x.p.distinct < 2 {
-			return "-"
-		}
-		return fmt.Sprintf("%.3f %% (%.3f/s)", 100*x.p.rateErr, x.p.rate)
+}
+
+// precDelivered is x's distinct deliveries of its jobs and its run time.
+func precDelivered(x precisionRun) string {
+	if x.want == 0 {
+		return "-"
 	}
-	t.row(part, "long-run rate error, (N−1)/(t_last−t_first) vs r", rerr(s), rerr(peer), "",
-		"≤ 0.5 % (goal 0.1 %)", yes(s.p.distinct > 1 && s.p.rateErr <= 0.005))
-	bound := 1 + r*(1+2*s.p.gapP99.Seconds()) + 1
-	t.row(part, "most deliveries in any 1 s", fmt.Sprint(s.p.maxIn1s), fmt.Sprint(peer.p.maxIn1s), "",
-		fmt.Sprintf("≤ b + r(1 s + 2ε) + 1 = %.1f", bound), yes(float64(s.p.maxIn1s) <= bound))
-	t.row(part, "Redis commands / delivered job", s.perJob(s.calls), peer.perJob(peer.calls), "", "", "")
-	t.row(part, "handler calls / delivered job", "-", peer.perJob(peer.handlers), "", "", "")
-	t.row(part, "CPU, % of one core", s.cpu.format(cpuNames...), peer.cpu.format(cpuNames...), "", "", "")
-	t.row(part, "dispatcher and worker counters", s.ctr, "-", "", "", "")
-	t.gap()
+	s := fmt.Sprintf("%d/%d in %.1f s", x.p.distinct, x.want, x.elapsed.Seconds())
+	if x.bounded {
+		s += " (time bound)"
+	}
+	return s
+}
+
+// precGap is the gap error d of x in ms, "-" with fewer than two arrivals.
+func precGap(x precisionRun, d time.Duration) string {
+	if x.p.distinct < 2 {
+		return "-"
+	}
+	return msf(d)
+}
+
+// precRateErr is x's long-run rate error, "-" with fewer than two arrivals.
+func precRateErr(x precisionRun) string {
+	if x.p.distinct < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f %% (%.3f/s)", 100*x.p.rateErr, x.p.rate)
 }
 
 // rateOver is the jobs delivered per second over the whole run.

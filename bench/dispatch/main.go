@@ -1,0 +1,205 @@
+// Command benchdispatch measures Sluice's dispatch path (docs/design.md §1, §2.2,
+// §2.3, §5) end to end, at a receiver, side by side with asynq in one run,
+// and prints one table:
+//
+//   - precision: one tenant at r = 50/s, b = 1, a backlog of N webhook jobs
+//     enqueued at once through POST /v1/tenants/{t}/jobs:batch; inter-arrival
+//     error, long-run rate error and the most deliveries in any 1 s window at
+//     the receiver. Peer: plain asynq with the rate-limit pattern of asynq's
+//     wiki (an x/time/rate limiter in the handler, RateLimitError, IsFailure
+//     false, RetryDelayFunc), the same N tasks enqueued at once, bounded in
+//     time. A control beside Sluice in the same window: a bare pacer (one
+//     thread POSTing to the receiver at exact instants, no Redis) whose
+//     inter-arrival error is what the machine allowed then;
+//   - throughput: jobs/s end to end over many tenants with high rates against
+//     bare asynq (tasks enqueued directly, a handler that POSTs to the
+//     receiver) with the same worker concurrency;
+//   - isolation: a quiet tenant's p99 dispatch latency (receiver arrival −
+//     the job's slot from its record) alone and next to a noisy tenant with a
+//     large backlog;
+//   - scale: Redis commands and Redis CPU per dispatched job over a fixed
+//     window of deliveries with 10, 1 000 and 100 000 backlogged tenants;
+//   - idle: one throttler and one worker with no jobs, Redis commands per
+//     second over a window, beside one idle bare asynq server of the same
+//     TaskCheckInterval and concurrency; then jobs enqueued one at a time
+//     from idle, due at once and delayed 1 s: slot → receiver arrival and
+//     due time → arrival;
+//   - noisy (only when named in -parts): 10 000 tenants enqueueing through
+//     POST /v1/tenants/{t}/jobs, a sample of them measured (slot → receiver
+//     arrival), alone and next to one tenant sending at 100 × its admit rate;
+//     that tenant's 429s and Retry-After checked, Redis memory and CPU;
+//   - scale-out (only when named in -parts; needs -cluster, a private
+//     Redis Cluster): the throughput run on the single node and on the
+//     Cluster side by side (Redis commands and CPU per job, the ratio),
+//     the Cluster masters' CPU and the busiest one's share, then 3
+//     throttlers and 2 workers on the Cluster with many tenants, each
+//     tenant's arrivals checked against its rate bound;
+//   - soak (only when named in -parts; scripts/soak): a steady rate for a
+//     bounded time with short retentions; goroutines, heap and Redis memory
+//     read periodically, then the keyspace checked for keys without a TTL;
+//   - upstream (only when named in -parts): 100 tenants, each allowed ten
+//     times its even share, sending every job through one shared upstream at
+//     r/s, beside one tenant at r/s alone: the combined stream's gap and
+//     rate error at the receiver, the most in any 1 s against the bound, and
+//     how evenly the tenants shared the upstream.
+//
+// Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
+// against the given Redis (or Cluster), which the program flushes before
+// each run: use a private redis-server. Run it through
+// scripts/bench-dispatch.
+//
+// Each part has its own files: precision.go (its control in pacer.go),
+// throughput.go, isolation.go, scale.go, idle.go, noisy.go and
+// noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
+// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// (every part's flags), env.go (Redis, the store, the receiver), sluice.go
+// (the Sluice processes), api.go (enqueues), load.go (paced producers),
+// receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
+// time per script), slots.go (Cluster hash slots) and table.go.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// options are the command-line flags.
+type options struct {
+	redisURL  string   // a private Redis: flushed before every run
+	cluster   []string // seed addresses of a private Redis Cluster (scale-out): flushed before every run
+	throttler string   // cmd/throttler binary
+	worker    string   // cmd/worker binary
+	dir       string   // configs and logs
+	parts     []string
+	quick     bool
+
+	// precision
+	precJobs    int
+	precRate    int
+	peerTime    time.Duration
+	peerForward time.Duration // asynq DelayedTaskCheckInterval of the peer; 0 = asynq's default (5 s)
+	peerRetry   string        // "wiki" (rand 0–9 s) or "limiter" (the limiter's own delay)
+	peerConc    int
+
+	// throughput
+	tputJobs      int
+	tputTenants   int
+	concurrency   int  // worker concurrency of both Sluice and bare asynq
+	tputExtra     int  // a further Sluice row at this worker concurrency; 0 = none
+	scriptProfile bool // log every command of the Sluice runs (SLOWLOG) and print the time per script
+
+	// isolation
+	isoNoisy     int
+	isoNoisyRate int
+	isoQuiet     int
+	isoQuietRate int
+	isoConc      int
+
+	// scale
+	scaleTenants []int
+	scaleWindow  int
+	scaleWarmup  int
+	scaleConc    int
+
+	// noisy
+	noisyTenants    int
+	noisySample     int
+	noisySampleRate float64
+	noisyRestRate   float64
+	noisyProducers  int
+	noisyAdmit      float64
+	noisyFactor     float64
+	noisyDuration   time.Duration
+	noisyConc       int
+
+	// idle
+	idleSettle  time.Duration // from start to the window
+	idleWindow  time.Duration // Redis commands counted over it
+	idleWakeups int           // jobs due at once, and as many delayed ones
+	idleGap     time.Duration // idle before each wake-up job
+
+	// soak
+	soakDuration  time.Duration
+	soakRate      int
+	soakTenants   int
+	soakProducers int
+	soakConc      int
+	soakEvery     time.Duration
+	soakWarmup    time.Duration
+	soakRetention time.Duration
+
+	// scale-out
+	soTenants    int
+	soJobs       int // per tenant
+	soRate       int // per tenant, per second (burst 1)
+	soThrottlers int
+	soWorkers    int
+
+	// upstream
+	upRate    int
+	upJobs    int
+	upTenants int
+
+	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
+	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchdispatch:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "benchdispatch:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	var t table
+	for _, p := range o.parts {
+		start := time.Now()
+		var err error
+		switch p {
+		case "precision":
+			err = precision(ctx, e, &t)
+		case "throughput":
+			err = throughput(ctx, e, &t)
+		case "isolation":
+			err = isolation(ctx, e, &t)
+		case "scale":
+			err = scale(ctx, e, &t)
+		case "idle":
+			err = idle(ctx, e, &t)
+		case "noisy":
+			err = noisy(ctx, e, &t)
+		case "soak":
+			err = soak(ctx, e, &t)
+		case "scale-out":
+			err = scaleOut(ctx, e, &t)
+		case "upstream":
+			err = upstream(ctx, e, &t)
+		}
+		if err != nil {
+			t.note("%s: FAILED: %v", p, err)
+		}
+		fmt.Fprintf(os.Stderr, "benchdispatch: %s done in %s\n", p, time.Since(start).Round(time.Second))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	t.print(os.Stdout)
+	return ctx.Err()
+}
