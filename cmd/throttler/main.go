@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if diffs := before.Diff(cfg.Meta().Settings); len(diffs) > 0 {
 		log.Info("deployment settings in Redis changed to this configuration's; workers follow", "changes (before, now)", diffs)
 	}
-	st, err := store.NewStore(rdb, cfg.StoreConfig())
+	st, err := store.NewStore(rdb, storeConfig(cfg))
 	if err != nil {
 		return err
 	}
@@ -118,10 +118,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer srv.Stop()
-	reg.MustRegister(dispatch.NewStateCollector(st, rdb, cfg.StateConfig(), cfg.SluiceQueues(), log),
+	stateCfg := dispatch.StateConfig{TopTenants: cfg.Metrics.TopTenants, CacheFor: cfg.Metrics.CacheFor}
+	reg.MustRegister(dispatch.NewStateCollector(st, rdb, stateCfg, cfg.SluiceQueues(), log),
 		dispatch.NewRedisCollector(rdb, log))
 	disp, err := dispatch.New(dispatch.Config{Store: st, Asynq: asynq.NewClientFromRedisClient(rdb), Redis: rdb,
-		Prefix: cfg.Redis.Prefix, Pass: cfg.PassConfig(), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,
+		Prefix: cfg.Redis.Prefix, Pass: passConfig(cfg), BatchMax: cfg.Dispatch.BatchMax, BatchSpan: cfg.Dispatch.BatchSpan,
 		MaxSleep: cfg.Dispatch.MaxSleep, Registerer: reg, Logger: log.With("component", "dispatcher")})
 	if err != nil {
 		return err
@@ -190,4 +191,29 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket(), Shared: lc.Shared()}
 	}
 	return opts, nil
+}
+
+// storeConfig is the store.Config of cfg: redis.prefix and shards, the
+// canceled and idempotency retention, redis.wait_replicas and
+// wait_timeout.
+func storeConfig(cfg *config.Config) store.Config {
+	return store.Config{Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards,
+		CanceledRetention: cfg.Retention.Canceled, IdempotencyRetention: cfg.Retention.Idempotency,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
+}
+
+// passConfig is the dispatcher's pass bounds (docs/design.md §2.2) from cfg's
+// dispatch timing and the retention the sweep applies to the jobs it
+// retires.
+func passConfig(cfg *config.Config) store.PassConfig {
+	return store.PassConfig{
+		Lead:             cfg.Dispatch.Lead,
+		MinLead:          cfg.Dispatch.MinLead,
+		Grace:            cfg.Dispatch.Grace,
+		MaxPromotions:    cfg.Dispatch.MaxPromotions,
+		MaxTenants:       cfg.Dispatch.MaxTenants,
+		DeadRetention:    cfg.Retention.Dead,
+		DeadMaxPerTenant: cfg.Retention.DeadMaxPerTenant,
+		AttemptLog:       cfg.Retention.AttemptLog,
+	}
 }

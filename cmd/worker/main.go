@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 // the executor's client and signing keys. It also returns the largest
 // configured attempt timeout.
 func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, *worker.Callbacks, time.Duration, func(), error) {
-	st, err := store.NewStore(rdb, cfg.StoreConfig())
+	st, err := store.NewStore(rdb, storeConfig(cfg))
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
@@ -180,4 +180,13 @@ func parseFlags(args []string, getenv func(string) string) (*config.Config, stri
 		*metrics = ""
 	}
 	return cfg, *metrics, nil
+}
+
+// storeConfig is the store.Config of cfg (as the throttler builds it):
+// redis.prefix and shards, the canceled and idempotency retention,
+// redis.wait_replicas and wait_timeout.
+func storeConfig(cfg *config.Config) store.Config {
+	return store.Config{Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards,
+		CanceledRetention: cfg.Retention.Canceled, IdempotencyRetention: cfg.Retention.Idempotency,
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
 }

@@ -40,10 +40,11 @@
 //
 // # Files
 //
-// auth.go (API keys by SHA-256), jobs.go and its checks (parse, upstream
-// resolution through upstreamcache.go: each named upstream's settings via a
-// store.UpstreamCache, each tenant's default upstreams, read at most once a
-// second per process), tenants.go, tenantlist.go, admin.go, secrets.go,
+// auth.go (API keys by SHA-256), jobs.go (parse; acceptance by
+// accept.Job, whose tenant — tenantContext — reads the capacity once per
+// request and the upstreams through upstreamcache.go: each named upstream's
+// settings via a store.UpstreamCache, each tenant's default upstreams, read
+// at most once a second per process), tenants.go, tenantlist.go, admin.go, secrets.go,
 // upstreams.go (the upstream routes, DELETE included), limits.go (rate
 // limiting as a service), memory.go (the memory guard), replication.go,
 // summary.go, summarybase.go and live.go (the console's routes),

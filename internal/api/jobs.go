@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -14,13 +15,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/accept"
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/jobview"
-	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/upstream"
-	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -52,7 +51,7 @@ type jobRef struct {
 // invalid, no_task_worker (a task job for a queue no sluicetask
 // middleware serves) or no_webhook_secret (a webhook job of a tenant with
 // no signing secret whose policy is not unsigned, and a job with a callback
-// of such a tenant: webhookSecretRefusal);
+// of such a tenant: tenantContext.SignsWebhooks);
 // those two store nothing, not even the idempotency key, but a replay of an
 // accepted request still answers 202. Every answer from the
 // store carries the "admit" headers.
@@ -77,7 +76,7 @@ func (s *Server) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
 			"idempotency_key: only batch items carry it; send the Idempotency-Key header")
 	}
-	it, err := s.itemOf(&spec, &capacityLookup{s: s, r: r, tenant: tenant})
+	it, spec, err := s.itemOf(spec, &tenantContext{s: s, r: r, tenant: tenant})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -157,9 +156,9 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	results := make([]batchResult, len(jobs))
 	var items []store.Item
 	var index []int
-	capacity := &capacityLookup{s: s, r: r, tenant: tenant}
+	tc := &tenantContext{s: s, r: r, tenant: tenant}
 	for i, raw := range jobs {
-		it, queue, err := s.batchItem(raw, capacity)
+		it, queue, err := s.batchItem(raw, tc)
 		var refused *Error
 		if err != nil && (!errors.As(err, &refused) || refused.Status >= 500) {
 			return 0, nil, err // reading the tenant's capacity failed: nothing was stored
@@ -236,7 +235,7 @@ func (s *Server) readBatch(w http.ResponseWriter, r *http.Request) ([]json.RawMe
 // batchItem parses and validates one batch item (see itemFingerprint); for
 // a task job it also returns its queue. An item that is not valid UTF-8 is
 // 400 malformed, on its own.
-func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it store.Item, taskQueue string, err error) {
+func (s *Server) batchItem(raw json.RawMessage, tc *tenantContext) (it store.Item, taskQueue string, err error) {
 	if err := job.CheckUTF8(raw); err != nil {
 		return store.Item{}, "", errorf(http.StatusBadRequest, CodeMalformed, "malformed item: %s", err.Error())
 	}
@@ -247,7 +246,7 @@ func (s *Server) batchItem(raw json.RawMessage, capacity *capacityLookup) (it st
 	if err := checkIdemKey("idempotency_key", spec.IdempotencyKey, http.StatusUnprocessableEntity, CodeInvalid); err != nil {
 		return store.Item{}, "", err
 	}
-	it, err = s.itemOf(&spec, capacity)
+	it, spec, err = s.itemOf(spec, tc)
 	if err != nil {
 		return store.Item{}, "", err
 	}
@@ -329,136 +328,97 @@ func clipMessage(msg string) string {
 	return msg[:cut] + "…"
 }
 
-// itemOf validates spec (every problem in one 422), resolves its upstreams
-// (resolveUpstreams) and builds its Item with the batch fingerprint
-// (itemFingerprint); IdemKey is left to the caller. A cost above
-// policy.MaxBurst is refused naming the tenant's capacity (capacity reads
-// it; 503 when it cannot); a smaller cost is checked against the tenant's
-// policy by the store's enqueue script. A webhook job, or a job with a
-// callback, carries the no_webhook_secret refusal (webhookSecretRefusal).
-func (s *Server) itemOf(spec *job.Spec, capacity *capacityLookup) (store.Item, error) {
-	maxCost, err := capacity.maxCost(spec)
+// itemOf accepts spec for the tenant of tc (accept.Job: every problem of
+// its fields in one 422 invalid; 422 unknown_upstream or
+// cost_exceeds_upstream_burst; 503 when the tenant's policy or the
+// upstream registry cannot be read) and builds its Item with the batch
+// fingerprint (itemFingerprint) and the no_webhook_secret refusal
+// (Item.Unless) of a tenant the configuration gives no secret; IdemKey is
+// left to the caller. It returns the accepted spec, its defaults filled in.
+func (s *Server) itemOf(spec job.Spec, tc *tenantContext) (store.Item, job.Spec, error) {
+	j, err := accept.Job(tc.r.Context(), spec, tc, accept.Rules{TaskQueues: s.opts.TaskQueues, EgressAllow: s.opts.EgressAllow})
 	if err != nil {
-		return store.Item{}, err
+		return store.Item{}, spec, s.acceptError(tc.r, err)
 	}
-	a, err := spec.Check(job.Rules{TaskQueues: s.opts.TaskQueues, MaxCost: maxCost})
-	errs := []error{err}
-	errs = append(errs, s.egressRefusal("url", spec.URL), s.egressRefusal("callback.url", a.Callback))
-	if err := errors.Join(errs...); err != nil {
-		return store.Item{}, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(err))
+	it := store.Item{Type: j.Type, Cost: j.Cost, Delay: j.Delay, RunAt: j.RunAt, Body: j.Body, Callback: j.Callback,
+		Upstreams: j.Upstreams}
+	it.Fingerprint = itemFingerprint(j.Sent, it)
+	if j.Unless != nil {
+		it.Unless = &store.Refusal{Code: store.Code(j.Unless.Code), Detail: j.Unless.Message}
 	}
-	sent := spec.Canonical()
-	defaulted, err := s.resolveUpstreams(capacity, spec, &a)
-	if err != nil {
-		return store.Item{}, err
-	}
-	it := store.Item{Type: a.Type, Cost: a.Cost, Delay: a.Delay, RunAt: a.RunAt, Body: sent, Callback: a.Callback,
-		Upstreams: a.Upstreams}
-	if defaulted || (spec.Upstreams != nil && len(spec.Upstreams) == 0) {
-		// Stored with the policy's upstreams, or without the key when it
-		// names none: a stored body's "upstreams" is final, absent is none,
-		// and workers and sluicetask middleware from before #15 (which read
-		// bodies strictly) meet the field only in jobs that name upstreams.
-		if len(spec.Upstreams) == 0 {
-			spec.Upstreams = nil
-		}
-		it.Body = spec.Canonical()
-	}
-	it.Fingerprint = itemFingerprint(sent, it)
-	if spec.Type == wire.TypeWebhook || spec.Callback != nil {
-		s.webhookSecretRefusal(&it, capacity.tenant)
-	}
-	return it, nil
+	return it, j.Spec, nil
 }
 
-// egressRefusal is a *job.FieldError for field when raw (a URL, "" =
-// none) names an address literal the egress guard refuses, else nil. Host
-// names are checked again when dialled.
-func (s *Server) egressRefusal(field, raw string) error {
-	if raw == "" {
-		return nil
+// acceptError is the answer to a job accept.Job refused: 422 invalid
+// listing every problem of its fields, 422 with a refusal's code, or the
+// store's answer (503) to a read that failed.
+func (s *Server) acceptError(r *http.Request, err error) error {
+	var (
+		lookup  *accept.LookupError
+		invalid *accept.InvalidError
+		refusal *accept.Refusal
+	)
+	switch {
+	case errors.As(err, &lookup):
+		return s.storeError(r, lookup.Op, lookup.Err)
+	case errors.As(err, &invalid):
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid job: %s", joinMessages(invalid.Err))
+	case errors.As(err, &refusal):
+		return errorf(http.StatusUnprocessableEntity, refusal.Code, "%s", refusal.Message)
 	}
-	if err := webhook.CheckLiteral(raw, s.opts.EgressAllow); errors.Is(err, webhook.ErrEgressDenied) {
-		return &job.FieldError{Field: field, Msg: "refused by the egress guard: " + err.Error()}
-	}
-	return nil
+	return err
 }
 
-// capacityLookup reads a tenant's capacity — min(burst, admit.burst) of its
-// effective policy, the largest cost it admits — at most once per request,
-// and only for a job whose cost exceeds policy.MaxBurst: such a cost is
-// refused whatever the policy, and the message names the tenant's number,
-// not the bound of every policy.
-type capacityLookup struct {
+// tenantContext is accept.Tenant for one request: the tenant's capacity —
+// min(burst, admit.burst) of its effective policy — read at most once per
+// request (only for a job whose cost exceeds policy.MaxBurst: the message
+// names the tenant's number, not the bound of every policy), its default
+// upstreams and the registry through the server's caches, its signing
+// secrets through Options.FileSigned.
+type tenantContext struct {
 	s        *Server
 	r        *http.Request
 	tenant   string
 	capacity int64 // 0 until read
 }
 
-// maxCost is the job.Rules.MaxCost to check spec with: policy.MaxBurst, or
-// the tenant's capacity when spec's cost exceeds policy.MaxBurst.
-func (c *capacityLookup) maxCost(spec *job.Spec) (int64, error) {
-	if spec.Cost == nil || *spec.Cost <= policy.MaxBurst {
-		return policy.MaxBurst, nil
-	}
+var _ accept.Tenant = (*tenantContext)(nil)
+
+func (c *tenantContext) Name() string { return c.tenant }
+
+func (c *tenantContext) Capacity(ctx context.Context) (int64, error) {
 	if c.capacity == 0 {
-		rec, err := c.s.opts.Store.TenantPolicy(c.r.Context(), c.tenant)
+		rec, err := c.s.opts.Store.TenantPolicy(ctx, c.tenant)
 		if err != nil {
-			return 0, c.s.storeError(c.r, "get_policy", err)
+			return 0, err
 		}
 		c.capacity = min(rec.Effective.Burst, rec.Effective.AdmitBurst)
 	}
 	return c.capacity, nil
 }
 
-// resolveUpstreams settles the upstreams of a valid spec and its Attrs:
-// a spec without "upstreams" takes its tenant policy's default (true when
-// it did); then every name must be registered, else 422 unknown_upstream
-// naming the unknown ones, and the job's cost must not exceed any of their
-// bursts, else 422 cost_exceeds_upstream_burst (such a job would reach the
-// upstream whole, over its bound by itself). Reading the policy or the
-// registry failing is a 503 (nothing is stored).
-func (s *Server) resolveUpstreams(req *capacityLookup, spec *job.Spec, a *job.Attrs) (defaulted bool, err error) {
-	ctx := req.r.Context()
-	if spec.Upstreams == nil {
-		defaults, err := s.policyUpstreams.of(ctx, req.tenant)
-		if err != nil {
-			return false, s.storeError(req.r, "get_policy", err)
-		}
-		if len(defaults) > 0 {
-			spec.Upstreams, a.Upstreams, defaulted = upstream.Sorted(defaults), upstream.Sorted(defaults), true
-		}
-	}
-	if len(a.Upstreams) == 0 {
-		return defaulted, nil
-	}
-	settings, err := s.upstreams.Settings(ctx, a.Upstreams)
+func (c *tenantContext) DefaultUpstreams(ctx context.Context) ([]string, error) {
+	return c.s.policyUpstreams.of(ctx, c.tenant)
+}
+
+func (c *tenantContext) Upstreams(ctx context.Context, names []string) ([]accept.Upstream, error) {
+	settings, err := c.s.upstreams.Settings(ctx, names)
 	if err != nil {
-		return false, s.storeError(req.r, "get_upstreams", err)
+		return nil, err
 	}
-	from := "the job names"
-	if defaulted {
-		from = "the tenant's policy names (its default upstreams)"
-	}
-	var unknown []string
+	out := make([]accept.Upstream, len(settings))
 	for i, st := range settings {
-		if !st.Found {
-			unknown = append(unknown, a.Upstreams[i])
-		}
+		out[i] = accept.Upstream{Found: st.Found, Burst: st.Params.Burst}
 	}
-	if len(unknown) > 0 {
-		return false, errorf(http.StatusUnprocessableEntity, CodeUnknownUpstream,
-			"upstreams: %s unknown upstreams %q; create them with PUT /v1/upstreams/{name}", from, unknown)
-	}
-	for i, st := range settings {
-		if a.Cost > st.Params.Burst {
-			return false, errorf(http.StatusUnprocessableEntity, CodeCostExceedsUpstreamBurst,
-				"cost: %d exceeds the burst %d of upstream %q (%s it): such a job would reach the upstream over its bound by itself; split the job or raise the upstream's burst",
-				a.Cost, st.Params.Burst, a.Upstreams[i], from)
-		}
-	}
-	return defaulted, nil
+	return out, nil
+}
+
+// SignsWebhooks: a tenant the configuration gives no secret
+// (Options.FileSigned) gets the no_webhook_secret refusal, which the
+// enqueue script waives when the tenant holds a live secret by API or its
+// policy says unsigned — checked in the same script, no extra round trip.
+func (c *tenantContext) SignsWebhooks() bool {
+	return c.s.opts.FileSigned != nil && c.s.opts.FileSigned(c.tenant)
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was

@@ -162,17 +162,3 @@ func (s *Server) deleteSecret(r *http.Request, c *call) (int, any, error) {
 	}
 	return http.StatusNoContent, nil, nil
 }
-
-// webhookSecretRefusal marks a webhook item of a tenant the configuration
-// gives no secret (Options.FileSigned) with store.CodeNoWebhookSecret: the
-// enqueue script refuses it (422) unless the tenant holds a live secret by
-// API or its policy says unsigned — checked in the same script, no extra
-// round trip.
-func (s *Server) webhookSecretRefusal(it *store.Item, tenant string) {
-	if s.opts.FileSigned != nil && s.opts.FileSigned(tenant) {
-		return
-	}
-	it.Unless = &store.Refusal{Code: store.CodeNoWebhookSecret, Detail: "tenant " + tenant +
-		" has no webhook signing secret: create one (POST /v1/tenants/" + tenant + "/secrets), " +
-		"configure tenants." + tenant + ".webhook_secrets, or set the policy's unsigned: true to send unsigned webhooks"}
-}

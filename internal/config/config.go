@@ -35,9 +35,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/upstream"
-	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // Config is the whole configuration. Load (or FromFlags) returns it with
@@ -98,7 +97,7 @@ type Config struct {
 const (
 	ListenDefault      = "127.0.0.1:8080"
 	RedisURLDefault    = "redis://127.0.0.1:6379/0"
-	RedisPrefixDefault = store.PrefixDefault
+	RedisPrefixDefault = tuning.PrefixDefault
 	TaskQueueDefault   = job.DefaultTaskQueue
 )
 
@@ -143,8 +142,8 @@ type RedisConfig struct {
 	// Prefix starts every Sluice key; 1–64 characters of [A-Za-z0-9_.-];
 	// default RedisPrefixDefault.
 	Prefix string `yaml:"prefix"`
-	// Shards is the number of shards, 1…store.MaxShards; default
-	// store.ShardsDefault.
+	// Shards is the number of shards, 1…tuning.MaxShards; default
+	// tuning.ShardsDefault.
 	Shards int `yaml:"shards"`
 	// RequestTimeout bounds the Redis work of one API request (every /v1
 	// route; /readyz has its own bound, api.ReadyTimeoutDefault): past it
@@ -154,10 +153,10 @@ type RedisConfig struct {
 	// WaitReplicas, when > 0, makes every write that accepts a job (enqueue,
 	// batch, replay) answer only after WAIT confirms it on this many
 	// replicas; fewer within WaitTimeout is a 503 replication_timeout (the
-	// job possibly stored). 0 … store.MaxWaitReplicas; default 0
+	// job possibly stored). 0 … tuning.MaxWaitReplicas; default 0
 	// (asynchronous replication).
 	WaitReplicas int `yaml:"wait_replicas"`
-	// WaitTimeout bounds the WAIT: 1ms … store.MaxWaitTimeout and below
+	// WaitTimeout bounds the WAIT: 1ms … tuning.MaxWaitTimeout and below
 	// RequestTimeout (the script and the WAIT share one request's budget);
 	// default WaitTimeoutDefault, or half of RequestTimeout when that is
 	// less.
@@ -187,7 +186,7 @@ func (r RedisConfig) HighWater() float64 {
 
 // WaitTimeoutDefault is RedisConfig.WaitTimeout's default (when below half
 // of RequestTimeout).
-const WaitTimeoutDefault = store.WaitTimeoutDefault
+const WaitTimeoutDefault = tuning.WaitTimeoutDefault
 
 // SentinelConfig locates a primary through Redis Sentinel. The primary's
 // credentials, TLS and database come from RedisConfig.URL.
@@ -214,28 +213,28 @@ const (
 // symbols"). Lead and MinLead are fixed in <prefix>:meta once written.
 type DispatchConfig struct {
 	// Lead is D, the release window: jobs whose slot is ≤ now + D may be
-	// handed to asynq; ≥ 2 × MinLead; default store.LeadDefault.
+	// handed to asynq; ≥ 2 × MinLead; default tuning.LeadDefault.
 	Lead time.Duration `yaml:"lead"`
 	// MinLead is L, the pickup horizon: a released job's slot at least L
 	// away is spaced from other such slots and claimed at the slot; a
 	// nearer one is claimed when a worker picks it up. ≥ 1.5 ×
-	// Worker.TaskCheckInterval; default store.MinLeadDefault.
+	// Worker.TaskCheckInterval; default tuning.MinLeadDefault.
 	MinLead time.Duration `yaml:"min_lead"`
 	// Tolerance is ε, how early before its slot a claim is accepted; default
-	// store.ToleranceDefault.
+	// tuning.ToleranceDefault.
 	Tolerance time.Duration `yaml:"tolerance"`
 	// Grace is the lease slack of a released job past its slot; ≥ Tolerance;
-	// default store.GraceDefault.
+	// default tuning.GraceDefault.
 	Grace time.Duration `yaml:"grace"`
 	// MaxPromotions is P, the most jobs promoted per pass; default
-	// store.MaxPromotionsDefault.
+	// tuning.MaxPromotionsDefault.
 	MaxPromotions int `yaml:"max_promotions"`
 	// MaxTenants is K, the most tenants visited per pass; default
-	// store.MaxTenantsDefault.
+	// tuning.MaxTenantsDefault.
 	MaxTenants int `yaml:"max_tenants"`
 	// BatchMax is the most webhook and http jobs one hand-off batch (one
-	// asynq task) carries; 1 … dispatch.BatchMaxLimit; default
-	// dispatch.BatchMaxDefault.
+	// asynq task) carries; 1 … tuning.BatchMaxLimit; default
+	// tuning.BatchMaxDefault.
 	BatchMax int `yaml:"batch_max"`
 	// BatchSpan is the widest span of send times within one batch; > 0;
 	// default MinLead (a pass, spanning up to Lead, hands off at least
@@ -243,21 +242,21 @@ type DispatchConfig struct {
 	BatchSpan time.Duration `yaml:"batch_span"`
 	// MaxSleep is the longest a dispatcher's shard loop sleeps without a
 	// wake-up: the safety net under the wake-ups (an idle shard costs one
-	// pass per MaxSleep); > 0; default dispatch.MaxSleepDefault.
+	// pass per MaxSleep); > 0; default tuning.MaxSleepDefault.
 	MaxSleep time.Duration `yaml:"max_sleep"`
 }
 
 // AdaptiveFloorDefault is ThrottleConfig.AdaptiveFloor's default:
-// store.AdaptiveFloorPPMDefault as a fraction.
-const AdaptiveFloorDefault = float64(store.AdaptiveFloorPPMDefault) / store.RateFactorFull
+// tuning.AdaptiveFloorPPMDefault as a fraction.
+const AdaptiveFloorDefault = float64(tuning.AdaptiveFloorPPMDefault) / tuning.RateFactorFull
 
 // ThrottleConfig tunes reactions to "slow down" from upstream (docs/design.md §4.2).
 type ThrottleConfig struct {
 	// DefaultPause is the pause after a 429 without Retry-After; default
-	// store.DefaultPauseDefault.
+	// tuning.DefaultPauseDefault.
 	DefaultPause time.Duration `yaml:"default_pause"`
 	// MaxPause caps any upstream-requested pause; ≥ DefaultPause; default
-	// store.MaxPauseDefault.
+	// tuning.MaxPauseDefault.
 	MaxPause time.Duration `yaml:"max_pause"`
 	// AdaptiveFloor is the lowest fraction of its rate an adaptive tenant is
 	// cut to; 0 < x ≤ 1; default AdaptiveFloorDefault.
@@ -267,20 +266,20 @@ type ThrottleConfig struct {
 // RetentionConfig bounds how long finished work is kept (docs/design.md §3
 // "Expiry"). The defaults are the store package's.
 type RetentionConfig struct {
-	// Succeeded keeps a succeeded job's hash; default store.SucceededRetentionDefault.
+	// Succeeded keeps a succeeded job's hash; default tuning.SucceededRetentionDefault.
 	Succeeded time.Duration `yaml:"succeeded"`
-	// Canceled keeps a canceled job's hash; default store.CanceledRetentionDefault.
+	// Canceled keeps a canceled job's hash; default tuning.CanceledRetentionDefault.
 	Canceled time.Duration `yaml:"canceled"`
-	// Dead keeps dead letters; default store.DeadRetentionDefault.
+	// Dead keeps dead letters; default tuning.DeadRetentionDefault.
 	Dead time.Duration `yaml:"dead"`
 	// DeadMaxPerTenant caps a tenant's dead set; default
-	// store.DeadMaxPerTenantDefault.
+	// tuning.DeadMaxPerTenantDefault.
 	DeadMaxPerTenant int `yaml:"dead_max_per_tenant"`
 	// AttemptLog is how many attempt log entries a job keeps; default
-	// store.AttemptLogDefault.
+	// tuning.AttemptLogDefault.
 	AttemptLog int `yaml:"attempt_log"`
 	// Idempotency keeps an idempotency key past its job's terminal time;
-	// default store.IdempotencyRetentionDefault.
+	// default tuning.IdempotencyRetentionDefault.
 	Idempotency time.Duration `yaml:"idempotency"`
 }
 
@@ -310,8 +309,8 @@ type EgressConfig struct {
 const (
 	WorkerConcurrencyDefault = 100
 	FetchersDefault          = 4
-	IdlePollDefault          = worker.SafetyNetDefault
-	TaskCheckIntervalDefault = worker.TaskCheckIntervalDefault
+	IdlePollDefault          = tuning.SafetyNetDefault
+	TaskCheckIntervalDefault = tuning.TaskCheckIntervalDefault
 	ShutdownTimeoutDefault   = 20 * time.Second
 )
 

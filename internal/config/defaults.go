@@ -6,8 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -59,7 +58,7 @@ func (c *Config) WithDefaults() *Config {
 func (r RedisConfig) withDefaults() RedisConfig {
 	r.URL = cmp.Or(r.URL, RedisURLDefault)
 	r.Prefix = cmp.Or(r.Prefix, RedisPrefixDefault)
-	r.Shards = cmp.Or(r.Shards, store.ShardsDefault)
+	r.Shards = cmp.Or(r.Shards, tuning.ShardsDefault)
 	r.RequestTimeout = cmp.Or(r.RequestTimeout, RequestTimeoutDefault)
 	r.WaitTimeout = cmp.Or(r.WaitTimeout, min(WaitTimeoutDefault, max(r.RequestTimeout/2, time.Millisecond)))
 	if r.MemoryHighWater == nil {
@@ -87,32 +86,32 @@ func limitsWithDefaults(limits map[string]LimitConfig) map[string]LimitConfig {
 }
 
 func (d DispatchConfig) withDefaults() DispatchConfig {
-	d.Lead = cmp.Or(d.Lead, store.LeadDefault)
-	d.MinLead = cmp.Or(d.MinLead, store.MinLeadDefault)
-	d.Tolerance = cmp.Or(d.Tolerance, store.ToleranceDefault)
-	d.Grace = cmp.Or(d.Grace, store.GraceDefault)
-	d.MaxPromotions = cmp.Or(d.MaxPromotions, store.MaxPromotionsDefault)
-	d.MaxTenants = cmp.Or(d.MaxTenants, store.MaxTenantsDefault)
-	d.BatchMax = cmp.Or(d.BatchMax, dispatch.BatchMaxDefault)
+	d.Lead = cmp.Or(d.Lead, tuning.LeadDefault)
+	d.MinLead = cmp.Or(d.MinLead, tuning.MinLeadDefault)
+	d.Tolerance = cmp.Or(d.Tolerance, tuning.ToleranceDefault)
+	d.Grace = cmp.Or(d.Grace, tuning.GraceDefault)
+	d.MaxPromotions = cmp.Or(d.MaxPromotions, tuning.MaxPromotionsDefault)
+	d.MaxTenants = cmp.Or(d.MaxTenants, tuning.MaxTenantsDefault)
+	d.BatchMax = cmp.Or(d.BatchMax, tuning.BatchMaxDefault)
 	d.BatchSpan = cmp.Or(d.BatchSpan, d.MinLead)
-	d.MaxSleep = cmp.Or(d.MaxSleep, dispatch.MaxSleepDefault)
+	d.MaxSleep = cmp.Or(d.MaxSleep, tuning.MaxSleepDefault)
 	return d
 }
 
 func (t ThrottleConfig) withDefaults() ThrottleConfig {
-	t.DefaultPause = cmp.Or(t.DefaultPause, store.DefaultPauseDefault)
-	t.MaxPause = cmp.Or(t.MaxPause, store.MaxPauseDefault)
+	t.DefaultPause = cmp.Or(t.DefaultPause, tuning.DefaultPauseDefault)
+	t.MaxPause = cmp.Or(t.MaxPause, tuning.MaxPauseDefault)
 	t.AdaptiveFloor = cmp.Or(t.AdaptiveFloor, AdaptiveFloorDefault)
 	return t
 }
 
 func (r RetentionConfig) withDefaults() RetentionConfig {
-	r.Succeeded = cmp.Or(r.Succeeded, store.SucceededRetentionDefault)
-	r.Canceled = cmp.Or(r.Canceled, store.CanceledRetentionDefault)
-	r.Dead = cmp.Or(r.Dead, store.DeadRetentionDefault)
-	r.DeadMaxPerTenant = cmp.Or(r.DeadMaxPerTenant, store.DeadMaxPerTenantDefault)
-	r.AttemptLog = cmp.Or(r.AttemptLog, store.AttemptLogDefault)
-	r.Idempotency = cmp.Or(r.Idempotency, store.IdempotencyRetentionDefault)
+	r.Succeeded = cmp.Or(r.Succeeded, tuning.SucceededRetentionDefault)
+	r.Canceled = cmp.Or(r.Canceled, tuning.CanceledRetentionDefault)
+	r.Dead = cmp.Or(r.Dead, tuning.DeadRetentionDefault)
+	r.DeadMaxPerTenant = cmp.Or(r.DeadMaxPerTenant, tuning.DeadMaxPerTenantDefault)
+	r.AttemptLog = cmp.Or(r.AttemptLog, tuning.AttemptLogDefault)
+	r.Idempotency = cmp.Or(r.Idempotency, tuning.IdempotencyRetentionDefault)
 	return r
 }
 

@@ -1,7 +1,7 @@
 package config
 
 import (
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -26,32 +26,8 @@ func (c *Config) Meta() wire.Meta {
 			AttemptLog:           c.Retention.AttemptLog,
 			DefaultPause:         c.Throttle.DefaultPause,
 			MaxPause:             c.Throttle.MaxPause,
-			AdaptiveFloorPPM:     store.PPM(c.Throttle.AdaptiveFloor),
+			AdaptiveFloorPPM:     tuning.PPM(c.Throttle.AdaptiveFloor),
 		},
-	}
-}
-
-// StoreConfig is the store.Config of c (redis.prefix and shards, the
-// canceled and idempotency retention, redis.wait_replicas and
-// wait_timeout).
-func (c *Config) StoreConfig() store.Config {
-	return store.Config{Prefix: c.Redis.Prefix, Shards: c.Redis.Shards,
-		CanceledRetention: c.Retention.Canceled, IdempotencyRetention: c.Retention.Idempotency,
-		WaitReplicas: c.Redis.WaitReplicas, WaitTimeout: c.Redis.WaitTimeout}
-}
-
-// PassConfig is the dispatcher's pass bounds (docs/design.md §2.2) from c's dispatch
-// timing and the retention the sweep applies to the jobs it retires.
-func (c *Config) PassConfig() store.PassConfig {
-	return store.PassConfig{
-		Lead:             c.Dispatch.Lead,
-		MinLead:          c.Dispatch.MinLead,
-		Grace:            c.Dispatch.Grace,
-		MaxPromotions:    c.Dispatch.MaxPromotions,
-		MaxTenants:       c.Dispatch.MaxTenants,
-		DeadRetention:    c.Retention.Dead,
-		DeadMaxPerTenant: c.Retention.DeadMaxPerTenant,
-		AttemptLog:       c.Retention.AttemptLog,
 	}
 }
 

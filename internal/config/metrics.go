@@ -4,34 +4,29 @@ import (
 	"cmp"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/tuning"
 )
 
 // MetricsConfig tunes the throttler's state metrics (dispatch.StateConfig).
 type MetricsConfig struct {
 	// TopTenants is how many tenants get their own label: the largest
 	// backlogs, re-chosen at each read; the others are summed under
-	// tenant="_other". 1 … dispatch.MaxLabeledTenants; default
-	// dispatch.TopTenantsDefault.
+	// tenant="_other". 1 … tuning.MaxLabeledTenants; default
+	// tuning.TopTenantsDefault.
 	TopTenants int `yaml:"top_tenants"`
 	// CacheFor is how long one read of the tenants serves scrapes; default
-	// dispatch.StateCacheDefault; positive.
+	// tuning.StateCacheDefault; positive.
 	CacheFor time.Duration `yaml:"cache_for"`
 }
 
 func (m MetricsConfig) withDefaults() MetricsConfig {
-	return MetricsConfig{TopTenants: cmp.Or(m.TopTenants, dispatch.TopTenantsDefault),
-		CacheFor: cmp.Or(m.CacheFor, dispatch.StateCacheDefault)}
+	return MetricsConfig{TopTenants: cmp.Or(m.TopTenants, tuning.TopTenantsDefault),
+		CacheFor: cmp.Or(m.CacheFor, tuning.StateCacheDefault)}
 }
 
 func (m MetricsConfig) validate(p *problems) {
-	if m.TopTenants < 1 || m.TopTenants > dispatch.MaxLabeledTenants {
-		p.add("metrics.top_tenants", "want 1 … %d, got %d", dispatch.MaxLabeledTenants, m.TopTenants)
+	if m.TopTenants < 1 || m.TopTenants > tuning.MaxLabeledTenants {
+		p.add("metrics.top_tenants", "want 1 … %d, got %d", tuning.MaxLabeledTenants, m.TopTenants)
 	}
 	p.positive("metrics.cache_for", m.CacheFor)
-}
-
-// StateConfig is the state metrics' configuration.
-func (c *Config) StateConfig() dispatch.StateConfig {
-	return dispatch.StateConfig{TopTenants: c.Metrics.TopTenants, CacheFor: c.Metrics.CacheFor}
 }

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -147,8 +146,8 @@ func (r RedisConfig) validate(p *problems) {
 	if !validName(r.Prefix) {
 		p.add("redis.prefix", "%s, got %q", nameRule, r.Prefix)
 	}
-	if r.Shards < 1 || r.Shards > store.MaxShards {
-		p.add("redis.shards", "must be from 1 to %d, got %d", store.MaxShards, r.Shards)
+	if r.Shards < 1 || r.Shards > tuning.MaxShards {
+		p.add("redis.shards", "must be from 1 to %d, got %d", tuning.MaxShards, r.Shards)
 	}
 	if r.RequestTimeout <= 0 || r.RequestTimeout > MaxRequestTimeout {
 		p.add("redis.request_timeout", "must be positive and at most %s, got %s", dur(MaxRequestTimeout), dur(r.RequestTimeout))
@@ -161,11 +160,11 @@ func (r RedisConfig) validate(p *problems) {
 
 // validateWait checks redis.wait_replicas and redis.wait_timeout.
 func (r RedisConfig) validateWait(p *problems) {
-	if r.WaitReplicas < 0 || r.WaitReplicas > store.MaxWaitReplicas {
-		p.add("redis.wait_replicas", "must be from 0 to %d, got %d", store.MaxWaitReplicas, r.WaitReplicas)
+	if r.WaitReplicas < 0 || r.WaitReplicas > tuning.MaxWaitReplicas {
+		p.add("redis.wait_replicas", "must be from 0 to %d, got %d", tuning.MaxWaitReplicas, r.WaitReplicas)
 	}
-	if r.WaitTimeout < time.Millisecond || r.WaitTimeout > store.MaxWaitTimeout {
-		p.add("redis.wait_timeout", "must be from 1ms to %s, got %s", dur(store.MaxWaitTimeout), dur(r.WaitTimeout))
+	if r.WaitTimeout < time.Millisecond || r.WaitTimeout > tuning.MaxWaitTimeout {
+		p.add("redis.wait_timeout", "must be from 1ms to %s, got %s", dur(tuning.MaxWaitTimeout), dur(r.WaitTimeout))
 	} else if r.RequestTimeout > 0 && r.WaitTimeout >= r.RequestTimeout {
 		p.add("redis.wait_timeout", "must be below redis.request_timeout (%s: the enqueue and its WAIT share it), got %s", dur(r.RequestTimeout), dur(r.WaitTimeout))
 	}
@@ -260,8 +259,8 @@ func (d DispatchConfig) validate(p *problems, taskCheckInterval time.Duration) {
 	}
 	p.atLeast("dispatch.max_promotions", d.MaxPromotions, 1)
 	p.atLeast("dispatch.max_tenants", d.MaxTenants, 1)
-	if d.BatchMax < 1 || d.BatchMax > dispatch.BatchMaxLimit {
-		p.add("dispatch.batch_max", "must be 1 … %d, got %d", dispatch.BatchMaxLimit, d.BatchMax)
+	if d.BatchMax < 1 || d.BatchMax > tuning.BatchMaxLimit {
+		p.add("dispatch.batch_max", "must be 1 … %d, got %d", tuning.BatchMaxLimit, d.BatchMax)
 	}
 	p.positive("dispatch.batch_span", d.BatchSpan)
 	p.positive("dispatch.max_sleep", d.MaxSleep)

@@ -353,9 +353,6 @@ func TestWaitReplicasBounds(t *testing.T) {
 		if err == nil && c.Redis.WaitTimeout != tc.wantTimeout {
 			t.Errorf("%s: WaitTimeout = %s, want %s", tc.yaml, c.Redis.WaitTimeout, tc.wantTimeout)
 		}
-		if err == nil && c.StoreConfig().WaitReplicas != c.Redis.WaitReplicas {
-			t.Errorf("%s: StoreConfig().WaitReplicas = %d, want %d", tc.yaml, c.StoreConfig().WaitReplicas, c.Redis.WaitReplicas)
-		}
 	}
 }
 

@@ -51,7 +51,8 @@ func sluiceDeps(t *testing.T, root, pkg string) []string {
 }
 
 // TestPackageLayering keeps the dependency rules ARCHITECTURE.md states:
-// the wire contract imports no Sluice package; the HTTP sender does not
+// the wire contract and the tuning defaults import no Sluice package; the
+// configuration does not import the engine; the HTTP sender does not
 // reach into the Redis layer or the dispatcher; workers and the public task
 // middleware do not depend on the dispatch loop; the script runner and the
 // version stand alone.
@@ -66,6 +67,11 @@ func TestPackageLayering(t *testing.T) {
 		{pkg: "internal/wire", none: true},
 		{pkg: "internal/redisscript", none: true},
 		{pkg: "internal/version", none: true},
+		{pkg: "internal/tuning", none: true},
+		// The configuration maps YAML onto the parts' settings; it reads their
+		// defaults and bounds from internal/tuning, not from the engine, and
+		// the binaries build the engine's config structs from it.
+		{pkg: "internal/config", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api"}},
 		{pkg: "internal/webhook", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api"}},
 		{pkg: "internal/worker", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
 		{pkg: "sluicetask", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
@@ -75,6 +81,8 @@ func TestPackageLayering(t *testing.T) {
 		// The upstream rules are pure and below job and policy, which use them.
 		{pkg: "internal/upstream", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy", "internal/job"}},
 		{pkg: "internal/job", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config", "internal/policy"}},
+		// Job acceptance reads the tenant through its own interface, not the store.
+		{pkg: "internal/accept", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
 	} {
 		deps := sluiceDeps(t, root, rule.pkg)
 		if rule.none && len(deps) > 0 {

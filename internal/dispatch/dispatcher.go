@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 )
 
 // Store is what the Dispatcher needs of *store.Store.
@@ -44,10 +45,10 @@ const taskLiveCache = time.Second
 const (
 	LeaseTTLDefault           = 3 * time.Second
 	EnqueueParallelismDefault = 8
-	BatchMaxDefault           = 64
-	MaxSleepDefault           = 2 * time.Second
+	BatchMaxDefault           = tuning.BatchMaxDefault // its value and the two below: internal/tuning
+	MaxSleepDefault           = tuning.MaxSleepDefault
 	// BatchMaxLimit is the most jobs a batch may carry (BatchMax's bound).
-	BatchMaxLimit = 1000
+	BatchMaxLimit = tuning.BatchMaxLimit
 )
 
 // Config configures a Dispatcher. Store, Asynq and Redis are required; every

@@ -10,18 +10,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Bounds and defaults of the state metrics' tenant labels (StateConfig).
 const (
 	// TopTenantsDefault is StateConfig.TopTenants' default.
-	TopTenantsDefault = 100
+	// Its value, and the two below: internal/tuning.
+	TopTenantsDefault = tuning.TopTenantsDefault
 	// MaxLabeledTenants bounds StateConfig.TopTenants: at most this many
 	// tenants (plus OtherTenants) get label values.
-	MaxLabeledTenants = 1000
+	MaxLabeledTenants = tuning.MaxLabeledTenants
 	// StateCacheDefault is StateConfig.CacheFor's default.
-	StateCacheDefault = 5 * time.Second
+	StateCacheDefault = tuning.StateCacheDefault
 	// OtherTenants is the tenant label of the tenants summed together: no
 	// tenant id can be it (ids hold no underscore).
 	OtherTenants = "_other"

@@ -41,9 +41,11 @@
 //     (upstreamcost.go: ChargeUpstream), concurrency leases
 //     (upstream_run.go), the waiting sets (upstream_runtime.go).
 //
-// The deployment's timing, retention and throttle defaults are declared
-// here (LeadDefault, GraceDefault, SucceededRetentionDefault, …); a
-// tenant's policy defaults in package policy. The scripts take a policy as
+// The deployment's timing, retention and throttle defaults are exported
+// here (LeadDefault, GraceDefault, SucceededRetentionDefault, …) and
+// applied by WithDefaults; their values are declared once in
+// internal/tuning, which the configuration resolves its file with. A
+// tenant's policy defaults are in package policy. The scripts take a policy as
 // integers (Params, from ParamsOf; the Lua BUILTIN table is DefaultParams,
 // ParamsOf(policy.Builtin())), stored per shard in <p>:{sN}:policy as
 // integer JSON and merged BUILTIN ← "*" ← tenant on every script call, so a

@@ -5,38 +5,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Defaults of FinishConfig (docs/design.md §7 `retention`, `throttle`).
+// Defaults of FinishConfig (docs/design.md §7 `retention`, `throttle`;
+// their values: internal/tuning).
 const (
-	SucceededRetentionDefault = 24 * time.Hour
+	SucceededRetentionDefault = tuning.SucceededRetentionDefault
 	// IdempotencyRetentionDefault is retention.idempotency's default; a
 	// zero FinishConfig.IdempotencyRetention keeps its meaning (as long as
 	// the record).
-	IdempotencyRetentionDefault = 24 * time.Hour
-	DeadRetentionDefault        = 168 * time.Hour
-	DeadMaxPerTenantDefault     = 10_000
-	AttemptLogDefault           = 20
-	DefaultPauseDefault         = 30 * time.Second
-	MaxPauseDefault             = time.Hour
-	AdaptiveFloorPPMDefault     = 50_000 // 0.05 of the policy rate
-	AdaptiveStepPPMDefault      = 50_000 // 5 % of the full rate per success
+	IdempotencyRetentionDefault = tuning.IdempotencyRetentionDefault
+	DeadRetentionDefault        = tuning.DeadRetentionDefault
+	DeadMaxPerTenantDefault     = tuning.DeadMaxPerTenantDefault
+	AttemptLogDefault           = tuning.AttemptLogDefault
+	DefaultPauseDefault         = tuning.DefaultPauseDefault
+	MaxPauseDefault             = tuning.MaxPauseDefault
+	AdaptiveFloorPPMDefault     = tuning.AdaptiveFloorPPMDefault // 0.05 of the policy rate
+	AdaptiveStepPPMDefault      = 50_000                         // 5 % of the full rate per success
 )
 
 // RateFactorFull is the rate factor of a tenant at its full policy rate:
 // rate factors are in parts per million (docs/design.md §4.2, adaptive).
-const RateFactorFull = 1_000_000
+const RateFactorFull = tuning.RateFactorFull
 
 // PPM turns a fraction (config throttle.adaptive_floor) into parts per
-// million, rounded to the nearest and clamped to 1 … RateFactorFull.
-func PPM(fraction float64) int64 {
-	return min(max(int64(math.Round(fraction*RateFactorFull)), 1), RateFactorFull)
-}
+// million, rounded to the nearest and clamped to 1 … RateFactorFull
+// (tuning.PPM).
+func PPM(fraction float64) int64 { return tuning.PPM(fraction) }
 
 // ErrStale: a Finish whose gen is not the job's current running generation
 // (the lease was swept, the job was finished already, or canceled). The

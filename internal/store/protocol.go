@@ -3,6 +3,7 @@ package store
 import (
 	"time"
 
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -11,13 +12,15 @@ import (
 // and the workers.
 
 // Defaults of PassConfig (docs/design.md §1, §7 `dispatch`).
+// Their values are declared in internal/tuning, which the configuration
+// resolves its YAML with.
 const (
-	LeadDefault          = 100 * time.Millisecond // D
-	MinLeadDefault       = 50 * time.Millisecond  // L
-	ToleranceDefault     = 2 * time.Millisecond   // ε: how early a claim is accepted
-	GraceDefault         = time.Second
-	MaxPromotionsDefault = 1000 // P
-	MaxTenantsDefault    = 256  // K
+	LeadDefault          = tuning.LeadDefault      // D
+	MinLeadDefault       = tuning.MinLeadDefault   // L
+	ToleranceDefault     = tuning.ToleranceDefault // ε: how early a claim is accepted
+	GraceDefault         = tuning.GraceDefault
+	MaxPromotionsDefault = tuning.MaxPromotionsDefault // P
+	MaxTenantsDefault    = tuning.MaxTenantsDefault    // K
 )
 
 // PassConfig bounds one dispatcher pass over one shard (docs/design.md §1 symbols).

@@ -11,24 +11,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/internal/tuning"
 )
 
-// Defaults of Config.
+// Defaults and bounds of Config (their values: internal/tuning).
 const (
-	PrefixDefault = "sluice"
-	ShardsDefault = 16
+	PrefixDefault = tuning.PrefixDefault
+	ShardsDefault = tuning.ShardsDefault
 	// MaxShards bounds Shards (redis.shards): every shard is a dispatch
 	// loop, a lease and a pass per wake-up in each throttler, so the bound
 	// is far below Redis Cluster's 16384 slots.
-	MaxShards                = 1024
-	CanceledRetentionDefault = 24 * time.Hour
+	MaxShards                = tuning.MaxShards
+	CanceledRetentionDefault = tuning.CanceledRetentionDefault
 	// WaitTimeoutDefault is Config.WaitTimeout's default; MaxWaitTimeout
 	// its bound, below go-redis's 3 s read timeout (a WAIT must be answered
 	// within one read).
-	WaitTimeoutDefault = 500 * time.Millisecond
-	MaxWaitTimeout     = 2 * time.Second
+	WaitTimeoutDefault = tuning.WaitTimeoutDefault
+	MaxWaitTimeout     = tuning.MaxWaitTimeout
 	// MaxWaitReplicas bounds Config.WaitReplicas.
-	MaxWaitReplicas = 16
+	MaxWaitReplicas = tuning.MaxWaitReplicas
 )
 
 // Config configures a Store. The zero value is valid: every field has a default.

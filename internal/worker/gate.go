@@ -15,12 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Defaults of GateConfig.
 const (
-	SafetyNetDefault   = 500 * time.Millisecond
+	SafetyNetDefault   = tuning.SafetyNetDefault // its value: internal/tuning
 	LegacyQuietDefault = 10 * time.Second
 )
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -47,7 +48,7 @@ func (f ExecutorFunc) Execute(ctx context.Context, job store.ClaimedJob) wire.At
 
 // Defaults of Config.
 const (
-	TaskCheckIntervalDefault = 20 * time.Millisecond // TCI
+	TaskCheckIntervalDefault = tuning.TaskCheckIntervalDefault // TCI (its value: internal/tuning)
 	HeartbeatIntervalDefault = 3 * time.Second
 	ClockRefreshDefault      = 10 * time.Second
 	MetaRefreshDefault       = store.MetaRefreshDefault
