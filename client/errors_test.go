@@ -150,7 +150,7 @@ func TestErrorUnavailableOutcomeUnknown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	cfg := throttlertest.Config{
-		"redis":  "{prefix: lost, request_timeout: 1s, memory_high_water: 0}",
+		"redis": "{prefix: lost, request_timeout: 1s, memory_high_water: 0}",
 	}.Write(t)
 	p := bins.StartThrottler(t, cfg, "redis://"+proxy.Addr()+"/0")
 	c := newClient(t, p.URL, throttlertest.AdminKey, client.WithRetryBudget(0))
