@@ -154,6 +154,9 @@ func IdempotencyKey(key string) EnqueueOption {
 	return func(s *enqueueSpec) { s.idem, s.hasKey = key, true }
 }
 
+// String is the job reference's API JSON.
+func (j *JobInfo) String() string { return string(j.Raw) }
+
 // JobInfo is an accepted job: the API's 202 answer to an enqueue, or a
 // batch item's.
 type JobInfo struct {

@@ -109,3 +109,6 @@ func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	}
 	return resp.body, nil
 }
+
+// String is the job's API JSON.
+func (v *JobView) String() string { return string(v.Raw) }

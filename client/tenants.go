@@ -227,3 +227,6 @@ func setNonEmpty(v url.Values, k, s string) {
 		v.Set(k, s)
 	}
 }
+
+// String is the tenant's API JSON.
+func (t *Tenant) String() string { return string(t.Raw) }

@@ -146,3 +146,6 @@ func (c *Client) PauseUpstream(ctx context.Context, name string, d time.Duration
 func (c *Client) ResumeUpstream(ctx context.Context, name string) (*Upstream, error) {
 	return getJSON[Upstream](ctx, c, &request{method: http.MethodPost, path: pathOf("/v1/upstreams", name) + "/resume"}, "upstream")
 }
+
+// String is the upstream's API JSON.
+func (u *Upstream) String() string { return string(u.Raw) }
