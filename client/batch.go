@@ -65,6 +65,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, tenant string, jobs []Job, op
 	specs := make([]enqueueSpec, len(jobs))
 	for i, j := range jobs {
 		specs[i] = specOf(j, opts)
+		if specs[i].invalid != nil {
+			return nil, rawJobError(path, fmt.Errorf("item %d: %w", i, specs[i].invalid))
+		}
 		specs[i].body["idempotency_key"] = specs[i].idem
 	}
 	results := make([]ItemResult, len(jobs))

@@ -106,6 +106,9 @@ type Error struct {
 	// Problems lists every field problem of a validation error, as the
 	// API's message names them ("url: …; cost: …"); empty otherwise.
 	Problems []Problem
+	// Body is the API's JSON answer ({"error": {"code", "message"}}, or a
+	// refused batch's results); nil when no answer arrived.
+	Body []byte
 
 	cause error // the transport's error, when no answer arrived
 	dial  bool  // no connection could be made: nothing was sent
@@ -191,7 +194,7 @@ type ErrorDetail struct {
 
 // errorOf is the *Error of an answer that is not a success.
 func errorOf(method, path string, resp *response) *Error {
-	e := &Error{Method: method, Path: path, Status: resp.status, RetryAfter: retryAfter(resp.header)}
+	e := &Error{Method: method, Path: path, Status: resp.status, RetryAfter: retryAfter(resp.header), Body: resp.body}
 	var b errorBody
 	if json.Unmarshal(resp.body, &b) == nil && b.Error != nil {
 		e.Code, e.Message, e.JobID = b.Error.Code, b.Error.Message, b.Error.JobID

@@ -84,6 +84,20 @@ func (t Task) fields() (map[string]any, []EnqueueOption) {
 	return m, nil
 }
 
+// RawJob is a job given as the API's JSON object ({"type": "webhook",
+// "url": …}), as a file or another program holds it. Options apply over
+// its fields; a JSON value that is not an object is sent as it is and
+// refused by the API (ErrInvalid).
+type RawJob json.RawMessage
+
+func (r RawJob) fields() (map[string]any, []EnqueueOption) {
+	m := map[string]any{}
+	if err := json.Unmarshal(r, &m); err != nil {
+		return map[string]any{}, []EnqueueOption{func(s *enqueueSpec) { s.invalid = err }}
+	}
+	return m, nil
+}
+
 // WithOptions returns job with opts of its own: in a batch, they apply to
 // it after the batch's options.
 func WithOptions(job Job, opts ...EnqueueOption) Job { return withOptions{job, opts} }
@@ -102,9 +116,10 @@ func (w withOptions) fields() (map[string]any, []EnqueueOption) {
 type EnqueueOption func(*enqueueSpec)
 
 type enqueueSpec struct {
-	body   map[string]any
-	idem   string
-	hasKey bool
+	body    map[string]any
+	idem    string
+	hasKey  bool
+	invalid error // a RawJob that is not a JSON object
 }
 
 // Delay makes the job run no earlier than now + d (sent as "delay", a Go
@@ -217,7 +232,11 @@ func specOf(job Job, opts []EnqueueOption) enqueueSpec {
 // throttler serves no jobs); or ctx's error.
 func (c *Client) Enqueue(ctx context.Context, tenant string, job Job, opts ...EnqueueOption) (*JobInfo, error) {
 	s := specOf(job, opts)
-	req := &request{method: http.MethodPost, path: pathOf("/v1/tenants", tenant) + "/jobs", body: s.body,
+	path := pathOf("/v1/tenants", tenant) + "/jobs"
+	if s.invalid != nil {
+		return nil, rawJobError(path, s.invalid)
+	}
+	req := &request{method: http.MethodPost, path: path, body: s.body,
 		header: http.Header{"Idempotency-Key": {s.idem}}}
 	resp, err := c.do(ctx, req)
 	if err != nil {
@@ -234,4 +253,10 @@ func (c *Client) Enqueue(ctx context.Context, tenant string, job Job, opts ...En
 	info.Duplicate = resp.header.Get("Idempotent-Replayed") == "true"
 	info.IdempotencyKey, info.Raw = s.idem, resp.body
 	return &info, nil
+}
+
+// rawJobError is the ErrInvalid of a RawJob that is not a JSON object.
+func rawJobError(path string, err error) *Error {
+	return &Error{Method: http.MethodPost, Path: path, Status: http.StatusUnprocessableEntity, Code: CodeInvalid,
+		Message: "the job is not a JSON object: " + err.Error()}
 }
