@@ -116,7 +116,11 @@ type Secret struct {
 	Secret    string  `json:"secret,omitempty"`
 	CreatedAt *string `json:"created_at"`
 	ExpiresAt *string `json:"expires_at,omitempty"`
+	// Raw is the API's JSON for the secret.
+	Raw json.RawMessage `json:"-"`
 }
+
+func (s *Secret) setRaw(b []byte) { s.Raw = b }
 
 // SecretOptions shape CreateSecret. The zero value makes a new secret and
 // lets the tenant's other secrets sign for the API's default (24h).
@@ -152,11 +156,18 @@ func (c *Client) CreateSecret(ctx context.Context, tenant string, o SecretOption
 // without their values (GET /v1/tenants/{tenant}/secrets). Errors as
 // CreateSecret's, less ErrInvalid and ErrConflict.
 func (c *Client) Secrets(ctx context.Context, tenant string) ([]Secret, error) {
-	out, err := getJSON[[]Secret](ctx, c, &request{method: http.MethodGet, path: pathOf("/v1/tenants", tenant) + "/secrets"}, "secrets")
+	raws, err := getJSON[[]json.RawMessage](ctx, c, &request{method: http.MethodGet, path: pathOf("/v1/tenants", tenant) + "/secrets"}, "secrets")
 	if err != nil {
 		return nil, err
 	}
-	return *out, nil
+	out := make([]Secret, len(*raws))
+	for i, raw := range *raws {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			return nil, err
+		}
+		out[i].Raw = raw
+	}
+	return out, nil
 }
 
 // DeleteSecret removes tenant's secret id (DELETE
