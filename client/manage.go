@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -85,6 +86,54 @@ func getJSON[T any](ctx context.Context, c *Client, req *request, what string) (
 		r.setRaw(resp.body)
 	}
 	return v, nil
+}
+
+// page is one page of a listing: its items' raw JSON, the cursor to the
+// next ("" on the last) and the whole answer.
+type page struct {
+	items  []json.RawMessage
+	cursor string
+	raw    []byte
+}
+
+// getPage sends req and splits its answer's itemsKey array and cursorKey
+// (a string or null).
+func (c *Client) getPage(ctx context.Context, req *request, itemsKey, cursorKey string) (*page, error) {
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := decode(resp, itemsKey, &m); err != nil {
+		return nil, err
+	}
+	p := &page{raw: resp.body}
+	if err := json.Unmarshal(m[itemsKey], &p.items); err != nil {
+		return nil, fmt.Errorf("sluice client: decode %s: %w", itemsKey, err)
+	}
+	var cursor *string
+	if err := json.Unmarshal(m[cursorKey], &cursor); len(m[cursorKey]) > 0 && err != nil {
+		return nil, fmt.Errorf("sluice client: decode %s: %w", cursorKey, err)
+	}
+	if cursor != nil {
+		p.cursor = *cursor
+	}
+	return p, nil
+}
+
+// decodeEach decodes each of raws into a T that keeps its raw JSON.
+func decodeEach[T any, P interface {
+	*T
+	raw
+}](raws []json.RawMessage, what string) ([]T, error) {
+	out := make([]T, len(raws))
+	for i, r := range raws {
+		if err := json.Unmarshal(r, &out[i]); err != nil {
+			return nil, fmt.Errorf("sluice client: decode %s %d: %w", what, i, err)
+		}
+		P(&out[i]).setRaw(r)
+	}
+	return out, nil
 }
 
 // Health reports whether the throttler's process answers (GET /healthz):

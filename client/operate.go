@@ -28,28 +28,15 @@ func (c *Client) DeadLetters(ctx context.Context, tenant, cursor string, limit i
 	if limit != 0 {
 		v.Set("limit", strconv.Itoa(limit))
 	}
-	resp, err := c.do(ctx, &request{method: http.MethodGet, path: pathOf("/v1/tenants", tenant) + "/dead", query: v})
+	p, err := c.getPage(ctx, &request{method: http.MethodGet, path: pathOf("/v1/tenants", tenant) + "/dead", query: v}, "jobs", "next_cursor")
 	if err != nil {
 		return nil, err
 	}
-	var p struct {
-		Jobs       []json.RawMessage `json:"jobs"`
-		NextCursor *string           `json:"next_cursor"`
-	}
-	if err := decode(resp, "dead letters", &p); err != nil {
+	jobs, err := decodeEach[JobView](p.items, "dead letter")
+	if err != nil {
 		return nil, err
 	}
-	page := &DeadPage{Raw: resp.body, Jobs: make([]JobView, len(p.Jobs))}
-	for i, raw := range p.Jobs {
-		if err := json.Unmarshal(raw, &page.Jobs[i]); err != nil {
-			return nil, err
-		}
-		page.Jobs[i].Raw = raw
-	}
-	if p.NextCursor != nil {
-		page.Cursor = *p.NextCursor
-	}
-	return page, nil
+	return &DeadPage{Jobs: jobs, Cursor: p.cursor, Raw: p.raw}, nil
 }
 
 // DeadReplay selects the dead letters ReplayDead replays. Its zero value
@@ -160,14 +147,7 @@ func (c *Client) Secrets(ctx context.Context, tenant string) ([]Secret, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Secret, len(*raws))
-	for i, raw := range *raws {
-		if err := json.Unmarshal(raw, &out[i]); err != nil {
-			return nil, err
-		}
-		out[i].Raw = raw
-	}
-	return out, nil
+	return decodeEach[Secret](*raws, "secret")
 }
 
 // DeleteSecret removes tenant's secret id (DELETE

@@ -78,28 +78,15 @@ func (c *Client) ListTenants(ctx context.Context, q TenantQuery, cursor string) 
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
-	resp, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/tenants", query: v})
+	p, err := c.getPage(ctx, &request{method: http.MethodGet, path: "/v1/tenants", query: v}, "tenants", "cursor")
 	if err != nil {
 		return nil, err
 	}
-	var p struct {
-		Tenants []json.RawMessage `json:"tenants"`
-		Cursor  *string           `json:"cursor"`
-	}
-	if err := decode(resp, "tenant page", &p); err != nil {
+	tenants, err := decodeEach[Tenant](p.items, "tenant")
+	if err != nil {
 		return nil, err
 	}
-	page := &TenantPage{Raw: resp.body, Tenants: make([]Tenant, len(p.Tenants))}
-	for i, raw := range p.Tenants {
-		if err := json.Unmarshal(raw, &page.Tenants[i]); err != nil {
-			return nil, err
-		}
-		page.Tenants[i].Raw = raw
-	}
-	if p.Cursor != nil {
-		page.Cursor = *p.Cursor
-	}
-	return page, nil
+	return &TenantPage{Tenants: tenants, Cursor: p.cursor, Raw: p.raw}, nil
 }
 
 // Tenants iterates over every tenant q selects, page after page along the

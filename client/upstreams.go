@@ -62,28 +62,15 @@ func (c *Client) ListUpstreams(ctx context.Context, cursor string, limit int) (*
 	if limit != 0 {
 		v.Set("limit", strconv.Itoa(limit))
 	}
-	resp, err := c.do(ctx, &request{method: http.MethodGet, path: "/v1/upstreams", query: v})
+	p, err := c.getPage(ctx, &request{method: http.MethodGet, path: "/v1/upstreams", query: v}, "upstreams", "cursor")
 	if err != nil {
 		return nil, err
 	}
-	var p struct {
-		Upstreams []json.RawMessage `json:"upstreams"`
-		Cursor    *string           `json:"cursor"`
-	}
-	if err := decode(resp, "upstream page", &p); err != nil {
+	ups, err := decodeEach[Upstream](p.items, "upstream")
+	if err != nil {
 		return nil, err
 	}
-	page := &UpstreamPage{Raw: resp.body, Upstreams: make([]Upstream, len(p.Upstreams))}
-	for i, raw := range p.Upstreams {
-		if err := json.Unmarshal(raw, &page.Upstreams[i]); err != nil {
-			return nil, err
-		}
-		page.Upstreams[i].Raw = raw
-	}
-	if p.Cursor != nil {
-		page.Cursor = *p.Cursor
-	}
-	return page, nil
+	return &UpstreamPage{Upstreams: ups, Cursor: p.cursor, Raw: p.raw}, nil
 }
 
 // GetUpstream returns the upstream name with its runtime state (GET

@@ -144,32 +144,16 @@ func showJob(e *env, v *client.JobView) error {
 	return fields(e.stdout, kv...)
 }
 
-func jobsGet(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		v, err := e.c.GetJob(ctx, args[0])
-		if err != nil {
-			return err
+// one is a command that calls get with its one argument and shows the
+// answer.
+func one[T any](get func(*client.Client, context.Context, string) (T, error), show func(*env, T) error) func(*flag.FlagSet) runner {
+	return func(*flag.FlagSet) runner {
+		return func(ctx context.Context, e *env, args []string) error {
+			v, err := get(e.c, ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return show(e, v)
 		}
-		return showJob(e, v)
-	}
-}
-
-func jobsCancel(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		v, err := e.c.CancelJob(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		return showJob(e, v)
-	}
-}
-
-func jobsReplay(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		v, err := e.c.ReplayJob(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		return showJob(e, v)
 	}
 }

@@ -193,16 +193,6 @@ func upstreamsLs(fs *flag.FlagSet) runner {
 	}
 }
 
-func upstreamsShow(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		u, err := e.c.GetUpstream(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		return showUpstream(e, u)
-	}
-}
-
 func upstreamsPut(fs *flag.FlagSet) runner {
 	var cfg client.UpstreamConfig
 	fs.StringVar(&cfg.Rate, "rate", "", "the upstream's rate, e.g. 100/s (required)")
@@ -231,16 +221,6 @@ func upstreamsPause(fs *flag.FlagSet) runner {
 			return usagef("--for: want a positive duration, got %s", *forD)
 		}
 		u, err := e.c.PauseUpstream(ctx, args[0], *forD)
-		if err != nil {
-			return err
-		}
-		return showUpstream(e, u)
-	}
-}
-
-func upstreamsResume(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		u, err := e.c.ResumeUpstream(ctx, args[0])
 		if err != nil {
 			return err
 		}

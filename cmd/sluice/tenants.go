@@ -84,16 +84,6 @@ func showTenant(e *env, t *client.Tenant) error {
 		"oldest job", r[6], "policy", compactJSON(t.Policy))
 }
 
-func tenantsShow(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		t, err := e.c.GetTenant(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		return showTenant(e, t)
-	}
-}
-
 func tenantsPause(fs *flag.FlagSet) runner {
 	until := fs.String("until", "", "pause until this RFC 3339 time (default: until resumed)")
 	forD := fs.Duration("for", 0, "pause for this long (default: until resumed)")
@@ -114,16 +104,6 @@ func tenantsPause(fs *flag.FlagSet) runner {
 			at = time.Now().Add(*forD)
 		}
 		t, err := e.c.PauseTenant(ctx, args[0], at)
-		if err != nil {
-			return err
-		}
-		return showTenant(e, t)
-	}
-}
-
-func tenantsResume(*flag.FlagSet) runner {
-	return func(ctx context.Context, e *env, args []string) error {
-		t, err := e.c.ResumeTenant(ctx, args[0])
 		if err != nil {
 			return err
 		}
