@@ -28,7 +28,7 @@
 // A call retries, within the Client's retry budget (WithRetryBudget) and
 // its context, the answers that say "try again": 429 rate_limited, 503
 // unavailable and 507 storage_full, after the Retry-After they carry, and a
-// lost connection after a short backoff. A write whose effect is not
+// lost connection (or a gateway's 502 or 504) after a short backoff. A write whose effect is not
 // idempotent (cancel, replay, a secret, a check of a limit, a policy put
 // with If-Match) is retried only when the answer says nothing happened.
 // Enqueue and EnqueueBatch send an idempotency key on every job — the
@@ -265,7 +265,7 @@ func (c *Client) retryable(mode retryMode, err error, attempt int) (time.Duratio
 		return wait, true // refused before anything was stored
 	case e.Status == http.StatusInsufficientStorage:
 		return wait, true // Redis refused the write: nothing was stored
-	case e.Status == http.StatusServiceUnavailable && e.Code != CodeSecretsDisabled:
+	case (e.Status == http.StatusServiceUnavailable && e.Code != CodeSecretsDisabled) || gatewayFailure(e.Status):
 		return wait, mode == retrySafe || !e.OutcomeUnknown
 	}
 	return 0, false

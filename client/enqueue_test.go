@@ -165,3 +165,50 @@ func TestEnqueueRateLimitedRetriesWithinBudget(t *testing.T) {
 		t.Errorf("enqueue after a 429: %+v in %s, want a new job after waiting", job, time.Since(start))
 	}
 }
+
+// Batch items refused by admission are sent again, alone, after their
+// retry_after: every item ends stored, none twice.
+func TestEnqueueBatchRetriesRateLimitedItems(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, nil, false)
+	ctx := ctxFor(t)
+	if _, err := d.admin.PutPolicy(ctx, "trickle", map[string]any{"admit": map[string]any{"rate": "2/s", "burst": 2}}, client.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []client.Job{hook(1), hook(2), hook(3), hook(4)}
+	noRetry := newClient(t, d.url, throttlertest.AdminKey, client.WithRetryBudget(0))
+	first, err := noRetry.EnqueueBatch(ctx, "trickle", jobs, client.Delay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := 0
+	for _, r := range first {
+		if errors.Is(r.Err, client.ErrRateLimited) {
+			limited++
+		}
+	}
+	if limited != 2 {
+		t.Fatalf("4 items over a burst of 2 without retries: %d rate limited, want 2", limited)
+	}
+	if _, err := d.admin.PutPolicy(ctx, "trickle2", map[string]any{"admit": map[string]any{"rate": "2/s", "burst": 2}}, client.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.admin.EnqueueBatch(ctx, "trickle2", jobs, client.Delay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for i, r := range res {
+		if r.Err != nil || r.Job == nil || r.Job.Duplicate || r.Index != i {
+			t.Fatalf("item %d: %+v, want stored after the client's retry", i, r)
+		}
+		ids[r.Job.ID] = true
+	}
+	ten, err := d.admin.GetTenant(ctx, "trickle2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 4 || ten.Backlog != 4 {
+		t.Errorf("%d distinct ids, backlog %d; want 4 and 4", len(ids), ten.Backlog)
+	}
+}

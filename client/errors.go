@@ -23,7 +23,7 @@ var (
 	// was stored.
 	ErrStorageFull = errors.New("sluice: storage full")
 	// ErrUnavailable: 503 (unavailable, replication_timeout,
-	// secrets_disabled) or no answer at all. Error.OutcomeUnknown says
+	// secrets_disabled), a gateway's 502 or 504, or no answer at all. Error.OutcomeUnknown says
 	// whether the write may have been applied.
 	ErrUnavailable = errors.New("sluice: unavailable")
 	// ErrInvalid: the request was refused as it stands (400 malformed, 413
@@ -157,7 +157,7 @@ func (e *Error) sentinel() error {
 		return ErrPreconditionFailed
 	}
 	switch e.Status {
-	case 0, http.StatusServiceUnavailable:
+	case 0, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return ErrUnavailable
 	case http.StatusInsufficientStorage:
 		return ErrStorageFull
@@ -179,6 +179,12 @@ func (e *Error) sentinel() error {
 	return nil
 }
 
+// gatewayFailure reports whether status is a gateway's failure to reach
+// the throttler (502, 504): the request may or may not have reached it.
+func gatewayFailure(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusGatewayTimeout
+}
+
 // errorBody is the API's error object.
 type errorBody struct {
 	Error *ErrorDetail `json:"error"`
@@ -198,8 +204,11 @@ func errorOf(method, path string, resp *response) *Error {
 	var b errorBody
 	if json.Unmarshal(resp.body, &b) == nil && b.Error != nil {
 		e.Code, e.Message, e.JobID = b.Error.Code, b.Error.Message, b.Error.JobID
-	} else {
+	} else { // not the API's answer: a proxy's or load balancer's
 		e.Code, e.Message = CodeInternal, strings.TrimSpace(http.StatusText(resp.status)+" "+clip(string(resp.body), 200))
+		if gatewayFailure(resp.status) {
+			e.Code, e.OutcomeUnknown = CodeUnavailable, method != http.MethodGet
+		}
 	}
 	e.fill()
 	return e
