@@ -144,7 +144,7 @@ func TestEnqueueRateLimitedRetriesWithinBudget(t *testing.T) {
 	t.Parallel()
 	d := deploy(t, nil, false)
 	ctx := ctxFor(t)
-	if _, err := d.admin.PutPolicy(ctx, "slow", map[string]any{"admit": map[string]any{"rate": "1/s", "burst": 1}}, client.AnyVersion); err != nil {
+	if _, err := d.admin.PutPolicy(ctx, "slow", map[string]any{"admit": map[string]any{"rate": "20/m", "burst": 1}}, client.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
 	noRetry := newClient(t, d.url, throttlertest.AdminKey, client.WithRetryBudget(0))

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/throttlertest"
 )
 
 // Enqueue a webhook for a tenant: a client, a job, one call. The call
@@ -136,4 +138,28 @@ func ExampleClient_Allow() {
 		return
 	}
 	fmt.Println(d.Remaining, "left")
+}
+
+// The examples run against a real throttler (all but ExampleTask, which
+// needs a sluicetask middleware): a failing call ends the test binary with
+// its log.Fatal message.
+func TestExamplesRun(t *testing.T) { // not parallel: t.Setenv
+	d := deploy(t, nil, false)
+	if _, err := d.admin.PutUpstream(ctxFor(t), "crm", client.UpstreamConfig{Rate: "10/s"}, client.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_URL", d.url)
+	t.Setenv("SLUICE_API_KEY", throttlertest.AdminKey)
+	ExampleClient_Enqueue()
+	ExampleError()
+	ExampleClient_EnqueueBatch()
+	ExampleClient_Tenants()
+	ExampleClient_Allow()
+	ten, err := d.admin.GetTenant(ctxFor(t), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ten.Backlog != 5 { // Enqueue's, Error's and the batch's three
+		t.Errorf("acme's backlog after the examples: %d, want 5", ten.Backlog)
+	}
 }
