@@ -23,6 +23,7 @@ var notPictured = []string{
 	"internal/e2e",
 	"internal/deploytest",
 	"internal/procstat",
+	"internal/throttlertest",
 }
 
 // packageLabel is a Mermaid node label that names a package: its path

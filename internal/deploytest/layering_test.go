@@ -55,7 +55,8 @@ func sluiceDeps(t *testing.T, root, pkg string) []string {
 // configuration does not import the engine; the HTTP sender does not
 // reach into the Redis layer or the dispatcher; workers and the public task
 // middleware do not depend on the dispatch loop; the script runner and the
-// version stand alone.
+// version stand alone; the public client imports no Sluice package and
+// the sluice CLI only the client.
 func TestPackageLayering(t *testing.T) {
 	t.Parallel()
 	root := moduleDir(t)
@@ -63,8 +64,12 @@ func TestPackageLayering(t *testing.T) {
 		pkg    string
 		banned []string // packages of this module it must not depend on
 		none   bool     // it must depend on no package of this module
+		only   []string // when set, the only packages of this module it may depend on
 	}{
 		{pkg: "internal/wire", none: true},
+		// The public client talks HTTP only; the CLI is built on it alone.
+		{pkg: "client", none: true},
+		{pkg: "cmd/sluice", only: []string{"client"}},
 		{pkg: "internal/redisscript", none: true},
 		{pkg: "internal/version", none: true},
 		{pkg: "internal/tuning", none: true},
@@ -88,6 +93,11 @@ func TestPackageLayering(t *testing.T) {
 		if rule.none && len(deps) > 0 {
 			t.Errorf("%s imports %v: it must import no package of this module", rule.pkg, deps)
 		}
+		for _, d := range deps {
+			if rule.only != nil && !slices.Contains(rule.only, d) {
+				t.Errorf("%s depends on %s: it may depend only on %v", rule.pkg, d, rule.only)
+			}
+		}
 		for _, b := range rule.banned {
 			if slices.Contains(deps, b) {
 				t.Errorf("%s depends on %s (its imports: %v)", rule.pkg, b, deps)
@@ -96,5 +106,25 @@ func TestPackageLayering(t *testing.T) {
 	}
 	if _, err := build.ImportDir(filepath.Join(root, "internal", "dispatcher"), 0); err == nil {
 		t.Error("internal/dispatcher exists again: the dispatcher is internal/dispatch")
+	}
+}
+
+// TestClientStandardLibraryOnly keeps the public client and the sluice CLI
+// free of third-party modules: a program that imports the client pulls in
+// nothing but the standard library.
+func TestClientStandardLibraryOnly(t *testing.T) {
+	t.Parallel()
+	root := moduleDir(t)
+	for _, pkg := range []string{"client", "cmd/sluice"} {
+		p, err := build.ImportDir(filepath.Join(root, pkg), 0)
+		if err != nil {
+			t.Fatalf("read package %s: %v", pkg, err)
+		}
+		for _, imp := range p.Imports {
+			first, _, _ := strings.Cut(imp, "/")
+			if strings.Contains(first, ".") && !strings.HasPrefix(imp, module+"/") {
+				t.Errorf("%s imports %s: only the standard library (and, for the CLI, the client) may be imported", pkg, imp)
+			}
+		}
 	}
 }
