@@ -41,6 +41,8 @@ var (
 	luaReplay string
 	//go:embed lua/dead_letters.lua
 	luaDeadLetters string
+	//go:embed lua/tenant_jobs.lua
+	luaTenantJobs string
 	//go:embed lua/workers.lua
 	luaWorkers string
 	//go:embed lua/task_workers.lua
@@ -108,6 +110,7 @@ var (
 	scriptAdmin       = assemble("admin", luaAdmin)
 	scriptReplay      = assemble("replay", luaReplay)
 	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
+	scriptTenantJobs  = assemble("tenant_jobs", luaTenantJobs)
 	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
 	// shard-tagged (no lib.lua).
 	scriptWorkers      = standalone("workers", luaWorkers)
