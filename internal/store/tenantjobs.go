@@ -63,6 +63,23 @@ type jobsCursor struct {
 // again at the backlog's head when more than limit jobs left it between two
 // pages: a job may show twice, none is skipped. Bad input wraps ErrInvalid.
 func (s *Store) TenantJobs(ctx context.Context, tenant string, q JobsQuery) ([]Job, string, error) {
+	listed, next, err := s.tenantJobs(ctx, tenant, q)
+	jobs := make([]Job, len(listed))
+	for i, l := range listed {
+		jobs[i] = l.Job
+	}
+	return jobs, next, err
+}
+
+// listedJob is a job TenantJobs listed and the cursor that goes on right
+// after it.
+type listedJob struct {
+	Job
+	after jobsCursor
+}
+
+// tenantJobs is TenantJobs with each job's position.
+func (s *Store) tenantJobs(ctx context.Context, tenant string, q JobsQuery) ([]listedJob, string, error) {
 	cur, err := s.checkJobsQuery(tenant, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("jobs of tenant %q: %w", tenant, err)
@@ -76,7 +93,7 @@ func (s *Store) TenantJobs(ctx context.Context, tenant string, q JobsQuery) ([]J
 	if err != nil {
 		return nil, "", fmt.Errorf("jobs of tenant %q: %w", tenant, err)
 	}
-	jobs := make([]Job, 0, max(d.Len()-4, 0))
+	jobs := make([]listedJob, 0, max(d.Len()-4, 0))
 	var errs []error
 	for i := 4; i < d.Len(); i++ {
 		item := d.list(i)
@@ -85,7 +102,7 @@ func (s *Store) TenantJobs(ctx context.Context, tenant string, q JobsQuery) ([]J
 		if err != nil {
 			errs = append(errs, fmt.Errorf("job %q: %w", id, err))
 		}
-		jobs = append(jobs, j)
+		jobs = append(jobs, listedJob{Job: j, after: jobsCursor{State: q.State, Newest: q.Newest, Part: item.str(2), Num: item.int(3), ID: id}})
 	}
 	next := ""
 	if part := d.str(1); part != "" {
@@ -113,10 +130,8 @@ func (s *Store) checkJobsQuery(tenant string, q JobsQuery) (jobsCursor, error) {
 	}
 	var cur jobsCursor
 	if q.Cursor != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
-		if err == nil {
-			err = json.Unmarshal(raw, &cur)
-		}
+		var err error
+		cur, err = decodeJobsCursor(q.Cursor)
 		if err != nil || cur.State != q.State || cur.Newest != q.Newest || cur.Part == "" {
 			errs = append(errs, invalidf("cursor: not one this listing returned for this state and order"))
 		}

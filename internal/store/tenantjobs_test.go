@@ -106,3 +106,63 @@ func TestTenantJobsByState(t *testing.T) {
 		}
 	}
 }
+
+// CancelTenantJobs cancels what Match selects, limit jobs listed a call,
+// queued then delayed, the jobs kept in their order; each canceled job
+// that asked for a callback has it queued; a repeated call cancels nothing
+// again; bad input cancels nothing.
+func TestCancelTenantJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	var keep, drop []string
+	for i := range 10 {
+		it := item(`{}`)
+		if i%2 == 0 {
+			it.Callback = "https://example.com/cb"
+			drop = append(drop, e.enqueueOne("acme", it).ID)
+		} else {
+			keep = append(keep, e.enqueueOne("acme", it).ID)
+		}
+	}
+	for range 3 {
+		it := item(`{}`)
+		it.Delay = time.Hour
+		drop = append(drop, e.enqueueOne("acme", it).ID)
+	}
+	match := func(j Job) bool { return slices.Contains(drop, j.ID) }
+	total, calls := 0, 0
+	for cursor := ""; ; calls++ {
+		n, next, err := e.store.CancelTenantJobs(e.ctx, "acme", CancelSelect{Match: match, Limit: 3, Cursor: cursor})
+		if err != nil || n > 3 || calls > 20 {
+			t.Fatalf("call %d: %d canceled, %v", calls, n, err)
+		}
+		total += n
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if total != len(drop) {
+		t.Fatalf("canceled %d, want %d", total, len(drop))
+	}
+	for _, id := range drop {
+		if j := e.job(id); j.State != StateCanceled {
+			t.Fatalf("job %s is %s, want canceled", id, j.State)
+		}
+	}
+	if got := e.walkJobs("acme", JobsQuery{State: ListQueued, Limit: 100}); !slices.Equal(got, keep) {
+		t.Fatalf("queued after: %q, want %q", got, keep)
+	}
+	if due := e.rdb.ZCard(e.ctx, e.store.keys.callbacks(0)).Val(); due != 5 {
+		t.Fatalf("%d callbacks queued, want the 5 jobs that asked", due)
+	}
+	if n, _, err := e.store.CancelTenantJobs(e.ctx, "acme", CancelSelect{Match: match, Limit: 100}); err != nil || n != 0 {
+		t.Fatalf("repeated: %d canceled, %v; want none", n, err)
+	}
+	for _, sel := range []CancelSelect{{State: ListRunning, Limit: 1}, {State: ListDead, Limit: 1}, {Limit: 0},
+		{State: ListDelayed, Limit: 1, Cursor: "e30"}} {
+		if n, _, err := e.store.CancelTenantJobs(e.ctx, "acme", sel); !errors.Is(err, ErrInvalid) || n != 0 {
+			t.Errorf("%+v: %d, %v; want ErrInvalid", sel, n, err)
+		}
+	}
+}

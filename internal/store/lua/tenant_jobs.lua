@@ -8,7 +8,9 @@
 -- ARGV[8]  cursor: the part ('' = from the start): head | list | lane:<ups> | set
 -- ARGV[9]  cursor: a number — a score, or the list's offset from the walk's side
 -- ARGV[10] cursor: the id of the last member passed
--- Reply:   {'ok', next part ('' = no more), next number, next id, {id, {field, value, …}}, …}
+-- Reply:   {'ok', next part ('' = no more), next number, next id,
+--           {id, {field, value, …}, part, number}, …}: each job with the
+--           cursor that goes on right after it
 --
 -- Where each state lives (keys.go):
 --   dead     the tenant's dead set (score: death time)
@@ -39,15 +41,16 @@ if not WANT[state] or (order ~= 'oldest' and order ~= 'newest') or not limit or 
   return redis.error_reply('ERR sluice tenant_jobs: bad arguments')
 end
 local rev = order == 'newest'
-local reply, examined = {'ok', '', 0, ''}, 0
+local reply, examined, walking = {'ok', '', 0, ''}, 0, ''
 
--- take examines job id: adds its record to the reply when it is the
--- tenant's, in the state asked for. Returns true when the page is full.
-local function take(id)
+-- take examines job id, at num in the part walked: adds its record to the
+-- reply when it is the tenant's, in the state asked for. Returns true when
+-- the page is full.
+local function take(id, num)
   examined = examined + 1
   local jk = k_job(id)
   local h = rcall('HMGET', jk, 'state', 'tenant')
-  if WANT[state][h[1]] and h[2] == tn then reply[#reply + 1] = {id, rcall('HGETALL', jk)} end
+  if WANT[state][h[1]] and h[2] == tn then reply[#reply + 1] = {id, rcall('HGETALL', jk), walking, num} end
   return #reply - 4 >= limit
 end
 
@@ -86,7 +89,7 @@ local function zwalk(key, score, id)
     end
     for i = 1, #page, 2 do
       score, id = tonum(page[i + 1]), page[i]
-      if take(id) then return score, id end
+      if take(id, score) then return score, id end
     end
     if #page < 2 * n then return nil end
     start = start + n
@@ -125,7 +128,7 @@ local function lwalk(key, off, id)
     local items = lrange_side(key, off, off + n - 1)
     for _, m in ipairs(items) do
       off, id = off + 1, m
-      if take(m) then return off, id end
+      if take(m, off) then return off, id end
     end
     if #items < n then return nil end
   end
@@ -178,6 +181,7 @@ for k = i, #parts do
     return reply
   end
   local a, b
+  walking = name
   if name == 'list' then
     a, b = lwalk(key, from_num, from_id)
   else
