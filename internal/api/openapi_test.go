@@ -239,7 +239,8 @@ func TestOpenAPIDocument(t *testing.T) {
 		// issue #15: shared upstream quotas
 		"GET /v1/upstreams", "GET /v1/upstreams/{name}", "PUT /v1/upstreams/{name}",
 		"POST /v1/upstreams/{name}/pause", "POST /v1/upstreams/{name}/resume", "DELETE /v1/upstreams/{name}",
-		"GET /v1/tenants/{tenant}/jobs", // issue #31: a tenant's jobs by state
+		// issue #31: a tenant's jobs by state, canceled in bulk
+		"GET /v1/tenants/{tenant}/jobs", "POST /v1/tenants/{tenant}/jobs:cancel",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {

@@ -231,6 +231,7 @@ func (s *Server) routes() {
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(CostWrite, s.enqueue))
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(CostBatch, s.enqueueBatch))
 		s.mux.Handle("GET /v1/tenants/{tenant}/jobs", s.v1(CostRead, s.listTenantJobs))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:cancel", s.v1(CostWrite, s.cancelMany))
 		s.mux.Handle("GET /v1/jobs/{id}", s.v1(CostRead, s.getJob))
 		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(CostWrite, s.cancelJob))
 		s.mux.Handle("GET /v1/tenants", s.v1(CostRead, s.listTenants))
