@@ -97,12 +97,11 @@ func (s *Store) tenantJobs(ctx context.Context, tenant string, q JobsQuery) ([]l
 	var errs []error
 	for i := 4; i < d.Len(); i++ {
 		item := d.list(i)
-		id := item.str(0)
-		j, err := parseJob(id, item.list(1).fields(0))
+		j, err := parseJobItem(item)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("job %q: %w", id, err))
+			errs = append(errs, err)
 		}
-		jobs = append(jobs, listedJob{Job: j, after: jobsCursor{State: q.State, Newest: q.Newest, Part: item.str(2), Num: item.int(3), ID: id}})
+		jobs = append(jobs, listedJob{Job: j, after: jobsCursor{State: q.State, Newest: q.Newest, Part: item.str(2), Num: item.int(3), ID: item.str(0)}})
 	}
 	next := ""
 	if part := d.str(1); part != "" {
