@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"time"
@@ -53,29 +54,13 @@ func jobsCancelMany(fs *flag.FlagSet) runner {
 			}
 			sel.Before = t
 		}
-		total := 0
-		for {
+		return bulk(e, "canceled", "more may remain: run again with --all", *all, func(cursor string) (int, string, json.RawMessage, error) {
+			sel.Cursor = cursor
 			res, err := e.c.CancelJobs(ctx, args[0], sel)
 			if err != nil {
-				return err
+				return 0, "", nil, err
 			}
-			total += res.Canceled
-			if e.json {
-				if err := rawJSON(e.stdout, res.Raw); err != nil {
-					return err
-				}
-			}
-			if res.Cursor == "" || !*all {
-				if !e.json {
-					more := "done"
-					if res.Cursor != "" {
-						more = "more may remain: run again with --all"
-					}
-					fmt.Fprintf(e.stdout, "canceled %d (%s)\n", total, more)
-				}
-				return nil
-			}
-			sel.Cursor = res.Cursor
-		}
+			return res.Canceled, res.Cursor, res.Raw, nil
+		})
 	}
 }
