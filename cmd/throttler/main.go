@@ -186,6 +186,9 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		lc := cfg.Limits[name]
 		if name == config.APILimitName {
 			opts.APILimiter, opts.APILimit, opts.APIFailOpen = lim, lc.Bucket(), lc.FailsOpen()
+			if lc.Costs != nil {
+				opts.APICosts = *lc.Costs
+			}
 			continue
 		}
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket(), Shared: lc.Shared()}

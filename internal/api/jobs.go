@@ -153,6 +153,9 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := c.chargeItems(r.Context(), len(jobs)); err != nil {
+		return 0, nil, err
+	}
 	results := make([]batchResult, len(jobs))
 	var items []store.Item
 	var index []int

@@ -27,11 +27,14 @@ import (
 // MaxBodyBytesDefault bounds a request body when Options.MaxBodyBytes is 0.
 const MaxBodyBytesDefault = 1 << 20
 
-// Route classes and what one call costs against the API's own limiter.
+// routeClass says what a route costs against the API's own limiter
+// (Options.APICosts).
+type routeClass int
+
 const (
-	CostRead  = 1 // GET routes
-	CostWrite = 1 // one job, a check, a cancel
-	CostBatch = 10
+	classRead  routeClass = iota // a GET: APICosts.Read
+	classWrite                   // any other call: APICosts.Write
+	classBatch                   // a batch: APICosts.BatchItem per item
 )
 
 // ReservedLimit is the name of the API's own limiter; it cannot be checked.
@@ -48,6 +51,10 @@ type Options struct {
 	// APIFailOpen lets requests through when the API limiter cannot reach
 	// Redis (false: answer 503).
 	APIFailOpen bool
+	// APICosts are the tokens a request takes from APILimiter by route
+	// class (config limits.api.costs); zero fields take their defaults
+	// (config.APICosts.WithDefaults).
+	APICosts config.APICosts
 	// Limits are the limits served by POST /v1/limits/{name}/check.
 	Limits map[string]Limit
 	// Redis is pinged by /readyz. Build it with ContextTimeoutEnabled (as
@@ -185,6 +192,7 @@ func New(opts Options) (*Server, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = ReadyTimeoutDefault
 	}
+	opts.APICosts = opts.APICosts.WithDefaults()
 	s := &Server{
 		opts:    opts,
 		keys:    keyring(opts.Keys),
@@ -226,33 +234,33 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /readyz", s.plain(s.readyz))
 	s.mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}).ServeHTTP))
 	s.mux.Handle("GET /openapi.json", s.plain(serveOpenAPI))
-	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(CostWrite, s.check))
+	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(classWrite, s.check))
 	if s.opts.Store != nil {
-		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(CostWrite, s.enqueue))
-		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(CostBatch, s.enqueueBatch))
-		s.mux.Handle("GET /v1/jobs/{id}", s.v1(CostRead, s.getJob))
-		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(CostWrite, s.cancelJob))
-		s.mux.Handle("GET /v1/tenants", s.v1(CostRead, s.listTenants))
-		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(CostRead, s.getTenant))
-		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(CostWrite, s.putPolicy))
-		s.mux.Handle("POST /v1/tenants/{tenant}/pause", s.v1(CostWrite, s.pauseTenant))
-		s.mux.Handle("POST /v1/tenants/{tenant}/resume", s.v1(CostWrite, s.resumeTenant))
-		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(CostRead, s.deadLetters))
-		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(CostWrite, s.replayJob))
-		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(CostWrite, s.createSecret))
-		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(CostRead, s.listSecrets))
-		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(CostWrite, s.deleteSecret))
-		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
-		s.mux.Handle("GET /v1/summary", s.v1(CostRead, s.summary))
-		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(CostRead, s.live))
-		s.mux.Handle("GET /v1/upstreams", s.v1(CostRead, s.listUpstreams))
-		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(CostRead, s.getUpstream))
-		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(CostWrite, s.putUpstream))
-		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(CostWrite, s.deleteUpstream))
-		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(CostWrite, s.pauseUpstream))
-		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(CostWrite, s.resumeUpstream))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(classWrite, s.enqueue))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(classBatch, s.enqueueBatch))
+		s.mux.Handle("GET /v1/jobs/{id}", s.v1(classRead, s.getJob))
+		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(classWrite, s.cancelJob))
+		s.mux.Handle("GET /v1/tenants", s.v1(classRead, s.listTenants))
+		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(classRead, s.getTenant))
+		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(classWrite, s.putPolicy))
+		s.mux.Handle("POST /v1/tenants/{tenant}/pause", s.v1(classWrite, s.pauseTenant))
+		s.mux.Handle("POST /v1/tenants/{tenant}/resume", s.v1(classWrite, s.resumeTenant))
+		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(classRead, s.deadLetters))
+		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(classWrite, s.replayJob))
+		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(classWrite, s.createSecret))
+		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(classRead, s.listSecrets))
+		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(classWrite, s.deleteSecret))
+		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(classWrite, s.replayDead))
+		s.mux.Handle("GET /v1/summary", s.v1(classRead, s.summary))
+		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(classRead, s.live))
+		s.mux.Handle("GET /v1/upstreams", s.v1(classRead, s.listUpstreams))
+		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(classRead, s.getUpstream))
+		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(classWrite, s.putUpstream))
+		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(classWrite, s.deleteUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(classWrite, s.pauseUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(classWrite, s.resumeUpstream))
 	}
-	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
+	s.mux.Handle(catchAll, s.v1(classRead, s.noRoute))
 }
 
 // catchAll is the pattern of every /v1 request no route serves.
@@ -296,6 +304,22 @@ type call struct {
 	key     *config.KeyConfig
 	applied []bucket.Applied // limits decided on the way, written as headers
 	w       http.ResponseWriter
+	// api is the API limiter's decision, written after the route's own;
+	// charged is set once the API limiter was asked (chargeItems).
+	api     *bucket.Applied
+	charged bool
+	s       *Server
+}
+
+// chargeItems charges a batch route's n items against the API's own
+// limiter (APICosts.BatchItem each, at most the limit's capacity). A batch
+// handler calls it once it has counted its items, before any other Redis
+// call; one that returns without calling it is charged one item.
+func (c *call) chargeItems(ctx context.Context, n int) error {
+	c.charged = true
+	applied, err := c.s.chargeAPI(ctx, c.key, c.s.opts.APICosts.BatchItem*int64(max(n, 1)))
+	c.api = applied
+	return err
 }
 
 // handler is a /v1 route: it returns a status and a JSON body, or an error.
@@ -311,14 +335,15 @@ func (s *Server) plain(h http.HandlerFunc) http.Handler {
 	})
 }
 
-// v1 wraps a /v1 route: authenticate, charge the API limiter cost tokens,
-// run h, then write the rate-limit headers of every limit that applied and
-// the body or error. The limiter and h share one Redis budget,
-// Options.RequestTimeout (see redisBudget).
-func (s *Server) v1(cost int64, h handler) http.Handler {
+// v1 wraps a /v1 route: authenticate, charge the API limiter what the
+// route's class costs (a batch: once the handler counted its items, see
+// call.chargeItems), run h, then write the rate-limit headers of every
+// limit that applied and the body or error. The limiter and h share one
+// Redis budget, Options.RequestTimeout (see redisBudget).
+func (s *Server) v1(class routeClass, h handler) http.Handler {
 	return s.plain(func(w http.ResponseWriter, r *http.Request) {
-		c := &call{w: w}
-		status, body, err := s.serveV1(r, c, cost, h)
+		c := &call{w: w, s: s}
+		status, body, err := s.serveV1(r, c, class, h)
 		bucket.WriteHeaders(w.Header(), c.applied)
 		if err != nil {
 			var e *Error
@@ -332,29 +357,44 @@ func (s *Server) v1(cost int64, h handler) http.Handler {
 	})
 }
 
-func (s *Server) serveV1(r *http.Request, c *call, cost int64, h handler) (int, any, error) {
+func (s *Server) serveV1(r *http.Request, c *call, class routeClass, h handler) (int, any, error) {
 	key, err := s.keys.authenticate(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	c.key = key
 	start := time.Now()
-	actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-	apiApplied, err := s.chargeAPI(actx, key, cost)
-	cancel()
-	if err != nil {
-		if apiApplied != nil {
-			c.applied = append(c.applied, *apiApplied)
+	if class != classBatch {
+		cost := s.opts.APICosts.Write
+		if class == classRead {
+			cost = s.opts.APICosts.Read
 		}
-		return 0, nil, err
+		actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		c.api, err = s.chargeAPI(actx, key, cost)
+		c.charged = true
+		cancel()
+		if err != nil {
+			return 0, nil, c.withAPI(err)
+		}
 	}
 	budget := newRedisBudget(r.Context(), s.opts.RequestTimeout-time.Since(start))
 	defer budget.stop()
 	status, body, err := h(r.WithContext(budget), c)
-	if apiApplied != nil { // the route's own limits first, then the API's
-		c.applied = append(c.applied, *apiApplied)
+	if !c.charged { // a batch refused before it was counted: one item
+		if errCharge := c.chargeItems(budget, 1); errCharge != nil {
+			err = errCharge
+		}
 	}
-	return status, body, err
+	return status, body, c.withAPI(err)
+}
+
+// withAPI appends the API limiter's decision to the applied limits (the
+// route's own first, then the API's) and returns err.
+func (c *call) withAPI(err error) error {
+	if c.api != nil {
+		c.applied = append(c.applied, *c.api)
+	}
+	return err
 }
 
 // chargeAPI applies the API's own limiter. It returns the applied limit for
