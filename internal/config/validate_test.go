@@ -412,3 +412,23 @@ func TestAPICosts(t *testing.T) {
 		}
 	}
 }
+
+// A rate above bucket.MaxRate is refused, naming the bound, wherever the
+// file gives one (never run at the bound instead).
+func TestRateAboveTheBound(t *testing.T) {
+	for name, yaml := range map[string]string{
+		"defaults": "defaults: {rate: 1000000000/s}\n",
+		"tenant":   "tenants: {acme: {rate: 1000001/s}}\n",
+		"admit":    "tenants: {acme: {admit: {rate: 60000001/m, burst: 1}}}\n",
+		"upstream": "upstreams: {sms: {rate: 1000000000/s}}\n",
+		"limit":    "limits: {x: {algorithm: gcra, rate: 2000000/s, burst: 1}}\n",
+	} {
+		_, err := loadString(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), "above the maximum 1000000/s") {
+			t.Errorf("%s: error %v, want one naming the bound 1000000/s", name, err)
+		}
+	}
+	if _, err := loadString(t, "defaults: {rate: 1000000/s}\nupstreams: {sms: {rate: 60000000/m}}\n"); err != nil {
+		t.Errorf("rates at the bound: %v", err)
+	}
+}
