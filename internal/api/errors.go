@@ -1,7 +1,9 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -244,10 +247,45 @@ func decodeError(err error, limit int64) error {
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "field %q: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", clipMessage(typeMismatch(typeErr)))
 	}
-	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
+
+// typeMismatch says in JSON's terms (never a Go type's name) which field
+// of the body had the wrong JSON type: "jobs: want an array, got JSON
+// object"; the body itself is "body".
+func typeMismatch(e *json.UnmarshalTypeError) string {
+	return fmt.Sprintf("%s: want %s, got JSON %s", cmp.Or(e.Field, "body"), jsonKind(e.Type), e.Value)
+}
+
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return "a string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another JSON value"
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // syntaxError describes why raw is not valid JSON (raw is known to be invalid).
 func syntaxError(raw []byte) string {

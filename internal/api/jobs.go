@@ -2,14 +2,12 @@ package api
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -301,12 +299,7 @@ func parseJob(raw []byte) (job.Spec, error) {
 func invalidJSON(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		want := typeErr.Type.String()
-		if typeErr.Type.Kind() == reflect.Struct {
-			want = "a JSON object"
-		}
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s",
-			clipMessage(fmt.Sprintf("%s: want %s, got JSON %s", cmp.Or(typeErr.Field, "body"), want, typeErr.Value)))
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", clipMessage(typeMismatch(typeErr)))
 	}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "json: "); i >= 0 {
