@@ -42,9 +42,15 @@ const ReservedLimit = config.APILimitName
 
 // Options configure a Server. Redis, Registry and Logger are required.
 type Options struct {
-	// Keys are the API keys by the hex SHA-256 of the key
-	// (config.AuthConfig.ByHash).
+	// Keys are the configuration file's API keys by the hex SHA-256 of the
+	// key (config.AuthConfig.ByHash); Server.SetKeys replaces them. With a
+	// Store, the keys by API (POST /v1/keys) serve too, read from Redis by
+	// Start and every KeyRefresh.
 	Keys map[string]config.KeyConfig
+	// KeyRefresh is how often the keys by API are checked for changes and
+	// their last use written; default KeyRefreshDefault. A key revoked on
+	// any throttler is refused by this one within KeyRefresh plus a read.
+	KeyRefresh time.Duration
 	// APILimiter is the API's own limiter, keyed by API key name. Nil: none.
 	APILimiter bucket.Allower
 	APILimit   bucket.Limit
@@ -143,7 +149,9 @@ type Limit struct {
 // Server is the HTTP API. It is safe for concurrent use.
 type Server struct {
 	opts    Options
-	keys    keyring
+	keys    *keyring
+	// keyRefresh keeps keys' keys by API fresh (Start, Stop).
+	keyRefresh *keyRefresher
 	metrics *Metrics
 	mux     *routeMux
 	// apiFailing is set while the API limiter cannot reach Redis, so the
@@ -193,14 +201,16 @@ func New(opts Options) (*Server, error) {
 		opts.ReadyTimeout = ReadyTimeoutDefault
 	}
 	opts.APICosts = opts.APICosts.WithDefaults()
+	opts.KeyRefresh = cmp.Or(max(opts.KeyRefresh, 0), KeyRefreshDefault)
 	s := &Server{
 		opts:    opts,
-		keys:    keyring(opts.Keys),
+		keys:    newKeyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
 		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
 	if s.opts.Store != nil {
+		s.keyRefresh = &keyRefresher{kr: s.keys, st: s.opts.Store, period: opts.KeyRefresh, log: opts.Logger}
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
 		s.upstreams = newUpstreamSettings(s.opts.Store, opts.UpstreamCache)
 		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
@@ -212,17 +222,24 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the server's background work: the summary's warmer when
-// Options.SummaryWarm > 0 (nothing else). It returns at once; Stop ends it.
+// Start starts the server's background work, with a Store: the refresh of
+// the API keys by API (read once before Start returns; Options.KeyRefresh)
+// and the summary's warmer when Options.SummaryWarm > 0. Stop ends it.
 func (s *Server) Start(ctx context.Context) error {
 	if s.opts.Store != nil {
+		s.keyRefresh.Start(ctx)
 		s.bases.Start(ctx)
 	}
 	return nil
 }
 
 // Stop ends what Start started and waits for it; idempotent.
-func (s *Server) Stop() { s.bases.Stop() }
+func (s *Server) Stop() {
+	s.bases.Stop()
+	if s.keyRefresh != nil {
+		s.keyRefresh.Stop()
+	}
+}
 
 // Handler returns the server's root handler.
 func (s *Server) Handler() http.Handler { return s.mux }
@@ -259,6 +276,9 @@ func (s *Server) routes() {
 		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(classWrite, s.deleteUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(classWrite, s.pauseUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(classWrite, s.resumeUpstream))
+		s.mux.Handle("POST /v1/keys", s.v1(classWrite, s.createKey))
+		s.mux.Handle("GET /v1/keys", s.v1(classRead, s.listKeys))
+		s.mux.Handle("DELETE /v1/keys/{name}", s.v1(classWrite, s.deleteKey))
 	}
 	s.mux.Handle(catchAll, s.v1(classRead, s.noRoute))
 }
