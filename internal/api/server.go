@@ -148,12 +148,12 @@ type Limit struct {
 
 // Server is the HTTP API. It is safe for concurrent use.
 type Server struct {
-	opts    Options
-	keys    *keyring
+	opts Options
+	keys *keyring
 	// keyRefresh keeps keys' keys by API fresh (Start, Stop).
 	keyRefresh *keyRefresher
-	metrics *Metrics
-	mux     *routeMux
+	metrics    *Metrics
+	mux        *routeMux
 	// apiFailing is set while the API limiter cannot reach Redis, so the
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
