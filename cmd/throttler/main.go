@@ -42,7 +42,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil, hup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -53,8 +55,10 @@ func main() {
 }
 
 // run serves until ctx is done, then drains. ready, when not nil, is called
-// with the listening address once the server accepts connections.
-func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string)) error {
+// with the listening address once the server accepts connections. Each
+// value received on hup (SIGHUP in main; nil: none) reloads the
+// configuration file (reloader), as POST /v1/admin/reload does.
+func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string), hup <-chan os.Signal) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return runMigrate(ctx, args[1:], getenv, logOut)
 	}
@@ -106,6 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	opts.Store = st
+	rl := &reloader{args: args, getenv: getenv, log: log, rdb: rdb, batcher: batcher, st: st, cfg: cfg}
+	opts.Reload = rl.reload
 	if cfg.UI.On() { // the console's overview: a page opened finds the summary read
 		opts.SummaryWarm = api.SummaryWarmDefault
 	}
@@ -113,6 +119,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	rl.srv = srv
+	stopHUP := reloadOnSignal(ctx, hup, rl)
+	defer stopHUP()
 	// The summary's warmer stops after the HTTP drain, before Redis is closed.
 	if err := srv.Start(ctx); err != nil {
 		return err
@@ -140,6 +149,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}
 	return httpserver.Serve(ctx, "throttler", cfg.Listen, handler, log, ready)
+}
+
+// reloadOnSignal reloads the configuration on each value from hup until ctx
+// is done or the returned stop is called (which waits for a reload under
+// way).
+func reloadOnSignal(ctx context.Context, hup <-chan os.Signal, rl *reloader) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				rl.log.Info("SIGHUP: reloading the configuration")
+				_, _ = rl.reload(ctx) // logged by reload
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.

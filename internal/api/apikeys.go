@@ -126,7 +126,7 @@ func (s *Server) checkKeyRequest(req keyRequest, now time.Time) (time.Time, erro
 		}
 	}
 	for i, name := range req.Limits {
-		if _, ok := s.opts.Limits[name]; !ok {
+		if _, ok := s.rt().Limits[name]; !ok {
 			problems = append(problems, fmt.Sprintf("limits[%d]: no checkable limit named %q", i, name))
 		}
 	}

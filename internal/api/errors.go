@@ -87,6 +87,8 @@ type Error struct {
 	// JobID, when set, names the job the error is about (job_id): a 503
 	// replication_timeout's possibly stored job.
 	JobID string
+	// Problems, when set, lists the problems behind the error (problems).
+	Problems []string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -145,6 +147,9 @@ type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	JobID   string `json:"job_id,omitempty"`
+	// Problems lists each problem of a refused configuration file
+	// (POST /v1/admin/reload).
+	Problems []string `json:"problems,omitempty"`
 }
 
 // writeError renders err. Anything that is not an *Error is a 500 whose cause
@@ -157,7 +162,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfter, 10))
 	}
-	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, JobID: e.JobID}})
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, JobID: e.JobID, Problems: e.Problems}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

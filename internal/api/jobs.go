@@ -414,7 +414,8 @@ func (c *tenantContext) Upstreams(ctx context.Context, names []string) ([]accept
 // enqueue script waives when the tenant holds a live secret by API or its
 // policy says unsigned — checked in the same script, no extra round trip.
 func (c *tenantContext) SignsWebhooks() bool {
-	return c.s.opts.FileSigned != nil && c.s.opts.FileSigned(c.tenant)
+	signed := c.s.rt().FileSigned
+	return signed != nil && signed(c.tenant)
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was

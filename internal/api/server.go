@@ -130,6 +130,12 @@ type Options struct {
 	// UpstreamCacheDefault. A name not among those read is looked up again
 	// before a job naming it is refused.
 	UpstreamCache time.Duration
+	// Reload re-reads the configuration file and applies it
+	// (POST /v1/admin/reload): the changes it made, each a line without a
+	// secret, or a *ReloadRefusedError listing the file's problems (422).
+	// Nil: the route answers 404 not_found. The runner that reloads calls
+	// Server.Reload with the new Reloadable.
+	Reload func(ctx context.Context) (changes []string, err error)
 	// MemoryHighWater, when > 0, refuses new jobs (507 storage_full) while
 	// the Redis master of their shard uses more than this share of its
 	// maxmemory (memory.go; config.RedisConfig.MemoryHighWater). 0: off.
@@ -169,6 +175,9 @@ type Server struct {
 	policyUpstreams *policyUpstreams
 	// memory refuses new jobs above Options.MemoryHighWater.
 	memory *memoryGuard
+	// live holds what a configuration reload replaces (Reload); read it
+	// with rt.
+	reloadable atomic.Pointer[Reloadable]
 }
 
 // New builds the server and registers its routes and metrics.
@@ -209,6 +218,8 @@ func New(opts Options) (*Server, error) {
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
 		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
+	s.reloadable.Store(&Reloadable{APILimiter: opts.APILimiter, APILimit: opts.APILimit, APIFailOpen: opts.APIFailOpen,
+		APICosts: opts.APICosts, Limits: opts.Limits, Defaults: opts.Defaults, FileSigned: opts.FileSigned})
 	if s.opts.Store != nil {
 		s.keyRefresh = &keyRefresher{kr: s.keys, st: s.opts.Store, period: opts.KeyRefresh, log: opts.Logger}
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
@@ -280,6 +291,7 @@ func (s *Server) routes() {
 		s.mux.Handle("GET /v1/keys", s.v1(classRead, s.listKeys))
 		s.mux.Handle("DELETE /v1/keys/{name}", s.v1(classWrite, s.deleteKey))
 	}
+	s.mux.Handle("POST /v1/admin/reload", s.v1(classWrite, s.reload))
 	s.mux.Handle(catchAll, s.v1(classRead, s.noRoute))
 }
 
@@ -337,7 +349,7 @@ type call struct {
 // call; one that returns without calling it is charged one item.
 func (c *call) chargeItems(ctx context.Context, n int) error {
 	c.charged = true
-	applied, err := c.s.chargeAPI(ctx, c.key, c.s.opts.APICosts.BatchItem*int64(max(n, 1)))
+	applied, err := c.s.chargeAPI(ctx, c.key, c.s.rt().APICosts.BatchItem*int64(max(n, 1)))
 	c.api = applied
 	return err
 }
@@ -385,9 +397,9 @@ func (s *Server) serveV1(r *http.Request, c *call, class routeClass, h handler) 
 	c.key = key
 	start := time.Now()
 	if class != classBatch {
-		cost := s.opts.APICosts.Write
+		cost := s.rt().APICosts.Write
 		if class == classRead {
-			cost = s.opts.APICosts.Read
+			cost = s.rt().APICosts.Read
 		}
 		actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
 		c.api, err = s.chargeAPI(actx, key, cost)
@@ -421,13 +433,14 @@ func (c *call) withAPI(err error) error {
 // the headers (nil when there is no limiter or it failed open) and, when the
 // request may not proceed, a 429 (with the applied limit) or a 503.
 func (s *Server) chargeAPI(ctx context.Context, key *config.KeyConfig, cost int64) (*bucket.Applied, error) {
-	if s.opts.APILimiter == nil {
+	rt := s.rt()
+	if rt.APILimiter == nil {
 		return nil, nil
 	}
-	d, err := s.opts.APILimiter.Allow(ctx, key.Name, min(cost, s.opts.APILimit.Capacity()))
+	d, err := rt.APILimiter.Allow(ctx, key.Name, min(cost, rt.APILimit.Capacity()))
 	if err != nil {
 		s.metrics.RedisErrors.WithLabelValues("api_limit").Inc()
-		if !s.opts.APIFailOpen {
+		if !rt.APIFailOpen {
 			return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "rate limiter unavailable", RetryAfter: 1}
 		}
 		s.metrics.FailOpen.Inc()
@@ -440,7 +453,7 @@ func (s *Server) chargeAPI(ctx context.Context, key *config.KeyConfig, cost int6
 		s.opts.Logger.InfoContext(ctx, "API limiter recovered")
 	}
 	s.metrics.Decisions.WithLabelValues(ReservedLimit, outcome(d.Allowed)).Inc()
-	a := &bucket.Applied{Name: ReservedLimit, Limit: s.opts.APILimit, Decision: d}
+	a := &bucket.Applied{Name: ReservedLimit, Limit: rt.APILimit, Decision: d}
 	if !d.Allowed {
 		return a, errorf(http.StatusTooManyRequests, CodeRateLimited, "API key %q exceeded the %q limit", key.Name, ReservedLimit)
 	}
