@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bucket"
@@ -45,7 +42,7 @@ func (rl *reloader) reload(ctx context.Context) ([]string, error) {
 	next, err := config.FromFlags(rl.args, rl.getenv)
 	var problems []string
 	if err != nil {
-		problems = flatten(err)
+		problems = config.Problems(err)
 	} else {
 		problems = config.RestartOnly(rl.cfg, next)
 	}
@@ -105,24 +102,4 @@ func (rl *reloader) apply(ctx context.Context, next *config.Config) error {
 func reloadableOf(opts api.Options) api.Reloadable {
 	return api.Reloadable{Keys: opts.Keys, APILimiter: opts.APILimiter, APILimit: opts.APILimit, APIFailOpen: opts.APIFailOpen,
 		APICosts: opts.APICosts, Limits: opts.Limits, Defaults: opts.Defaults, FileSigned: opts.FileSigned}
-}
-
-// flatten lists the problems of a Load error: the members of the first
-// errors.Join in its chain (the validation problems, each naming its
-// field), else the lines of a YAML decoding error, else its message.
-func flatten(err error) []string {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if j, ok := e.(interface{ Unwrap() []error }); ok {
-			var out []string
-			for _, m := range j.Unwrap() {
-				out = append(out, m.Error())
-			}
-			return out
-		}
-	}
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		return slices.Clone(te.Errors)
-	}
-	return []string{err.Error()}
 }

@@ -1,10 +1,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Reloadable names the sections a running throttler takes from a reloaded
@@ -87,4 +90,25 @@ func yamlName(f reflect.StructField) string {
 		return tag
 	}
 	return f.Name
+}
+
+// Problems lists the problems of a Load or FromFlags error, one line each:
+// the members of the first errors.Join in its chain (the validation
+// problems, each naming its field), else the lines of a YAML decoding
+// error, else its message.
+func Problems(err error) []string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			var out []string
+			for _, m := range j.Unwrap() {
+				out = append(out, m.Error())
+			}
+			return out
+		}
+	}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return slices.Clone(te.Errors)
+	}
+	return []string{err.Error()}
 }
