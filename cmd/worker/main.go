@@ -139,7 +139,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
-	exec.Signing.File = files.File // the file's secrets, swapped on SIGHUP
+	exec.Signing.File = files.File     // the file's secrets, swapped on SIGHUP
 	ups := worker.NewUpstreamCache(st) // one read per upstream and second, for the cost headers and the worker
 	if exec.Costs, err = worker.NewCostReader(ups, reg, log); err != nil {
 		exec.Close()
