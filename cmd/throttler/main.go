@@ -120,7 +120,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	rl.srv = srv
-	stopHUP := reloadOnSignal(ctx, hup, rl)
+	stopHUP := config.OnSignal(ctx, hup, func(ctx context.Context) {
+		log.Info("SIGHUP: reloading the configuration")
+		_, _ = rl.reload(ctx) // logged by reload
+	})
 	defer stopHUP()
 	// The summary's warmer stops after the HTTP drain, before Redis is closed.
 	if err := srv.Start(ctx); err != nil {
@@ -149,27 +152,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		}
 	}
 	return httpserver.Serve(ctx, "throttler", cfg.Listen, handler, log, ready)
-}
-
-// reloadOnSignal reloads the configuration on each value from hup until ctx
-// is done or the returned stop is called (which waits for a reload under
-// way).
-func reloadOnSignal(ctx context.Context, hup <-chan os.Signal, rl *reloader) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				rl.log.Info("SIGHUP: reloading the configuration")
-				_, _ = rl.reload(ctx) // logged by reload
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }
 
 // backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.

@@ -81,7 +81,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	defer closeClient()
-	stopHUP := reloadOnSignal(ctx, hup, files, args, getenv, log)
+	stopHUP := config.OnSignal(ctx, hup, func(context.Context) {
+		log.Info("SIGHUP: reloading the configuration's webhook secrets")
+		files.reload(args, getenv, log)
+	})
 	defer stopHUP()
 	if err := w.Start(ctx); err != nil {
 		return err

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"sync/atomic"
@@ -81,24 +79,4 @@ func secretChanges(running, next *config.Config) []string {
 		}
 	}
 	return out
-}
-
-// reloadOnSignal reloads f on each value from hup until ctx is done; the
-// returned stop ends it and waits.
-func reloadOnSignal(ctx context.Context, hup <-chan os.Signal, f *fileSecrets, args []string, getenv func(string) string, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the configuration's webhook secrets")
-				f.reload(args, getenv, log)
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }

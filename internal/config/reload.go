@@ -1,9 +1,11 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 
@@ -111,4 +113,25 @@ func Problems(err error) []string {
 		return slices.Clone(te.Errors)
 	}
 	return []string{err.Error()}
+}
+
+// OnSignal calls reload for each value received on sig (SIGHUP in the
+// binaries; nil: never) until ctx is done or the returned stop is called,
+// which waits for a reload under way. reload runs on one goroutine, one
+// call at a time.
+func OnSignal(ctx context.Context, sig <-chan os.Signal, reload func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				reload(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
