@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -46,6 +47,11 @@ func (rl *reloader) reload(ctx context.Context) ([]string, error) {
 	} else {
 		problems = config.RestartOnly(rl.cfg, next)
 	}
+	if len(problems) == 0 {
+		if problems, err = rl.keyNameClashes(ctx, next); err != nil {
+			return nil, err
+		}
+	}
 	if len(problems) > 0 {
 		for _, p := range problems {
 			rl.log.Error("configuration reload refused; the running configuration is kept", "problem", p)
@@ -66,6 +72,22 @@ func (rl *reloader) reload(ctx context.Context) ([]string, error) {
 		rl.log.Info("configuration reloaded", "change", c)
 	}
 	return changes, nil
+}
+
+// keyNameClashes lists the file's keys named like a key by API: a name
+// is unique among both.
+func (rl *reloader) keyNameClashes(ctx context.Context, next *config.Config) ([]string, error) {
+	byAPI, _, err := rl.st.APIKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, k := range next.Auth.Keys {
+		if slices.ContainsFunc(byAPI, func(a store.APIKey) bool { return a.Name == k.Name }) {
+			out = append(out, fmt.Sprintf("auth.keys[%d].name: a key by API is called %q; delete it (DELETE /v1/keys/%s) or rename this one", i, k.Name, k.Name))
+		}
+	}
+	return out, nil
 }
 
 // apply writes next's policies and upstreams to Redis as the start does

@@ -154,6 +154,15 @@ func TestReloadBySignalAndRoute(t *testing.T) {
 	if problems, _ := field(m, "error", "problems").([]any); st != http.StatusUnprocessableEntity || len(problems) != 1 || !strings.HasPrefix(problems[0].(string), "log: changed") {
 		t.Errorf("reload changing log: %d %v, want 422 naming log", st, m)
 	}
+	// A file key named like a key by API is a problem.
+	if st, _, _ := call("POST", "/v1/keys", "ops-key", `{"name":"byapi"}`); st != http.StatusCreated {
+		t.Fatalf("create a key by API: %d", st)
+	}
+	write(reloadConfig(prefix, "7/s", "20/s", 5, "    - {name: byapi, key: clash-key}\n"))
+	st, m, _ = call("POST", "/v1/admin/reload", "ops-key", "")
+	if problems, _ := field(m, "error", "problems").([]any); st != http.StatusUnprocessableEntity || len(problems) != 1 || !strings.HasPrefix(problems[0].(string), "auth.keys[1].name: a key by API") {
+		t.Errorf("reload with a file key named like a key by API: %d %v, want 422 naming it", st, m)
+	}
 	if st, _, _ := call("POST", "/v1/admin/reload", "new-key", ""); st != http.StatusForbidden {
 		t.Errorf("reload by a non-admin key: %d, want 403", st)
 	}
