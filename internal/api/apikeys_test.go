@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // twoThrottlers serves two API servers on one Redis and prefix, each with
@@ -182,4 +184,59 @@ func rawGet(t *testing.T, f *fixture, path, token string) string {
 		t.Fatal(err)
 	}
 	return string(raw)
+}
+
+// countingHook counts the commands a client sends (pipelines command by
+// command).
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// TestKeyringHotPathNoRedis: authenticating a key by API sends nothing to
+// Redis, however many requests; one refresh then costs one HSET of the
+// last uses and one HGET of the version.
+func TestKeyringHotPathNoRedis(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	token := "sk_hot-path"
+	if err := st.CreateAPIKey(ctx, store.APIKey{Name: "hot", SHA256: config.HashKey(token), Tenants: []string{"*"}, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	kr := newKeyring(nil)
+	if err := kr.reload(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	req, _ := http.NewRequest("GET", "/v1/keys", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	for range 1000 {
+		if k, err := kr.authenticate(req); err != nil || k.Name != "hot" {
+			t.Fatalf("authenticate: %v, %v", k, err)
+		}
+	}
+	if n := hook.n.Load(); n != 0 {
+		t.Fatalf("1000 authentications sent %d commands to Redis, want 0", n)
+	}
+	if err := kr.refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if n := hook.n.Load(); n != 2 {
+		t.Errorf("one refresh sent %d commands, want 2 (HSET of the last uses, HGET of the version)", n)
+	}
+	used, err := st.APIKeysUsed(ctx)
+	if err != nil || used["hot"].IsZero() {
+		t.Errorf("last use after the refresh: %v, %v", used, err)
+	}
 }
