@@ -196,6 +196,9 @@ type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	JobID   string `json:"job_id,omitempty"`
+	// Problems lists every problem of a configuration file a reload
+	// refused (POST /v1/admin/reload).
+	Problems []string `json:"problems,omitempty"`
 }
 
 // errorOf is the *Error of an answer that is not a success.
@@ -211,6 +214,12 @@ func errorOf(method, path string, resp *response) *Error {
 		}
 	}
 	e.fill()
+	if b.Error != nil && len(b.Error.Problems) > 0 { // a refused reload: every problem of the file
+		e.Problems = e.Problems[:0]
+		for _, p := range b.Error.Problems {
+			e.Problems = append(e.Problems, problemsOf(p)...)
+		}
+	}
 	return e
 }
 

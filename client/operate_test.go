@@ -108,6 +108,10 @@ var clientRoutes = map[string]string{
 	"GET /healthz":                             "Health",
 	"GET /readyz":                              "Ready",
 	"GET /openapi.json":                        "OpenAPI",
+	"POST /v1/keys":                            "CreateKey",
+	"GET /v1/keys":                             "Keys",
+	"DELETE /v1/keys/{name}":                   "DeleteKey",
+	"POST /v1/admin/reload":                    "Reload",
 	"GET /metrics":                             "", // Prometheus's to scrape, not a client call
 }
 

@@ -195,6 +195,19 @@ func TestCommands(t *testing.T) {
 	run(exitOK, "secrets", "rm", "acme-1", secID)
 	run(exitError, "secrets", "rm", "acme-1", secID)
 
+	key := jsonOf(t, run(exitOK, "keys", "create", "ci", "--tenants", "acme-*", "--expires-in", "1h", "--json"))
+	if !strings.HasPrefix(fmt.Sprint(key["key"]), "sk_") || key["expires_at"] == nil {
+		t.Fatalf("keys create --json: %v", key)
+	}
+	if out := run(exitOK, "keys", "ls"); !strings.Contains(out, "ci") || !strings.Contains(out, "config") || strings.Contains(out, "sk_") {
+		t.Errorf("keys ls:\n%s", out)
+	}
+	run(exitOK, "keys", "rm", "ci")
+	run(exitError, "keys", "rm", "ci")
+	if out := run(exitOK, "reload"); !strings.Contains(out, "no change") {
+		t.Errorf("reload:\n%s", out)
+	}
+
 	for range 3 {
 		run(exitOK, "limits", "check", "search", "user-1")
 	}

@@ -29,7 +29,7 @@ func serveThrottler(t *testing.T, extra string) string {
 	addrs, done := make(chan string, 1), make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--config", path}, func(k string) string { return env[k] }, &redistest.SyncBuffer{},
-			func(a string) { addrs <- a })
+			func(a string) { addrs <- a }, nil)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	select {

@@ -42,7 +42,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil, hup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -53,8 +55,10 @@ func main() {
 }
 
 // run serves until ctx is done, then drains. ready, when not nil, is called
-// with the listening address once the server accepts connections.
-func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string)) error {
+// with the listening address once the server accepts connections. Each
+// value received on hup (SIGHUP in main; nil: none) reloads the
+// configuration file (reloader), as POST /v1/admin/reload does.
+func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string), hup <-chan os.Signal) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return runMigrate(ctx, args[1:], getenv, logOut)
 	}
@@ -106,6 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	opts.Store = st
+	rl := &reloader{args: args, getenv: getenv, log: log, rdb: rdb, batcher: batcher, st: st, cfg: cfg}
+	opts.Reload = rl.reload
 	if cfg.UI.On() { // the console's overview: a page opened finds the summary read
 		opts.SummaryWarm = api.SummaryWarmDefault
 	}
@@ -113,6 +119,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	rl.srv = srv
+	stopHUP := config.OnSignal(ctx, hup, func(ctx context.Context) {
+		log.Info("SIGHUP: reloading the configuration")
+		_, _ = rl.reload(ctx) // logged by reload
+	})
+	defer stopHUP()
 	// The summary's warmer stops after the HTTP drain, before Redis is closed.
 	if err := srv.Start(ctx); err != nil {
 		return err
@@ -186,6 +198,9 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 		lc := cfg.Limits[name]
 		if name == config.APILimitName {
 			opts.APILimiter, opts.APILimit, opts.APIFailOpen = lim, lc.Bucket(), lc.FailsOpen()
+			if lc.Costs != nil {
+				opts.APICosts = *lc.Costs
+			}
 			continue
 		}
 		opts.Limits[name] = api.Limit{Limiter: lim, Limit: lc.Bucket(), Shared: lc.Shared()}

@@ -39,7 +39,7 @@ log: {format: json}
 	done := make(chan error, 1)
 	var logs redistest.SyncBuffer
 	go func() {
-		done <- run(ctx, []string{"--config", cfgPath}, func(k string) string { return env[k] }, &logs, func(a string) { addrCh <- a })
+		done <- run(ctx, []string{"--config", cfgPath}, func(k string) string { return env[k] }, &logs, func(a string) { addrCh <- a }, nil)
 	}()
 	var addr string
 	select {
@@ -96,7 +96,7 @@ func TestThrottlerRefusesBadConfigListingEveryProblem(t *testing.T) {
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := run(context.Background(), []string{"--config", path}, func(string) string { return "" }, &redistest.SyncBuffer{}, nil)
+	err := run(context.Background(), []string{"--config", path}, func(string) string { return "" }, &redistest.SyncBuffer{}, nil, nil)
 	if err == nil {
 		t.Fatal("run accepted a bad config")
 	}
@@ -125,7 +125,7 @@ func TestThrottlerWritesSettingsToMeta(t *testing.T) {
 		ready, done := make(chan struct{}), make(chan error, 1)
 		go func() {
 			done <- run(ctx, []string{"--config", path}, func(k string) string { return env[k] }, &redistest.SyncBuffer{},
-				func(string) { close(ready) })
+				func(string) { close(ready) }, nil)
 		}()
 		select {
 		case <-ready:

@@ -40,7 +40,9 @@ const metricsListenDefault, envMetricsListen = "127.0.0.1:9091", "SLUICE_METRICS
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil, hup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
@@ -52,7 +54,9 @@ func main() {
 
 // run works until ctx is done, then drains. ready, when not nil, is called
 // once tasks are being fetched, with the metrics address ("" when off).
-func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(metricsAddr string)) error {
+// Each value received on hup (SIGHUP in main; nil: none) re-reads the
+// configuration file's webhook secrets (fileSecrets.reload).
+func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(metricsAddr string), hup <-chan os.Signal) error {
 	cfg, metricsAddr, err := parseFlags(args, getenv)
 	if err != nil {
 		return err
@@ -68,11 +72,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	reg := prometheus.NewRegistry()
 	httpserver.RegisterProcessMetrics(reg)
-	w, cb, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log)
+	files, err := newFileSecrets(cfg)
+	if err != nil {
+		return err
+	}
+	w, cb, maxTimeout, closeClient, err := newWorker(cfg, rdb, reg, log, files)
 	if err != nil {
 		return err
 	}
 	defer closeClient()
+	stopHUP := config.OnSignal(ctx, hup, func(context.Context) {
+		log.Info("SIGHUP: reloading the configuration's webhook secrets")
+		files.reload(args, getenv, log)
+	})
+	defer stopHUP()
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
@@ -109,10 +122,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 }
 
 // newWorker builds the Worker: the Store, the webhook executor (closed by
-// the returned func) and the file's settings; and the callback sender, on
-// the executor's client and signing keys. It also returns the largest
+// the returned func, signing with files' secrets) and the file's settings;
+// and the callback sender, on the executor's client and signing keys. It also returns the largest
 // configured attempt timeout.
-func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.Worker, *worker.Callbacks, time.Duration, func(), error) {
+func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, files *fileSecrets) (*worker.Worker, *worker.Callbacks, time.Duration, func(), error) {
 	st, err := store.NewStore(rdb, storeConfig(cfg))
 	if err != nil {
 		return nil, nil, 0, nil, err
@@ -129,6 +142,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
+	exec.Signing.File = files.File     // the file's secrets, swapped on SIGHUP
 	ups := worker.NewUpstreamCache(st) // one read per upstream and second, for the cost headers and the worker
 	if exec.Costs, err = worker.NewCostReader(ups, reg, log); err != nil {
 		exec.Close()

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,10 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-const secret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+const (
+	secret  = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+	rotated = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
 
 // TestWorkerDeliversSignedWebhooksServesMetricsAndStops runs the binary's
 // run with a configuration file: a job released by a dispatcher on the same
@@ -69,9 +73,10 @@ log: {format: json, level: debug}
 	var logs redistest.SyncBuffer
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
+	hup := make(chan os.Signal, 1)
 	go func() {
 		done <- run(ctx, []string{"--config", cfgPath, "--metrics-listen", "127.0.0.1:0"},
-			func(k string) string { return env[k] }, &logs, func(addr string) { ready <- addr })
+			func(k string) string { return env[k] }, &logs, func(addr string) { ready <- addr }, hup)
 	}()
 	var metricsAddr string
 	select {
@@ -144,14 +149,48 @@ log: {format: json, level: debug}
 		t.Fatalf("signature %q, want %q", del.header.Get("webhook-signature"), want)
 	}
 
+	// SIGHUP: the file's rotated secret signs the next webhook, no restart;
+	// a file with problems is refused, the running secret kept.
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(cfg, secret, rotated, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	redistest.Poll(t, 5*time.Second, "the reload logged", func() bool {
+		return strings.Contains(logs.String(), `"change":"tenants.acme.webhook_secrets: changed"`)
+	})
+	if strings.Contains(logs.String(), rotated[6:]) || strings.Contains(logs.String(), secret[6:]) {
+		t.Fatal("the logs hold a webhook secret")
+	}
+	rs, err = st.Enqueue(ctx, "acme", []store.Item{{Type: wire.TypeWebhook, Body: spec.Canonical()}})
+	if err != nil || rs[0].Outcome != store.Accepted {
+		t.Fatalf("enqueue: %+v, %v", rs, err)
+	}
+	select {
+	case del = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no second delivery within 10s\n%s", logs.String())
+	}
+	ts, _ = strconv.ParseInt(del.header.Get("webhook-timestamp"), 10, 64)
+	keys, _ = policy.Secrets{rotated}.Keys()
+	if want := webhook.Sign(keys, rs[0].ID, time.Unix(ts, 0), del.body); del.header.Get("webhook-signature") != want {
+		t.Fatalf("after SIGHUP: signature %q, want %q (the rotated secret)", del.header.Get("webhook-signature"), want)
+	}
+	if err := os.WriteFile(cfgPath, []byte(cfg+"tenants: {x: {}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	redistest.Poll(t, 5*time.Second, "the bad file refused", func() bool {
+		return strings.Contains(logs.String(), "configuration reload refused")
+	})
+
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, name := range []string{`sluice_worker_claims_total{outcome="ok"} 1`, "sluice_worker_send_lateness_seconds_count 1",
-		"sluice_worker_send_delay_seconds_count 1", "go_goroutines"} {
+	for _, name := range []string{`sluice_worker_claims_total{outcome="ok"} 2`, "sluice_worker_send_lateness_seconds_count 2",
+		"sluice_worker_send_delay_seconds_count 2", "go_goroutines"} { // two jobs, before and after the reload
 		if !bytes.Contains(body, []byte(name)) {
 			t.Errorf("metrics lack %q", name)
 		}
@@ -213,7 +252,7 @@ func TestWorkerRefusesAMetaMismatch(t *testing.T) {
 	}
 	env := map[string]string{"SLUICE_REDIS_URL": redistest.URL()}
 	err := run(context.Background(), []string{"--config", cfgPath, "--metrics-listen", "off"},
-		func(k string) string { return env[k] }, io.Discard, nil)
+		func(k string) string { return env[k] }, io.Discard, nil, nil)
 	if !errors.Is(err, store.ErrMetaMismatch) {
 		t.Fatalf("run = %v, want ErrMetaMismatch", err)
 	}

@@ -80,11 +80,14 @@ func (s *Server) deadLetters(r *http.Request, c *call) (int, any, error) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > DeadPageMax {
-			return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "limit: want 1 to %d, got %q", DeadPageMax, v)
+			return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, "limit: want 1 … %d, got %q", DeadPageMax, v)
 		}
 		limit = n
 	}
 	jobs, next, err := s.opts.Store.DeadLetters(r.Context(), tenant, r.URL.Query().Get("cursor"), limit)
+	if errors.Is(err, store.ErrInvalid) { // tenant and limit are checked above: the cursor
+		return 0, nil, errorf(http.StatusBadRequest, CodeMalformed, "cursor: not one this listing returned")
+	}
 	if err != nil {
 		return 0, nil, s.storeError(r, "dead_letters", err)
 	}

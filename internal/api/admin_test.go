@@ -90,8 +90,8 @@ func TestDeadLettersAndReplayOverHTTP(t *testing.T) {
 	if attempts := jobs[0].(map[string]any)["attempts"].([]any); len(attempts) != 1 || attempts[0].(map[string]any)["status"] != 404.0 {
 		t.Errorf("dead job's attempt log = %v, want one 404 attempt", attempts)
 	}
-	if r := f.get(t, "/v1/tenants/acme-d/dead?limit=0", producerToken); r.status != 422 {
-		t.Errorf("limit=0: %d, want 422", r.status)
+	if r := f.get(t, "/v1/tenants/acme-d/dead?limit=0", producerToken); r.status != http.StatusBadRequest {
+		t.Errorf("limit=0: %d, want 400 as on every list route", r.status)
 	}
 	r = f.post(t, "/v1/jobs/"+id+"/replay", producerToken, "")
 	if r.status != 200 || r.body["state"] != "queued" || r.body["attempt_count"] != 1.0 {

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -84,6 +87,8 @@ type Error struct {
 	// JobID, when set, names the job the error is about (job_id): a 503
 	// replication_timeout's possibly stored job.
 	JobID string
+	// Problems, when set, lists the problems behind the error (problems).
+	Problems []string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -142,6 +147,9 @@ type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	JobID   string `json:"job_id,omitempty"`
+	// Problems lists each problem of a refused configuration file
+	// (POST /v1/admin/reload).
+	Problems []string `json:"problems,omitempty"`
 }
 
 // writeError renders err. Anything that is not an *Error is a 500 whose cause
@@ -154,7 +162,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfter, 10))
 	}
-	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, JobID: e.JobID}})
+	writeJSON(w, e.Status, errorBody{Error: errorDetail{Code: e.Code, Message: e.Message, JobID: e.JobID, Problems: e.Problems}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -244,10 +252,45 @@ func decodeError(err error, limit int64) error {
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "field %q: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", clipMessage(typeMismatch(typeErr)))
 	}
-	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", err.Error())
+	return errorf(http.StatusBadRequest, CodeMalformed, "malformed JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
+
+// typeMismatch says in JSON's terms (never a Go type's name) which field
+// of the body had the wrong JSON type: "jobs: want an array, got JSON
+// object"; the body itself is "body".
+func typeMismatch(e *json.UnmarshalTypeError) string {
+	return fmt.Sprintf("%s: want %s, got JSON %s", cmp.Or(e.Field, "body"), jsonKind(e.Type), e.Value)
+}
+
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return "a string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another JSON value"
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // syntaxError describes why raw is not valid JSON (raw is known to be invalid).
 func syntaxError(raw []byte) string {

@@ -2,14 +2,12 @@ package api
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -151,6 +149,9 @@ func (s *Server) enqueueBatch(r *http.Request, c *call) (int, any, error) {
 	}
 	jobs, err := s.readBatch(c.w, r)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := c.chargeItems(r.Context(), len(jobs)); err != nil {
 		return 0, nil, err
 	}
 	results := make([]batchResult, len(jobs))
@@ -298,12 +299,7 @@ func parseJob(raw []byte) (job.Spec, error) {
 func invalidJSON(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		want := typeErr.Type.String()
-		if typeErr.Type.Kind() == reflect.Struct {
-			want = "a JSON object"
-		}
-		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s",
-			clipMessage(fmt.Sprintf("%s: want %s, got JSON %s", cmp.Or(typeErr.Field, "body"), want, typeErr.Value)))
+		return errorf(http.StatusUnprocessableEntity, CodeInvalid, "%s", clipMessage(typeMismatch(typeErr)))
 	}
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "json: "); i >= 0 {
@@ -418,7 +414,8 @@ func (c *tenantContext) Upstreams(ctx context.Context, names []string) ([]accept
 // enqueue script waives when the tenant holds a live secret by API or its
 // policy says unsigned — checked in the same script, no extra round trip.
 func (c *tenantContext) SignsWebhooks() bool {
-	return c.s.opts.FileSigned != nil && c.s.opts.FileSigned(c.tenant)
+	signed := c.s.rt().FileSigned
+	return signed != nil && signed(c.tenant)
 }
 
 // storeEnqueue runs Store.Enqueue; a failure is a 503 (nothing was

@@ -33,7 +33,7 @@ func (s *Server) check(r *http.Request, c *call) (int, any, error) {
 	if name == ReservedLimit {
 		return 0, nil, errorf(http.StatusForbidden, CodeForbidden, "limit %q is the API's own limiter and cannot be checked", name)
 	}
-	lim, ok := s.opts.Limits[name]
+	lim, ok := s.rt().Limits[name]
 	if !ok {
 		return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no limit named %q", name)
 	}

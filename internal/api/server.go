@@ -27,11 +27,14 @@ import (
 // MaxBodyBytesDefault bounds a request body when Options.MaxBodyBytes is 0.
 const MaxBodyBytesDefault = 1 << 20
 
-// Route classes and what one call costs against the API's own limiter.
+// routeClass says what a route costs against the API's own limiter
+// (Options.APICosts).
+type routeClass int
+
 const (
-	CostRead  = 1 // GET routes
-	CostWrite = 1 // one job, a check, a cancel
-	CostBatch = 10
+	classRead  routeClass = iota // a GET: APICosts.Read
+	classWrite                   // any other call: APICosts.Write
+	classBatch                   // a batch: APICosts.BatchItem per item
 )
 
 // ReservedLimit is the name of the API's own limiter; it cannot be checked.
@@ -39,15 +42,25 @@ const ReservedLimit = config.APILimitName
 
 // Options configure a Server. Redis, Registry and Logger are required.
 type Options struct {
-	// Keys are the API keys by the hex SHA-256 of the key
-	// (config.AuthConfig.ByHash).
+	// Keys are the configuration file's API keys by the hex SHA-256 of the
+	// key (config.AuthConfig.ByHash); Server.SetKeys replaces them. With a
+	// Store, the keys by API (POST /v1/keys) serve too, read from Redis by
+	// Start and every KeyRefresh.
 	Keys map[string]config.KeyConfig
+	// KeyRefresh is how often the keys by API are checked for changes and
+	// their last use written; default KeyRefreshDefault. A key revoked on
+	// any throttler is refused by this one within KeyRefresh plus a read.
+	KeyRefresh time.Duration
 	// APILimiter is the API's own limiter, keyed by API key name. Nil: none.
 	APILimiter bucket.Allower
 	APILimit   bucket.Limit
 	// APIFailOpen lets requests through when the API limiter cannot reach
 	// Redis (false: answer 503).
 	APIFailOpen bool
+	// APICosts are the tokens a request takes from APILimiter by route
+	// class (config limits.api.costs); zero fields take their defaults
+	// (config.APICosts.WithDefaults).
+	APICosts config.APICosts
 	// Limits are the limits served by POST /v1/limits/{name}/check.
 	Limits map[string]Limit
 	// Redis is pinged by /readyz. Build it with ContextTimeoutEnabled (as
@@ -117,6 +130,12 @@ type Options struct {
 	// UpstreamCacheDefault. A name not among those read is looked up again
 	// before a job naming it is refused.
 	UpstreamCache time.Duration
+	// Reload re-reads the configuration file and applies it
+	// (POST /v1/admin/reload): the changes it made, each a line without a
+	// secret, or a *ReloadRefusedError listing the file's problems (422).
+	// Nil: the route answers 404 not_found. The runner that reloads calls
+	// Server.Reload with the new Reloadable.
+	Reload func(ctx context.Context) (changes []string, err error)
 	// MemoryHighWater, when > 0, refuses new jobs (507 storage_full) while
 	// the Redis master of their shard uses more than this share of its
 	// maxmemory (memory.go; config.RedisConfig.MemoryHighWater). 0: off.
@@ -135,10 +154,12 @@ type Limit struct {
 
 // Server is the HTTP API. It is safe for concurrent use.
 type Server struct {
-	opts    Options
-	keys    keyring
-	metrics *Metrics
-	mux     *routeMux
+	opts Options
+	keys *keyring
+	// keyRefresh keeps keys' keys by API fresh (Start, Stop).
+	keyRefresh *keyRefresher
+	metrics    *Metrics
+	mux        *routeMux
 	// apiFailing is set while the API limiter cannot reach Redis, so the
 	// fail-open log line is written once per episode.
 	apiFailing atomic.Bool
@@ -154,6 +175,9 @@ type Server struct {
 	policyUpstreams *policyUpstreams
 	// memory refuses new jobs above Options.MemoryHighWater.
 	memory *memoryGuard
+	// live holds what a configuration reload replaces (Reload); read it
+	// with rt.
+	reloadable atomic.Pointer[Reloadable]
 }
 
 // New builds the server and registers its routes and metrics.
@@ -185,14 +209,19 @@ func New(opts Options) (*Server, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = ReadyTimeoutDefault
 	}
+	opts.APICosts = opts.APICosts.WithDefaults()
+	opts.KeyRefresh = cmp.Or(max(opts.KeyRefresh, 0), KeyRefreshDefault)
 	s := &Server{
 		opts:    opts,
-		keys:    keyring(opts.Keys),
+		keys:    newKeyring(opts.Keys),
 		metrics: NewMetrics(opts.Registry),
 		mux:     &routeMux{ServeMux: http.NewServeMux()},
 		memory:  newMemoryGuard(opts.Redis, opts.MemoryHighWater, opts.Logger),
 	}
+	s.reloadable.Store(&Reloadable{APILimiter: opts.APILimiter, APILimit: opts.APILimit, APIFailOpen: opts.APIFailOpen,
+		APICosts: opts.APICosts, Limits: opts.Limits, Defaults: opts.Defaults, FileSigned: opts.FileSigned})
 	if s.opts.Store != nil {
+		s.keyRefresh = &keyRefresher{kr: s.keys, st: s.opts.Store, period: opts.KeyRefresh, log: opts.Logger}
 		s.taskWorkers = store.NewLiveCache(s.opts.Store.TaskQueueLive, cmp.Or(opts.TaskWorkerCache, TaskWorkerCacheDefault))
 		s.upstreams = newUpstreamSettings(s.opts.Store, opts.UpstreamCache)
 		s.policyUpstreams = &policyUpstreams{store: s.opts.Store, ttl: opts.UpstreamCache, clock: time.Now}
@@ -204,17 +233,24 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the server's background work: the summary's warmer when
-// Options.SummaryWarm > 0 (nothing else). It returns at once; Stop ends it.
+// Start starts the server's background work, with a Store: the refresh of
+// the API keys by API (read once before Start returns; Options.KeyRefresh)
+// and the summary's warmer when Options.SummaryWarm > 0. Stop ends it.
 func (s *Server) Start(ctx context.Context) error {
 	if s.opts.Store != nil {
+		s.keyRefresh.Start(ctx)
 		s.bases.Start(ctx)
 	}
 	return nil
 }
 
 // Stop ends what Start started and waits for it; idempotent.
-func (s *Server) Stop() { s.bases.Stop() }
+func (s *Server) Stop() {
+	s.bases.Stop()
+	if s.keyRefresh != nil {
+		s.keyRefresh.Stop()
+	}
+}
 
 // Handler returns the server's root handler.
 func (s *Server) Handler() http.Handler { return s.mux }
@@ -226,35 +262,39 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /readyz", s.plain(s.readyz))
 	s.mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}).ServeHTTP))
 	s.mux.Handle("GET /openapi.json", s.plain(serveOpenAPI))
-	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(CostWrite, s.check))
+	s.mux.Handle("POST /v1/limits/{name}/check", s.v1(classWrite, s.check))
 	if s.opts.Store != nil {
-		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(CostWrite, s.enqueue))
-		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(CostBatch, s.enqueueBatch))
-		s.mux.Handle("GET /v1/tenants/{tenant}/jobs", s.v1(CostRead, s.listTenantJobs))
-		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:cancel", s.v1(CostWrite, s.cancelMany))
-		s.mux.Handle("GET /v1/jobs/{id}", s.v1(CostRead, s.getJob))
-		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(CostWrite, s.cancelJob))
-		s.mux.Handle("GET /v1/tenants", s.v1(CostRead, s.listTenants))
-		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(CostRead, s.getTenant))
-		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(CostWrite, s.putPolicy))
-		s.mux.Handle("POST /v1/tenants/{tenant}/pause", s.v1(CostWrite, s.pauseTenant))
-		s.mux.Handle("POST /v1/tenants/{tenant}/resume", s.v1(CostWrite, s.resumeTenant))
-		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(CostRead, s.deadLetters))
-		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(CostWrite, s.replayJob))
-		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(CostWrite, s.createSecret))
-		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(CostRead, s.listSecrets))
-		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(CostWrite, s.deleteSecret))
-		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(CostWrite, s.replayDead))
-		s.mux.Handle("GET /v1/summary", s.v1(CostRead, s.summary))
-		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(CostRead, s.live))
-		s.mux.Handle("GET /v1/upstreams", s.v1(CostRead, s.listUpstreams))
-		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(CostRead, s.getUpstream))
-		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(CostWrite, s.putUpstream))
-		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(CostWrite, s.deleteUpstream))
-		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(CostWrite, s.pauseUpstream))
-		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(CostWrite, s.resumeUpstream))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(classWrite, s.enqueue))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(classBatch, s.enqueueBatch))
+		s.mux.Handle("GET /v1/tenants/{tenant}/jobs", s.v1(classRead, s.listTenantJobs))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:cancel", s.v1(classWrite, s.cancelMany))
+		s.mux.Handle("GET /v1/jobs/{id}", s.v1(classRead, s.getJob))
+		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(classWrite, s.cancelJob))
+		s.mux.Handle("GET /v1/tenants", s.v1(classRead, s.listTenants))
+		s.mux.Handle("GET /v1/tenants/{tenant}", s.v1(classRead, s.getTenant))
+		s.mux.Handle("PUT /v1/tenants/{tenant}/policy", s.v1(classWrite, s.putPolicy))
+		s.mux.Handle("POST /v1/tenants/{tenant}/pause", s.v1(classWrite, s.pauseTenant))
+		s.mux.Handle("POST /v1/tenants/{tenant}/resume", s.v1(classWrite, s.resumeTenant))
+		s.mux.Handle("GET /v1/tenants/{tenant}/dead", s.v1(classRead, s.deadLetters))
+		s.mux.Handle("POST /v1/jobs/{id}/replay", s.v1(classWrite, s.replayJob))
+		s.mux.Handle("POST /v1/tenants/{tenant}/secrets", s.v1(classWrite, s.createSecret))
+		s.mux.Handle("GET /v1/tenants/{tenant}/secrets", s.v1(classRead, s.listSecrets))
+		s.mux.Handle("DELETE /v1/tenants/{tenant}/secrets/{id}", s.v1(classWrite, s.deleteSecret))
+		s.mux.Handle("POST /v1/tenants/{tenant}/dead:replay", s.v1(classWrite, s.replayDead))
+		s.mux.Handle("GET /v1/summary", s.v1(classRead, s.summary))
+		s.mux.Handle("GET /v1/tenants/{tenant}/live", s.v1(classRead, s.live))
+		s.mux.Handle("GET /v1/upstreams", s.v1(classRead, s.listUpstreams))
+		s.mux.Handle("GET /v1/upstreams/{name}", s.v1(classRead, s.getUpstream))
+		s.mux.Handle("PUT /v1/upstreams/{name}", s.v1(classWrite, s.putUpstream))
+		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(classWrite, s.deleteUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(classWrite, s.pauseUpstream))
+		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(classWrite, s.resumeUpstream))
+		s.mux.Handle("POST /v1/keys", s.v1(classWrite, s.createKey))
+		s.mux.Handle("GET /v1/keys", s.v1(classRead, s.listKeys))
+		s.mux.Handle("DELETE /v1/keys/{name}", s.v1(classWrite, s.deleteKey))
 	}
-	s.mux.Handle(catchAll, s.v1(CostRead, s.noRoute))
+	s.mux.Handle("POST /v1/admin/reload", s.v1(classWrite, s.reload))
+	s.mux.Handle(catchAll, s.v1(classRead, s.noRoute))
 }
 
 // catchAll is the pattern of every /v1 request no route serves.
@@ -298,6 +338,22 @@ type call struct {
 	key     *config.KeyConfig
 	applied []bucket.Applied // limits decided on the way, written as headers
 	w       http.ResponseWriter
+	// api is the API limiter's decision, written after the route's own;
+	// charged is set once the API limiter was asked (chargeItems).
+	api     *bucket.Applied
+	charged bool
+	s       *Server
+}
+
+// chargeItems charges a batch route's n items against the API's own
+// limiter (APICosts.BatchItem each, at most the limit's capacity). A batch
+// handler calls it once it has counted its items, before any other Redis
+// call; one that returns without calling it is charged one item.
+func (c *call) chargeItems(ctx context.Context, n int) error {
+	c.charged = true
+	applied, err := c.s.chargeAPI(ctx, c.key, c.s.rt().APICosts.BatchItem*int64(max(n, 1)))
+	c.api = applied
+	return err
 }
 
 // handler is a /v1 route: it returns a status and a JSON body, or an error.
@@ -313,14 +369,15 @@ func (s *Server) plain(h http.HandlerFunc) http.Handler {
 	})
 }
 
-// v1 wraps a /v1 route: authenticate, charge the API limiter cost tokens,
-// run h, then write the rate-limit headers of every limit that applied and
-// the body or error. The limiter and h share one Redis budget,
-// Options.RequestTimeout (see redisBudget).
-func (s *Server) v1(cost int64, h handler) http.Handler {
+// v1 wraps a /v1 route: authenticate, charge the API limiter what the
+// route's class costs (a batch: once the handler counted its items, see
+// call.chargeItems), run h, then write the rate-limit headers of every
+// limit that applied and the body or error. The limiter and h share one
+// Redis budget, Options.RequestTimeout (see redisBudget).
+func (s *Server) v1(class routeClass, h handler) http.Handler {
 	return s.plain(func(w http.ResponseWriter, r *http.Request) {
-		c := &call{w: w}
-		status, body, err := s.serveV1(r, c, cost, h)
+		c := &call{w: w, s: s}
+		status, body, err := s.serveV1(r, c, class, h)
 		bucket.WriteHeaders(w.Header(), c.applied)
 		if err != nil {
 			var e *Error
@@ -334,42 +391,58 @@ func (s *Server) v1(cost int64, h handler) http.Handler {
 	})
 }
 
-func (s *Server) serveV1(r *http.Request, c *call, cost int64, h handler) (int, any, error) {
+func (s *Server) serveV1(r *http.Request, c *call, class routeClass, h handler) (int, any, error) {
 	key, err := s.keys.authenticate(r)
 	if err != nil {
 		return 0, nil, err
 	}
 	c.key = key
 	start := time.Now()
-	actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
-	apiApplied, err := s.chargeAPI(actx, key, cost)
-	cancel()
-	if err != nil {
-		if apiApplied != nil {
-			c.applied = append(c.applied, *apiApplied)
+	if class != classBatch {
+		cost := s.rt().APICosts.Write
+		if class == classRead {
+			cost = s.rt().APICosts.Read
 		}
-		return 0, nil, err
+		actx, cancel := context.WithTimeout(r.Context(), s.opts.RequestTimeout)
+		c.api, err = s.chargeAPI(actx, key, cost)
+		c.charged = true
+		cancel()
+		if err != nil {
+			return 0, nil, c.withAPI(err)
+		}
 	}
 	budget := newRedisBudget(r.Context(), s.opts.RequestTimeout-time.Since(start))
 	defer budget.stop()
 	status, body, err := h(r.WithContext(budget), c)
-	if apiApplied != nil { // the route's own limits first, then the API's
-		c.applied = append(c.applied, *apiApplied)
+	if !c.charged { // a batch refused before it was counted: one item
+		if errCharge := c.chargeItems(budget, 1); errCharge != nil {
+			err = errCharge
+		}
 	}
-	return status, body, err
+	return status, body, c.withAPI(err)
+}
+
+// withAPI appends the API limiter's decision to the applied limits (the
+// route's own first, then the API's) and returns err.
+func (c *call) withAPI(err error) error {
+	if c.api != nil {
+		c.applied = append(c.applied, *c.api)
+	}
+	return err
 }
 
 // chargeAPI applies the API's own limiter. It returns the applied limit for
 // the headers (nil when there is no limiter or it failed open) and, when the
 // request may not proceed, a 429 (with the applied limit) or a 503.
 func (s *Server) chargeAPI(ctx context.Context, key *config.KeyConfig, cost int64) (*bucket.Applied, error) {
-	if s.opts.APILimiter == nil {
+	rt := s.rt()
+	if rt.APILimiter == nil {
 		return nil, nil
 	}
-	d, err := s.opts.APILimiter.Allow(ctx, key.Name, min(cost, s.opts.APILimit.Capacity()))
+	d, err := rt.APILimiter.Allow(ctx, key.Name, min(cost, rt.APILimit.Capacity()))
 	if err != nil {
 		s.metrics.RedisErrors.WithLabelValues("api_limit").Inc()
-		if !s.opts.APIFailOpen {
+		if !rt.APIFailOpen {
 			return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "rate limiter unavailable", RetryAfter: 1}
 		}
 		s.metrics.FailOpen.Inc()
@@ -382,7 +455,7 @@ func (s *Server) chargeAPI(ctx context.Context, key *config.KeyConfig, cost int6
 		s.opts.Logger.InfoContext(ctx, "API limiter recovered")
 	}
 	s.metrics.Decisions.WithLabelValues(ReservedLimit, outcome(d.Allowed)).Inc()
-	a := &bucket.Applied{Name: ReservedLimit, Limit: s.opts.APILimit, Decision: d}
+	a := &bucket.Applied{Name: ReservedLimit, Limit: rt.APILimit, Decision: d}
 	if !d.Allowed {
 		return a, errorf(http.StatusTooManyRequests, CodeRateLimited, "API key %q exceeded the %q limit", key.Name, ReservedLimit)
 	}

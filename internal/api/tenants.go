@@ -126,7 +126,7 @@ func (s *Server) readPolicy(w http.ResponseWriter, r *http.Request) (policy.Over
 	if err != nil {
 		return policy.Overrides{}, invalidJSON(err)
 	}
-	merged := policy.Resolve(s.opts.Defaults, o)
+	merged := policy.Resolve(s.rt().Defaults, o)
 	errs := []error{merged.Validate()}
 	if o.WebhookSecrets != nil {
 		errs = append(errs, &policy.FieldError{Field: "webhook_secrets", Err: errors.New(

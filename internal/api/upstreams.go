@@ -305,9 +305,15 @@ func parseUpstreamQuery(r *http.Request) (after string, limit int, err error) {
 	return after, limit, nil
 }
 
+// MinUpstreamPause is the shortest `for` of POST /v1/upstreams/{name}/pause:
+// a shorter pause would end before it took effect on the dispatchers, and
+// the pause's end is compared with Redis's clock, which may be ahead of the
+// throttler's by a few milliseconds.
+const MinUpstreamPause = time.Second
+
 // pauseUpstream is POST /v1/upstreams/{name}/pause (admin keys): no job
-// naming the upstream leaves, for any tenant, for `for` (a positive Go
-// duration, at most policy.MaxDuration) or, without a body, until resumed.
+// naming the upstream leaves, for any tenant, for `for` (a Go duration of
+// MinUpstreamPause … policy.MaxDuration) or, without a body, until resumed.
 // A pause never shortens one in force. 200 with the upstream; 404; 422 for
 // a bad `for`.
 func (s *Server) pauseUpstream(r *http.Request, c *call) (int, any, error) {
@@ -322,13 +328,19 @@ func (s *Server) pauseUpstream(r *http.Request, c *call) (int, any, error) {
 	var until time.Time
 	if req.For != nil {
 		d, err := time.ParseDuration(*req.For)
-		if err != nil || d <= 0 || d > policy.MaxDuration {
+		if err != nil || d < MinUpstreamPause || d > policy.MaxDuration {
 			return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
-				"for: want a positive Go duration (\"30s\") of at most %s, got %q; omit the body to pause until resumed", policy.Duration(policy.MaxDuration), *req.For)
+				"for: want a duration (\"30s\") of %s … %s, got %q; omit the body to pause until resumed",
+				policy.Duration(MinUpstreamPause), policy.Duration(policy.MaxDuration), *req.For)
 		}
 		until = time.Now().Add(d)
 	}
-	if err := s.opts.Store.PauseUpstream(r.Context(), name, until, store.PauseManual); err != nil {
+	err = s.opts.Store.PauseUpstream(r.Context(), name, until, store.PauseManual)
+	if errors.Is(err, store.ErrInvalid) { // until not after Redis's clock: this host's clock is behind
+		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
+			"for: %q ends before now by Redis's clock (this throttler's clock is behind it); give a longer pause", *req.For)
+	}
+	if err != nil {
 		return 0, nil, s.upstreamError(r, "pause_upstream", name, err)
 	}
 	return s.upstreamResponse(r, c, http.StatusOK, name)

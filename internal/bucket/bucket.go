@@ -85,11 +85,20 @@ func ParseRate(s string) (Rate, error) {
 		return Rate{}, fmt.Errorf("rate %q: %q is not a positive integer", s, n)
 	}
 	r := Rate{Tokens: tokens, Per: per}
-	if r.IntervalMicros() < 1 || tokens > 1_000_000_000 {
-		return Rate{}, fmt.Errorf("rate %q: too fast (at most 1000000/s)", s)
+	if r.TooFast() {
+		return Rate{}, fmt.Errorf("rate %q: above the maximum %s (one token per microsecond)", s, MaxRate)
 	}
 	return r, nil
 }
+
+// MaxRate is the fastest rate a limiter or the store keeps: one token per
+// microsecond, the smallest emission interval. ParseRate refuses a faster
+// one rather than run it at MaxRate.
+var MaxRate = Rate{Tokens: 1_000_000, Per: time.Second}
+
+// TooFast reports whether r is faster than MaxRate (IntervalMicros would
+// round it to 1 µs, running it slower than it says).
+func (r Rate) TooFast() bool { return r.Tokens > 0 && r.Tokens > r.Per.Microseconds() }
 
 // IntervalMicros is the emission interval T = ⌈Per / Tokens⌉ in whole
 // microseconds, at least 1 for a valid rate.
@@ -189,6 +198,8 @@ func (l Limit) Validate() error {
 	default:
 		if l.Rate.IntervalMicros() < 1 {
 			errs = append(errs, fmt.Errorf("rate must be set (N/s, N/m, N/h or N/d)"))
+		} else if l.Rate.TooFast() {
+			errs = append(errs, fmt.Errorf("rate must be at most %s, got %s", MaxRate, l.Rate))
 		}
 		if l.Burst < 1 {
 			errs = append(errs, fmt.Errorf("burst must be at least 1, got %d", l.Burst))

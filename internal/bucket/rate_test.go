@@ -20,6 +20,8 @@ func TestParseRateUnits(t *testing.T) {
 		{"1/d", 1, Day, 86_400_000_000},
 		{"7/d", 7, Day, (86_400_000_000 + 6) / 7},
 		{" 100000/d ", 100_000, Day, 864_000},
+		{"1000000/s", 1_000_000, time.Second, 1},
+		{"60000000/m", 60_000_000, time.Minute, 1},
 	} {
 		r, err := ParseRate(tc.in)
 		if err != nil {
@@ -37,7 +39,7 @@ func TestParseRateUnits(t *testing.T) {
 			t.Errorf("ParseRate(%q).String() = %q, want %q", tc.in, r.String(), want)
 		}
 	}
-	for _, bad := range []string{"0/d", "-1/d", "1/w", "1/D", "d", "1.5/d"} {
+	for _, bad := range []string{"0/d", "-1/d", "1/w", "1/D", "d", "1.5/d", "1000001/s", "1000000000/s", "60000001/m"} {
 		if r, err := ParseRate(bad); err == nil {
 			t.Errorf("ParseRate(%q) = %+v, want an error", bad, r)
 		}

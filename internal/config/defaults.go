@@ -74,14 +74,20 @@ func limitsWithDefaults(limits map[string]LimitConfig) map[string]LimitConfig {
 		out = make(map[string]LimitConfig, 1)
 	}
 	api, ok := out[APILimitName]
-	switch {
-	case !ok:
-		out[APILimitName] = DefaultAPILimit()
-	case api.FailOpen == nil:
+	if !ok {
+		api = DefaultAPILimit()
+	}
+	if api.FailOpen == nil {
 		failOpen := FailOpenDefault
 		api.FailOpen = &failOpen
-		out[APILimitName] = api
 	}
+	costs := APICosts{}
+	if api.Costs != nil {
+		costs = *api.Costs
+	}
+	costs = costs.WithDefaults()
+	api.Costs = &costs
+	out[APILimitName] = api
 	return out
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -21,6 +22,52 @@ const (
 	APIWindowDefault      = time.Minute
 	FailOpenDefault       = true
 )
+
+// Defaults of limits.api.costs: the tokens one request takes from its API
+// key's `api` limit.
+const (
+	APICostReadDefault      = 1 // a GET
+	APICostWriteDefault     = 1 // one job, a check, a cancel, any other write
+	APICostBatchItemDefault = 1 // each item of a batch
+)
+
+// APICosts are the tokens one request takes from the `api` limit, by route
+// class (limits.api.costs). A zero field takes its default; each is at
+// least 1 (a free route would let a key call it without bound). Read and
+// Write are at most the limit's capacity; a batch of n items costs
+// n × BatchItem, and at most the capacity (a batch bigger than the whole
+// limit takes all of it, so it can pass at all).
+type APICosts struct {
+	// Read is what a GET costs; default APICostReadDefault.
+	Read int64 `yaml:"read"`
+	// Write is what any other call costs; default APICostWriteDefault.
+	Write int64 `yaml:"write"`
+	// BatchItem is what each item of POST /v1/tenants/{t}/jobs:batch
+	// costs; default APICostBatchItemDefault.
+	BatchItem int64 `yaml:"batch_item"`
+}
+
+// WithDefaults returns c with each zero field at its default.
+func (c APICosts) WithDefaults() APICosts {
+	c.Read = cmp.Or(c.Read, APICostReadDefault)
+	c.Write = cmp.Or(c.Write, APICostWriteDefault)
+	c.BatchItem = cmp.Or(c.BatchItem, APICostBatchItemDefault)
+	return c
+}
+
+func (c APICosts) validate(p *problems, at string, capacity int64) {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"read", c.Read}, {"write", c.Write}, {"batch_item", c.BatchItem}} {
+		switch {
+		case f.v < 1:
+			p.add(at+"."+f.name, "must be at least 1, got %d", f.v)
+		case capacity > 0 && f.v > capacity:
+			p.add(at+"."+f.name, "must be at most the %s limit's capacity %d, got %d", APILimitName, capacity, f.v)
+		}
+	}
+}
 
 // Scopes of a checkable limit's buckets (limits.<name>.scope).
 const (
@@ -56,17 +103,22 @@ type LimitConfig struct {
 	// Scope, for the checkable limits (not `api`, always per API key), is
 	// ScopeAPIKey or ScopeShared; "" means ScopeDefault (see Shared).
 	Scope string `yaml:"scope"`
+	// Costs, for the `api` limit only, are the tokens one request takes by
+	// route class; see APICosts for the defaults.
+	Costs *APICosts `yaml:"costs"`
 }
 
 // DefaultAPILimit returns the `api` limit used when the file has none:
-// sliding_window, 1000 per 1m, fail open.
+// sliding_window, 1000 per 1m, fail open, the default costs.
 func DefaultAPILimit() LimitConfig {
 	failOpen := FailOpenDefault
+	costs := APICosts{}.WithDefaults()
 	return LimitConfig{
 		Algorithm: APIAlgorithmDefault,
 		Limit:     APILimitTokensDefault,
 		Window:    APIWindowDefault,
 		FailOpen:  &failOpen,
+		Costs:     &costs,
 	}
 }
 
@@ -101,6 +153,9 @@ func validateLimits(p *problems, limits map[string]LimitConfig) {
 		if l.FailOpen != nil && name != APILimitName {
 			p.add(at+".fail_open", "only the %s limit takes fail_open", APILimitName)
 		}
+		if l.Costs != nil && name != APILimitName {
+			p.add(at+".costs", "only the %s limit takes costs", APILimitName)
+		}
 		switch {
 		case l.Scope != "" && name == APILimitName:
 			p.add(at+".scope", "the %s limit is always per API key and takes no scope", APILimitName)
@@ -119,6 +174,9 @@ func validateLimits(p *problems, limits map[string]LimitConfig) {
 		}
 		if len(p.errs) == before {
 			p.addErr(at, l.Bucket().Validate())
+		}
+		if l.Costs != nil && name == APILimitName {
+			l.Costs.validate(p, at+".costs", l.Bucket().Capacity())
 		}
 	}
 }

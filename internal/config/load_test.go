@@ -78,7 +78,7 @@ func defaultConfig() *Config {
 		Redis: RedisConfig{URL: "redis://127.0.0.1:6379/0", Prefix: "sluice", Shards: 16, RequestTimeout: time.Second,
 			WaitTimeout: 500 * time.Millisecond, MemoryHighWater: ptr(0.9)},
 		Limits: map[string]LimitConfig{
-			"api": {Algorithm: bucket.SlidingWindow, Limit: 1000, Window: time.Minute, FailOpen: ptr(true)},
+			"api": {Algorithm: bucket.SlidingWindow, Limit: 1000, Window: time.Minute, FailOpen: ptr(true), Costs: ptr(APICosts{Read: 1, Write: 1, BatchItem: 1})},
 		},
 		Dispatch: DispatchConfig{
 			Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Tolerance: 2 * time.Millisecond,
@@ -206,7 +206,7 @@ func TestLoadEveryKey(t *testing.T) {
 			"user@example.com": {Concurrency: ptr[int64](1)},
 		},
 		Limits: map[string]LimitConfig{
-			"api":    {Algorithm: bucket.GCRA, Rate: perSecond(20), Burst: 40, FailOpen: ptr(false)},
+			"api":    {Algorithm: bucket.GCRA, Rate: perSecond(20), Burst: 40, FailOpen: ptr(false), Costs: ptr(APICosts{Read: 1, Write: 2, BatchItem: 3})},
 			"search": {Algorithm: bucket.FixedWindow, Limit: 100, Window: 10 * time.Second},
 			"geo":    {Algorithm: bucket.SlidingLog, Limit: 5, Window: time.Second},
 		},

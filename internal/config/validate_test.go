@@ -102,6 +102,7 @@ func TestUnknownKeysRejected(t *testing.T) {
 		"defaults admit":  {"defaults: {admit: {capacity: 3}}\n", "field capacity not found in type policy.AdmitOverrides"},
 		"tenant":          {"tenants: {acme: {secrets: []}}\n", "field secrets not found in type policy.Overrides"},
 		"limit":           {"limits: {s: {algorithm: gcra, rate: 1/s, burst: 1, cost: 2}}\n", "field cost not found in type config.LimitConfig"},
+		"api costs":       {"limits: {api: {algorithm: gcra, rate: 1/s, burst: 4, costs: {batch: 10}}}\n", "field batch not found in type config.APICosts"},
 		"dispatch":        {"dispatch: {lead_time: 1s}\n", "field lead_time not found in type config.DispatchConfig"},
 		"egress":          {"egress: {deny: []}\n", "field deny not found in type config.EgressConfig"},
 		"log":             {"log: {output: stderr}\n", "field output not found in type config.LogConfig"},
@@ -379,5 +380,55 @@ func TestMemoryHighWaterBounds(t *testing.T) {
 		if err == nil && c.Redis.HighWater() != tc.wantHW {
 			t.Errorf("%s: HighWater() = %v, want %v", tc.yaml, c.Redis.HighWater(), tc.wantHW)
 		}
+	}
+}
+
+func TestAPICosts(t *testing.T) {
+	cfg, err := loadString(t, "limits: {api: {algorithm: sliding_window, limit: 50, window: 1m, costs: {batch_item: 2}}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := *cfg.Limits[APILimitName].Costs, (APICosts{Read: 1, Write: 1, BatchItem: 2}); got != want {
+		t.Errorf("costs %+v, want %+v (unset fields at their defaults)", got, want)
+	}
+	cfg, err = loadString(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := *cfg.Limits[APILimitName].Costs, (APICosts{Read: 1, Write: 1, BatchItem: 1}); got != want {
+		t.Errorf("default costs %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		name, limits string
+		want         []string
+	}{
+		{"negative", "{api: {algorithm: sliding_window, limit: 50, window: 1m, costs: {read: -1}}}", []string{"limits.api.costs.read"}},
+		{"above the capacity", "{api: {algorithm: gcra, rate: 1/s, burst: 4, costs: {write: 5, batch_item: 4}}}", []string{"limits.api.costs.write"}},
+		{"on another limit", "{x: {algorithm: gcra, rate: 1/s, burst: 4, costs: {write: 1}}}", []string{"limits.x.costs"}},
+	} {
+		_, err := loadString(t, "limits: "+tc.limits+"\n")
+		if got := problemFields(t, err); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: problems %v, want %v (error: %v)", tc.name, got, tc.want, err)
+		}
+	}
+}
+
+// A rate above bucket.MaxRate is refused, naming the bound, wherever the
+// file gives one (never run at the bound instead).
+func TestRateAboveTheBound(t *testing.T) {
+	for name, yaml := range map[string]string{
+		"defaults": "defaults: {rate: 1000000000/s}\n",
+		"tenant":   "tenants: {acme: {rate: 1000001/s}}\n",
+		"admit":    "tenants: {acme: {admit: {rate: 60000001/m, burst: 1}}}\n",
+		"upstream": "upstreams: {sms: {rate: 1000000000/s}}\n",
+		"limit":    "limits: {x: {algorithm: gcra, rate: 2000000/s, burst: 1}}\n",
+	} {
+		_, err := loadString(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), "above the maximum 1000000/s") {
+			t.Errorf("%s: error %v, want one naming the bound 1000000/s", name, err)
+		}
+	}
+	if _, err := loadString(t, "defaults: {rate: 1000000/s}\nupstreams: {sms: {rate: 60000000/m}}\n"); err != nil {
+		t.Errorf("rates at the bound: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ type limitYAML struct {
 	Burst     int64            `yaml:"burst"`
 	FailOpen  *bool            `yaml:"fail_open"`
 	Scope     string           `yaml:"scope"`
+	Costs     *APICosts        `yaml:"costs"`
 }
 
 // UnmarshalYAML implements yaml.v3's obsolete Unmarshaler, whose unmarshal
@@ -38,6 +39,7 @@ func (l *LimitConfig) UnmarshalYAML(unmarshal func(any) error) error {
 		Burst:     m.Burst,
 		FailOpen:  m.FailOpen,
 		Scope:     m.Scope,
+		Costs:     m.Costs,
 	}
 	return nil
 }

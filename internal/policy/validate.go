@@ -144,6 +144,8 @@ func (c *checker) err() error { return errors.Join(c.errs...) }
 func (c *checker) rate(field string, r bucket.Rate) {
 	if r.IntervalMicros() < 1 {
 		c.add(field, "must be set (N/s, N/m, N/h or N/d)")
+	} else if r.TooFast() {
+		c.add(field, "must be at most %s, got %s", bucket.MaxRate, r)
 	}
 }
 

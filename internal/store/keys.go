@@ -39,6 +39,8 @@ import (
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
 //	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not shard-tagged; upstreams.go)
+//	<p>:{apikeys}:k                HASH   API keys by API: name → JSON record (hash, globs, admin, times), "~v" → version (apikeys.go)
+//	<p>:{apikeys}:used             HASH   API key name (by API or from the file) → last used, Unix µs (apikeys.go)
 //	<p>:{u:<name>}:u               HASH   one upstream, in its own slot: cfg, p, v, src, pu, pr (upstreams.go), tat … (the coordinator)
 //	<p>:{s7}:t:<tenant>:l:<ups>    ZSET   the tenant's lane for upstream set ups (names sorted, ','): job id → sequence (lua/lanes.lua)
 //	<p>:{s7}:t:<tenant>:lanes      SET    the tenant's lanes holding jobs (their ups)
@@ -151,6 +153,11 @@ func (k keyspace) workers() string { return k.prefix + ":workers" }
 // taskWorkers is the heartbeat hash of the sluicetask middleware instances
 // serving task queue queue (docs/design.md §2.5), one for all shards.
 func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
+
+// apiKeys and apiKeysUsed are the API keys by API and their last use, one
+// slot for both (so a MULTI may write both on a Cluster).
+func (k keyspace) apiKeys() string     { return k.prefix + ":{apikeys}:k" }
+func (k keyspace) apiKeysUsed() string { return k.prefix + ":{apikeys}:used" }
 
 // upstreams is the upstream listing, one for all shards.
 func (k keyspace) upstreams() string { return k.prefix + ":upstreams" }

@@ -121,6 +121,8 @@ func (c Config) Validate() error {
 		add("rate", "must be set (N/s, N/m or N/h)")
 	case iv > MaxIntervalUS:
 		add("rate", "must be at least 1/h, got %s", c.Rate)
+	case c.Rate.TooFast():
+		add("rate", "must be at most %s, got %s", bucket.MaxRate, c.Rate)
 	}
 	if c.Burst < 1 || c.Burst > MaxBurst {
 		add("burst", "must be 1 … %d, got %d", MaxBurst, c.Burst)
