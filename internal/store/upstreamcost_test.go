@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -19,14 +20,14 @@ func (e *env) seedUpstream(name, cfg string, intervalUS int64, tat time.Time) {
 	if !tat.IsZero() {
 		fields = append(fields, "tat", tat.UnixMicro())
 	}
-	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream(name), fields...).Err(); err != nil {
+	if err := e.rdb.HSet(e.ctx, e.store.UpstreamKey(name), fields...).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) upstreamTAT(name string) time.Time {
 	e.t.Helper()
-	v, err := e.rdb.HGet(e.ctx, e.store.keys.upstream(name), "tat").Int64()
+	v, err := e.rdb.HGet(e.ctx, e.store.UpstreamKey(name), "tat").Int64()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestChargeUpstream(t *testing.T) {
 	if err := e.store.ChargeUpstream(e.ctx, "nope", 4); err != nil {
 		t.Fatalf("unknown upstream: %v, want nil", err)
 	}
-	if n := e.rdb.Exists(e.ctx, e.store.keys.upstream("nope")).Val(); n != 0 {
+	if n := e.rdb.Exists(e.ctx, e.store.UpstreamKey("nope")).Val(); n != 0 {
 		t.Fatalf("the charge of an unknown upstream created its hash")
 	}
 	// Bad input: refused, nothing written.
@@ -84,7 +85,7 @@ func TestChargeUpstream(t *testing.T) {
 	}
 }
 
-// UpstreamSettings reads each upstream's params and cost_header in one
+// quota.UpstreamSettings reads each upstream's params and cost_header in one
 // call; an unregistered one is not Found; bad names and corrupt fields are
 // errors.
 func TestUpstreamSettings(t *testing.T) {
@@ -96,7 +97,7 @@ func TestUpstreamSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []UpstreamSettings{
+	want := []quota.UpstreamSettings{
 		{Found: true, Params: upstream.Params{IntervalUS: 50_000, Burst: 1}},
 		{Found: true, Params: upstream.Params{IntervalUS: 667, Burst: 1}, CostHeader: "X-Usage-Tokens"},
 		{},
@@ -110,10 +111,10 @@ func TestUpstreamSettings(t *testing.T) {
 	if _, err := e.store.UpstreamSettings(e.ctx, []string{"bad:name"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad name: %v, want ErrInvalid", err)
 	}
-	if _, err := e.store.UpstreamRuntime(e.ctx, "missing"); !errors.Is(err, ErrUpstreamNotFound) {
-		t.Fatalf("params of a missing upstream: %v, want ErrUpstreamNotFound", err)
+	if _, err := e.store.UpstreamRuntime(e.ctx, "missing"); !errors.Is(err, quota.ErrUpstreamNotFound) {
+		t.Fatalf("params of a missing upstream: %v, want quota.ErrUpstreamNotFound", err)
 	}
-	if err := e.rdb.HSet(e.ctx, e.store.keys.upstream("sms"), "cfg", "{").Err(); err != nil {
+	if err := e.rdb.HSet(e.ctx, e.store.UpstreamKey("sms"), "cfg", "{").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.UpstreamSettings(e.ctx, []string{"sms"}); !errors.Is(err, ErrProtocol) {
@@ -121,7 +122,7 @@ func TestUpstreamSettings(t *testing.T) {
 	}
 }
 
-// UpstreamCache reads an upstream at most once per ttl (a change shows
+// quota.UpstreamCache reads an upstream at most once per ttl (a change shows
 // after it, or at once after Forget); a missing name is cached too, unless
 // RecheckMissing.
 func TestUpstreamCache(t *testing.T) {
@@ -129,13 +130,13 @@ func TestUpstreamCache(t *testing.T) {
 	e := newEnv(t)
 	e.putUpstream("sms", 50*time.Millisecond, 2)
 	reads := 0
-	read := func(ctx context.Context, names []string) ([]UpstreamSettings, error) {
+	read := func(ctx context.Context, names []string) ([]quota.UpstreamSettings, error) {
 		reads += len(names)
 		return e.store.UpstreamSettings(ctx, names)
 	}
 	for _, recheck := range []bool{false, true} {
 		reads = 0
-		c := NewUpstreamCache(read, time.Second)
+		c := quota.NewUpstreamCache(read, time.Second)
 		c.RecheckMissing = recheck
 		now := epoch
 		c.Clock = func() time.Time { return now }
@@ -176,10 +177,10 @@ func TestUpstreamCache(t *testing.T) {
 		if got := burst("sms"); got != 2 {
 			t.Fatalf("after the ttl: burst %d, want 2", got)
 		}
-		if _, err := c.One(e.ctx, "ghost"); !errors.Is(err, ErrUpstreamNotFound) {
+		if _, err := c.One(e.ctx, "ghost"); !errors.Is(err, quota.ErrUpstreamNotFound) {
 			t.Fatalf("One of a missing upstream: %v", err)
 		}
-		e.store.rdb.Del(e.ctx, e.store.keys.upstream("nope"))
+		e.store.rdb.Del(e.ctx, e.store.UpstreamKey("nope"))
 	}
 }
 
