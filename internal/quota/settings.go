@@ -81,7 +81,7 @@ func parseUpstreamSettings(v []any) (UpstreamSettings, error) {
 // when full.
 const UpstreamCacheMax = 10_000
 
-// UpstreamCache remembers each upstream's settings (Store.UpstreamSettings)
+// UpstreamCache remembers each upstream's settings (Registry.UpstreamSettings)
 // for ttl, so that a process reading the upstreams of many jobs costs one
 // call per upstream and ttl: a change (a PUT, a DELETE) reaches it within
 // ttl. A name read as not registered is cached too, unless RecheckMissing:
@@ -105,7 +105,7 @@ type cachedUpstream struct {
 	at time.Time
 }
 
-// NewUpstreamCache returns an UpstreamCache over read (Store.UpstreamSettings)
+// NewUpstreamCache returns an UpstreamCache over read (Registry.UpstreamSettings)
 // keeping each answer ttl (≤ 0: not at all).
 func NewUpstreamCache(read func(ctx context.Context, names []string) ([]UpstreamSettings, error), ttl time.Duration) *UpstreamCache {
 	return &UpstreamCache{read: read, ttl: ttl, Clock: time.Now, byName: map[string]cachedUpstream{}}

@@ -1,13 +1,10 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -230,38 +227,5 @@ func TestUnknownUpstreamDeadLetteringIsBounded(t *testing.T) {
 	}
 	if _, _, err := e.store.DeadLetterUnknownUpstream(e.ctx, shard, "a b", OrphanConfig{Before: cutoff}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a bad name: %v, want ErrInvalid", err)
-	}
-}
-
-// quota.MissingUpstreams finds every upstream a joined error reports missing,
-// once each, and nothing in a Redis error.
-func TestMissingUpstreams(t *testing.T) {
-	t.Parallel()
-	err := errors.Join(
-		&quota.UpstreamNotFoundError{Upstream: "a"},
-		errors.New("redis: connection refused"),
-		errors.Join(&quota.UpstreamNotFoundError{Upstream: "b"}, &quota.UpstreamNotFoundError{Upstream: "a"}),
-	)
-	if got := quota.MissingUpstreams(err); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("missing %v, want [a b]", got)
-	}
-	if got := quota.MissingUpstreams(errors.New("redis: connection refused")); got != nil {
-		t.Fatalf("missing %v in a Redis error, want none", got)
-	}
-	if !errors.Is(&quota.UpstreamNotFoundError{Upstream: "a"}, quota.ErrUpstreamNotFound) {
-		t.Fatal("UpstreamNotFoundError is not quota.ErrUpstreamNotFound")
-	}
-	// Redis unreachable: the calls fail, and no upstream is reported missing
-	// (its jobs keep waiting).
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = down.Close() })
-	st, err := NewStore(down, Config{Prefix: "down", Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = st.GrantUpstreams(context.Background(), 0, []quota.UpstreamDemand{{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}},
-		quota.GrantConfig{Horizon: grantLead})
-	if err == nil || errors.Is(err, quota.ErrUpstreamNotFound) || quota.MissingUpstreams(err) != nil {
-		t.Fatalf("grant with Redis down: %v (missing %v); want a Redis error, nothing missing", err, quota.MissingUpstreams(err))
 	}
 }

@@ -87,7 +87,7 @@ func NewUpstreamCache(src UpstreamRates) *quota.UpstreamCache {
 }
 
 // adaptUpstreams feeds the outcome of job's attempt to each adaptive
-// upstream it names (store.UpstreamOutcome): a congestion signal cuts the
+// upstream it names (quota.Registry.UpstreamOutcome): a congestion signal cuts the
 // upstream's rate, a success recovers it; other outcomes say nothing.
 func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) {
 	if w.cfg.UpstreamRates == nil || len(job.Upstreams) == 0 {
