@@ -2,9 +2,7 @@ package fleet
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,15 +12,8 @@ import (
 // TestMain runs the package's tests against a real Redis.
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// epoch is the fake clock's start: a realistic present-day Redis time, so
-// µs values have their production magnitude.
-var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// stepClock is a fake clock that only moves forward, safe for concurrent use.
-type stepClock struct{ us atomic.Int64 }
-
-func (c *stepClock) Now() time.Time          { return time.UnixMicro(c.us.Load()).UTC() }
-func (c *stepClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+// epoch is the fake clock's start.
+var epoch = redistest.Epoch
 
 // env is one test's Roster on a private prefix with a fake clock at epoch.
 type env struct {
@@ -30,14 +21,13 @@ type env struct {
 	rdb    redis.UniversalClient
 	prefix string
 	roster *Roster
-	clock  *stepClock
+	clock  *redistest.Clock
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
-	clock := &stepClock{}
-	clock.us.Store(epoch.UnixMicro())
+	clock := &redistest.Clock{}
 	roster, err := New(rdb, Config{Prefix: prefix, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)

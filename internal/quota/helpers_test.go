@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +19,8 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 
 const ms = time.Millisecond
 
-// epoch is the fake clock's start: a realistic present-day Redis time, so
-// µs values have their production magnitude (≈1.77·10¹⁵).
-var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// stepClock is a fake clock that only moves forward, safe for concurrent use.
-type stepClock struct{ us atomic.Int64 }
-
-func (c *stepClock) Now() time.Time          { return time.UnixMicro(c.us.Load()).UTC() }
-func (c *stepClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+// epoch is the fake clock's start.
+var epoch = redistest.Epoch
 
 // env is one test's Registry on a private prefix with a fake clock at
 // epoch, over 4 shards.
@@ -38,14 +30,13 @@ type env struct {
 	rdb    redis.UniversalClient
 	prefix string
 	reg    *Registry
-	clock  *stepClock
+	clock  *redistest.Clock
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
-	clock := &stepClock{}
-	clock.us.Store(epoch.UnixMicro())
+	clock := &redistest.Clock{}
 	reg, err := New(rdb, Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
