@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,23 +43,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Roster, error) {
 		runner: redisscript.NewRunner(rdb, nil)}, nil
 }
 
-// runKeys runs sc with keys and argv and reads the reply's status.
+// runKeys runs sc with keys and argv (redisscript.Runner.RunStatus).
 func (f *Roster) runKeys(ctx context.Context, sc *redisscript.Script, keys []string, argv ...any) (redisscript.Decoder, error) {
-	reply, err := f.runner.Run(ctx, sc, keys, argv...)
-	if err != nil {
-		return redisscript.Decoder{}, err
-	}
-	return reply.Status(redisscript.Refused)
+	return f.runner.RunStatus(ctx, sc, keys, argv...)
 }
 
-// nowArg is a script's now argument: the injected clock in µs, or "0" for
-// Redis TIME.
-func (f *Roster) nowArg() string {
-	if f.clock == nil {
-		return "0"
-	}
-	return strconv.FormatInt(f.clock().UnixMicro(), 10)
-}
+// nowArg is a script's now argument (redisscript.NowArg).
+func (f *Roster) nowArg() string { return redisscript.NowArg(f.clock) }
 
 // invalidf returns an error wrapping ErrInvalid.
 func invalidf(format string, args ...any) error {

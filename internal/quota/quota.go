@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,24 +66,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Registry, error) {
 		runner: redisscript.NewRunner(rdb, nil), waiting: cfg.Waiting}, nil
 }
 
-// runKeys runs sc with keys and argv and reads the reply's status; a
-// refusal is also returned as a *redisscript.Refusal error.
+// runKeys runs sc with keys and argv (redisscript.Runner.RunStatus).
 func (q *Registry) runKeys(ctx context.Context, sc *redisscript.Script, keys []string, argv ...any) (redisscript.Decoder, error) {
-	reply, err := q.runner.Run(ctx, sc, keys, argv...)
-	if err != nil {
-		return redisscript.Decoder{}, err
-	}
-	return reply.Status(redisscript.Refused)
+	return q.runner.RunStatus(ctx, sc, keys, argv...)
 }
 
-// nowArg is a script's now argument: the injected clock in µs, or "0" for
-// Redis TIME.
-func (q *Registry) nowArg() string {
-	if q.clock == nil {
-		return "0"
-	}
-	return strconv.FormatInt(q.clock().UnixMicro(), 10)
-}
+// nowArg is a script's now argument (redisscript.NowArg).
+func (q *Registry) nowArg() string { return redisscript.NowArg(q.clock) }
 
 // redisNow is the scripts' now in µs: the injected clock, else Redis TIME.
 func (q *Registry) redisNow(ctx context.Context) (int64, error) {

@@ -2,6 +2,7 @@ package redisscript
 
 import (
 	_ "embed"
+	"strconv"
 	"time"
 )
 
@@ -26,4 +27,13 @@ func MicrosTime(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(n)
+}
+
+// NowArg is the now argument of a script on clock.lua: clock's time in µs,
+// or "0" — Redis TIME — for a nil clock (production).
+func NowArg(clock func() time.Time) string {
+	if clock == nil {
+		return "0"
+	}
+	return strconv.FormatInt(clock().UnixMicro(), 10)
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	_ "embed"
-	"strconv"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
@@ -174,12 +173,7 @@ func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...
 }
 
 // nowArg is ARGV[2]: the injected clock in µs, or "0" for Redis TIME.
-func (s *Store) nowArg() string {
-	if s.clock == nil {
-		return "0"
-	}
-	return strconv.FormatInt(s.clock().UnixMicro(), 10)
-}
+func (s *Store) nowArg() string { return redisscript.NowArg(s.clock) }
 
 // decoder reads a script reply with checked assertions
 // (redisscript.Decoder: a sticky first mismatch, wrapping ErrProtocol;
