@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/fleet"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -93,8 +94,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("Queues: name at least one asynq queue of Sluice's task_queues"))
 	}
 	for i, q := range c.Queues {
-		if q == "" || len(q) > store.MaxTaskQueueLen || strings.ContainsAny(q, "{}") {
-			errs = append(errs, fmt.Errorf("Queues[%d] %q: want 1–%d bytes without braces", i, q, store.MaxTaskQueueLen))
+		if q == "" || len(q) > fleet.MaxTaskQueueLen || strings.ContainsAny(q, "{}") {
+			errs = append(errs, fmt.Errorf("Queues[%d] %q: want 1–%d bytes without braces", i, q, fleet.MaxTaskQueueLen))
 		}
 		if j := slices.Index(c.Queues, q); j < i {
 			errs = append(errs, fmt.Errorf("Queues[%d] %q: duplicate of Queues[%d]", i, q, j))

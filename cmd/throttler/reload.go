@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/api"
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -109,7 +110,7 @@ func (rl *reloader) apply(ctx context.Context, next *config.Config) error {
 		return err
 	}
 	for _, name := range config.ChangedKeys(rl.cfg.Upstreams, next.Upstreams) {
-		if _, err := rl.st.PutUpstream(ctx, name, next.Upstreams[name], store.SourceConfig, ""); err != nil {
+		if _, err := rl.st.PutUpstream(ctx, name, next.Upstreams[name], quota.SourceConfig, ""); err != nil {
 			return fmt.Errorf("apply upstream %q: %w", name, err)
 		}
 	}

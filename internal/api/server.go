@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/secretbox"
 	"github.com/sluicehq/sluice/internal/store"
@@ -171,7 +172,7 @@ type Server struct {
 	bases     *summaryBases
 	lives     liveSet
 	// upstreams and policyUpstreams serve enqueue's upstream resolution.
-	upstreams       *store.UpstreamCache
+	upstreams       *quota.UpstreamCache
 	policyUpstreams *policyUpstreams
 	// memory refuses new jobs above Options.MemoryHighWater.
 	memory *memoryGuard

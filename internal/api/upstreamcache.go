@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -18,12 +19,12 @@ const upstreamCacheMaxTenants = 10_000
 
 // upstreamSettings is the process's view of the registered upstreams for
 // enqueue's checks (422 unknown_upstream, 422 cost_exceeds_upstream_burst):
-// each named upstream's settings (store.UpstreamCache), read at most once
+// each named upstream's settings (quota.UpstreamCache), read at most once
 // per Options.UpstreamCache; a name not registered is read again at every
 // use (RecheckMissing), so an upstream another process created is accepted
 // at once, and one deleted is refused within the TTL.
-func newUpstreamSettings(st *store.Store, ttl time.Duration) *store.UpstreamCache {
-	c := store.NewUpstreamCache(st.UpstreamSettings, ttl)
+func newUpstreamSettings(st *store.Store, ttl time.Duration) *quota.UpstreamCache {
+	c := quota.NewUpstreamCache(st.UpstreamSettings, ttl)
 	c.RecheckMissing = true
 	return c
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -41,12 +41,12 @@ type upstreamView struct {
 	// answer, pause_scope upstream); null when not paused.
 	PauseReason *string `json:"pause_reason"`
 	// Runtime is the coordinator's state (effective rate, tokens, waiting
-	// jobs by tenant): store.UpstreamRuntime, read by GET only; null in the
+	// jobs by tenant): quota.UpstreamRuntime, read by GET only; null in the
 	// other answers and when it cannot be read — never invented here.
 	Runtime *upstreamRuntimeView `json:"runtime"`
 }
 
-// upstreamRuntimeView is an upstream's state now (store.UpstreamRuntime).
+// upstreamRuntimeView is an upstream's state now (quota.UpstreamRuntime).
 type upstreamRuntimeView struct {
 	// EffectiveRate is the rate jobs leave at now, cost units per second
 	// (the configured rate, cut when adaptive).
@@ -62,7 +62,7 @@ type upstreamRuntimeView struct {
 }
 
 // upstreamViewOf is rec's view.
-func upstreamViewOf(rec store.UpstreamRecord) upstreamView {
+func upstreamViewOf(rec quota.UpstreamRecord) upstreamView {
 	v := upstreamView{Name: rec.Name, Version: rec.Version, Source: rec.Source, Config: rec.Config.View(),
 		Paused: !rec.PausedUntil.IsZero()}
 	if v.Paused {
@@ -115,7 +115,7 @@ func adminUpstreamWrite(r *http.Request, c *call) (name, ifMatch string, err err
 		return "", "", err
 	}
 	ifMatch = r.Header.Get("If-Match")
-	if _, err := store.ParseUpstreamIfMatch(ifMatch); err != nil {
+	if _, err := quota.ParseUpstreamIfMatch(ifMatch); err != nil {
 		return "", "", errorf(http.StatusBadRequest, CodeMalformed, `If-Match: want an upstream version such as "u3", got %q`, ifMatch)
 	}
 	return name, ifMatch, nil
@@ -128,14 +128,14 @@ func (s *Server) upstreamResponse(r *http.Request, c *call, status int, name str
 	if err != nil {
 		return 0, nil, s.upstreamError(r, "get_upstream", name, err)
 	}
-	c.w.Header().Set("ETag", store.UpstreamETag(rec.Version))
+	c.w.Header().Set("ETag", quota.UpstreamETag(rec.Version))
 	return status, upstreamViewOf(rec), nil
 }
 
 // upstreamError maps a store error about upstream name: no such upstream
 // → 404, else as storeError.
 func (s *Server) upstreamError(r *http.Request, op, name string, err error) error {
-	if errors.Is(err, store.ErrUpstreamNotFound) {
+	if errors.Is(err, quota.ErrUpstreamNotFound) {
 		return errorf(http.StatusNotFound, CodeNotFound, "no upstream %q", name)
 	}
 	return s.storeError(r, op, err)
@@ -156,7 +156,7 @@ func (s *Server) getUpstream(r *http.Request, c *call) (int, any, error) {
 	return status, body, err
 }
 
-// upstreamRuntime reads name's state now (store.UpstreamRuntime: one read
+// upstreamRuntime reads name's state now (quota.UpstreamRuntime: one read
 // of the upstream, one bounded script per shard), the waiting jobs limited
 // to the tenants c's key may see; nil (logged) when it cannot be read.
 func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstreamRuntimeView {
@@ -200,7 +200,7 @@ func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid, "invalid upstream: %s", joinMessages(err))
 	}
-	version, err := s.opts.Store.PutUpstream(r.Context(), name, cfg, store.SourceAPI, ifMatch)
+	version, err := s.opts.Store.PutUpstream(r.Context(), name, cfg, quota.SourceAPI, ifMatch)
 	if err != nil {
 		return 0, nil, s.upstreamWriteError(r, "put_upstream", name, err)
 	}
@@ -216,12 +216,12 @@ func (s *Server) putUpstream(r *http.Request, c *call) (int, any, error) {
 // stale If-Match → 412, in use → 409, no such upstream → 404, else as
 // storeError.
 func (s *Server) upstreamWriteError(r *http.Request, op, name string, err error) error {
-	var stale *store.VersionMismatchError
-	var inUse *store.UpstreamInUseError
+	var stale *quota.VersionMismatchError
+	var inUse *quota.UpstreamInUseError
 	switch {
 	case errors.As(err, &stale):
 		return errorf(http.StatusPreconditionFailed, CodePreconditionFailed,
-			"If-Match: upstream %q is at version %s, not %s", name, store.UpstreamETag(stale.Current), store.UpstreamETag(stale.Want))
+			"If-Match: upstream %q is at version %s, not %s", name, quota.UpstreamETag(stale.Current), quota.UpstreamETag(stale.Want))
 	case errors.As(err, &inUse):
 		var waiting int64
 		for _, n := range inUse.Waiting {
@@ -335,8 +335,8 @@ func (s *Server) pauseUpstream(r *http.Request, c *call) (int, any, error) {
 		}
 		until = time.Now().Add(d)
 	}
-	err = s.opts.Store.PauseUpstream(r.Context(), name, until, store.PauseManual)
-	if errors.Is(err, store.ErrInvalid) { // until not after Redis's clock: this host's clock is behind
+	err = s.opts.Store.PauseUpstream(r.Context(), name, until, quota.PauseManual)
+	if errors.Is(err, quota.ErrInvalid) { // until not after Redis's clock: this host's clock is behind
 		return 0, nil, errorf(http.StatusUnprocessableEntity, CodeInvalid,
 			"for: %q ends before now by Redis's clock (this throttler's clock is behind it); give a longer pause", *req.For)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
@@ -28,7 +29,7 @@ func (f *fixture) putUpstream(t *testing.T, name, token, body string, headers ..
 func (f *fixture) createUpstream(t *testing.T, name string) {
 	t.Helper()
 	cfg := upstream.Config{Rate: bucket.Rate{Tokens: 10, Per: time.Second}}
-	if _, err := f.srv.opts.Store.PutUpstream(context.Background(), name, cfg, store.SourceConfig, ""); err != nil {
+	if _, err := f.srv.opts.Store.PutUpstream(context.Background(), name, cfg, quota.SourceConfig, ""); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -504,7 +505,7 @@ func TestGetUpstreamRuntime(t *testing.T) {
 	}
 	// A job running under the upstream's concurrency shows as running.
 	cfg := upstream.Config{Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Concurrency: 3}
-	if _, err := f.srv.opts.Store.PutUpstream(context.Background(), "sms", cfg, store.SourceAPI, ""); err != nil {
+	if _, err := f.srv.opts.Store.PutUpstream(context.Background(), "sms", cfg, quota.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	if held, err := f.srv.opts.Store.AcquireUpstreamRun(context.Background(), "sms", "j:1", time.Minute); !held || err != nil {
@@ -609,8 +610,8 @@ func TestDeleteUpstreamDeadLettersDelayedJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = st.GrantUpstreams(ctx, shard, res.Demand, store.GrantConfig{Horizon: 100 * time.Millisecond})
-		for _, name := range store.MissingUpstreams(err) {
+		_, err = st.GrantUpstreams(ctx, shard, res.Demand, quota.GrantConfig{Horizon: 100 * time.Millisecond})
+		for _, name := range quota.MissingUpstreams(err) {
 			if _, _, err := st.DeadLetterUnknownUpstream(ctx, shard, name, store.OrphanConfig{Before: res.Now}); err != nil {
 				t.Fatal(err)
 			}

@@ -81,6 +81,10 @@ func TestPackageLayering(t *testing.T) {
 		{pkg: "internal/worker", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
 		{pkg: "sluicetask", banned: []string{"internal/dispatch", "internal/api", "internal/config"}},
 		{pkg: "internal/store", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config"}},
+		// The upstream registry and coordinator and the worker roster lie
+		// below the store, which embeds them: they keep to their own slots.
+		{pkg: "internal/quota", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config", "internal/job", "internal/fleet"}},
+		{pkg: "internal/fleet", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/webhook", "internal/config", "internal/job", "internal/quota"}},
 		{pkg: "internal/policy", banned: []string{"internal/store", "internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
 		{pkg: "internal/jobview", banned: []string{"internal/dispatch", "internal/worker", "internal/api", "internal/config"}},
 		// The upstream rules are pure and below job and policy, which use them.

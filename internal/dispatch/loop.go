@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 // Error back-off of a shard loop: doubled from backoffMin up to backoffMax,
@@ -27,8 +27,8 @@ type shardLoop struct {
 	due        time.Time             // the next pass (zero: at once)
 	capWait    <-chan struct{}       // when set: a wait also ends at the next capacity reading
 	starved    bool                  // the last pass ran out of worker capacity with work left
-	grants     []store.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
-	calendars  store.Calendars       // what its aligned requests learnt of the upstreams' calendars (upstreams.go)
+	grants     []quota.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
+	calendars  quota.Calendars       // what its aligned requests learnt of the upstreams' calendars (upstreams.go)
 
 	// The anchor maps Redis time to local time: Redis's now of the last
 	// pass and the local instant it corresponds to (the call's midpoint).

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -13,10 +14,10 @@ import (
 // coordinators' calls (aligned ones for jobs naming several upstreams). A
 // Store without it (the loop tests' fake) runs plain passes.
 type upstreamStore interface {
-	PassGranted(ctx context.Context, shard int, cfg store.PassConfig, grants []store.UpstreamGrant) (store.PassResult, error)
-	GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
-	AlignUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, aligned []store.AlignedDemand,
-		known store.Calendars, cfg store.GrantConfig) ([]store.UpstreamGrant, error)
+	PassGranted(ctx context.Context, shard int, cfg store.PassConfig, grants []quota.UpstreamGrant) (store.PassResult, error)
+	GrantUpstreams(ctx context.Context, shard int, demand []quota.UpstreamDemand, cfg quota.GrantConfig) ([]quota.UpstreamGrant, error)
+	AlignUpstreams(ctx context.Context, shard int, demand []quota.UpstreamDemand, aligned []quota.AlignedDemand,
+		known quota.Calendars, cfg quota.GrantConfig) ([]quota.UpstreamGrant, error)
 	DeadLetterUnknownUpstream(ctx context.Context, shard int, name string, cfg store.OrphanConfig) (int, bool, error)
 }
 
@@ -63,22 +64,22 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 		return time.Time{}
 	}
 	if s.calendars == nil {
-		s.calendars = store.Calendars{}
+		s.calendars = quota.Calendars{}
 	}
-	var grants []store.UpstreamGrant
+	var grants []quota.UpstreamGrant
 	var err error
 	if len(res.Aligned) == 0 { // the common case: no job naming several upstreams waits
-		grants, err = us.GrantUpstreams(ctx, s.shard, demand, store.GrantConfig{Horizon: lead})
+		grants, err = us.GrantUpstreams(ctx, s.shard, demand, quota.GrantConfig{Horizon: lead})
 		s.calendars.Learn(grants)
 	} else {
 		grants, err = us.AlignUpstreams(ctx, s.shard, demand, res.Aligned, s.calendars,
-			store.GrantConfig{Horizon: lead, Jitter: lead / 8})
+			quota.GrantConfig{Horizon: lead, Jitter: lead / 8})
 	}
 	if err != nil && ctx.Err() == nil {
 		d.metrics.passErrors.Inc()
 		d.cfg.Logger.Warn("upstream grant failed", "shard", s.shard, "err", err)
 	}
-	orphans := d.deadLetterOrphans(ctx, us, s.shard, store.MissingUpstreams(err), redisNow, cfg)
+	orphans := d.deadLetterOrphans(ctx, us, s.shard, quota.MissingUpstreams(err), redisNow, cfg)
 	retry := func(names ...string) time.Time { // an unanswered call's next ask
 		if slices.ContainsFunc(names, func(n string) bool { _, ok := orphans[n]; return ok }) {
 			return redisNow // its orphans are handled: no wait (for a replay after it is created again)
@@ -87,14 +88,14 @@ func (d *Dispatcher) askUpstreams(ctx context.Context, s *shardLoop, res store.P
 	}
 	s.grants = append(s.grants, grants...)
 	for _, dm := range demand {
-		if !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Upstream == dm.Upstream }) {
-			s.grants = append(s.grants, store.UpstreamGrant{Upstream: dm.Upstream, Burst: 1,
+		if !slices.ContainsFunc(grants, func(g quota.UpstreamGrant) bool { return g.Upstream == dm.Upstream }) {
+			s.grants = append(s.grants, quota.UpstreamGrant{Upstream: dm.Upstream, Burst: 1,
 				NextGrant: retry(dm.Upstream)})
 		}
 	}
 	for _, a := range res.Aligned { // likewise a set some of whose calls failed
-		if set := a.Set(); !slices.ContainsFunc(grants, func(g store.UpstreamGrant) bool { return g.Set == set }) {
-			s.grants = append(s.grants, store.UpstreamGrant{Upstream: a.Upstreams[0], Set: set, Burst: 1,
+		if set := a.Set(); !slices.ContainsFunc(grants, func(g quota.UpstreamGrant) bool { return g.Set == set }) {
+			s.grants = append(s.grants, quota.UpstreamGrant{Upstream: a.Upstreams[0], Set: set, Burst: 1,
 				NextGrant: retry(a.Upstreams...)})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
@@ -25,7 +26,7 @@ type countingStore struct {
 	grants atomic.Int64
 }
 
-func (c *countingStore) GrantUpstreams(ctx context.Context, shard int, demand []store.UpstreamDemand, cfg store.GrantConfig) ([]store.UpstreamGrant, error) {
+func (c *countingStore) GrantUpstreams(ctx context.Context, shard int, demand []quota.UpstreamDemand, cfg quota.GrantConfig) ([]quota.UpstreamGrant, error) {
 	c.grants.Add(1)
 	return c.Store.GrantUpstreams(ctx, shard, demand, cfg)
 }
@@ -119,7 +120,7 @@ func putUpstreams50(t *testing.T, st *store.Store, names ...string) {
 		t.Fatal(err)
 	}
 	for _, u := range names {
-		if _, err := st.PutUpstream(context.Background(), u, upstream.Config{Rate: rate, Burst: 1}, store.SourceAPI, ""); err != nil {
+		if _, err := st.PutUpstream(context.Background(), u, upstream.Config{Rate: rate, Burst: 1}, quota.SourceAPI, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

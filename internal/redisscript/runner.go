@@ -43,6 +43,17 @@ func (r *Runner) Run(ctx context.Context, s *Script, keys []string, args ...any)
 	return reply(s.name, v, err)
 }
 
+// RunStatus is Run read by the convention of Sluice's scripts
+// (Reply.Status): the Decoder of a StatusOK reply; a refusal as a
+// *Refusal error, with the Decoder of what follows its status.
+func (r *Runner) RunStatus(ctx context.Context, s *Script, keys []string, args ...any) (Decoder, error) {
+	reply, err := r.Run(ctx, s, keys, args...)
+	if err != nil {
+		return Decoder{}, err
+	}
+	return reply.Status(Refused)
+}
+
 // RunFunction runs function fn of the library with keys and args by FCALL,
 // loading the library when Redis does not know the function. On a Redis
 // without Functions, for a user who may not call or load them, or on a

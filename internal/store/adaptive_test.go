@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -298,7 +299,7 @@ func TestAdaptiveSlotsFollowTheEffectiveRate(t *testing.T) {
 			e.requireFactor("acme", 250_000, "second cut")
 			cut := len(s.released)
 			for len(s.released) < cut+30 {
-				s.passAt(e.clock.Now().Add(us(37_000)))
+				s.passAt(e.clock.Now().Add(redisscript.Micros(37_000)))
 			}
 			tEff := 4 * T
 			var after []time.Time
@@ -405,7 +406,7 @@ func TestAdaptiveSpacingHoldsThroughCutsAndRecoveries(t *testing.T) {
 		const tenant = "acme"
 		e.enqueue(tenant, batchOf(20, "i")...)
 		s := newSim(e, tenant, prodPass)
-		s.hold = func() time.Duration { return us(rapid.Int64Range(0, 80_000).Draw(rt, "hold µs")) }
+		s.hold = func() time.Duration { return redisscript.Micros(rapid.Int64Range(0, 80_000).Draw(rt, "hold µs")) }
 		failRate := rapid.IntRange(0, 50).Draw(rt, "failure %")
 		s.outcome = func() wire.AttemptOutcome {
 			if rapid.IntRange(1, 100).Draw(rt, "roll") <= failRate {
@@ -416,14 +417,14 @@ func TestAdaptiveSpacingHoldsThroughCutsAndRecoveries(t *testing.T) {
 		var last time.Time
 		minFactor := int64(RateFactorFull)
 		for passes := 0; s.succeeded < 20 && passes < 150; passes++ {
-			res := s.passAt(e.clock.Now().Add(us(rapid.Int64Range(1, 100_000).Draw(rt, "gap µs"))))
+			res := s.passAt(e.clock.Now().Add(redisscript.Micros(rapid.Int64Range(1, 100_000).Draw(rt, "gap µs"))))
 			st := e.state(tenant)
 			minFactor = min(minFactor, st.RateFactor)
 			for _, r := range res.Released {
 				if !last.IsZero() {
-					if gap := r.Slot.Sub(last); gap < us(st.IntervalUS) || gap < T {
+					if gap := r.Slot.Sub(last); gap < redisscript.Micros(st.IntervalUS) || gap < T {
 						rt.Fatalf("slot +%s (%s) %s after the previous one, want ≥ T_eff = %s (factor %d ppm) and ≥ T; released %+v",
-							r.Slot.Sub(epoch), r.ID, gap, us(st.IntervalUS), st.RateFactor, s.released)
+							r.Slot.Sub(epoch), r.ID, gap, redisscript.Micros(st.IntervalUS), st.RateFactor, s.released)
 					}
 				}
 				last = r.Slot

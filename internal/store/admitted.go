@@ -1,10 +1,5 @@
 package store
 
-import (
-	"context"
-	"fmt"
-)
-
 // AdmittedSince is the tokens admitted to the tenant between prev (an
 // earlier TenantState of the same tenant) and st, from the inflow counters
 // (tenant fields in_m, in_c, in_p: the tokens admitted in the minute of the
@@ -25,18 +20,4 @@ func (st TenantState) AdmittedSince(prev TenantState) int64 {
 		n = b.current + b.previous
 	}
 	return max(n, 0)
-}
-
-// Workers is the number of workers whose heartbeat has not expired (Redis
-// time) and their total concurrency, read as Capacity reads it.
-func (s *Store) Workers(ctx context.Context) (live, capacity int, err error) {
-	d, err := s.runKeys(ctx, scriptWorkers, []string{s.keys.workers()}, s.nowArg(), "sum")
-	if err != nil {
-		return 0, 0, fmt.Errorf("workers: %w", err)
-	}
-	capacity, live = int(d.int(1)), int(d.int(2))
-	if err := d.Err(); err != nil {
-		return 0, 0, fmt.Errorf("workers: %w", err)
-	}
-	return live, capacity, nil
 }

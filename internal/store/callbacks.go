@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Callbacks (job.Spec.Callback, docs/design.md §4.4). A job
@@ -107,7 +109,7 @@ func (s *Store) CallbackDone(ctx context.Context, id string, ended time.Time, o 
 	if err != nil {
 		return CallbackReport{}, fmt.Errorf("callback of job %q: %w", id, err)
 	}
-	r := CallbackReport{Status: CallbackStatus(d.str(1)), Due: microsTime(d.int(2)), Failures: d.int(3)}
+	r := CallbackReport{Status: CallbackStatus(d.str(1)), Due: redisscript.MicrosTime(d.int(2)), Failures: d.int(3)}
 	if err := d.Err(); err != nil {
 		return CallbackReport{}, fmt.Errorf("callback of job %q: %w", id, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Claim is a worker's go-check at a released job's slot, in one script
@@ -126,15 +128,15 @@ func decodeClaim(d decoder, id string) Claim {
 	case "claimed":
 		c.Outcome = ClaimOK
 		c.Job = ClaimedJob{ID: id, Tenant: d.str(1), Type: d.str(2), Body: []byte(d.str(3)),
-			Gen: d.int(4), Attempt: d.int(5), Timeout: us(d.int(6)), Slot: microsTime(d.int(7)),
-			Created: microsTime(d.int(8)), Cost: d.int(9), Upstreams: splitUpstreams(d.str(10))}
+			Gen: d.int(4), Attempt: d.int(5), Timeout: redisscript.Micros(d.int(6)), Slot: redisscript.MicrosTime(d.int(7)),
+			Created: redisscript.MicrosTime(d.int(8)), Cost: d.int(9), Upstreams: splitUpstreams(d.str(10))}
 		if sign := d.list(11); sign.Len() > 0 {
 			set := decodeSecretSet(sign, 0)
 			c.Job.Signing = &set
 		}
-		c.Job.SendAt = microsTime(d.int(12))
+		c.Job.SendAt = redisscript.MicrosTime(d.int(12))
 	case "early":
-		c.Outcome, c.Wait = ClaimEarly, us(d.int(1))
+		c.Outcome, c.Wait = ClaimEarly, redisscript.Micros(d.int(1))
 	case "stale":
 		c.Outcome, c.State = ClaimStale, State(d.str(1))
 	case "canceled":

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // dayUS is one day in µs.
@@ -50,7 +51,7 @@ func TestDailyRateIsExactOverTheDay(t *testing.T) {
 				t.Fatalf("%d of %d jobs finished", s.finished, jobs)
 			}
 			slots := s.slots()
-			if v := gcraViolation(slots, c.burst, us(T)); v != "" {
+			if v := gcraViolation(slots, c.burst, redisscript.Micros(T)); v != "" {
 				t.Fatal(v)
 			}
 			for i := range slots {
@@ -65,7 +66,7 @@ func TestDailyRateIsExactOverTheDay(t *testing.T) {
 					t.Fatalf("steady state: %d tokens in the day from +%s, want exactly %d", n, slots[i].Sub(epoch), c.tokens)
 				}
 			}
-			if last, want := slots[len(slots)-1].Sub(epoch), us(c.days*c.tokens*T); last != want {
+			if last, want := slots[len(slots)-1].Sub(epoch), redisscript.Micros(c.days*c.tokens*T); last != want {
 				t.Fatalf("last slot at +%s, want +%s (b at once, then T = %d µs apart)", last, want, T)
 			}
 			e.requireConsistent()

@@ -1,5 +1,6 @@
-// Package store is Sluice's Redis layer (docs/design.md §2–§3): the one
-// package that reads and writes job, tenant and upstream state. It holds
+// Package store is Sluice's Redis layer for jobs and tenants
+// (docs/design.md §2–§3): the one package that reads and writes job and
+// tenant state. It holds
 // job records, the per-tenant backlog, head lane and upstream lanes, the
 // shard's ready, delayed and lease sets, per-tenant policies, and the
 // scripts that change them atomically — enqueue with token-bucket
@@ -7,9 +8,11 @@
 // release), the workers' claim and finish (one job, or many of one shard in
 // one script: ClaimBatch, FinishBatch, and the Coalescer that batches
 // concurrent callers), the admin pause/resume, dead letters and replay —
-// and the workers' capacity heartbeats and the task middleware's queue
-// heartbeats, the tenant index and listings, results and callbacks, webhook
-// secrets by API, the upstream registry and coordinator, and the meta hash.
+// the tenant index and listings, results and callbacks, webhook secrets by
+// API, a shard's side of shared upstreams, and the meta hash. The upstream
+// registry and coordinator (internal/quota) and the worker roster
+// (internal/fleet) keep their own slots in their own packages; a Store
+// embeds both.
 //
 // Every operation on a tenant or a job is one Lua script on one shard (one
 // Redis Cluster slot). The clock is Redis TIME read inside the scripts, in
@@ -32,14 +35,17 @@
 //     storage (policy.go; ParamsOf derives the scripts' integers from a
 //     policy.Policy), the meta hash (meta.go: EnsureMeta, WriteMeta,
 //     ReadMeta), WAIT confirmation (replication.go);
-//   - shared upstreams: the registry (upstreams.go, upstream_delete.go,
-//     upstream_names.go), what enqueue and the workers read of one
-//     (upstream_settings.go: UpstreamSettings behind UpstreamCache), the
-//     coordinator (upstream_grant.go: GrantUpstreams, PassGranted;
-//     upstream_align.go: AlignUpstreams, Calendars), jobs left naming a
-//     deleted upstream (upstream_orphans.go), cost correction
-//     (upstreamcost.go: ChargeUpstream), concurrency leases
-//     (upstream_run.go), the waiting sets (upstream_runtime.go).
+//   - a shard's side of shared upstreams: a job's upstream list
+//     (upstream_names.go), the pass's grant arguments and demand
+//     (upstream_pass.go; PassGranted in pass.go), the shard's waiting sets
+//     (upstream_pass.go: UpstreamWaiting), jobs left naming a deleted
+//     upstream (upstream_orphans.go); the jobs occupying workers
+//     (inflight.go: InFlight, FreeCapacity);
+//   - in packages of their own, which a Store embeds (their methods are
+//     its): the upstream registry and coordinator, internal/quota
+//     (PutUpstream, GrantUpstreams, AlignUpstreams, UpstreamSettings behind
+//     UpstreamCache, ChargeUpstream, AcquireUpstreamRun, …), and the worker
+//     roster, internal/fleet (Heartbeat, Capacity, TaskHeartbeat, …).
 //
 // The deployment's timing, retention and throttle defaults are exported
 // here (LeadDefault, GraceDefault, SucceededRetentionDefault, …) and
@@ -58,9 +64,8 @@
 //     shard's ready set; ARGV[1] is the shard base "<p>:{sN}:", checked
 //     against KEYS[1] (lib.lua begin), and every other key the script
 //     touches is built from it, so all carry the shard's hash tag {s<shard>}.
-//     A standalone script (upstream_*.lua but orphans and waiting,
-//     workers.lua, task_workers.lua, meta.lua) declares every key it
-//     touches in KEYS, all in one slot.
+//     meta.lua stands alone and declares its one key in KEYS (so do the
+//     scripts of internal/quota and internal/fleet, each in one slot).
 //   - Time is Redis TIME (tests pass now through the same argument);
 //     integers at the Lua boundary (µs).
 //   - gen fences every transition: a stale claim or finish changes nothing
@@ -267,15 +272,10 @@
 //     upstream's factor rf); the coordinator spaces new segments by the
 //     effective interval.
 //
-// Invariants of the upstreams:
+// Invariants of the upstreams (the registry's and the coordinator's own —
+// one slot per upstream, consecutive disjoint segments, the rate bound across
+// shards — are internal/quota's, in its package doc):
 //
-//   - An upstream's keys carry {u:<name>} and only upstream_grant.lua
-//     touches them, besides the registry's writes and deletes,
-//     upstream_charge.lua's tat, upstream_adapt.lua's rf and
-//     upstream_run.lua's leases in <p>:{u:N}:run (a ZSET whose TTL follows
-//     its latest lease: at most concurrency leases in force after every
-//     acquire, a lease in force = expiry > now, a lower concurrency revokes
-//     none). A pass reads only its shard's copy of what a grant said.
 //   - A grant is installed at most once: a pass run again with the same
 //     grants (its reply lost: go-redis re-sends a script on a read timeout;
 //     the dispatcher keeps a failed pass's grants) finds them below the end
@@ -283,16 +283,6 @@
 //     aligned reservation ending no later than the set's current one is
 //     skipped) — installed twice, the same calendar would be handed out
 //     twice (TestGrantsInstalledTwiceHandOutNothingTwice).
-//   - The bound B + R·Δ + 1 holds across shards because (a) the coordinator
-//     hands out consecutive, disjoint ranges of the upstream's virtual
-//     calendar (its tat only grows), and (b) a shard releases a job of cost
-//     c at slot s under a segment only if s ≥ tat − (B − c)·T and v + c·T ≤
-//     ceil with v = max(tat, s), then tat ← v + c·T. Each release occupies
-//     its own interval [v, v + c·T) with s ≤ v and v + c·T ≤ s + B·T, so the
-//     releases with slots in [a, a + Δ] lie disjoint in [a, a + Δ + B·T]:
-//     their costs sum to at most Δ/T + B, whichever shard or dispatcher
-//     released each. A segment or its rest not used in time is wasted,
-//     never reused.
 //   - Lanes: every job queued in a lane is in the tenant's lane set and
 //     counted in uq and qtok; cancel, retries, sweeps, claim give-backs and
 //     replays keep a job naming upstreams in its lane, never in the backlog.
@@ -349,27 +339,4 @@
 //     upstreams at the same instant may both be refused and retry (the
 //     jitter makes a repeat unlikely, not impossible); a tenant whose own
 //     rate is slower than the reservation's pace wastes the rest of it.
-//
-// # The upstream registry
-//
-// An upstream is one hash in its own slot, <p>:{u:<name>}:u (fields cfg —
-// the upstream.View JSON —, p — the scripts' integers —, v version ≥ 1, src
-// config | api, pu paused until µs — 2^52 until resumed —, pr the pause's
-// reason; the coordinator's fields beside them), written only by standalone
-// scripts whose one key is that hash (upstream_put.lua,
-// upstream_pause.lua). The listing <p>:upstreams (ZSET, score 0, paged
-// BYLEX) is written after the hash by a separate command, so a hash may
-// lack its listing entry (the next PUT or seed adds it; enqueue's check
-// reads each named upstream's hash, never the listing) but a listed name
-// always has a hash. A pause never shortens one in force; a PUT keeps the
-// pause. The seed at start writes an upstream unless its last writer was a
-// PUT (src api wins); it has no tombstones, so an upstream the API deleted
-// that the file still lists is created again at the next start.
-// DeleteUpstream checks the shards' waiting sets (UpstreamRuntime) and
-// then, in one script, the version and the leases in force, and deletes
-// every key of the slot (u, cal, g, run), then the listing entry; a job
-// that enters a lane between the two steps (or later, from the delayed
-// set) is dead-lettered as unknown_upstream by its shard's dispatcher once
-// the coordinator answers not_found. The keyspace audit checks every hash
-// is complete, listed and without TTL.
 package store

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // MaxBatch is the most items one Enqueue call takes (docs/design.md §6).
@@ -263,7 +264,7 @@ func decodeResult(d decoder) Result {
 	var r Result
 	switch kind := d.str(0); kind {
 	case "accepted", "duplicate":
-		r = Result{Outcome: Accepted, ID: d.str(1), State: State(d.str(2)), ETA: microsTime(d.int(3))}
+		r = Result{Outcome: Accepted, ID: d.str(1), State: State(d.str(2)), ETA: redisscript.MicrosTime(d.int(3))}
 		if kind == "duplicate" {
 			r.Outcome = Duplicate
 		}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
@@ -9,18 +8,21 @@ import (
 
 // Sentinel errors; test with errors.Is. Every error this package returns for
 // one of these conditions wraps the sentinel, with context in the message.
+// They are the script runner's (redisscript), which internal/quota and
+// internal/fleet export too: one error whichever package answered.
 var (
 	// ErrNotFound: no such job (or its record has expired).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = redisscript.ErrNotFound
 	// ErrConflict: the job's state does not allow the operation (e.g. cancel
 	// after the claim). Returned as a *ConflictError.
-	ErrConflict = errors.New("conflict")
+	ErrConflict = redisscript.ErrConflict
 	// ErrVersionMismatch: a policy or upstream write's If-Match version is
 	// not current.
-	// Returned as a *VersionMismatchError.
-	ErrVersionMismatch = errors.New("policy version mismatch")
+	// Returned as a *VersionMismatchError (quota.VersionMismatchError for
+	// an upstream's).
+	ErrVersionMismatch = redisscript.ErrVersionMismatch
 	// ErrInvalid: an argument is out of range or malformed (HTTP 422/400).
-	ErrInvalid = errors.New("invalid")
+	ErrInvalid = redisscript.ErrInvalid
 	// ErrProtocol: a script reply did not have the expected shape. It means a
 	// bug or a version skew between this binary and the data, never bad input.
 	// It is redisscript.ErrUnexpectedReply, the script runner's.
@@ -40,20 +42,15 @@ func (e *ConflictError) Error() string {
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// VersionMismatchError reports the current version of what a stale
-// If-Match named: a tenant's overrides (Tenant set; 0 when it has none) or
-// an upstream (Upstream set; 0 when it does not exist).
+// VersionMismatchError reports the current version of a tenant's
+// overrides a stale If-Match named (0 when it has none).
 type VersionMismatchError struct {
-	Tenant   string
-	Upstream string
-	Want     int64
-	Current  int64
+	Tenant  string
+	Want    int64
+	Current int64
 }
 
 func (e *VersionMismatchError) Error() string {
-	if e.Upstream != "" {
-		return fmt.Sprintf("upstream %q is at version %d, not %d", e.Upstream, e.Current, e.Want)
-	}
 	return fmt.Sprintf("policy of tenant %q is at version %d, not %d", e.Tenant, e.Current, e.Want)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -88,6 +89,14 @@ type FinishConfig struct {
 }
 
 // WithDefaults returns c with every zero field set to its default.
+// Adapt is how an adaptive upstream's rate factor moves
+// (quota.Registry.UpstreamOutcome): as a tenant's, c's AdaptiveFloorPPM and
+// AdaptiveStepPPM with their defaults.
+func (c FinishConfig) Adapt() quota.AdaptConfig {
+	c = c.WithDefaults()
+	return quota.AdaptConfig{FloorPPM: c.AdaptiveFloorPPM, StepPPM: c.AdaptiveStepPPM}
+}
+
 func (c FinishConfig) WithDefaults() FinishConfig {
 	c.SucceededRetention = cmp.Or(c.SucceededRetention, SucceededRetentionDefault)
 	c.DeadRetention = cmp.Or(c.DeadRetention, DeadRetentionDefault)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -69,9 +70,9 @@ type env struct {
 	prefix string
 	store  *Store
 	clock  *fakeClock
-	cals   map[int]Calendars // upPass: what each shard's dispatcher knows of the upstreams' calendars
-	grants []UpstreamGrant   // orphanPass: the grants for the shard's next pass
-	loaded bool              // pipelined: the Functions library is loaded
+	cals   map[int]quota.Calendars // upPass: what each shard's dispatcher knows of the upstreams' calendars
+	grants []quota.UpstreamGrant   // orphanPass: the grants for the shard's next pass
+	loaded bool                    // pipelined: the Functions library is loaded
 }
 
 func newEnv(t testing.TB) *env { return newEnvShards(t, 4) }

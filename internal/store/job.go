@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // State is a job's lifecycle state (docs/design.md §2).
@@ -249,8 +251,8 @@ func parseLog(s string) ([]Attempt, error) {
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			return nil, fmt.Errorf("%w: attempt log line %q: %w", ErrProtocol, line, err)
 		}
-		out = append(out, Attempt{At: microsTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
-			Status: e.Status, Latency: us(e.LatencyUS), Error: e.Error, Stale: e.Stale, Body: e.Body, BodyBase64: e.Base64})
+		out = append(out, Attempt{At: redisscript.MicrosTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
+			Status: e.Status, Latency: redisscript.Micros(e.LatencyUS), Error: e.Error, Stale: e.Stale, Body: e.Body, BodyBase64: e.Base64})
 	}
 	return out, nil
 }
@@ -276,12 +278,5 @@ func (p *fieldParser) int(name string) int64 {
 
 // micros reads a µs time; 0 reads as the zero time.
 func (p *fieldParser) micros(name string) time.Time {
-	return microsTime(p.int(name))
-}
-
-func microsTime(us int64) time.Time {
-	if us == 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(us)
+	return redisscript.MicrosTime(p.int(name))
 }

@@ -15,8 +15,6 @@ import (
 // Key layout (docs/design.md §3). Every key of a shard carries the hash tag {s<shard>},
 // so one shard is one Redis Cluster slot:
 //
-//	<p>:workers                    HASH   worker id → "<concurrency> <expiry µs>" (not shard-tagged)
-//	<p>:mw:<queue>                 HASH   middleware instance → "<concurrency> <expiry µs> <tci µs>" (not shard-tagged)
 //	<p>:{s7}:ready                 ZSET   tenant → next useful time (µs)
 //	<p>:{s7}:delayed               ZSET   job id → due time (scheduled, retrying)
 //	<p>:{s7}:leases                ZSET   job id → lease deadline (released, running)
@@ -38,21 +36,17 @@ import (
 //	<p>:{s7}:idem:<tenant>:<key>   STRING "<fingerprint hex> <job id>"
 //	<p>:{s7}:waitmark              STRING "1", 1 min: a write for WAIT to confirm earlier ones (replication.go)
 //	<p>:{s7}:sec:<tenant>          HASH   webhook secrets by API: id → "<created µs> <expires µs> <sealed>", "~live" (secrets.go)
-//	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not shard-tagged; upstreams.go)
 //	<p>:{apikeys}:k                HASH   API keys by API: name → JSON record (hash, globs, admin, times), "~v" → version (apikeys.go)
 //	<p>:{apikeys}:used             HASH   API key name (by API or from the file) → last used, Unix µs (apikeys.go)
-//	<p>:{u:<name>}:u               HASH   one upstream, in its own slot: cfg, p, v, src, pu, pr (upstreams.go), tat … (the coordinator)
 //	<p>:{s7}:t:<tenant>:l:<ups>    ZSET   the tenant's lane for upstream set ups (names sorted, ','): job id → sequence (lua/lanes.lua)
 //	<p>:{s7}:t:<tenant>:lanes      SET    the tenant's lanes holding jobs (their ups)
 //	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
 //	<p>:{s7}:ul                    HASH   upstream → the shard's segment state "tat ceil iv b pu nx h[ t0 ceil]…" (µs)
 //	<p>:{s7}:ua                    HASH   ups (a set of upstreams) → its aligned reservation "nx h tat ceil …" (µs; TTL past the furthest)
 //
-// An upstream's own keys carry the hash tag {u:<name>} (issue #15):
-//
-//	<p>:{u:N}:cal                  HASH   shard → "wanted weight unit expires vf": demand registered (lua/upstream_grant.lua)
-//	<p>:{u:N}:g                    HASH   shard → "t0 ceil …": segments granted, waiting for the shard's next call
-//	<p>:{u:N}:run                  ZSET   "<job id>:<gen>" → lease expiry µs: the jobs running under its concurrency (lua/upstream_run.lua)
+// The worker roster's keys (<p>:workers, <p>:mw:<queue>) are
+// internal/fleet's; an upstream's own keys, in its slot {u:<name>}, and
+// the upstream listing are internal/quota's.
 //
 // The Go functions below are the only place Go code builds these names. The
 // scripts build the same names from the shard base "<p>:{s7}:" (lua/lib.lua,
@@ -115,29 +109,6 @@ func (k keyspace) upstreamLocal(shard int) string { return k.base(shard) + "ul" 
 // upstreamAligned is shard's hash of aligned reservations (LN.k_aligned).
 func (k keyspace) upstreamAligned(shard int) string { return k.base(shard) + "ua" }
 
-// upstreamGrantKeys are lua/upstream_grant.lua's KEYS for upstream: its
-// hash, its demand registrations and its waiting segments.
-func (k keyspace) upstreamGrantKeys(upstream string) []string {
-	b := k.upstreamBase(upstream)
-	return []string{b + "u", b + "cal", b + "g"}
-}
-
-// upstreamRun is upstream name's set of concurrency leases.
-func (k keyspace) upstreamRun(name string) string { return k.upstreamBase(name) + "run" }
-
-// upstreamDeleteKeys are lua/upstream_delete.lua's KEYS: every key of
-// upstream name's slot.
-func (k keyspace) upstreamDeleteKeys(name string) []string {
-	return append(k.upstreamGrantKeys(name), k.upstreamRun(name))
-}
-
-// upstreamOfKey is the upstream name in one of its keys.
-func upstreamOfKey(key string) string {
-	_, rest, _ := strings.Cut(key, ":{u:")
-	name, _, _ := strings.Cut(rest, "}")
-	return name
-}
-
 // WakeChannel is shard's wake channel under prefix, "<p>:{s<shard>}:wake":
 // the scripts PUBLISH a shard's new earliest time (µs, decimal) on it, and
 // the dispatcher (internal/dispatch) subscribes to it.
@@ -147,28 +118,10 @@ func WakeChannel(prefix string, shard int) string { return keyspace{prefix: pref
 // jobs released or running, by lease deadline (internal/migrate counts it).
 func LeasesKey(prefix string, shard int) string { return keyspace{prefix: prefix}.leases(shard) }
 
-// workers is the workers' heartbeat hash, one for all shards.
-func (k keyspace) workers() string { return k.prefix + ":workers" }
-
-// taskWorkers is the heartbeat hash of the sluicetask middleware instances
-// serving task queue queue (docs/design.md §2.5), one for all shards.
-func (k keyspace) taskWorkers(queue string) string { return k.prefix + ":mw:" + queue }
-
 // apiKeys and apiKeysUsed are the API keys by API and their last use, one
 // slot for both (so a MULTI may write both on a Cluster).
 func (k keyspace) apiKeys() string     { return k.prefix + ":{apikeys}:k" }
 func (k keyspace) apiKeysUsed() string { return k.prefix + ":{apikeys}:used" }
-
-// upstreams is the upstream listing, one for all shards.
-func (k keyspace) upstreams() string { return k.prefix + ":upstreams" }
-
-// upstreamBase is the common start of every key of upstream name's slot:
-// "<p>:{u:<name>}:". name must be valid (upstream.ValidName: no brace or
-// colon).
-func (k keyspace) upstreamBase(name string) string { return k.prefix + ":{u:" + name + "}:" }
-
-// upstream is upstream name's registry hash.
-func (k keyspace) upstream(name string) string { return k.upstreamBase(name) + "u" }
 
 // checkTenant checks a tenant id with policy.ValidTenantID (docs/design.md §1): such
 // an id holds no key separator or hash-tag brace. The error wraps ErrInvalid
@@ -238,15 +191,6 @@ func ShardOfJobID(id string) (int, error) {
 // JobKey is the key of job id's record, for tools that measure the
 // keyspace (scripts/bench-enqueue); an id that names no shard is an error.
 func (s *Store) JobKey(id string) (string, error) { return s.keys.job(id) }
-
-// UpstreamKey is the key of upstream name's hash (<p>:{u:<name>}:u), for
-// tools and tests that read or seed it; "" for a name that is not valid.
-func (s *Store) UpstreamKey(name string) string {
-	if checkUpstreamName(name) != nil {
-		return ""
-	}
-	return s.keys.upstream(name)
-}
 
 // BacklogKey is the key of tenant's backlog list, for tools that measure
 // the keyspace.

@@ -43,12 +43,6 @@ func (e *MetaMismatchError) Error() string {
 // Is makes errors.Is(err, ErrMetaMismatch) true.
 func (e *MetaMismatchError) Is(target error) bool { return target == ErrMetaMismatch }
 
-var (
-	//go:embed lua/meta.lua
-	luaMeta    string
-	scriptMeta = redisscript.New("meta", luaMeta)
-)
-
 // Replies of meta.lua.
 const (
 	metaCreated  = 0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Params is a tenant's resolved policy (policy.Policy) in the integer units
@@ -156,12 +157,12 @@ func (p Params) Policy() policy.Policy {
 		MaxBacklogBytes: p.MaxBacklogBytes,
 		Retry: policy.Retry{
 			MaxAttempts:      int(p.MaxAttempts),
-			MinBackoff:       micros(p.MinBackoffUS),
-			MaxBackoff:       micros(p.MaxBackoffUS),
+			MinBackoff:       redisscript.Micros(p.MinBackoffUS),
+			MaxBackoff:       redisscript.Micros(p.MaxBackoffUS),
 			MaxDoublings:     int(p.MaxDoublings),
-			MaxRetryDuration: micros(p.MaxRetryDurationUS),
+			MaxRetryDuration: redisscript.Micros(p.MaxRetryDurationUS),
 		},
-		Timeout:        micros(p.TimeoutUS),
+		Timeout:        redisscript.Micros(p.TimeoutUS),
 		Adaptive:       p.Adaptive == 1,
 		Unsigned:       p.Unsigned == 1,
 		DisableOnGone:  p.DisableOnGone == 1,
@@ -362,10 +363,8 @@ func rateOf(us int64) bucket.Rate {
 	if r, ok := policy.IntervalRate(us).Rate(); ok || us < 1 {
 		return r
 	}
-	return bucket.Rate{Tokens: 1, Per: micros(us)}
+	return bucket.Rate{Tokens: 1, Per: redisscript.Micros(us)}
 }
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // ceilMicros is d in whole µs, rounded up (down for negative d).
 func ceilMicros(d time.Duration) int64 {

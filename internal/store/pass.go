@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -119,14 +121,14 @@ func (s *Store) Pass(ctx context.Context, shard int, cfg PassConfig) (PassResult
 // that the pass installs before it releases: their segments join the
 // shard's upstream states and the tenants waiting on those upstreams are
 // visited (lua/pass.lua 3b).
-func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, grants []UpstreamGrant) (PassResult, error) {
+func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, grants []quota.UpstreamGrant) (PassResult, error) {
 	cfg = cfg.WithDefaults()
 	err := cfg.validate()
 	if shard < 0 || shard >= s.keys.shards {
 		err = errors.Join(err, invalidf("shard %d: want 0 … %d", shard, s.keys.shards-1))
 	}
 	for _, g := range grants {
-		err = errors.Join(err, checkUpstreamName(g.Upstream))
+		err = errors.Join(err, quota.CheckName(g.Upstream))
 	}
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
@@ -141,8 +143,8 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
 	res := PassResult{
-		Now: microsTime(d.int(1)), More: d.int(2) == 1, CapacityReached: d.int(3) == 1,
-		NextWake: microsTime(d.int(4)), Promoted: int(d.int(5)), Swept: int(d.int(6)),
+		Now: redisscript.MicrosTime(d.int(1)), More: d.int(2) == 1, CapacityReached: d.int(3) == 1,
+		NextWake: redisscript.MicrosTime(d.int(4)), Promoted: int(d.int(5)), Swept: int(d.int(6)),
 		Tenants: int(d.int(7)),
 	}
 	res.Demand = decodeDemand(d.list(8))
@@ -155,8 +157,8 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		r := d.list(head + i)
 		res.Released[i] = wire.Release{
 			ID: r.str(0), Tenant: r.str(1), Type: r.str(2), Cost: r.int(3), Gen: r.int(4),
-			Slot: microsTime(r.int(5)), Timeout: us(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
-			SendAt: microsTime(r.int(9)),
+			Slot: redisscript.MicrosTime(r.int(5)), Timeout: redisscript.Micros(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
+			SendAt: redisscript.MicrosTime(r.int(9)),
 		}
 	}
 	if err := d.Err(); err != nil {
@@ -170,6 +172,3 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 
 // seedArg is a fresh jitter seed for one script call.
 func (s *Store) seedArg() string { return strconv.FormatUint(s.seed(), 10) }
-
-// us converts integer µs to a Duration.
-func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -41,9 +42,9 @@ func TestPassReleasesAtTheGCRARate(t *testing.T) {
 		tenant := fmt.Sprintf("gcra%d", iteration)
 		e.enqueue(tenant, batchOf(100, "i")...)
 		s := newSim(e, tenant, prodPass)
-		s.hold = func() time.Duration { return us(rapid.Int64Range(0, 40_000).Draw(rt, "hold µs")) }
+		s.hold = func() time.Duration { return redisscript.Micros(rapid.Int64Range(0, 40_000).Draw(rt, "hold µs")) }
 		for range rapid.IntRange(0, 80).Draw(rt, "random passes") {
-			s.passAt(e.clock.Now().Add(us(rapid.Int64Range(0, 60_000).Draw(rt, "gap µs"))))
+			s.passAt(e.clock.Now().Add(redisscript.Micros(rapid.Int64Range(0, 60_000).Draw(rt, "gap µs"))))
 		}
 		for s.finished < 100 && len(s.released) <= 100 {
 			s.passAt(e.clock.Now().Add(50 * ms))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // AnyVersion, as PutTenantPolicy's ifVersion, writes unconditionally.
@@ -125,15 +126,14 @@ func (s *Store) compareTenantPolicy(ctx context.Context, tenant string, file Ove
 }
 
 // versionMismatch reports whether err is a script's version_mismatch
-// refusal (policy_put.lua, upstream_put.lua), which the callers turn into
+// refusal (policy_put.lua), which the callers turn into
 // their typed error.
 func versionMismatch(err error) bool {
-	var refusal *statusReply
-	return errors.As(err, &refusal) && refusal.status == statusVersionMismatch
+	return redisscript.RefusalStatus(err) == statusVersionMismatch
 }
 
 // putPolicy runs policy_put.lua. On a version mismatch it returns the current
-// version with the *statusReply error.
+// version with the *redisscript.Refusal error.
 func (s *Store) putPolicy(ctx context.Context, shard int, field string, o Overrides, ifVersion int64) (int64, error) {
 	entry, err := json.Marshal(o)
 	if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -81,12 +82,12 @@ type PassResult struct {
 	// without room in the shard's segments (and the shard had not asked
 	// already): ask their coordinators (GrantUpstreams) and hand the grants
 	// to the shard's next pass.
-	Demand []UpstreamDemand
+	Demand []quota.UpstreamDemand
 	// Aligned lists the sets of upstreams some lane head naming several of
 	// them waited on without a common instant in the shard's segments (and
 	// the shard had not asked already for that set): ask for aligned
 	// segments (AlignUpstreams) and hand the grants to the next pass.
-	Aligned []AlignedDemand
+	Aligned []quota.AlignedDemand
 }
 
 // ClaimOutcome is the worker's answer from the claim script (docs/design.md §2.3).

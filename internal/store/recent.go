@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -85,7 +86,7 @@ func parseRecent(raw string) ([]RecentAttempt, error) {
 		}
 		end := recentHead + int(b[15])
 		out = append(out, RecentAttempt{
-			At:      microsTime(int64(math.Float64frombits(binary.LittleEndian.Uint64(b[0:8])))),
+			At:      redisscript.MicrosTime(int64(math.Float64frombits(binary.LittleEndian.Uint64(b[0:8])))),
 			Latency: time.Duration(binary.LittleEndian.Uint32(b[8:12])) * time.Microsecond,
 			Status:  int(binary.LittleEndian.Uint16(b[12:14])),
 			Outcome: wire.FinishKind(b[14]).String(),

@@ -266,7 +266,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	freeIs(10-len(inflight), "with jobs released and running")
 	// The master of the workers key loses its scripts: FreeCapacity's
 	// pipelined EVALSHA gets NOSCRIPT and loads the script again.
-	wm, err := cc.MasterForKey(ctx, store.keys.workers())
+	wm, err := cc.MasterForKey(ctx, store.WorkersKey())
 	if err != nil {
 		t.Fatal(err)
 	}

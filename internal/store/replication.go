@@ -53,7 +53,7 @@ func (s *Store) runWaited(ctx context.Context, sc *script, shard int, args ...an
 	if err != nil {
 		return decoder{}, 0, err
 	}
-	d, err := r.Status(refused)
+	d, err := r.Status(redisscript.Refused)
 	return decoder{d}, acked, err
 }
 

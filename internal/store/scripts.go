@@ -3,20 +3,21 @@ package store
 import (
 	"context"
 	_ "embed"
-	"strconv"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
-// The scripts. Each file opens with its KEYS/ARGV/reply contract; clock.lua
-// is the clock of every script; lib.lua holds the shared prologue (key
+// The scripts, every one of the package registered here. Each file opens
+// with its KEYS/ARGV/reply contract; clock.lua (redisscript.Clock) is the
+// clock of every script; lib.lua holds the shared prologue (key
 // builders, policy merge, tenant state, reschedule), lifecycle.lua the job
 // lifecycle helpers (head lane, attempt log, retry curve, dead letters,
 // tenant cache). They are assembled once, at init: built-in defaults, clock,
-// lib, recent, lifecycle, tenants, script (the standalone scripts: clock, script).
+// lib, lanes, recent, lifecycle, tenants, script. meta.lua stands alone.
+// The upstream registry's and coordinator's scripts are internal/quota's,
+// the worker registry's internal/fleet's: they use no lib.lua and live in
+// their own hash slots.
 var (
-	//go:embed lua/clock.lua
-	luaClock string
 	//go:embed lua/lib.lua
 	luaLib string
 	//go:embed lua/lifecycle.lua
@@ -43,10 +44,6 @@ var (
 	luaDeadLetters string
 	//go:embed lua/tenant_jobs.lua
 	luaTenantJobs string
-	//go:embed lua/workers.lua
-	luaWorkers string
-	//go:embed lua/task_workers.lua
-	luaTaskWorkers string
 	//go:embed lua/policy_put.lua
 	luaPolicyPut string
 	//go:embed lua/tenant_state.lua
@@ -75,22 +72,17 @@ var (
 	luaCallbackTake string
 	//go:embed lua/callback_done.lua
 	luaCallbackDone string
-	//go:embed lua/upstream_charge.lua
-	luaUpstreamCharge string
-	//go:embed lua/upstream_put.lua
-	luaUpstreamPut string
-	//go:embed lua/upstream_pause.lua
-	luaUpstreamPause string
-	//go:embed lua/upstream_delete.lua
-	luaUpstreamDelete string
-	//go:embed lua/upstream_run.lua
-	luaUpstreamRun string
+	//go:embed lua/upstream_orphans.lua
+	luaUpstreamOrphans string
+	//go:embed lua/upstream_waiting.lua
+	luaUpstreamWaiting string
+	//go:embed lua/meta.lua
+	luaMeta string
 )
 
-// script is one dispatch script: its name (for error messages, and its
-// function's in the Redis Functions library, functions.go), the assembled
-// EVAL script and, for the scripts built on lib.lua, the body the library
-// holds ("" for the standalone ones).
+// script is one dispatch script built on lib.lua: its name (for error
+// messages, and its function's in the Redis Functions library,
+// functions.go), the assembled EVAL script and the body the library holds.
 type script struct {
 	name string
 	eval *redisscript.Script
@@ -98,52 +90,45 @@ type script struct {
 }
 
 // libScripts are the scripts built on lib.lua, in the order they were
-// assembled: the bodies of the Functions library.
+// assembled: the bodies of the Functions library. The order is part of the
+// library's source, so of its version: append new scripts at the end.
 var libScripts []*script
 
 var (
-	scriptEnqueue     = assemble("enqueue", luaEnqueue)
-	scriptCancel      = assemble("cancel", luaCancel)
-	scriptPass        = assemble("pass", luaPass)
-	scriptClaim       = assemble("claim", luaClaim)
-	scriptFinish      = assemble("finish", luaFinish)
-	scriptAdmin       = assemble("admin", luaAdmin)
-	scriptReplay      = assemble("replay", luaReplay)
-	scriptDeadLetters = assemble("dead_letters", luaDeadLetters)
-	scriptTenantJobs  = assemble("tenant_jobs", luaTenantJobs)
-	// scriptWorkers and scriptTaskWorkers stand alone: their keys are not
-	// shard-tagged (no lib.lua).
-	scriptWorkers      = standalone("workers", luaWorkers)
-	scriptTaskWorkers  = standalone("task_workers", luaTaskWorkers)
-	scriptPolicyPut    = assemble("policy_put", luaPolicyPut)
-	scriptTenantState  = assemble("tenant_state", luaTenantState)
-	scriptSecretsWrite = assemble("secrets_write", luaSecretsWrite)
-	scriptSecretsRead  = assemble("secrets_read", luaSecretsRead)
-	scriptTenantList   = assemble("tenant_list", luaTenantList)
-	scriptDeadReplay   = assemble("dead_replay", luaDeadReplay)
-	scriptTenantNames  = assemble("tenant_names", luaTenantNames)
-	scriptTenantViews  = assemble("tenant_views", luaTenantViews)
-	scriptTenantKeys   = assemble("tenant_keys", luaTenantKeys)
-	scriptFinished     = assemble("finished", luaFinished)
-	scriptBackfill     = assemble("tenant_backfill", luaTenantBackfill)
-	scriptCallbackTake = assemble("callback_take", luaCallbackTake)
-	scriptCallbackDone = assemble("callback_done", luaCallbackDone)
-	// scriptUpstreamCharge stands alone too: its key is in the upstream's
-	// slot {u:N}, not a shard's.
-	scriptUpstreamCharge = standalone("upstream_charge", luaUpstreamCharge)
-	// The upstream registry's scripts stand alone: their one key is in the
-	// upstream's slot {u:<name>}, not a shard's.
-	scriptUpstreamPut    = standalone("upstream_put", luaUpstreamPut)
-	scriptUpstreamPause  = standalone("upstream_pause", luaUpstreamPause)
-	scriptUpstreamDelete = standalone("upstream_delete", luaUpstreamDelete)
-	// scriptUpstreamRun keeps an upstream's concurrency leases, in its slot.
-	scriptUpstreamRun = standalone("upstream_run", luaUpstreamRun)
+	scriptEnqueue         = assemble("enqueue", luaEnqueue)
+	scriptCancel          = assemble("cancel", luaCancel)
+	scriptPass            = assemble("pass", luaPass)
+	scriptClaim           = assemble("claim", luaClaim)
+	scriptFinish          = assemble("finish", luaFinish)
+	scriptAdmin           = assemble("admin", luaAdmin)
+	scriptReplay          = assemble("replay", luaReplay)
+	scriptDeadLetters     = assemble("dead_letters", luaDeadLetters)
+	scriptPolicyPut       = assemble("policy_put", luaPolicyPut)
+	scriptTenantState     = assemble("tenant_state", luaTenantState)
+	scriptSecretsWrite    = assemble("secrets_write", luaSecretsWrite)
+	scriptSecretsRead     = assemble("secrets_read", luaSecretsRead)
+	scriptTenantList      = assemble("tenant_list", luaTenantList)
+	scriptDeadReplay      = assemble("dead_replay", luaDeadReplay)
+	scriptTenantNames     = assemble("tenant_names", luaTenantNames)
+	scriptTenantViews     = assemble("tenant_views", luaTenantViews)
+	scriptTenantKeys      = assemble("tenant_keys", luaTenantKeys)
+	scriptFinished        = assemble("finished", luaFinished)
+	scriptBackfill        = assemble("tenant_backfill", luaTenantBackfill)
+	scriptCallbackTake    = assemble("callback_take", luaCallbackTake)
+	scriptCallbackDone    = assemble("callback_done", luaCallbackDone)
+	scriptUpstreamOrphans = assemble("upstream_orphans", luaUpstreamOrphans)
+	scriptUpstreamWaiting = assemble("upstream_waiting", luaUpstreamWaiting)
+	scriptTenantJobs      = assemble("tenant_jobs", luaTenantJobs)
+
+	// scriptMeta stands alone, outside the library and without a clock: it
+	// checks the deployment's fixed settings (meta.go) before a Store exists.
+	scriptMeta = redisscript.New("meta", luaMeta)
 )
 
 // prologue is what every script built on lib.lua shares: the built-in
 // defaults, clock.lua, lib.lua, lanes.lua, recent.lua, lifecycle.lua and tenants.lua.
 func prologue() string {
-	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + luaClock + "\n" + luaLib + "\n" + luaLanes + "\n" + luaRecent + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
+	return "local BUILTIN = " + DefaultParams().luaTable() + "\n" + redisscript.Clock + "\n" + luaLib + "\n" + luaLanes + "\n" + luaRecent + "\n" + luaLifecycle + "\n" + luaTenants + "\n"
 }
 
 // assemble builds the EVAL form of a script on lib.lua — KEYS and ARGV as
@@ -157,24 +142,17 @@ func assemble(name, body string) *script {
 	return sc
 }
 
-// standalone builds a script on clock.lua alone, outside the library.
-func standalone(name, body string) *script {
-	return &script{name: name, eval: redisscript.New(name, luaClock+"\n"+body)}
-}
-
 // Status codes in the first element of every script reply (lib.lua).
 const (
 	statusOK              = redisscript.StatusOK
-	statusNotFound        = "not_found"
-	statusConflict        = "conflict"
-	statusVersionMismatch = "version_mismatch"
-	statusInvalid         = "invalid"
+	statusNotFound        = redisscript.StatusNotFound
+	statusVersionMismatch = redisscript.StatusVersionMismatch
 )
 
 // run executes sc on shard with the conventional arguments (KEYS[1] = the
 // shard's ready set, ARGV[1] = the shard base, ARGV[2] = now µs or 0) and
 // returns a decoder over the reply. A reply whose status is not "ok" is also
-// returned as a *statusReply error, which callers turn into their typed error.
+// returned as a *redisscript.Refusal error, which callers turn into their typed error.
 func (s *Store) run(ctx context.Context, sc *script, shard int, args ...any) (decoder, error) {
 	return s.runKeys(ctx, sc, []string{s.keys.ready(shard)}, s.argv(shard, args...)...)
 }
@@ -193,43 +171,12 @@ func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, argv ...
 	if err != nil {
 		return decoder{}, err
 	}
-	d, err := r.Status(refused)
+	d, err := r.Status(redisscript.Refused)
 	return decoder{d}, err
 }
 
-// refused is a script's refusal as the Store's typed error.
-func refused(script, status string) error { return &statusReply{script: script, status: status} }
-
 // nowArg is ARGV[2]: the injected clock in µs, or "0" for Redis TIME.
-func (s *Store) nowArg() string {
-	if s.clock == nil {
-		return "0"
-	}
-	return strconv.FormatInt(s.clock().UnixMicro(), 10)
-}
-
-// statusReply is a script's refusal ({'not_found'}, {'conflict', state}, …).
-type statusReply struct {
-	script string
-	status string
-}
-
-func (e *statusReply) Error() string { return "script " + e.script + ": " + e.status }
-
-// Is maps the status to the package's sentinels.
-func (e *statusReply) Is(target error) bool {
-	switch e.status {
-	case statusNotFound:
-		return target == ErrNotFound
-	case statusConflict:
-		return target == ErrConflict
-	case statusVersionMismatch:
-		return target == ErrVersionMismatch
-	case statusInvalid:
-		return target == ErrInvalid
-	}
-	return target == ErrProtocol
-}
+func (s *Store) nowArg() string { return redisscript.NowArg(s.clock) }
 
 // decoder reads a script reply with checked assertions
 // (redisscript.Decoder: a sticky first mismatch, wrapping ErrProtocol;

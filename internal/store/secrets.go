@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Webhook secrets by API (POST /v1/tenants/{t}/secrets): each tenant's are
@@ -96,7 +97,7 @@ func (s *Store) AddSecret(ctx context.Context, tenant, id, sealed string, expire
 	if err := d.Err(); err != nil {
 		return time.Time{}, fmt.Errorf("add secret of tenant %q: %w", tenant, err)
 	}
-	return microsTime(now), nil
+	return redisscript.MicrosTime(now), nil
 }
 
 // DeleteSecret removes tenant's secret id; ErrNotFound when it has none
@@ -179,15 +180,15 @@ func (s *Store) Secrets(ctx context.Context, tenant string) (SecretSet, error) {
 // created µs, expires µs, sealed each), oldest first (then by id) —
 // secrets_read's reply and claim's.
 func decodeSecretSet(d decoder, from int) SecretSet {
-	set := SecretSet{Now: microsTime(d.int(from)), Unsigned: d.int(from+1) == 1}
+	set := SecretSet{Now: redisscript.MicrosTime(d.int(from)), Unsigned: d.int(from+1) == 1}
 	if (d.Len()-from-2)%4 != 0 {
 		d.fail("secrets reply of %d elements", d.Len())
 	}
 	var secrets []StoredSecret
 	for i := from + 2; i+3 < d.Len(); i += 4 {
-		sec := StoredSecret{ID: d.str(i), Created: microsTime(d.int(i + 1)), Sealed: d.str(i + 3)}
+		sec := StoredSecret{ID: d.str(i), Created: redisscript.MicrosTime(d.int(i + 1)), Sealed: d.str(i + 3)}
 		if e := d.int(i + 2); e > 0 {
-			sec.Expires = microsTime(e)
+			sec.Expires = redisscript.MicrosTime(e)
 		}
 		secrets = append(secrets, sec)
 	}

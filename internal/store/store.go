@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/fleet"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/tuning"
 )
@@ -109,6 +111,13 @@ type Store struct {
 	runner *redisscript.Runner
 	// wait is the replication Enqueue and Replay confirm (Config.WaitReplicas).
 	wait redisscript.Wait
+
+	// The upstream registry and coordinator (PutUpstream, GrantUpstreams,
+	// AcquireUpstreamRun, …) and the worker roster (Heartbeat, Capacity,
+	// TaskWorkers, …), on the same Redis, prefix and clock: their methods
+	// are the Store's.
+	*quota.Registry
+	*fleet.Roster
 }
 
 // NewStore returns a Store on rdb (a plain client or a Cluster client; the
@@ -118,7 +127,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new dispatch store: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		rdb:       rdb,
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
 		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
@@ -126,7 +135,17 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		seed:   rand.Uint64,
 		runner: redisscript.NewRunner(rdb, librarySource),
 		wait:   waitConfig(cfg),
-	}, nil
+	}
+	var err error
+	s.Registry, err = quota.New(rdb, quota.Config{Prefix: cfg.Prefix, Shards: cfg.Shards, Clock: cfg.Clock,
+		Waiting: s.UpstreamWaiting})
+	if err != nil {
+		return nil, fmt.Errorf("new dispatch store: %w", err)
+	}
+	if s.Roster, err = fleet.New(rdb, fleet.Config{Prefix: cfg.Prefix, Clock: cfg.Clock}); err != nil {
+		return nil, fmt.Errorf("new dispatch store: %w", err)
+	}
+	return s, nil
 }
 
 // Shards is the configured number of shards.

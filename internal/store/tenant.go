@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // TenantState is a snapshot of one tenant, as its next decision would see it.
@@ -137,19 +139,19 @@ func (s *Store) TenantState(ctx context.Context, tenant string) (TenantState, er
 // reply of tenant_state.lua, an item of tenant_list.lua's).
 func parseTenantState(tenant string, d decoder) (TenantState, error) {
 	st := TenantState{
-		Tenant: tenant, Now: microsTime(d.int(1)), Exists: d.int(2) == 1,
+		Tenant: tenant, Now: redisscript.MicrosTime(d.int(1)), Exists: d.int(2) == 1,
 		Backlog: d.int(3), Bytes: d.int(4), Queued: d.int(5), QueuedCost: d.int(6),
 		Running: d.int(7), Released: d.int(8), AdmitTokens: d.int(9),
-		TAT: microsTime(d.int(11)), PausedUntil: microsTime(d.int(12)),
+		TAT: redisscript.MicrosTime(d.int(11)), PausedUntil: redisscript.MicrosTime(d.int(12)),
 		AdminPaused: d.int(13) == 1, Disabled: d.int(14) == 1, Version: d.int(15),
 	}
-	st.ReleasedCost, st.AdminUntil, st.VT, st.DeadLetters = d.int(17), microsTime(d.int(18)), d.int(19), d.int(20)
-	st.RateFactor, st.IntervalUS, st.CutUntil = d.int(21), d.int(22), microsTime(d.int(23))
+	st.ReleasedCost, st.AdminUntil, st.VT, st.DeadLetters = d.int(17), redisscript.MicrosTime(d.int(18)), d.int(19), d.int(20)
+	st.RateFactor, st.IntervalUS, st.CutUntil = d.int(21), d.int(22), redisscript.MicrosTime(d.int(23))
 	if score := d.int(10); score >= 0 {
-		st.NextAt = microsTime(score)
+		st.NextAt = redisscript.MicrosTime(score)
 	}
 	if oldest := d.int(24); oldest >= 0 {
-		st.OldestQueuedAt = microsTime(oldest)
+		st.OldestQueuedAt = redisscript.MicrosTime(oldest)
 	}
 	st.inflow = inflow{minute: d.int(25), current: d.int(26), previous: d.int(27)}
 	policy := d.str(16)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // inflow is a tenant's admission counters (tenant fields in_m, in_c, in_p).
@@ -161,7 +163,7 @@ func (s *Store) Tenants(ctx context.Context) ([]TenantSummary, error) {
 	seen := map[string]bool{}
 	var out []TenantSummary
 	err := s.walkIndex(ctx, scriptTenantList, []any{tenantListStep}, func(d decoder) {
-		now := microsTime(d.int(1))
+		now := redisscript.MicrosTime(d.int(1))
 		for i := 3; i < d.Len(); i++ {
 			if sum := parseSummary(now, d.list(i)); !seen[sum.Tenant] {
 				seen[sum.Tenant] = true
@@ -201,10 +203,10 @@ func (s *Store) walkIndex(ctx context.Context, sc *script, args []any, each func
 // parseSummary decodes one tenant of tenant_list.lua's reply.
 func parseSummary(now time.Time, d decoder) TenantSummary {
 	sum := TenantSummary{Tenant: d.str(0), Now: now, Exists: d.int(1) == 1, Backlog: d.int(2),
-		Running: d.int(3), AdminPaused: d.int(5) == 1, AdminUntil: microsTime(d.int(6)),
-		PausedUntil: microsTime(d.int(7)), Disabled: d.int(8) == 1, DeadLetters: d.int(9)}
+		Running: d.int(3), AdminPaused: d.int(5) == 1, AdminUntil: redisscript.MicrosTime(d.int(6)),
+		PausedUntil: redisscript.MicrosTime(d.int(7)), Disabled: d.int(8) == 1, DeadLetters: d.int(9)}
 	if oldest := d.int(4); oldest >= 0 {
-		sum.OldestQueuedAt = microsTime(oldest)
+		sum.OldestQueuedAt = redisscript.MicrosTime(oldest)
 	}
 	return sum
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/quota"
 )
 
 // AlignUpstreams asks every upstream of a set for a segment from one
@@ -22,18 +24,18 @@ func TestAlignUpstreamsCommonStart(t *testing.T) {
 	e := newEnvShards(t, 2)
 	e.putUpstream("u1", 20*ms, 1)
 	e.putUpstream("u2", 30*ms, 2)
-	held, err := e.store.GrantUpstreams(e.ctx, 1, []UpstreamDemand{{Upstream: "u1", Wanted: 5, Weight: 1, Unit: 1}},
-		GrantConfig{Horizon: grantLead})
+	held, err := e.store.GrantUpstreams(e.ctx, 1, []quota.UpstreamDemand{{Upstream: "u1", Wanted: 5, Weight: 1, Unit: 1}},
+		quota.GrantConfig{Horizon: grantLead})
 	if err != nil || len(held) != 1 || !held[0].TAT.After(e.clock.Now().Add(90*ms)) {
 		t.Fatalf("shard 1's grant %+v, %v: want u1's calendar ≥ 90 ms ahead", held, err)
 	}
-	set := AlignedDemand{Upstreams: []string{"u1", "u2"}, Cost: 1, Span: 40 * ms, Weight: 1, Earliest: e.clock.Now()}
-	known := Calendars{}
-	gs, err := e.store.AlignUpstreams(e.ctx, 0, nil, []AlignedDemand{set}, known, GrantConfig{Horizon: grantLead})
+	set := quota.AlignedDemand{Upstreams: []string{"u1", "u2"}, Cost: 1, Span: 40 * ms, Weight: 1, Earliest: e.clock.Now()}
+	known := quota.Calendars{}
+	gs, err := e.store.AlignUpstreams(e.ctx, 0, nil, []quota.AlignedDemand{set}, known, quota.GrantConfig{Horizon: grantLead})
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := map[string]Segment{}
+	parts := map[string]quota.Segment{}
 	for _, g := range gs {
 		if g.Set == "u1,u2" {
 			if len(g.Segments) != 1 {
@@ -67,8 +69,8 @@ func TestAlignUpstreamsCommonStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(100 * ms)
-	before := e.rdb.HGet(e.ctx, e.store.keys.upstream("u1"), "tat").Val()
-	gs, err = e.store.AlignUpstreams(e.ctx, 0, nil, []AlignedDemand{set}, known, GrantConfig{Horizon: grantLead})
+	before := e.rdb.HGet(e.ctx, e.store.UpstreamKey("u1"), "tat").Val()
+	gs, err = e.store.AlignUpstreams(e.ctx, 0, nil, []quota.AlignedDemand{set}, known, quota.GrantConfig{Horizon: grantLead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,19 +82,19 @@ func TestAlignUpstreamsCommonStart(t *testing.T) {
 			t.Fatalf("aligned grant %+v with u2 paused: want none, asked again later than now", g)
 		}
 	}
-	if after := e.rdb.HGet(e.ctx, e.store.keys.upstream("u1"), "tat").Val(); after != before {
+	if after := e.rdb.HGet(e.ctx, e.store.UpstreamKey("u1"), "tat").Val(); after != before {
 		t.Fatalf("u1's calendar end moved from %s to %s with u2 paused", before, after)
 	}
-	if _, err := e.store.AlignUpstreams(e.ctx, 7, nil, []AlignedDemand{set}, known, GrantConfig{Horizon: grantLead}); !errors.Is(err, ErrInvalid) {
+	if _, err := e.store.AlignUpstreams(e.ctx, 7, nil, []quota.AlignedDemand{set}, known, quota.GrantConfig{Horizon: grantLead}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("shard 7 of 2: %v, want ErrInvalid", err)
 	}
 	// A set naming an upstream that is not configured (deleted since its
-	// jobs were enqueued): ErrUpstreamNotFound and no grant for the set (the
+	// jobs were enqueued): quota.ErrUpstreamNotFound and no grant for the set (the
 	// dispatcher then asks again after max_sleep, not every pass).
-	gone := AlignedDemand{Upstreams: []string{"nope", "u1"}, Cost: 1, Span: 40 * ms, Weight: 1, Earliest: e.clock.Now()}
-	gs, err = e.store.AlignUpstreams(e.ctx, 0, nil, []AlignedDemand{gone}, known, GrantConfig{Horizon: grantLead})
-	if !errors.Is(err, ErrUpstreamNotFound) || slices.ContainsFunc(gs, func(g UpstreamGrant) bool { return g.Set != "" }) {
-		t.Fatalf("a set naming an unknown upstream: %+v, %v; want no aligned grant and ErrUpstreamNotFound", gs, err)
+	gone := quota.AlignedDemand{Upstreams: []string{"nope", "u1"}, Cost: 1, Span: 40 * ms, Weight: 1, Earliest: e.clock.Now()}
+	gs, err = e.store.AlignUpstreams(e.ctx, 0, nil, []quota.AlignedDemand{gone}, known, quota.GrantConfig{Horizon: grantLead})
+	if !errors.Is(err, quota.ErrUpstreamNotFound) || slices.ContainsFunc(gs, func(g quota.UpstreamGrant) bool { return g.Set != "" }) {
+		t.Fatalf("a set naming an unknown upstream: %+v, %v; want no aligned grant and quota.ErrUpstreamNotFound", gs, err)
 	}
 }
 

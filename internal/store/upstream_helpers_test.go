@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -21,7 +22,7 @@ func (e *env) putUpstream(name string, interval time.Duration, burst int64, edit
 	for _, f := range edit {
 		f(&cfg)
 	}
-	if _, err := e.store.PutUpstream(e.ctx, name, cfg, SourceAPI, ""); err != nil {
+	if _, err := e.store.PutUpstream(e.ctx, name, cfg, quota.SourceAPI, ""); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -39,7 +40,7 @@ const grantLead = 100 * time.Millisecond
 // upPass runs one pass of shard with the grants handed to it, returns its
 // result, and asks the coordinators for its demand, plain and aligned (the
 // grants for the shard's next pass), as the dispatcher does.
-func (e *env) upPass(shard int, grants []UpstreamGrant) (PassResult, []UpstreamGrant) {
+func (e *env) upPass(shard int, grants []quota.UpstreamGrant) (PassResult, []quota.UpstreamGrant) {
 	e.t.Helper()
 	res, err := e.store.PassGranted(e.ctx, shard, PassConfig{Lead: grantLead, MinLead: -1,
 		Grace: time.Hour, Capacity: -1}, grants)
@@ -50,12 +51,12 @@ func (e *env) upPass(shard int, grants []UpstreamGrant) (PassResult, []UpstreamG
 		return res, nil
 	}
 	if e.cals == nil {
-		e.cals = map[int]Calendars{}
+		e.cals = map[int]quota.Calendars{}
 	}
 	if e.cals[shard] == nil {
-		e.cals[shard] = Calendars{}
+		e.cals[shard] = quota.Calendars{}
 	}
-	next, err := e.store.AlignUpstreams(e.ctx, shard, res.Demand, res.Aligned, e.cals[shard], GrantConfig{Horizon: grantLead})
+	next, err := e.store.AlignUpstreams(e.ctx, shard, res.Demand, res.Aligned, e.cals[shard], quota.GrantConfig{Horizon: grantLead})
 	if err != nil {
 		e.t.Fatalf("grant upstreams for shard %d: %v", shard, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -15,7 +16,7 @@ func checkUpstreams(names []string) error {
 		return invalidf("%d upstreams: at most %d allowed", len(names), upstream.MaxPerJob)
 	}
 	for i, n := range names {
-		if err := checkUpstreamName(n); err != nil {
+		if err := quota.CheckName(n); err != nil {
 			return err
 		}
 		if slices.Contains(names[:i], n) {

@@ -6,14 +6,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/quota"
 )
-
-//go:embed lua/upstream_orphans.lua
-var luaUpstreamOrphans string
-
-var scriptUpstreamOrphans = assemble("upstream_orphans", luaUpstreamOrphans)
 
 // DeadReasonUnknownUpstream is Job.DeadReason of a job dead because an
 // upstream it names no longer exists (DeadLetterUnknownUpstream).
@@ -38,47 +34,9 @@ type OrphanConfig struct {
 	DeadMaxPerTenant int
 }
 
-// UpstreamNotFoundError is a coordinator's answer that upstream Upstream
-// has no configuration (GrantUpstreams, AlignUpstreams): it was deleted,
-// or never created. It is ErrUpstreamNotFound (errors.Is); a Redis error
-// never is.
-type UpstreamNotFoundError struct{ Upstream string }
-
-func (e *UpstreamNotFoundError) Error() string {
-	return fmt.Sprintf("upstream %q: %v", e.Upstream, ErrUpstreamNotFound)
-}
-
-// Is makes errors.Is(err, ErrUpstreamNotFound) true.
-func (e *UpstreamNotFoundError) Is(target error) bool { return target == ErrUpstreamNotFound }
-
-// MissingUpstreams lists the upstreams err (GrantUpstreams' or
-// AlignUpstreams', joined errors included) reports as not existing: every
-// *UpstreamNotFoundError in its tree, each name once, in order.
-func MissingUpstreams(err error) []string {
-	var out []string
-	var walk func(error)
-	walk = func(e error) {
-		switch x := e.(type) {
-		case nil:
-		case *UpstreamNotFoundError:
-			if !slices.Contains(out, x.Upstream) {
-				out = append(out, x.Upstream)
-			}
-		case interface{ Unwrap() []error }:
-			for _, c := range x.Unwrap() {
-				walk(c)
-			}
-		default:
-			walk(errors.Unwrap(e))
-		}
-	}
-	walk(err)
-	return out
-}
-
 // DeadLetterUnknownUpstream dead-letters the jobs of shard's lanes that
 // name upstream name, after its coordinator answered that it does not
-// exist (an *UpstreamNotFoundError; issue #15): jobs that were delayed
+// exist (a *quota.UpstreamNotFoundError; issue #15): jobs that were delayed
 // (run_at, a retry's backoff) when it was deleted, or enqueued while the
 // API's cache still knew it. In one script in the shard's slot
 // (lua/upstream_orphans.lua): each queued job of a lane naming it (a
@@ -94,7 +52,7 @@ func (s *Store) DeadLetterUnknownUpstream(ctx context.Context, shard int, name s
 	cfg.Limit = cmp.Or(cfg.Limit, UnknownUpstreamLimitDefault)
 	cfg.DeadRetention = cmp.Or(cfg.DeadRetention, DeadRetentionDefault)
 	cfg.DeadMaxPerTenant = cmp.Or(cfg.DeadMaxPerTenant, DeadMaxPerTenantDefault)
-	if err = errors.Join(checkUpstreamName(name), cfg.validate(shard, s.keys.shards)); err != nil {
+	if err = errors.Join(quota.CheckName(name), cfg.validate(shard, s.keys.shards)); err != nil {
 		return 0, false, fmt.Errorf("dead-letter jobs naming unknown upstream %q on shard %d: %w", name, shard, err)
 	}
 	d, err := s.run(ctx, scriptUpstreamOrphans, shard, name, cfg.Before.UnixMicro(), cfg.Limit,

@@ -1,14 +1,12 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -40,9 +38,9 @@ func (e *env) orphanPass(shard int, limit int) (PassResult, []string, int, bool)
 	if len(res.Demand) == 0 && len(res.Aligned) == 0 {
 		return res, nil, 0, false
 	}
-	e.grants, err = e.store.AlignUpstreams(e.ctx, shard, res.Demand, res.Aligned, Calendars{}, GrantConfig{Horizon: grantLead})
-	missing := MissingUpstreams(err)
-	if err != nil && !errors.Is(err, ErrUpstreamNotFound) {
+	e.grants, err = e.store.AlignUpstreams(e.ctx, shard, res.Demand, res.Aligned, quota.Calendars{}, quota.GrantConfig{Horizon: grantLead})
+	missing := quota.MissingUpstreams(err)
+	if err != nil && !errors.Is(err, quota.ErrUpstreamNotFound) {
 		e.t.Fatalf("grant upstreams for shard %d: %v", shard, err)
 	}
 	n, more := 0, false
@@ -113,7 +111,7 @@ func TestUnknownUpstreamJobIsDeadLettered(t *testing.T) {
 		t.Fatal("the job naming mail was not released")
 	}
 	res, missing, _, _ = e.orphanPass(shard, 0)
-	if len(missing) != 0 || slices.ContainsFunc(res.Demand, func(d UpstreamDemand) bool { return d.Upstream == "sms" }) {
+	if len(missing) != 0 || slices.ContainsFunc(res.Demand, func(d quota.UpstreamDemand) bool { return d.Upstream == "sms" }) {
 		t.Fatalf("a pass after: demand %+v, missing %v; want nothing asked of sms", res.Demand, missing)
 	}
 	if n, err := e.rdb.Exists(e.ctx, e.store.keys.base(shard)+"uw:sms").Result(); err != nil || n != 0 {
@@ -229,38 +227,5 @@ func TestUnknownUpstreamDeadLetteringIsBounded(t *testing.T) {
 	}
 	if _, _, err := e.store.DeadLetterUnknownUpstream(e.ctx, shard, "a b", OrphanConfig{Before: cutoff}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a bad name: %v, want ErrInvalid", err)
-	}
-}
-
-// MissingUpstreams finds every upstream a joined error reports missing,
-// once each, and nothing in a Redis error.
-func TestMissingUpstreams(t *testing.T) {
-	t.Parallel()
-	err := errors.Join(
-		&UpstreamNotFoundError{Upstream: "a"},
-		errors.New("redis: connection refused"),
-		errors.Join(&UpstreamNotFoundError{Upstream: "b"}, &UpstreamNotFoundError{Upstream: "a"}),
-	)
-	if got := MissingUpstreams(err); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("missing %v, want [a b]", got)
-	}
-	if got := MissingUpstreams(errors.New("redis: connection refused")); got != nil {
-		t.Fatalf("missing %v in a Redis error, want none", got)
-	}
-	if !errors.Is(&UpstreamNotFoundError{Upstream: "a"}, ErrUpstreamNotFound) {
-		t.Fatal("UpstreamNotFoundError is not ErrUpstreamNotFound")
-	}
-	// Redis unreachable: the calls fail, and no upstream is reported missing
-	// (its jobs keep waiting).
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = down.Close() })
-	st, err := NewStore(down, Config{Prefix: "down", Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = st.GrantUpstreams(context.Background(), 0, []UpstreamDemand{{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}},
-		GrantConfig{Horizon: grantLead})
-	if err == nil || errors.Is(err, ErrUpstreamNotFound) || MissingUpstreams(err) != nil {
-		t.Fatalf("grant with Redis down: %v (missing %v); want a Redis error, nothing missing", err, MissingUpstreams(err))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -37,7 +38,7 @@ func TestUpstreamRunLeases(t *testing.T) {
 		}
 	}
 	e.clock.Advance(time.Second)
-	var full *UpstreamRunFullError
+	var full *quota.UpstreamRunFullError
 	if held, err := acquire("llm", "c:1"); held || !errors.As(err, &full) || full.Running != 2 || full.Retry != life-time.Second {
 		t.Fatalf("third holder: %v, %v; want full, 2 running, retry %s", held, err, life-time.Second)
 	}
@@ -63,14 +64,14 @@ func TestUpstreamRunLeases(t *testing.T) {
 	if held, err := acquire("llm", "d:1"); !held || err != nil {
 		t.Fatalf("after the expiries: %v, %v; want held", held, err)
 	}
-	if ttl := e.rdb.PTTL(e.ctx, e.store.keys.upstreamRun("llm")).Val(); ttl <= 0 || ttl > life+time.Second {
+	if ttl := e.rdb.PTTL(e.ctx, e.store.UpstreamKeys("llm")[3]).Val(); ttl <= 0 || ttl > life+time.Second {
 		t.Fatalf("run set TTL %s, want about the lease's life %s", ttl, life)
 	}
 	// No concurrency: nothing held, nothing written.
 	if held, err := acquire("free", "a:1"); held || err != nil {
 		t.Fatalf("no concurrency: %v, %v; want not held, no error", held, err)
 	}
-	if n := e.rdb.Exists(e.ctx, e.store.keys.upstreamRun("free")).Val(); n != 0 {
+	if n := e.rdb.Exists(e.ctx, e.store.UpstreamKeys("free")[3]).Val(); n != 0 {
 		t.Fatal("an upstream without concurrency got a run set")
 	}
 	// A PUT lowering the concurrency revokes nothing; new holders wait.
@@ -103,11 +104,11 @@ func TestDeleteUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.putUpstream("sms", time.Millisecond, 1, func(c *upstream.Config) { c.Concurrency = 1 })
-	if err := e.store.DeleteUpstream(e.ctx, "nope", ""); !errors.Is(err, ErrUpstreamNotFound) {
-		t.Fatalf("unknown: %v, want ErrUpstreamNotFound", err)
+	if err := e.store.DeleteUpstream(e.ctx, "nope", ""); !errors.Is(err, quota.ErrUpstreamNotFound) {
+		t.Fatalf("unknown: %v, want quota.ErrUpstreamNotFound", err)
 	}
 	r := e.enqueueOne("acme", upItem(`{}`, "sms"))
-	var inUse *UpstreamInUseError
+	var inUse *quota.UpstreamInUseError
 	if err := e.store.DeleteUpstream(e.ctx, "sms", ""); !errors.As(err, &inUse) || inUse.Waiting["acme"] != 1 {
 		t.Fatalf("a job waiting: %v, want in use with acme's 1", err)
 	}
@@ -123,14 +124,14 @@ func TestDeleteUpstream(t *testing.T) {
 	if err := e.store.ReleaseUpstreamRun(e.ctx, "sms", "j:1"); err != nil {
 		t.Fatal(err)
 	}
-	var stale *VersionMismatchError
+	var stale *quota.VersionMismatchError
 	if err := e.store.DeleteUpstream(e.ctx, "sms", `"u7"`); !errors.As(err, &stale) || stale.Current != 1 {
 		t.Fatalf("stale If-Match: %v, want a version error at 1", err)
 	}
 	if err := e.store.DeleteUpstream(e.ctx, "sms", `"u1"`); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range e.store.keys.upstreamDeleteKeys("sms") {
+	for _, k := range e.store.UpstreamKeys("sms") {
 		if e.rdb.Exists(e.ctx, k).Val() != 0 {
 			t.Errorf("key %s left after the delete", k)
 		}
@@ -138,20 +139,20 @@ func TestDeleteUpstream(t *testing.T) {
 	if names, _ := e.store.UpstreamNames(e.ctx, "", 10); len(names) != 0 {
 		t.Errorf("listing %v after the delete", names)
 	}
-	if _, err := e.store.Upstream(e.ctx, "sms"); !errors.Is(err, ErrUpstreamNotFound) {
+	if _, err := e.store.Upstream(e.ctx, "sms"); !errors.Is(err, quota.ErrUpstreamNotFound) {
 		t.Fatalf("after the delete: %v", err)
 	}
 	log := slog.New(slog.DiscardHandler)
 	if err := e.store.SeedUpstreams(e.ctx, map[string]upstream.Config{"other": {Rate: bucket.Rate{Tokens: 1, Per: time.Second}}}, log); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Upstream(e.ctx, "sms"); !errors.Is(err, ErrUpstreamNotFound) {
+	if _, err := e.store.Upstream(e.ctx, "sms"); !errors.Is(err, quota.ErrUpstreamNotFound) {
 		t.Fatalf("a seed without it resurrected it: %v", err)
 	}
 	if err := e.store.SeedUpstreams(e.ctx, map[string]upstream.Config{"sms": {Rate: bucket.Rate{Tokens: 1, Per: time.Second}}}, log); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := e.store.Upstream(e.ctx, "sms"); err != nil || rec.Version != 1 || rec.Source != SourceConfig {
+	if rec, err := e.store.Upstream(e.ctx, "sms"); err != nil || rec.Version != 1 || rec.Source != quota.SourceConfig {
 		t.Fatalf("a seed listing it: %+v, %v; want it created again at version 1 from the file", rec, err)
 	}
 }
@@ -169,7 +170,7 @@ func TestQueuedJobOverALoweredBurstLeaves(t *testing.T) {
 	r := e.enqueueOne("acme", Item{Type: "webhook", Body: []byte(`{}`), Cost: 4, Upstreams: []string{"sms"}})
 	e.putUpstream("sms", T, 1)
 	start := e.clock.Now()
-	var grants []UpstreamGrant
+	var grants []quota.UpstreamGrant
 	for step := 0; ; step++ {
 		var res PassResult
 		res, grants = e.upPass(shard, grants)

@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -19,11 +20,11 @@ import (
 type upSim struct {
 	e        *env
 	shards   []int
-	grants   map[int][]UpstreamGrant
+	grants   map[int][]quota.UpstreamGrant
 	pending  []wire.Release
 	released []wire.Release
 	jobs     map[string]simJob // id → what it was enqueued as
-	trace    func(shard int, res PassResult, grants []UpstreamGrant)
+	trace    func(shard int, res PassResult, grants []quota.UpstreamGrant)
 }
 
 type simJob struct {
@@ -33,7 +34,7 @@ type simJob struct {
 }
 
 func newUpSim(e *env) *upSim {
-	s := &upSim{e: e, grants: map[int][]UpstreamGrant{}, jobs: map[string]simJob{}}
+	s := &upSim{e: e, grants: map[int][]quota.UpstreamGrant{}, jobs: map[string]simJob{}}
 	for i := range e.store.keys.shards {
 		s.shards = append(s.shards, i)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -97,7 +98,7 @@ func TestLaneJobWaitsForAGrant(t *testing.T) {
 	if len(res.Released) != 1 || res.Released[0].ID != plain.ID {
 		t.Fatalf("first pass released %+v, want only the plain job", res.Released)
 	}
-	if len(res.Demand) != 1 || res.Demand[0] != (UpstreamDemand{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}) {
+	if len(res.Demand) != 1 || res.Demand[0] != (quota.UpstreamDemand{Upstream: "sms", Wanted: 1, Weight: 1, Unit: 1}) {
 		t.Fatalf("demand %+v", res.Demand)
 	}
 	now := e.clock.Now()
@@ -125,14 +126,14 @@ func TestLaneJobWaitsForAGrant(t *testing.T) {
 	}
 }
 
-// An unknown upstream is ErrUpstreamNotFound and grants nothing.
+// An unknown upstream is quota.ErrUpstreamNotFound and grants nothing.
 func TestGrantUnknownUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "nope", Wanted: 3, Weight: 1, Unit: 1}},
-		GrantConfig{Horizon: grantLead})
-	if !errors.Is(err, ErrUpstreamNotFound) || len(gs) != 0 {
-		t.Fatalf("grants %+v, err %v; want ErrUpstreamNotFound", gs, err)
+	gs, err := e.store.GrantUpstreams(e.ctx, 0, []quota.UpstreamDemand{{Upstream: "nope", Wanted: 3, Weight: 1, Unit: 1}},
+		quota.GrantConfig{Horizon: grantLead})
+	if !errors.Is(err, quota.ErrUpstreamNotFound) || len(gs) != 0 {
+		t.Fatalf("grants %+v, err %v; want quota.ErrUpstreamNotFound", gs, err)
 	}
 }
 
@@ -188,7 +189,7 @@ func TestFinishUpstreamScope(t *testing.T) {
 	}
 }
 
-// UpstreamRuntime shows the calendar's end, the tokens left now, and the
+// quota.UpstreamRuntime shows the calendar's end, the tokens left now, and the
 // jobs waiting on the upstream by tenant across shards.
 func TestUpstreamRuntime(t *testing.T) {
 	t.Parallel()
@@ -230,8 +231,8 @@ func TestUpstreamRuntime(t *testing.T) {
 	if rt.WaitingByTenant[tenants[0]] != 1 {
 		t.Fatalf("waiting %v, want %s: 1 after two releases", rt.WaitingByTenant, tenants[0])
 	}
-	if _, err := e.store.UpstreamRuntime(e.ctx, "nope"); !errors.Is(err, ErrUpstreamNotFound) {
-		t.Fatalf("unknown upstream: %v, want ErrUpstreamNotFound", err)
+	if _, err := e.store.UpstreamRuntime(e.ctx, "nope"); !errors.Is(err, quota.ErrUpstreamNotFound) {
+		t.Fatalf("unknown upstream: %v, want quota.ErrUpstreamNotFound", err)
 	}
 }
 
@@ -245,7 +246,7 @@ func TestUpstreamAdaptive(t *testing.T) {
 	e := newEnv(t)
 	e.putUpstream("fixed", 10*time.Millisecond, 1)
 	e.putUpstream("ai", 10*time.Millisecond, 1, func(c *upstream.Config) { c.Adaptive = true })
-	cfg := FinishConfig{AdaptiveFloorPPM: 100_000, AdaptiveStepPPM: 100_000}
+	cfg := FinishConfig{AdaptiveFloorPPM: 100_000, AdaptiveStepPPM: 100_000}.Adapt()
 	now := e.clock.Now()
 	step := func(name string, congested bool, slot time.Time, wantF int64, wantIV time.Duration) {
 		t.Helper()
@@ -256,8 +257,8 @@ func TestUpstreamAdaptive(t *testing.T) {
 	}
 	step("fixed", true, now, RateFactorFull, 10*time.Millisecond)
 	// A grant moves the calendar to now + H: the cut's episode runs until then.
-	if _, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
-		GrantConfig{Horizon: grantLead}); err != nil {
+	if _, err := e.store.GrantUpstreams(e.ctx, 0, []quota.UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
+		quota.GrantConfig{Horizon: grantLead}); err != nil {
 		t.Fatal(err)
 	}
 	step("ai", true, now, 500_000, 20*time.Millisecond)
@@ -265,8 +266,8 @@ func TestUpstreamAdaptive(t *testing.T) {
 	later := now.Add(grantLead)
 	step("ai", true, later, 250_000, 40*time.Millisecond)
 	e.clock.Advance(time.Second)
-	gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
-		GrantConfig{Horizon: grantLead})
+	gs, err := e.store.GrantUpstreams(e.ctx, 0, []quota.UpstreamDemand{{Upstream: "ai", Wanted: 100, Weight: 1, Unit: 1}},
+		quota.GrantConfig{Horizon: grantLead})
 	if err != nil || len(gs) != 1 || gs[0].Interval != 40*time.Millisecond {
 		t.Fatalf("grant %+v, err %v: want the effective interval 40ms", gs, err)
 	}
@@ -292,12 +293,12 @@ func TestUnansweredGrantDefersTheNextAsk(t *testing.T) {
 	if len(res.Demand) != 1 {
 		t.Fatalf("demand %+v, want the unknown upstream", res.Demand)
 	}
-	if _, err := e.store.GrantUpstreams(e.ctx, shard, res.Demand, GrantConfig{Horizon: grantLead}); !errors.Is(err, ErrUpstreamNotFound) {
-		t.Fatalf("grant: %v, want ErrUpstreamNotFound", err)
+	if _, err := e.store.GrantUpstreams(e.ctx, shard, res.Demand, quota.GrantConfig{Horizon: grantLead}); !errors.Is(err, quota.ErrUpstreamNotFound) {
+		t.Fatalf("grant: %v, want quota.ErrUpstreamNotFound", err)
 	}
 	next := e.clock.Now().Add(2 * time.Second)
 	cfg := PassConfig{Lead: grantLead, MinLead: -1, Capacity: -1}
-	res, err := e.store.PassGranted(e.ctx, shard, cfg, []UpstreamGrant{{Upstream: "gone", Burst: 1, NextGrant: next}})
+	res, err := e.store.PassGranted(e.ctx, shard, cfg, []quota.UpstreamGrant{{Upstream: "gone", Burst: 1, NextGrant: next}})
 	if err != nil || len(res.Demand) != 0 || len(res.Released) != 0 {
 		t.Fatalf("pass with the unanswered grant: %+v, %v; want nothing", res, err)
 	}
@@ -318,10 +319,10 @@ func TestPausedUpstreamGrantsNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.putUpstream("sms", 50*time.Millisecond, 1)
-	ask := func() UpstreamGrant {
+	ask := func() quota.UpstreamGrant {
 		t.Helper()
-		gs, err := e.store.GrantUpstreams(e.ctx, 0, []UpstreamDemand{{Upstream: "sms", Wanted: 10, Weight: 1, Unit: 1}},
-			GrantConfig{Horizon: grantLead})
+		gs, err := e.store.GrantUpstreams(e.ctx, 0, []quota.UpstreamDemand{{Upstream: "sms", Wanted: 10, Weight: 1, Unit: 1}},
+			quota.GrantConfig{Horizon: grantLead})
 		if err != nil || len(gs) != 1 {
 			t.Fatalf("grant %+v, %v", gs, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -17,7 +18,7 @@ func upCfg(n int64, burst int64) upstream.Config {
 	return upstream.Config{Rate: bucket.Rate{Tokens: n, Per: time.Second}, Burst: burst}
 }
 
-func (e *env) upstream(name string) UpstreamRecord {
+func (e *env) upstream(name string) quota.UpstreamRecord {
 	e.t.Helper()
 	rec, err := e.store.Upstream(e.ctx, name)
 	if err != nil {
@@ -26,132 +27,13 @@ func (e *env) upstream(name string) UpstreamRecord {
 	return rec
 }
 
-// TestPutUpstreamVersions: a PUT creates at version 1, each PUT bumps it,
-// If-Match guards it (0: must not exist), the record reads back with the
-// defaults applied, the Params the scripts take and src api, and the
-// listing holds the name.
-func TestPutUpstreamVersions(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	if _, err := e.store.Upstream(e.ctx, "sms"); !errors.Is(err, ErrUpstreamNotFound) {
-		t.Fatalf("Upstream before any PUT: %v, want ErrUpstreamNotFound", err)
-	}
-	v, err := e.store.PutUpstream(e.ctx, "sms", upCfg(20, 0), SourceAPI, "0")
-	if err != nil || v != 1 {
-		t.Fatalf("create: version %d, %v; want 1", v, err)
-	}
-	rec := e.upstream("sms")
-	want := upstream.Config{Rate: bucket.Rate{Tokens: 20, Per: time.Second}, Burst: 1, PauseScope: upstream.ScopeTenant}
-	if rec.Config != want || rec.Version != 1 || rec.Source != SourceAPI || !rec.PausedUntil.IsZero() || rec.PauseReason != "" {
-		t.Fatalf("record = %+v", rec)
-	}
-	if rec.Params != (upstream.Params{IntervalUS: 50_000, Burst: 1}) {
-		t.Errorf("params = %+v", rec.Params)
-	}
-	if _, err := e.store.PutUpstream(e.ctx, "sms", upCfg(30, 2), SourceAPI, "0"); !errors.Is(err, ErrVersionMismatch) {
-		t.Fatalf("create again with If-Match 0: %v, want a version mismatch", err)
-	}
-	var stale *VersionMismatchError
-	_, err = e.store.PutUpstream(e.ctx, "sms", upCfg(30, 2), SourceAPI, `"u7"`)
-	if !errors.As(err, &stale) || stale.Current != 1 || stale.Want != 7 {
-		t.Fatalf("stale If-Match: %v, want current 1, want 7", err)
-	}
-	if got := e.upstream("sms"); got.Config != want || got.Version != 1 {
-		t.Fatalf("a refused PUT changed the record: %+v", got)
-	}
-	for i, ifMatch := range []string{`"u1"`, "2", "*", ""} {
-		v, err := e.store.PutUpstream(e.ctx, "sms", upCfg(int64(30+i), 2), SourceAPI, ifMatch)
-		if err != nil || v != int64(2+i) {
-			t.Fatalf("update with If-Match %q: version %d, %v; want %d", ifMatch, v, err, 2+i)
-		}
-	}
-	if got := e.upstream("sms"); got.Config.Rate.Tokens != 33 || got.Config.Burst != 2 || got.Version != 5 {
-		t.Errorf("after updates: %+v", got)
-	}
-	names, err := e.store.UpstreamNames(e.ctx, "", 10)
-	if err != nil || !slices.Equal(names, []string{"sms"}) {
-		t.Errorf("listing = %v, %v", names, err)
-	}
-}
-
-// TestPutUpstreamBadInput: bad names, configurations, sources and If-Match
-// values are errors wrapping ErrInvalid, and nothing is written.
-func TestPutUpstreamBadInput(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	for _, tc := range []struct {
-		name, src, ifMatch string
-		cfg                upstream.Config
-	}{
-		{"a:b", SourceAPI, "", upCfg(1, 1)},
-		{"", SourceAPI, "", upCfg(1, 1)},
-		{strings.Repeat("x", upstream.MaxNameLen+1), SourceAPI, "", upCfg(1, 1)},
-		{"ok", SourceAPI, "", upstream.Config{}},
-		{"ok", SourceAPI, "", upstream.Config{Rate: bucket.Rate{Tokens: 1, Per: time.Second}, PauseScope: "everyone"}},
-		{"ok", SourceAPI, "", upCfg(1, upstream.MaxBurst+1)},
-		{"ok", "file", "", upCfg(1, 1)},
-		{"ok", SourceAPI, "W/\"u1\"", upCfg(1, 1)},
-		{"ok", SourceAPI, "-1", upCfg(1, 1)},
-		{"ok", SourceAPI, "u", upCfg(1, 1)},
-	} {
-		if _, err := e.store.PutUpstream(e.ctx, tc.name, tc.cfg, tc.src, tc.ifMatch); !errors.Is(err, ErrInvalid) {
-			t.Errorf("PutUpstream(%.20q, %+v, %q, %q) = %v, want ErrInvalid", tc.name, tc.cfg, tc.src, tc.ifMatch, err)
-		}
-	}
-	keys, err := e.rdb.Keys(e.ctx, e.prefix+":*").Result()
-	if err != nil || len(keys) != 0 {
-		t.Errorf("refused PUTs wrote %v (%v)", keys, err)
-	}
-}
-
-// TestUpstreamNamesPages: the listing pages in byte order from a cursor.
-func TestUpstreamNamesPages(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	all := []string{"a", "b-1", "b.2", "c", "d@x", "e"}
-	for _, n := range slices.Backward(all) {
-		if _, err := e.store.PutUpstream(e.ctx, n, upCfg(1, 1), SourceAPI, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slices.Sort(all)
-	var got []string
-	after := ""
-	for range 10 {
-		page, err := e.store.UpstreamNames(e.ctx, after, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(page) > 4 {
-			t.Fatalf("page of %d names, limit 4", len(page))
-		}
-		got = append(got, page...)
-		if len(page) < 4 {
-			break
-		}
-		after = page[len(page)-1]
-	}
-	if !slices.Equal(got, all) {
-		t.Errorf("pages = %v, want %v", got, all)
-	}
-	for _, limit := range []int{0, -1, MaxUpstreamNames + 1} {
-		if _, err := e.store.UpstreamNames(e.ctx, "", limit); !errors.Is(err, ErrInvalid) {
-			t.Errorf("limit %d: %v, want ErrInvalid", limit, err)
-		}
-	}
-	recs, err := e.store.Upstreams(e.ctx, []string{"e", "nope", "a", "bad:name"})
-	if err != nil || len(recs) != 2 || recs[0].Name != "e" || recs[1].Name != "a" {
-		t.Errorf("Upstreams = %+v, %v; want e and a", recs, err)
-	}
-}
-
 // TestPauseUpstream: a timed pause, a longer one replacing it, a shorter
 // one changing nothing, a manual pause until resume that no timed pause
 // shortens, resume, a pause ending by time, and the refusals.
 func TestPauseUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.store.PutUpstream(e.ctx, "llm", upCfg(10, 1), SourceAPI, ""); err != nil {
+	if _, err := e.store.PutUpstream(e.ctx, "llm", upCfg(10, 1), quota.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	state := func() (time.Time, string) {
@@ -165,25 +47,25 @@ func TestPauseUpstream(t *testing.T) {
 		}
 	}
 	now := e.clock.Now()
-	pause(now.Add(30*time.Second), PauseThrottled)
-	if u, r := state(); !u.Equal(now.Add(30*time.Second)) || r != PauseThrottled {
+	pause(now.Add(30*time.Second), quota.PauseThrottled)
+	if u, r := state(); !u.Equal(now.Add(30*time.Second)) || r != quota.PauseThrottled {
 		t.Fatalf("after a 30 s pause: %s %q", u, r)
 	}
-	pause(now.Add(10*time.Second), PauseManual) // shorter: nothing changes
-	if u, r := state(); !u.Equal(now.Add(30*time.Second)) || r != PauseThrottled {
+	pause(now.Add(10*time.Second), quota.PauseManual) // shorter: nothing changes
+	if u, r := state(); !u.Equal(now.Add(30*time.Second)) || r != quota.PauseThrottled {
 		t.Fatalf("a shorter pause changed it: %s %q", u, r)
 	}
-	pause(now.Add(time.Minute), PauseManual)
-	if u, r := state(); !u.Equal(now.Add(time.Minute)) || r != PauseManual {
+	pause(now.Add(time.Minute), quota.PauseManual)
+	if u, r := state(); !u.Equal(now.Add(time.Minute)) || r != quota.PauseManual {
 		t.Fatalf("a longer pause did not extend it: %s %q", u, r)
 	}
-	pause(time.Time{}, PauseManual)
+	pause(time.Time{}, quota.PauseManual)
 	rec := e.upstream("llm")
-	if !rec.PausedUntilResume() || rec.PauseReason != PauseManual {
+	if !rec.PausedUntilResume() || rec.PauseReason != quota.PauseManual {
 		t.Fatalf("manual pause: %+v", rec)
 	}
-	pause(now.Add(time.Hour), PauseThrottled) // cannot shorten "until resume"
-	if rec := e.upstream("llm"); !rec.PausedUntilResume() || rec.PauseReason != PauseManual {
+	pause(now.Add(time.Hour), quota.PauseThrottled) // cannot shorten "until resume"
+	if rec := e.upstream("llm"); !rec.PausedUntilResume() || rec.PauseReason != quota.PauseManual {
 		t.Fatalf("a timed pause shortened the manual one: %+v", rec)
 	}
 	if err := e.store.ResumeUpstream(e.ctx, "llm"); err != nil {
@@ -193,17 +75,17 @@ func TestPauseUpstream(t *testing.T) {
 		t.Fatalf("after resume: %s %q", u, r)
 	}
 	// A pause ends by itself; then a shorter one than the ended one applies.
-	pause(e.clock.Now().Add(5*time.Second), PauseThrottled)
+	pause(e.clock.Now().Add(5*time.Second), quota.PauseThrottled)
 	e.clock.Advance(6 * time.Second)
 	if u, r := state(); !u.IsZero() || r != "" {
 		t.Fatalf("an ended pause still shows: %s %q", u, r)
 	}
-	pause(e.clock.Now().Add(time.Second), PauseThrottled)
+	pause(e.clock.Now().Add(time.Second), quota.PauseThrottled)
 	if u, _ := state(); !u.Equal(e.clock.Now().Add(time.Second)) {
 		t.Fatalf("a pause after an ended one: %s", u)
 	}
 	// A PUT keeps the pause.
-	if _, err := e.store.PutUpstream(e.ctx, "llm", upCfg(5, 1), SourceAPI, ""); err != nil {
+	if _, err := e.store.PutUpstream(e.ctx, "llm", upCfg(5, 1), quota.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	if u, _ := state(); !u.Equal(e.clock.Now().Add(time.Second)) {
@@ -211,9 +93,9 @@ func TestPauseUpstream(t *testing.T) {
 	}
 	// Refusals change nothing.
 	for _, err := range []error{
-		e.store.PauseUpstream(e.ctx, "llm", e.clock.Now(), PauseManual),
+		e.store.PauseUpstream(e.ctx, "llm", e.clock.Now(), quota.PauseManual),
 		e.store.PauseUpstream(e.ctx, "llm", e.clock.Now().Add(time.Hour), "bored"),
-		e.store.PauseUpstream(e.ctx, "a:b", time.Time{}, PauseManual),
+		e.store.PauseUpstream(e.ctx, "a:b", time.Time{}, quota.PauseManual),
 		e.store.ResumeUpstream(e.ctx, ""),
 	} {
 		if !errors.Is(err, ErrInvalid) {
@@ -224,14 +106,14 @@ func TestPauseUpstream(t *testing.T) {
 		t.Fatalf("a refused pause changed it: %s", u)
 	}
 	for _, err := range []error{
-		e.store.PauseUpstream(e.ctx, "ghost", time.Time{}, PauseManual),
+		e.store.PauseUpstream(e.ctx, "ghost", time.Time{}, quota.PauseManual),
 		e.store.ResumeUpstream(e.ctx, "ghost"),
 	} {
-		if !errors.Is(err, ErrUpstreamNotFound) {
-			t.Errorf("pause of an unknown upstream: %v, want ErrUpstreamNotFound", err)
+		if !errors.Is(err, quota.ErrUpstreamNotFound) {
+			t.Errorf("pause of an unknown upstream: %v, want quota.ErrUpstreamNotFound", err)
 		}
 	}
-	if n, _ := e.rdb.Exists(e.ctx, e.store.keys.upstream("ghost")).Result(); n != 0 {
+	if n, _ := e.rdb.Exists(e.ctx, e.store.UpstreamKey("ghost")).Result(); n != 0 {
 		t.Error("pausing an unknown upstream created its hash")
 	}
 	e.requireConsistent()
@@ -253,31 +135,31 @@ func TestSeedUpstreams(t *testing.T) {
 		}
 	}
 	seed(map[string]upstream.Config{"a": upCfg(10, 1), "b": upCfg(20, 2)})
-	if a := e.upstream("a"); a.Version != 1 || a.Source != SourceConfig || a.Config.Rate.Tokens != 10 {
+	if a := e.upstream("a"); a.Version != 1 || a.Source != quota.SourceConfig || a.Config.Rate.Tokens != 10 {
 		t.Fatalf("seeded a = %+v", a)
 	}
-	if _, err := e.store.PutUpstream(e.ctx, "b", upCfg(99, 9), SourceAPI, "1"); err != nil {
+	if _, err := e.store.PutUpstream(e.ctx, "b", upCfg(99, 9), quota.SourceAPI, "1"); err != nil {
 		t.Fatal(err)
 	}
 	seed(map[string]upstream.Config{"a": upCfg(10, 1), "b": upCfg(20, 2)}) // a unchanged, b kept
 	if a := e.upstream("a"); a.Version != 1 {
 		t.Errorf("an unchanged seed bumped a to %d", a.Version)
 	}
-	if b := e.upstream("b"); b.Version != 2 || b.Source != SourceAPI || b.Config.Rate.Tokens != 99 {
+	if b := e.upstream("b"); b.Version != 2 || b.Source != quota.SourceAPI || b.Config.Rate.Tokens != 99 {
 		t.Errorf("the seed overwrote b's PUT: %+v", b)
 	}
 	if !strings.Contains(logs.String(), "keeping Redis's") || !strings.Contains(logs.String(), "upstream=b") {
 		t.Errorf("no warning for b: %s", logs.String())
 	}
 	seed(map[string]upstream.Config{"a": upCfg(15, 1)}) // the file changed a
-	if a := e.upstream("a"); a.Version != 2 || a.Config.Rate.Tokens != 15 || a.Source != SourceConfig {
+	if a := e.upstream("a"); a.Version != 2 || a.Config.Rate.Tokens != 15 || a.Source != quota.SourceConfig {
 		t.Errorf("the file's change of a: %+v", a)
 	}
 	err := e.store.SeedUpstreams(e.ctx, map[string]upstream.Config{"c": upCfg(1, 1), "d": {}}, log)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"d"`) {
 		t.Errorf("seed with an invalid entry: %v", err)
 	}
-	if _, err := e.store.Upstream(e.ctx, "c"); !errors.Is(err, ErrUpstreamNotFound) {
+	if _, err := e.store.Upstream(e.ctx, "c"); !errors.Is(err, quota.ErrUpstreamNotFound) {
 		t.Errorf("an invalid seed wrote c: %v", err)
 	}
 	names, _ := e.store.UpstreamNames(e.ctx, "", 10)
@@ -286,7 +168,7 @@ func TestSeedUpstreams(t *testing.T) {
 	}
 	e.requireConsistent()
 	// The audit sees an unlisted hash (a listing write that failed).
-	if err := e.rdb.ZRem(e.ctx, e.store.keys.upstreams(), "a").Err(); err != nil {
+	if err := e.rdb.ZRem(e.ctx, e.store.ListingKey(), "a").Err(); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := auditKeyspace(e.ctx, e.rdb, e.prefix, e.store.Shards())
@@ -295,24 +177,6 @@ func TestSeedUpstreams(t *testing.T) {
 	}
 	seed(map[string]upstream.Config{"a": upCfg(15, 1)}) // the next seed lists it again
 	e.requireConsistent()
-}
-
-// TestUpstreamKeysOneSlot: every key of one upstream shares its hash tag,
-// and the ETag and its If-Match round-trip.
-func TestUpstreamKeysOneSlot(t *testing.T) {
-	t.Parallel()
-	k := keyspace{prefix: "p", shards: 4}
-	if got := k.upstream("sms"); got != "p:{u:sms}:u" {
-		t.Errorf("upstream key = %q", got)
-	}
-	if got := k.upstreams(); got != "p:upstreams" {
-		t.Errorf("listing key = %q", got)
-	}
-	for _, v := range []int64{0, 1, 42} {
-		if n, err := ParseUpstreamIfMatch(UpstreamETag(v)); err != nil || n != v {
-			t.Errorf("If-Match %s = %d, %v", UpstreamETag(v), n, err)
-		}
-	}
 }
 
 // TestPolicyDefaultUpstreams: a tenant policy's default upstreams are

@@ -7,7 +7,7 @@
 // upstream names and the most upstreams one job may name.
 //
 // The package is pure (no I/O): the registry in Redis is
-// internal/store/upstreams.go, the routes internal/api. It imports no
+// internal/quota, the routes internal/api. It imports no
 // Sluice package but bucket, so internal/job may use its name rules.
 //
 // Every upstream default and bound is declared once, here; the store's

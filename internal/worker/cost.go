@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -69,7 +70,7 @@ func ParseCost(v string) (int64, error) {
 // logged (job, upstream, header and reason; never the value) and counted.
 // Safe for concurrent use.
 type CostReader struct {
-	upstreams *store.UpstreamCache
+	upstreams *quota.UpstreamCache
 	logger    *slog.Logger
 	ignored   *prometheus.CounterVec // by reason
 }
@@ -78,7 +79,7 @@ type CostReader struct {
 // (NewUpstreamCache; give the Worker the same one, Config.UpstreamCache),
 // registering its counter with reg (nil: none) and logging to logger (nil:
 // discarded).
-func NewCostReader(ups *store.UpstreamCache, reg prometheus.Registerer, logger *slog.Logger) (*CostReader, error) {
+func NewCostReader(ups *quota.UpstreamCache, reg prometheus.Registerer, logger *slog.Logger) (*CostReader, error) {
 	c := &CostReader{upstreams: ups, logger: logger,
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_cost_headers_ignored_total",

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -47,16 +48,16 @@ type costSource struct {
 	err     error
 }
 
-func (s *costSource) UpstreamSettings(_ context.Context, ups []string) ([]store.UpstreamSettings, error) {
+func (s *costSource) UpstreamSettings(_ context.Context, ups []string) ([]quota.UpstreamSettings, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = append(s.asked, slices.Clone(ups))
 	if s.err != nil {
 		return nil, s.err
 	}
-	out := make([]store.UpstreamSettings, len(ups))
+	out := make([]quota.UpstreamSettings, len(ups))
 	for i, u := range ups {
-		out[i] = store.UpstreamSettings{Found: true, CostHeader: s.headers[u]}
+		out[i] = quota.UpstreamSettings{Found: true, CostHeader: s.headers[u]}
 	}
 	return out, nil
 }
@@ -68,7 +69,7 @@ func TestCostReaderHeadersAndCache(t *testing.T) {
 	t.Parallel()
 	src := &costSource{headers: map[string]string{"llm": "X-Usage-Tokens", "sms": "X-Cost", "plain": ""}}
 	reg := prometheus.NewRegistry()
-	ups := store.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
+	ups := quota.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
 	c, err := NewCostReader(ups, reg, nil)
 	if err != nil {
 		t.Fatal(err)

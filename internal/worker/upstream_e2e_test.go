@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
@@ -28,7 +29,7 @@ func (h *harness) putUpstream(name, rate string, burst int64, scope string) {
 		h.t.Fatal(err)
 	}
 	cfg := upstream.Config{Rate: r, Burst: burst, PauseScope: scope}
-	if _, err := h.st.PutUpstream(h.ctx, name, cfg, store.SourceAPI, ""); err != nil {
+	if _, err := h.st.PutUpstream(h.ctx, name, cfg, quota.SourceAPI, ""); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -270,7 +271,7 @@ func (h *harness) noLostHandoff(t *testing.T) {
 func TestUpstreamConcurrency(t *testing.T) {
 	h := newHarness(t, 4)
 	r, _ := bucket.ParseRate("200/s")
-	if _, err := h.st.PutUpstream(h.ctx, "slow", upstream.Config{Rate: r, Burst: 10, Concurrency: 2}, store.SourceAPI, ""); err != nil {
+	if _, err := h.st.PutUpstream(h.ctx, "slow", upstream.Config{Rate: r, Burst: 10, Concurrency: 2}, quota.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	h.policy("cc", store.Overrides{RateUS: ptr(5_000), Burst: ptr(10), Concurrency: ptr(20)})
@@ -319,7 +320,7 @@ func TestUpstreamConcurrency(t *testing.T) {
 func TestUpstreamConcurrencyGivesBack(t *testing.T) {
 	h := newHarness(t, 4)
 	r, _ := bucket.ParseRate("100/s")
-	if _, err := h.st.PutUpstream(h.ctx, "one", upstream.Config{Rate: r, Concurrency: 1}, store.SourceAPI, ""); err != nil {
+	if _, err := h.st.PutUpstream(h.ctx, "one", upstream.Config{Rate: r, Concurrency: 1}, quota.SourceAPI, ""); err != nil {
 		t.Fatal(err)
 	}
 	if held, err := h.st.AcquireUpstreamRun(h.ctx, "one", "elsewhere:1", time.Minute); !held || err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -95,7 +96,7 @@ func (w *Worker) acquireRuns(ctx context.Context, job store.ClaimedJob) (held []
 	}
 	grace := w.Settings().Grace
 	life, deadline := timeout+grace, time.Now().Add(grace/2)
-	holder := store.HolderOf(job.ID, job.Gen)
+	holder := quota.HolderOf(job.ID, job.Gen)
 	asked, waitedAny := false, false
 	for i, name := range job.Upstreams {
 		if settings[i].Params.Concurrency == 0 {
@@ -137,7 +138,7 @@ func (w *Worker) acquireRun(ctx context.Context, name, holder string, life time.
 	for delay := runRetryMin; ; delay = min(2*delay, runRetryMax) {
 		wake := w.runWakes.next(name)
 		taken, err := w.cfg.UpstreamRates.AcquireUpstreamRun(ctx, name, holder, life)
-		var full *store.UpstreamRunFullError
+		var full *quota.UpstreamRunFullError
 		if !errors.As(err, &full) {
 			return taken, waited, err
 		}
@@ -168,7 +169,7 @@ func (w *Worker) releaseRuns(ctx context.Context, job store.ClaimedJob, held []s
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	holder := store.HolderOf(job.ID, job.Gen)
+	holder := quota.HolderOf(job.ID, job.Gen)
 	for _, name := range held {
 		if err := w.cfg.UpstreamRates.ReleaseUpstreamRun(rctx, name, holder); err != nil {
 			w.cfg.Logger.Warn("release upstream lease failed; it ends at its life", "job", job.ID, "upstream", name, "err", err)

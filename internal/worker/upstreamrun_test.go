@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -29,18 +30,18 @@ func (s *leaseSource) record(call string) {
 	s.calls = append(s.calls, call)
 }
 
-func (s *leaseSource) UpstreamSettings(_ context.Context, names []string) ([]store.UpstreamSettings, error) {
+func (s *leaseSource) UpstreamSettings(_ context.Context, names []string) ([]quota.UpstreamSettings, error) {
 	s.record("settings")
-	out := make([]store.UpstreamSettings, len(names))
+	out := make([]quota.UpstreamSettings, len(names))
 	for i, n := range names {
-		out[i] = store.UpstreamSettings{Found: true, Params: upstream.Params{IntervalUS: 1000, Burst: 1, Concurrency: s.concurrency[n]}}
+		out[i] = quota.UpstreamSettings{Found: true, Params: upstream.Params{IntervalUS: 1000, Burst: 1, Concurrency: s.concurrency[n]}}
 	}
 	return out, nil
 }
 
 func (s *leaseSource) PauseUpstream(context.Context, string, time.Time, string) error { return nil }
 
-func (s *leaseSource) UpstreamOutcome(context.Context, string, bool, time.Time, store.FinishConfig) (int64, time.Duration, error) {
+func (s *leaseSource) UpstreamOutcome(context.Context, string, bool, time.Time, quota.AdaptConfig) (int64, time.Duration, error) {
 	return 0, 0, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -13,9 +14,9 @@ import (
 // UpstreamCache), its pause (pu = max(pu, until), reason) and its rate
 // factor's feedback, and its concurrency leases.
 type UpstreamRates interface {
-	UpstreamSettings(ctx context.Context, names []string) ([]store.UpstreamSettings, error)
+	UpstreamSettings(ctx context.Context, names []string) ([]quota.UpstreamSettings, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
-	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg store.FinishConfig) (int64, time.Duration, error)
+	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg quota.AdaptConfig) (int64, time.Duration, error)
 	// The concurrency leases (upstreamrun.go).
 	AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error)
 	ReleaseUpstreamRun(ctx context.Context, name, holder string) error
@@ -81,12 +82,12 @@ const UpstreamCacheTTL = time.Second
 // NewUpstreamCache is the cache of upstream settings a Worker and a
 // CostReader share (Config.UpstreamCache, NewCostReader): src's
 // UpstreamSettings, each upstream read at most once per UpstreamCacheTTL.
-func NewUpstreamCache(src UpstreamRates) *store.UpstreamCache {
-	return store.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
+func NewUpstreamCache(src UpstreamRates) *quota.UpstreamCache {
+	return quota.NewUpstreamCache(src.UpstreamSettings, UpstreamCacheTTL)
 }
 
 // adaptUpstreams feeds the outcome of job's attempt to each adaptive
-// upstream it names (store.UpstreamOutcome): a congestion signal cuts the
+// upstream it names (quota.Registry.UpstreamOutcome): a congestion signal cuts the
 // upstream's rate, a success recovers it; other outcomes say nothing.
 func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) {
 	if w.cfg.UpstreamRates == nil || len(job.Upstreams) == 0 {
@@ -101,7 +102,7 @@ func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wir
 		if err != nil || !st.Params.Adaptive {
 			continue
 		}
-		if _, _, err := w.cfg.UpstreamRates.UpstreamOutcome(ctx, name, congested, job.Slot, cfg); err != nil {
+		if _, _, err := w.cfg.UpstreamRates.UpstreamOutcome(ctx, name, congested, job.Slot, cfg.Adapt()); err != nil {
 			w.cfg.Logger.Warn("adapt upstream rate failed", "upstream", name, "job", job.ID, "err", err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -125,7 +126,7 @@ type Config struct {
 	// at most once per UpstreamCacheTTL; give the CostReader of the same
 	// process the same one (NewCostReader). Default: NewUpstreamCache of
 	// UpstreamRates (none without it).
-	UpstreamCache *store.UpstreamCache
+	UpstreamCache *quota.UpstreamCache
 	// Announce announces the Worker's concurrency: at Start and every
 	// HeartbeatInterval with Concurrency and a life (ttl) of 3 intervals,
 	// and when the Worker stops with concurrency 0 and a life of 1 s (the
@@ -201,7 +202,7 @@ type Worker struct {
 	metrics *metrics
 	// upstreams caches the settings of the upstreams jobs name
 	// (Config.UpstreamCache; nil without UpstreamRates).
-	upstreams *store.UpstreamCache
+	upstreams *quota.UpstreamCache
 	// runWakes wakes jobs waiting for an upstream's concurrency lease
 	// (upstreamrun.go).
 	runWakes runWakes

@@ -1,4 +1,4 @@
-package store
+package fleet
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ func TestTaskWorkerHeartbeats(t *testing.T) {
 	e := newEnv(t)
 	live := func(queue string) bool {
 		t.Helper()
-		ok, err := e.store.TaskQueueLive(e.ctx, queue)
+		ok, err := e.roster.TaskQueueLive(e.ctx, queue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,13 +27,13 @@ func TestTaskWorkerHeartbeats(t *testing.T) {
 	}
 	beat := func(instance string, conc int, ttl time.Duration) {
 		t.Helper()
-		if err := e.store.TaskHeartbeat(e.ctx, "default", instance, conc, 20*time.Millisecond, ttl); err != nil {
+		if err := e.roster.TaskHeartbeat(e.ctx, "default", instance, conc, 20*time.Millisecond, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
 	beat("a", 10, 5*time.Second)
 	beat("b", 3, time.Second)
-	ws, err := e.store.TaskWorkers(e.ctx, "default")
+	ws, err := e.roster.TaskWorkers(e.ctx, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestTaskWorkerHeartbeats(t *testing.T) {
 	}
 
 	e.clock.Advance(time.Second) // b's heartbeat ends: not live, deleted on the next list
-	if ws, _ := e.store.TaskWorkers(e.ctx, "default"); len(ws) != 1 || ws[0].ID != "a" {
+	if ws, _ := e.roster.TaskWorkers(e.ctx, "default"); len(ws) != 1 || ws[0].ID != "a" {
 		t.Fatalf("after b expired: %+v", ws)
 	}
 	if left := e.rdb.HKeys(e.ctx, e.prefix+":mw:default").Val(); !slices.Equal(left, []string{"a"}) {
@@ -68,7 +68,7 @@ func TestTaskWorkerHeartbeats(t *testing.T) {
 		t.Fatal("concurrency 0 counted as live")
 	}
 	beat("a", 4, 5*time.Second)
-	if err := e.store.TaskWithdraw(e.ctx, "default", "a"); err != nil {
+	if err := e.roster.TaskWithdraw(e.ctx, "default", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if live("default") {
@@ -76,19 +76,19 @@ func TestTaskWorkerHeartbeats(t *testing.T) {
 	}
 
 	for _, err := range []error{
-		e.store.TaskHeartbeat(e.ctx, "{x}", "a", 1, 0, time.Second),
-		e.store.TaskHeartbeat(e.ctx, "", "a", 1, 0, time.Second),
-		e.store.TaskHeartbeat(e.ctx, "default", "", 1, 0, time.Second),
-		e.store.TaskHeartbeat(e.ctx, "default", "a", -1, 0, time.Second),
-		e.store.TaskHeartbeat(e.ctx, "default", "a", 1, -time.Millisecond, time.Second),
-		e.store.TaskHeartbeat(e.ctx, "default", "a", 1, 0, 0),
-		e.store.TaskWithdraw(e.ctx, "default", ""),
+		e.roster.TaskHeartbeat(e.ctx, "{x}", "a", 1, 0, time.Second),
+		e.roster.TaskHeartbeat(e.ctx, "", "a", 1, 0, time.Second),
+		e.roster.TaskHeartbeat(e.ctx, "default", "", 1, 0, time.Second),
+		e.roster.TaskHeartbeat(e.ctx, "default", "a", -1, 0, time.Second),
+		e.roster.TaskHeartbeat(e.ctx, "default", "a", 1, -time.Millisecond, time.Second),
+		e.roster.TaskHeartbeat(e.ctx, "default", "a", 1, 0, 0),
+		e.roster.TaskWithdraw(e.ctx, "default", ""),
 	} {
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("bad argument: %v, want ErrInvalid", err)
 		}
 	}
-	if _, err := e.store.TaskQueueLive(e.ctx, "a{b}"); !errors.Is(err, ErrInvalid) {
+	if _, err := e.roster.TaskQueueLive(e.ctx, "a{b}"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("queue with braces: %v, want ErrInvalid", err)
 	}
 }

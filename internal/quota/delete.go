@@ -1,16 +1,17 @@
-package store
+package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // UpstreamInUseError is DeleteUpstream's refusal while jobs wait on or run
 // under the upstream: Waiting (queued in lanes naming it, by tenant; at
-// most UpstreamRuntimeTenantsPerShard tenants per shard) and Running (its
+// most store.UpstreamRuntimeTenantsPerShard tenants per shard) and Running (its
 // concurrency leases in force).
 type UpstreamInUseError struct {
 	Name    string
@@ -37,21 +38,21 @@ func (e *UpstreamInUseError) Error() string {
 // when it has no record. Jobs naming it in a shard's delayed set (run_at,
 // a retry's backoff) are not seen: when due they reach their lane, the
 // shard's dispatcher asks the coordinator for room, is told the upstream
-// does not exist, and dead-letters them (DeadLetterUnknownUpstream, reason
-// DeadReasonUnknownUpstream). Jobs naming it that are released or running
+// does not exist, and dead-letters them (store.DeadLetterUnknownUpstream,
+// reason store.DeadReasonUnknownUpstream). Jobs naming it that are released or running
 // without a lease are not seen either: they finish normally (a cost correction
 // or a throttle pause of a deleted upstream does nothing). The check and
 // the delete are two steps: a job enqueued between them (the API's
 // upstream cache is up to a second old) is dead-lettered likewise.
-func (s *Store) DeleteUpstream(ctx context.Context, name, ifMatch string) error {
+func (q *Registry) DeleteUpstream(ctx context.Context, name, ifMatch string) error {
 	want, err := ParseUpstreamIfMatch(ifMatch)
 	if err == nil {
-		err = checkUpstreamName(name)
+		err = CheckName(name)
 	}
 	if err != nil {
 		return fmt.Errorf("delete upstream %q: %w", name, err)
 	}
-	rt, err := s.UpstreamRuntime(ctx, name)
+	rt, err := q.UpstreamRuntime(ctx, name)
 	if err != nil {
 		return fmt.Errorf("delete upstream %q: %w", name, err)
 	}
@@ -59,20 +60,19 @@ func (s *Store) DeleteUpstream(ctx context.Context, name, ifMatch string) error 
 		return fmt.Errorf("delete upstream %q: %w", name,
 			&UpstreamInUseError{Name: name, Waiting: rt.WaitingByTenant, Running: rt.Running})
 	}
-	d, err := s.runKeys(ctx, scriptUpstreamDelete, s.keys.upstreamDeleteKeys(name), s.nowArg(), max(want, AnyVersion))
-	var st *statusReply
-	switch {
-	case errors.As(err, &st) && st.status == statusVersionMismatch:
-		err = &VersionMismatchError{Upstream: name, Want: want, Current: d.int(1)}
-	case errors.As(err, &st) && st.status == statusNotFound:
+	d, err := q.runKeys(ctx, scriptUpstreamDelete, q.keys.deleteKeys(name), q.nowArg(), max(want, AnyVersion))
+	switch redisscript.RefusalStatus(err) {
+	case redisscript.StatusVersionMismatch:
+		err = &VersionMismatchError{Upstream: name, Want: want, Current: d.Int(1)}
+	case redisscript.StatusNotFound:
 		err = ErrUpstreamNotFound
-	case errors.As(err, &st) && st.status == "in_use":
-		err = &UpstreamInUseError{Name: name, Waiting: map[string]int64{}, Running: d.int(1)}
+	case "in_use":
+		err = &UpstreamInUseError{Name: name, Waiting: map[string]int64{}, Running: d.Int(1)}
 	}
 	if err != nil {
 		return fmt.Errorf("delete upstream %q: %w", name, err)
 	}
-	if err := s.rdb.ZRem(ctx, s.keys.upstreams(), name).Err(); err != nil {
+	if err := q.rdb.ZRem(ctx, q.keys.upstreams(), name).Err(); err != nil {
 		return fmt.Errorf("delete upstream %q from the listing: %w", name, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package store
+package quota
 
 import (
 	"cmp"
@@ -117,10 +117,10 @@ const alignTries = 3
 // once; once X is within reach; at the upstream's next round while it is
 // paused past X or it is not the shard's turn). known learns every
 // calendar the replies report.
-func (s *Store) AlignUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, aligned []AlignedDemand, known Calendars, cfg GrantConfig) ([]UpstreamGrant, error) {
+func (q *Registry) AlignUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, aligned []AlignedDemand, known Calendars, cfg GrantConfig) ([]UpstreamGrant, error) {
 	cfg = cfg.withDefaults()
-	if shard < 0 || shard >= s.keys.shards || cfg.Horizon < time.Microsecond {
-		return nil, invalidf("grant upstreams for shard %d: want a shard of 0 … %d and a horizon ≥ 1µs", shard, s.keys.shards-1)
+	if shard < 0 || shard >= q.shards || cfg.Horizon < time.Microsecond {
+		return nil, invalidf("grant upstreams for shard %d: want a shard of 0 … %d and a horizon ≥ 1µs", shard, q.shards-1)
 	}
 	if known == nil {
 		known = Calendars{}
@@ -128,7 +128,7 @@ func (s *Store) AlignUpstreams(ctx context.Context, shard int, demand []Upstream
 	var asks []grantAsk
 	var errs []error
 	for _, d := range demand {
-		if err := checkUpstreamName(d.Upstream); err != nil {
+		if err := CheckName(d.Upstream); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -142,7 +142,7 @@ func (s *Store) AlignUpstreams(ctx context.Context, shard int, demand []Upstream
 		if len(asks) == 0 {
 			break
 		}
-		replies, cerrs := s.grantCalls(ctx, shard, asks, cfg)
+		replies, cerrs := q.grantCalls(ctx, shard, asks, cfg)
 		errs = append(errs, cerrs...)
 		plain := map[string]int{} // upstream → its plain grant's index in grants
 		for i, r := range replies {
@@ -179,7 +179,7 @@ func alignedSets(aligned []AlignedDemand) ([]AlignedDemand, []error) {
 		seen[set] = true
 		var bad []error
 		for _, n := range a.Upstreams {
-			if err := checkUpstreamName(n); err != nil {
+			if err := CheckName(n); err != nil {
 				bad = append(bad, err)
 			}
 		}
@@ -220,7 +220,7 @@ func mergeAligned(asks []grantAsk, sets []AlignedDemand, request bool, known Cal
 
 // grantCalls runs one coordinator call per ask in one pipeline; a failed
 // call's reply is nil and its error returned.
-func (s *Store) grantCalls(ctx context.Context, shard int, asks []grantAsk, cfg GrantConfig) ([]*grantReply, []error) {
+func (q *Registry) grantCalls(ctx context.Context, shard int, asks []grantAsk, cfg GrantConfig) ([]*grantReply, []error) {
 	calls := make([]*redisscript.Call, len(asks))
 	for i, a := range asks {
 		var mode, at int64 // aligned mode: 0 none, 1 probe, 2 request
@@ -231,14 +231,14 @@ func (s *Store) grantCalls(ctx context.Context, shard int, asks []grantAsk, cfg 
 			mode = 1
 		}
 		calls[i] = &redisscript.Call{
-			Script: scriptUpstreamGrant.eval,
-			Keys:   s.keys.upstreamGrantKeys(a.upstream),
-			Args: []any{s.nowArg(), shard, max(a.wanted, 0), max(a.weight, 1), max(a.unit, 1),
+			Script: scriptUpstreamGrant,
+			Keys:   q.keys.grantKeys(a.upstream),
+			Args: []any{q.nowArg(), shard, max(a.wanted, 0), max(a.weight, 1), max(a.unit, 1),
 				cfg.Horizon.Microseconds(), cfg.Lifetime.Microseconds(),
 				mode, at, a.span.Microseconds(), max(a.cost, 1), max(a.reach.Microseconds(), 1)},
 		}
 	}
-	s.runner.Batch(ctx, calls)
+	q.runner.Batch(ctx, calls)
 	replies := make([]*grantReply, len(calls))
 	var errs []error
 	for i, c := range calls {
@@ -328,15 +328,4 @@ func retryAligned(a grantAsk, r grantReply) time.Time {
 		return latest(r.now, slices.MinFunc([]time.Time{a.at.Add(-a.reach), r.grant.NextGrant}, time.Time.Compare))
 	}
 	return r.now
-}
-
-// decodeAligned reads a pass reply's aligned demand list.
-func decodeAligned(d decoder) []AlignedDemand {
-	var out []AlignedDemand
-	for i := range d.Len() {
-		e := d.list(i)
-		out = append(out, AlignedDemand{Upstreams: strings.Split(e.str(0), ","), Cost: e.int(1),
-			Span: us(e.int(2)), Weight: e.int(3), Earliest: microsTime(e.int(4))})
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package store
+package quota
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -50,11 +51,11 @@ const (
 // 2^52, beyond every real time the scripts handle.
 const ManualPauseUS int64 = 1 << 52
 
+// AnyVersion, as ParseUpstreamIfMatch's answer, writes unconditionally.
+const AnyVersion int64 = -1
+
 // MaxUpstreamNames bounds one UpstreamNames page.
 const MaxUpstreamNames = 1000
-
-// ErrUpstreamNotFound: no upstream of that name is registered.
-var ErrUpstreamNotFound = errors.New("no such upstream")
 
 // UpstreamRecord is one upstream as the registry holds it.
 type UpstreamRecord struct {
@@ -81,16 +82,16 @@ func (r UpstreamRecord) PausedUntilResume() bool { return r.PausedUntil.UnixMicr
 // else a *VersionMismatchError (Upstream set). The pause and the coordinator's state are
 // kept. Bad input (name, configuration, src, ifMatch) is an error wrapping
 // ErrInvalid that writes nothing.
-func (s *Store) PutUpstream(ctx context.Context, name string, cfg upstream.Config, src, ifMatch string) (int64, error) {
+func (q *Registry) PutUpstream(ctx context.Context, name string, cfg upstream.Config, src, ifMatch string) (int64, error) {
 	want, err := ParseUpstreamIfMatch(ifMatch)
 	if err == nil && src != SourceAPI && src != SourceConfig {
 		err = invalidf("source %q: want %s or %s", src, SourceAPI, SourceConfig)
 	}
 	var version int64
 	if err == nil {
-		version, _, err = s.putUpstream(ctx, "put", name, cfg, src, want)
+		version, _, err = q.putUpstream(ctx, "put", name, cfg, src, want)
 	}
-	if versionMismatch(err) {
+	if errors.Is(err, ErrVersionMismatch) {
 		err = &VersionMismatchError{Upstream: name, Want: want, Current: version}
 	}
 	if err != nil {
@@ -129,7 +130,7 @@ func ParseUpstreamIfMatch(v string) (int64, error) {
 // new version); one written last by PUT keeps Redis's, logged as a warning
 // when it differs. Every configuration is validated first; nothing is
 // written when one is invalid.
-func (s *Store) SeedUpstreams(ctx context.Context, cfgs map[string]upstream.Config, log *slog.Logger) error {
+func (q *Registry) SeedUpstreams(ctx context.Context, cfgs map[string]upstream.Config, log *slog.Logger) error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
 		if err := checkUpstream(name, cfgs[name]); err != nil {
@@ -140,7 +141,7 @@ func (s *Store) SeedUpstreams(ctx context.Context, cfgs map[string]upstream.Conf
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
-		version, outcome, err := s.putUpstream(ctx, "seed", name, cfgs[name], SourceConfig, AnyVersion)
+		version, outcome, err := q.putUpstream(ctx, "seed", name, cfgs[name], SourceConfig, AnyVersion)
 		if err != nil {
 			return fmt.Errorf("seed upstream %q: %w", name, err)
 		}
@@ -156,30 +157,30 @@ func (s *Store) SeedUpstreams(ctx context.Context, cfgs map[string]upstream.Conf
 
 // putUpstream runs upstream_put.lua, then adds name to the listing. It
 // returns the version (the current one on a mismatch, with the
-// *statusReply error) and the script's outcome.
-func (s *Store) putUpstream(ctx context.Context, op, name string, cfg upstream.Config, src string, ifVersion int64) (int64, string, error) {
+// *redisscript.Refusal error) and the script's outcome.
+func (q *Registry) putUpstream(ctx context.Context, op, name string, cfg upstream.Config, src string, ifVersion int64) (int64, string, error) {
 	cfg = cfg.WithDefaults()
 	if err := checkUpstream(name, cfg); err != nil {
 		return 0, "", err
 	}
 	view, _ := json.Marshal(cfg.View())     // cannot fail: plain fields
 	params, _ := json.Marshal(cfg.Params()) // cannot fail: integers
-	d, err := s.runKeys(ctx, scriptUpstreamPut, []string{s.keys.upstream(name)}, s.nowArg(), op, view, params, src, max(ifVersion, AnyVersion))
+	d, err := q.runKeys(ctx, scriptUpstreamPut, []string{q.keys.upstream(name)}, q.nowArg(), op, view, params, src, max(ifVersion, AnyVersion))
 	if err != nil && !errors.Is(err, ErrVersionMismatch) {
 		return 0, "", err
 	}
-	version := d.int(1)
+	version := d.Int(1)
 	if derr := d.Err(); derr != nil {
 		return 0, "", derr
 	}
 	if err != nil {
 		return version, "", err
 	}
-	outcome := d.str(2)
+	outcome := d.Str(2)
 	if derr := d.Err(); derr != nil {
 		return 0, "", derr
 	}
-	if err := s.rdb.ZAdd(ctx, s.keys.upstreams(), redis.Z{Member: name}).Err(); err != nil {
+	if err := q.rdb.ZAdd(ctx, q.keys.upstreams(), redis.Z{Member: name}).Err(); err != nil {
 		return 0, "", fmt.Errorf("list upstream: %w", err)
 	}
 	return version, outcome, nil
@@ -188,7 +189,7 @@ func (s *Store) putUpstream(ctx context.Context, op, name string, cfg upstream.C
 // checkUpstream checks a name and a configuration with defaults applied;
 // the error wraps ErrInvalid.
 func checkUpstream(name string, cfg upstream.Config) error {
-	if err := checkUpstreamName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return err
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
@@ -198,8 +199,8 @@ func checkUpstream(name string, cfg upstream.Config) error {
 }
 
 // Upstream reads name's record; ErrUpstreamNotFound when it has none.
-func (s *Store) Upstream(ctx context.Context, name string) (UpstreamRecord, error) {
-	recs, err := s.Upstreams(ctx, []string{name})
+func (q *Registry) Upstream(ctx context.Context, name string) (UpstreamRecord, error) {
+	recs, err := q.Upstreams(ctx, []string{name})
 	if err != nil {
 		return UpstreamRecord{}, err
 	}
@@ -211,18 +212,18 @@ func (s *Store) Upstream(ctx context.Context, name string) (UpstreamRecord, erro
 
 // Upstreams reads the records of names, in their order, in one pipeline;
 // a name without a record (or with an invalid name) is left out.
-func (s *Store) Upstreams(ctx context.Context, names []string) ([]UpstreamRecord, error) {
+func (q *Registry) Upstreams(ctx context.Context, names []string) ([]UpstreamRecord, error) {
 	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return upstream.ValidName(n) != nil })
 	if len(names) == 0 {
 		return nil, nil
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(names))
 	var clock *redis.TimeCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range names {
-			cmds[i] = p.HGetAll(ctx, s.keys.upstream(n))
+			cmds[i] = p.HGetAll(ctx, q.keys.upstream(n))
 		}
-		if s.clock == nil {
+		if q.clock == nil {
 			clock = p.Time(ctx)
 		}
 		return nil
@@ -230,9 +231,11 @@ func (s *Store) Upstreams(ctx context.Context, names []string) ([]UpstreamRecord
 	if err != nil {
 		return nil, fmt.Errorf("get upstreams: %w", err)
 	}
-	now := s.now() // the fake clock of tests
+	var now time.Time
 	if clock != nil {
 		now = clock.Val() // Redis's, the pause script's clock
+	} else {
+		now = q.clock() // the fake clock of tests
 	}
 	out := make([]UpstreamRecord, 0, len(names))
 	for i, n := range names {
@@ -275,7 +278,7 @@ func parseUpstream(name string, h map[string]string, now time.Time) (UpstreamRec
 
 // UpstreamNames returns up to limit (1 … MaxUpstreamNames) registered
 // names after after ("" = from the start), in byte order.
-func (s *Store) UpstreamNames(ctx context.Context, after string, limit int) ([]string, error) {
+func (q *Registry) UpstreamNames(ctx context.Context, after string, limit int) ([]string, error) {
 	if limit < 1 || limit > MaxUpstreamNames {
 		return nil, fmt.Errorf("list upstreams: %w", invalidf("limit %d: want 1 … %d", limit, MaxUpstreamNames))
 	}
@@ -283,7 +286,7 @@ func (s *Store) UpstreamNames(ctx context.Context, after string, limit int) ([]s
 	if after != "" {
 		start = "(" + after
 	}
-	names, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.keys.upstreams(), Start: start, Stop: "+",
+	names, err := q.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: q.keys.upstreams(), Start: start, Stop: "+",
 		ByLex: true, Count: int64(limit)}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list upstreams: %w", err)
@@ -297,7 +300,7 @@ func (s *Store) UpstreamNames(ctx context.Context, after string, limit int) ([]s
 // earlier than the one in force changes nothing. until must be after
 // Redis's now, reason PauseManual or PauseThrottled (else an error wrapping
 // ErrInvalid). ErrUpstreamNotFound when name has no record.
-func (s *Store) PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error {
+func (q *Registry) PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error {
 	end := ManualPauseUS
 	if !until.IsZero() {
 		end = min(until.UnixMicro(), ManualPauseUS)
@@ -306,7 +309,7 @@ func (s *Store) PauseUpstream(ctx context.Context, name string, until time.Time,
 	if reason != PauseManual && reason != PauseThrottled {
 		err = invalidf("pause reason %q: want %s or %s", reason, PauseManual, PauseThrottled)
 	} else {
-		_, err = s.pauseUpstream(ctx, name, "pause", end, reason)
+		_, err = q.pauseUpstream(ctx, name, "pause", end, reason)
 	}
 	if err != nil {
 		return fmt.Errorf("pause upstream %q: %w", name, err)
@@ -316,20 +319,20 @@ func (s *Store) PauseUpstream(ctx context.Context, name string, until time.Time,
 
 // ResumeUpstream ends name's pause, whatever its reason.
 // ErrUpstreamNotFound when name has no record.
-func (s *Store) ResumeUpstream(ctx context.Context, name string) error {
-	if _, err := s.pauseUpstream(ctx, name, "resume"); err != nil {
+func (q *Registry) ResumeUpstream(ctx context.Context, name string) error {
+	if _, err := q.pauseUpstream(ctx, name, "resume"); err != nil {
 		return fmt.Errorf("resume upstream %q: %w", name, err)
 	}
 	return nil
 }
 
 // pauseUpstream runs upstream_pause.lua on name's hash with args after now.
-func (s *Store) pauseUpstream(ctx context.Context, name string, args ...any) (decoder, error) {
+func (q *Registry) pauseUpstream(ctx context.Context, name string, args ...any) (redisscript.Decoder, error) {
 	if err := upstream.ValidName(name); err != nil {
-		return decoder{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return redisscript.Decoder{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	d, err := s.runKeys(ctx, scriptUpstreamPause, []string{s.keys.upstream(name)}, append([]any{s.nowArg()}, args...)...)
-	if errors.Is(err, ErrNotFound) {
+	d, err := q.runKeys(ctx, scriptUpstreamPause, []string{q.keys.upstream(name)}, append([]any{q.nowArg()}, args...)...)
+	if errors.Is(err, redisscript.ErrNotFound) {
 		return d, ErrUpstreamNotFound
 	}
 	return d, err

@@ -1,4 +1,4 @@
-package store
+package fleet
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
@@ -18,18 +19,18 @@ import (
 
 // Heartbeat records that worker workerID runs concurrency jobs at once,
 // until ttl from now (Redis time). Call it again well within ttl.
-func (s *Store) Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error {
+func (f *Roster) Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error {
 	var err error
 	switch {
 	case workerID == "" || len(workerID) > 256:
 		err = invalidf("worker id %q: want 1–256 bytes", workerID)
 	case concurrency < 0 || concurrency > 1_000_000:
 		err = invalidf("concurrency %d: want 0 … 1000000", concurrency)
-	case ttl < time.Millisecond || ttl > MaxDurationUS*time.Microsecond:
+	case ttl < time.Millisecond || ttl > policy.MaxDuration:
 		err = invalidf("ttl %s: want at least 1ms", ttl)
 	}
 	if err == nil {
-		_, err = s.runKeys(ctx, scriptWorkers, []string{s.keys.workers()}, s.nowArg(), "beat",
+		_, err = f.runKeys(ctx, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "beat",
 			workerID, concurrency, ttl.Microseconds())
 	}
 	if err != nil {
@@ -40,34 +41,49 @@ func (s *Store) Heartbeat(ctx context.Context, workerID string, concurrency int,
 
 // Capacity is the total concurrency of the workers whose heartbeat has not
 // expired (Redis time); expired entries are deleted on the way.
-func (s *Store) Capacity(ctx context.Context) (int, error) {
-	d, err := s.runKeys(ctx, scriptWorkers, []string{s.keys.workers()}, s.nowArg(), "sum")
+func (f *Roster) Capacity(ctx context.Context) (int, error) {
+	d, err := f.runKeys(ctx, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "sum")
 	if err != nil {
 		return 0, fmt.Errorf("worker capacity: %w", err)
 	}
-	total := d.int(1)
+	total := d.Int(1)
 	if err := d.Err(); err != nil {
 		return 0, fmt.Errorf("worker capacity: %w", err)
 	}
 	return int(total), nil
 }
 
-// FreeCapacity is Capacity − InFlight (at least 0) read in one round trip
-// (one pipeline; in Cluster, one per master). The dispatcher's budget reads
-// the two apart instead, Capacity only every second.
-func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
+// Workers is the number of workers whose heartbeat has not expired (Redis
+// time) and their total concurrency, read as Capacity reads it.
+func (f *Roster) Workers(ctx context.Context) (live, capacity int, err error) {
+	d, err := f.runKeys(ctx, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "sum")
+	if err != nil {
+		return 0, 0, fmt.Errorf("workers: %w", err)
+	}
+	capacity, live = int(d.Int(1)), int(d.Int(2))
+	if err := d.Err(); err != nil {
+		return 0, 0, fmt.Errorf("workers: %w", err)
+	}
+	return live, capacity, nil
+}
+
+// CapacityLess is Capacity less the members of the sorted sets busy (one
+// ZCARD each; at least 0), read in one round trip (one pipeline; in
+// Cluster, one per master). store.FreeCapacity passes the shards' lease
+// sets.
+func (f *Roster) CapacityLess(ctx context.Context, busy []string) (int, error) {
 	for try := 0; ; try++ {
 		var sum *redisscript.Pending
-		zcards := make([]*redis.IntCmd, s.keys.shards)
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			sum = s.runner.Queue(ctx, p, scriptWorkers.eval, []string{s.keys.workers()}, s.nowArg(), "sum")
-			for shard := range zcards {
-				zcards[shard] = p.ZCard(ctx, s.keys.leases(shard))
+		zcards := make([]*redis.IntCmd, len(busy))
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			sum = f.runner.Queue(ctx, p, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "sum")
+			for i, key := range busy {
+				zcards[i] = p.ZCard(ctx, key)
 			}
 			return nil
 		})
 		if err != nil && sum.NoScript() && try == 0 {
-			if err := s.runner.Load(ctx, scriptWorkers.eval); err != nil {
+			if err := f.runner.Load(ctx, scriptWorkers); err != nil {
 				return 0, fmt.Errorf("free capacity: load script: %w", err)
 			}
 			continue
@@ -79,12 +95,11 @@ func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("free capacity: %w", err)
 		}
-		a, err := r.Array()
+		d, err := r.Array()
 		if err != nil {
 			return 0, fmt.Errorf("free capacity: %w", err)
 		}
-		d := decoder{a}
-		free := d.int(1)
+		free := d.Int(1)
 		if err := d.Err(); err != nil {
 			return 0, fmt.Errorf("free capacity: %w", err)
 		}
@@ -93,27 +108,4 @@ func (s *Store) FreeCapacity(ctx context.Context) (int, error) {
 		}
 		return int(max(free, 0)), nil
 	}
-}
-
-// InFlight is the number of jobs occupying a worker across all shards:
-// released (handed to asynq, waiting for their slot) plus running. It is the
-// sum of the shards' lease sets, which hold exactly those jobs — one ZCARD
-// per shard, pipelined in one round trip (in Cluster, one per master). Not a
-// snapshot: shards are read one after the other.
-func (s *Store) InFlight(ctx context.Context) (int, error) {
-	cmds := make([]*redis.IntCmd, s.keys.shards)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for shard := range cmds {
-			cmds[shard] = p.ZCard(ctx, s.keys.leases(shard))
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("jobs in flight: %w", err)
-	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
-	}
-	return int(n), nil
 }

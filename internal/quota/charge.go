@@ -1,11 +1,10 @@
-package store
+package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -13,15 +12,6 @@ import (
 // <p>:{u:<name>}:u is written by the upstream registry (fields cfg, p, v,
 // …) and its coordinator (field tat); these two functions only read cfg
 // and move tat.
-
-// checkUpstreamName checks an upstream name (upstream.ValidName: no ':' or
-// hash-tag brace). The error wraps ErrInvalid.
-func checkUpstreamName(name string) error {
-	if err := upstream.ValidName(name); err != nil {
-		return fmt.Errorf("%w: upstream name: %w", ErrInvalid, err)
-	}
-	return nil
-}
 
 // ChargeUpstream applies a cost correction of delta cost units (actual −
 // reserved; > 0 a charge, < 0 a refund) to upstream name's schedule, in one
@@ -31,8 +21,8 @@ func checkUpstreamName(name string) error {
 // already past stays). An upstream that does not exist is a no-op (nil).
 // delta 0 does nothing; a bad name or |delta| > wire.MaxActualCost is
 // ErrInvalid and changes nothing.
-func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) error {
-	if err := checkUpstreamName(name); err != nil {
+func (q *Registry) ChargeUpstream(ctx context.Context, name string, delta int64) error {
+	if err := CheckName(name); err != nil {
 		return fmt.Errorf("charge upstream: %w", err)
 	}
 	if delta < -wire.MaxActualCost || delta > wire.MaxActualCost {
@@ -41,9 +31,8 @@ func (s *Store) ChargeUpstream(ctx context.Context, name string, delta int64) er
 	if delta == 0 {
 		return nil
 	}
-	_, err := s.runKeys(ctx, scriptUpstreamCharge, []string{s.keys.upstream(name)}, s.nowArg(), delta)
-	var st *statusReply
-	if errors.As(err, &st) && st.status == statusNotFound {
+	_, err := q.runKeys(ctx, scriptUpstreamCharge, []string{q.keys.upstream(name)}, q.nowArg(), delta)
+	if redisscript.RefusalStatus(err) == redisscript.StatusNotFound {
 		return nil
 	}
 	if err != nil {

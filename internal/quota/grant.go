@@ -1,23 +1,16 @@
-package store
+package quota
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
 )
-
-//go:embed lua/upstream_grant.lua
-var luaUpstreamGrant string
-
-// scriptUpstreamGrant stands alone: its keys are the upstream's slot
-// {u:<name>}, not a shard's.
-var scriptUpstreamGrant = standalone("upstream_grant", luaUpstreamGrant)
 
 // UpstreamDemand is what one pass found waiting on an upstream without room
 // in its shard's segments (PassResult.Demand).
@@ -116,8 +109,8 @@ func (c GrantConfig) withDefaults() GrantConfig {
 // Redis error) is left out
 // and its error joined in err. It is AlignUpstreams without aligned
 // demand.
-func (s *Store) GrantUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, cfg GrantConfig) ([]UpstreamGrant, error) {
-	return s.AlignUpstreams(ctx, shard, demand, nil, nil, cfg)
+func (q *Registry) GrantUpstreams(ctx context.Context, shard int, demand []UpstreamDemand, cfg GrantConfig) ([]UpstreamGrant, error) {
+	return q.AlignUpstreams(ctx, shard, demand, nil, nil, cfg)
 }
 
 // grantReply is one coordinator reply: the plain grant, the script's now
@@ -142,18 +135,17 @@ func decodeGrant(name string, c *redisscript.Call) (grantReply, error) {
 	if c.Err != nil {
 		return grantReply{}, c.Err
 	}
-	dec, err := c.Reply.Status(refused)
-	if errors.Is(err, ErrNotFound) { // the script's answer: no params (deleted); never a Redis error
+	d, err := c.Reply.Status(redisscript.Refused)
+	if errors.Is(err, redisscript.ErrNotFound) { // the script's answer: no params (deleted); never a Redis error
 		return grantReply{}, &UpstreamNotFoundError{Upstream: name}
 	}
 	if err != nil {
 		return grantReply{}, err
 	}
-	d := decoder{dec}
-	r := grantReply{now: microsTime(d.int(1)), grant: UpstreamGrant{Upstream: name, Interval: us(d.int(2)),
-		Burst: d.int(3), PausedUntil: optMicros(d.int(4)), NextGrant: microsTime(d.int(5)), TAT: microsTime(d.int(7))}}
-	segs, aligned := d.str(6), d.str(8)
-	r.turn = d.int(9) == 1
+	r := grantReply{now: redisscript.MicrosTime(d.Int(1)), grant: UpstreamGrant{Upstream: name, Interval: redisscript.Micros(d.Int(2)),
+		Burst: d.Int(3), PausedUntil: redisscript.MicrosTime(d.Int(4)), NextGrant: redisscript.MicrosTime(d.Int(5)), TAT: redisscript.MicrosTime(d.Int(7))}}
+	segs, aligned := d.Str(6), d.Str(8)
+	r.turn = d.Int(9) == 1
 	if err := d.Err(); err != nil {
 		return grantReply{}, err
 	}
@@ -179,17 +171,9 @@ func parseSegments(text string) ([]Segment, error) {
 	}
 	var out []Segment
 	for i := 0; i < len(v); i += 2 {
-		out = append(out, Segment{T0: microsTime(v[i]), Ceil: microsTime(v[i+1])})
+		out = append(out, Segment{T0: redisscript.MicrosTime(v[i]), Ceil: redisscript.MicrosTime(v[i+1])})
 	}
 	return out, nil
-}
-
-// optMicros is a µs time, zero for 0.
-func optMicros(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return microsTime(v)
 }
 
 // parseInts parses space-separated decimal integers.
@@ -206,35 +190,40 @@ func parseInts(s string) ([]int64, error) {
 	return out, nil
 }
 
-// grantArgs are pass.lua's ARGV[14…] for grants: m, then 7 values each
-// (the last: an aligned grant's set, ” for a plain one).
-func grantArgs(grants []UpstreamGrant) []any {
-	args := make([]any, 0, 1+7*len(grants))
-	args = append(args, len(grants))
-	for _, g := range grants {
-		var segs strings.Builder
-		for i, sg := range g.Segments {
-			if i > 0 {
-				segs.WriteByte(' ')
-			}
-			fmt.Fprintf(&segs, "%d %d", sg.T0.UnixMicro(), sg.Ceil.UnixMicro())
-		}
-		var pu int64
-		if !g.PausedUntil.IsZero() {
-			pu = g.PausedUntil.UnixMicro()
-		}
-		args = append(args, g.Upstream, max(g.Interval.Microseconds(), 0), max(g.Burst, 1), pu,
-			g.NextGrant.UnixMicro(), segs.String(), g.Set)
-	}
-	return args
+// UpstreamNotFoundError is a coordinator's answer that upstream Upstream
+// has no configuration (GrantUpstreams, AlignUpstreams): it was deleted,
+// or never created. It is ErrUpstreamNotFound (errors.Is); a Redis error
+// never is.
+type UpstreamNotFoundError struct{ Upstream string }
+
+func (e *UpstreamNotFoundError) Error() string {
+	return fmt.Sprintf("upstream %q: %v", e.Upstream, ErrUpstreamNotFound)
 }
 
-// decodeDemand reads a pass reply's demand list.
-func decodeDemand(d decoder) []UpstreamDemand {
-	var out []UpstreamDemand
-	for i := range d.Len() {
-		e := d.list(i)
-		out = append(out, UpstreamDemand{Upstream: e.str(0), Wanted: e.int(1), Weight: e.int(2), Unit: e.int(3)})
+// Is makes errors.Is(err, ErrUpstreamNotFound) true.
+func (e *UpstreamNotFoundError) Is(target error) bool { return target == ErrUpstreamNotFound }
+
+// MissingUpstreams lists the upstreams err (GrantUpstreams' or
+// AlignUpstreams', joined errors included) reports as not existing: every
+// *UpstreamNotFoundError in its tree, each name once, in order.
+func MissingUpstreams(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		switch x := e.(type) {
+		case nil:
+		case *UpstreamNotFoundError:
+			if !slices.Contains(out, x.Upstream) {
+				out = append(out, x.Upstream)
+			}
+		case interface{ Unwrap() []error }:
+			for _, c := range x.Unwrap() {
+				walk(c)
+			}
+		default:
+			walk(errors.Unwrap(e))
+		}
 	}
+	walk(err)
 	return out
 }

@@ -1,10 +1,11 @@
-package store
+package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // An upstream's concurrency (issue #15): at most Params.Concurrency jobs
@@ -35,18 +36,17 @@ func (e *UpstreamRunFullError) Error() string {
 // release. When the upstream runs its concurrency already it returns an
 // *UpstreamRunFullError and takes nothing. One script in the upstream's
 // slot; bad input (name, holder, life < 1 µs) is ErrInvalid.
-func (s *Store) AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error) {
-	err := checkUpstreamName(name)
+func (q *Registry) AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error) {
+	err := CheckName(name)
 	if err == nil && (holder == "" || life < time.Microsecond) {
 		err = invalidf("holder %q, life %s: want a holder and a life ≥ 1µs", holder, life)
 	}
 	if err != nil {
 		return false, fmt.Errorf("acquire upstream %q lease: %w", name, err)
 	}
-	d, err := s.runKeys(ctx, scriptUpstreamRun, s.upstreamRunKeys(name), s.nowArg(), "acquire", holder, life.Microseconds())
-	var st *statusReply
-	if errors.As(err, &st) && st.status == "full" {
-		full := &UpstreamRunFullError{Name: name, Running: d.int(1), Retry: us(d.int(2))}
+	d, err := q.runKeys(ctx, scriptUpstreamRun, q.keys.runKeys(name), q.nowArg(), "acquire", holder, life.Microseconds())
+	if redisscript.RefusalStatus(err) == "full" {
+		full := &UpstreamRunFullError{Name: name, Running: d.Int(1), Retry: redisscript.Micros(d.Int(2))}
 		if derr := d.Err(); derr != nil {
 			return false, fmt.Errorf("acquire upstream %q lease: %w", name, derr)
 		}
@@ -55,7 +55,7 @@ func (s *Store) AcquireUpstreamRun(ctx context.Context, name, holder string, lif
 	if err != nil {
 		return false, fmt.Errorf("acquire upstream %q lease: %w", name, err)
 	}
-	held := d.int(1) == 1
+	held := d.Int(1) == 1
 	if err := d.Err(); err != nil {
 		return false, fmt.Errorf("acquire upstream %q lease: %w", name, err)
 	}
@@ -64,14 +64,14 @@ func (s *Store) AcquireUpstreamRun(ctx context.Context, name, holder string, lif
 
 // ReleaseUpstreamRun ends holder's lease on upstream name (none held: a
 // no-op).
-func (s *Store) ReleaseUpstreamRun(ctx context.Context, name, holder string) error {
-	if err := checkUpstreamName(name); err != nil {
+func (q *Registry) ReleaseUpstreamRun(ctx context.Context, name, holder string) error {
+	if err := CheckName(name); err != nil {
 		return fmt.Errorf("release upstream lease: %w", err)
 	}
 	if holder == "" {
 		return fmt.Errorf("release upstream %q lease: %w", name, invalidf("no holder"))
 	}
-	if _, err := s.runKeys(ctx, scriptUpstreamRun, s.upstreamRunKeys(name), s.nowArg(), "release", holder); err != nil {
+	if _, err := q.runKeys(ctx, scriptUpstreamRun, q.keys.runKeys(name), q.nowArg(), "release", holder); err != nil {
 		return fmt.Errorf("release upstream %q lease: %w", name, err)
 	}
 	return nil
@@ -80,15 +80,15 @@ func (s *Store) ReleaseUpstreamRun(ctx context.Context, name, holder string) err
 // UpstreamRunning is the number of upstream name's concurrency leases in
 // force now: the jobs naming it that are running under its concurrency (0
 // for an upstream without one).
-func (s *Store) UpstreamRunning(ctx context.Context, name string) (int64, error) {
-	if err := checkUpstreamName(name); err != nil {
+func (q *Registry) UpstreamRunning(ctx context.Context, name string) (int64, error) {
+	if err := CheckName(name); err != nil {
 		return 0, fmt.Errorf("count upstream leases: %w", err)
 	}
-	d, err := s.runKeys(ctx, scriptUpstreamRun, s.upstreamRunKeys(name), s.nowArg(), "count")
+	d, err := q.runKeys(ctx, scriptUpstreamRun, q.keys.runKeys(name), q.nowArg(), "count")
 	if err != nil {
 		return 0, fmt.Errorf("count upstream %q leases: %w", name, err)
 	}
-	n := d.int(1)
+	n := d.Int(1)
 	if err := d.Err(); err != nil {
 		return 0, fmt.Errorf("count upstream %q leases: %w", name, err)
 	}
@@ -99,8 +99,3 @@ func (s *Store) UpstreamRunning(ctx context.Context, name string) (int64, error)
 // later attempt of the same job (the sweep returned the first) is another
 // holder.
 func HolderOf(id string, gen int64) string { return fmt.Sprintf("%s:%d", id, gen) }
-
-// upstreamRunKeys are lua/upstream_run.lua's KEYS for upstream name.
-func (s *Store) upstreamRunKeys(name string) []string {
-	return []string{s.keys.upstream(name), s.keys.upstreamRun(name)}
-}

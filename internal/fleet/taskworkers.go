@@ -1,10 +1,13 @@
-package store
+package fleet
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisscript"
 )
 
 // Task workers (docs/design.md §2.5). The sluicetask middleware, run inside the
@@ -32,19 +35,19 @@ type TaskWorker struct {
 // jobs of queue at once, with asynq TaskCheckInterval tci, until ttl from
 // now (Redis time). Call it again well within ttl. A concurrency of 0 keeps
 // the entry but makes it not live.
-func (s *Store) TaskHeartbeat(ctx context.Context, queue, instance string, concurrency int, tci, ttl time.Duration) error {
+func (f *Roster) TaskHeartbeat(ctx context.Context, queue, instance string, concurrency int, tci, ttl time.Duration) error {
 	err := checkTaskWorker(queue, instance)
 	switch {
 	case err != nil:
 	case concurrency < 0 || concurrency > 1_000_000:
 		err = invalidf("concurrency %d: want 0 … 1000000", concurrency)
-	case tci < 0 || tci > MaxDurationUS*time.Microsecond:
+	case tci < 0 || tci > policy.MaxDuration:
 		err = invalidf("task check interval %s: want ≥ 0", tci)
-	case ttl < time.Millisecond || ttl > MaxDurationUS*time.Microsecond:
+	case ttl < time.Millisecond || ttl > policy.MaxDuration:
 		err = invalidf("ttl %s: want at least 1ms", ttl)
 	}
 	if err == nil {
-		_, err = s.runKeys(ctx, scriptTaskWorkers, []string{s.keys.taskWorkers(queue)}, s.nowArg(), "beat",
+		_, err = f.runKeys(ctx, scriptTaskWorkers, []string{f.keys.taskWorkers(queue)}, f.nowArg(), "beat",
 			instance, concurrency, tci.Microseconds(), ttl.Microseconds())
 	}
 	if err != nil {
@@ -55,10 +58,10 @@ func (s *Store) TaskHeartbeat(ctx context.Context, queue, instance string, concu
 
 // TaskWithdraw deletes instance's entry of queue: the queue stops counting
 // it as live at once.
-func (s *Store) TaskWithdraw(ctx context.Context, queue, instance string) error {
+func (f *Roster) TaskWithdraw(ctx context.Context, queue, instance string) error {
 	err := checkTaskWorker(queue, instance)
 	if err == nil {
-		_, err = s.runKeys(ctx, scriptTaskWorkers, []string{s.keys.taskWorkers(queue)}, s.nowArg(), "drop", instance)
+		_, err = f.runKeys(ctx, scriptTaskWorkers, []string{f.keys.taskWorkers(queue)}, f.nowArg(), "drop", instance)
 	}
 	if err != nil {
 		return fmt.Errorf("withdraw task worker %q from queue %q: %w", instance, queue, err)
@@ -69,21 +72,21 @@ func (s *Store) TaskWithdraw(ctx context.Context, queue, instance string) error 
 // TaskWorkers lists the live middleware instances of queue: entries not yet
 // expired (Redis time) with a concurrency above 0, in no particular order.
 // Expired entries are deleted on the way.
-func (s *Store) TaskWorkers(ctx context.Context, queue string) ([]TaskWorker, error) {
+func (f *Roster) TaskWorkers(ctx context.Context, queue string) ([]TaskWorker, error) {
 	if err := checkTaskQueue(queue); err != nil {
 		return nil, fmt.Errorf("task workers of queue %q: %w", queue, err)
 	}
-	d, err := s.runKeys(ctx, scriptTaskWorkers, []string{s.keys.taskWorkers(queue)}, s.nowArg(), "list")
+	d, err := f.runKeys(ctx, scriptTaskWorkers, []string{f.keys.taskWorkers(queue)}, f.nowArg(), "list")
 	if err != nil {
 		return nil, fmt.Errorf("task workers of queue %q: %w", queue, err)
 	}
 	if (d.Len()-1)%4 != 0 {
-		d.fail("%d elements after the status, want groups of 4", d.Len()-1)
+		d.Fail("%d elements after the status, want groups of 4", d.Len()-1)
 	}
 	var out []TaskWorker
 	for i := 1; i+3 < d.Len(); i += 4 {
-		out = append(out, TaskWorker{ID: d.str(i), Concurrency: int(d.int(i + 1)),
-			TaskCheckInterval: us(d.int(i + 2)), Expiry: microsTime(d.int(i + 3))})
+		out = append(out, TaskWorker{ID: d.Str(i), Concurrency: int(d.Int(i + 1)),
+			TaskCheckInterval: redisscript.Micros(d.Int(i + 2)), Expiry: redisscript.MicrosTime(d.Int(i + 3))})
 	}
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("task workers of queue %q: %w", queue, err)
@@ -93,8 +96,8 @@ func (s *Store) TaskWorkers(ctx context.Context, queue string) ([]TaskWorker, er
 
 // TaskQueueLive reports whether queue has at least one live middleware
 // instance (see TaskWorkers).
-func (s *Store) TaskQueueLive(ctx context.Context, queue string) (bool, error) {
-	ws, err := s.TaskWorkers(ctx, queue)
+func (f *Roster) TaskQueueLive(ctx context.Context, queue string) (bool, error) {
+	ws, err := f.TaskWorkers(ctx, queue)
 	return len(ws) > 0, err
 }
 

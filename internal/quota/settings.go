@@ -1,4 +1,4 @@
-package store
+package quota
 
 import (
 	"context"
@@ -27,9 +27,9 @@ type UpstreamSettings struct {
 // pipelined HMGET p cfg per upstream (each in its own slot). An upstream
 // without a record has Found false. A bad name is ErrInvalid; a field p or
 // cfg that is not what the registry writes is ErrProtocol.
-func (s *Store) UpstreamSettings(ctx context.Context, names []string) ([]UpstreamSettings, error) {
+func (q *Registry) UpstreamSettings(ctx context.Context, names []string) ([]UpstreamSettings, error) {
 	for _, name := range names {
-		if err := checkUpstreamName(name); err != nil {
+		if err := CheckName(name); err != nil {
 			return nil, fmt.Errorf("read upstream settings: %w", err)
 		}
 	}
@@ -37,9 +37,9 @@ func (s *Store) UpstreamSettings(ctx context.Context, names []string) ([]Upstrea
 		return nil, nil
 	}
 	cmds := make([]*redis.SliceCmd, len(names))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
-			cmds[i] = p.HMGet(ctx, s.keys.upstream(name), "p", "cfg")
+			cmds[i] = p.HMGet(ctx, q.keys.upstream(name), "p", "cfg")
 		}
 		return nil
 	})
@@ -81,7 +81,7 @@ func parseUpstreamSettings(v []any) (UpstreamSettings, error) {
 // when full.
 const UpstreamCacheMax = 10_000
 
-// UpstreamCache remembers each upstream's settings (Store.UpstreamSettings)
+// UpstreamCache remembers each upstream's settings (Registry.UpstreamSettings)
 // for ttl, so that a process reading the upstreams of many jobs costs one
 // call per upstream and ttl: a change (a PUT, a DELETE) reaches it within
 // ttl. A name read as not registered is cached too, unless RecheckMissing:
@@ -105,7 +105,7 @@ type cachedUpstream struct {
 	at time.Time
 }
 
-// NewUpstreamCache returns an UpstreamCache over read (Store.UpstreamSettings)
+// NewUpstreamCache returns an UpstreamCache over read (Registry.UpstreamSettings)
 // keeping each answer ttl (≤ 0: not at all).
 func NewUpstreamCache(read func(ctx context.Context, names []string) ([]UpstreamSettings, error), ttl time.Duration) *UpstreamCache {
 	return &UpstreamCache{read: read, ttl: ttl, Clock: time.Now, byName: map[string]cachedUpstream{}}
