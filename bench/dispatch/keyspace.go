@@ -134,7 +134,7 @@ func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, 
 		sh = append(sh, fmt.Sprintf("%s ×%d", s, n))
 	}
 	sort.Strings(sh)
-	detail = fmt.Sprintf("%d permanent (meta, policy, vclock, tenant index, leases, workers), %d asynq's own (without TTL: %s), %d expiring, %d without a TTL",
+	detail = fmt.Sprintf("%d permanent (meta, policy, vclock, tenant index, leases, workers, API keys), %d asynq's own (without TTL: %s), %d expiring, %d without a TTL",
 		perm, asynqKeys, strings.Join(sh, ", "), expiring, orphans)
 	if len(examples) > 0 {
 		detail += " e.g. " + strings.Join(examples, ", ")
@@ -148,5 +148,5 @@ func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, 
 // marker, the worker heartbeats, the dispatch leases and members.
 func permanentKeys(p string) *regexp.Regexp {
 	q := regexp.QuoteMeta(p)
-	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members)$`)
+	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
 }

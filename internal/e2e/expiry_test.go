@@ -68,10 +68,13 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 // policy overrides, as these tests' tenant, stays listed) and the index
 // backfill's marker, the worker
 // heartbeats (themselves expiring when no worker beats), and the dispatch
-// leases and members (while a throttler runs).
+// leases and members (while a throttler runs), and the API keys made by
+// API with every key's last use (one slot, {apikeys}: bounded by the keys'
+// names; deleting a key by API removes its entries, a key dropped from the
+// file keeps its last use).
 func permanentKeys(prefix string) *regexp.Regexp {
 	p := regexp.QuoteMeta(prefix)
-	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members)$`)
+	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
 }
 
 // waitNoKeysBut polls until every key under the cluster's prefix matches
