@@ -242,3 +242,109 @@ func (s *Summary) setRaw(b []byte) { s.Raw = b }
 func (c *Client) Summary(ctx context.Context) (*Summary, error) {
 	return getJSON[Summary](ctx, c, &request{method: http.MethodGet, path: "/v1/summary"}, "summary")
 }
+
+// JobsQuery selects the page TenantJobs returns. Its zero value is the
+// first page of queued jobs, oldest first, the API's default size.
+type JobsQuery struct {
+	State  string // "queued" (""), "delayed", "running" or "dead"
+	Newest bool   // newest first; default the next to leave first
+	Cursor string // "" for the first page; a page's Cursor goes on
+	Limit  int    // 1 to 500; 0 is the API's default (50)
+}
+
+// JobsPage is one page of a tenant's jobs in one state. Cursor is "" on
+// the last.
+type JobsPage struct {
+	Jobs   []JobView
+	Cursor string
+	Raw    json.RawMessage // the API's JSON page
+}
+
+// TenantJobs returns a page of tenant's jobs in q.State (GET
+// /v1/tenants/{tenant}/jobs). A page of delayed or running jobs may hold
+// fewer than the limit and still have a Cursor: follow it until it is "".
+// The error is an *Error matching ErrInvalid (a bad state, limit or
+// cursor), ErrForbidden, ErrUnauthorized, ErrRateLimited or
+// ErrUnavailable; or ctx's error.
+func (c *Client) TenantJobs(ctx context.Context, tenant string, q JobsQuery) (*JobsPage, error) {
+	v := url.Values{}
+	setNonEmpty(v, "state", q.State)
+	setNonEmpty(v, "cursor", q.Cursor)
+	if q.Newest {
+		v.Set("order", "newest")
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	p, err := c.getPage(ctx, &request{method: http.MethodGet, path: pathOf("/v1/tenants", tenant) + "/jobs", query: v}, "jobs", "cursor")
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := decodeEach[JobView](p.items, "job")
+	if err != nil {
+		return nil, err
+	}
+	return &JobsPage{Jobs: jobs, Cursor: p.cursor, Raw: p.raw}, nil
+}
+
+// JobsCancel selects the jobs CancelJobs cancels. Its zero value selects
+// every queued then delayed job, 100 listed a call.
+type JobsCancel struct {
+	State  string    // "queued", "delayed"; "" both
+	Event  string    // only webhook jobs of this event; "" any
+	Before time.Time // only jobs enqueued before it; zero: any
+	Limit  int       // jobs listed a call (1 to 1000); 0: 100
+	Cursor string    // "" starts a walk; the previous call's Cursor goes on
+}
+
+// CancelResult answers CancelJobs: how many were canceled, and the cursor
+// to go on with ("" when the walk is done).
+type CancelResult struct {
+	Canceled int
+	Cursor   string
+	Raw      json.RawMessage
+}
+
+// CancelJobs cancels the jobs sel selects among tenant's next sel.Limit
+// queued or delayed jobs (POST /v1/tenants/{tenant}/jobs:cancel, admin
+// keys), each as CancelJob does (callbacks sent); call it again with the
+// returned Cursor until it is "". Safe to repeat. It is not retried once
+// sent. The error is an *Error matching ErrInvalid (a bad selection or
+// cursor), ErrForbidden, ErrUnauthorized, ErrRateLimited or
+// ErrUnavailable; or ctx's error.
+func (c *Client) CancelJobs(ctx context.Context, tenant string, sel JobsCancel) (*CancelResult, error) {
+	body := map[string]any{}
+	setBody(body, "state", sel.State)
+	setBody(body, "event", sel.Event)
+	setBody(body, "cursor", sel.Cursor)
+	if !sel.Before.IsZero() {
+		body["before"] = sel.Before.UTC().Format(time.RFC3339Nano)
+	}
+	if sel.Limit != 0 {
+		body["limit"] = sel.Limit
+	}
+	resp, err := c.do(ctx, &request{method: http.MethodPost, path: pathOf("/v1/tenants", tenant) + "/jobs:cancel",
+		body: body, mode: retryRefused})
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Canceled int     `json:"canceled"`
+		Cursor   *string `json:"cursor"`
+	}
+	if err := decode(resp, "cancel result", &r); err != nil {
+		return nil, err
+	}
+	out := &CancelResult{Canceled: r.Canceled, Raw: resp.body}
+	if r.Cursor != nil {
+		out.Cursor = *r.Cursor
+	}
+	return out, nil
+}
+
+// setBody sets body[key] to v when v is not "".
+func setBody(body map[string]any, key, v string) {
+	if v != "" {
+		body[key] = v
+	}
+}

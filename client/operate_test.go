@@ -92,6 +92,8 @@ var clientRoutes = map[string]string{
 	"GET /v1/tenants/{tenant}/live":            "TenantLive",
 	"GET /v1/tenants/{tenant}/dead":            "DeadLetters",
 	"POST /v1/tenants/{tenant}/dead:replay":    "ReplayDead",
+	"GET /v1/tenants/{tenant}/jobs":            "TenantJobs",
+	"POST /v1/tenants/{tenant}/jobs:cancel":    "CancelJobs",
 	"POST /v1/tenants/{tenant}/secrets":        "CreateSecret",
 	"GET /v1/tenants/{tenant}/secrets":         "Secrets",
 	"DELETE /v1/tenants/{tenant}/secrets/{id}": "DeleteSecret",
@@ -304,5 +306,73 @@ func TestOperatorCalls(t *testing.T) {
 	}
 	if err := d.admin.Ready(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// TenantJobs pages a tenant's jobs by state both ways; CancelJobs cancels
+// one event's along its cursor and leaves the rest; bad input is ErrInvalid.
+func TestTenantJobsAndCancelJobs(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, nil, false)
+	ctx := ctxFor(t)
+	var ids []string
+	for i := range 4 {
+		w := hook(i)
+		if i%2 == 0 {
+			w.Event = "order.stale"
+		}
+		info, err := d.producer.Enqueue(ctx, "acme-1", w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	if _, err := d.producer.Enqueue(ctx, "acme-1", hook(9), client.Delay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for q := (client.JobsQuery{Limit: 3}); ; {
+		page, err := d.producer.TenantJobs(ctx, "acme-1", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			got = append(got, j.ID)
+		}
+		if page.Cursor == "" {
+			break
+		}
+		q.Cursor = page.Cursor
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("queued: %q, want %q", got, ids)
+	}
+	if page, err := d.producer.TenantJobs(ctx, "acme-1", client.JobsQuery{State: "delayed", Newest: true}); err != nil || len(page.Jobs) != 1 {
+		t.Fatalf("delayed: %+v, %v; want the one delayed job", page, err)
+	}
+	canceled := 0
+	for sel := (client.JobsCancel{State: "queued", Event: "order.stale", Limit: 1}); ; {
+		r, err := d.admin.CancelJobs(ctx, "acme-1", sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		canceled += r.Canceled
+		if r.Cursor == "" {
+			break
+		}
+		sel.Cursor = r.Cursor
+	}
+	page, err := d.producer.TenantJobs(ctx, "acme-1", client.JobsQuery{})
+	if err != nil || canceled != 2 || len(page.Jobs) != 2 || page.Jobs[0].ID != ids[1] || page.Jobs[1].ID != ids[3] {
+		t.Fatalf("canceled %d, queued after %+v (%v); want 2 canceled, %s and %s left", canceled, page, err, ids[1], ids[3])
+	}
+	if _, err := d.producer.TenantJobs(ctx, "acme-1", client.JobsQuery{State: "done"}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("state done: %v, want ErrInvalid", err)
+	}
+	if _, err := d.admin.CancelJobs(ctx, "acme-1", client.JobsCancel{State: "running"}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("cancel running: %v, want ErrInvalid", err)
+	}
+	if _, err := d.producer.CancelJobs(ctx, "acme-1", client.JobsCancel{}); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("cancel with a producer key: %v, want ErrForbidden", err)
 	}
 }

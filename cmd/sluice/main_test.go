@@ -119,6 +119,16 @@ func TestCommands(t *testing.T) {
 	if v := jsonOf(t, run(exitOK, "jobs", "get", id, "--json")); v["id"] != id || v["type"] != "webhook" {
 		t.Errorf("jobs get --json: %v", v)
 	}
+	if out := run(exitOK, "jobs", "ls", "acme-1", "--state", "delayed"); !strings.HasPrefix(out, "ID") || !strings.Contains(out, id) {
+		t.Errorf("jobs ls --state delayed:\n%s", out)
+	}
+	if page := jsonOf(t, run(exitOK, "jobs", "ls", "acme-1", "--json")); page["jobs"] == nil {
+		t.Errorf("jobs ls --json: %v, want the API's page", page)
+	}
+	run(exitError, "jobs", "ls", "acme-1", "--state", "done")
+	if out := run(exitOK, "jobs", "cancel-many", "acme-1", "--state", "delayed", "--event", "other.event", "--all"); !strings.Contains(out, "canceled 0 (done)") {
+		t.Errorf("jobs cancel-many of another event: %s", out)
+	}
 	if out := run(exitOK, "jobs", "cancel", id); !strings.Contains(out, "canceled") {
 		t.Errorf("jobs cancel: %s", out)
 	}

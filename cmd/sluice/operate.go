@@ -40,6 +40,36 @@ func deadLs(fs *flag.FlagSet) runner {
 	}
 }
 
+// bulk runs a bulk action's calls (call, from the cursor "" on): one, or
+// with all until its cursor is "", printing each answer's JSON (--json)
+// or the total done ("<done> N (done|more)").
+func bulk(e *env, done, more string, all bool, call func(cursor string) (int, string, json.RawMessage, error)) error {
+	total, cursor := 0, ""
+	for {
+		n, next, raw, err := call(cursor)
+		if err != nil {
+			return err
+		}
+		total += n
+		if e.json {
+			if err := rawJSON(e.stdout, raw); err != nil {
+				return err
+			}
+		}
+		if next == "" || !all {
+			if !e.json {
+				state := "done"
+				if next != "" {
+					state = more
+				}
+				fmt.Fprintf(e.stdout, "%s %d (%s)\n", done, total, state)
+			}
+			return nil
+		}
+		cursor = next
+	}
+}
+
 func deadReplay(fs *flag.FlagSet) runner {
 	reason := fs.String("reason", "", "only letters dead for this reason (gone, unknown_upstream)")
 	before := fs.String("before", "", "only letters dead before this RFC 3339 time")
@@ -54,30 +84,14 @@ func deadReplay(fs *flag.FlagSet) runner {
 			}
 			sel.Before = t
 		}
-		total := 0
-		for {
+		return bulk(e, "replayed", "more remain: run again with --all", *all, func(cursor string) (int, string, json.RawMessage, error) {
+			sel.Cursor = cursor
 			res, err := e.c.ReplayDead(ctx, args[0], sel)
 			if err != nil {
-				return err
+				return 0, "", nil, err
 			}
-			total += res.Replayed
-			if e.json {
-				if err := rawJSON(e.stdout, res.Raw); err != nil {
-					return err
-				}
-			}
-			if res.Cursor == "" || !*all {
-				if !e.json {
-					more := "done"
-					if res.Cursor != "" {
-						more = "more remain: run again with --all"
-					}
-					fmt.Fprintf(e.stdout, "replayed %d (%s)\n", total, more)
-				}
-				return nil
-			}
-			sel.Cursor = res.Cursor
-		}
+			return res.Replayed, res.Cursor, res.Raw, nil
+		})
 	}
 }
 

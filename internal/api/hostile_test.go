@@ -272,8 +272,8 @@ func TestHostileRequestsChangeNothing(t *testing.T) {
 		{name: "If-Match stale", method: "PUT", path: policyPath, token: adminToken, body: `{"rate":"1/s"}`, headers: []string{"If-Match", `"7"`}, status: 409, code: CodeConflict},
 
 		// methods
-		{name: "PUT on the jobs route", method: "PUT", path: jobs, body: webhookJob, status: 405, code: CodeMethodNotAllowed, allow: "POST"},
-		{name: "PATCH on the jobs route", method: "PATCH", path: jobs, body: webhookJob, status: 405, code: CodeMethodNotAllowed, allow: "POST"},
+		{name: "PUT on the jobs route", method: "PUT", path: jobs, body: webhookJob, status: 405, code: CodeMethodNotAllowed, allow: "GET, POST"},
+		{name: "PATCH on the jobs route", method: "PATCH", path: jobs, body: webhookJob, status: 405, code: CodeMethodNotAllowed, allow: "GET, POST"},
 		{name: "GET on the batch route", method: "GET", path: bat, status: 405, code: CodeMethodNotAllowed, allow: "POST"},
 		{name: "DELETE on a tenant", method: "DELETE", path: "/v1/tenants/acme-1", status: 405, code: CodeMethodNotAllowed, allow: "GET"},
 		{name: "POST on a job", path: "/v1/jobs/" + id, body: `{}`, status: 405, code: CodeMethodNotAllowed, allow: "GET, DELETE"},

@@ -241,6 +241,8 @@ func TestOpenAPIDocument(t *testing.T) {
 		"POST /v1/upstreams/{name}/pause", "POST /v1/upstreams/{name}/resume", "DELETE /v1/upstreams/{name}",
 		// issue #31: API keys by API
 		"POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/{name}", "POST /v1/admin/reload",
+		// issue #31: a tenant's jobs by state, canceled in bulk
+		"GET /v1/tenants/{tenant}/jobs", "POST /v1/tenants/{tenant}/jobs:cancel",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {

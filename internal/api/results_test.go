@@ -23,6 +23,12 @@ import (
 // finish; it returns the job's state after it.
 func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) store.State {
 	t.Helper()
+	return runOnceWithin(t, f, loopback, id, 10*time.Second)
+}
+
+// runOnceWithin is runOnce with the attempt's timeout.
+func runOnceWithin(t *testing.T, f *fixture, loopback []netip.Prefix, id string, timeout time.Duration) store.State {
+	t.Helper()
 	ctx := context.Background()
 	st := f.srv.opts.Store
 	shard, _ := store.ShardOfJobID(id)
@@ -39,7 +45,7 @@ func runOnce(t *testing.T, f *fixture, loopback []netip.Prefix, id string) store
 		t.Fatal(err)
 	}
 	t.Cleanup(exec.Close)
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	state, err := st.Finish(ctx, id, cl.Job.Gen, exec.Execute(actx, cl.Job), store.FinishConfig{})
 	if err != nil {
@@ -81,7 +87,7 @@ func TestResultsInGet(t *testing.T) {
 	r := f.get(t, "/v1/jobs/"+id, producerToken)
 	res, _ := r.body["result"].(map[string]any)
 	hdrs, _ := res["headers"].(map[string]any)
-	if r.status != 200 || res["status"] != 200.0 || res["body"] != text || res["truncated"] != false || res["body_base64"] != nil ||
+	if r.status != 200 || res["status"] != 200.0 || res["body"] != text || res["truncated"] != false || res["truncated_reason"] != nil || res["body_base64"] != nil ||
 		hdrs["Content-Type"] != "text/plain" || hdrs["X-Ratelimit-Remaining"] != "41" || len(hdrs) != 2 {
 		t.Fatalf("result %v (headers %v)", res, hdrs)
 	}
@@ -109,7 +115,8 @@ func TestResultsInGet(t *testing.T) {
 	runOnce(t, f, loopback, id)
 	res, _ = f.get(t, "/v1/jobs/"+id, producerToken).body["result"].(map[string]any)
 	hdrs, _ = res["headers"].(map[string]any)
-	if res["body"] != text[:1024] || res["truncated"] != true || hdrs["Etag"] != `"v1"` || len(hdrs) != 1 {
+	if res["body"] != text[:1024] || res["truncated"] != true || res["truncated_reason"] != store.TruncatedMaxBytes ||
+		hdrs["Etag"] != `"v1"` || len(hdrs) != 1 {
 		t.Fatalf("result under max_result_bytes 1KiB, result_headers [ETag]: %v", res)
 	}
 }
@@ -180,4 +187,42 @@ func TestCallbackNeedsSigningSecret(t *testing.T) {
 		t.Fatalf("refused job stored: %v", st)
 	}
 	requireAccepted(t, f.post(t, path, producerToken, plain), "acme-nosec", "queued")
+}
+
+// An http result whose body the job's timeout cut says so: truncated, the
+// reason "timeout", the part read, and the attempt's latency to the cut.
+// The attempt counts by its status (a 200: succeeded): the upstream
+// answered, and sending again could repeat what it did.
+func TestResultCutByTimeout(t *testing.T) {
+	t.Parallel()
+	stall := make(chan struct{})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		_, _ = w.Write([]byte("partial:"))
+		w.(http.Flusher).Flush()
+		select { // stall mid-body until the client gives up
+		case <-r.Context().Done():
+		case <-stall:
+		}
+	}))
+	t.Cleanup(func() { close(stall); receiver.Close() })
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	f := newStoreFixture(t, func(o *Options, _ redis.UniversalClient, _ string) { o.EgressAllow = loopback })
+	id := requireAccepted(t, f.post(t, "/v1/tenants/acme-cut/jobs", producerToken,
+		fmt.Sprintf(`{"type":"http","method":"GET","url":%q}`, receiver.URL)), "acme-cut", "queued")
+	const timeout = 300 * time.Millisecond
+	if state := runOnceWithin(t, f, loopback, id, timeout); state != store.StateSucceeded {
+		t.Fatalf("state %s, want succeeded (a 200 came back)", state)
+	}
+	r := f.get(t, "/v1/jobs/"+id, producerToken)
+	res, _ := r.body["result"].(map[string]any)
+	if res["status"] != 200.0 || res["body"] != "partial:" || res["truncated"] != true || res["truncated_reason"] != "timeout" {
+		t.Fatalf("result %v, want the part read, truncated by the timeout", res)
+	}
+	attempts, _ := r.body["attempts"].([]any)
+	a, _ := attempts[0].(map[string]any)
+	// The timeout runs from before the executor's reads; the latency from the send.
+	if ms, _ := a["latency_ms"].(float64); len(attempts) != 1 || ms < float64(timeout.Milliseconds()/2) || ms > float64(10*timeout.Milliseconds()) {
+		t.Fatalf("attempt log %v: want a latency up to the cut, near the timeout %s", attempts, timeout)
+	}
 }

@@ -267,6 +267,8 @@ func (s *Server) routes() {
 	if s.opts.Store != nil {
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs", s.v1(classWrite, s.enqueue))
 		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:batch", s.v1(classBatch, s.enqueueBatch))
+		s.mux.Handle("GET /v1/tenants/{tenant}/jobs", s.v1(classRead, s.listTenantJobs))
+		s.mux.Handle("POST /v1/tenants/{tenant}/jobs:cancel", s.v1(classWrite, s.cancelMany))
 		s.mux.Handle("GET /v1/jobs/{id}", s.v1(classRead, s.getJob))
 		s.mux.Handle("DELETE /v1/jobs/{id}", s.v1(classWrite, s.cancelJob))
 		s.mux.Handle("GET /v1/tenants", s.v1(classRead, s.listTenants))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // listAll walks GET /v1/tenants with query q page by page, failing on a
@@ -301,5 +302,50 @@ func TestListTenantsAfterBackfill(t *testing.T) {
 				t.Fatalf("backfill %d: %v … %v", run, got[0]["tenant"], got[n-1]["tenant"])
 			}
 		}
+	}
+}
+
+// A drained tenant stays listed (issue #31's measurement: import a secret,
+// deliver one webhook, list): a tenant with only secrets by API, and one
+// whose only job was delivered and whose hash expired, are both listed
+// until the delivered job's retention passes; then only the first is.
+func TestListTenantsKeepsDrained(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)}
+	var rdb redis.UniversalClient
+	f := newStoreFixture(t, func(o *Options, r redis.UniversalClient, prefix string) {
+		st, err := store.NewStore(r, store.Config{Prefix: prefix, Shards: 4, Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Store, o.FileSigned, o.Secrets, rdb = st, nil, testKeyring(t, "k1"), r
+	})
+	st := f.srv.opts.Store
+	f.createSecret(t, "acme-signed", `{}`)
+	id := enqueueN(t, st, "acme-drained", 1)[0]
+	deliverOne(t, st, clock, id, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200})
+	hash := strings.TrimSuffix(st.BacklogKey("acme-drained"), ":q")
+	if err := rdb.Del(context.Background(), hash).Err(); err != nil { // as its expiry would
+		t.Fatal(err)
+	}
+	names := func() (out []string) {
+		for _, v := range f.listAll(t, adminToken, "sort=name") {
+			out = append(out, v["tenant"].(string))
+		}
+		return out
+	}
+	if got := names(); fmt.Sprint(got) != "[acme-drained acme-signed]" {
+		t.Fatalf("listed %q, want the drained and the signed tenant", got)
+	}
+	if v := f.tenant(t, "acme-drained"); v["backlog"] != 0.0 {
+		t.Fatalf("drained tenant's view: %v", v)
+	}
+	clock.Advance(store.SucceededRetentionDefault + time.Second)
+	shard, _ := store.ShardOfJobID(id)
+	if _, err := st.Pass(context.Background(), shard, store.PassConfig{Lead: time.Second, MinLead: -1, Capacity: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); fmt.Sprint(got) != "[acme-signed]" {
+		t.Fatalf("after the retention: listed %q, want the signed tenant only", got)
 	}
 }

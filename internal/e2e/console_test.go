@@ -67,6 +67,21 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("the tenant page lists its jobs by state", func(t *testing.T) {
+		b.run(tab, "open bravo", chromedp.Navigate(p.url()+"/ui/#/tenant/bravo"), chromedp.WaitVisible(chromedp.CSS(`#jobs-state`)))
+		b.waitJS(tab, "queued jobs listed", `document.querySelectorAll('#jobs tbody tr[data-job]').length > 0`)
+		id := evalJS[string](b, tab, "first queued job", `document.querySelector('#jobs tbody tr[data-job]').dataset.job`)
+		var j struct {
+			Tenant string `json:"tenant"`
+		}
+		if c.call(p, http.MethodGet, "/v1/jobs/"+id, nil, &j); j.Tenant != "bravo" {
+			t.Fatalf("listed job %s is of tenant %q, want bravo", id, j.Tenant)
+		}
+		evalJS[bool](b, tab, "pick delayed", `(() => { const s = document.querySelector('#jobs-state');
+			s.value = 'delayed'; s.dispatchEvent(new Event('change')); return true; })()`)
+		b.waitJS(tab, "no delayed job", `document.querySelector('p#jobs') !== null && document.querySelector('#jobs-state').value === 'delayed'`)
+	})
+
 	t.Run("the chart gains points while jobs flow", func(t *testing.T) {
 		b.run(tab, "open alpha", chromedp.Navigate(p.url()+"/ui/#/tenant/alpha"), chromedp.WaitVisible(chromedp.CSS(`#tenant-stats`)))
 		b.waitJS(tab, "three points", `Number(document.querySelector('#chart').dataset.points) >= 3`)

@@ -73,11 +73,9 @@ func (s *Store) DeadLetters(ctx context.Context, tenant, cursor string, limit in
 	jobs := make([]Job, 0, d.Len()-3)
 	var errs []error
 	for i := 3; i < d.Len(); i++ {
-		item := d.list(i)
-		id := item.str(0)
-		j, err := parseJob(id, item.list(1).fields(0))
+		j, err := parseJobItem(d.list(i))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("job %q: %w", id, err))
+			errs = append(errs, err)
 		}
 		jobs = append(jobs, j)
 	}
@@ -89,6 +87,16 @@ func (s *Store) DeadLetters(ctx context.Context, tenant, cursor string, limit in
 		return nil, "", fmt.Errorf("dead letters of tenant %q: %w", tenant, err)
 	}
 	return jobs, next, nil
+}
+
+// parseJobItem reads a script's {id, {field, value, …}, …} job item.
+func parseJobItem(item decoder) (Job, error) {
+	id := item.str(0)
+	j, err := parseJob(id, item.list(1).fields(0))
+	if err != nil {
+		return j, fmt.Errorf("job %q: %w", id, err)
+	}
+	return j, nil
 }
 
 // parseCursor splits a DeadLetters cursor "<score>:<id>"; "" is the start.

@@ -35,7 +35,7 @@ import (
 //     concurrency cap nor at its release cap; every tenant with a queued job
 //     and none of those blockers is in ready (else it would be stuck), at a
 //     score no earlier than its pauses;
-//   - every tenant hash is in its shard's tenant index;
+//   - every tenant hash, and every tenant's secrets, in its shard's tenant index;
 //   - upstreams: every registry hash <p>:{u:<name>}:u has cfg, p and a
 //     version ≥ 1, no TTL, and is in the listing <p>:upstreams (no TTL);
 //     its concurrency lease set <p>:{u:<name>}:run has a TTL.
@@ -75,6 +75,11 @@ func (ks *keyspaceSnapshot) checkIndex() {
 	for tn := range ks.tenants {
 		if !slices.Contains(ks.sets[ks.keyOf(ShardOf(tn, ks.shards), "tenants")], tn) {
 			ks.problem("tenant %q has a hash but is not in its shard's tenant index", tn)
+		}
+	}
+	for _, tn := range ks.secrets {
+		if !slices.Contains(ks.sets[ks.keyOf(ShardOf(tn, ks.shards), "tenants")], tn) {
+			ks.problem("tenant %q has secrets but is not in its shard's tenant index", tn)
 		}
 	}
 }
@@ -147,6 +152,7 @@ type keyspaceSnapshot struct {
 	jobs      map[string]map[string]string // id → fields
 	tenants   map[string]map[string]string // tenant → fields
 	tenantTTL map[string]time.Duration
+	secrets   []string                      // tenants with secrets by API
 	lists     map[string][]string           // q and head keys → members
 	sets      map[string][]string           // ready/delayed/leases/dead keys → members
 	scores    map[string]map[string]float64 // ready and leases keys → member → score
@@ -265,6 +271,8 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 		}
 	case strings.HasPrefix(rest, "j:"):
 		ks.jobs[strings.TrimPrefix(rest, "j:")], err = rdb.HGetAll(ctx, key).Result()
+	case strings.HasPrefix(rest, "sec:"):
+		ks.secrets = append(ks.secrets, strings.TrimPrefix(rest, "sec:"))
 	case strings.HasPrefix(rest, "idem:"):
 		ks.idem[key], err = rdb.Get(ctx, key).Result()
 	default:

@@ -27,7 +27,16 @@ type JobResult struct {
 	Body       *string           `json:"body,omitempty"`
 	BodyBase64 *string           `json:"body_base64,omitempty"`
 	Truncated  bool              `json:"truncated"`
+	// TruncatedReason says why Truncated is set: TruncatedMaxBytes (the
+	// body was longer than max_result_bytes) or why its read was cut
+	// before its end (wire.AttemptResult.Cut: "timeout",
+	// "connection_error", "canceled"); "" when not truncated.
+	TruncatedReason string `json:"truncated_reason,omitempty"`
 }
+
+// TruncatedMaxBytes is JobResult.TruncatedReason of a body longer than the
+// policy's max_result_bytes.
+const TruncatedMaxBytes = "max_result_bytes"
 
 // bodyField is how b is shown: ("body", b) when b is valid UTF-8, else
 // ("body_base64", base64 of b); ("", "") for an empty b.
@@ -46,7 +55,13 @@ func resultOf(r *wire.AttemptResult) *JobResult {
 	if r == nil {
 		return nil
 	}
-	out := &JobResult{Status: r.Status, Headers: make(map[string]string, len(r.Header)), Truncated: r.Truncated}
+	out := &JobResult{Status: r.Status, Headers: make(map[string]string, len(r.Header)), Truncated: r.Truncated || r.Cut != ""}
+	switch {
+	case r.Cut != "":
+		out.TruncatedReason = r.Cut
+	case r.Truncated:
+		out.TruncatedReason = TruncatedMaxBytes
+	}
 	for name, vals := range r.Header {
 		out.Headers[http.CanonicalHeaderKey(name)] = strings.Join(vals, ", ")
 	}

@@ -42,6 +42,8 @@ var (
 	luaReplay string
 	//go:embed lua/dead_letters.lua
 	luaDeadLetters string
+	//go:embed lua/tenant_jobs.lua
+	luaTenantJobs string
 	//go:embed lua/policy_put.lua
 	luaPolicyPut string
 	//go:embed lua/tenant_state.lua
@@ -116,6 +118,7 @@ var (
 	scriptCallbackDone    = assemble("callback_done", luaCallbackDone)
 	scriptUpstreamOrphans = assemble("upstream_orphans", luaUpstreamOrphans)
 	scriptUpstreamWaiting = assemble("upstream_waiting", luaUpstreamWaiting)
+	scriptTenantJobs      = assemble("tenant_jobs", luaTenantJobs)
 
 	// scriptMeta stands alone, outside the library and without a clock: it
 	// checks the deployment's fixed settings (meta.go) before a Store exists.

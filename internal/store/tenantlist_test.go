@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -366,22 +367,24 @@ func (e *env) deadLettersAgain(ids []string) {
 	}
 }
 
-// A tenant going idle has its index entry due a second after its hash
-// expires; the first pass after that removes it once the state is gone,
-// while a busy tenant's entry waits for the hourly check.
+// A drained tenant stays in the index, and listed, while the records of
+// the jobs that just ended are kept (the succeeded retention; a canceled
+// tombstone's retention for a cancel), even after its hash expired; a
+// tenant with only secrets by API is listed too. Past the retention the
+// pass's trim drops the entry; a busy tenant's stays.
 func TestTenantIndexFollowsIdleExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnvShards(t, 1)
+	retention := 2 * time.Hour
 	idle := e.enqueueOne("idle", item(`{}`)).ID
 	c := e.attempt(idle)
-	e.finish(idle, c.Gen, benchOK, FinishConfig{})
+	e.finish(idle, c.Gen, benchOK, FinishConfig{SucceededRetention: retention})
 	e.enqueueOne("busy", item(`{}`))
+	e.addSecret("signed", "v1.sealed", 0)
 	index := e.store.keys.tenantIndex(0)
-	ttl := e.rdb.PTTL(e.ctx, e.store.keys.tenant("idle")).Val()
-	score := int64(e.rdb.ZScore(e.ctx, index, "idle").Val())
 	now := e.clock.Now().UnixMicro()
-	if ttl <= 0 || score <= now+ttl.Microseconds() || score > now+ttl.Microseconds()+1_100_000 {
-		t.Fatalf("idle tenant: hash TTL %s, entry due in %dµs; want a second after the TTL", ttl, score-now)
+	if score := int64(e.rdb.ZScore(e.ctx, index, "idle").Val()); score != now+retention.Microseconds() {
+		t.Fatalf("idle tenant's entry due in %dµs, want the succeeded retention %dµs", score-now, retention.Microseconds())
 	}
 	if busy := int64(e.rdb.ZScore(e.ctx, index, "busy").Val()); busy < now+time.Hour.Microseconds()-time.Second.Microseconds() {
 		t.Fatalf("busy tenant's entry due in %dµs, want about an hour", busy-now)
@@ -389,13 +392,41 @@ func TestTenantIndexFollowsIdleExpiry(t *testing.T) {
 	if err := e.rdb.Del(e.ctx, e.store.keys.tenant("idle")).Err(); err != nil { // as its expiry would
 		t.Fatal(err)
 	}
-	e.clock.Set(time.UnixMicro(score))
+	e.clock.Advance(retention - time.Second)
+	e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	if names := e.walkNames("", 10); !slices.Equal(names, []string{"busy", "idle", "signed"}) {
+		t.Fatalf("within the retention: names %q, want busy, idle, signed", names)
+	}
+	views, err := e.store.TenantViews(e.ctx, []string{"busy", "idle", "signed"})
+	if err != nil || len(views) != 3 {
+		t.Fatalf("within the retention: %d views (%v), want 3", len(views), err)
+	}
+	e.clock.Advance(2 * time.Second)
 	e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
 	if e.rdb.ZScore(e.ctx, index, "idle").Err() == nil {
-		t.Fatal("the idle tenant's entry is still in the index after its check")
+		t.Fatal("the idle tenant's entry is still in the index after its retention")
 	}
-	if e.rdb.ZScore(e.ctx, index, "busy").Err() != nil {
-		t.Fatal("the busy tenant left the index")
+	if names := e.walkNames("", 10); !slices.Equal(names, []string{"busy", "signed"}) {
+		t.Fatalf("after the retention: names %q, want busy, signed", names)
 	}
 	e.requireConsistent()
+}
+
+// A canceled job keeps its tenant listed for the tombstone's retention.
+func TestTenantIndexKeepsCanceled(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	id := e.enqueueOne("gone", item(`{}`)).ID
+	e.cancel(id)
+	now := e.clock.Now().UnixMicro()
+	score := int64(e.rdb.ZScore(e.ctx, e.store.keys.tenantIndex(0), "gone").Val())
+	if want := now + e.store.retention.Microseconds(); score != want {
+		t.Fatalf("entry due in %dµs, want the canceled retention %dµs", score-now, want-now)
+	}
+	if err := e.rdb.Del(e.ctx, e.store.keys.tenant("gone")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if views, err := e.store.TenantViews(e.ctx, []string{"gone"}); err != nil || len(views) != 1 {
+		t.Fatalf("%d views (%v), want the canceled job's tenant", len(views), err)
+	}
 }

@@ -72,10 +72,17 @@ type Result struct {
 	// Body is the first max(Request.BodyBytes, ExcerptBytes) (at most) of
 	// the response body; Excerpt is its start.
 	Body []byte
-	// Truncated is set when the body was longer than Body.
+	// Truncated is set when the body was longer than Body, or when reading
+	// it failed before its end (Cut says why).
 	Truncated bool
-	// Latency runs from sending the request to the response headers (or
-	// the failure).
+	// Cut is why the body's read stopped before its end, "" when it did
+	// not: ReasonTimeout (the attempt's deadline), ReasonCanceled or
+	// ReasonConnection (classifyErr's reasons). A response whose body is
+	// cut still counts by its status (Outcome): the upstream answered, and
+	// sending again could repeat what it did.
+	Cut string
+	// Latency runs from sending the request to the response headers, or to
+	// the failure — to the cut, when the body's read was cut.
 	Latency time.Duration
 	// Err is nil when a response arrived. Otherwise it is the cause, wrapped:
 	// ErrInvalidJob, an *EgressError, a context or net timeout, a
@@ -117,9 +124,14 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		return Result{Latency: latency, Err: fmt.Errorf("send job %s: %w", req.ID, err)}
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(max(req.BodyBytes, ExcerptBytes))))
-	drained, _ := io.CopyN(io.Discard, resp.Body, DrainBytes)
-	return Result{
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max(req.BodyBytes, ExcerptBytes))))
+	var drained int64
+	if err == nil {
+		if drained, err = io.CopyN(io.Discard, resp.Body, DrainBytes); errors.Is(err, io.EOF) {
+			err = nil // the body ended within the drain
+		}
+	}
+	r := Result{
 		Status:    resp.StatusCode,
 		Header:    resp.Header,
 		Excerpt:   body[:min(len(body), ExcerptBytes):min(len(body), ExcerptBytes)],
@@ -127,6 +139,11 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		Truncated: drained > 0,
 		Latency:   latency,
 	}
+	if err != nil {
+		_, _, r.Cut = classifyErr(err)
+		r.Truncated, r.Latency = true, time.Since(start)
+	}
+	return r
 }
 
 // buildRequest turns req into an *http.Request bound to ctx.

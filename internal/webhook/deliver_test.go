@@ -203,6 +203,37 @@ func TestDeliverTimeout(t *testing.T) {
 	}
 }
 
+// TestDeliverBodyCutByTimeout: a receiver that stalls mid-body until the
+// attempt's deadline yields its status, the part read, Truncated with Cut
+// ReasonTimeout, and the latency to the cut; the outcome counts by the
+// status (a 200: success).
+func TestDeliverBodyCutByTimeout(t *testing.T) {
+	release := make(chan struct{})
+	rcv := newCounting(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		io.WriteString(w, "half")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res := Deliver(ctx, direct(t, loopback4), Request{ID: "j1", Job: job.Spec{Type: wire.TypeHTTP, Method: "GET", URL: rcv.URL}})
+	if res.Status != 200 || string(res.Body) != "half" || !res.Truncated || res.Cut != ReasonTimeout || res.Err != nil {
+		t.Fatalf("status %d body %q truncated %v cut %q err %v, want 200 half truncated by timeout",
+			res.Status, res.Body, res.Truncated, res.Cut, res.Err)
+	}
+	if res.Latency < 50*time.Millisecond {
+		t.Fatalf("latency %v: want the time to the cut, at least the deadline", res.Latency)
+	}
+	if o := res.Outcome(time.Now()); o.Kind != wire.FinishSuccess {
+		t.Fatalf("outcome %v, want success by the status", o.Kind)
+	}
+}
+
 func TestDeliverConnectionRefusedIsRetryable(t *testing.T) {
 	rcv := newCounting(t, noContent)
 	url := rcv.URL

@@ -82,8 +82,12 @@ type AttemptResult struct {
 	// Body is the start of the response body, at most the policy's
 	// max_result_bytes.
 	Body []byte
-	// Truncated is set when the response body was longer than Body.
+	// Truncated is set when the response body was longer than Body, or
+	// its read was cut before its end (Cut).
 	Truncated bool
+	// Cut is why the body's read stopped before its end ("" = it did not):
+	// "timeout" (the attempt's timeout), "canceled", "connection_error".
+	Cut string
 }
 
 // Congested reports whether o tells an adaptive tenant to slow down (docs/design.md

@@ -88,7 +88,8 @@ func attemptResult(res webhook.Result, maxBytes int, allow []string) *wire.Attem
 	if res.Status == 0 {
 		return nil
 	}
-	out := &wire.AttemptResult{Status: res.Status, Header: make(map[string][]string), Body: res.Body, Truncated: res.Truncated}
+	out := &wire.AttemptResult{Status: res.Status, Header: make(map[string][]string), Body: res.Body,
+		Truncated: res.Truncated, Cut: res.Cut}
 	if len(out.Body) > maxBytes {
 		out.Body, out.Truncated = out.Body[:maxBytes], true
 	}

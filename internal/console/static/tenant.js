@@ -1,6 +1,6 @@
 // tenant.js — one tenant: its live chart and numbers (a 1 s poll of
 // GET /v1/tenants/{t}/live), its recent attempts (from the same poll), policy (edit with If-Match: a conflict is
-// shown, never overwritten), pause/resume, dead letters, secrets.
+// shown, never overwritten), pause/resume, its jobs by state, dead letters, secrets.
 import { call, get, enc } from './api.js';
 import { h, fmtNum, fmtSecs, fmtRate, badge, table, errorText, card } from './ui.js';
 import { newChart, draw, WINDOW_MS } from './chart.js';
@@ -14,12 +14,13 @@ export function tenant(main, { me, arg: id }) {
   ctx.chart = newChart();
   ctx.recent = h('div', { id: 'recent-box' });
   ctx.policy = h('div', { id: 'policy' });
+  ctx.jobsBox = h('div', { id: 'jobs-box' });
   ctx.deadBox = h('div', { id: 'dead-box' });
   ctx.secrets = h('div', { id: 'secrets-box' });
   main.append(h('h1', { id: 'tenant-title' }, `Tenant ${id}`), ctx.status, ctx.head, ctx.cards,
     h('h2', {}, 'Deliveries per second (up to the last 15 minutes)'), ctx.chart,
     h('p', { class: 'muted' }, 'Jobs that left the backlog each second (delivered, dead-lettered or canceled), as this throttler sampled them once a second since the tenant was first opened on it.'),
-    h('h2', {}, 'Recent attempts'), ctx.recent, h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Dead letters'), ctx.deadBox,
+    h('h2', {}, 'Recent attempts'), ctx.recent, h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Jobs'), ctx.jobsBox, h('h2', {}, 'Dead letters'), ctx.deadBox,
     h('h2', {}, 'Webhook secrets'), ctx.secrets);
   let alive = true, timer = 0;
   const tick = async () => {
@@ -27,6 +28,7 @@ export function tenant(main, { me, arg: id }) {
     if (alive) timer = setTimeout(tick, 1000);
   };
   tick();
+  loadJobs(ctx, 'queued');
   loadSecrets(ctx);
   return () => { alive = false; clearTimeout(timer); };
 }
@@ -122,6 +124,27 @@ function editPolicy(ctx, t) {
     area, h('div', { class: 'toolbar' },
       h('button', { type: 'button', id: 'policy-save', class: 'primary', onclick: save }, 'Save'),
       h('button', { type: 'button', onclick: () => showPolicy(ctx) }, 'Cancel')), msg);
+}
+
+// loadJobs shows the first 50 of the tenant's jobs in state (GET
+// /v1/tenants/{t}/jobs), the next to leave first, with a state picker.
+async function loadJobs(ctx, state) {
+  const msg = h('p', { class: 'error', id: 'jobs-error' });
+  const pick = h('select', { id: 'jobs-state', onchange: (e) => loadJobs(ctx, e.target.value) },
+    ['queued', 'delayed', 'running'].map((s) => h('option', { value: s, selected: s === state }, s)));
+  const reload = h('button', { type: 'button', id: 'jobs-reload', onclick: () => loadJobs(ctx, state) }, 'Reload');
+  try {
+    const page = await get(`${ctx.base}/jobs?state=${enc(state)}&limit=50`);
+    const cols = [
+      ['job', (j) => h('a', { href: `#/job/${enc(j.id)}` }, j.id)],
+      ['state', (j) => j.state],
+      ['created', (j) => j.created || '–'],
+      ['due', (j) => j.run_at || j.eta || '–'],
+      ['attempts', (j) => fmtNum(j.attempt_count), true]];
+    const more = page.cursor ? h('p', { class: 'muted' }, 'The first 50 shown.') : null;
+    ctx.jobsBox.replaceChildren(h('div', { class: 'toolbar' }, pick, reload),
+      page.jobs.length ? table('jobs', cols, page.jobs, (j) => ({ 'data-job': j.id })) : h('p', { class: 'muted', id: 'jobs' }, 'None.'), more);
+  } catch (err) { errorText(msg, err); ctx.jobsBox.replaceChildren(h('div', { class: 'toolbar' }, pick, reload), msg); }
 }
 
 async function loadDead(ctx) {

@@ -62,7 +62,7 @@ if idem ~= '' then redis.call('PEXPIRE', k_idem(tn, idem), idem_ms) end
 
 reschedule(tn, t, p, NOW)
 save_tenant(tn, t)
-expire_tenant(tn, t, p, NOW)
+expire_tenant(tn, t, p, NOW, retention_ms * 1000) -- listed while the tombstone is kept
 wake(before)
 
 local reply = {'ok', state}

@@ -226,7 +226,7 @@ for _, tn in ipairs(TENANT_ORDER) do
   end
   trim_dead(tn, c.t, NOW, cfg)
   save_tenant(tn, c.t)
-  expire_tenant(tn, c.t, c.p, NOW)
+  expire_tenant(tn, c.t, c.p, NOW, cfg.succ_ret) -- listed while its jobs' records are kept
 end
 wake_if_earlier()
 

@@ -592,14 +592,18 @@ end
 -- neither disabled nor admin-paused, and not before its TAT, pause and
 -- admission refill have all run out (so expiry never hands out free tokens).
 -- Its entry in the tenant index (tenants.lua) is then due for a check a
--- second after the hash expires: one ZADD beside the PEXPIRE, only when the
--- tenant is idle.
+-- second after the hash expires, or keep_us (µs, optional: the retention of
+-- the jobs that just ended, finish.lua's and cancel.lua's) after now when
+-- that is later: one ZADD beside the PEXPIRE, only when the tenant is idle.
+-- The ZADD only moves the entry later (GT): its score is also the time until
+-- which the tenant is listed (tenants.lua has_state), which no idle moment
+-- may shorten.
 -- A hash that was busy when loaded has no TTL already (every script that
 -- leaves a tenant busy persists it), so only a change to busy persists.
 busy = function(t)
   return t.live > 0 or t.running > 0 or t.disabled == 1 or t.admin_paused == 1
 end
-local function expire_tenant(tn, t, p, now)
+local function expire_tenant(tn, t, p, now, keep_us)
   local key = k_tenant(tn)
   if busy(t) then
     if not t.st_busy then rcall('PERSIST', key) end
@@ -608,7 +612,7 @@ local function expire_tenant(tn, t, p, now)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))
-  rcall('ZADD', k_index(), istr(now + (ttl_ms + 1000) * 1000), tn)
+  rcall('ZADD', k_index(), 'GT', istr(now + mmax((ttl_ms + 1000) * 1000, keep_us or 0)), tn)
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready

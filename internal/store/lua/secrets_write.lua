@@ -15,7 +15,8 @@
 -- µs, 0 = never> <sealed>", and the summary '~live' that enqueue.lua reads
 -- (lib.lua secret_live): -1 when a live secret never expires, else the
 -- latest expiry. Every write drops the expired secrets and rewrites the
--- summary; a hash left with no secret is deleted. Reads before writes: a
+-- summary; a hash left with no secret is deleted. An add enters the tenant
+-- in the shard's tenant index and name set (tenants.lua). Reads before writes: a
 -- refusal writes nothing.
 
 local tn, op, id = ARGV[3], ARGV[4], ARGV[5]
@@ -83,6 +84,10 @@ else
   set[#set + 1] = '~live'
   set[#set + 1] = istr(summary)
   rcall('HSET', key, unpack(set))
+  if op == 'add' then -- the tenant is listed while it holds secrets (tenants.lua)
+    rcall('ZADD', k_index(), 'NX', istr(NOW + INDEX_RECHECK), tn)
+    rcall('ZADD', k_names(), 'NX', 0, tn)
+  end
 end
 -- The shard's secrets counter (field "#sv" of its policy hash, beside the
 -- policy epoch "#v"): workers re-read a tenant's secrets only when the

@@ -3,11 +3,18 @@
 -- dead_replay and dead_letters (assembled after lifecycle.lua, whose names it uses).
 --
 -- The tenant index <p>:{sN}:tenants is a ZSET: tenant → the time (µs) its
--- entry is next checked. A tenant enters it when its hash is created
--- (lib.lua save_tenant, one ZADD) or its policy overrides are written
--- (policy_put.lua). index_check says whether a tenant still has state — its
--- hash, its dead set or policy overrides — and when to look again: after the
--- longer of the two keys' TTLs (+1 s) when both expire, else INDEX_RECHECK.
+-- entry is next checked, until which the tenant is listed whatever else it
+-- holds. A tenant enters it when its hash is created (lib.lua save_tenant,
+-- one ZADD), its policy overrides are written (policy_put.lua) or a webhook
+-- secret is added (secrets_write.lua). When it goes idle (lib.lua
+-- expire_tenant) its entry moves to the later of its hash's expiry + 1 s
+-- and the retention of the jobs that just ended (succeeded: finish.lua;
+-- canceled: cancel.lua) — the same ZADD, no command added per job — so a
+-- drained tenant stays listed while its finished jobs are kept. (A dead
+-- letter keeps it listed through its dead set.) index_check says whether a
+-- tenant still has state — its hash, its dead set, policy overrides or
+-- secrets by API — and when to look again: after the longer of the two
+-- expiring keys' TTLs (+1 s) when both expire, else INDEX_RECHECK.
 -- index_trim (every pass) checks at most a few due entries and removes those
 -- with no state left, so an entry outlives its tenant's state by at most
 -- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
@@ -43,7 +50,7 @@ local function index_check(tn)
     end
     if x > ttl then ttl = x end
   end
-  if ttl == -2 and rcall('HEXISTS', K_POLICY, tn) == 0 then return nil end
+  if ttl == -2 and rcall('HEXISTS', K_POLICY, tn) == 0 and rcall('EXISTS', k_secrets(tn)) == 0 then return nil end
   if ttl >= 0 then return NOW + mmin(INDEX_RECHECK, (ttl + 1000) * 1000) end
   return NOW + INDEX_RECHECK
 end
@@ -66,11 +73,13 @@ local function index_trim(n)
   return #gone
 end
 
--- has_state says whether tn has state: its hash, dead letters or policy
--- overrides (the cheap checks first).
+-- has_state says whether tn has state: its hash, dead letters, policy
+-- overrides, secrets by API, or an index entry not yet due (jobs ended
+-- within their retention; see above) — the cheap checks first.
 local function has_state(tn)
   return rcall('EXISTS', k_tenant(tn)) == 1 or rcall('EXISTS', k_dead(tn)) == 1
-    or rcall('HEXISTS', K_POLICY, tn) == 1
+    or rcall('HEXISTS', K_POLICY, tn) == 1 or rcall('EXISTS', k_secrets(tn)) == 1
+    or (tonum(rcall('ZSCORE', k_index(), tn)) or 0) > NOW
 end
 
 -- each_with_state calls f(tn) for each tenant of names that has state and
