@@ -396,6 +396,7 @@ function X.emit(tn, c, j, slot, spread)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
   take(t, p, slot, j.cost)
+  PACE.take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
@@ -418,7 +419,7 @@ end
 -- c.head keeps the next job it saw but did not release, for reschedule.
 local function release_one(tn, c)
   local t, p = c.t, c.p
-  local g = gate(t)
+  local g = mmax(gate(t), PACE.slot(t, p)) -- lib.lua PACE: pacing by quota headers
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e
@@ -558,7 +559,7 @@ end
 -- next job and its lanes' heads (3b).
 function X.release_lanes(tn, c)
   local t, p = c.t, c.p
-  local g = gate(t)
+  local g = mmax(gate(t), PACE.slot(t, p))
   c.head = nil
   local heads = (t.uq > 0) and LN.heads(tn, t) or {}
   local named = {}
