@@ -85,7 +85,7 @@ type StateCollector struct {
 	costFactor              int
 
 	backlog, running, dead, paused, rate, effRate, paced, oldest, drain *prometheus.Desc
-	inflight, capacity, queueSize                                *prometheus.Desc
+	inflight, capacity, queueSize                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*StateCollector)(nil)
