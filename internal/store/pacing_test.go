@@ -129,6 +129,15 @@ func TestPacingTokens(t *testing.T) {
 		}
 	}
 
+	// A job needing more tokens than are left waits for the reset.
+	e3 := newEnv(t)
+	e3.seed(params(func(p *Params) { p.RateUS, p.Burst = 10_000, 100 }))
+	e3.enqueue("acme", items[:3]...)
+	reset = e3.firstReport("acme", wire.Quota{Unit: wire.QuotaTokens, Remaining: 15, ResetIn: 10 * time.Second, Source: "x-ratelimit-remaining-tokens"})
+	if rel := e3.passTenant("acme", 20*time.Second, -1); len(rel) != 2 || !rel[0].Slot.Before(reset) || !rel[1].Slot.Equal(reset) {
+		t.Fatalf("15 tokens left, jobs of 10: %+v; want one before the reset %s, one at it", rel, reset)
+	}
+
 	// A roomy quota: the GCRA's spacing (10 tokens at 100/s: 100ms) stands.
 	e2 := newEnv(t)
 	e2.enqueue("roomy", batchOf(3, "r")...)

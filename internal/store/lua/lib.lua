@@ -415,7 +415,7 @@ end
 -- (µs) when it is whole again, q_fly the units sent since the report (and
 -- in flight at it), q_next the paced slot of the next job; field qh (beside
 -- s) names the header. While now < q_reset, what is left is L = q_rem −
--- q_fly: L ≤ 0 holds every job until q_reset; else a job of cost c released
+-- q_fly: L < u holds the next job of u units until q_reset; else one released
 -- at slot s sets q_next = min(q_reset, s + u·(q_reset − s) / (L·(1 −
 -- MARGIN))), u = 1 for a requests quota and c for a tokens quota: what is
 -- left, spread over the time to the reset with a margin. A slot is max(GCRA
@@ -428,10 +428,14 @@ local PACE = {MARGIN = 0.05} -- store.PaceMargin
 -- PACE.on says whether the tenant's reported quota paces it now.
 function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset end
 
--- PACE.slot is the earliest slot pacing leaves the tenant's next job (0 = any).
-function PACE.slot(t, p)
+-- PACE.slot is the earliest slot pacing leaves the tenant's next job, of
+-- cost c (0 = any): q_reset when what is left is less than the job's units
+-- (1, or c for a tokens quota), else q_next.
+function PACE.slot(t, p, c)
   if not PACE.on(t, p) then return 0 end
-  if t.q_rem - t.q_fly <= 0 then return t.q_reset end
+  local u = 1
+  if t.q_unit == 2 then u = c end
+  if t.q_rem - t.q_fly < u then return t.q_reset end
   return t.q_next
 end
 
@@ -590,7 +594,7 @@ local function reschedule(tn, t, p, now, head)
   if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
     held = true
   elseif id then
-    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p))
+    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p, cost))
   end
   if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
     local ls, lheld = lane_score(tn, t, p, now)
@@ -631,7 +635,7 @@ RS_HELD = 'held'
 local SIG_PACK, BLOCKED_CODE = '<ddddddddd', {disabled = 1, paused = 2, concurrency = 3}
 sched_sig = function(t, p)
   return struct.pack(SIG_PACK, BLOCKED_CODE[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
-    interval(t, p), p.burst, PACE.slot(t, p))
+    interval(t, p), p.burst, PACE.slot(t, p, 1))
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
