@@ -66,6 +66,11 @@ import (
 //	                    they go with the hash when an idle tenant expires
 //	uq, useq            jobs queued in the tenant's upstream lanes (lua/lanes.lua;
 //	                    counted in qtok too), and the lanes' enqueue sequence
+//	q_unit, q_rem,      the quota the tenant's upstream last reported (pacing:
+//	q_lim, q_reset,     headers; lua/lib.lua "Pacing by quota headers"): unit (0
+//	q_fly, q_next       none, 1 requests, 2 tokens), remaining, limit, reset µs,
+//	                    the units sent since (in flight), the next paced slot
+//	qh                  the header the quota was read from; stored beside s
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;
