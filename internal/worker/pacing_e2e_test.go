@@ -1,6 +1,8 @@
 package worker_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -8,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // quotaServer is a stand-in upstream enforcing a fixed-window quota of
@@ -110,5 +115,31 @@ func TestPacingAvoids429s(t *testing.T) {
 			}
 			t.Logf("pacing %s: %d refused", tc.name, refused)
 		})
+	}
+}
+
+// The webhook executor hands the response's quota to the finish on every
+// answer, and a 429 that reports only an OpenAI-style quota pauses until
+// its reset.
+func TestExecutorReportsQuota(t *testing.T) {
+	t.Parallel()
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Ratelimit-Remaining-Tokens", "120")
+		w.Header().Set("X-Ratelimit-Reset-Tokens", "6m0s")
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	spec := job.Spec{Type: wire.TypeWebhook, URL: srv.URL, Event: "e", Payload: json.RawMessage(`{}`)}
+	exec := &worker.WebhookExecutor{Client: loopbackClient(t)}
+	cj := store.ClaimedJob{ID: "j0_01M94ZAEES360MHC7Z7Q8HJ5EA", Tenant: "acme", Type: wire.TypeWebhook, Body: spec.Canonical(), Cost: 10}
+	o := exec.Execute(context.Background(), cj)
+	want := wire.Quota{Unit: wire.QuotaTokens, Remaining: 120, ResetIn: 6 * time.Minute, Source: "X-Ratelimit-Remaining-Tokens"}
+	if o.Kind != wire.FinishSuccess || o.Quota == nil || *o.Quota != want || o.Pause != 0 {
+		t.Fatalf("2xx: kind %v, quota %+v, pause %s; want success, %+v, no pause", o.Kind, o.Quota, o.Pause, want)
+	}
+	status = http.StatusTooManyRequests
+	if o := exec.Execute(context.Background(), cj); o.Kind != wire.FinishThrottled || o.Pause != 6*time.Minute {
+		t.Fatalf("429: kind %v, pause %s; want throttled, the quota's reset 6m", o.Kind, o.Pause)
 	}
 }
