@@ -45,6 +45,7 @@ func tenantViewOf(st store.TenantState) tenantView {
 	if st.PausedUntil.After(st.Now) {
 		v.PausedUntil = timeString(st.PausedUntil)
 	}
+	v.Quota, v.PacedRate = quotaViewOf(st)
 	f := st.Forecast()
 	v.InflowPerS, v.Draining = f.InflowPerSecond, f.Draining
 	if !st.OldestQueuedAt.IsZero() {

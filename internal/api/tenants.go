@@ -43,7 +43,43 @@ type tenantView struct {
 	// RateFactor is the adaptive rate factor as a fraction, 0 < f ≤ 1; 1
 	// when the policy is not adaptive.
 	RateFactor float64 `json:"rate_factor"`
+	// Quota is the last quota the tenant's upstream reported (policy
+	// pacing: headers); null when none was or it has reset.
+	Quota *quotaView `json:"quota"`
+	// PacedRate is the rate pacing by Quota holds the tenant to now, in
+	// the quota's unit per second (requests or tokens); null when pacing
+	// does not bind (no quota, a roomy one, reset past, pacing off).
+	PacedRate *float64 `json:"paced_rate"`
 	forecastView
+}
+
+// quotaView is a reported quota in the tenant view.
+type quotaView struct {
+	Remaining    int64   `json:"remaining"`
+	Limit        *int64  `json:"limit"` // null when not reported
+	ResetAt      *string `json:"reset_at"`
+	Unit         string  `json:"unit"` // requests | tokens
+	SourceHeader string  `json:"source_header"`
+	// InFlight is what was sent since the report (and in flight at it),
+	// counted against Remaining.
+	InFlight int64 `json:"in_flight"`
+}
+
+// quotaViewOf is st's quota view and paced rate (nil when none).
+func quotaViewOf(st store.TenantState) (*quotaView, *float64) {
+	q := st.Quota
+	if q == nil || !q.ResetAt.After(st.Now) {
+		return nil, nil
+	}
+	v := &quotaView{Remaining: q.Remaining, ResetAt: timeString(q.ResetAt), Unit: q.Unit,
+		SourceHeader: q.Source, InFlight: q.InFlight}
+	if q.Limit > 0 {
+		v.Limit = &q.Limit
+	}
+	if rate, ok := st.PacedRate(); ok {
+		return v, &rate
+	}
+	return v, nil
 }
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.

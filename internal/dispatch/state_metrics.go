@@ -84,8 +84,8 @@ type StateCollector struct {
 	readTimeout, scrapeWait time.Duration
 	costFactor              int
 
-	backlog, running, dead, paused, rate, effRate, oldest, drain *prometheus.Desc
-	inflight, capacity, queueSize                                *prometheus.Desc
+	backlog, running, dead, paused, rate, effRate, paced, oldest, drain *prometheus.Desc
+	inflight, capacity, queueSize                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*StateCollector)(nil)
@@ -103,6 +103,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 		paused:    prometheus.NewDesc("sluice_tenant_paused", "1 while the tenant cannot send: admin-paused, upstream-paused or disabled by a 410.", []string{"tenant", "reason"}, nil),
 		rate:      prometheus.NewDesc("sluice_tenant_rate_per_second", "The tenant's configured dispatch rate (policy rate), per labeled tenant.", t, nil),
 		effRate:   prometheus.NewDesc("sluice_tenant_effective_rate_per_second", "The tenant's effective dispatch rate: the configured rate times the adaptive rate factor.", t, nil),
+		paced:     prometheus.NewDesc("sluice_tenant_paced_rate", "The rate pacing by the quota the tenant's upstream reported holds it to, in the quota's unit (requests or tokens) per second; absent while pacing does not bind.", t, nil),
 		oldest:    prometheus.NewDesc("sluice_tenant_oldest_job_age_seconds", "How long the tenant's oldest queued job has waited; for _other, the oldest among them.", t, nil),
 		drain:     prometheus.NewDesc("sluice_tenant_drain_seconds", "Drain forecast: seconds until the backlog has left at the effective rate, pauses counted; absent when disabled or paused until resumed, and for _other.", t, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight_jobs", "Jobs released or running, over every shard.", nil, nil),
@@ -113,7 +114,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.oldest, c.drain, c.inflight, c.capacity, c.queueSize} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.paced, c.oldest, c.drain, c.inflight, c.capacity, c.queueSize} {
 		ch <- d
 	}
 }

@@ -139,6 +139,9 @@ func (c *StateCollector) labeled(gauge gaugeFunc, st store.TenantState) {
 		gauge(c.rate, 1e6/float64(st.Policy.RateUS), tn)
 		gauge(c.effRate, st.EffectiveRate(), tn)
 	}
+	if paced, ok := st.PacedRate(); ok {
+		gauge(c.paced, paced, tn)
+	}
 	f := st.Forecast()
 	gauge(c.oldest, f.OldestJobAge.Seconds(), tn)
 	if f.DrainKnown {

@@ -33,6 +33,7 @@ type Overrides struct {
 	Adaptive        *bool          `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
 	Unsigned        *bool          `json:"unsigned,omitempty" yaml:"unsigned,omitempty"`
 	DisableOnGone   *bool          `json:"disable_on_gone,omitempty" yaml:"disable_on_gone,omitempty"`
+	Pacing          *Pacing        `json:"pacing,omitempty" yaml:"pacing,omitempty"`
 	WebhookSecrets  Secrets        `json:"webhook_secrets,omitzero" yaml:"webhook_secrets,omitempty"`
 	MaxResultBytes  *ByteSize      `json:"max_result_bytes,omitempty" yaml:"max_result_bytes,omitempty"`
 	// ResultHeaders set to an empty, non-nil list keeps no header.
@@ -88,6 +89,7 @@ func (o Overrides) applyTo(p *Policy) {
 	set(&p.Adaptive, o.Adaptive)
 	set(&p.Unsigned, o.Unsigned)
 	set(&p.DisableOnGone, o.DisableOnGone)
+	set(&p.Pacing, o.Pacing)
 	if o.WebhookSecrets != nil {
 		p.WebhookSecrets = slices.Clone(o.WebhookSecrets)
 	}

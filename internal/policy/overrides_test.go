@@ -254,7 +254,7 @@ func TestBuiltin(t *testing.T) {
 			MaxAttempts: 8, MinBackoff: Duration(time.Second), MaxBackoff: Duration(time.Hour),
 			MaxDoublings: 5, MaxRetryDuration: Duration(24 * time.Hour),
 		},
-		Timeout: Duration(15 * time.Second), Adaptive: true,
+		Timeout: Duration(15 * time.Second), Adaptive: true, Pacing: PacingHeaders,
 		MaxResultBytes: 64 * KiB, ResultHeaders: ResultHeadersDefault(), Upstreams: []string{},
 	}
 	if got := p.View(); !reflect.DeepEqual(got, want) {

@@ -41,6 +41,7 @@ const (
 	AdaptiveDefault         = true
 	UnsignedDefault         = false
 	DisableOnGoneDefault    = false
+	PacingDefault           = PacingHeaders
 )
 
 // Upper bounds enforced by Validate (the lower bounds are on the fields).
@@ -98,6 +99,12 @@ type Policy struct {
 	// to a webhook job always does; false dead-letters only that job;
 	// default false.
 	DisableOnGone bool
+	// Pacing says whether the tenant's rate follows the quota its
+	// upstreams report in response headers (PacingHeaders: while the
+	// reported remaining quota would run out before its reset, the rate
+	// becomes what is left over the time to the reset, never above Rate)
+	// or not (PacingOff); default PacingHeaders.
+	Pacing Pacing
 	// WebhookSecrets sign webhook deliveries; default none.
 	WebhookSecrets Secrets
 	// MaxResultBytes is how much of an http job's last response body its
@@ -164,6 +171,7 @@ func Builtin() Policy {
 		Adaptive:       AdaptiveDefault,
 		Unsigned:       UnsignedDefault,
 		DisableOnGone:  DisableOnGoneDefault,
+		Pacing:         PacingDefault,
 		MaxResultBytes: int64(MaxResultBytesDefault),
 		ResultHeaders:  ResultHeadersDefault(),
 	}
@@ -173,3 +181,19 @@ func Builtin() Policy {
 // Admit.Burst). A larger cost could never be admitted or dispatched, so the
 // enqueue is refused (422).
 func (p Policy) MaxCost() int64 { return min(p.Burst, p.Admit.Burst) }
+
+// Pacing is a policy's pacing mode: PacingHeaders or PacingOff.
+type Pacing string
+
+// The pacing modes (docs/dispatch.md, "Pacing by quota headers").
+const (
+	// PacingHeaders paces the tenant by the quota its upstreams report
+	// on every response (webhook.ReadQuotas).
+	PacingHeaders Pacing = "headers"
+	// PacingOff ignores the reported quota until it is used up (an
+	// exhausted quota still pauses the tenant).
+	PacingOff Pacing = "off"
+)
+
+// Valid reports whether m is one of the pacing modes.
+func (m Pacing) Valid() bool { return m == PacingHeaders || m == PacingOff }

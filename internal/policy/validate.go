@@ -56,7 +56,8 @@ func WithPrefix(prefix string, err error) error {
 // secrets, each valid for ParseWebhookSecret; max_result_bytes in
 // 1…MaxResultBytesLimit; at most MaxResultHeaders result_headers, each a
 // header name, optionally ending in "*"; at most upstream.MaxPerJob
-// upstreams, valid and distinct names (upstream.CheckNames).
+// upstreams, valid and distinct names (upstream.CheckNames); pacing
+// "headers" or "off".
 func (p Policy) Validate() error {
 	var c checker
 	c.rate("rate", p.Rate)
@@ -80,6 +81,7 @@ func (p Policy) Validate() error {
 	c.between("max_result_bytes", p.MaxResultBytes, 1, int64(MaxResultBytesLimit))
 	c.resultHeaders(p.ResultHeaders)
 	c.upstreams(p.Upstreams)
+	c.pacing(p.Pacing)
 	return c.err()
 }
 
@@ -116,7 +118,15 @@ func (o Overrides) Validate() error {
 	ifSet(o.MaxResultBytes, func(v ByteSize) { c.between("max_result_bytes", int64(v), 1, int64(MaxResultBytesLimit)) })
 	c.resultHeaders(o.ResultHeaders)
 	c.upstreams(o.Upstreams)
+	ifSet(o.Pacing, c.pacing)
 	return c.err()
+}
+
+// pacing checks a pacing mode.
+func (c *checker) pacing(m Pacing) {
+	if !m.Valid() {
+		c.add("pacing", "must be %q or %q, got %q", PacingHeaders, PacingOff, string(m))
+	}
 }
 
 // upstreams checks a list of upstream names (upstream.CheckNames).

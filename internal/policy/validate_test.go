@@ -45,7 +45,7 @@ func TestPolicyValidateListsEveryProblem(t *testing.T) {
 	err := p.Validate()
 	want := []string{
 		"admit.burst", "admit.rate", "burst", "concurrency", "max_backlog", "max_backlog_bytes",
-		"max_result_bytes", "rate", "result_headers[1]", "result_headers[2]", "retry.max_attempts", "retry.max_backoff", "retry.max_doublings",
+		"max_result_bytes", "pacing", "rate", "result_headers[1]", "result_headers[2]", "retry.max_attempts", "retry.max_backoff", "retry.max_doublings",
 		"retry.max_retry_duration", "retry.min_backoff", "timeout",
 		"webhook_secrets[1]", "webhook_secrets[2]", "weight",
 	}
@@ -338,5 +338,41 @@ func TestUpstreamsField(t *testing.T) {
 	o, err := DecodeJSON(strings.NewReader(`{"upstreams":["x","y"]}`))
 	if err != nil || !slices.Equal(o.Upstreams, []string{"x", "y"}) {
 		t.Errorf("DecodeJSON upstreams = %v, %v", o.Upstreams, err)
+	}
+}
+
+func TestPacingField(t *testing.T) {
+	t.Parallel()
+	if got := Builtin().Pacing; got != PacingHeaders {
+		t.Fatalf("built-in pacing = %q, want %q", got, PacingHeaders)
+	}
+	for _, tc := range []struct {
+		doc     string
+		want    Pacing
+		invalid bool
+	}{
+		{`{"pacing":"headers"}`, PacingHeaders, false},
+		{`{"pacing":"off"}`, PacingOff, false},
+		{`{"pacing":"Headers"}`, "Headers", true},
+		{`{"pacing":""}`, "", true},
+	} {
+		o, err := DecodeJSON(strings.NewReader(tc.doc))
+		if err != nil {
+			t.Fatalf("DecodeJSON(%s): %v", tc.doc, err)
+		}
+		y, err := decodeYAML("pacing: \"" + string(*o.Pacing) + "\"\n")
+		if err != nil || *y.Pacing != *o.Pacing {
+			t.Errorf("YAML pacing %q = %v, %v", *o.Pacing, y.Pacing, err)
+		}
+		got := fields(t, o.Validate())
+		if tc.invalid != slices.Equal(got, []string{"pacing"}) || (!tc.invalid && len(got) > 0) {
+			t.Errorf("%s: Validate fields = %v, want invalid %v", tc.doc, got, tc.invalid)
+		}
+		if p := Resolve(o); p.Pacing != tc.want || (p.Validate() != nil) != tc.invalid {
+			t.Errorf("%s: resolved pacing %q, Validate %v", tc.doc, p.Pacing, p.Validate())
+		}
+	}
+	if got := Resolve(Overrides{Pacing: ptr(PacingOff)}, Overrides{}).View().Pacing; got != PacingOff {
+		t.Errorf("an unset tenant pacing over defaults' off = %q", got)
 	}
 }

@@ -27,6 +27,7 @@ type View struct {
 	Adaptive        bool         `json:"adaptive"`
 	Unsigned        bool         `json:"unsigned"`
 	DisableOnGone   bool         `json:"disable_on_gone"`
+	Pacing          Pacing       `json:"pacing"`
 	MaxResultBytes  ByteSize     `json:"max_result_bytes"`
 	ResultHeaders   []string     `json:"result_headers"`
 	// Upstreams are the default upstreams of the tenant's jobs; [] none.
@@ -69,6 +70,7 @@ func (p Policy) View() View {
 		Adaptive:       p.Adaptive,
 		Unsigned:       p.Unsigned,
 		DisableOnGone:  p.DisableOnGone,
+		Pacing:         p.Pacing,
 		MaxResultBytes: ByteSize(p.MaxResultBytes),
 		ResultHeaders:  append([]string{}, p.ResultHeaders...),
 		Upstreams:      append([]string{}, p.Upstreams...),

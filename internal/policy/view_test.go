@@ -20,7 +20,7 @@ func TestViewJSONIsStable(t *testing.T) {
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,` +
 		`"admit":{"rate":"100/s","burst":1000},"max_backlog":100000,"max_backlog_bytes":"256MiB",` +
 		`"retry":{"max_attempts":8,"min_backoff":"1s","max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},` +
-		`"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
+		`"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,"pacing":"headers",` +
 		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"upstreams":[],"webhook_secrets_count":2}`
 	if string(got) != want {
 		t.Errorf("json.Marshal(policy) =\n%s\nwant\n%s", got, want)

@@ -28,6 +28,7 @@ type overridesYAML struct {
 	Adaptive        *bool          `yaml:"adaptive"`
 	Unsigned        *bool          `yaml:"unsigned"`
 	DisableOnGone   *bool          `yaml:"disable_on_gone"`
+	Pacing          *Pacing        `yaml:"pacing"`
 	WebhookSecrets  Secrets        `yaml:"webhook_secrets"`
 	MaxResultBytes  *ByteSize      `yaml:"max_result_bytes"`
 	ResultHeaders   []string       `yaml:"result_headers"`
@@ -54,6 +55,7 @@ func (o *Overrides) UnmarshalYAML(unmarshal func(any) error) error {
 		Adaptive:        m.Adaptive,
 		Unsigned:        m.Unsigned,
 		DisableOnGone:   m.DisableOnGone,
+		Pacing:          m.Pacing,
 		WebhookSecrets:  m.WebhookSecrets,
 		MaxResultBytes:  m.MaxResultBytes,
 		ResultHeaders:   m.ResultHeaders,

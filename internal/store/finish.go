@@ -302,12 +302,29 @@ func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
 		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
 			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()),
 			field, text, resultArg(o.Result), o.ActualCost)
+		args = append(args, quotaArgs(o.Quota)...)
 	}
 	return args
 }
 
 // finishValues is the number of ARGV values per attempt of finish.lua.
-const finishValues = 12
+const finishValues = 17
+
+// quotaArgs are an attempt's quota values of finish.lua: unit (0 none, 1
+// requests, 2 tokens), remaining, limit, reset in µs, source header.
+func quotaArgs(q *wire.Quota) []any {
+	if q == nil {
+		return []any{0, 0, 0, 0, ""}
+	}
+	unit := 1
+	if q.Unit == wire.QuotaTokens {
+		unit = 2
+	}
+	return []any{unit, q.Remaining, q.Limit, ceilMicros(q.ResetIn), truncate(q.Source, maxQuotaSource)}
+}
+
+// maxQuotaSource bounds the stored name of a quota's header, in bytes.
+const maxQuotaSource = 128
 
 func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
@@ -319,6 +336,16 @@ func checkOutcome(o wire.AttemptOutcome) error {
 		return invalidf("latency %s is negative", o.Latency)
 	case o.ActualCost < 0 || o.ActualCost > wire.MaxActualCost:
 		return invalidf("actual cost %d: want 0 (unknown) … %d", o.ActualCost, wire.MaxActualCost)
+	}
+	if q := o.Quota; q != nil {
+		switch {
+		case q.Unit != wire.QuotaRequests && q.Unit != wire.QuotaTokens:
+			return invalidf("quota unit %q: want %q or %q", q.Unit, wire.QuotaRequests, wire.QuotaTokens)
+		case q.Remaining < 0 || q.Remaining > wire.MaxQuotaCount || q.Limit < 0 || q.Limit > wire.MaxQuotaCount:
+			return invalidf("quota remaining %d, limit %d: want 0 … %d", q.Remaining, q.Limit, int64(wire.MaxQuotaCount))
+		case q.ResetIn <= 0 || q.ResetIn > MaxDurationUS*time.Microsecond:
+			return invalidf("quota reset in %s: want > 0, at most %s", q.ResetIn, MaxDurationUS*time.Microsecond)
+		}
 	}
 	return checkResult(o)
 }

@@ -43,6 +43,7 @@ type Params struct {
 	Adaptive           int64 `json:"adaptive"`              // 1 = adaptive rate on, 0 = off
 	Unsigned           int64 `json:"unsigned"`              // 1 = webhook jobs without a secret are accepted (sent unsigned)
 	DisableOnGone      int64 `json:"disable_on_gone"`       // 1 = a 410 to an http job disables the tenant too
+	Pacing             int64 `json:"pacing"`                // 1 = paced by the upstream's quota headers, 0 = off
 	MaxResultBytes     int64 `json:"max_result_bytes"`      // bytes of an http job's response body its result keeps, 1 … policy.MaxResultBytesLimit
 	// ResultHeaders is the result's header allow-list (policy
 	// ResultHeaders); the scripts ignore it.
@@ -75,6 +76,7 @@ type Overrides struct {
 	Adaptive           *int64 `json:"adaptive,omitempty"`
 	Unsigned           *int64 `json:"unsigned,omitempty"`
 	DisableOnGone      *int64 `json:"disable_on_gone,omitempty"`
+	Pacing             *int64 `json:"pacing,omitempty"`
 	MaxResultBytes     *int64 `json:"max_result_bytes,omitempty"`
 	// ResultHeaders, when not nil, replaces the allow-list (empty: none).
 	ResultHeaders HeaderList `json:"result_headers,omitzero"`
@@ -136,6 +138,7 @@ func ParamsOf(p policy.Policy) Params {
 		Adaptive:           boolInt(p.Adaptive),
 		Unsigned:           boolInt(p.Unsigned),
 		DisableOnGone:      boolInt(p.DisableOnGone),
+		Pacing:             boolInt(p.Pacing != policy.PacingOff),
 		MaxResultBytes:     p.MaxResultBytes,
 		ResultHeaders:      slices.Clone(p.ResultHeaders),
 		Upstreams:          nameList(p.Upstreams),
@@ -166,6 +169,7 @@ func (p Params) Policy() policy.Policy {
 		Adaptive:       p.Adaptive == 1,
 		Unsigned:       p.Unsigned == 1,
 		DisableOnGone:  p.DisableOnGone == 1,
+		Pacing:         pacingOf(p.Pacing),
 		MaxResultBytes: p.MaxResultBytes,
 		ResultHeaders:  slices.Clone(p.ResultHeaders),
 		Upstreams:      slices.Clone(p.Upstreams),
@@ -181,7 +185,7 @@ func OverridesOf(o policy.Overrides) Overrides {
 		o.Admit.Rate != nil, o.Admit.Burst != nil, o.MaxBacklog != nil, o.MaxBacklogBytes != nil,
 		r.MaxAttempts != nil, r.MinBackoff != nil, r.MaxBackoff != nil, r.MaxDoublings != nil,
 		r.MaxRetryDuration != nil, o.Timeout != nil, o.Adaptive != nil, o.Unsigned != nil, o.DisableOnGone != nil,
-		o.MaxResultBytes != nil}
+		o.Pacing != nil, o.MaxResultBytes != nil}
 	p := ParamsOf(policy.Resolve(o))
 	var out Overrides
 	for i, f := range paramFields {
@@ -227,6 +231,7 @@ var paramFields = []paramField{
 	{"adaptive", 0, 1, func(p *Params) *int64 { return &p.Adaptive }, func(o *Overrides) **int64 { return &o.Adaptive }},
 	{"unsigned", 0, 1, func(p *Params) *int64 { return &p.Unsigned }, func(o *Overrides) **int64 { return &o.Unsigned }},
 	{"disable_on_gone", 0, 1, func(p *Params) *int64 { return &p.DisableOnGone }, func(o *Overrides) **int64 { return &o.DisableOnGone }},
+	{"pacing", 0, 1, func(p *Params) *int64 { return &p.Pacing }, func(o *Overrides) **int64 { return &o.Pacing }},
 	{"max_result_bytes", 1, int64(policy.MaxResultBytesLimit), func(p *Params) *int64 { return &p.MaxResultBytes }, func(o *Overrides) **int64 { return &o.MaxResultBytes }},
 }
 
@@ -379,4 +384,12 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// pacingOf is Params.Pacing's policy mode: 1 PacingHeaders, else PacingOff.
+func pacingOf(v int64) policy.Pacing {
+	if v == 1 {
+		return policy.PacingHeaders
+	}
+	return policy.PacingOff
 }

@@ -18,7 +18,7 @@ func TestParamsFromBuiltinPolicyAreTheDefaults(t *testing.T) {
 		AdmitUS: 10_000, AdmitBurst: 1000,
 		MaxBacklog: 100_000, MaxBacklogBytes: 256 << 20,
 		MaxAttempts: 8, MinBackoffUS: 1_000_000, MaxBackoffUS: 3_600_000_000, MaxDoublings: 5,
-		MaxRetryDurationUS: 86_400_000_000, TimeoutUS: 15_000_000, Adaptive: 1,
+		MaxRetryDurationUS: 86_400_000_000, TimeoutUS: 15_000_000, Adaptive: 1, Pacing: 1,
 		MaxResultBytes: 64 << 10, ResultHeaders: HeaderList(policy.ResultHeadersDefault()),
 	}
 	if got := ParamsOf(policy.Builtin()); !reflect.DeepEqual(got, want) {
@@ -122,7 +122,7 @@ func TestParamsPolicyViewInUserUnits(t *testing.T) {
 	}
 	want := `{"rate":"10/s","burst":1,"concurrency":10,"weight":1,"admit":{"rate":"100/s","burst":1000},` +
 		`"max_backlog":100000,"max_backlog_bytes":"256MiB","retry":{"max_attempts":8,"min_backoff":"1s",` +
-		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,` +
+		`"max_backoff":"1h","max_doublings":5,"max_retry_duration":"24h"},"timeout":"15s","adaptive":true,"unsigned":false,"disable_on_gone":false,"pacing":"headers",` +
 		`"max_result_bytes":"64KiB","result_headers":["Content-Type","RateLimit","RateLimit-Policy","X-RateLimit-*","Retry-After"],"upstreams":[]}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
@@ -182,7 +182,7 @@ func TestOverridesOfEveryField(t *testing.T) {
 	t.Parallel()
 	in := `{"rate":"20/s","burst":2,"concurrency":3,"weight":4,"admit":{"rate":"5/s","burst":6},"max_backlog":7,` +
 		`"max_backlog_bytes":"8KiB","retry":{"max_attempts":9,"min_backoff":"10ms","max_backoff":"11s","max_doublings":12,` +
-		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true,` +
+		`"max_retry_duration":"13m"},"timeout":"14s","adaptive":false,"unsigned":true,"disable_on_gone":true,"pacing":"off",` +
 		`"max_result_bytes":"1KiB","result_headers":["ETag"]}`
 	o, err := policy.DecodeJSON(strings.NewReader(in))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // TenantState is a snapshot of one tenant, as its next decision would see it.
@@ -65,6 +66,11 @@ import (
 //	                    they go with the hash when an idle tenant expires
 //	uq, useq            jobs queued in the tenant's upstream lanes (lua/lanes.lua;
 //	                    counted in qtok too), and the lanes' enqueue sequence
+//	q_unit, q_rem,      the quota the tenant's upstream last reported (pacing:
+//	q_lim, q_reset,     headers; lua/lib.lua "Pacing by quota headers"): unit (0
+//	q_fly, q_next       none, 1 requests, 2 tokens), remaining, limit, reset µs,
+//	                    the units sent since (in flight), the next paced slot
+//	qh                  the header the quota was read from; stored beside s
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;
@@ -106,7 +112,43 @@ type TenantState struct {
 	// jobs (the head lane's first, the backlog's first); zero when none is
 	// queued. See Forecast.
 	OldestQueuedAt time.Time
-	inflow         inflow // admissions by minute (see InflowPerSecond)
+	// Quota is the last quota the tenant's upstream reported (pacing:
+	// headers, Store.Finish); nil when none was, or pacing is off.
+	Quota *Quota
+	// PacedIntervalUS is the pace by Quota now, in µs per unit of it
+	// (lua/lib.lua pace): 0 when not pacing (no quota, reset past, pacing
+	// off). The pace binds only when it is slower than the rate.
+	PacedIntervalUS int64
+	inflow          inflow // admissions by minute (see InflowPerSecond)
+}
+
+// PaceMargin is the safety margin of pacing by quota headers: what is left
+// of a reported quota is spread over the time to its reset as if it were
+// (1 − PaceMargin) of it (lua/lib.lua PACE.MARGIN).
+const PaceMargin = 0.05
+
+// Quota is a quota an upstream reported, as the store keeps it (tenant
+// fields q_*, lua/lib.lua "Pacing by quota headers").
+type Quota struct {
+	Unit      string    // wire.QuotaRequests or wire.QuotaTokens
+	Remaining int64     // what was left when reported
+	Limit     int64     // the quota's size; 0 when not reported
+	ResetAt   time.Time // when it is whole again
+	Source    string    // the header field Remaining was read from
+	// InFlight is what the tenant sent since the report (and had in
+	// flight at it), in the quota's unit: counted against Remaining.
+	InFlight int64
+}
+
+// PacedRate is the tenant's rate under pacing now, in the quota's units
+// per second (requests, or tokens), and whether pacing binds: false when
+// not pacing or when the pace is faster than the tenant's effective rate
+// (for a requests quota, compared as if every job cost 1).
+func (st TenantState) PacedRate() (float64, bool) {
+	if st.PacedIntervalUS <= 0 || st.PacedIntervalUS <= st.IntervalUS {
+		return 0, false
+	}
+	return 1e6 / float64(st.PacedIntervalUS), true
 }
 
 // EffectiveRate is the tenant's dispatch rate now in tokens per second,
@@ -154,6 +196,14 @@ func parseTenantState(tenant string, d decoder) (TenantState, error) {
 		st.OldestQueuedAt = redisscript.MicrosTime(oldest)
 	}
 	st.inflow = inflow{minute: d.int(25), current: d.int(26), previous: d.int(27)}
+	if unit := d.int(28); unit > 0 {
+		st.Quota = &Quota{Unit: wire.QuotaRequests, Remaining: d.int(29), Limit: d.int(30),
+			ResetAt: redisscript.MicrosTime(d.int(31)), Source: d.str(32), InFlight: d.int(34)}
+		if unit == 2 {
+			st.Quota.Unit = wire.QuotaTokens
+		}
+	}
+	st.PacedIntervalUS = d.int(33)
 	policy := d.str(16)
 	if err := d.Err(); err != nil {
 		return TenantState{}, err

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // The units a Quota counts.
 const (
-	QuotaRequests = "requests"
-	QuotaTokens   = "tokens"
+	QuotaRequests = wire.QuotaRequests
+	QuotaTokens   = wire.QuotaTokens
 )
 
 // maxQuotaCount bounds a quota's remaining and limit counts: larger values
@@ -86,6 +88,33 @@ func ReadQuotas(h http.Header, now time.Time) []Quota {
 		add(anthropicQuota(h, kind, now))
 	}
 	return out
+}
+
+// PaceQuota returns the tightest quota h reports at now (ReadQuotas) for
+// a job of the given cost (≥ 1; the unit of a token quota), nil when h
+// reports none: the one that allows the fewest such jobs per second,
+// Remaining ÷ ResetIn for a requests quota and Remaining ÷ cost ÷ ResetIn
+// for a tokens quota; the first of equals.
+func PaceQuota(h http.Header, now time.Time, cost int64) *wire.Quota {
+	qs := ReadQuotas(h, now)
+	if qs == nil {
+		return nil
+	}
+	best, bestRate := -1, math.Inf(1)
+	for i, q := range qs {
+		jobs := float64(q.Remaining)
+		if q.Unit == QuotaTokens {
+			jobs /= float64(max(cost, 1))
+		}
+		if r := jobs / q.ResetIn.Seconds(); r < bestRate {
+			best, bestRate = i, r
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	q := qs[best]
+	return &wire.Quota{Unit: q.Unit, Remaining: q.Remaining, Limit: q.Limit, ResetIn: q.ResetIn, Source: q.Source}
 }
 
 // ietfQuotas reads the RateLimit field (a -10 list, else an earlier

@@ -108,3 +108,29 @@ func FuzzReadQuotas(f *testing.F) {
 		}
 	})
 }
+
+// PaceQuota picks the quota that allows the fewest jobs of the cost per
+// second: requests against tokens ÷ cost.
+func TestPaceQuota(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set("X-Ratelimit-Remaining-Requests", "100")
+	h.Set("X-Ratelimit-Reset-Requests", "10s") // 10 jobs/s
+	h.Set("X-Ratelimit-Remaining-Tokens", "3000")
+	h.Set("X-Ratelimit-Reset-Tokens", "10s") // 300 tokens/s
+	for _, tc := range []struct {
+		cost int64
+		want string
+	}{{1, QuotaRequests}, {29, QuotaRequests}, {31, QuotaTokens}, {500, QuotaTokens}} {
+		q := PaceQuota(h, quotaNow, tc.cost)
+		if q == nil || q.Unit != tc.want || q.ResetIn != 10*time.Second {
+			t.Errorf("cost %d: %+v, want the %s quota", tc.cost, q, tc.want)
+		}
+	}
+	if q := PaceQuota(h, quotaNow, 31); q.Remaining != 3000 || q.Source != "X-Ratelimit-Remaining-Tokens" {
+		t.Errorf("tokens quota %+v", q)
+	}
+	if q := PaceQuota(http.Header{"Content-Type": {"text/plain"}}, quotaNow, 1); q != nil {
+		t.Errorf("no quota fields: %+v, want nil", q)
+	}
+}

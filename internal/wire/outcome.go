@@ -62,7 +62,30 @@ type AttemptOutcome struct {
 	// 0 means unknown: the cost the job reserved at dispatch stands. Finish
 	// charges or refunds the difference on the tenant's schedule.
 	ActualCost int64
+	// Quota is the tightest quota the response reported (headers read on
+	// every response, webhook.PaceQuota), which paces the tenant (policy
+	// pacing: headers); nil when it reported none.
+	Quota *Quota
 }
+
+// Quota units.
+const (
+	QuotaRequests = "requests"
+	QuotaTokens   = "tokens"
+)
+
+// Quota is a quota an upstream reported on a response: what is left of it
+// and when it is whole again.
+type Quota struct {
+	Unit      string        // QuotaRequests or QuotaTokens
+	Remaining int64         // ≥ 0, at most MaxQuotaCount
+	Limit     int64         // the quota's size; 0 when not reported
+	ResetIn   time.Duration // after the response; > 0
+	Source    string        // the header field Remaining was read from
+}
+
+// MaxQuotaCount bounds Quota.Remaining and Quota.Limit.
+const MaxQuotaCount = 1_000_000_000_000_000
 
 // MaxActualCost bounds AttemptOutcome.ActualCost: the largest cost of one
 // job (policy.MaxBurst). A larger report is ignored, as a bad one.

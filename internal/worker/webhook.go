@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -104,6 +105,14 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 		o.Result = attemptResult(res, maxBytes, allow)
 	}
 	o.ActualCost = e.Costs.ActualCost(ctx, cj, res.Header)
+	if res.Header != nil {
+		o.Quota = webhook.PaceQuota(res.Header, time.Now(), cmp.Or(o.ActualCost, cj.Cost))
+	}
+	if o.Kind == wire.FinishThrottled && o.Pause == 0 && o.Quota != nil {
+		// A 429 without Retry-After or an X-RateLimit reset (OpenAI's and
+		// Anthropic's shapes): wait for the reported quota's reset.
+		o.Pause = o.Quota.ResetIn
+	}
 	return o
 }
 

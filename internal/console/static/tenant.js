@@ -62,10 +62,20 @@ function showView(ctx, t) {
     card('stat-eta', 'drain ETA', fmtSecs(t.drain_eta_s)),
     card('stat-inflow', 'inflow (last minute)', fmtRate(t.inflow_per_s)),
     card('stat-rate', 'configured / effective rate', `${t.policy.rate} / ${fmtRate(t.effective_rate)}`),
+    card('stat-quota', 'upstream quota left', fmtQuota(t.quota)),
+    card('stat-paced', 'paced rate', t.paced_rate == null ? '–' : `${fmtRate(t.paced_rate)} ${t.quota ? t.quota.unit : ''}`),
     card('stat-draining', 'draining', t.draining ? 'yes' : 'no'),
     card('stat-dead', 'dead letters', fmtNum(t.dead_letters)));
   if (first) showPolicy(ctx);
   if (t.dead_letters !== ctx.dead) { ctx.dead = t.dead_letters; loadDead(ctx); }
+}
+
+// fmtQuota shows the quota the upstream last reported (pacing by quota
+// headers): what is left of it, its unit, its header and its reset.
+function fmtQuota(q) {
+  if (!q) return '–';
+  const of = q.limit == null ? '' : ` / ${fmtNum(q.limit)}`;
+  return `${fmtNum(q.remaining)}${of} ${q.unit} (${q.source_header}), reset ${new Date(q.reset_at).toISOString()}`;
 }
 
 // showRecent shows the tenant's last attempts, newest first; the table is

@@ -11,14 +11,17 @@
 -- ARGV[13] upstream scope (0|1): 1 = the throttles of this call are their
 --          jobs' upstreams' (pause_scope upstream): the tenant is neither
 --          paused nor cut, the job goes back to the front of its lane
--- ARGV[14…] the attempts, 12 arguments each (at least one):
+-- ARGV[14…] the attempts, 17 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
 --          permanent | gone), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
 --          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
 --          excerpt text (the log entry's, ≤ 4 KiB of the response body),
 --          result JSON ('' = none; an http job's, replaces field result),
---          actual cost (0 = unknown, else 1 … 10⁶; see correct below)
+--          actual cost (0 = unknown, else 1 … 10⁶; see correct below),
+--          the quota the response reported (see PACE.observe below): unit (0 =
+--          none, 1 = requests, 2 = tokens), remaining, limit (0 = unknown),
+--          reset in µs, source header
 -- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
 --          {'ok', state after, stale (0|1)} | {'not_found'}
 -- Writes besides the jobs' and tenants' keys: the shard's finished-jobs
@@ -70,7 +73,7 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
-local STRIDE = 12
+local STRIDE = 17
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
 -- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
 -- so TAT stays an exact integer in doubles whatever the report.
@@ -86,9 +89,13 @@ for i = 1, n do
   local o = 13 + STRIDE * (i - 1)
   local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
     latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
-    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], actual = tonum(ARGV[o + 12])}
+    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], actual = tonum(ARGV[o + 12]),
+    q_unit = tonum(ARGV[o + 13]), q_rem = tonum(ARGV[o + 14]), q_lim = tonum(ARGV[o + 15]),
+    q_in = tonum(ARGV[o + 16]), q_src = ARGV[o + 17]}
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
       and r.actual and r.actual >= 0 and r.actual <= MAX_ACTUAL and r.actual == mfloor(r.actual)
+      and (r.q_unit == 0 or ((r.q_unit == 1 or r.q_unit == 2) and r.q_rem and r.q_rem >= 0
+        and r.q_lim and r.q_lim >= 0 and r.q_in and r.q_in > 0))
       and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
@@ -144,6 +151,32 @@ local function correct(r, j, t, p)
   end
 end
 
+-- PACE.observe records the quota an attempt's response reported (r.q_unit > 0)
+-- on its tenant t when the tenant paces by headers (policy pacing = 1; not
+-- for the upstreams' throttles of an upstream-scope call): q_unit, q_rem,
+-- q_lim, q_reset = now + reset in, qh = the header, and q_fly = what the
+-- tenant has in flight now (released and running jobs, or their tokens —
+-- the running ones counted at this job's cost), which the upstream may have
+-- counted after this response and Sluice has not heard of yet. A report of
+-- the same quota window (a reset less than PACE_WINDOW after the recorded
+-- one) that leaves more than the recorded remaining is older news (an
+-- answer overtaken by a later one) and is ignored. lib.lua PACE.slot reads it.
+-- In lib.lua's table PACE: the scripts have few locals to spare.
+PACE.WINDOW = 1000000
+function PACE.observe(r, j, t, p)
+  if r.q_unit == 0 or p.pacing ~= 1 or UP_SCOPE then return end
+  local reset = NOW + r.q_in
+  if t.q_unit == r.q_unit and t.q_reset > NOW and reset < t.q_reset + PACE.WINDOW and r.q_rem >= t.q_rem then
+    return
+  end
+  t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.qh = r.q_unit, r.q_rem, r.q_lim, reset, r.q_src
+  if r.q_unit == 2 then
+    t.q_fly = t.rtok + t.running * j.cost
+  else
+    t.q_fly = t.released + t.running
+  end
+end
+
 -- finish_one records one attempt (read phase: the record, then its tenant
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
@@ -168,6 +201,7 @@ local function finish_one(r)
   end
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
   correct(r, j, t, p)
+  PACE.observe(r, j, t, p)
 
   if UP_SCOPE then
     -- the upstreams' throttle: the caller pauses them, not the tenant

@@ -325,7 +325,7 @@ end
 -- without room, LN.expected); the second value is true when some upstream
 -- had no room.
 function LN.slot_of(h, t, p, now)
-  local s = mmax(earliest(t, p, h.cost, now), gate(t), h.nb or 0)
+  local s = mmax(earliest(t, p, h.cost, now), gate(t), PACE.slot(t, p, h.cost), h.nb or 0)
   if #h.names > 1 then -- its set's reservation, or the aligned request on its way
     local a = LN.al_slot(h, s, now)
     if a then return a, false end

@@ -227,8 +227,8 @@ end
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
-  'in_m', 'in_c', 'in_p', 'uq', 'useq'}
-local T_PACK = '<ddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'in_m', 'in_c', 'in_p', 'uq', 'useq', 'q_unit', 'q_rem', 'q_lim', 'q_reset', 'q_fly', 'q_next'}
+local T_PACK = '<ddddddddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 RESETS[#RESETS + 1] = function()
   if T_INDEX then return end
@@ -243,33 +243,38 @@ local busy
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
-    slast, c1, dz, in_m, in_c, in_p, uq, useq = struct.unpack(T_PACK, s)
+    slast, c1, dz, in_m, in_c, in_p, uq, useq, q_unit, q_rem, q_lim, q_reset, q_fly,
+    q_next = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
     cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz,
-    in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq,
+    in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq, q_unit = q_unit, q_rem = q_rem,
+    q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil}
+    rs = '', qh = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
+    st_qh = nil}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
     t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
-    t.in_m, t.in_c, t.in_p, t.uq, t.useq)
+    t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next)
 end
 
 local function load_tenant(tn, p)
   local all = rcall('HGETALL', k_tenant(tn))
-  local packed, rs, ra, named = nil, '', false, nil
+  local packed, rs, ra, named, qh = nil, '', false, nil, ''
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
       packed = all[i + 1]
     elseif f == 'rs' then
       rs = all[i + 1]
+    elseif f == 'qh' then
+      qh = all[i + 1]
     elseif f == 'ra' then
       ra = true
     elseif T_INDEX[f] then
@@ -282,7 +287,7 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
-  t.rs = rs
+  t.rs, t.qh, t.st_qh = rs, qh, qh
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
@@ -305,6 +310,10 @@ local function save_tenant(tn, t)
     args[#args + 1] = 'rs'
     args[#args + 1] = t.rs
   end
+  if t.qh ~= t.st_qh then
+    args[#args + 1] = 'qh'
+    args[#args + 1] = t.qh
+  end
   if #args == 0 then return end
   local key = k_tenant(tn)
   -- A tenant hash created here enters the shard's tenant index and its
@@ -316,7 +325,7 @@ local function save_tenant(tn, t)
   rcall('HSET', key, unpack(args))
   if named then rcall('HDEL', key, unpack(named)) end
   if t.st_ra then rcall('HDEL', key, 'ra') end
-  t.st_packed, t.st_rs, t.st_ra, t.st_named = packed, t.rs, false, nil
+  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh = packed, t.rs, false, nil, t.qh
 end
 
 -- Adaptive rate (docs/design.md §4.2). An adaptive tenant (policy adaptive = 1)
@@ -397,6 +406,61 @@ local function refactor(t, p, now)
   end
   rescale_stat(t, now, old, iv)
   t.tat_t = iv
+end
+
+-- Pacing by quota headers (issue #32; docs/dispatch.md "Pacing by quota
+-- headers"). A tenant whose policy has pacing = 1 keeps the last quota its
+-- upstream reported (finish.lua PACE.observe): q_unit (1 requests, 2 tokens; 0
+-- none), q_rem what was left, q_lim the quota's size (0 unknown), q_reset
+-- (µs) when it is whole again, q_fly the units sent since the report (and
+-- in flight at it), q_next the paced slot of the next job; field qh (beside
+-- s) names the header. While now < q_reset, what is left is L = q_rem −
+-- q_fly: L < u holds the next job of u units until q_reset; else one released
+-- at slot s sets q_next = min(q_reset, s + u·(q_reset − s) / (L·(1 −
+-- MARGIN))), u = 1 for a requests quota and c for a tokens quota: what is
+-- left, spread over the time to the reset with a margin. A slot is max(GCRA
+-- slot, pauses, q_next): never faster than the configured rate, and after
+-- q_reset the configured rate again.
+-- One table, PACE, holds it all: the scripts' prologue has few locals to
+-- spare (Lua allows 200 per function).
+local PACE = {MARGIN = 0.05} -- store.PaceMargin
+
+-- PACE.on says whether the tenant's reported quota paces it now.
+function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset end
+
+-- PACE.slot is the earliest slot pacing leaves the tenant's next job, of
+-- cost c (0 = any): q_reset when what is left is less than the job's units
+-- (1, or c for a tokens quota), else q_next.
+function PACE.slot(t, p, c)
+  if not PACE.on(t, p) then return 0 end
+  local u = 1
+  if t.q_unit == 2 then u = c end
+  if t.q_rem - t.q_fly < u then return t.q_reset end
+  return t.q_next
+end
+
+-- PACE.take charges a job of cost c released at slot to the quota.
+function PACE.take(t, p, slot, c)
+  if not PACE.on(t, p) then return end
+  local u = 1
+  if t.q_unit == 2 then u = c end
+  local left = t.q_rem - t.q_fly
+  t.q_fly = t.q_fly + u
+  if left <= 0 or slot >= t.q_reset then
+    t.q_next = t.q_reset
+  else
+    t.q_next = mmin(t.q_reset, slot + math.ceil(u * (t.q_reset - slot) / (left * (1 - PACE.MARGIN))))
+  end
+end
+
+-- PACE.interval is the pace now in µs per unit of the quota (0 = not
+-- pacing): (q_reset − now) / (L·(1 − MARGIN)), q_reset − now when nothing
+-- is left.
+function PACE.interval(t, p)
+  if not PACE.on(t, p) then return 0 end
+  local left = t.q_rem - t.q_fly
+  if left <= 0 then return t.q_reset - NOW end
+  return math.ceil((t.q_reset - NOW) / (left * (1 - PACE.MARGIN)))
 end
 
 -- refill brings the admission bucket (capacity admit_burst, one token per
@@ -530,7 +594,7 @@ local function reschedule(tn, t, p, now, head)
   if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
     held = true
   elseif id then
-    score = mmax(earliest(t, p, cost, now), gate(t))
+    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p, cost))
   end
   if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
     local ls, lheld = lane_score(tn, t, p, now)
@@ -568,10 +632,10 @@ end
 -- The digest is the values themselves, packed (no hash: equal digests are
 -- equal values); RS_HELD is no packed string's.
 RS_HELD = 'held'
-local SIG_PACK, BLOCKED_CODE = '<dddddddd', {disabled = 1, paused = 2, concurrency = 3}
+local SIG_PACK, BLOCKED_CODE = '<ddddddddd', {disabled = 1, paused = 2, concurrency = 3}
 sched_sig = function(t, p)
   return struct.pack(SIG_PACK, BLOCKED_CODE[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
-    interval(t, p), p.burst)
+    interval(t, p), p.burst, PACE.slot(t, p, 1))
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the

@@ -396,6 +396,7 @@ function X.emit(tn, c, j, slot, spread)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
   take(t, p, slot, j.cost)
+  PACE.take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
@@ -418,7 +419,7 @@ end
 -- c.head keeps the next job it saw but did not release, for reschedule.
 local function release_one(tn, c)
   local t, p = c.t, c.p
-  local g = gate(t)
+  local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e
@@ -438,7 +439,8 @@ local function release_one(tn, c)
     e = earliest(t, p, j.cost, NOW)
   end
   if e > HORIZON then return nil end
-  local slot = mmax(e, g, j and j.nb or 0) -- nb: a delayed job promoted ahead of its due time
+  -- nb: a delayed job promoted ahead of its due time
+  local slot = mmax(e, g, PACE.slot(t, p, j and j.cost or 1), j and j.nb or 0)
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)
@@ -558,7 +560,7 @@ end
 -- next job and its lanes' heads (3b).
 function X.release_lanes(tn, c)
   local t, p = c.t, c.p
-  local g = gate(t)
+  local g = mmax(gate(t), PACE.slot(t, p, 1))
   c.head = nil
   local heads = (t.uq > 0) and LN.heads(tn, t) or {}
   local named = {}
@@ -583,9 +585,9 @@ function X.release_lanes(tn, c)
     if not (t.rtok > 0 and t.rtok + h.cost > release_cap(t, p, D)) then
       local slot, spread, aligned
       if h.lane then
-        slot, spread, aligned = X.lane_slot(tn, c, h, g)
+        slot, spread, aligned = X.lane_slot(tn, c, h, mmax(g, PACE.slot(t, p, h.cost)))
       else
-        slot = mmax(earliest(t, p, h.cost, NOW), g, h.nb or 0)
+        slot = mmax(earliest(t, p, h.cost, NOW), g, PACE.slot(t, p, h.cost), h.nb or 0)
         spread = slot >= NOW + L
         if spread then slot = spaced(slot) end
         if slot > HORIZON then slot = nil end

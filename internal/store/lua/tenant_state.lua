@@ -10,7 +10,11 @@
 --           released tokens, admin_until, vt, dead letters,
 --           rate factor ppm, effective interval µs, cut_until,
 --           oldest queued job's created µs (-1 = none), inflow minute,
---           tokens admitted in that minute, tokens admitted the minute before}
+--           tokens admitted in that minute, tokens admitted the minute before,
+--           quota unit (0 = none reported, 1 requests, 2 tokens), remaining,
+--           limit, reset µs, source header, paced interval µs per unit
+--           (0 = not pacing; lib.lua PACE.interval), units sent since the
+--           quota was reported (q_fly)}
 --
 -- Admission tokens and TAT are reported as the next decision would see them
 -- (refilled to now, rescaled to the current policy), without writing back;

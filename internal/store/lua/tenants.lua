@@ -140,7 +140,8 @@ local function tenant_view(tn)
   return {'ok', NOW, exists, t.live, t.bytes, queued, t.qtok, t.running, t.released,
     t.atok, score, t.tat, t.paused_until, t.admin_paused, t.disabled, version, cjson.encode(policy_upstreams(p, tn)),
     t.rtok, t.admin_until, t.vt, rcall('ZCARD', k_dead(tn)),
-    factor(t, p), interval(t, p), t.cut_until, oldest, t.in_m, t.in_c, t.in_p}
+    factor(t, p), interval(t, p), t.cut_until, oldest, t.in_m, t.in_c, t.in_p,
+    t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.qh, PACE.interval(t, p), t.q_fly}
 end
 
 -- dead_start is the rank in dead set key at which a page after the cursor

@@ -1,0 +1,65 @@
+package dispatch
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// A tenant whose upstream reported a tight quota has a paced-rate series;
+// one without a quota has none.
+func TestStateCollectorPacedRate(t *testing.T) {
+	t.Parallel()
+	rdb, _, st := realStore(t, 1, 0)
+	ctx := context.Background()
+	for _, tn := range []string{"acme", "globex"} {
+		if _, err := st.Enqueue(ctx, tn, []store.Item{{Type: "webhook", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := st.Pass(ctx, 0, store.PassConfig{Lead: time.Second, MinLead: -1, Capacity: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Released {
+		if r.Tenant != "acme" {
+			continue
+		}
+		c, err := st.Claim(ctx, r.ID, r.Gen, time.Second)
+		if err != nil || c.Outcome != store.ClaimOK {
+			t.Fatalf("claim: %+v, %v", c, err)
+		}
+		o := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200,
+			Quota: &wire.Quota{Unit: wire.QuotaRequests, Remaining: 5, ResetIn: time.Hour, Source: "RateLimit"}}
+		if _, err := st.Finish(ctx, r.ID, r.Gen, o, store.FinishConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_tenant_paced_rate" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	want := 5 * (1 - store.PaceMargin) / 3600 // 5 left over an hour, less the margin
+	if len(got) != 1 || math.Abs(got["acme"]-want) > want/100 {
+		t.Fatalf("sluice_tenant_paced_rate = %v, want acme ≈ %v only", got, want)
+	}
+}
