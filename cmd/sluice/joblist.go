@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice/client"
 )
@@ -47,12 +46,9 @@ func jobsCancelMany(fs *flag.FlagSet) runner {
 	all := fs.Bool("all", false, "go on until every selected job is canceled")
 	return func(ctx context.Context, e *env, args []string) error {
 		sel := client.JobsCancel{State: *state, Event: *event, Limit: *limit}
-		if *before != "" {
-			t, err := time.Parse(time.RFC3339, *before)
-			if err != nil {
-				return usagef("--before: not an RFC 3339 time: %q", *before)
-			}
-			sel.Before = t
+		var err error
+		if sel.Before, err = parseBefore(*before); err != nil {
+			return err
 		}
 		return bulk(e, "canceled", "more may remain: run again with --all", *all, func(cursor string) (int, string, json.RawMessage, error) {
 			sel.Cursor = cursor

@@ -70,6 +70,18 @@ func bulk(e *env, done, more string, all bool, call func(cursor string) (int, st
 	}
 }
 
+// parseBefore reads a --before flag: an RFC 3339 time, or "" for none.
+func parseBefore(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, usagef("--before: not an RFC 3339 time: %q", v)
+	}
+	return t, nil
+}
+
 func deadReplay(fs *flag.FlagSet) runner {
 	reason := fs.String("reason", "", "only letters dead for this reason (gone, unknown_upstream)")
 	before := fs.String("before", "", "only letters dead before this RFC 3339 time")
@@ -77,12 +89,9 @@ func deadReplay(fs *flag.FlagSet) runner {
 	all := fs.Bool("all", false, "go on until every selected letter is replayed")
 	return func(ctx context.Context, e *env, args []string) error {
 		sel := client.DeadReplay{Reason: *reason, Limit: *limit}
-		if *before != "" {
-			t, err := time.Parse(time.RFC3339, *before)
-			if err != nil {
-				return usagef("--before: not an RFC 3339 time: %q", *before)
-			}
-			sel.Before = t
+		var err error
+		if sel.Before, err = parseBefore(*before); err != nil {
+			return err
 		}
 		return bulk(e, "replayed", "more remain: run again with --all", *all, func(cursor string) (int, string, json.RawMessage, error) {
 			sel.Cursor = cursor
