@@ -198,9 +198,10 @@ func parseFlags(args []string, getenv func(string) string) (*config.Config, stri
 
 // storeConfig is the store.Config of cfg (as the throttler builds it):
 // redis.prefix and shards, the canceled and idempotency retention,
-// redis.wait_replicas and wait_timeout.
+// redis.wait_replicas and wait_timeout; redis.memory_high_water, up to
+// which finishes keep results' bodies.
 func storeConfig(cfg *config.Config) store.Config {
 	return store.Config{Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards,
 		CanceledRetention: cfg.Retention.Canceled, IdempotencyRetention: cfg.Retention.Idempotency,
-		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout}
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout, MemoryHighWater: cfg.Redis.HighWater()}
 }

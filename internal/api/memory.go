@@ -44,8 +44,11 @@ const (
 // the jobs this process stored (their bodies and jobOverheadBytes each) to
 // the last reading, so a burst cannot run a second's worth of enqueues
 // past the mark (other throttlers' enqueues show at the next reading). A
-// master without maxmemory is never refused. Safe for concurrent use; the
-// zero highWater is off.
+// master without maxmemory is never refused. Results of http jobs, which
+// the workers' finishes write, stop at the same mark by themselves (a body
+// past it is cut or dropped: store.Config.MemoryHighWater); the guard sees
+// them at its next reading. Safe for concurrent use; the zero highWater is
+// off.
 type memoryGuard struct {
 	rdb       redis.UniversalClient
 	highWater float64

@@ -226,3 +226,49 @@ func TestResultCutByTimeout(t *testing.T) {
 		t.Fatalf("attempt log %v: want a latency up to the cut, near the timeout %s", attempts, timeout)
 	}
 }
+
+// TestResultsAtTheCap: NUL-filled and HTML bodies of max_result_bytes'
+// largest value (1 MiB) come back whole in GET as the JSON string they
+// are, and each job's record costs Redis at most 1.05 × the body plus a
+// fixed overhead (the job, its attempt log with the 4 KiB excerpt; before,
+// the body was stored JSON-escaped: 6 bytes a NUL or '<').
+func TestResultsAtTheCap(t *testing.T) {
+	t.Parallel()
+	bodies := map[string]string{
+		"/nul":  strings.Repeat("\x00", int(policy.MaxResultBytesLimit)),
+		"/html": strings.Repeat(`<p class="x">a & b</p>`, int(policy.MaxResultBytesLimit)/22+1)[:policy.MaxResultBytesLimit],
+	}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte(bodies[r.URL.Path]))
+	}))
+	t.Cleanup(receiver.Close)
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	var rdb redis.UniversalClient
+	f := newStoreFixture(t, func(o *Options, c redis.UniversalClient, _ string) { o.EgressAllow, rdb = loopback, c })
+	if p := f.put(t, "acme-cap", adminToken, `{"max_result_bytes":"1MiB"}`); p.status != 200 {
+		t.Fatalf("PUT policy: %d %v", p.status, p.body)
+	}
+	const fixedOverhead = 32 << 10
+	for path, body := range bodies {
+		id := requireAccepted(t, f.post(t, "/v1/tenants/acme-cap/jobs", producerToken,
+			fmt.Sprintf(`{"type":"http","method":"GET","url":%q}`, receiver.URL+path)), "acme-cap", "queued")
+		runOnce(t, f, loopback, id)
+		res, _ := f.get(t, "/v1/jobs/"+id, producerToken).body["result"].(map[string]any)
+		if res["body"] != body || res["truncated"] != false || res["body_base64"] != nil {
+			t.Fatalf("%s: result of %d bytes, truncated %v: want the whole body as text", path, len(fmt.Sprint(res["body"])), res["truncated"])
+		}
+		key, err := f.srv.opts.Store.JobKey(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used, err := rdb.MemoryUsage(context.Background(), key, 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit := int64(float64(len(body))*1.05) + fixedOverhead; used > limit {
+			t.Errorf("%s: the record costs Redis %d bytes for a body of %d, want at most %d", path, used, len(body), limit)
+		}
+		t.Logf("%s: body %d bytes, record %d bytes of Redis (%.3f ×)", path, len(body), used, float64(used)/float64(len(body)))
+	}
+}

@@ -36,8 +36,9 @@ type View struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	Job            json.RawMessage `json:"job"`
 	// Result is an http job's last response (status, allowed headers, body
-	// or body_base64, truncated); absent before one arrived and for other
-	// jobs.
+	// or body_base64, truncated and truncated_reason: max_result_bytes, or
+	// storage_full when Redis had no room for the body); absent before one
+	// arrived and for other jobs.
 	Result *store.JobResult `json:"result,omitempty"`
 	// Callback is the callback URL; absent when none.
 	Callback *CallbackView `json:"callback,omitempty"`

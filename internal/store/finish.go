@@ -140,7 +140,9 @@ func (c FinishConfig) validate() error {
 // freed, the attempt appended to the log (time, outcome, status, latency,
 // error, the first 4 KiB of the response body: o.Excerpt; the last
 // cfg.AttemptLog entries kept), o.Result (when set) replaces the record's
-// result (Job.Result), then by o.Kind:
+// result (Job.Result; its body only while Redis has room for it below
+// Config.MemoryHighWater of maxmemory, else cut or dropped with
+// TruncatedStorageFull — result.go), then by o.Kind:
 //
 //   - FinishSuccess → StateSucceeded: the body is dropped, the record and its
 //     idempotency key expire after cfg.SucceededRetention.
@@ -291,24 +293,25 @@ func decodeFinish(d decoder, r FinishRequest) FinishResult {
 
 // finishArgs is ARGV[3…] of finish.lua, for a checked cfg and outcomes.
 func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
-	args := make([]any, 0, 10+finishValues*len(reqs))
+	args := make([]any, 0, 12+finishValues*len(reqs))
 	args = append(args, cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(),
 		cfg.DeadMaxPerTenant, cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(),
 		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds(),
-		boolInt(cfg.UpstreamScope))
+		boolInt(cfg.UpstreamScope), s.resultMark)
 	for _, r := range reqs {
 		o := r.Outcome
 		field, text := excerptArgs(o.Excerpt)
+		meta, full, body := resultArgs(o.Result)
 		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
 			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()),
-			field, text, resultArg(o.Result), o.ActualCost)
+			field, text, meta, full, body, o.ActualCost)
 		args = append(args, quotaArgs(o.Quota)...)
 	}
 	return args
 }
 
 // finishValues is the number of ARGV values per attempt of finish.lua.
-const finishValues = 17
+const finishValues = 19
 
 // quotaArgs are an attempt's quota values of finish.lua: unit (0 none, 1
 // requests, 2 tokens), remaining, limit, reset in µs, source header.

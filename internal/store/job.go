@@ -48,7 +48,9 @@ func (s State) Terminal() bool {
 //	logged   attempts ever logged
 //	reason   why the job died, when told: "gone" (a 410; Finish),
 //	         "unknown_upstream" (DeadLetterUnknownUpstream); a replay clears it
-//	result   an http job's result: the last attempt's response (JSON of JobResult)
+//	result   an http job's result: the last attempt's response (JSON of
+//	         JobResult without its body; result.go)
+//	rb1 …    the result's body, raw, in chunks (rbn: how many; result.go)
 //	cb       the callback URL (enqueue), "" = none
 //	cb_n     callback attempts failed so far
 //	acost    the actual cost the last attempt that reported one reported
@@ -219,7 +221,7 @@ func parseJob(id string, m map[string]string) (Job, error) {
 		return Job{}, err
 	}
 	j.Attempts = attempts
-	if j.Result, err = parseResult(m["result"]); err != nil {
+	if j.Result, err = parseResult(m); err != nil {
 		return Job{}, fmt.Errorf("%w: field result: %w", ErrProtocol, err)
 	}
 	return j, nil
@@ -251,8 +253,10 @@ func parseLog(s string) ([]Attempt, error) {
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			return nil, fmt.Errorf("%w: attempt log line %q: %w", ErrProtocol, line, err)
 		}
-		out = append(out, Attempt{At: redisscript.MicrosTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
-			Status: e.Status, Latency: redisscript.Micros(e.LatencyUS), Error: e.Error, Stale: e.Stale, Body: e.Body, BodyBase64: e.Base64})
+		a := Attempt{At: redisscript.MicrosTime(e.At), Gen: e.Gen, Number: e.Attempt, Outcome: e.Outcome,
+			Status: e.Status, Latency: redisscript.Micros(e.LatencyUS), Error: e.Error, Stale: e.Stale}
+		a.Body, a.BodyBase64 = logBody(e.Body, e.Base64)
+		out = append(out, a)
 	}
 	return out, nil
 }

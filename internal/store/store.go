@@ -58,6 +58,17 @@ type Config struct {
 	// WaitTimeout bounds each WAIT: 1ms … MaxWaitTimeout; default
 	// WaitTimeoutDefault. Unused when WaitReplicas is 0.
 	WaitTimeout time.Duration
+	// MemoryHighWater is the share of a master's maxmemory up to which
+	// Finish keeps http results' bodies (config redis.memory_high_water,
+	// the mark above which the API refuses new jobs): a body that would
+	// take Redis past it is cut to the room left, or dropped, and its
+	// result says so (TruncatedStorageFull); the outcome is recorded all
+	// the same. 0 … <1; 0 (the guard off) keeps bodies up to maxmemory
+	// itself. A master without maxmemory keeps every body. A finish whose
+	// results carry at most 4 KiB in all is written without the check
+	// (like the attempt log's excerpts); one carrying more reads INFO
+	// memory once (about 25 µs of Redis CPU).
+	MemoryHighWater float64
 	// Clock, when set, replaces Redis TIME as every script's now (tests).
 	// Nil in production: one clock, Redis's, for every host.
 	Clock func() time.Time
@@ -88,6 +99,9 @@ func (c Config) validate() error {
 	if c.WaitReplicas < 0 || c.WaitReplicas > MaxWaitReplicas {
 		errs = append(errs, invalidf("wait replicas %d: want 0 … %d", c.WaitReplicas, MaxWaitReplicas))
 	}
+	if !(c.MemoryHighWater >= 0 && c.MemoryHighWater < 1) {
+		errs = append(errs, invalidf("memory high water %v: want 0 (maxmemory) or above 0 and below 1", c.MemoryHighWater))
+	}
 	if c.WaitTimeout < time.Millisecond || c.WaitTimeout > MaxWaitTimeout {
 		errs = append(errs, invalidf("wait timeout %s: want 1ms … %s", c.WaitTimeout, MaxWaitTimeout))
 	}
@@ -111,6 +125,9 @@ type Store struct {
 	runner *redisscript.Runner
 	// wait is the replication Enqueue and Replay confirm (Config.WaitReplicas).
 	wait redisscript.Wait
+	// resultMark is Config.MemoryHighWater in parts per million of
+	// maxmemory (finish.lua), 1 … 10⁶.
+	resultMark int64
 
 	// The upstream registry and coordinator (PutUpstream, GrantUpstreams,
 	// AcquireUpstreamRun, …) and the worker roster (Heartbeat, Capacity,
@@ -131,10 +148,11 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		rdb:       rdb,
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
 		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
-		clock:  cfg.Clock,
-		seed:   rand.Uint64,
-		runner: redisscript.NewRunner(rdb, librarySource),
-		wait:   waitConfig(cfg),
+		clock:      cfg.Clock,
+		seed:       rand.Uint64,
+		runner:     redisscript.NewRunner(rdb, librarySource),
+		wait:       waitConfig(cfg),
+		resultMark: markPPM(cfg.MemoryHighWater),
 	}
 	var err error
 	s.Registry, err = quota.New(rdb, quota.Config{Prefix: cfg.Prefix, Shards: cfg.Shards, Clock: cfg.Clock,
@@ -146,6 +164,15 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("new dispatch store: %w", err)
 	}
 	return s, nil
+}
+
+// markPPM is a high-water share in parts per million of maxmemory, at
+// least 1; 0 (off) is maxmemory itself.
+func markPPM(share float64) int64 {
+	if share == 0 {
+		return 1_000_000
+	}
+	return max(int64(share*1_000_000), 1)
 }
 
 // Shards is the configured number of shards.

@@ -11,14 +11,19 @@
 -- ARGV[13] upstream scope (0|1): 1 = the throttles of this call are their
 --          jobs' upstreams' (pause_scope upstream): the tenant is neither
 --          paused nor cut, the job goes back to the front of its lane
--- ARGV[14…] the attempts, 17 arguments each (at least one):
+-- ARGV[14] results' mark: parts per million of maxmemory, 1 … 10⁶ (see
+--          Results below)
+-- ARGV[15…] the attempts, 19 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
 --          permanent | gone), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
 --          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
 --          excerpt text (the log entry's, ≤ 4 KiB of the response body),
---          result JSON ('' = none; an http job's, replaces field result),
---          actual cost (0 = unknown, else 1 … 10⁶; see correct below),
+--          result JSON without the body ('' = none; an http job's,
+--          replaces field result), the same JSON for a body cut or
+--          dropped for room (truncated, storage_full), the result's body
+--          (raw bytes), actual cost (0 = unknown, else 1 … 10⁶; see
+--          correct below),
 --          the quota the response reported (see PACE.observe below): unit (0 =
 --          none, 1 = requests, 2 = tokens), remaining, limit (0 = unknown),
 --          reset in µs, source header
@@ -59,6 +64,19 @@
 -- caller says which, ARGV[17]) halves the tenant's rate factor once per
 -- episode, down to the floor; a success adds the step, up to full; then TAT
 -- is rescaled to the new effective interval (lib.lua refactor).
+-- Results (store/result.go): a result's body is stored raw, never escaped,
+-- in record fields rb1 … rbN of at most RES.chunk bytes (rbn = N; a chunk
+-- is one 64 KiB allocation), the old result's extra chunks deleted. It is
+-- kept only while Redis has room for it below the mark (ARGV[14] of
+-- maxmemory; INFO memory read once per call, when the call's results carry
+-- more than RES.check bytes — smaller ones are written unchecked, like the
+-- log's excerpts): past it the body is cut to the room left (back to the
+-- start of a UTF-8 character) or dropped, and field result takes the
+-- attempt's storage_full form. The attempt's outcome is recorded all the
+-- same. A master without maxmemory keeps every body. used_memory read
+-- while the call runs counts its own arguments (the body among them, about
+-- 2.5 × its size with the query buffer), freed when it returns: the check
+-- errs on the safe side, by more than the last chunk's allocator rounding.
 -- Dead: see lib.lua to_dead. Each finish trims the tenant's dead set by age
 -- and count (lib.lua trim_dead), then reschedule(tenant) unless what the
 -- tenant's ready score depends on is as its last reschedule left it
@@ -73,33 +91,85 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
-local STRIDE = 17
+local STRIDE = 19
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
 -- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
 -- so TAT stays an exact integer in doubles whatever the report.
 local MAX_AHEAD = 3600000000000000
 local UP_SCOPE = ARGV[13] == '1'
-local n = (#ARGV - 13) / STRIDE
+local RES = {mark = tonum(ARGV[14]), chunk = 65530, check = 4096, bytes = 0}
+local n = (#ARGV - 14) / STRIDE
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
-    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)) then
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)
+    and RES.mark and RES.mark >= 1 and RES.mark <= 1000000) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
 local reqs = {}
 for i = 1, n do
-  local o = 13 + STRIDE * (i - 1)
+  local o = 14 + STRIDE * (i - 1)
   local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
     latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
-    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], actual = tonum(ARGV[o + 12]),
-    q_unit = tonum(ARGV[o + 13]), q_rem = tonum(ARGV[o + 14]), q_lim = tonum(ARGV[o + 15]),
-    q_in = tonum(ARGV[o + 16]), q_src = ARGV[o + 17]}
+    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], rfull = ARGV[o + 12], rbody = ARGV[o + 13],
+    actual = tonum(ARGV[o + 14]), q_unit = tonum(ARGV[o + 15]), q_rem = tonum(ARGV[o + 16]), q_lim = tonum(ARGV[o + 17]),
+    q_in = tonum(ARGV[o + 18]), q_src = ARGV[o + 19]}
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
       and r.actual and r.actual >= 0 and r.actual <= MAX_ACTUAL and r.actual == mfloor(r.actual)
       and (r.q_unit == 0 or ((r.q_unit == 1 or r.q_unit == 2) and r.q_rem and r.q_rem >= 0
         and r.q_lim and r.q_lim >= 0 and r.q_in and r.q_in > 0))
-      and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')) then
+      and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')
+      and (r.result ~= '' or r.rbody == '')) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
   end
+  RES.bytes = RES.bytes + #r.result + #r.rbody
   reqs[i] = r
+end
+
+-- RES.room is the bytes Redis may still take below the mark: INFO memory's
+-- maxmemory × mark − used_memory, read once, less what this call kept;
+-- math.huge without maxmemory, or when the call's results are small.
+function RES.room_left()
+  if RES.room then return RES.room end
+  RES.room = math.huge
+  if RES.bytes <= RES.check then return RES.room end
+  local info = rcall('INFO', 'memory')
+  local function field(name)
+    local a = string.find(info, '\n' .. name .. ':', 1, true)
+    local b = a and string.find(info, '\r', a, true)
+    return b and tonum(string.sub(info, a + #name + 2, b - 1)) or 0
+  end
+  local max = field('maxmemory')
+  if max > 0 then RES.room = mfloor(max / 1000000 * RES.mark) - field('used_memory') end
+  return RES.room
+end
+
+-- RES.put writes r's result into j's pending fields (see Results above).
+function RES.put(j, r)
+  local meta, body = r.result, r.rbody
+  local room = RES.room_left()
+  if #body > 0 and #meta + #body > room then
+    meta = r.rfull
+    local keep = mmax(0, room - #meta)
+    for _ = 1, 3 do -- back to the start of a UTF-8 character
+      local c = string.byte(body, keep + 1)
+      if keep == 0 or c < 0x80 or c >= 0xC0 then break end
+      keep = keep - 1
+    end
+    body = string.sub(body, 1, keep)
+  end
+  RES.room = room - #meta - #body
+  local p, size, k = j.pending, RES.chunk, math.ceil(#body / RES.chunk)
+  p[#p + 1], p[#p + 2] = 'result', meta
+  for i = 1, k do
+    p[#p + 1], p[#p + 2] = 'rb' .. i, string.sub(body, (i - 1) * size + 1, i * size)
+  end
+  if k > 0 then p[#p + 1], p[#p + 2] = 'rbn', istr(k) end
+  local old = tonum(rcall('HGET', k_job(j.id), 'rbn')) or 0 -- read here: only an http job pays it
+  if old > k then
+    local gone = {}
+    for i = k + 1, old do gone[#gone + 1] = 'rb' .. i end
+    if k == 0 then gone[#gone + 1] = 'rbn' end
+    rcall('HDEL', k_job(j.id), unpack(gone))
+  end
 end
 
 -- adapt applies the adaptive rate rule to an adaptive tenant. An episode
@@ -195,10 +265,7 @@ local function finish_one(r)
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
-  if r.result ~= '' then -- an http job's result: the last attempt's response
-    j.pending[#j.pending + 1] = 'result'
-    j.pending[#j.pending + 1] = r.result
-  end
+  if r.result ~= '' then RES.put(j, r) end -- an http job's result: the last attempt's response
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
   correct(r, j, t, p)
   PACE.observe(r, j, t, p)
