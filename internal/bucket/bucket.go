@@ -88,8 +88,15 @@ func ParseRate(s string) (Rate, error) {
 	if r.TooFast() {
 		return Rate{}, fmt.Errorf("rate %q: above the maximum %s (one token per microsecond)", s, MaxRate)
 	}
+	if tokens > MaxRateTokens {
+		return Rate{}, fmt.Errorf("rate %q: at most %d tokens a period", s, MaxRateTokens)
+	}
 	return r, nil
 }
+
+// MaxRateTokens bounds N in a rate "N/unit", whatever the unit (the
+// scripts' integer arithmetic relies on it).
+const MaxRateTokens = 1_000_000_000
 
 // MaxRate is the fastest rate a limiter or the store keeps: one token per
 // microsecond, the smallest emission interval. ParseRate refuses a faster
