@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -197,21 +199,16 @@ func TestCancelTenantJobsByAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cb.Stop)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	var got []string
+	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
 		mu.Lock()
-		got := slices.Clone(told)
+		got = slices.Clone(told)
 		mu.Unlock()
-		if len(got) >= len(cancel) {
-			for _, id := range cancel {
-				if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, id) && strings.Contains(s, "canceled") }) {
-					t.Fatalf("callbacks %q: none tells canceled job %s", got, id)
-				}
-			}
-			break
+		return len(got) >= len(cancel), fmt.Sprintf("callbacks told %q, want the %d canceled jobs", got, len(cancel))
+	})
+	for _, id := range cancel {
+		if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, id) && strings.Contains(s, "canceled") }) {
+			t.Fatalf("callbacks %q: none tells canceled job %s", got, id)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("callbacks told %q, want the %d canceled jobs", got, len(cancel))
-		}
-		time.Sleep(20 * time.Millisecond) // poll with a deadline
 	}
 }
