@@ -19,29 +19,12 @@ const (
 
 // maxQuotaCount bounds a quota's remaining and limit counts: larger values
 // (or non-numbers) are not quotas a sender can pace by.
-const maxQuotaCount = 1e15
+const maxQuotaCount = wire.MaxQuotaCount
 
-// Quota is one quota an upstream reported on a response, whatever the
-// response's status: how much of it is left and when it is whole again.
-// Pacing by it (issue #32) spreads Remaining over ResetIn.
-type Quota struct {
-	// Unit is QuotaRequests or QuotaTokens.
-	Unit string
-	// Remaining is what is left of the quota, ≥ 0.
-	Remaining int64
-	// Limit is the quota's size; 0 when the upstream did not say.
-	Limit int64
-	// ResetIn is how long after the response the quota is whole again:
-	// 0 < ResetIn ≤ maxHeaderSeconds.
-	ResetIn time.Duration
-	// Source is the header field the remaining count was read from, as
-	// the upstream family names it ("RateLimit", "X-RateLimit-Remaining",
-	// "X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Requests-Remaining").
-	Source string
-	// Name names the quota where the upstream does: the IETF policy's
-	// name, GitHub's X-RateLimit-Resource; else "".
-	Name string
-}
+// Quota is one quota an upstream reported on a response (wire.Quota, the
+// form the worker hands to the finish). Pacing by it (issue #32) spreads
+// Remaining over ResetIn.
+type Quota = wire.Quota
 
 // ReadQuotas returns every quota h reports at now with both a remaining
 // count and a reset in the future, from these families (header names in
@@ -113,8 +96,7 @@ func PaceQuota(h http.Header, now time.Time, cost int64) *wire.Quota {
 	if best < 0 {
 		return nil
 	}
-	q := qs[best]
-	return &wire.Quota{Unit: q.Unit, Remaining: q.Remaining, Limit: q.Limit, ResetIn: q.ResetIn, Source: q.Source}
+	return &qs[best]
 }
 
 // ietfQuotas reads the RateLimit field (a -10 list, else an earlier

@@ -81,7 +81,8 @@ type Quota struct {
 	Remaining int64         // ≥ 0, at most MaxQuotaCount
 	Limit     int64         // the quota's size; 0 when not reported
 	ResetIn   time.Duration // after the response; > 0
-	Source    string        // the header field Remaining was read from
+	Source    string        // the header field Remaining was read from ("RateLimit", "X-RateLimit-Remaining", "X-Ratelimit-Remaining-Tokens", …)
+	Name      string        // the quota's name where the upstream gives one (the IETF policy's, GitHub's X-RateLimit-Resource); not stored
 }
 
 // MaxQuotaCount bounds Quota.Remaining and Quota.Limit.
