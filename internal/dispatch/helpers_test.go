@@ -68,6 +68,11 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg store.PassConfig) (st
 func (f *fakeStore) Capacity(context.Context) (int, error) { return f.capacity, nil }
 func (f *fakeStore) InFlight(context.Context) (int, error) { return f.inFlight, nil }
 
+// FairWeights: none (no fair-share cap).
+func (f *fakeStore) FairWeights(context.Context) (store.FairWeights, error) {
+	return store.FairWeights{}, nil
+}
+
 // FinishRate answers the finishRate field.
 func (f *fakeStore) FinishRate(context.Context) (float64, error) { return f.finishRate, nil }
 
