@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares",
+// Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares of the pool",
 // docs/dispatch.md "Fair shares of the worker pool").
 //
 // While the pool is contended, the budget hands every pass λ, the workers'

@@ -183,3 +183,49 @@ func fairAcrossShards(t *testing.T, fair bool) map[string]int {
 	}
 	return count
 }
+
+// The budget hands passes λ only while the pool is contended — a reading
+// found 7/8 of the capacity in use, or the passes used the free capacity
+// up, within the last second — as (capacity − ⌈capacity/16⌉) ÷ the largest
+// weight read in the last second; uncontended it is 0 (no cap).
+func TestBudgetFairShareOnlyWhileContended(t *testing.T) {
+	t.Parallel()
+	f := newFakeStore(1) // capacity 100
+	b := newBudget(f, nil, time.Hour)
+	ctx := context.Background()
+	read := func(inFlight int, w store.FairWeights) float64 {
+		t.Helper()
+		f.mu.Lock()
+		f.inFlight, f.weights = inFlight, w
+		f.mu.Unlock()
+		b.weightsAt = time.Time{} // a fresh weights reading each time
+		b.read(ctx)
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		return b.fairShare()
+	}
+	if got := read(80, store.FairWeights{Held: 10}); got != 0 {
+		t.Fatalf("80 of 100 slots in use: λ %v, want 0 (not contended)", got)
+	}
+	if got := read(88, store.FairWeights{Held: 9, Waiting: 1}); got != 9.3 {
+		t.Fatalf("88 of 100 in use, weight 10: λ %v, want (100 − 7) ÷ 10 = 9.3", got)
+	}
+	if got := read(60, store.FairWeights{Held: 5}); got != 9.3 {
+		t.Fatalf("a second later at most, weight 5: λ %v, want 9.3 still (contended, the largest weight of the last second)", got)
+	}
+	b.contendedAt, b.weightAt = time.Now().Add(-2*contentionMemory), time.Now().Add(-2*weightsMemory)
+	if got := read(60, store.FairWeights{Held: 5}); got != 0 {
+		t.Fatalf("60 of 100 in use for over a second: λ %v, want 0", got)
+	}
+	// The passes use the free capacity up (the reading's 40 free slots):
+	// contended again, at the weight now read.
+	n, err := b.share(ctx, 1)
+	if err != nil || n != 40 {
+		t.Fatalf("share %d (%v), want the 40 free", n, err)
+	}
+	b.spend(n, n)
+	if got := read(60, store.FairWeights{Held: 3, Waiting: 2}); got != 93.0/5 {
+		t.Fatalf("after the capacity was used up, weight 5: λ %v, want 93 ÷ 5", got)
+	}
+}

@@ -92,6 +92,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	cfg := d.passConfig()
 	cfg.Capacity, cfg.FairShare = capacity, d.budget.fairShare()
+	d.metrics.fairShare.Set(cfg.FairShare)
 	start := d.cfg.clock.Now()
 	res, err := d.runPass(ctx, s, cfg)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares"):
+// Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares of the pool"):
 // while the pool is contended, the dispatcher's budget gives every pass
 // λ = capacity ÷ W (PassConfig.FairShare), W the weight of the tenants that
 // hold worker slots or were left waiting without one, and a tenant holding

@@ -60,7 +60,7 @@ type PassConfig struct {
 	ClaimSpacing time.Duration
 	// FairShare is λ, the workers' slots per unit of tenant weight, that
 	// the dispatcher's budget gives a pass while the workers' pool is
-	// contended (docs/design.md §2.2 "Fair shares"): a tenant whose running
+	// contended (docs/design.md §2.2 "Fair shares of the pool"): a tenant whose running
 	// + released jobs reached max(1, ⌊weight·λ⌋) releases none in this
 	// pass, whatever its concurrency allows. 0 (the pool is not contended):
 	// no cap but the tenants' concurrency. Resolution 1/1000; at most

@@ -296,8 +296,8 @@ local function load_tenant(tn, p)
   return t
 end
 
--- Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares";
--- issue #32). Field fw of a tenant is the weight it adds to its shard's
+-- Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares of
+-- the pool"; issue #32). Field fw of a tenant is the weight it adds to its shard's
 -- held weight, field w of hash <p>:{sN}:fair (FAIR.key): its policy weight
 -- while it holds a worker slot (running + released > 0), else 0. Every
 -- save_tenant brings it up to date (FAIR.count: one HINCRBY when it moved;

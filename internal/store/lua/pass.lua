@@ -77,15 +77,16 @@
 --    plain demand. Aligned grants of ARGV install the set's reservation when
 --    every upstream of the set granted one; else the set may ask again at
 --    the grants' next round.
--- 3d. Fair shares of the workers' pool (docs/design.md §2.2 "Fair
---    shares"). With λ > 0, a tenant whose running + released reached
+-- 3d. Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares
+--    of the pool"). With λ > 0, a tenant whose running + released reached
 --    max(1, ⌊weight·λ⌋) releases nothing (lib.lua blocked: 'fair') and leaves
 --    ready like one at its concurrency; its next claim, finish or sweep puts
 --    it back (its digest rs says 'fair', which no other script computes).
 --    A pass with capacity records in field r of <p>:{sN}:fair the weight of
 --    the tenants left in the round without a slot and holding none when its
---    capacity ran out (none, and no field, when it did not): the budget counts them in λ's
---    weights beside the held weight (field w, lib.lua FAIR).
+--    capacity ran out (none, and no field, when it did not): the budget
+--    counts them in λ's weights beside the held weight (field w, lib.lua
+--    FAIR).
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
 --    (a ready tenant that was read but not visited is left as it was).
 -- more: P or K cut the work short (or the ready read was cut by the
