@@ -86,7 +86,8 @@
 //     tenant's policy weight while it holds a worker slot (running +
 //     released > 0), else 0, and <p>:{sN}:fair field w is the sum of its
 //     shard's fw — every save_tenant moves both together (one HINCRBY when
-//     fw changes; a sum of 0 is deleted), so no script keeps the sum apart.
+//     fw changes, one per call for the pass and a batch of finishes; a sum
+//     of 0 is deleted), so no script keeps the sum apart.
 //     Only a pass given λ (PassConfig.FairShare > 0) blocks a tenant for
 //     its share ('fair'); its digest rs records it, so the next claim,
 //     finish or sweep of the tenant (which hold no λ) reschedules it: a

@@ -300,9 +300,10 @@ end
 -- the pool"; issue #32). Field fw of a tenant is the weight it adds to its shard's
 -- held weight, field w of hash <p>:{sN}:fair (FAIR.key): its policy weight
 -- while it holds a worker slot (running + released > 0), else 0. Every
--- save_tenant brings it up to date (FAIR.count: one HINCRBY when it moved;
--- a sum of 0 is deleted, so an idle shard keeps no key), so the field is
--- the sum of fw over the shard's tenants, whichever script changed them. Field r of the same hash is the weight of the tenants the
+-- save_tenant brings it up to date (FAIR.count: one HINCRBY when it moved,
+-- or one per pass or batch of finishes, FAIR.defer; a sum of 0 is deleted,
+-- so an idle shard keeps no key), so the field is the sum of fw over the
+-- shard's tenants, whichever script changed them. Field r of the same hash is the weight of the tenants the
 -- shard's last pass that had capacity left waiting with no slot (pass.lua).
 -- The dispatcher's budget reads both to compute the deployment-wide slots
 -- per unit of weight λ, which it gives a pass while the pool is contended:
@@ -310,16 +311,29 @@ end
 -- a tenant whose running + released reached FAIR.cap, max(1, ⌊weight·λ⌋).
 -- One table: the scripts' prologue has few locals to spare.
 local FAIR = {}
-RESETS[#RESETS + 1] = function() FAIR.lv = nil end
+RESETS[#RESETS + 1] = function() FAIR.lv, FAIR.d = nil, nil end
 function FAIR.key() return BASE .. 'fair' end
 function FAIR.cap(p) return mmax(1, mfloor((p.weight or 1) * FAIR.lv / 1000)) end
 function FAIR.count(t)
   local fw = 0
   if t.running + t.released > 0 then fw = t.st_w or 1 end
   if fw ~= t.fw then
-    if rcall('HINCRBY', FAIR.key(), 'w', istr(fw - t.fw)) <= 0 then rcall('HDEL', FAIR.key(), 'w') end
+    if FAIR.d then FAIR.d = FAIR.d + fw - t.fw else FAIR.add(fw - t.fw) end
     t.fw = fw
   end
+end
+-- FAIR.add moves the shard's held weight by d.
+function FAIR.add(d)
+  if d ~= 0 and rcall('HINCRBY', FAIR.key(), 'w', istr(d)) <= 0 then rcall('HDEL', FAIR.key(), 'w') end
+end
+-- Between FAIR.defer() and FAIR.flush() the saves' changes add up (FAIR.d)
+-- and move the sum once: for a caller that saves many tenants (pass, a
+-- batch of finishes), as ready_defer does for ready.
+function FAIR.defer() FAIR.d = 0 end
+function FAIR.flush()
+  local d = FAIR.d or 0
+  FAIR.d = nil
+  FAIR.add(d)
 end
 
 -- INDEX_RECHECK (µs) is how long after its last check a tenant's entry in
