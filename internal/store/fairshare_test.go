@@ -106,3 +106,43 @@ func TestPassFairShareKeepsSlotsForQuickTenant(t *testing.T) {
 		e.requireConsistent()
 	}
 }
+
+// A tenant held at its share leaves ready (a pass would only refuse it
+// again) and comes back by its next claim or finish, which hold no λ: the
+// pass checks it again then, and it releases once below its share.
+func TestPassFairShareHeldTenantComesBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 1000, 10, 10 }))
+	e.enqueue("acme", batchOf(10, "a")...)
+	shard := e.store.keys.shardOf("acme")
+	inReady := func() bool {
+		return e.rdb.ZScore(e.ctx, e.store.keys.ready(shard), "acme").Err() == nil
+	}
+	cfg := PassConfig{Lead: 100 * ms, MinLead: -1, Grace: time.Hour, Capacity: -1, FairShare: 2.5} // share ⌊1 × 2.5⌋ = 2
+	res := e.pass(shard, cfg)
+	if len(res.Released) != 2 || inReady() {
+		t.Fatalf("pass at share 2: released %d, in ready %v; want 2 and out of ready", len(res.Released), inReady())
+	}
+	if w, err := e.store.FairWeights(e.ctx); err != nil || w.Held != 1 || w.Waiting != 0 {
+		t.Fatalf("fair-share weights %+v (%v), want 1 held", w, err)
+	}
+	e.requireConsistent() // held at its share: out of ready, not stuck
+	j := e.claimAt(res.Released[0])
+	if !inReady() {
+		t.Fatal("after a claim: not in ready, want back (the claim holds no λ)")
+	}
+	if res := e.pass(shard, cfg); len(res.Released) != 0 || inReady() {
+		t.Fatalf("pass after the claim: released %d, in ready %v; want none (still 2 held) and out of ready", len(res.Released), inReady())
+	}
+	if st := e.finish(j.ID, j.Gen, succeeded, FinishConfig{}); st != StateSucceeded || !inReady() {
+		t.Fatalf("after a finish: state %s, in ready %v; want back in ready", st, inReady())
+	}
+	if res := e.pass(shard, cfg); len(res.Released) != 1 {
+		t.Fatalf("pass after the finish: released %d, want 1 (back to its share of 2)", len(res.Released))
+	}
+	if res := e.pass(shard, PassConfig{Lead: 100 * ms, MinLead: -1, Grace: time.Hour, Capacity: -1}); len(res.Released) != 0 {
+		t.Fatalf("uncontended pass (no λ): released %d, want 0 until a claim or finish puts the tenant back", len(res.Released))
+	}
+	e.requireConsistent()
+}
