@@ -10,7 +10,7 @@ import (
 )
 
 // allParts are the names -parts accepts, in the order run reports them.
-var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream"}
+var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow"}
 
 // parseFlags reads the command line: the common flags, then each part's
 // (flagsXxx below), -quick's smaller sizes where a flag was not given, and
@@ -37,6 +37,7 @@ func parseFlags(args []string) (options, error) {
 	flagsUpstream(fs, &o)
 	flagsSoak(fs, &o)
 	flagsScaleOut(fs, &o)
+	fs.IntVar(&o.slowFastJobs, "slow-fast-jobs", 1500, "slow: the fast tenant's jobs (at 50/s; the issue's shape gets 2/5 of them at 20/s)")
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	fs.IntVar(&o.fetchers, "fetchers", 0, "worker.fetchers of Sluice's workers (0: Sluice's default)")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +68,7 @@ func (o *options) applyQuick(fs *flag.FlagSet, scale *string) {
 		"noisy-tenants":        func() { o.noisyTenants = 2000 },
 		"idle-wakeups":         func() { o.idleWakeups = 3 },
 		"scaleout-tenants":     func() { o.soTenants = 10000 },
+		"slow-fast-jobs":       func() { o.slowFastJobs = 500 },
 	}
 	for name, f := range quick {
 		if !set[name] {
@@ -120,6 +122,8 @@ func (o *options) check() error {
 		return fmt.Errorf("bad soak flags")
 	case o.idleSettle < 0 || o.idleWindow <= 0 || o.idleWakeups < 1 || o.idleGap < time.Second:
 		return fmt.Errorf("bad idle flags (-idle-gap at least 1s: each wake-up starts from idle)")
+	case o.slowFastJobs < 10:
+		return fmt.Errorf("-slow-fast-jobs: want at least 10")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return fmt.Errorf("-peer-retry: want wiki or limiter")
 	}

@@ -41,7 +41,11 @@
 //     times its even share, sending every job through one shared upstream at
 //     r/s, beside one tenant at r/s alone: the combined stream's gap and
 //     rate error at the receiver, the most in any 1 s against the bound, and
-//     how evenly the tenants shared the upstream.
+//     how evenly the tenants shared the upstream;
+//   - slow (only when named in -parts): a pool of 100 workers, ten tenants
+//     whose endpoint takes 30 s, one tenant at 50/s whose endpoint answers
+//     at once: that tenant's delivered rate and slot → arrival lateness
+//     against the same tenant alone (fair shares of the pool, issue #32).
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -51,7 +55,7 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// upstream.go, slow.go; the asynq peers are in peer.go. The rest is shared: flags.go
 // (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
@@ -144,6 +148,9 @@ type options struct {
 	upJobs    int
 	upTenants int
 
+	// slow
+	slowFastJobs int
+
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
 }
@@ -191,6 +198,8 @@ func run(ctx context.Context, o options) error {
 			err = scaleOut(ctx, e, &t)
 		case "upstream":
 			err = upstream(ctx, e, &t)
+		case "slow":
+			err = slowDest(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

@@ -60,7 +60,9 @@ func (r *receiver) close() {
 }
 
 // url is the endpoint of run. A request to it with the query status=N is
-// answered N (400: a permanent failure, the job is dead at once).
+// answered N (400: a permanent failure, the job is dead at once); with
+// delay=D (a Go duration) it is answered after D, its arrival recorded
+// first.
 func (r *receiver) url(run string) string { return r.base + "/r/" + run }
 
 // start (re)creates run's recording and returns it.
@@ -93,6 +95,14 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	rec.add(arrival{at: at, id: req.Header.Get("webhook-id")})
+	if d, err := time.ParseDuration(req.URL.Query().Get("delay")); err == nil && d > 0 {
+		timer := time.NewTimer(d) // a slow endpoint: answer after d
+		select {
+		case <-timer.C:
+		case <-req.Context().Done():
+			timer.Stop()
+		}
+	}
 	if code, err := strconv.Atoi(req.URL.Query().Get("status")); err == nil && code >= 200 && code <= 599 {
 		w.WriteHeader(code)
 		return

@@ -86,6 +86,16 @@ type budget struct {
 	rate        float64
 	rateAt      time.Time
 	rateReading bool
+
+	// Fair shares (fairshare.go): when the pool was last found contended
+	// and λ (the slots per unit of weight handed to passes; 0: not
+	// contended), under mu; when the weights were last read, the largest
+	// weight read since weightAt, and when (run's own).
+	contendedAt time.Time
+	lambda      float64
+	weightsAt   time.Time
+	weight      int64
+	weightAt    time.Time
 }
 
 func newBudget(store Store, queued func(context.Context) (int, error), refresh time.Duration) *budget {
@@ -159,6 +169,11 @@ func (b *budget) read(ctx context.Context) {
 		wait = b.headroomWait()
 	}
 	now := time.Now()
+	var lambda float64
+	var lambdaErr error
+	if err == nil {
+		lambda, lambdaErr = b.readLambda(ctx, capacity, leases+waiting, now)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading = false
@@ -167,6 +182,10 @@ func (b *budget) read(ctx context.Context) {
 	}
 	b.err = err
 	if err == nil {
+		b.err = lambdaErr
+	}
+	if b.err == nil {
+		b.lambda = lambda
 		free := capacity + b.headroom(capacity, wait, now) - leases - waiting
 		b.ready, b.free = true, max(free-b.spentIn, 0)
 		if wait > 0 && !b.rateReading && now.Sub(b.rateAt) >= rateEvery && 2*(leases+waiting) >= capacity {
@@ -291,6 +310,7 @@ func (b *budget) spend(reserved, n int) (left bool) {
 		b.poke()
 		if b.free == 0 {
 			b.used()
+			b.contendedAt = time.Now()
 		}
 	}
 	return b.free > b.reserved
@@ -319,6 +339,7 @@ func (b *budget) want() <-chan struct{} {
 	defer b.mu.Unlock()
 	b.poke()
 	b.used()
+	b.contendedAt = time.Now()
 	return b.fresh
 }
 

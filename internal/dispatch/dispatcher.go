@@ -25,6 +25,7 @@ type Store interface {
 	Capacity(ctx context.Context) (int, error)
 	InFlight(ctx context.Context) (int, error)
 	FinishRate(ctx context.Context) (float64, error)
+	FairWeights(ctx context.Context) (store.FairWeights, error)
 	TaskQueueLive(ctx context.Context, queue string) (bool, error)
 }
 

@@ -54,6 +54,15 @@
 // Dispatcher reads none. When it is used up the loops wait for the next
 // reading.
 //
+// Fair shares (fairshare.go): while the pool is contended — within the
+// last second a reading found 7/8 of the capacity in use, or the passes
+// used the free capacity up — every pass also gets λ, the workers' slots
+// per unit of tenant weight, one number for all shards: (capacity −
+// ⌈capacity/16⌉) ÷ the largest fair-share weight (store.FairWeights:
+// tenants holding slots, and those left waiting with none) read in the
+// last second. The pass holds a tenant at max(1, ⌊weight·λ⌋) running +
+// released jobs. Uncontended, λ is 0: no cap but concurrency.
+//
 // A released task job whose queue has no live middleware is not handed to
 // asynq (the sweep returns it after its grace). Batch tasks asynq archived
 // (past their timeout, or their worker died) are deleted once archived
@@ -94,6 +103,13 @@
 //     between readings, except a total of 0 (a throttler that started
 //     before its first worker, or outlived its workers), read again at the
 //     next reading.
+//   - λ is 0 unless the pool was contended within contentionMemory, and
+//     never above (capacity − R) ÷ the weights read: the shares of the
+//     tenants counted sum to at most capacity − R, R = ⌈capacity/16⌉
+//     slots left for tenants below their shares. The weights are read at
+//     most every 20 ms, only while contended; W is the largest read in
+//     the last second, so a dip in a quick tenant's holdings does not raise
+//     λ.
 //   - A batch holds jobs of one shard only, in send order, at most BatchMax
 //     and BatchSpan apart; every batch enqueued is announced on the hand-off
 //     channel after the pass's enqueues; task jobs are never batched (users'
@@ -121,7 +137,8 @@
 // # Files
 //
 // ownership.go and lease.go (shard leases), loop.go (pass timing and
-// wake-ups), budget.go (the capacity budget), handoff.go (hand-off to
+// wake-ups), budget.go (the capacity budget), fairshare.go (λ, the fair
+// shares of the pool), handoff.go (hand-off to
 // asynq), upstreams.go (asking the upstreams' coordinators for the segments
 // a pass found missing; dead-lettering the jobs of an upstream they answer
 // does not exist), archive.go (the trim of archived hand-off tasks),

@@ -32,6 +32,7 @@ type fakeStore struct {
 	capacity, inFlight int
 	finishRate         float64 // jobs ended per second (FinishRate); set before use
 	result             func(shard, n int) store.PassResult
+	weights            store.FairWeights // FairWeights' answer; set under mu
 
 	mu       sync.Mutex
 	calls    []passCall
@@ -67,6 +68,13 @@ func (f *fakeStore) Pass(_ context.Context, shard int, cfg store.PassConfig) (st
 
 func (f *fakeStore) Capacity(context.Context) (int, error) { return f.capacity, nil }
 func (f *fakeStore) InFlight(context.Context) (int, error) { return f.inFlight, nil }
+
+// FairWeights answers the weights field.
+func (f *fakeStore) FairWeights(context.Context) (store.FairWeights, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.weights, nil
+}
 
 // FinishRate answers the finishRate field.
 func (f *fakeStore) FinishRate(context.Context) (float64, error) { return f.finishRate, nil }

@@ -91,7 +91,8 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 		return s.passed.Add(d.cfg.MaxSleep), false
 	}
 	cfg := d.passConfig()
-	cfg.Capacity = capacity
+	cfg.Capacity, cfg.FairShare = capacity, d.budget.fairShare()
+	d.metrics.fairShare.Set(cfg.FairShare)
 	start := d.cfg.clock.Now()
 	res, err := d.runPass(ctx, s, cfg)
 	if err != nil {

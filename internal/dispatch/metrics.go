@@ -27,6 +27,7 @@ type metrics struct {
 	handoffJobs     *prometheus.CounterVec
 	handoffBatches  *prometheus.CounterVec
 	archivedTrimmed prometheus.Counter
+	fairShare       prometheus.Gauge // λ of the last pass (fairshare.go)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -89,12 +90,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_dispatch_archived_tasks_trimmed_total",
 			Help: "Archived hand-off tasks (a batch that outlived its timeout or its worker) deleted after the dead-letter retention.",
 		}),
+		fairShare: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_dispatch_fair_share",
+			Help: "Worker slots per unit of tenant weight the last pass was given while the pool was contended (a tenant holds at most max(1, ⌊weight × this⌋)); 0: not contended, no fair-share cap.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.released, m.passes, m.passSeconds, m.enqueueErrors, m.passErrors, m.promoted, m.swept, m.owned, m.shards, m.unserved, m.resubscribed, m.handoffJobs, m.handoffBatches,
-		m.archivedTrimmed} {
+		m.archivedTrimmed, m.fairShare} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register dispatcher metrics: %w", err)
 		}

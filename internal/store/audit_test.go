@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -159,6 +161,7 @@ type keyspaceSnapshot struct {
 	policies  map[int]map[string]string     // shard → policy hash
 	idem      map[string]string             // key → value
 	upstreams map[string]map[string]string  // upstream name → registry hash
+	fair      map[int]map[string]string     // shard → <p>:{sN}:fair
 	listing   []string                      // <p>:upstreams
 	problems  []string
 }
@@ -175,7 +178,7 @@ func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string,
 		tenantTTL: map[string]time.Duration{},
 		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
 		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{},
-		upstreams: map[string]map[string]string{}}
+		upstreams: map[string]map[string]string{}, fair: map[int]map[string]string{}}
 	keys, err := redistest.Keys(ctx, rdb, prefix+":*")
 	for _, k := range keys {
 		if err := ks.load(ctx, rdb, k); err != nil {
@@ -247,6 +250,11 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 		if v, gerr := rdb.Get(ctx, key).Result(); gerr != nil || v != "1" || ttl < 0 || ttl > time.Minute {
 			ks.problem("waitmark %s: %q (%v), ttl %s", key, v, gerr, ttl)
 		}
+	case rest == "fair":
+		if ttl >= 0 {
+			ks.problem("fair-share weights %s have a TTL", key)
+		}
+		ks.fair[shard], err = rdb.HGetAll(ctx, key).Result()
 	case rest == "policy":
 		if ttl >= 0 {
 			ks.problem("policy hash %s has a TTL", key)
@@ -468,6 +476,8 @@ func (ks *keyspaceSnapshot) blocked(shard int, tn string, cost int64) string {
 		return "at its concurrency cap"
 	case rtok > 0 && rtok+cost > rcap:
 		return "at its release cap"
+	case heldFair(h["rs"]) && num(h, "running")+num(h, "released") > 0:
+		return "held at its fair share" // its next claim, finish or sweep puts it back
 	}
 	return ""
 }
@@ -534,6 +544,7 @@ func (ks *keyspaceSnapshot) checkTenants() {
 			ks.problem("tenant %q hlen %d, head lane holds %d", tn, num(h, "hlen"), len(head))
 		}
 	}
+	ks.checkFairWeights()
 	for tn, h := range ks.tenants {
 		if rf := num(h, "rf"); rf < 0 || rf >= RateFactorFull {
 			ks.problem("tenant %q rate factor %d ppm: want 1 … %d, or 0 for full", tn, rf, RateFactorFull-1)
@@ -549,6 +560,29 @@ func (ks *keyspaceSnapshot) checkTenants() {
 	}
 }
 
+// checkFairWeights: each tenant's fw is its policy weight while it holds a
+// worker slot (running + released > 0), else 0, and each shard's held
+// weight (<p>:{sN}:fair field w) is the sum of its tenants' fw.
+func (ks *keyspaceSnapshot) checkFairWeights() {
+	sum := map[int]int64{}
+	for tn, h := range ks.tenants {
+		shard := ShardOf(tn, ks.shards)
+		want := int64(0)
+		if num(h, "running")+num(h, "released") > 0 {
+			want = ks.policy(shard, tn).Weight
+		}
+		if got := num(h, "fw"); got != want {
+			ks.problem("tenant %q fw %d, want %d (its weight while it holds slots)", tn, got, want)
+		}
+		sum[shard] += num(h, "fw")
+	}
+	for shard := range ks.shards {
+		if got := num(ks.fair[shard], "w"); got != sum[shard] {
+			ks.problem("shard %d held weight %d, its tenants' fw sum to %d", shard, got, sum[shard])
+		}
+	}
+}
+
 // effectiveInterval is T_eff = ⌈T·10⁶ / f⌉ for a tenant of policy p whose
 // stored rate factor is rf (0: full), as lib.lua's interval computes it.
 func effectiveInterval(p Params, rf int64) int64 {
@@ -556,6 +590,13 @@ func effectiveInterval(p Params, rf int64) int64 {
 		return p.RateUS
 	}
 	return (p.RateUS*RateFactorFull + rf - 1) / rf
+}
+
+// heldFair says whether a tenant's digest rs (lua/lib.lua sched_sig) was
+// taken while a pass held it at its fair share (blocked code 4, the first
+// double).
+func heldFair(rs string) bool {
+	return len(rs) >= 8 && math.Float64frombits(binary.LittleEndian.Uint64([]byte(rs))) == 4
 }
 
 func num(h map[string]string, f string) int64 {

@@ -29,7 +29,8 @@
 //     admitted.go: AdmittedSince), the listing (tenantlist.go,
 //     tenantpage.go: Tenants, TenantNames, TenantViews, TenantKeys) and the
 //     index backfill (backfill.go);
-//   - the finished-jobs counter (finished.go: Finished, FinishRate), a
+//   - the fair-share weights of the workers' pool (fairshare.go:
+//     FairWeights), the finished-jobs counter (finished.go: Finished, FinishRate), a
 //     tenant's recent attempts (recent.go), results and callbacks
 //     (result.go, callbacks.go), webhook secrets (secrets.go), policy
 //     storage (policy.go; ParamsOf derives the scripts' integers from a
@@ -81,6 +82,16 @@
 //     representation before) is read over it and folded in at the next
 //     save. Its recent attempts are a separate key, <p>:{sN}:t:<tenant>:ra,
 //     appended by finish only (recent.lua), read by RecentAttempts.
+//   - Fair shares (fairshare.go, lib.lua FAIR): tenant field fw is the
+//     tenant's policy weight while it holds a worker slot (running +
+//     released > 0), else 0, and <p>:{sN}:fair field w is the sum of its
+//     shard's fw — every save_tenant moves both together (one HINCRBY when
+//     fw changes, one per call for the pass and a batch of finishes; a sum
+//     of 0 is deleted), so no script keeps the sum apart.
+//     Only a pass given λ (PassConfig.FairShare > 0) blocks a tenant for
+//     its share ('fair'); its digest rs records it, so the next claim,
+//     finish or sweep of the tenant (which hold no λ) reschedules it: a
+//     tenant held at its share holds a slot, so one of them comes.
 //   - Tenant fields in_m, in_c, in_p count admitted tokens by minute
 //     (enqueue's save, no extra command; the forecast's input); they expire
 //     with the hash.

@@ -26,6 +26,7 @@ import (
 //	<p>:{s7}:tenants               ZSET   tenant index: tenant → next check (µs), every tenant with state (lua/tenants.lua)
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
+//	<p>:{s7}:fair                  HASH   w: weight of the tenants holding worker slots; r: weight left waiting by the last pass (fairshare.go)
 //	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 11 s; TTL 11 s (finished.go)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
@@ -75,6 +76,10 @@ func (k keyspace) leases(shard int) string  { return k.base(shard) + "leases" }
 func (k keyspace) policy(shard int) string  { return k.base(shard) + "policy" }
 func (k keyspace) wake(shard int) string    { return k.base(shard) + "wake" }
 func (k keyspace) vclock(shard int) string  { return k.base(shard) + "vclock" }
+
+// fair is shard's weights for the fair shares of the workers' pool (lua:
+// FAIR.key()).
+func (k keyspace) fair(shard int) string { return k.base(shard) + "fair" }
 
 // finished is shard's finished-jobs counter (lua: BASE .. 'finished').
 func (k keyspace) finished(shard int) string { return k.base(shard) + "finished" }

@@ -43,6 +43,9 @@ func (c PassConfig) validate() error {
 			errs = append(errs, invalidf("%s %s: want 1µs … %s", d.name, d.v, MaxDurationUS*time.Microsecond))
 		}
 	}
+	if !(c.FairShare >= 0 && c.FairShare <= MaxFairShare) {
+		errs = append(errs, invalidf("fair share %g: want 0 … %g", c.FairShare, float64(MaxFairShare)))
+	}
 	if c.MinLead > c.Lead {
 		errs = append(errs, invalidf("min lead %s: want at most lead (%s)", c.MinLead, c.Lead))
 	}
@@ -138,6 +141,7 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),
 		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog,
 		max(cfg.ClaimSpacing, 0).Microseconds()}, grantArgs(grants)...)
+	args = append(args, fairArg(cfg.FairShare))
 	d, err := s.run(ctx, scriptPass, shard, args...)
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)

@@ -58,7 +58,19 @@ type PassConfig struct {
 	// tenant's rate bound holds; a job pushed past now + D waits for the
 	// next pass. Default ClaimSpacingDefault; < 0 means none.
 	ClaimSpacing time.Duration
+	// FairShare is λ, the workers' slots per unit of tenant weight, that
+	// the dispatcher's budget gives a pass while the workers' pool is
+	// contended (docs/design.md §2.2 "Fair shares of the pool"): a tenant whose running
+	// + released jobs reached max(1, ⌊weight·λ⌋) releases none in this
+	// pass, whatever its concurrency allows. 0 (the pool is not contended):
+	// no cap but the tenants' concurrency. Resolution 1/1000; at most
+	// MaxFairShare.
+	FairShare float64
 }
+
+// MaxFairShare bounds PassConfig.FairShare (far above any pool: a share
+// that large caps nothing).
+const MaxFairShare = 1e9
 
 // PassResult is what one pass did.
 type PassResult struct {

@@ -71,6 +71,9 @@ import (
 //	q_fly, q_next       none, 1 requests, 2 tokens), remaining, limit, reset µs,
 //	                    the units sent since (in flight), the next paced slot
 //	qh                  the header the quota was read from; stored beside s
+//	fw                  the weight the tenant adds to its shard's held weight
+//	                    (<p>:{sN}:fair field w; fairshare.go): its policy
+//	                    weight while running + released > 0, else 0
 //
 // Counters by job state: scheduled, queued, released and retrying jobs count
 // in live and bytes; queued ones in qtok; released ones in released and rtok;

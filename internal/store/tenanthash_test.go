@@ -20,7 +20,7 @@ import (
 var tenantPacked = []string{"tat", "tat_t", "tat_b", "atok", "ats", "live", "bytes", "qtok",
 	"running", "released", "rtok", "hseq", "hlen", "paused_until", "admin_paused", "admin_until",
 	"disabled", "vt", "lead", "rf", "cut_until", "stat", "sslot", "slast", "c1", "dz",
-	"in_m", "in_c", "in_p", "uq", "useq", "q_unit", "q_rem", "q_lim", "q_reset", "q_fly", "q_next"}
+	"in_m", "in_c", "in_p", "uq", "useq", "q_unit", "q_rem", "q_lim", "q_reset", "q_fly", "q_next", "fw"}
 
 // tenantFields expands a tenant hash as HGETALL returns it into its fields
 // as the scripts read them: field s unpacked (little-endian doubles), then

@@ -319,6 +319,7 @@ leases_flush()
 -- concurrency cap changes none of it), its dead set trimmed (each finish
 -- trims it, docs/design.md §7; lifecycle.lua trim_dead), saved, expired; then the wake
 -- check.
+FAIR.defer() -- lib.lua: the tenants' held weight moves once
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
@@ -329,6 +330,7 @@ for _, tn in ipairs(TENANT_ORDER) do
   save_tenant(tn, c.t)
   expire_tenant(tn, c.t, c.p, NOW, cfg.succ_ret) -- listed while its jobs' records are kept
 end
+FAIR.flush()
 wake_if_earlier()
 
 -- The shard's finished-jobs counter <p>:{sN}:finished (HASH Unix second →

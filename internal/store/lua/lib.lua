@@ -227,8 +227,8 @@ end
 local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok',
   'running', 'released', 'rtok', 'hseq', 'hlen', 'paused_until', 'admin_paused', 'admin_until',
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
-  'in_m', 'in_c', 'in_p', 'uq', 'useq', 'q_unit', 'q_rem', 'q_lim', 'q_reset', 'q_fly', 'q_next'}
-local T_PACK = '<ddddddddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+  'in_m', 'in_c', 'in_p', 'uq', 'useq', 'q_unit', 'q_rem', 'q_lim', 'q_reset', 'q_fly', 'q_next', 'fw'}
+local T_PACK = '<dddddddddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 RESETS[#RESETS + 1] = function()
   if T_INDEX then return end
@@ -244,24 +244,24 @@ local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
     slast, c1, dz, in_m, in_c, in_p, uq, useq, q_unit, q_rem, q_lim, q_reset, q_fly,
-    q_next = struct.unpack(T_PACK, s)
+    q_next, fw = struct.unpack(T_PACK, s)
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
     admin_until = admin_until, disabled = disabled, vt = vt, lead = lead, rf = rf,
     cut_until = cut_until, stat = stat, sslot = sslot, slast = slast, c1 = c1, dz = dz,
     in_m = in_m, in_c = in_c, in_p = in_p, uq = uq, useq = useq, q_unit = q_unit, q_rem = q_rem,
-    q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next,
+    q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next, fw = fw,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', qh = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
+    rs = '', qh = '', st_w = nil, -- st_w: its policy weight (FAIR) st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
     st_qh = nil}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
     t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
-    t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next)
+    t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next, t.fw)
 end
 
 local function load_tenant(tn, p)
@@ -287,7 +287,7 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
-  t.rs, t.qh, t.st_qh = rs, qh, qh
+  t.rs, t.qh, t.st_qh, t.st_w = rs, qh, qh, p.weight or 1
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
@@ -296,12 +296,53 @@ local function load_tenant(tn, p)
   return t
 end
 
+-- Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares of
+-- the pool"; issue #32). Field fw of a tenant is the weight it adds to its shard's
+-- held weight, field w of hash <p>:{sN}:fair (FAIR.key): its policy weight
+-- while it holds a worker slot (running + released > 0), else 0. Every
+-- save_tenant brings it up to date (FAIR.count: one HINCRBY when it moved,
+-- or one per pass or batch of finishes, FAIR.defer; a sum of 0 is deleted,
+-- so an idle shard keeps no key), so the field is the sum of fw over the
+-- shard's tenants, whichever script changed them. Field r of the same hash is the weight of the tenants the
+-- shard's last pass that had capacity left waiting with no slot (pass.lua).
+-- The dispatcher's budget reads both to compute the deployment-wide slots
+-- per unit of weight λ, which it gives a pass while the pool is contended:
+-- FAIR.lv (λ in thousandths, nil outside such a pass) makes blocked() hold
+-- a tenant whose running + released reached FAIR.cap, max(1, ⌊weight·λ⌋).
+-- One table: the scripts' prologue has few locals to spare.
+local FAIR = {}
+RESETS[#RESETS + 1] = function() FAIR.lv, FAIR.d = nil, nil end
+function FAIR.key() return BASE .. 'fair' end
+function FAIR.cap(p) return mmax(1, mfloor((p.weight or 1) * FAIR.lv / 1000)) end
+function FAIR.count(t)
+  local fw = 0
+  if t.running + t.released > 0 then fw = t.st_w or 1 end
+  if fw ~= t.fw then
+    if FAIR.d then FAIR.d = FAIR.d + fw - t.fw else FAIR.add(fw - t.fw) end
+    t.fw = fw
+  end
+end
+-- FAIR.add moves the shard's held weight by d.
+function FAIR.add(d)
+  if d ~= 0 and rcall('HINCRBY', FAIR.key(), 'w', istr(d)) <= 0 then rcall('HDEL', FAIR.key(), 'w') end
+end
+-- Between FAIR.defer() and FAIR.flush() the saves' changes add up (FAIR.d)
+-- and move the sum once: for a caller that saves many tenants (pass, a
+-- batch of finishes), as ready_defer does for ready.
+function FAIR.defer() FAIR.d = 0 end
+function FAIR.flush()
+  local d = FAIR.d or 0
+  FAIR.d = nil
+  FAIR.add(d)
+end
+
 -- INDEX_RECHECK (µs) is how long after its last check a tenant's entry in
 -- the shard's tenant index (<p>:{sN}:tenants, ZSET tenant → next check µs)
 -- is checked again by index_trim (tenants.lua): one hour.
 local INDEX_RECHECK = 3600000000
 
 local function save_tenant(tn, t)
+  FAIR.count(t)
   local named = t.st_named
   local packed = pack_tenant(t)
   local args = {}
@@ -541,6 +582,7 @@ local function blocked(t, p)
   if t.disabled == 1 then return 'disabled' end
   if t.admin_paused == 1 then return 'paused' end
   if t.running + t.released >= p.concurrency then return 'concurrency' end
+  if FAIR.lv and t.running + t.released >= FAIR.cap(p) then return 'fair' end
   return nil
 end
 
@@ -615,7 +657,7 @@ local function reschedule(tn, t, p, now, head)
   return score
 end
 
--- sched_sig is a digest, as a string of doubles (struct SIG_PACK), of what
+-- sched_sig is a digest, as a string of doubles (struct SIG.PACK), of what
 -- reschedule decides on besides now, the head job's identity and the
 -- released tokens: whether the tenant is blocked (under the policy of the
 -- call), TAT, the pauses' end, the queued jobs (head-lane length, queued
@@ -632,9 +674,11 @@ end
 -- The digest is the values themselves, packed (no hash: equal digests are
 -- equal values); RS_HELD is no packed string's.
 RS_HELD = 'held'
-local SIG_PACK, BLOCKED_CODE = '<ddddddddd', {disabled = 1, paused = 2, concurrency = 3}
+-- One table for the digest's layout and blocked()'s codes (the prologue's
+-- locals are few).
+local SIG = {PACK = '<ddddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
 sched_sig = function(t, p)
-  return struct.pack(SIG_PACK, BLOCKED_CODE[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
+  return struct.pack(SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
     interval(t, p), p.burst, PACE.slot(t, p, 1))
 end
 

@@ -272,6 +272,7 @@ end
 -- once, after the last tenant (lib.lua ready_defer).
 local function flush_tenants(cfg)
   ready_defer()
+  FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
@@ -282,4 +283,5 @@ local function flush_tenants(cfg)
     end
   end
   ready_flush()
+  FAIR.flush()
 end

@@ -14,6 +14,8 @@
 --          time is news), burst, pause end µs, next grant µs, segments
 --          ("t0 ceil t0 ceil …" µs, '' = none), the set of an aligned grant
 --          (its lane's ups; '' or 0: a plain grant)
+-- ARGV[15 + 7m] λ: the workers' slots per unit of weight, in thousandths,
+--          while the pool is contended (0 = not contended: no fair cap; 3d)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
@@ -75,6 +77,16 @@
 --    plain demand. Aligned grants of ARGV install the set's reservation when
 --    every upstream of the set granted one; else the set may ask again at
 --    the grants' next round.
+-- 3d. Fair shares of the workers' pool (docs/design.md §2.2 "Fair shares
+--    of the pool"). With λ > 0, a tenant whose running + released reached
+--    max(1, ⌊weight·λ⌋) releases nothing (lib.lua blocked: 'fair') and leaves
+--    ready like one at its concurrency; its next claim, finish or sweep puts
+--    it back (its digest rs says 'fair', which no other script computes).
+--    A pass with capacity records in field r of <p>:{sN}:fair the weight of
+--    the tenants left in the round without a slot and holding none when its
+--    capacity ran out (none, and no field, when it did not): the budget
+--    counts them in λ's weights beside the held weight (field w, lib.lua
+--    FAIR).
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
 --    (a ready tenant that was read but not visited is left as it was).
 -- more: P or K cut the work short (or the ready read was cut by the
@@ -90,9 +102,12 @@ local cfg = {seed = ARGV[9], dead_ret = tonum(ARGV[10]), dead_max = tonum(ARGV[1
 local S = tonum(ARGV[13])
 local X = {M = tonum(ARGV[14])} -- the upstream parts (3b), in one table: the script's locals are few
 if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S and X.M)
-  or #ARGV ~= 14 + 7 * X.M then
-  return redis.error_reply('ERR sluice pass: want 12 integer arguments and 7 values per grant')
+  or #ARGV ~= 15 + 7 * X.M then
+  return redis.error_reply('ERR sluice pass: want 12 integer arguments, 7 values per grant and λ')
 end
+X.lv = tonum(ARGV[#ARGV]) -- 3d
+if not X.lv or X.lv < 0 then return redis.error_reply('ERR sluice pass: want λ ≥ 0') end
+if X.lv > 0 then FAIR.lv = X.lv end
 X.grants = {}
 for i = 1, X.M do
   local o = 14 + (i - 1) * 7
@@ -642,6 +657,20 @@ end
 
 if truncated then
   if left ~= 0 then more = 1 else cap_reached = 1 end
+end
+
+-- 3d. The weight left waiting with no slot, for the budget's λ.
+if CAP ~= 0 then
+  X.wait_w = 0
+  if cap_reached == 1 then
+    for _, h in ipairs(heap) do
+      local c = TENANTS[h.tn]
+      if c.t.running + c.t.released == 0 and not blocked(c.t, c.p) then X.wait_w = X.wait_w + c.p.weight end
+    end
+  end
+  if (tonum(rcall('HGET', FAIR.key(), 'r')) or 0) ~= X.wait_w then
+    if X.wait_w > 0 then rcall('HSET', FAIR.key(), 'r', istr(X.wait_w)) else rcall('HDEL', FAIR.key(), 'r') end
+  end
 end
 
 -- 3b. The upstreams asked for: their next grant is expected within D.

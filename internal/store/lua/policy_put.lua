@@ -43,6 +43,7 @@ local before = shard_earliest()
 local old = merge_policy(defaults, current)
 local new = merge_policy(defaults, entry)
 local t = load_tenant(field, old)
+t.st_w = new.weight or 1 -- the weight it holds slots with (lib.lua FAIR) follows the policy
 rescale_tat(t, old, NOW)
 refill(t, old, NOW)
 rescale_tat(t, new, NOW)
