@@ -43,6 +43,8 @@ import (
 //	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
 //	<p>:{s7}:ul                    HASH   upstream → the shard's segment state "tat ceil iv b pu nx h[ t0 ceil]…" (µs)
 //	<p>:{s7}:ua                    HASH   ups (a set of upstreams) → its aligned reservation "nx h tat ceil …" (µs; TTL past the furthest)
+//	<p>:{s7}:t:<tenant>:circ       HASH   the tenant's deferred destinations: destination → due µs of its last deferral (finish.lua defer; circuit.go)
+//	<p>:circuits                   HASH   destination → its circuit "<failures> <state> <until> <backoff> <probe deadline> <changed> <probe>" (lua/circuit.lua; circuit.go), one for all shards
 //
 // The worker roster's keys (<p>:workers, <p>:mw:<queue>) are
 // internal/fleet's; an upstream's own keys, in its slot {u:<name>}, and
@@ -140,6 +142,13 @@ func (k keyspace) tenant(tenant string) string {
 func (k keyspace) tenantQueue(tenant string) string { return k.tenant(tenant) + ":q" }
 func (k keyspace) tenantHead(tenant string) string  { return k.tenant(tenant) + ":head" }
 func (k keyspace) tenantDead(tenant string) string  { return k.tenant(tenant) + ":dead" }
+
+// tenantCircuits is the tenant's deferred destinations (finish.lua defer
+// builds it too).
+func (k keyspace) tenantCircuits(tenant string) string { return k.tenant(tenant) + ":circ" }
+
+// circuits is the destinations' circuits, one plain key for all shards.
+func (k keyspace) circuits() string { return k.prefix + ":circuits" }
 
 // tenantRecent is the tenant's recent attempts (lua/recent.lua builds it too).
 func (k keyspace) tenantRecent(tenant string) string { return k.tenant(tenant) + ":ra" }

@@ -193,3 +193,11 @@ func (d decoder) list(i int) decoder { return decoder{d.List(i)} }
 // fields reads the elements from index from on as field/value pairs (an
 // HGETALL).
 func (d decoder) fields(from int) map[string]string { return d.Fields(from) }
+
+// scriptCircuit stands alone too (redisscript.NewClocked, no lib.lua): the
+// destinations' circuits live in one plain key, <p>:circuits (circuit.go).
+//
+//go:embed lua/circuit.lua
+var luaCircuit string
+
+var scriptCircuit = redisscript.NewClocked("circuit", luaCircuit)
