@@ -31,7 +31,7 @@ func (c *Config) Meta() wire.Meta {
 			CircuitFailures:      c.Circuit.Failures,
 			CircuitBackoff:       c.Circuit.Backoff,
 			CircuitMaxBackoff:    c.Circuit.MaxBackoff,
-			CircuitDisabled:      boolInt(c.Circuit.Disabled),
+			CircuitMode:          circuitMode(c.Circuit.Disabled),
 		},
 	}
 }
@@ -44,10 +44,10 @@ func (c *Config) SluiceQueues() []string {
 	return append(out, c.TaskQueues...)
 }
 
-// boolInt is 1 for true, else 0 (a setting's "not set").
-func boolInt(b bool) int {
-	if b {
-		return 1
+// circuitMode is Settings.CircuitMode of circuit.disabled.
+func circuitMode(disabled bool) int {
+	if disabled {
+		return wire.CircuitOff
 	}
-	return 0
+	return wire.CircuitOn
 }

@@ -51,14 +51,14 @@ type CircuitConfig struct {
 	// MaxBackoff caps the doubled backoff, ≥ Backoff; default
 	// CircuitMaxBackoffDefault (or Backoff when that is larger).
 	MaxBackoff time.Duration
-	// Disabled turns the circuits off (settings circuit_disabled = 1).
+	// Disabled turns the circuits off (settings circuit_mode = wire.CircuitOff).
 	Disabled bool
 }
 
 // CircuitConfigOf is the CircuitConfig of settings s.
 func CircuitConfigOf(s wire.Settings) CircuitConfig {
 	return CircuitConfig{Failures: s.CircuitFailures, Backoff: s.CircuitBackoff,
-		MaxBackoff: s.CircuitMaxBackoff, Disabled: s.CircuitDisabled == 1}.WithDefaults()
+		MaxBackoff: s.CircuitMaxBackoff, Disabled: s.CircuitMode == wire.CircuitOff}.WithDefaults()
 }
 
 // WithDefaults fills c's zero fields.

@@ -175,6 +175,7 @@ func DefaultSettings() wire.Settings {
 		CircuitFailures:      CircuitFailuresDefault,
 		CircuitBackoff:       CircuitBackoffDefault,
 		CircuitMaxBackoff:    CircuitMaxBackoffDefault,
+		CircuitMode:          wire.CircuitOn,
 	}
 }
 

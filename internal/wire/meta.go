@@ -47,8 +47,15 @@ type Settings struct {
 	CircuitFailures      int           // circuit.failures: field circuit_failures
 	CircuitBackoff       time.Duration // circuit.backoff: field circuit_backoff_us
 	CircuitMaxBackoff    time.Duration // circuit.max_backoff: field circuit_max_backoff_us
-	CircuitDisabled      int           // circuit.disabled (1 = off, 0 = not set: on): field circuit_disabled
+	CircuitMode          int           // circuit.disabled: CircuitOn or CircuitOff (0: not set, on): field circuit_mode
 }
+
+// Settings.CircuitMode's values: the circuits on (config circuit.disabled
+// false) or off.
+const (
+	CircuitOn  = 1
+	CircuitOff = 2
+)
 
 // The fixed parts of the meta hash.
 const (
@@ -117,7 +124,7 @@ var settingFields = []settingField{
 	intField("circuit_failures", func(s *Settings) *int { return &s.CircuitFailures }),
 	durField("circuit_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitBackoff }),
 	durField("circuit_max_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitMaxBackoff }),
-	intField("circuit_disabled", func(s *Settings) *int { return &s.CircuitDisabled }),
+	intField("circuit_mode", func(s *Settings) *int { return &s.CircuitMode }),
 }
 
 // Fields is s as the meta hash stores it, field name then value, without

@@ -114,7 +114,7 @@ func (c *Circuits) Before(ctx context.Context, rawURL string, cj store.ClaimedJo
 	}
 	set := c.settings()
 	dest, ok := webhook.Destination(rawURL)
-	if !ok || set.CircuitDisabled == 1 {
+	if !ok || set.CircuitMode == wire.CircuitOff {
 		return circuitTicket{}, nil
 	}
 	c.maybeRefresh(ctx)
