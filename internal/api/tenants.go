@@ -52,7 +52,7 @@ type tenantView struct {
 	PacedRate *float64 `json:"paced_rate"`
 	// OpenDestinations are the destinations the tenant's jobs wait for,
 	// their circuits open (docs/design.md §4.5); GET /v1/tenants/{tenant}
-	// only (absent from the listing).
+	// and its live view only (absent from the listing).
 	OpenDestinations *[]openDestinationView `json:"open_destinations,omitempty"`
 	forecastView
 }
