@@ -41,7 +41,11 @@
 //     times its even share, sending every job through one shared upstream at
 //     r/s, beside one tenant at r/s alone: the combined stream's gap and
 //     rate error at the receiver, the most in any 1 s against the bound, and
-//     how evenly the tenants shared the upstream.
+//     how evenly the tenants shared the upstream;
+//   - circuit (only when named in -parts): one tenant whose jobs alternate
+//     between a destination that never answers and a healthy one, with the
+//     circuits off and on: the healthy destination's delivered rate, the
+//     requests the dead one got while its circuit was open (target 0).
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -51,7 +55,7 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// upstream.go, circuit.go; the asynq peers are in peer.go. The rest is shared: flags.go
 // (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
@@ -144,6 +148,14 @@ type options struct {
 	upJobs    int
 	upTenants int
 
+	// circuit
+	cbRate       int
+	cbDuration   time.Duration
+	cbTimeout    time.Duration
+	cbFailures   int
+	cbBackoff    time.Duration
+	cbMaxBackoff time.Duration
+
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
 }
@@ -191,6 +203,8 @@ func run(ctx context.Context, o options) error {
 			err = scaleOut(ctx, e, &t)
 		case "upstream":
 			err = upstream(ctx, e, &t)
+		case "circuit":
+			err = circuit(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)
