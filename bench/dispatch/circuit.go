@@ -115,26 +115,10 @@ func circuitStream(ctx context.Context, e *env, run string, disabled bool) (circ
 	}
 	defer sl.stop()
 	rec := e.rcv.start(run)
-	period := time.Second / time.Duration(o.cbRate)
-	n := int(o.cbDuration / period)
 	start := time.Now()
-	sent := map[string]time.Time{} // healthy job id → enqueued
-	for i := range n {
-		if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*period))); err != nil {
-			return circuitRun{}, err
-		}
-		url := bad.url
-		if i%2 == 1 {
-			url = e.rcv.url(run)
-		}
-		job := fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.%s","payload":{"i":%d}}`, url, run, i)
-		ids, err := sl.enqueueHTTP(ctx, "cb", [][]byte{job})
-		if err != nil {
-			return circuitRun{}, err
-		}
-		if i%2 == 1 {
-			sent[ids[0]] = time.Now()
-		}
+	n, sent, err := circuitEnqueue(ctx, e, sl, run, bad.url)
+	if err != nil {
+		return circuitRun{}, err
 	}
 	window := time.Since(start)
 	res := circuitRun{jobs: n, window: window}
@@ -163,6 +147,34 @@ func circuitStream(ctx context.Context, e *env, run string, disabled bool) (circ
 		}
 	}
 	return res, nil
+}
+
+// circuitEnqueue enqueues the tenant's jobs one at a time at its rate for
+// -circuit-duration, even ones to badURL, odd ones to the receiver's run;
+// it returns their number and the healthy ones' enqueue times by id.
+func circuitEnqueue(ctx context.Context, e *env, sl *sluice, run, badURL string) (int, map[string]time.Time, error) {
+	period := time.Second / time.Duration(e.o.cbRate)
+	n := int(e.o.cbDuration / period)
+	start := time.Now()
+	sent := map[string]time.Time{}
+	for i := range n {
+		if err := sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*period))); err != nil {
+			return 0, nil, err
+		}
+		url := badURL
+		if i%2 == 1 {
+			url = e.rcv.url(run)
+		}
+		job := fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.%s","payload":{"i":%d}}`, url, run, i)
+		ids, err := sl.enqueueHTTP(ctx, "cb", [][]byte{job})
+		if err != nil {
+			return 0, nil, err
+		}
+		if i%2 == 1 {
+			sent[ids[0]] = time.Now()
+		}
+	}
+	return n, sent, nil
 }
 
 func circuitRows(e *env, t *table, on, off circuitRun) {

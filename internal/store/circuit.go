@@ -132,7 +132,10 @@ type Gate struct {
 
 // CircuitGate decides whether job ("<id>:<gen>") may be sent to
 // destination now (Redis time): a closed circuit sends; an open one makes
-// it wait until its backoff ends; from then on the first job asking is the
+// it wait until its backoff ends + probeLife (the jobs it held come back
+// once the probe has had its time, not beside it: each return of a job
+// whose destination is still open costs its tenant a release); from the
+// backoff's end on the first job asking is the
 // probe — the circuit turns half-open until now + probeLife (the job's
 // timeout and the grace: a probe whose worker died is replaced after it)
 // — and the others wait until the probe's deadline.

@@ -73,8 +73,8 @@ func TestCircuitLifecycle(t *testing.T) {
 			t.Fatalf("failure %d: %+v", i+1, r)
 		}
 	}
-	if g := e.gate("g:1", life); g.Decision != GateWait || g.Wait != 10*time.Second {
-		t.Fatalf("open: %+v, want wait 10s", g)
+	if g := e.gate("g:1", life); g.Decision != GateWait || g.Wait != 10*time.Second+life {
+		t.Fatalf("open: %+v, want wait 10s + the probe life", g)
 	}
 	if r := e.report("h:1", true, cfg); r.What != "ignored" || r.State != CircuitOpen {
 		t.Fatalf("a failure sent before the opening: %+v", r)

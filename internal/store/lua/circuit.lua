@@ -14,6 +14,9 @@
 --          list:   —
 --          close:  destination
 -- Reply:   gate   → {'ok', 'send'} | {'ok', 'probe'} | {'ok', 'wait', until µs, now µs}
+--          (wait: until the backoff's end + the probe life while open — one job
+--          probes at the end, the others come back once it has had its
+--          time —, until the probe's deadline while half-open)
 --          report → {'ok', what, state, until µs} with what one of
 --                   counted (a failure below the threshold), opened (this
 --                   failure opened it), reopened (the probe failed: open
@@ -27,7 +30,8 @@
 --          close  → {'ok', 1 | 0} (1: there was a field; it is deleted)
 --
 -- gate decides whether job may be sent now: closed → send; open before
--- until → wait until then; open from until on → half-open, job is the one
+-- until → wait until then + probe life (so that the jobs it held come back
+-- once the probe has answered, not beside it); open from until on → half-open, job is the one
 -- probe until now + probe life (its timeout and the grace: a probe whose
 -- worker died is replaced after that) → probe; half-open before the probe's
 -- deadline → wait until it. report records an attempt's outcome: only a
@@ -77,7 +81,7 @@ if op == 'gate' then
   local life = tonumber(ARGV[5])
   if not life or life < 1 then return bad('want a probe life') end
   if not c or c.st == 0 then return {'ok', 'send'} end
-  if c.st == 1 and NOW < c.untl then return {'ok', 'wait', c.untl, NOW} end
+  if c.st == 1 and NOW < c.untl then return {'ok', 'wait', c.untl + life, NOW} end
   if c.st == 2 and NOW < c.pdl then return {'ok', 'wait', c.pdl, NOW} end
   c.st, c.pdl, c.probe, c.ch = 2, NOW + life, job, NOW
   redis.call('HSET', key, dest, encode(c))
