@@ -25,8 +25,11 @@ import (
 // job, deployment-wide, is the probe: an answer closes the circuit, a
 // timeout or connection failure opens it again for twice the backoff, up
 // to the cap. The state of every destination that failed lives in one
-// plain hash, <p>:circuits (lua/circuit.lua), shared by every worker; a
-// destination that never failed has no entry and costs nothing.
+// hash, <p>:{circuits}:c (lua/circuit.lua), shared by every worker; a
+// destination that never failed has no entry and costs nothing. While it
+// is open one held job, the scout, comes back at each backoff's end; the
+// others are held long and brought back when it closes (WakeDeferred):
+// each return of a held job costs its tenant a release.
 
 // Defaults of CircuitConfig (their values: internal/tuning).
 const (
@@ -130,23 +133,31 @@ type Gate struct {
 	Wait time.Duration
 }
 
-// CircuitGate decides whether job ("<id>:<gen>") may be sent to
-// destination now (Redis time): a closed circuit sends; an open one makes
-// it wait until its backoff ends + probeLife (the jobs it held come back
-// once the probe has had its time, not beside it: each return of a job
-// whose destination is still open costs its tenant a release); from the
-// backoff's end on the first job asking is the
-// probe — the circuit turns half-open until now + probeLife (the job's
-// timeout and the grace: a probe whose worker died is replaced after it)
-// — and the others wait until the probe's deadline.
-func (s *Store) CircuitGate(ctx context.Context, destination, job string, probeLife time.Duration) (Gate, error) {
-	if err := checkCircuitArgs(destination, job); err != nil {
+// CircuitGate decides whether job ("<id>:<gen>") of tenant may be sent to
+// destination now (Redis time). A closed circuit sends. From an open one's
+// backoff end on, the first job asking is the probe — the circuit turns
+// half-open until now + probeLife (the job's timeout and the grace: a probe
+// whose worker died is replaced after it). Before, the job waits: the
+// scout (the first job held since the last scout came back) until the
+// backoff's end (half-open: the probe's deadline); any other job until
+// then + probeLife + cfg.MaxBackoff, its tenant recorded to be woken
+// (WakeDeferred) when the circuit closes.
+func (s *Store) CircuitGate(ctx context.Context, destination, job, tenant string, probeLife time.Duration, cfg CircuitConfig) (Gate, error) {
+	cfg = cfg.WithDefaults()
+	err := checkCircuitArgs(destination, job)
+	if err == nil {
+		err = checkTenant(tenant)
+	}
+	if err == nil && (probeLife < time.Microsecond || probeLife > policy.MaxDuration) {
+		err = invalidf("probe life %s", probeLife)
+	}
+	if err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
 		return Gate{}, fmt.Errorf("circuit gate of %q: %w", destination, err)
 	}
-	if probeLife < time.Microsecond || probeLife > policy.MaxDuration {
-		return Gate{}, fmt.Errorf("circuit gate of %q: %w", destination, invalidf("probe life %s", probeLife))
-	}
-	d, err := s.runCircuit(ctx, "gate", destination, job, probeLife.Microseconds())
+	d, err := s.runCircuit(ctx, "gate", destination, job, probeLife.Microseconds(), tenant, cfg.MaxBackoff.Microseconds())
 	if err != nil {
 		return Gate{}, fmt.Errorf("circuit gate of %q: %w", destination, err)
 	}
@@ -180,12 +191,17 @@ type CircuitReport struct {
 	// Until is the backoff's end (open) or the probe's deadline
 	// (half-open); zero when closed.
 	Until time.Time
+	// Woken counts the jobs brought back when the report closed the
+	// circuit (WakeDeferred of every tenant holding some).
+	Woken int
 }
 
 // CircuitRecord records the outcome of job ("<id>:<gen>") sent to
 // destination: failed for a timeout or a connection failure, false for any
 // HTTP answer. See CircuitReport.What for its effects; cfg says when a
-// circuit opens and how long.
+// circuit opens and how long. When the report closes the circuit, the
+// jobs it held long come back now (WakeDeferred of each tenant); an error
+// there is returned with the report.
 func (s *Store) CircuitRecord(ctx context.Context, destination, job string, failed bool, cfg CircuitConfig) (CircuitReport, error) {
 	cfg = cfg.WithDefaults()
 	err := checkCircuitArgs(destination, job)
@@ -204,10 +220,53 @@ func (s *Store) CircuitRecord(ctx context.Context, destination, job string, fail
 	if u := d.Int(3); u > 0 {
 		r.Until = redisscript.MicrosTime(u)
 	}
+	tenants := make([]string, 0, max(d.Len()-4, 0))
+	for i := 4; i < d.Len(); i++ {
+		tenants = append(tenants, d.Str(i))
+	}
 	if err := d.Err(); err != nil {
 		return CircuitReport{}, fmt.Errorf("circuit report of %q: %w", destination, err)
 	}
-	return r, nil
+	r.Woken, err = s.wakeAll(ctx, tenants, destination)
+	return r, err
+}
+
+// wakeAll runs WakeDeferred for each tenant; the first error is returned
+// (the others still run), with the jobs brought back.
+func (s *Store) wakeAll(ctx context.Context, tenants []string, destination string) (int, error) {
+	var n int
+	var first error
+	for _, tn := range tenants {
+		k, err := s.WakeDeferred(ctx, tn, destination)
+		n += k
+		if first == nil {
+			first = err
+		}
+	}
+	return n, first
+}
+
+// WakeDeferred brings tenant's jobs deferred for destination back now (the
+// circuit closed): each still waiting for it in the delayed set is due now
+// (lua/circuit_wake.lua), and the next pass puts it at the head of its
+// lane. It returns how many.
+func (s *Store) WakeDeferred(ctx context.Context, tenant, destination string) (int, error) {
+	err := checkTenant(tenant)
+	if err == nil {
+		err = checkCircuitArgs(destination, "-")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("wake the jobs of %q for %q: %w", tenant, destination, err)
+	}
+	d, err := s.run(ctx, scriptCircuitWake, s.keys.shardOf(tenant), tenant, destination)
+	if err != nil {
+		return 0, fmt.Errorf("wake the jobs of %q for %q: %w", tenant, destination, err)
+	}
+	n := d.int(1)
+	if err := d.Err(); err != nil {
+		return 0, fmt.Errorf("wake the jobs of %q for %q: %w", tenant, destination, err)
+	}
+	return int(n), nil
 }
 
 // Circuits lists the destinations whose circuit is open, half-open or
@@ -236,8 +295,8 @@ func (s *Store) Circuits(ctx context.Context) ([]Circuit, time.Time, error) {
 }
 
 // CloseCircuit closes destination's circuit by hand (its failures
-// forgotten); false when it had none. The jobs it deferred come back at
-// their due times.
+// forgotten); false when it had none. The jobs it held long come back now
+// (WakeDeferred); the scouts at their due times.
 func (s *Store) CloseCircuit(ctx context.Context, destination string) (bool, error) {
 	if err := checkCircuitArgs(destination, "-"); err != nil {
 		return false, fmt.Errorf("close circuit %q: %w", destination, err)
@@ -247,8 +306,15 @@ func (s *Store) CloseCircuit(ctx context.Context, destination string) (bool, err
 		return false, fmt.Errorf("close circuit %q: %w", destination, err)
 	}
 	n := d.Int(1)
+	tenants := make([]string, 0, max(d.Len()-2, 0))
+	for i := 2; i < d.Len(); i++ {
+		tenants = append(tenants, d.Str(i))
+	}
 	if err := d.Err(); err != nil {
 		return false, fmt.Errorf("close circuit %q: %w", destination, err)
+	}
+	if _, err := s.wakeAll(ctx, tenants, destination); err != nil {
+		return n == 1, fmt.Errorf("close circuit %q: %w", destination, err)
 	}
 	return n == 1, nil
 }
@@ -285,9 +351,10 @@ func (s *Store) TenantCircuits(ctx context.Context, tenant string, now time.Time
 	return out, nil
 }
 
-// runCircuit runs circuit.lua's op with args after the destination.
-func (s *Store) runCircuit(ctx context.Context, op string, args ...any) (redisscript.Decoder, error) {
-	return s.runner.RunStatus(ctx, scriptCircuit, []string{s.keys.circuits()}, append([]any{s.nowArg(), op}, args...)...)
+// runCircuit runs circuit.lua's op on destination with args after it.
+func (s *Store) runCircuit(ctx context.Context, op, destination string, args ...any) (redisscript.Decoder, error) {
+	return s.runner.RunStatus(ctx, scriptCircuit, []string{s.keys.circuits(), s.keys.circuitWaiters(destination)},
+		append([]any{s.nowArg(), op, destination}, args...)...)
 }
 
 func checkCircuitArgs(destination, job string) error {
@@ -316,7 +383,7 @@ func circuitState(d redisscript.Decoder, st int64) CircuitState {
 // parseCircuit reads a stored circuit (lua/circuit.lua's layout).
 func parseCircuit(dest, v string) (Circuit, bool) {
 	f := strings.Fields(v)
-	if len(f) != 7 {
+	if len(f) != 9 {
 		return Circuit{}, false
 	}
 	var n [6]int64

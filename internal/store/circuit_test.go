@@ -10,9 +10,10 @@ import (
 
 const dest = "https://api.example.com:443"
 
+// gate asks for job of tenant acme, with max backoff 1m.
 func (e *env) gate(job string, life time.Duration) Gate {
 	e.t.Helper()
-	g, err := e.store.CircuitGate(e.ctx, dest, job, life)
+	g, err := e.store.CircuitGate(e.ctx, dest, job, "acme", life, CircuitConfig{Backoff: time.Second, MaxBackoff: time.Minute})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -73,8 +74,8 @@ func TestCircuitLifecycle(t *testing.T) {
 			t.Fatalf("failure %d: %+v", i+1, r)
 		}
 	}
-	if g := e.gate("g:1", life); g.Decision != GateWait || g.Wait != 10*time.Second+life {
-		t.Fatalf("open: %+v, want wait 10s + the probe life", g)
+	if g := e.gate("g:1", life); g.Decision != GateWait || g.Wait != 10*time.Second {
+		t.Fatalf("open: %+v, want wait 10s (the scout)", g)
 	}
 	if r := e.report("h:1", true, cfg); r.What != "ignored" || r.State != CircuitOpen {
 		t.Fatalf("a failure sent before the opening: %+v", r)
@@ -95,8 +96,8 @@ func TestCircuitLifecycle(t *testing.T) {
 		if g := e.gate(probe, life); g.Decision != GateProbe {
 			t.Fatalf("round %d: at the backoff's end: %+v, want the probe", i, g)
 		}
-		if g := e.gate("x:1", life); g.Decision != GateWait || g.Wait != life {
-			t.Fatalf("round %d: a second job while the probe is out: %+v, want wait %s", i, g, life)
+		if g := e.gate("x:1", life); g.Decision != GateWait || g.Wait < life {
+			t.Fatalf("round %d: a second job while the probe is out: %+v, want wait ≥ %s", i, g, life)
 		}
 		if r := e.report("x:1", true, cfg); r.What != "ignored" || r.State != CircuitHalfOpen {
 			t.Fatalf("round %d: another job's failure while half-open: %+v", i, r)
@@ -133,6 +134,71 @@ func TestCircuitLifecycle(t *testing.T) {
 	}
 }
 
+// While open, one held job — the scout — comes back at the backoff's end;
+// every other is held until then + the probe life + the max backoff, its
+// tenant recorded; the probe's answer (or a close by hand) hands back those
+// tenants, and the record is gone.
+func TestCircuitScout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := CircuitConfig{Failures: 1, Backoff: 10 * time.Second, MaxBackoff: time.Minute}
+	life := 5 * time.Second
+	e.report("a:1", true, cfg)
+	gate := func(job, tenant string) Gate {
+		g, err := e.store.CircuitGate(e.ctx, dest, job, tenant, life, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := gate("s:1", "acme"); g.Wait != 10*time.Second {
+		t.Fatalf("the first held job: %+v, want the scout's 10s", g)
+	}
+	e.clock.Advance(time.Second)
+	if g := gate("s:1", "acme"); g.Wait != 9*time.Second {
+		t.Fatalf("the scout again: %+v, want 9s", g)
+	}
+	long := 9*time.Second + life + time.Minute
+	for _, tn := range []string{"acme", "bravo"} {
+		if g := gate("h:"+tn, tn); g.Decision != GateWait || g.Wait != long {
+			t.Fatalf("another job of %s: %+v, want held %s", tn, g, long)
+		}
+	}
+	waiters := e.rdb.SMembers(e.ctx, e.store.keys.circuitWaiters(dest)).Val()
+	if len(waiters) != 2 {
+		t.Fatalf("waiters %v, want acme and bravo", waiters)
+	}
+	e.clock.Advance(9 * time.Second)
+	if g := gate("s:1", "acme"); g.Decision != GateProbe {
+		t.Fatalf("the scout at the backoff's end: %+v, want the probe", g)
+	}
+	if r := e.report("s:1", false, cfg); r.What != "closed" || r.Woken != 0 {
+		t.Fatalf("the probe's answer: %+v", r)
+	}
+	if n := e.rdb.Exists(e.ctx, e.store.keys.circuitWaiters(dest)).Val(); n != 0 {
+		t.Fatal("the waiters outlived the close")
+	}
+	// The scout is replaced once its deadline passed (it never came back).
+	e.report("a:2", true, cfg)
+	if g := gate("gone:1", "acme"); g.Wait != 10*time.Second {
+		t.Fatalf("scout: %+v", g)
+	}
+	e.clock.Advance(10*time.Second + life)
+	e.report("p:1", true, cfg) // a closed-state failure is not counted: the circuit is open, so ignored
+	if g := gate("p:2", "acme"); g.Decision != GateProbe {
+		t.Fatalf("%+v", g)
+	}
+	if r := e.report("p:2", true, cfg); r.What != "reopened" {
+		t.Fatalf("%+v", r)
+	}
+	if g := gate("next:1", "acme"); g.Wait != 20*time.Second {
+		t.Fatalf("after the lost scout's deadline a new scout: %+v, want 20s", g)
+	}
+	if _, err := e.store.CircuitGate(e.ctx, dest, "x:1", "", life, cfg); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("no tenant: %v", err)
+	}
+}
+
 // CloseCircuit closes by hand; a closed circuit not heard of for an hour
 // leaves the listing; bad arguments change nothing.
 func TestCircuitCloseAndForget(t *testing.T) {
@@ -159,9 +225,9 @@ func TestCircuitCloseAndForget(t *testing.T) {
 		t.Fatalf("a failure an hour old is still listed: %+v", cs)
 	}
 	for _, err := range []error{
-		func() error { _, err := e.store.CircuitGate(e.ctx, "", "a:1", time.Second); return err }(),
-		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a 1", time.Second); return err }(),
-		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a:1", 0); return err }(),
+		func() error { _, err := e.store.CircuitGate(e.ctx, "", "a:1", "acme", time.Second, CircuitConfig{}); return err }(),
+		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a 1", "acme", time.Second, CircuitConfig{}); return err }(),
+		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a:1", "acme", 0, CircuitConfig{}); return err }(),
 		func() error {
 			_, err := e.store.CircuitRecord(e.ctx, dest, "a:1", true, CircuitConfig{Backoff: time.Minute, MaxBackoff: time.Second})
 			return err
@@ -214,6 +280,20 @@ func TestFinishDeferred(t *testing.T) {
 	tc, err := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now())
 	if err != nil || len(tc) != 1 || tc[0].Destination != dest || !tc[0].Until.Equal(j.Due) {
 		t.Fatalf("tenant circuits %+v %v", tc, err)
+	}
+	// The circuit closes: WakeDeferred brings the job back now.
+	e.clock.Advance(time.Second)
+	if n, err := e.store.WakeDeferred(e.ctx, "acme", dest); err != nil || n != 1 {
+		t.Fatalf("wake: %d %v, want 1", n, err)
+	}
+	if j := e.job(first.ID); j.State != StateRetrying || !j.Due.Equal(e.clock.Now()) {
+		t.Fatalf("woken: %s due in %s, want now", j.State, j.Due.Sub(e.clock.Now()))
+	}
+	if tc, _ := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now()); len(tc) != 0 {
+		t.Fatalf("woken, yet listed: %+v", tc)
+	}
+	if n, err := e.store.WakeDeferred(e.ctx, "acme", dest); err != nil || n != 0 {
+		t.Fatalf("a second wake: %d %v, want 0", n, err)
 	}
 	// Deferred again and again (max_attempts 1): never dead.
 	for range 3 {

@@ -17,7 +17,7 @@ import (
 
 // CircuitStore is what Circuits needs of *store.Store.
 type CircuitStore interface {
-	CircuitGate(ctx context.Context, destination, job string, probeLife time.Duration) (store.Gate, error)
+	CircuitGate(ctx context.Context, destination, job, tenant string, probeLife time.Duration, cfg store.CircuitConfig) (store.Gate, error)
 	CircuitRecord(ctx context.Context, destination, job string, failed bool, cfg store.CircuitConfig) (store.CircuitReport, error)
 	Circuits(ctx context.Context) ([]store.Circuit, time.Time, error)
 }
@@ -125,7 +125,7 @@ func (c *Circuits) Before(ctx context.Context, rawURL string, cj store.ClaimedJo
 	if cj.Timeout <= 0 {
 		life += TimeoutDefault
 	}
-	g, err := c.store.CircuitGate(ctx, dest, jobRef(cj), life)
+	g, err := c.store.CircuitGate(ctx, dest, jobRef(cj), cj.Tenant, life, store.CircuitConfigOf(set))
 	if err != nil {
 		c.log.Warn("circuit gate failed; sending", "job", cj.ID, "destination", dest, "err", err)
 		return circuitTicket{dest: dest}, nil
@@ -158,15 +158,18 @@ func (c *Circuits) After(ctx context.Context, ticket circuitTicket, cj store.Cla
 	defer cancel()
 	r, err := c.store.CircuitRecord(ctx, ticket.dest, jobRef(cj), failed, store.CircuitConfigOf(set))
 	if err != nil {
+		// A failed wake-up leaves the held jobs to their own due time.
 		c.log.Warn("circuit report failed", "job", cj.ID, "destination", ticket.dest, "err", err)
-		return
+		if r.What == "" {
+			return
+		}
 	}
 	switch r.What {
 	case "opened", "reopened":
 		c.m.openings.Inc()
 		c.log.Info("circuit open", "destination", ticket.dest, "until", r.Until, "job", cj.ID)
 	case "closed":
-		c.log.Info("circuit closed", "destination", ticket.dest, "job", cj.ID)
+		c.log.Info("circuit closed", "destination", ticket.dest, "job", cj.ID, "jobs_woken", r.Woken)
 	}
 	switch r.What {
 	case "closed", "clean":

@@ -259,7 +259,10 @@ end
 -- (TAT ← max(TAT − cost·T_eff, now) while TAT > now, as correct's refund),
 -- so a tenant's jobs to its other destinations keep its rate. The tenant's
 -- open destinations <p>:{sN}:t:<tenant>:circ (HASH destination → due µs,
--- r.err) get the due time; the key lives until the latest due + 1 h.
+-- r.err) get the due time, and its deferred jobs of the destination
+-- <p>:{sN}:t:<tenant>:circ:<destination> (ZSET job id → due µs: what
+-- circuit_wake.lua brings back when the circuit closes); the keys live until
+-- the latest due + 1 h.
 local function defer(r, j, t, p)
   lease_del(r.id)
   unrun(j, t)
@@ -271,9 +274,12 @@ local function defer(r, j, t, p)
   hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt))
   lowered(due)
   local ck = k_tenant(j.tenant) .. ':circ'
-  rcall('HSET', ck, r.err, istr(due))
   local ttl = mfloor(r.pause / 1000) + 3600000
-  if rcall('PTTL', ck) < ttl then rcall('PEXPIRE', ck, ttl) end
+  rcall('HSET', ck, r.err, istr(due))
+  rcall('ZADD', ck .. ':' .. r.err, istr(due), j.id)
+  for _, key in ipairs({ck, ck .. ':' .. r.err}) do
+    if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end
+  end
   return {'ok', 'retrying', 0}
 end
 
