@@ -225,9 +225,18 @@ func TestCircuitCloseAndForget(t *testing.T) {
 		t.Fatalf("a failure an hour old is still listed: %+v", cs)
 	}
 	for _, err := range []error{
-		func() error { _, err := e.store.CircuitGate(e.ctx, "", "a:1", "acme", time.Second, CircuitConfig{}); return err }(),
-		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a 1", "acme", time.Second, CircuitConfig{}); return err }(),
-		func() error { _, err := e.store.CircuitGate(e.ctx, dest, "a:1", "acme", 0, CircuitConfig{}); return err }(),
+		func() error {
+			_, err := e.store.CircuitGate(e.ctx, "", "a:1", "acme", time.Second, CircuitConfig{})
+			return err
+		}(),
+		func() error {
+			_, err := e.store.CircuitGate(e.ctx, dest, "a 1", "acme", time.Second, CircuitConfig{})
+			return err
+		}(),
+		func() error {
+			_, err := e.store.CircuitGate(e.ctx, dest, "a:1", "acme", 0, CircuitConfig{})
+			return err
+		}(),
 		func() error {
 			_, err := e.store.CircuitRecord(e.ctx, dest, "a:1", true, CircuitConfig{Backoff: time.Minute, MaxBackoff: time.Second})
 			return err

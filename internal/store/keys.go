@@ -154,7 +154,9 @@ func (k keyspace) tenantCircuits(tenant string) string { return k.tenant(tenant)
 func (k keyspace) circuits() string { return k.prefix + ":{circuits}:c" }
 
 // circuitWaiters is the tenants with jobs held long for destination.
-func (k keyspace) circuitWaiters(destination string) string { return k.prefix + ":{circuits}:w:" + destination }
+func (k keyspace) circuitWaiters(destination string) string {
+	return k.prefix + ":{circuits}:w:" + destination
+}
 
 // tenantCircuitJobs is tenant's jobs deferred for destination (finish.lua
 // defer builds it too).
