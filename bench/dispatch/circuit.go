@@ -19,6 +19,7 @@ import (
 type circuitRun struct {
 	jobs       int // enqueued, half to each destination
 	healthy    int // healthy jobs delivered within the window
+	late       int // … in its second half
 	window     time.Duration
 	badHits    int64 // requests that reached the timing-out destination
 	badOpen    int64 // … while its circuit was open
@@ -126,6 +127,9 @@ func circuitStream(ctx context.Context, e *env, run string, disabled bool) (circ
 	for _, a := range rec.snapshot() {
 		if at, ok := sent[a.id]; ok && a.at.Before(start.Add(window)) {
 			res.healthy++
+			if a.at.After(start.Add(window / 2)) {
+				res.late++
+			}
 			lat = append(lat, a.at.Sub(at))
 		}
 	}
@@ -188,6 +192,9 @@ func circuitRows(e *env, t *table, on, off circuitRun) {
 	t.row(part, "healthy destination: delivered within the window", fmt.Sprintf("%d of %d (%.2f/s)", on.healthy, on.jobs/2, rate(on)),
 		fmt.Sprintf("%d of %d (%.2f/s)", off.healthy, off.jobs/2, rate(off)), div(rate(on), rate(off)),
 		fmt.Sprintf("≥ 0.95 × %.1f/s", want), yes(rate(on) >= 0.95*want))
+	late := func(x circuitRun) float64 { return float64(x.late) / (x.window.Seconds() / 2) }
+	t.row(part, "healthy destination: delivered/s in the window's second half", fmt.Sprintf("%.2f/s", late(on)), fmt.Sprintf("%.2f/s", late(off)),
+		div(late(on), late(off)), fmt.Sprintf("≥ 0.95 × %.1f/s", want), yes(late(on) >= 0.95*want))
 	t.row(part, "healthy destination: enqueue → arrival p99", msf(on.healthyP99), msf(off.healthyP99), "", "", "")
 	t.row(part, "requests to the dead destination", fmt.Sprint(on.badHits), fmt.Sprint(off.badHits), "", "", "")
 	t.row(part, "… while its circuit was open (attempts spent while open)", fmt.Sprint(on.badOpen), "-", "", "0", yes(on.badOpen == 0))

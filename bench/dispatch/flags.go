@@ -195,7 +195,7 @@ func flagsCircuit(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.cbTimeout, "circuit-timeout", 2*time.Second, "circuit: the tenant's attempt timeout")
 	fs.IntVar(&o.cbFailures, "circuit-failures", 5, "circuit: circuit.failures")
 	fs.DurationVar(&o.cbBackoff, "circuit-backoff", 5*time.Second, "circuit: circuit.backoff")
-	fs.DurationVar(&o.cbMaxBackoff, "circuit-max-backoff", 20*time.Second, "circuit: circuit.max_backoff")
+	fs.DurationVar(&o.cbMaxBackoff, "circuit-max-backoff", time.Minute, "circuit: circuit.max_backoff")
 }
 
 func flagsSoak(fs *flag.FlagSet, o *options) {
