@@ -271,6 +271,9 @@ func newCircuitMetrics(reg prometheus.Registerer) (circuitMetrics, error) {
 			Help: "Destinations by circuit state as this worker last read them: open, half_open, closed (with failures counted). Deployment-wide: take the max over workers.",
 		}, []string{"state"}),
 	}
+	for _, st := range []store.CircuitState{store.CircuitClosed, store.CircuitOpen, store.CircuitHalfOpen} {
+		m.states.WithLabelValues(string(st)) // every state from the start, at 0
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.deferred, m.openings, m.probes, m.states} {
 			if err := reg.Register(c); err != nil {

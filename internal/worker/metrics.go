@@ -108,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // claims' "error" and "lapsed".
 var (
 	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "other"}
-	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "other"}
+	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "deferred", "other"}
 )
 
 func outcomeLabel(o store.ClaimOutcome) string {
