@@ -10,7 +10,7 @@ import (
 )
 
 // allParts are the names -parts accepts, in the order run reports them.
-var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow"}
+var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow", "circuit"}
 
 // parseFlags reads the command line: the common flags, then each part's
 // (flagsXxx below), -quick's smaller sizes where a flag was not given, and
@@ -35,6 +35,7 @@ func parseFlags(args []string) (options, error) {
 	flagsNoisy(fs, &o)
 	flagsIdle(fs, &o)
 	flagsUpstream(fs, &o)
+	flagsCircuit(fs, &o)
 	flagsSoak(fs, &o)
 	flagsScaleOut(fs, &o)
 	fs.IntVar(&o.slowFastJobs, "slow-fast-jobs", 1500, "slow: the fast tenant's jobs (at 50/s; the issue's shape gets 2/5 of them at 20/s)")
@@ -124,6 +125,8 @@ func (o *options) check() error {
 		return fmt.Errorf("bad idle flags (-idle-gap at least 1s: each wake-up starts from idle)")
 	case o.slowFastJobs < 10:
 		return fmt.Errorf("-slow-fast-jobs: want at least 10")
+	case o.cbRate < 2 || o.cbDuration < time.Second || o.cbTimeout <= 0 || o.cbFailures < 1 || o.cbBackoff <= 0 || o.cbMaxBackoff < o.cbBackoff:
+		return fmt.Errorf("bad circuit flags")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -188,6 +191,15 @@ func flagsUpstream(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.upRate, "upstream-rate", 100, "upstream: the shared upstream's rate per second (burst 1), and the lone tenant's")
 	fs.IntVar(&o.upJobs, "upstream-jobs", 2000, "upstream: jobs of each stream")
 	fs.IntVar(&o.upTenants, "upstream-tenants", 100, "upstream: tenants sharing the upstream")
+}
+
+func flagsCircuit(fs *flag.FlagSet, o *options) {
+	fs.IntVar(&o.cbRate, "circuit-rate", 10, "circuit: the tenant's rate per second (burst 1), half of its jobs to each destination")
+	fs.DurationVar(&o.cbDuration, "circuit-duration", 40*time.Second, "circuit: how long jobs are enqueued (one per 1/rate)")
+	fs.DurationVar(&o.cbTimeout, "circuit-timeout", 2*time.Second, "circuit: the tenant's attempt timeout")
+	fs.IntVar(&o.cbFailures, "circuit-failures", 5, "circuit: circuit.failures")
+	fs.DurationVar(&o.cbBackoff, "circuit-backoff", 5*time.Second, "circuit: circuit.backoff")
+	fs.DurationVar(&o.cbMaxBackoff, "circuit-max-backoff", time.Minute, "circuit: circuit.max_backoff")
 }
 
 func flagsSoak(fs *flag.FlagSet, o *options) {

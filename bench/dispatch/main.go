@@ -46,6 +46,10 @@
 //     whose endpoint takes 30 s, one tenant at 50/s whose endpoint answers
 //     at once: that tenant's delivered rate and slot → arrival lateness
 //     against the same tenant alone (fair shares of the pool, issue #32).
+//   - circuit (only when named in -parts): one tenant whose jobs alternate
+//     between a destination that never answers and a healthy one, with the
+//     circuits off and on: the healthy destination's delivered rate, the
+//     requests the dead one got while its circuit was open (target 0).
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -55,7 +59,7 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go, slow.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// upstream.go, slow.go, circuit.go; the asynq peers are in peer.go. The rest is shared: flags.go
 // (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
@@ -150,6 +154,13 @@ type options struct {
 
 	// slow
 	slowFastJobs int
+	// circuit
+	cbRate       int
+	cbDuration   time.Duration
+	cbTimeout    time.Duration
+	cbFailures   int
+	cbBackoff    time.Duration
+	cbMaxBackoff time.Duration
 
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
@@ -200,6 +211,8 @@ func run(ctx context.Context, o options) error {
 			err = upstream(ctx, e, &t)
 		case "slow":
 			err = slowDest(ctx, e, &t)
+		case "circuit":
+			err = circuit(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

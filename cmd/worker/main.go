@@ -31,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/internal/httpserver"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/version"
+	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
 )
 
@@ -148,6 +149,14 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 		exec.Close()
 		return nil, nil, 0, nil, err
 	}
+	// The circuits follow the deployment's settings as the Worker reads
+	// them from <prefix>:meta; jobs run only once w is set.
+	var w *worker.Worker
+	if exec.Circuits, err = worker.NewCircuits(worker.CircuitsConfig{Store: st, Settings: func() wire.Settings { return w.Settings() },
+		Registerer: reg, Logger: log}); err != nil {
+		exec.Close()
+		return nil, nil, 0, nil, err
+	}
 	cb, err := worker.NewCallbacks(worker.CallbacksConfig{Store: st, Client: exec.Client, Signing: exec.Signing,
 		Redis: rdb, Prefix: cfg.Redis.Prefix, Registerer: reg, Logger: log})
 	if err != nil {
@@ -156,7 +165,7 @@ func newWorker(cfg *config.Config, rdb redis.UniversalClient, reg *prometheus.Re
 	}
 	// The Coalescer turns the claims and finishes of one shard that meet in
 	// time into one script call each (store.NewCoalescer).
-	w, err := worker.New(worker.Config{Store: store.NewCoalescer(st, 0), Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
+	w, err = worker.New(worker.Config{Store: store.NewCoalescer(st, 0), Redis: rdb, Executor: exec, Prefix: cfg.Redis.Prefix,
 		Concurrency: cfg.Worker.Concurrency, MinLead: cfg.Dispatch.MinLead, TaskCheckInterval: cfg.Worker.TaskCheckInterval,
 		Settings: cfg.Meta().Settings, Registerer: reg, Logger: log, Upstreams: st,
 		UpstreamRates: st, UpstreamCache: ups})

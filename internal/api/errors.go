@@ -73,7 +73,7 @@ const MessageOutcomeUnknown = "outcome unknown"
 // writeOps are the Store operations (storeError's op) that change state.
 var writeOps = map[string]bool{
 	"enqueue": true, "cancel": true, "put_policy": true, "pause": true, "resume": true, "replay": true,
-	"put_upstream": true, "pause_upstream": true, "resume_upstream": true,
+	"put_upstream": true, "pause_upstream": true, "resume_upstream": true, "close_circuit": true,
 }
 
 // Error is an API error: the status, a stable code and a message for people.

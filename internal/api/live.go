@@ -80,8 +80,9 @@ type liveSeries struct {
 	tenant string
 	mu     sync.Mutex
 	last   store.TenantState
-	recent []recentAttempt // as of last
-	read   time.Time       // local time of last; zero before the first read
+	recent []recentAttempt       // as of last
+	open   []openDestinationView // as of last
+	read   time.Time             // local time of last; zero before the first read
 	points []livePoint
 	elem   *list.Element
 }
@@ -143,10 +144,16 @@ func (s *Server) live(r *http.Request, c *call) (int, any, error) {
 		if err != nil {
 			return 0, nil, s.storeError(r, "recent_attempts", err)
 		}
+		open, err := s.openDestinations(r, tenant, st.Now)
+		if err != nil {
+			return 0, nil, s.storeError(r, "tenant_state", err)
+		}
 		ls.add(st)
-		ls.recent = recentOf(recent)
+		ls.recent, ls.open = recentOf(recent), open
 	}
 	out := liveView{Tenant: tenantViewOf(ls.last), Points: []livePoint{}, RecentAttempts: ls.recent}
+	open := ls.open // a copy: the answer is written after ls.mu is released
+	out.Tenant.OpenDestinations = &open
 	for _, p := range ls.points {
 		if p.AtMS > since {
 			out.Points = append(out.Points, p)

@@ -243,6 +243,8 @@ func TestOpenAPIDocument(t *testing.T) {
 		"POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/{name}", "POST /v1/admin/reload",
 		// issue #31: a tenant's jobs by state, canceled in bulk
 		"GET /v1/tenants/{tenant}/jobs", "POST /v1/tenants/{tenant}/jobs:cancel",
+		// issue #32: the destinations' circuits
+		"GET /v1/circuits", "POST /v1/circuits:close",
 	}
 	for _, p := range design {
 		if _, ok := ops[parsePattern(p)]; !ok {

@@ -290,6 +290,8 @@ func (s *Server) routes() {
 		s.mux.Handle("DELETE /v1/upstreams/{name}", s.v1(classWrite, s.deleteUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/pause", s.v1(classWrite, s.pauseUpstream))
 		s.mux.Handle("POST /v1/upstreams/{name}/resume", s.v1(classWrite, s.resumeUpstream))
+		s.mux.Handle("GET /v1/circuits", s.v1(classRead, s.listCircuits))
+		s.mux.Handle("POST /v1/circuits:close", s.v1(classWrite, s.closeCircuit))
 		s.mux.Handle("POST /v1/keys", s.v1(classWrite, s.createKey))
 		s.mux.Handle("GET /v1/keys", s.v1(classRead, s.listKeys))
 		s.mux.Handle("DELETE /v1/keys/{name}", s.v1(classWrite, s.deleteKey))

@@ -50,6 +50,10 @@ type tenantView struct {
 	// the quota's unit per second (requests or tokens); null when pacing
 	// does not bind (no quota, a roomy one, reset past, pacing off).
 	PacedRate *float64 `json:"paced_rate"`
+	// OpenDestinations are the destinations the tenant's jobs wait for,
+	// their circuits open (docs/design.md §4.5); GET /v1/tenants/{tenant}
+	// and its live view only (absent from the listing).
+	OpenDestinations *[]openDestinationView `json:"open_destinations,omitempty"`
 	forecastView
 }
 
@@ -105,6 +109,11 @@ func (s *Server) tenantResponse(r *http.Request, c *call, tenant string) (int, a
 		return 0, nil, s.storeError(r, "tenant_state", err)
 	}
 	v := tenantViewOf(st)
+	open, err := s.openDestinations(r, tenant, st.Now)
+	if err != nil {
+		return 0, nil, s.storeError(r, "tenant_state", err)
+	}
+	v.OpenDestinations = &open
 	c.w.Header().Set("ETag", etag(st.Version))
 	return http.StatusOK, v, nil
 }

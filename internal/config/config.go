@@ -71,6 +71,8 @@ type Config struct {
 	Dispatch DispatchConfig `yaml:"dispatch"`
 	// Throttle tunes reactions to upstream pushback.
 	Throttle ThrottleConfig `yaml:"throttle"`
+	// Circuit tunes the destinations' circuits (docs/design.md §4.5).
+	Circuit CircuitConfig `yaml:"circuit"`
 	// Retention bounds how long finished work is kept.
 	Retention RetentionConfig `yaml:"retention"`
 	// LimitsBytes bounds request and job sizes.
@@ -261,6 +263,25 @@ type ThrottleConfig struct {
 	// AdaptiveFloor is the lowest fraction of its rate an adaptive tenant is
 	// cut to; 0 < x ≤ 1; default AdaptiveFloorDefault.
 	AdaptiveFloor float64 `yaml:"adaptive_floor"`
+}
+
+// CircuitConfig tunes the circuit every destination (scheme, host, port of
+// a webhook or http job's URL) has (docs/design.md §4.5): deployment-wide,
+// in <prefix>:meta.
+type CircuitConfig struct {
+	// Failures is how many consecutive timeouts or connection failures to a
+	// destination open its circuit; 1 … tuning.MaxCircuitFailures; default
+	// tuning.CircuitFailuresDefault.
+	Failures int `yaml:"failures"`
+	// Backoff is how long a circuit stays open after it opens; each failed
+	// probe doubles it, up to MaxBackoff; default tuning.CircuitBackoffDefault.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the doubled backoff; ≥ Backoff; default
+	// tuning.CircuitMaxBackoffDefault.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// Disabled turns the circuits off: every job is sent whatever its
+	// destination did before. Default false.
+	Disabled bool `yaml:"disabled"`
 }
 
 // RetentionConfig bounds how long finished work is kept (docs/design.md §3

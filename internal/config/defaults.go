@@ -29,6 +29,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Limits = limitsWithDefaults(c.Limits)
 	out.Dispatch = c.Dispatch.withDefaults()
 	out.Throttle = c.Throttle.withDefaults()
+	out.Circuit = c.Circuit.withDefaults()
 	out.Retention = c.Retention.withDefaults()
 	out.Metrics = c.Metrics.withDefaults()
 	out.LimitsBytes = LimitsBytesConfig{
@@ -109,6 +110,13 @@ func (t ThrottleConfig) withDefaults() ThrottleConfig {
 	t.MaxPause = cmp.Or(t.MaxPause, tuning.MaxPauseDefault)
 	t.AdaptiveFloor = cmp.Or(t.AdaptiveFloor, AdaptiveFloorDefault)
 	return t
+}
+
+func (c CircuitConfig) withDefaults() CircuitConfig {
+	c.Failures = cmp.Or(c.Failures, tuning.CircuitFailuresDefault)
+	c.Backoff = cmp.Or(c.Backoff, tuning.CircuitBackoffDefault)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(c.Backoff, tuning.CircuitMaxBackoffDefault))
+	return c
 }
 
 func (r RetentionConfig) withDefaults() RetentionConfig {

@@ -86,6 +86,7 @@ func defaultConfig() *Config {
 			BatchMax: 64, BatchSpan: 50 * time.Millisecond, MaxSleep: 2 * time.Second,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 30 * time.Second, MaxPause: time.Hour, AdaptiveFloor: 0.05},
+		Circuit:  CircuitConfig{Failures: 5, Backoff: 10 * time.Second, MaxBackoff: 10 * time.Minute},
 		Retention: RetentionConfig{
 			Succeeded: 24 * time.Hour, Canceled: 24 * time.Hour, Dead: 168 * time.Hour,
 			DeadMaxPerTenant: 10000, AttemptLog: 20, Idempotency: 24 * time.Hour,
@@ -216,6 +217,7 @@ func TestLoadEveryKey(t *testing.T) {
 			BatchMax: 200, BatchSpan: 80 * time.Millisecond, MaxSleep: 5 * time.Second,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 10 * time.Second, MaxPause: 15 * time.Minute, AdaptiveFloor: 0.25},
+		Circuit:  CircuitConfig{Failures: 3, Backoff: 2 * time.Second, MaxBackoff: time.Minute, Disabled: true},
 		Retention: RetentionConfig{
 			Succeeded: time.Hour, Canceled: 2 * time.Hour, Dead: 72 * time.Hour,
 			DeadMaxPerTenant: 99, AttemptLog: 5, Idempotency: 48 * time.Hour,

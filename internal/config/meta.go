@@ -7,7 +7,8 @@ import (
 
 // Meta is c's part of <prefix>:meta (docs/design.md §3): the fixed parameters
 // (redis.prefix, redis.shards, dispatch.lead, dispatch.min_lead) and the
-// adjustable settings (dispatch.tolerance and grace, retention, throttle)
+// adjustable settings (dispatch.tolerance and grace, retention, throttle,
+// circuit)
 // that the throttler writes and workers follow. c must have its defaults.
 func (c *Config) Meta() wire.Meta {
 	return wire.Meta{
@@ -27,6 +28,10 @@ func (c *Config) Meta() wire.Meta {
 			DefaultPause:         c.Throttle.DefaultPause,
 			MaxPause:             c.Throttle.MaxPause,
 			AdaptiveFloorPPM:     tuning.PPM(c.Throttle.AdaptiveFloor),
+			CircuitFailures:      c.Circuit.Failures,
+			CircuitBackoff:       c.Circuit.Backoff,
+			CircuitMaxBackoff:    c.Circuit.MaxBackoff,
+			CircuitMode:          circuitMode(c.Circuit.Disabled),
 		},
 	}
 }
@@ -37,4 +42,12 @@ func (c *Config) Meta() wire.Meta {
 func (c *Config) SluiceQueues() []string {
 	out := append(wire.HandoffQueueNames(c.Redis.Prefix), wire.WebhookQueue(c.Redis.Prefix), wire.HTTPQueue(c.Redis.Prefix))
 	return append(out, c.TaskQueues...)
+}
+
+// circuitMode is Settings.CircuitMode of circuit.disabled.
+func circuitMode(disabled bool) int {
+	if disabled {
+		return wire.CircuitOff
+	}
+	return wire.CircuitOn
 }

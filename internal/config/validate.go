@@ -30,6 +30,7 @@ func (c *Config) validate() error {
 	validateLimits(&p, c.Limits)
 	c.Dispatch.validate(&p, c.Worker.TaskCheckInterval)
 	c.Throttle.validate(&p)
+	c.Circuit.validate(&p)
 	c.Retention.validate(&p)
 	c.LimitsBytes.validate(&p)
 	validateTaskQueues(&p, c.TaskQueues)
@@ -57,6 +58,7 @@ func validateMetaUnits(p *problems, c *Config) {
 		{"retention.succeeded", c.Retention.Succeeded}, {"retention.canceled", c.Retention.Canceled},
 		{"retention.dead", c.Retention.Dead}, {"retention.idempotency", c.Retention.Idempotency},
 		{"throttle.default_pause", c.Throttle.DefaultPause}, {"throttle.max_pause", c.Throttle.MaxPause},
+		{"circuit.backoff", c.Circuit.Backoff}, {"circuit.max_backoff", c.Circuit.MaxBackoff},
 	} {
 		if f.d > 0 && f.d < time.Microsecond {
 			p.add(f.path, "must be at least 1µs (Redis holds it in whole microseconds), got %s", dur(f.d))
@@ -274,6 +276,20 @@ func (t ThrottleConfig) validate(p *problems) {
 	}
 	if !(t.AdaptiveFloor > 0 && t.AdaptiveFloor <= 1) {
 		p.add("throttle.adaptive_floor", "must be above 0 and at most 1, got %v", t.AdaptiveFloor)
+	}
+}
+
+func (c CircuitConfig) validate(p *problems) {
+	if c.Failures < 1 || c.Failures > tuning.MaxCircuitFailures {
+		p.add("circuit.failures", "must be 1 … %d, got %d", tuning.MaxCircuitFailures, c.Failures)
+	}
+	p.positive("circuit.backoff", c.Backoff)
+	p.positive("circuit.max_backoff", c.MaxBackoff)
+	if c.Backoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.Backoff {
+		p.add("circuit.max_backoff", "must be at least circuit.backoff (%s), got %s", dur(c.Backoff), dur(c.MaxBackoff))
+	}
+	if c.MaxBackoff > policy.MaxDuration {
+		p.add("circuit.max_backoff", "must be at most %s, got %s", dur(policy.MaxDuration), dur(c.MaxBackoff))
 	}
 }
 

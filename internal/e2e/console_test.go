@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,7 +43,8 @@ func TestConsole(t *testing.T) {
 		sections: map[string]string{"auth": fmt.Sprintf(`{keys: [{name: e2e, key: %q, tenants: ["*"], admin: true}, `+
 			`{name: viewer, key: %q, tenants: ["*"]}]}`, adminKey, viewerKey),
 			"secrets":   fmt.Sprintf("{key: %q}", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))),
-			"upstreams": "{sms-7: {rate: 100/s, burst: 10, pause_scope: upstream}}"},
+			"upstreams": "{sms-7: {rate: 100/s, burst: 10, pause_scope: upstream}}",
+			"circuit":   "{failures: 2, backoff: 10m}"},
 	})
 	p := c.startThrottler()
 	c.startWorker()
@@ -118,6 +120,31 @@ func TestConsole(t *testing.T) {
 		}
 		b.run(tab, "resume", press(`#resume`),
 			chromedp.WaitVisible(chromedp.CSS(`#tenant-state [data-state="active"]`)))
+	})
+
+	t.Run("the tenant page lists its open destinations", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a port that refuses connections once closed
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := "http://" + ln.Addr().String()
+		ln.Close()
+		for i := range 4 {
+			c.enqueueOne(p, "echo", map[string]any{"type": "webhook", "url": dead + "/hook", "event": "e2e.circuit",
+				"payload": map[string]any{"i": i}}, fmt.Sprintf("circuit-%d", i))
+		}
+		b.run(tab, "open echo", chromedp.Navigate(p.url()+"/ui/#/tenant/echo"), chromedp.WaitVisible(chromedp.CSS(`#circuits-box`)))
+		b.waitJS(tab, "the dead destination listed open", `document.querySelector('#open-destinations tr[data-destination="`+dead+`"] [data-state="open"]') !== null`)
+		var circuits struct {
+			Circuits []struct {
+				Destination string `json:"destination"`
+				State       string `json:"state"`
+			} `json:"circuits"`
+		}
+		if c.call(p, http.MethodGet, "/v1/circuits", nil, &circuits); len(circuits.Circuits) != 1 || circuits.Circuits[0].State != "open" {
+			t.Fatalf("circuits: %+v", circuits)
+		}
+		b.screenshot(tab, "tenant-circuit.png")
 	})
 
 	t.Run("the search finds a tenant beyond the first page", func(t *testing.T) {

@@ -41,7 +41,10 @@
 //     (upstream_pass.go; PassGranted in pass.go), the shard's waiting sets
 //     (upstream_pass.go: UpstreamWaiting), jobs left naming a deleted
 //     upstream (upstream_orphans.go); the jobs occupying workers
-//     (inflight.go: InFlight, FreeCapacity);
+//     (inflight.go: InFlight, FreeCapacity); the destinations' circuits
+//     (circuit.go: CircuitGate, CircuitRecord, Circuits, CloseCircuit,
+//     TenantCircuits — one plain hash <p>:circuits, lua/circuit.lua; a
+//     deferral is Finish's FinishDeferred, docs/design.md §4.5);
 //   - in packages of their own, which a Store embeds (their methods are
 //     its): the upstream registry and coordinator, internal/quota
 //     (PutUpstream, GrantUpstreams, AlignUpstreams, UpstreamSettings behind

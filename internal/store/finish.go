@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -159,6 +160,14 @@ func (c FinishConfig) validate() error {
 //   - FinishGone (a 410) → StateDead at once, Job.DeadReason "gone"; a
 //     webhook job's tenant is disabled until Resume (its backlog kept), an
 //     http or task job's only when its policy sets disable_on_gone.
+//   - FinishDeferred (the job was not sent: its destination's circuit is
+//     open, docs/design.md §4.5) → StateRetrying, due at now + o.Pause (> 0,
+//     at most policy.MaxDuration), the attempt the claim counted taken back
+//     and nothing logged, never dead; the slot's reservation is refunded
+//     (TAT moves the job's cost·T earlier, never below now), so the
+//     tenant's other jobs keep its rate. The tenant is not paused; o.Error
+//     (the destination, at most MaxDestinationLen bytes) is recorded with
+//     the due time in the tenant's open destinations (TenantCircuits).
 //
 // An adaptive tenant (policy adaptive = 1, docs/design.md §4.2) sends at a rate
 // factor f of its policy rate (TenantState.RateFactor; every slot is
@@ -331,12 +340,16 @@ const maxQuotaSource = 128
 
 func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
-	case o.Kind < wire.FinishSuccess || o.Kind > wire.FinishGone:
+	case o.Kind < wire.FinishSuccess || o.Kind > wire.FinishDeferred:
 		return invalidf("outcome kind %d", o.Kind)
 	case o.Status < 0 || o.Status > 999:
 		return invalidf("status %d: want 0 … 999", o.Status)
 	case o.Latency < 0:
 		return invalidf("latency %s is negative", o.Latency)
+	case o.Kind == wire.FinishDeferred && (o.Pause <= 0 || o.Pause > policy.MaxDuration):
+		return invalidf("deferral %s: want above 0 and at most %s", o.Pause, policy.MaxDuration)
+	case o.Kind == wire.FinishDeferred && (o.Error == "" || len(o.Error) > MaxDestinationLen):
+		return invalidf("deferral's destination %q: want 1 … %d bytes", o.Error, MaxDestinationLen)
 	case o.ActualCost < 0 || o.ActualCost > wire.MaxActualCost:
 		return invalidf("actual cost %d: want 0 (unknown) … %d", o.ActualCost, wire.MaxActualCost)
 	}

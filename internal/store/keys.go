@@ -44,6 +44,10 @@ import (
 //	<p>:{s7}:uw:<upstream>         ZSET   tenants of the shard waiting on the upstream → when added (µs)
 //	<p>:{s7}:ul                    HASH   upstream → the shard's segment state "tat ceil iv b pu nx h[ t0 ceil]…" (µs)
 //	<p>:{s7}:ua                    HASH   ups (a set of upstreams) → its aligned reservation "nx h tat ceil …" (µs; TTL past the furthest)
+//	<p>:{s7}:t:<tenant>:circ       HASH   the tenant's deferred destinations: destination → due µs of its last deferral (finish.lua defer; circuit.go)
+//	<p>:{s7}:t:<tenant>:circ:<dest> ZSET  the tenant's jobs deferred for a destination → their due µs (finish.lua defer; lua/circuit_wake.lua)
+//	<p>:{circuits}:c               HASH   destination → its circuit "<failures> <state> <until> <backoff> <probe deadline> <changed> <probe> <scout> <scout deadline>" (lua/circuit.lua; circuit.go), one for all shards
+//	<p>:{circuits}:w:<dest>        SET    tenants with jobs held long for a destination, woken when it closes (lua/circuit.lua)
 //
 // The worker roster's keys (<p>:workers, <p>:mw:<queue>) are
 // internal/fleet's; an upstream's own keys, in its slot {u:<name>}, and
@@ -145,6 +149,25 @@ func (k keyspace) tenant(tenant string) string {
 func (k keyspace) tenantQueue(tenant string) string { return k.tenant(tenant) + ":q" }
 func (k keyspace) tenantHead(tenant string) string  { return k.tenant(tenant) + ":head" }
 func (k keyspace) tenantDead(tenant string) string  { return k.tenant(tenant) + ":dead" }
+
+// tenantCircuits is the tenant's deferred destinations (finish.lua defer
+// builds it too).
+func (k keyspace) tenantCircuits(tenant string) string { return k.tenant(tenant) + ":circ" }
+
+// circuits is the destinations' circuits, one key for all shards; its
+// waiters share its hash tag (one slot: circuit.lua touches both).
+func (k keyspace) circuits() string { return k.prefix + ":{circuits}:c" }
+
+// circuitWaiters is the tenants with jobs held long for destination.
+func (k keyspace) circuitWaiters(destination string) string {
+	return k.prefix + ":{circuits}:w:" + destination
+}
+
+// tenantCircuitJobs is tenant's jobs deferred for destination (finish.lua
+// defer builds it too).
+func (k keyspace) tenantCircuitJobs(tenant, destination string) string {
+	return k.tenantCircuits(tenant) + ":" + destination
+}
 
 // tenantRecent is the tenant's recent attempts (lua/recent.lua builds it too).
 func (k keyspace) tenantRecent(tenant string) string { return k.tenant(tenant) + ":ra" }

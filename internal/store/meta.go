@@ -172,6 +172,10 @@ func DefaultSettings() wire.Settings {
 		DefaultPause:         DefaultPauseDefault,
 		MaxPause:             MaxPauseDefault,
 		AdaptiveFloorPPM:     AdaptiveFloorPPMDefault,
+		CircuitFailures:      CircuitFailuresDefault,
+		CircuitBackoff:       CircuitBackoffDefault,
+		CircuitMaxBackoff:    CircuitMaxBackoffDefault,
+		CircuitMode:          wire.CircuitOn,
 	}
 }
 

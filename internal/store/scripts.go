@@ -78,6 +78,8 @@ var (
 	luaUpstreamWaiting string
 	//go:embed lua/meta.lua
 	luaMeta string
+	//go:embed lua/circuit_wake.lua
+	luaCircuitWake string
 )
 
 // script is one dispatch script built on lib.lua: its name (for error
@@ -119,6 +121,7 @@ var (
 	scriptUpstreamOrphans = assemble("upstream_orphans", luaUpstreamOrphans)
 	scriptUpstreamWaiting = assemble("upstream_waiting", luaUpstreamWaiting)
 	scriptTenantJobs      = assemble("tenant_jobs", luaTenantJobs)
+	scriptCircuitWake     = assemble("circuit_wake", luaCircuitWake)
 
 	// scriptMeta stands alone, outside the library and without a clock: it
 	// checks the deployment's fixed settings (meta.go) before a Store exists.
@@ -193,3 +196,12 @@ func (d decoder) list(i int) decoder { return decoder{d.List(i)} }
 // fields reads the elements from index from on as field/value pairs (an
 // HGETALL).
 func (d decoder) fields(from int) map[string]string { return d.Fields(from) }
+
+// scriptCircuit stands alone too (redisscript.NewClocked, no lib.lua): the
+// destinations' circuits live in <p>:{circuits}:c and its waiters' sets,
+// one slot (circuit.go).
+//
+//go:embed lua/circuit.lua
+var luaCircuit string
+
+var scriptCircuit = redisscript.NewClocked("circuit", luaCircuit)

@@ -51,6 +51,14 @@ const (
 	DefaultPauseDefault         = 30 * time.Second
 	MaxPauseDefault             = time.Hour
 	AdaptiveFloorPPMDefault     = 50_000 // 0.05 of the policy rate
+
+	// The destinations' circuits (docs/design.md §4.5; YAML circuit):
+	// consecutive timeouts or connection failures that open one, its first
+	// backoff (doubled by each failed probe) and the backoff's cap.
+	CircuitFailuresDefault   = 5
+	MaxCircuitFailures       = 1000
+	CircuitBackoffDefault    = 10 * time.Second
+	CircuitMaxBackoffDefault = 10 * time.Minute
 )
 
 // RateFactorFull is the rate factor of a tenant at its full policy rate:

@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -191,4 +192,25 @@ func CheckLiteral(rawURL string, allow []netip.Prefix) error {
 		return checkAddr(host, localhostAddrs[0], allow)
 	}
 	return nil
+}
+
+// Destination is the circuit key of a job's URL (docs/design.md §4.5): its
+// scheme, host and port, lower case, the port explicit ("https://api.example.com:443",
+// "http://[::1]:8080"); false for a URL that is not absolute http(s).
+func Destination(rawURL string) (string, bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return "", false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	switch {
+	case scheme != "http" && scheme != "https":
+		return "", false
+	case port == "" && scheme == "https":
+		port = "443"
+	case port == "":
+		port = "80"
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port), true
 }

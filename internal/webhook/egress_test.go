@@ -189,3 +189,21 @@ func TestControlRefusesSocketAddress(t *testing.T) {
 		}
 	}
 }
+
+func TestDestination(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://API.Example.com/hook?x=1": "https://api.example.com:443",
+		"http://example.com/":              "http://example.com:80",
+		"HTTP://example.com:8080/a":        "http://example.com:8080",
+		"https://[::1]:8443/":              "https://[::1]:8443",
+		"https://user:pw@h.example/p":      "https://h.example:443",
+		"ftp://example.com/":               "",
+		"/relative":                        "",
+		"::bad":                            "",
+	} {
+		got, ok := Destination(in)
+		if got != want || ok != (want != "") {
+			t.Errorf("Destination(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}

@@ -30,7 +30,7 @@ type Meta struct {
 }
 
 // Settings are a deployment's adjustable settings (docs/design.md §7 `dispatch`,
-// `retention`, `throttle`). A zero field means "not set": whoever applies
+// `retention`, `throttle`, `circuit`). A zero field means "not set": whoever applies
 // them fills it from its own configuration or the defaults.
 type Settings struct {
 	Tolerance            time.Duration // ε, dispatch.tolerance: field tolerance_us
@@ -44,7 +44,18 @@ type Settings struct {
 	DefaultPause         time.Duration // throttle.default_pause: field default_pause_us
 	MaxPause             time.Duration // throttle.max_pause: field max_pause_us
 	AdaptiveFloorPPM     int64         // throttle.adaptive_floor in parts per million: field adaptive_floor_ppm
+	CircuitFailures      int           // circuit.failures: field circuit_failures
+	CircuitBackoff       time.Duration // circuit.backoff: field circuit_backoff_us
+	CircuitMaxBackoff    time.Duration // circuit.max_backoff: field circuit_max_backoff_us
+	CircuitMode          int           // circuit.disabled: CircuitOn or CircuitOff (0: not set, on): field circuit_mode
 }
+
+// Settings.CircuitMode's values: the circuits on (config circuit.disabled
+// false) or off.
+const (
+	CircuitOn  = 1
+	CircuitOff = 2
+)
 
 // The fixed parts of the meta hash.
 const (
@@ -110,6 +121,10 @@ var settingFields = []settingField{
 	durField("default_pause_us", func(s *Settings) *time.Duration { return &s.DefaultPause }),
 	durField("max_pause_us", func(s *Settings) *time.Duration { return &s.MaxPause }),
 	intField("adaptive_floor_ppm", func(s *Settings) *int64 { return &s.AdaptiveFloorPPM }),
+	intField("circuit_failures", func(s *Settings) *int { return &s.CircuitFailures }),
+	durField("circuit_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitBackoff }),
+	durField("circuit_max_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitMaxBackoff }),
+	intField("circuit_mode", func(s *Settings) *int { return &s.CircuitMode }),
 }
 
 // Fields is s as the meta hash stores it, field name then value, without

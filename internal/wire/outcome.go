@@ -15,13 +15,18 @@ const (
 	FinishThrottled                       // upstream said slow down: pause the tenant Pause, job to the head lane, no attempt used
 	FinishPermanent                       // permanent failure: dead letter
 	FinishGone                            // 410: the job is dead (reason gone); a webhook job's tenant is disabled (an http job's with disable_on_gone)
+	// FinishDeferred: not sent, its destination's circuit is open
+	// (docs/design.md §4.5): the job waits Pause in the delayed set
+	// (retrying), no attempt used, its slot refunded; Error names the
+	// destination.
+	FinishDeferred
 )
 
 var finishKinds = [...]string{FinishSuccess: "success", FinishRetry: "retry",
-	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone"}
+	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone", FinishDeferred: "deferred"}
 
 // String is the kind's name as the attempt log records it: success, retry,
-// throttled, permanent, gone.
+// throttled, permanent, gone (deferred: never logged, no attempt).
 func (k FinishKind) String() string {
 	if int(k) < len(finishKinds) && finishKinds[k] != "" {
 		return finishKinds[k]

@@ -104,12 +104,23 @@
 // CorrectUpstreams charges the same difference to each upstream the job
 // names (store.ChargeUpstream).
 //
+// # Circuits
+//
+// Circuits (circuit.go, docs/design.md §4.5) guard the WebhookExecutor's
+// sends by destination: a destination this process knows to have failed
+// (its view of <p>:circuits, re-read at most every 250 ms while sending)
+// is asked about before each send (store.CircuitGate); one that never
+// failed costs nothing. A job whose destination is open finishes as
+// FinishDeferred (no attempt used, never dead); every timeout or
+// connection failure is reported, and an answer when the destination is in
+// the view or the job was the probe. Errors fail open: the job is sent.
+//
 // # Files
 //
 // handler.go (the asynq handler of batches, and of an earlier dispatcher's
 // per-job webhook and http tasks), scheduler.go (the one scheduler),
 // clock.go (the Redis clock estimate), webhook.go (WebhookExecutor), gate.go,
-// signing.go, results.go, callbacks.go, cost.go, upstreams.go,
+// signing.go, results.go, callbacks.go, cost.go, circuit.go, upstreams.go,
 // upstreamrun.go, settings.go (following the settings in meta), servers.go
 // (running the asynq servers: Fetchers of them, each fetching one batch per
 // round trip), metrics.go, task.go (ProcessTaskJob, what sluicetask runs).

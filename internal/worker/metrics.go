@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_attempts_total",
-			Help: "Attempts executed, by finish kind: success, retry, throttled, permanent, gone.",
+			Help: "Attempts executed, by finish kind: success, retry, throttled, permanent, gone; deferred: not sent, the destination's circuit is open.",
 		}, []string{"kind"}),
 		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_worker_delivery_seconds",
@@ -108,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // claims' "error" and "lapsed".
 var (
 	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "other"}
-	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "other"}
+	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "deferred", "other"}
 )
 
 func outcomeLabel(o store.ClaimOutcome) string {
@@ -139,6 +139,8 @@ func kindLabel(k wire.FinishKind) string {
 		return "permanent"
 	case wire.FinishGone:
 		return "gone"
+	case wire.FinishDeferred:
+		return "deferred"
 	}
 	return "other"
 }

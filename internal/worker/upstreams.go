@@ -29,8 +29,11 @@ var _ UpstreamRates = (*store.Store)(nil)
 const ReasonThrottled = "throttled"
 
 // throttles reports whether o asks for a pause: a throttled outcome, or
-// any outcome with a pause (the quota used up).
-func throttles(o wire.AttemptOutcome) bool { return o.Kind == wire.FinishThrottled || o.Pause > 0 }
+// any outcome with a pause (the quota used up) but a deferral, whose Pause
+// is its wait for a circuit, not an upstream's word.
+func throttles(o wire.AttemptOutcome) bool {
+	return o.Kind == wire.FinishThrottled || o.Pause > 0 && o.Kind != wire.FinishDeferred
+}
 
 // scopedUpstreams returns the upstreams of job whose pause_scope is
 // upstream when o throttles: those the throttle pauses instead of the

@@ -38,6 +38,10 @@ type WebhookExecutor struct {
 	// Results gives an http job's result settings (max_result_bytes,
 	// result_headers); nil: the built-in defaults.
 	Results *ResultSettings
+	// Circuits holds back the jobs of a destination whose circuit is open
+	// (docs/design.md §4.5; circuit.go) and records timeouts, connection
+	// failures and answers; nil: every job is sent.
+	Circuits *Circuits
 	// Costs reads an attempt's actual cost from the response headers its
 	// job's upstreams name (cost correction); nil: never (the reserved cost
 	// stands).
@@ -86,6 +90,10 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if failed != nil {
 		return *failed
 	}
+	ticket, deferred := e.Circuits.Before(ctx, spec.URL, cj)
+	if deferred != nil {
+		return *deferred
+	}
 	var maxBytes int
 	var allow []string
 	if spec.Type == wire.TypeHTTP {
@@ -101,6 +109,7 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 		BodyBytes: maxBytes,
 	})
 	o := res.Outcome(time.Now())
+	e.Circuits.After(ctx, ticket, cj, o)
 	if spec.Type == wire.TypeHTTP {
 		o.Result = attemptResult(res, maxBytes, allow)
 	}

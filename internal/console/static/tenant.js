@@ -13,6 +13,7 @@ export function tenant(main, { me, arg: id }) {
   ctx.cards = h('div', { class: 'cards', id: 'tenant-stats' });
   ctx.chart = newChart();
   ctx.recent = h('div', { id: 'recent-box' });
+  ctx.circuits = h('div', { id: 'circuits-box' });
   ctx.policy = h('div', { id: 'policy' });
   ctx.jobsBox = h('div', { id: 'jobs-box' });
   ctx.deadBox = h('div', { id: 'dead-box' });
@@ -20,6 +21,7 @@ export function tenant(main, { me, arg: id }) {
   main.append(h('h1', { id: 'tenant-title' }, `Tenant ${id}`), ctx.status, ctx.head, ctx.cards,
     h('h2', {}, 'Deliveries per second (up to the last 15 minutes)'), ctx.chart,
     h('p', { class: 'muted' }, 'Jobs that left the backlog each second (delivered, dead-lettered or canceled), as this throttler sampled them once a second since the tenant was first opened on it.'),
+    h('h2', {}, 'Open destinations'), ctx.circuits,
     h('h2', {}, 'Recent attempts'), ctx.recent, h('h2', {}, 'Policy'), ctx.policy, h('h2', {}, 'Jobs'), ctx.jobsBox, h('h2', {}, 'Dead letters'), ctx.deadBox,
     h('h2', {}, 'Webhook secrets'), ctx.secrets);
   let alive = true, timer = 0;
@@ -66,6 +68,7 @@ function showView(ctx, t) {
     card('stat-paced', 'paced rate', t.paced_rate == null ? '–' : `${fmtRate(t.paced_rate)} ${t.quota ? t.quota.unit : ''}`),
     card('stat-draining', 'draining', t.draining ? 'yes' : 'no'),
     card('stat-dead', 'dead letters', fmtNum(t.dead_letters)));
+  showCircuits(ctx, t.open_destinations || []);
   if (first) showPolicy(ctx);
   if (t.dead_letters !== ctx.dead) { ctx.dead = t.dead_letters; loadDead(ctx); }
 }
@@ -76,6 +79,20 @@ function fmtQuota(q) {
   if (!q) return '–';
   const of = q.limit == null ? '' : ` / ${fmtNum(q.limit)}`;
   return `${fmtNum(q.remaining)}${of} ${q.unit} (${q.source_header}), reset ${new Date(q.reset_at).toISOString()}`;
+}
+
+// showCircuits shows the destinations the tenant's jobs wait for, their
+// circuits open (docs/design.md §4.5): those jobs use no attempt meanwhile.
+function showCircuits(ctx, ds) {
+  const key = ds.map((d) => `${d.destination}:${d.state}:${d.until}:${d.jobs_until}`).join(',');
+  if (key === ctx.circuitsKey) return;
+  ctx.circuitsKey = key;
+  ctx.circuits.replaceChildren(ds.length ? table('open-destinations', [
+    ['destination', (d) => d.destination],
+    ['circuit', (d) => h('span', { class: `outcome ${d.state}`, 'data-state': d.state }, d.state.replace('_', '-'))],
+    ['until', (d) => (d.until ? new Date(d.until).toISOString() : '–')],
+    ['jobs come back', (d) => new Date(d.jobs_until).toISOString()]], ds, (d) => ({ 'data-destination': d.destination }))
+    : h('p', { class: 'muted', id: 'open-destinations' }, 'None: every destination of this tenant is taking its jobs.'));
 }
 
 // showRecent shows the tenant's last attempts, newest first; the table is

@@ -15,7 +15,7 @@
 --          Results below)
 -- ARGV[15…] the attempts, 19 arguments each (at least one):
 --          job id, gen of the claim, kind (success | retry | throttled |
---          permanent | gone), HTTP status (0 = none), latency µs, error
+--          permanent | gone | deferred), HTTP status (0 = none), latency µs, error
 --          text, pause µs asked by the upstream (0 = default), congestion
 --          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
 --          excerpt text (the log entry's, ≤ 4 KiB of the response body),
@@ -49,6 +49,10 @@
 --   throttled → paused_until = max(paused_until, now + min(pause or default,
 --               max pause)); the attempt is not counted; head lane, gen + 1 —
 --               or dead when max_retry_duration has run out;
+--   deferred  → not sent (its destination's circuit is open, docs/design.md
+--               §4.5): retrying at now + pause (> 0), the claim's attempt
+--               taken back, nothing logged, never dead, the slot refunded
+--               (defer below); the error text is the destination;
 --               (any other kind with pause > 0 pauses the tenant the same
 --               way: the upstream's quota is used up, docs/design.md §4.2)
 --   permanent → dead;
@@ -90,7 +94,7 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
-local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true}
+local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true}
 local STRIDE = 19
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
 -- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
@@ -247,6 +251,38 @@ function PACE.observe(r, j, t, p)
   end
 end
 
+-- defer takes a deferred job (its destination's circuit is open) out of
+-- running without an attempt: the claim's count is taken back, the attempt
+-- log and the recent attempts are left alone, the tenant is not paused; the
+-- job waits in the delayed set as retrying until now + r.pause (promotion
+-- puts it at the head of its lane then, like a retry). Its slot is refunded
+-- (TAT ← max(TAT − cost·T_eff, now) while TAT > now, as correct's refund),
+-- so a tenant's jobs to its other destinations keep its rate. The tenant's
+-- open destinations <p>:{sN}:t:<tenant>:circ (HASH destination → due µs,
+-- r.err) get the due time, and its deferred jobs of the destination
+-- <p>:{sN}:t:<tenant>:circ:<destination> (ZSET job id → due µs: what
+-- circuit_wake.lua brings back when the circuit closes); the keys live until
+-- the latest due + 1 h.
+local function defer(r, j, t, p)
+  lease_del(r.id)
+  unrun(j, t)
+  if t.tat > NOW then t.tat = mmax(t.tat - j.cost * interval(t, p), NOW) end
+  local due = NOW + r.pause
+  j.attempt = j.attempt - 1
+  note_earliest()
+  rcall('ZADD', K_DELAYED, istr(due), j.id)
+  hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt))
+  lowered(due)
+  local ck = k_tenant(j.tenant) .. ':circ'
+  local ttl = mfloor(r.pause / 1000) + 3600000
+  rcall('HSET', ck, r.err, istr(due))
+  rcall('ZADD', ck .. ':' .. r.err, istr(due), j.id)
+  for _, key in ipairs({ck, ck .. ':' .. r.err}) do
+    if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end
+  end
+  return {'ok', 'retrying', 0}
+end
+
 -- finish_one records one attempt (read phase: the record, then its tenant
 -- from the call's cache; write phase: the transition) and returns its reply.
 local function finish_one(r)
@@ -261,6 +297,7 @@ local function finish_one(r)
   end
   if r.kind == 'gone' then j.type = rcall('HGET', k_job(r.id), 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
+  if r.kind == 'deferred' then return defer(r, j, t, p) end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)
