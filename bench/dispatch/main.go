@@ -144,6 +144,16 @@ type options struct {
 	upJobs    int
 	upTenants int
 
+	// million
+	millionTenants     int
+	millionBase        int
+	millionJobs        int // per tenant
+	millionPayload     int // bytes of a job's payload
+	millionConc        int
+	millionProducers   int
+	millionRetention   time.Duration
+	millionResidueWait time.Duration
+
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
 }
@@ -191,6 +201,8 @@ func run(ctx context.Context, o options) error {
 			err = scaleOut(ctx, e, &t)
 		case "upstream":
 			err = upstream(ctx, e, &t)
+		case "million":
+			err = million(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

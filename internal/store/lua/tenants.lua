@@ -29,7 +29,7 @@
 -- existing entry's check time — except for a tenant whose state predates the
 -- index, which tenant_backfill adds to both.)
 
-local INDEX_TRIM_MAX = 16
+local INDEX_TRIM_MAX = 64
 
 -- index_remove takes tenants out of the index and its name set.
 local function index_remove(gone)
@@ -56,7 +56,11 @@ local function index_check(tn)
 end
 
 -- index_trim checks up to n entries due by now: removes the tenants with no
--- state left, pushes the others' next check later. Returns the removed count.
+-- state left, pushes the others' next check later. Returns the removed
+-- count and, when n entries were due (more may be), when the next check
+-- should come: 100 ms on (the pass's next wake), so that a mass expiry —
+-- a million tenants drained at once — leaves the index in seconds, not at
+-- n entries per idle pass (one per dispatch.max_sleep).
 local function index_trim(n)
   local key = k_index()
   local due = rcall('ZRANGEBYSCORE', key, '-inf', istr(NOW), 'LIMIT', 0, n)
@@ -70,7 +74,8 @@ local function index_trim(n)
     end
   end
   index_remove(gone)
-  return #gone
+  if #due == n then return #gone, NOW + 100000 end
+  return #gone, nil
 end
 
 -- has_state says whether tn has state: its hash, dead letters, policy
