@@ -217,7 +217,36 @@ func flagsMillion(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.millionPayload, "million-payload", 1024, "million: bytes of each job's JSON payload")
 	fs.IntVar(&o.millionConc, "million-concurrency", 100, "million: worker concurrency")
 	fs.IntVar(&o.millionProducers, "million-producers", 16, "million: goroutines calling Store.Enqueue (a tenant's jobs per call)")
+	o.millionListpack = []int{64, 2048}
+	fs.Var(intList{&o.millionListpack}, "million-listpack", "million: Redis hash-max-listpack-value of each base run, comma-separated "+
+		"(CONFIG SET; the large run uses the last; job records and tenant hashes stay compact listpacks below it)")
 	fs.DurationVar(&o.millionRetention, "million-retention", 10*time.Second, "million: retention.succeeded, canceled, dead and idempotency")
 	fs.DurationVar(&o.millionResidueWait, "million-residue-wait", 2*time.Minute,
 		"million: how long past the retention to wait for the tenants' keys and index entries to go")
+}
+
+// intList is a comma-separated list of positive integers as a flag value.
+type intList struct{ to *[]int }
+
+func (l intList) String() string {
+	if l.to == nil {
+		return ""
+	}
+	var s []string
+	for _, v := range *l.to {
+		s = append(s, strconv.Itoa(v))
+	}
+	return strings.Join(s, ",")
+}
+
+func (l intList) Set(v string) error {
+	*l.to = nil
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad value %q", f)
+		}
+		*l.to = append(*l.to, n)
+	}
+	return nil
 }

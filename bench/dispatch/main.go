@@ -150,6 +150,7 @@ type options struct {
 	millionJobs        int // per tenant
 	millionPayload     int // bytes of a job's payload
 	millionConc        int
+	millionListpack    []int // Redis hash-max-listpack-value of each base run; the large run uses the last
 	millionProducers   int
 	millionRetention   time.Duration
 	millionResidueWait time.Duration

@@ -15,9 +15,11 @@
 -- tenant still has state — its hash, its dead set, policy overrides or
 -- secrets by API — and when to look again: after the longer of the two
 -- expiring keys' TTLs (+1 s) when both expire, else INDEX_RECHECK.
--- index_trim (every pass) checks at most a few due entries and removes those
--- with no state left, so an entry outlives its tenant's state by at most
--- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
+-- index_trim (every pass) checks at most INDEX_TRIM_MAX due entries and
+-- removes those with no state left, and a pass that found that many due
+-- asks for the next one 100 ms on, so an entry outlives its tenant's state
+-- by at most INDEX_RECHECK plus the time the passes need to reach it (a
+-- mass expiry: its count ÷ (INDEX_TRIM_MAX × 10/s × shards)); tenant_list
 -- removes the ones it finds empty. tenant_list walks the index with ZSCAN,
 -- which returns every entry present throughout the walk at least once.
 --
