@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -42,7 +44,7 @@ type millionRun struct {
 type residue struct {
 	after      time.Duration // last delivery → this reading
 	keys       int           // keys naming a tenant or a job (t:, j:, idem:, sec:)
-	entries    int64         // tenant index + name set entries
+	entries    int64         // members of the shards' tenant index, name set, ready, delayed, leases, callbacks; policy overrides
 	bytes      int64         // used_memory now − before the enqueue
 	dataset    int64         // used_memory_dataset now − before the enqueue (without clients' buffers, scripts, …)
 	shapes     string        // what the keys left are
@@ -107,7 +109,7 @@ func millionRows(e *env, t *table, part string, r, base millionRun, against bool
 		"", div(r.rate, base.rate), "", "")
 	t.row(part, name+": busiest commands / job in the window", r.cmds, "", "", "", "")
 	s := r.residue
-	t.row(part, fmt.Sprintf("%s: left %s after the last delivery: keys of tenants, jobs or hand-off tasks, index entries", name, s.after.Round(time.Second)),
+	t.row(part, fmt.Sprintf("%s: left %s after the last delivery: keys of tenants, jobs or hand-off tasks; members of the shards' sets (index, names, ready, delayed, leases, callbacks, overrides)", name, s.after.Round(time.Second)),
 		fmt.Sprintf("%d, %d", s.keys, s.entries), "", "", "0, 0", yes(s.keys == 0 && s.entries == 0))
 	t.row(part, name+": Redis bytes left per idle tenant: used_memory_dataset, used_memory (− before the enqueue)",
 		fmt.Sprintf("%.1f, %.1f B", float64(s.dataset)/float64(max(1, r.tenants)), float64(s.bytes)/float64(max(1, r.tenants))),
@@ -335,13 +337,18 @@ func tenantResidue(ks keyScan) (keys, tenants int, shapes string) {
 	return keys, len(ts), strings.Join(out, ", ")
 }
 
-// indexEntries is the entries of every shard's tenant index and name set.
+// indexEntries is the members of every shard's tenant index and name set,
+// and of its other sets that name tenants or jobs: ready, delayed,
+// leases, callbacks, and the policy hash's overrides (fields beyond "*").
 func (e *env) indexEntries(ctx context.Context) (int64, error) {
 	pipe := e.rdb.Pipeline()
+	var hlen []*redis.IntCmd
 	for s := range shards {
 		base := fmt.Sprintf("%s:{s%d}:", prefix, s)
-		pipe.ZCard(ctx, base+"tenants")
-		pipe.ZCard(ctx, base+"tenant_names")
+		for _, k := range []string{"tenants", "tenant_names", "ready", "delayed", "leases", "cb"} {
+			pipe.ZCard(ctx, base+k)
+		}
+		hlen = append(hlen, pipe.HLen(ctx, base+"policy"))
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
@@ -349,10 +356,12 @@ func (e *env) indexEntries(ctx context.Context) (int64, error) {
 	}
 	var sum int64
 	for _, c := range cmds {
-		v, _ := c.(interface{ Val() int64 })
-		if v != nil {
+		if v, ok := c.(*redis.IntCmd); ok {
 			sum += v.Val()
 		}
+	}
+	for _, h := range hlen {
+		sum -= min(h.Val(), 1) // the defaults, "*"
 	}
 	return sum, nil
 }
