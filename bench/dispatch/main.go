@@ -41,7 +41,12 @@
 //     times its even share, sending every job through one shared upstream at
 //     r/s, beside one tenant at r/s alone: the combined stream's gap and
 //     rate error at the receiver, the most in any 1 s against the bound, and
-//     how evenly the tenants shared the upstream.
+//     how evenly the tenants shared the upstream;
+//   - million (only when named in -parts): T tenants × 2 webhook jobs with
+//     1 KiB payloads beside 1 000 tenants (Redis's hash-max-listpack-value
+//     set per run): Redis memory per queued job, commands and CPU per
+//     delivered job, and what each idle tenant leaves once a short
+//     retention has passed.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -51,7 +56,7 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// upstream.go, million.go; the asynq peers are in peer.go. The rest is shared: flags.go
 // (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's

@@ -342,13 +342,13 @@ func tenantResidue(ks keyScan) (keys, tenants int, shapes string) {
 // leases, callbacks, and the policy hash's overrides (fields beyond "*").
 func (e *env) indexEntries(ctx context.Context) (int64, error) {
 	pipe := e.rdb.Pipeline()
-	var hlen []*redis.IntCmd
+	var fields []*redis.StringSliceCmd
 	for s := range shards {
 		base := fmt.Sprintf("%s:{s%d}:", prefix, s)
 		for _, k := range []string{"tenants", "tenant_names", "ready", "delayed", "leases", "cb"} {
 			pipe.ZCard(ctx, base+k)
 		}
-		hlen = append(hlen, pipe.HLen(ctx, base+"policy"))
+		fields = append(fields, pipe.HKeys(ctx, base+"policy"))
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
@@ -360,8 +360,12 @@ func (e *env) indexEntries(ctx context.Context) (int64, error) {
 			sum += v.Val()
 		}
 	}
-	for _, h := range hlen {
-		sum -= min(h.Val(), 1) // the defaults, "*"
+	for _, f := range fields {
+		for _, name := range f.Val() {
+			if name != "*" && !strings.HasPrefix(name, "#") { // the defaults and their version
+				sum++
+			}
+		}
 	}
 	return sum, nil
 }
