@@ -238,7 +238,8 @@ func millionDrain(ctx context.Context, e *env, sl *sluice, rec *recording, start
 	r.calls, r.cpuUS = float64(d.calls)/float64(jobs), d.cpu*1e6/float64(jobs)
 	r.rate = float64(jobs) / at1.Sub(at0).Seconds()
 	r.cmds = d.top(6, jobs)
-	e.logf("million: Redis commands of the %d-tenant window:%s", r.tenants, d.top(16, jobs))
+	e.logf("million: %d tenants: %.1f Redis commands, %.1f µs Redis CPU a job, %.0f jobs/s in the window; its commands:%s",
+		r.tenants, r.calls, r.cpuUS, r.rate, d.top(16, jobs))
 	return nil
 }
 
