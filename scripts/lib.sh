@@ -45,8 +45,9 @@ redis_reachable() {
 }
 
 # ensure_redis_running URL DIR: when nothing answers at URL (a redis:// URL on
-# this machine), start a redis-server for it with AOF on, noeviction and its
-# data in DIR. Prints what it did.
+# this machine), start a redis-server for it with AOF on, noeviction,
+# hash-max-listpack-value 2048 (compact job records: docs/operations.md,
+# Sizing) and its data in DIR. Prints what it did.
 ensure_redis_running() {
   local url=$1 dir=$2
   if redis_reachable "$url"; then
@@ -58,7 +59,7 @@ ensure_redis_running() {
   mkdir -p "$dir"
   redis-server --daemonize yes --bind "$host" --port "$port" --dir "$dir" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
-    --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
+    --hash-max-listpack-value 2048 --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
   for _ in $(seq 50); do
     redis_reachable "$url" && { echo "started redis-server at $url (data in $dir)"; return; }
     sleep 0.1

@@ -10,7 +10,7 @@ import (
 )
 
 // allParts are the names -parts accepts, in the order run reports them.
-var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow", "circuit"}
+var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow", "circuit", "million"}
 
 // parseFlags reads the command line: the common flags, then each part's
 // (flagsXxx below), -quick's smaller sizes where a flag was not given, and
@@ -39,6 +39,7 @@ func parseFlags(args []string) (options, error) {
 	flagsSoak(fs, &o)
 	flagsScaleOut(fs, &o)
 	fs.IntVar(&o.slowFastJobs, "slow-fast-jobs", 1500, "slow: the fast tenant's jobs (at 50/s; the issue's shape gets 2/5 of them at 20/s)")
+	flagsMillion(fs, &o)
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	fs.IntVar(&o.fetchers, "fetchers", 0, "worker.fetchers of Sluice's workers (0: Sluice's default)")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +128,9 @@ func (o *options) check() error {
 		return fmt.Errorf("-slow-fast-jobs: want at least 10")
 	case o.cbRate < 2 || o.cbDuration < time.Second || o.cbTimeout <= 0 || o.cbFailures < 1 || o.cbBackoff <= 0 || o.cbMaxBackoff < o.cbBackoff:
 		return fmt.Errorf("bad circuit flags")
+	case o.millionTenants < 1 || o.millionBase < 1 || o.millionJobs < 1 || o.millionPayload < 10 || o.millionConc < 1 ||
+		o.millionProducers < 1 || o.millionRetention < time.Second || o.millionResidueWait < 0:
+		return fmt.Errorf("bad million flags")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -219,4 +223,46 @@ func flagsScaleOut(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.soRate, "scaleout-rate", 10, "scale-out: each tenant's rate per second (burst 1)")
 	fs.IntVar(&o.soThrottlers, "scaleout-throttlers", 3, "scale-out: throttlers of the many-tenant run")
 	fs.IntVar(&o.soWorkers, "scaleout-workers", 2, "scale-out: workers of the many-tenant run (each of -concurrency)")
+}
+
+func flagsMillion(fs *flag.FlagSet, o *options) {
+	fs.IntVar(&o.millionTenants, "million-tenants", 1_000_000, "million: tenants of the large run (2 cores: ~100 000 a minute to enqueue, "+
+		"the drain at the machine's jobs/s; 16 GB of Redis at 1 000 000)")
+	fs.IntVar(&o.millionBase, "million-base", 1000, "million: tenants of the base run, the comparison's denominator")
+	fs.IntVar(&o.millionJobs, "million-jobs", 2, "million: webhook jobs per tenant")
+	fs.IntVar(&o.millionPayload, "million-payload", 1024, "million: bytes of each job's JSON payload")
+	fs.IntVar(&o.millionConc, "million-concurrency", 100, "million: worker concurrency")
+	fs.IntVar(&o.millionProducers, "million-producers", 16, "million: goroutines calling Store.Enqueue (a tenant's jobs per call)")
+	o.millionListpack = []int{64, 2048}
+	fs.Var(intList{&o.millionListpack}, "million-listpack", "million: Redis hash-max-listpack-value of each base run, comma-separated "+
+		"(CONFIG SET; the large run uses the last; job records and tenant hashes stay compact listpacks below it)")
+	fs.DurationVar(&o.millionRetention, "million-retention", 10*time.Second, "million: retention.succeeded, canceled, dead and idempotency")
+	fs.DurationVar(&o.millionResidueWait, "million-residue-wait", 2*time.Minute,
+		"million: how long past the retention to wait for the tenants' keys and index entries to go")
+}
+
+// intList is a comma-separated list of positive integers as a flag value.
+type intList struct{ to *[]int }
+
+func (l intList) String() string {
+	if l.to == nil {
+		return ""
+	}
+	var s []string
+	for _, v := range *l.to {
+		s = append(s, strconv.Itoa(v))
+	}
+	return strings.Join(s, ",")
+}
+
+func (l intList) Set(v string) error {
+	*l.to = nil
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad value %q", f)
+		}
+		*l.to = append(*l.to, n)
+	}
+	return nil
 }

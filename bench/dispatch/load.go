@@ -107,19 +107,7 @@ func (sl *sluice) metricValues(ctx context.Context, url string, names ...string)
 }
 
 // usedMemory is Redis's INFO memory used_memory, bytes (0 when unread).
-func (e *env) usedMemory(ctx context.Context) int64 {
-	info, err := e.rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func (e *env) usedMemory(ctx context.Context) int64 { return e.infoMemory(ctx, "used_memory") }
 
 // loadAverage is /proc/loadavg's first three fields ("-" elsewhere).
 func loadAverage() string {

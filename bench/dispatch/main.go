@@ -50,6 +50,11 @@
 //     between a destination that never answers and a healthy one, with the
 //     circuits off and on: the healthy destination's delivered rate, the
 //     requests the dead one got while its circuit was open (target 0).
+//   - million (only when named in -parts): T tenants × 2 webhook jobs with
+//     1 KiB payloads beside 1 000 tenants (Redis's hash-max-listpack-value
+//     set per run): Redis memory per queued job, commands and CPU per
+//     delivered job, and what each idle tenant leaves once a short
+//     retention has passed.
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -59,7 +64,7 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go, slow.go, circuit.go; the asynq peers are in peer.go. The rest is shared: flags.go
+// upstream.go, slow.go, circuit.go, million.go; the asynq peers are in peer.go. The rest is shared: flags.go
 // (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
@@ -161,6 +166,16 @@ type options struct {
 	cbFailures   int
 	cbBackoff    time.Duration
 	cbMaxBackoff time.Duration
+	// million
+	millionTenants     int
+	millionBase        int
+	millionJobs        int // per tenant
+	millionPayload     int // bytes of a job's payload
+	millionConc        int
+	millionListpack    []int // Redis hash-max-listpack-value of each base run; the large run uses the last
+	millionProducers   int
+	millionRetention   time.Duration
+	millionResidueWait time.Duration
 
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
@@ -213,6 +228,8 @@ func run(ctx context.Context, o options) error {
 			err = slowDest(ctx, e, &t)
 		case "circuit":
 			err = circuit(ctx, e, &t)
+		case "million":
+			err = million(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

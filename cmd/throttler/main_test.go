@@ -71,6 +71,9 @@ log: {format: json}
 	if !strings.Contains(logs.String(), "plaintext") {
 		t.Error("no warning about a plaintext API key")
 	}
+	if !strings.Contains(logs.String(), "hash-max-listpack-value is below 2048") { // the test Redis keeps its default, 64
+		t.Error("no warning about Redis's hash-max-listpack-value")
+	}
 
 	cancel()
 	select {

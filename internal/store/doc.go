@@ -119,10 +119,15 @@
 // enters it when its hash is created (save_tenant: one ZADD per creation)
 // or its overrides are written; when it goes idle, expire_tenant's PEXPIRE
 // is joined by one ZADD making its entry due a second after the hash
-// expires (nothing for a busy tenant's jobs); an entry leaves when a check
-// finds no state left: each pass checks up to 16 due entries (index_trim,
-// after its release work), the listing drops the empty ones it meets
-// (index_remove). Its name set <p>:{sN}:tenant_names (ZSET, every member at
+// expires, or when the retention of the jobs that just ended runs out if
+// later (nothing for a busy tenant's jobs; the creation's hour-long recheck
+// time is replaced, not kept: a tenant drained under a short retention
+// leaves with it); an entry leaves when a check finds no state left: each
+// pass checks up to 64 due entries (index_trim, after its release work) and,
+// when it found that many due, asks for the next pass 100 ms on (its next
+// wake), so a million tenants drained at once leave the index in about
+// 1 000 000 ÷ (64 × 10 × shards) seconds, not at 64 per idle pass; the
+// listing drops the empty ones it meets (index_remove). Its name set <p>:{sN}:tenant_names (ZSET, every member at
 // score 0) holds exactly the same members, so sort=name pages it with
 // ZRANGE BYLEX from the cursor in each shard, merged (TenantNames; a name
 // prefix is a lexicographic range too, "[prefix" to "(prefix\xff" — no

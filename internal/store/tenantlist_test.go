@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -428,5 +430,108 @@ func TestTenantIndexKeepsCanceled(t *testing.T) {
 	}
 	if views, err := e.store.TenantViews(e.ctx, []string{"gone"}); err != nil || len(views) != 1 {
 		t.Fatalf("%d views (%v), want the canceled job's tenant", len(views), err)
+	}
+}
+
+// A tenant drained under a retention shorter than the index's recheck (an
+// hour) leaves nothing once that retention has passed: every key naming it
+// or its job expires within the retention (the TTLs read, then the keys
+// deleted as their expiry would), and the first pass after it drops the
+// index entry and the name — not an hour on.
+func TestDrainedTenantLeavesNothingAfterItsRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	retention := 10 * time.Second
+	id := e.enqueueOne("brief", idemItem("k", `{}`)).ID
+	c := e.attempt(id)
+	cfg := FinishConfig{SucceededRetention: retention, IdempotencyRetention: retention}
+	if st := e.finish(id, c.Gen, benchOK, cfg); st != StateSucceeded {
+		t.Fatalf("finish: %s, want succeeded", st)
+	}
+	now := e.clock.Now()
+	index, names := e.store.keys.tenantIndex(0), e.store.keys.tenantNames(0)
+	if score := int64(e.rdb.ZScore(e.ctx, index, "brief").Val()); score != now.Add(retention).UnixMicro() {
+		t.Fatalf("entry due in %dµs, want the retention %dµs (not the hour of its creation's recheck)",
+			score-now.UnixMicro(), retention.Microseconds())
+	}
+	keys := e.keysNaming("brief", id)
+	if len(keys) < 3 { // the tenant hash, the job record, the idempotency key (and its recent attempts)
+		t.Fatalf("keys naming the tenant or its job: %q, want at least its hash, record and idempotency key", keys)
+	}
+	for _, k := range keys {
+		if ttl := e.rdb.PTTL(e.ctx, k).Val(); ttl <= 0 || ttl > retention {
+			t.Fatalf("%s: TTL %s, want within the retention %s", k, ttl, retention)
+		}
+	}
+	if err := e.rdb.Del(e.ctx, keys...).Err(); err != nil { // as their expiry would
+		t.Fatal(err)
+	}
+	e.clock.Advance(retention + time.Second)
+	e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	if e.rdb.ZScore(e.ctx, index, "brief").Err() == nil || e.rdb.ZScore(e.ctx, names, "brief").Err() == nil {
+		t.Fatal("the drained tenant is still in the index or the name set after its retention")
+	}
+	if left := e.keysNaming("brief", id); len(left) > 0 {
+		t.Fatalf("keys left: %q", left)
+	}
+}
+
+// keysNaming is the keys under e's prefix whose name holds tenant or id.
+func (e *env) keysNaming(tenant, id string) []string {
+	e.t.Helper()
+	var out []string
+	iter := e.rdb.Scan(e.ctx, 0, e.prefix+":*", 100).Iterator()
+	for iter.Next(e.ctx) {
+		if k := iter.Val(); strings.Contains(k, ":"+tenant) || strings.Contains(k, id) {
+			out = append(out, k)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// More index entries due than a pass checks (a mass expiry): the pass
+// checks its limit and asks for the next pass 100 ms on, which takes the
+// rest and asks for nothing more.
+func TestIndexTrimCallsTheNextPassSoon(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	const n = 100 // > INDEX_TRIM_MAX (64)
+	var keys []string
+	for i := range n {
+		tn := fmt.Sprintf("gone%03d", i)
+		id := e.enqueueOne(tn, item(`{}`)).ID
+		e.cancel(id)
+		k, err := e.store.keys.job(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, e.store.keys.tenant(tn), k)
+	}
+	if err := e.rdb.Del(e.ctx, keys...).Err(); err != nil { // as their expiry would
+		t.Fatal(err)
+	}
+	e.clock.Advance(e.store.retention + time.Minute)
+	index := e.store.keys.tenantIndex(0)
+	res := e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	if left := e.rdb.ZCard(e.ctx, index).Val(); left != n-64 {
+		t.Fatalf("after the first pass %d entries, want %d", left, n-64)
+	}
+	if want := e.clock.Now().Add(100 * time.Millisecond); !res.NextWake.Equal(want) {
+		t.Fatalf("first pass: next wake %s, want 100 ms on (%s)", res.NextWake, want)
+	}
+	e.clock.Advance(100 * time.Millisecond)
+	res = e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	if left := e.rdb.ZCard(e.ctx, index).Val(); left != 0 {
+		t.Fatalf("after the second pass %d entries, want 0", left)
+	}
+	if !res.NextWake.IsZero() {
+		t.Fatalf("second pass: next wake %s, want none (nothing due)", res.NextWake)
+	}
+	if names := e.walkNames("", 10); len(names) != 0 {
+		t.Fatalf("names left: %q", names)
 	}
 }

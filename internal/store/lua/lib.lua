@@ -703,9 +703,16 @@ end
 -- second after the hash expires, or keep_us (µs, optional: the retention of
 -- the jobs that just ended, finish.lua's and cancel.lua's) after now when
 -- that is later: one ZADD beside the PEXPIRE, only when the tenant is idle.
--- The ZADD only moves the entry later (GT): its score is also the time until
--- which the tenant is listed (tenants.lua has_state), which no idle moment
--- may shorten.
+-- Its score is also the time until which the tenant is listed (tenants.lua
+-- has_state). A tenant idle when loaded keeps the later of the two (GT): no
+-- idle moment shortens what an earlier one set. A tenant busy when loaded
+-- (the finish of its last job, a cancel) gets the score outright: what its
+-- entry held was the index's recheck time (the creation's or index_check's,
+-- INDEX_RECHECK on), not a listing, and kept it would hold an idle tenant's
+-- entry — and list it — an hour past a shorter retention. (The ending that
+-- makes a tenant idle sets its own retention, so a shorter one — a cancel's
+-- retention after a success's — can list a tenant for less than the records
+-- kept of its earlier jobs.)
 -- A hash that was busy when loaded has no TTL already (every script that
 -- leaves a tenant busy persists it), so only a change to busy persists.
 busy = function(t)
@@ -720,7 +727,8 @@ local function expire_tenant(tn, t, p, now, keep_us)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))
-  rcall('ZADD', k_index(), 'GT', istr(now + mmax((ttl_ms + 1000) * 1000, keep_us or 0)), tn)
+  local at = istr(now + mmax((ttl_ms + 1000) * 1000, keep_us or 0))
+  if t.st_busy then rcall('ZADD', k_index(), at, tn) else rcall('ZADD', k_index(), 'GT', at, tn) end
 end
 
 -- shard_earliest is the shard's earliest due time: min of the first ready

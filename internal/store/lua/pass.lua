@@ -93,7 +93,8 @@
 -- capacity bound while capacity is left). capacity reached: the capacity ran out
 -- while visited tenants were still in the round. next wake = min(first ready
 -- score − D, first delayed due time past now + D, minus D, the due time of
--- a delayed job left waiting (1.), first lease deadline).
+-- a delayed job left waiting (1.), first lease deadline, 100 ms on when the
+-- tenant index had more entries due than the pass checks: 5.).
 
 local D, L, GRACE = tonum(ARGV[3]), tonum(ARGV[4]), tonum(ARGV[5])
 local P, K, CAP = tonum(ARGV[6]), tonum(ARGV[7]), tonum(ARGV[8])
@@ -689,10 +690,12 @@ flush_tenants(cfg)
 LN.save()
 LN.al_save()
 if vmax > vclock then rcall('SET', K_VCLOCK, istr(vmax)) end
--- 5. Check the tenant index's entries that are due (tenants.lua), a few.
-index_trim(INDEX_TRIM_MAX)
+-- 5. Check the tenant index's entries that are due (tenants.lua), a few;
+-- when as many were due, the next pass comes soon (X.trim_at) for the rest.
+X.trim_at = select(2, index_trim(INDEX_TRIM_MAX))
 
 local next_wake = waiting
+if X.trim_at and (next_wake == nil or X.trim_at < next_wake) then next_wake = X.trim_at end
 for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
   local s
   if key == K_DELAYED then -- past the horizon: taken D ahead (those before it are promoted or waiting)

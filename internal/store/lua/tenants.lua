@@ -15,9 +15,11 @@
 -- tenant still has state — its hash, its dead set, policy overrides or
 -- secrets by API — and when to look again: after the longer of the two
 -- expiring keys' TTLs (+1 s) when both expire, else INDEX_RECHECK.
--- index_trim (every pass) checks at most a few due entries and removes those
--- with no state left, so an entry outlives its tenant's state by at most
--- INDEX_RECHECK plus the time the passes need to reach it; tenant_list
+-- index_trim (every pass) checks at most INDEX_TRIM_MAX due entries and
+-- removes those with no state left, and a pass that found that many due
+-- asks for the next one 100 ms on, so an entry outlives its tenant's state
+-- by at most INDEX_RECHECK plus the time the passes need to reach it (a
+-- mass expiry: its count ÷ (INDEX_TRIM_MAX × 10/s × shards)); tenant_list
 -- removes the ones it finds empty. tenant_list walks the index with ZSCAN,
 -- which returns every entry present throughout the walk at least once.
 --
@@ -29,7 +31,7 @@
 -- existing entry's check time — except for a tenant whose state predates the
 -- index, which tenant_backfill adds to both.)
 
-local INDEX_TRIM_MAX = 16
+local INDEX_TRIM_MAX = 64
 
 -- index_remove takes tenants out of the index and its name set.
 local function index_remove(gone)
@@ -56,7 +58,11 @@ local function index_check(tn)
 end
 
 -- index_trim checks up to n entries due by now: removes the tenants with no
--- state left, pushes the others' next check later. Returns the removed count.
+-- state left, pushes the others' next check later. Returns the removed
+-- count and, when n entries were due (more may be), when the next check
+-- should come: 100 ms on (the pass's next wake), so that a mass expiry —
+-- a million tenants drained at once — leaves the index in seconds, not at
+-- n entries per idle pass (one per dispatch.max_sleep).
 local function index_trim(n)
   local key = k_index()
   local due = rcall('ZRANGEBYSCORE', key, '-inf', istr(NOW), 'LIMIT', 0, n)
@@ -70,7 +76,8 @@ local function index_trim(n)
     end
   end
   index_remove(gone)
-  return #gone
+  if #due == n then return #gone, NOW + 100000 end
+  return #gone, nil
 end
 
 -- has_state says whether tn has state: its hash, dead letters, policy
