@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -132,4 +134,58 @@ func pacedInterval(q UpstreamQuota, iv int64, start time.Time) int64 {
 		return 0
 	}
 	return p
+}
+
+// UpstreamQuotas reads the quotas in force that pace the first limit
+// upstreams by name (1 … MaxUpstreamNames): one listing read and one
+// pipelined HMGET per upstream, each in its own slot. Upstreams not paced
+// (pause_scope tenant, pacing off), without a report or past its reset are
+// left out; so is a hash that does not parse (the registry's audit reports
+// it).
+func (q *Registry) UpstreamQuotas(ctx context.Context, limit int) (map[string]UpstreamQuota, error) {
+	names, err := q.UpstreamNames(ctx, "", limit)
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	now, err := q.redisNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read upstream quotas: %w", err)
+	}
+	cmds := make([]*redis.SliceCmd, len(names))
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range names {
+			cmds[i] = p.HMGet(ctx, q.keys.upstream(name), "p", "cfg", "qu", "qr", "ql", "qt", "qf", "qh")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read upstream quotas: %w", err)
+	}
+	out := make(map[string]UpstreamQuota)
+	for i, c := range cmds {
+		v := c.Val()
+		st, err := parseUpstreamSettings(v[:2])
+		if err != nil || !st.Found || !st.Params.Paced() {
+			continue
+		}
+		if qv := quotaOf(v[2:], now); qv != nil {
+			out[names[i]] = *qv
+		}
+	}
+	return out, nil
+}
+
+// quotaOf reads HMGET qu qr ql qt qf qh: the quota in force at now (µs),
+// nil when none is.
+func quotaOf(v []any, now int64) *UpstreamQuota {
+	unit, reset := hashInt(v, 0), hashInt(v, 3)
+	if unit <= 0 || reset <= now {
+		return nil
+	}
+	qv := &UpstreamQuota{Unit: wire.QuotaRequests, Remaining: hashInt(v, 1), Limit: hashInt(v, 2),
+		ResetAt: redisscript.MicrosTime(reset), InFlight: hashInt(v, 4)}
+	qv.Source, _ = v[5].(string)
+	if unit == 2 {
+		qv.Unit = wire.QuotaTokens
+	}
+	return qv
 }

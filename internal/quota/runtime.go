@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/tuning"
-	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // UpstreamRuntime is an upstream's live state (issue #15), for
@@ -89,13 +88,7 @@ func (q *Registry) UpstreamRuntime(ctx context.Context, name string) (UpstreamRu
 	}
 	rt.Now, rt.TAT, rt.PausedUntil = redisscript.MicrosTime(now), redisscript.MicrosTime(tat), redisscript.MicrosTime(pu)
 	rt.Tokens = min(max((now+p.Burst*iv-max(tat, now))/iv, 0), p.Burst)
-	if unit, reset := hashInt(v, 5), hashInt(v, 8); p.Paced() && unit > 0 && reset > now {
-		qv := &UpstreamQuota{Unit: wire.QuotaRequests, Remaining: hashInt(v, 6), Limit: hashInt(v, 7),
-			ResetAt: redisscript.MicrosTime(reset), InFlight: hashInt(v, 9)}
-		qv.Source, _ = v[10].(string)
-		if unit == 2 {
-			qv.Unit = wire.QuotaTokens
-		}
+	if qv := quotaOf(v[5:], now); p.Paced() && qv != nil {
 		rt.Quota = qv
 		start := redisscript.MicrosTime(max(tat, now, pu))
 		switch piv := pacedInterval(*qv, iv, start); {

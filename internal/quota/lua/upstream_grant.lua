@@ -76,8 +76,9 @@
 -- (L·(1 − MARGIN))⌉) — what is left spread over the time to the reset, a
 -- little early — and hand out at most L units (a registration whose unit
 -- no longer fits gets nothing before the reset). Every unit handed out
--- (aligned segments too) adds to qf; qi records T'. After the reset the
--- configured interval again. The bound above holds with T' ≥ T.
+-- before the reset (aligned segments': all) adds to qf; qi records T'.
+-- After the reset the configured interval again. The bound above holds
+-- with T' ≥ T.
 
 local NOW = clock(ARGV[1]) -- clock.lua
 local K_U, K_CAL, K_G = KEYS[1], KEYS[2], KEYS[3]
@@ -209,10 +210,11 @@ if start < limit then
     if e.wanted > 0 then q = math.max(e.unit, math.min(e.wanted, share)) end
     local pay = math.min(q, e.debt) -- aligned segments had it in advance (vf counted then)
     e.debt, q = e.debt - pay, q - pay
-    if PACE.left then -- never more than the quota has left, nor less than a unit
+    if PACE.left and start < PACE.qt then -- never more than the quota has left, nor less than a unit
       q = math.min(q, math.max(PACE.left, 0))
       if q < e.unit and e.wanted > 0 then q, PACE.short = 0, true end
-      PACE.left, PACE.used = PACE.left - q, PACE.used + q
+      local before = math.min(q, math.ceil((PACE.qt - start) / iv)) -- the units past the reset are the next window's
+      PACE.left, PACE.used = PACE.left - before, PACE.used + before
     end
     if q > 0 then
       granted[e.shard] = granted[e.shard] or {}

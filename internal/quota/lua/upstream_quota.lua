@@ -32,10 +32,11 @@
 -- the recorded quota unless it is older news: the same unit, a reset less
 -- than WINDOW after the recorded one, and more left than recorded (an answer
 -- overtaken by a later one). Replacing it, qf is what the calendar handed
--- out after the attempt was sent: ⌈(tat − sent) / T⌉ units at the interval
--- of the last round (the calendar's units the upstream cannot have counted
--- yet: in flight or about to leave; an estimate that errs high when
--- segments go unused). Reads (HMGET) before the writes (HSET).
+-- out from the attempt's own unit to the reset: ⌈(min(tat, reset) − sent)
+-- / T⌉ units at the interval of the last round (the calendar's units
+-- the upstream cannot have counted yet: in flight or about to leave; an
+-- estimate that errs high when segments go unused). Reads (HMGET) before
+-- the writes (HSET).
 
 local NOW = clock(ARGV[1]) -- clock.lua
 local WINDOW = 1000000 -- µs: finish.lua PACE.WINDOW
@@ -71,8 +72,11 @@ if unit > 0 then
     local iv = math.floor(p.iv)
     if p.a == 1 and rf > 0 and rf < 1000000 then iv = math.ceil(iv * 1000000 / rf) end
     if live and qi > iv then iv = qi end
-    local fly = 0
-    if tat > sent then fly = math.ceil((tat - sent) / iv) end
+    -- The calendar's units from the attempt's own (counted in the report:
+    -- one too many, to err on the safe side) to the reset (past it: the
+    -- next window's).
+    local fly, upto = 0, math.min(tat, reset)
+    if upto > sent then fly = math.ceil((upto - sent) / iv) end
     qu, qr, qt, qf, qs, live, recorded = unit, rem, reset, fly, sent, true, 1
     w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'qu', string.format('%d', unit), 'qr', string.format('%d', rem)
     w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'ql', string.format('%d', lim), 'qt', string.format('%d', reset)
