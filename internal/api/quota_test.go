@@ -51,7 +51,7 @@ func TestGetUpstreamQuota(t *testing.T) {
 		t.Fatalf("create: %d %v", r.status, r.body)
 	}
 	q := &wire.Quota{Unit: wire.QuotaRequests, Remaining: 300, Limit: 5000, ResetIn: 20 * time.Minute, Source: "X-RateLimit-Remaining"}
-	if ok, err := f.srv.opts.Store.UpstreamAnswer(context.Background(), "gh", q, time.Now(), 0); !ok || err != nil {
+	if ok, err := f.srv.opts.Store.UpstreamAnswer(context.Background(), "gh", q, time.Now(), 1, 0); !ok || err != nil {
 		t.Fatalf("answer: %v, %v", ok, err)
 	}
 	rt, _ := f.get(t, "/v1/upstreams/gh", adminToken).body["runtime"].(map[string]any)

@@ -81,7 +81,7 @@ func TestStateCollectorUpstreamQuota(t *testing.T) {
 	}
 	q := &wire.Quota{Unit: wire.QuotaRequests, Remaining: 42, Limit: 5000, ResetIn: time.Hour, Source: "X-RateLimit-Remaining"}
 	for _, name := range []string{"gh", "off"} {
-		if _, err := st.UpstreamAnswer(ctx, name, q, time.Now(), 0); err != nil {
+		if _, err := st.UpstreamAnswer(ctx, name, q, time.Now(), 1, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

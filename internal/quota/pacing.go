@@ -37,17 +37,17 @@ const maxQuotaSource = 128
 // UpstreamAnswer records what one answer to a job naming upstream name
 // tells its pacing (lua/upstream_quota.lua): the quota the answer reported
 // (q; nil: none) and the attempt's cost correction (delta = actual −
-// reserved cost; 0: none), for an attempt sent at sent (its slot, Redis
-// time). It reports whether q replaced the recorded quota: false for an
+// reserved cost; 0: none), for an attempt of reserved cost cost (< 1 counts
+// as 1) sent at sent (its slot, Redis time). It reports whether q replaced the recorded quota: false for an
 // upstream not paced (pause_scope tenant or pacing off: nothing is
 // written) and for older news (an answer overtaken by a later one). An
 // upstream that does not exist is ErrUpstreamNotFound; a bad name, quota
 // or |delta| > wire.MaxActualCost is ErrInvalid, and nothing changes.
-func (q *Registry) UpstreamAnswer(ctx context.Context, name string, quota *wire.Quota, sent time.Time, delta int64) (bool, error) {
+func (q *Registry) UpstreamAnswer(ctx context.Context, name string, quota *wire.Quota, sent time.Time, cost, delta int64) (bool, error) {
 	if err := CheckName(name); err != nil {
 		return false, fmt.Errorf("upstream answer: %w", err)
 	}
-	args := []any{q.nowArg(), 0, 0, 0, 0, "", max(sent.UnixMicro(), 0), delta}
+	args := []any{q.nowArg(), 0, 0, 0, 0, "", max(sent.UnixMicro(), 0), delta, min(max(cost, 1), wire.MaxActualCost)}
 	if err := checkAnswer(quota, delta); err != nil {
 		return false, fmt.Errorf("upstream %q answer: %w", name, err)
 	}

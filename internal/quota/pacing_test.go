@@ -26,7 +26,7 @@ func (e *env) putPaced(name string, n int64, pacing string) {
 // error.
 func (e *env) answer(name string, q *wire.Quota, sent time.Time, delta int64) bool {
 	e.t.Helper()
-	ok, err := e.reg.UpstreamAnswer(e.ctx, name, q, sent, delta)
+	ok, err := e.reg.UpstreamAnswer(e.ctx, name, q, sent, 1, delta)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -147,7 +147,17 @@ func TestUpstreamPacingCountsInFlight(t *testing.T) {
 	e.answer("api", &wire.Quota{Unit: wire.QuotaRequests, Remaining: 12, ResetIn: 10 * time.Second, Source: "RateLimit"},
 		now.Add(200*ms), 0)
 	if rt := e.runtime("api"); rt.Quota.InFlight != 8 || rt.Quota.Left() != 4 {
-		t.Fatalf("in flight %d, left %d; want 8 sent after 200 ms (of 10 to 1 s), 4 left", rt.Quota.InFlight, rt.Quota.Left())
+		t.Fatalf("in flight %d, left %d; want 8 sent from 200 ms (of 10 to 1 s), 4 left", rt.Quota.InFlight, rt.Quota.Left())
+	}
+	// An attempt of cost 3: its own units but one were counted by the
+	// report.
+	ok, err := e.reg.UpstreamAnswer(e.ctx, "api", &wire.Quota{Unit: wire.QuotaTokens, Remaining: 11, ResetIn: 10 * time.Second,
+		Source: "x-ratelimit-remaining-tokens"}, now.Add(200*ms), 3, 0)
+	if err != nil || !ok {
+		t.Fatalf("answer: %v, %v", ok, err)
+	}
+	if rt := e.runtime("api"); rt.Quota.InFlight != 6 {
+		t.Fatalf("in flight %d after an attempt of cost 3, want 8 − 2", rt.Quota.InFlight)
 	}
 }
 
@@ -217,14 +227,14 @@ func TestUpstreamPacingOffAndBadInput(t *testing.T) {
 		{Unit: wire.QuotaRequests, Remaining: 1},
 		{Unit: wire.QuotaRequests, Remaining: 1, ResetIn: 48 * time.Hour},
 	} {
-		if _, err := e.reg.UpstreamAnswer(e.ctx, "on", bad, e.clock.Now(), 0); !errors.Is(err, ErrInvalid) {
+		if _, err := e.reg.UpstreamAnswer(e.ctx, "on", bad, e.clock.Now(), 1, 0); !errors.Is(err, ErrInvalid) {
 			t.Errorf("quota %+v: %v, want ErrInvalid", bad, err)
 		}
 	}
-	if _, err := e.reg.UpstreamAnswer(e.ctx, "on", nil, e.clock.Now(), wire.MaxActualCost+1); !errors.Is(err, ErrInvalid) {
+	if _, err := e.reg.UpstreamAnswer(e.ctx, "on", nil, e.clock.Now(), 1, wire.MaxActualCost+1); !errors.Is(err, ErrInvalid) {
 		t.Errorf("delta too large: %v", err)
 	}
-	if _, err := e.reg.UpstreamAnswer(e.ctx, "nope", q, e.clock.Now(), 0); !errors.Is(err, ErrUpstreamNotFound) {
+	if _, err := e.reg.UpstreamAnswer(e.ctx, "nope", q, e.clock.Now(), 1, 0); !errors.Is(err, ErrUpstreamNotFound) {
 		t.Errorf("unknown upstream: %v", err)
 	}
 	if rt := e.runtime("on"); rt.Quota != nil {

@@ -45,7 +45,7 @@ func (s *leaseSource) UpstreamOutcome(context.Context, string, bool, time.Time, 
 	return 0, 0, nil
 }
 
-func (s *leaseSource) UpstreamAnswer(context.Context, string, *wire.Quota, time.Time, int64) (bool, error) {
+func (s *leaseSource) UpstreamAnswer(context.Context, string, *wire.Quota, time.Time, int64, int64) (bool, error) {
 	return false, nil
 }
 

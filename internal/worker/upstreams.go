@@ -18,7 +18,7 @@ type UpstreamRates interface {
 	UpstreamSettings(ctx context.Context, names []string) ([]quota.UpstreamSettings, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
 	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg quota.AdaptConfig) (int64, time.Duration, error)
-	UpstreamAnswer(ctx context.Context, name string, q *wire.Quota, sent time.Time, delta int64) (bool, error)
+	UpstreamAnswer(ctx context.Context, name string, q *wire.Quota, sent time.Time, cost, delta int64) (bool, error)
 	// The concurrency leases (upstreamrun.go).
 	AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error)
 	ReleaseUpstreamRun(ctx context.Context, name, holder string) error
@@ -147,7 +147,7 @@ func (w *Worker) answerUpstreams(ctx context.Context, job store.ClaimedJob, pace
 		return
 	}
 	for _, name := range paced {
-		if _, err := w.cfg.UpstreamRates.UpstreamAnswer(ctx, name, o.Quota, job.Slot, delta); err != nil {
+		if _, err := w.cfg.UpstreamRates.UpstreamAnswer(ctx, name, o.Quota, job.Slot, job.Cost, delta); err != nil {
 			w.cfg.Logger.Warn("upstream quota not recorded", "upstream", name, "job", job.ID, "err", err)
 		}
 	}

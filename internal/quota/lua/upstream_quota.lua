@@ -14,6 +14,7 @@
 -- ARGV[7]  sent µs: the attempt's send instant (its slot)
 -- ARGV[8]  delta: the attempt's actual − reserved cost (0 = none), |delta|
 --          ≤ 10⁶
+-- ARGV[9]  the attempt's reserved cost (≥ 1; absent: 1)
 -- Reply:   {'ok', recorded (0|1), left}: whether the report replaced the
 --          recorded quota, and what is left of the recorded one now (qr −
 --          qf; 0 when none is in force)
@@ -32,8 +33,9 @@
 -- the recorded quota unless it is older news: the same unit, a reset less
 -- than WINDOW after the recorded one, and more left than recorded (an answer
 -- overtaken by a later one). Replacing it, qf is what the calendar handed
--- out from the attempt's own unit to the reset: ⌈(min(tat, reset) − sent)
--- / T⌉ units at the interval of the last round (the calendar's units
+-- out from the attempt's own units to the reset: ⌈(min(tat, reset) −
+-- sent) / T⌉ − (cost − 1) units at the interval of the last round (the
+-- calendar's units
 -- the upstream cannot have counted yet: in flight or about to leave; an
 -- estimate that errs high when segments go unused). Reads (HMGET) before
 -- the writes (HSET).
@@ -41,10 +43,10 @@
 local NOW = clock(ARGV[1]) -- clock.lua
 local WINDOW = 1000000 -- µs: finish.lua PACE.WINDOW
 local unit, rem, lim, rin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local src, sent, delta = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-if not (unit and rem and lim and rin and sent and delta) or (unit ~= 0 and unit ~= 1 and unit ~= 2)
+local src, sent, delta, cost = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9] or '1')
+if not (unit and rem and lim and rin and sent and delta and cost) or (unit ~= 0 and unit ~= 1 and unit ~= 2)
   or rem < 0 or lim < 0 or (unit > 0 and rin < 1) or sent < 0 or math.abs(delta) > 1000000
-  or #src > 128 then
+  or cost < 1 or cost > 1000000 or #src > 128 then
   return redis.error_reply('ERR sluice upstream_quota: bad arguments')
 end
 
@@ -72,11 +74,11 @@ if unit > 0 then
     local iv = math.floor(p.iv)
     if p.a == 1 and rf > 0 and rf < 1000000 then iv = math.ceil(iv * 1000000 / rf) end
     if live and qi > iv then iv = qi end
-    -- The calendar's units from the attempt's own (counted in the report:
-    -- one too many, to err on the safe side) to the reset (past it: the
-    -- next window's).
+    -- The calendar's units from the attempt's own to the reset (past it:
+    -- the next window's), less the attempt's own but one (counted in the
+    -- report; the one errs on the safe side).
     local fly, upto = 0, math.min(tat, reset)
-    if upto > sent then fly = math.ceil((upto - sent) / iv) end
+    if upto > sent then fly = math.max(0, math.ceil((upto - sent) / iv) - (cost - 1)) end
     qu, qr, qt, qf, qs, live, recorded = unit, rem, reset, fly, sent, true, 1
     w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'qu', string.format('%d', unit), 'qr', string.format('%d', rem)
     w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'ql', string.format('%d', lim), 'qt', string.format('%d', reset)
