@@ -1,13 +1,17 @@
 // Command benchpacing measures pacing by quota headers (issue #32) side by
 // side with pacing off, in one run: three stand-in upstreams on loopback
 // that enforce a quota and report it in headers, answering 429 past it —
-// X-RateLimit-* requests (100 per 10 s, answers taking 200 ms, tenant at
-// 50/s), OpenAI-shaped tokens (10 000 per minute, jobs of 50–500 tokens),
-// GitHub-shaped (5 000 per hour, 300 left with 20 minutes to the reset) —
-// each sent the same jobs by a tenant with pacing: headers and one with
-// pacing: off, at the same time. The store, dispatcher and worker run in
-// this process on the Redis of -redis (use a private one). It prints one
-// table: 429s, what was delivered as a share of the quota's capacity.
+// X-RateLimit-* requests (100 per 10 s, answers taking 200 ms, Sluice at
+// 50/s), OpenAI-shaped tokens (10 000 per minute, jobs of 50–500 tokens
+// whose real cost the answer reports in a cost_header), GitHub-shaped
+// (5 000 per hour, 300 left with 20 minutes to the reset) — each sent the
+// same jobs at the same time three ways, each on its own stand-in: paced
+// per tenant (the jobs' shared upstream with pause_scope tenant, the
+// tenant's pacing: headers), paced per upstream (pause_scope upstream,
+// the upstream's pacing: headers) and not paced (pacing: off on both). The
+// store, dispatcher and worker run in this process on the Redis of -redis
+// (use a private one). It prints one table: 429s, what was delivered as a
+// share of the quota's capacity.
 //
 // -window-factor scales every quota window and count (and the jobs) by the
 // same factor, so the quota's rate, the tenant's rate and the latency stay
@@ -34,9 +38,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/bucket"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -106,13 +113,13 @@ func main() {
 			continue
 		}
 		var wg sync.WaitGroup
-		var res [2]result
-		for i, mode := range []int64{1, 0} {
-			wg.Go(func() { res[i] = run(rdb, sc, mode) })
+		res := make([]result, len(modes))
+		for i, m := range modes {
+			wg.Go(func() { res[i] = run(rdb, sc, m) })
 		}
 		wg.Wait()
-		for i, mode := range []string{"headers", "off"} {
-			r := res[i]
+		for i, m := range modes {
+			mode, r := m.name, res[i]
 			share := "n/a"
 			if !math.IsNaN(r.capacityShare) {
 				share = fmt.Sprintf("%.1f %%", 100*r.capacityShare)
@@ -125,12 +132,33 @@ func main() {
 	}
 }
 
+// mode is one way of sending a scenario's jobs: who paces.
+type mode struct {
+	name   string
+	tenant int64  // the tenant's pacing: 1 headers, 0 off
+	scope  string // the upstream's pause_scope
+	pacing string // the upstream's pacing
+}
+
+// modes are the three ways every scenario runs, side by side.
+var modes = []mode{
+	{name: "headers, per tenant", tenant: 1, scope: upstream.ScopeTenant, pacing: upstream.PacingHeaders},
+	{name: "headers, per upstream", tenant: 1, scope: upstream.ScopeUpstream, pacing: upstream.PacingHeaders},
+	{name: "off", tenant: 0, scope: upstream.ScopeUpstream, pacing: upstream.PacingOff},
+}
+
+// costHeader is the header the tokens stand-in reports a call's tokens in,
+// the jobs' upstream's cost_header.
+const costHeader = "X-Tokens-Used"
+
 // run sends sc's jobs through a fresh Sluice (its own key prefix) to a
-// fresh upstream, with the tenant's pacing set to pacing (1 headers, 0 off).
-func run(rdb *redis.Client, sc scenario, pacing int64) result {
+// fresh upstream, every job naming one shared upstream "api" configured as
+// m says (its rate and burst the tenant's, cost_header costHeader), the
+// tenant's pacing m.tenant.
+func run(rdb *redis.Client, sc scenario, m mode) result {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	prefix := fmt.Sprintf("bp%d-%d", time.Now().UnixNano(), pacing)
+	prefix := fmt.Sprintf("bp%d-%d", time.Now().UnixNano(), rand.Int64())
 	now := time.Now()
 	start := now.Truncate(sc.window)
 	var used int64
@@ -144,7 +172,10 @@ func run(rdb *redis.Client, sc scenario, pacing int64) result {
 	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 1})
 	check(err)
 	_, err = st.PutTenantPolicy(ctx, "acme", store.Overrides{RateUS: ptr(1_000_000 / sc.rate), Burst: ptr(sc.burst),
-		Concurrency: ptr(20), AdmitUS: ptr(1), AdmitBurst: ptr(1_000_000), Unsigned: ptr(1), Pacing: ptr(pacing)}, 0)
+		Concurrency: ptr(20), AdmitUS: ptr(1), AdmitBurst: ptr(1_000_000), Unsigned: ptr(1), Pacing: ptr(m.tenant)}, 0)
+	check(err)
+	_, err = st.PutUpstream(ctx, "api", upstream.Config{Rate: bucket.Rate{Tokens: sc.rate, Per: time.Second}, Burst: sc.burst,
+		PauseScope: m.scope, Pacing: m.pacing, CostHeader: costHeader}, quota.SourceAPI, "")
 	check(err)
 	enqueue(ctx, st, up.srv.URL, sc)
 
@@ -155,8 +186,12 @@ func run(rdb *redis.Client, sc scenario, pacing int64) result {
 	check(d.Start(ctx))
 	defer d.Stop()
 	client := webhook.NewClient(webhook.ClientConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	w, err := worker.New(worker.Config{Store: st, Redis: rdb, Executor: &worker.WebhookExecutor{Client: client}, Prefix: prefix,
-		Concurrency: 50, Registerer: prometheus.NewRegistry(), Logger: logger})
+	ups := worker.NewUpstreamCache(st)
+	costs, err := worker.NewCostReader(ups, nil, logger)
+	check(err)
+	w, err := worker.New(worker.Config{Store: st, Redis: rdb, Executor: &worker.WebhookExecutor{Client: client, Costs: costs},
+		Prefix: prefix, Concurrency: 50, Registerer: prometheus.NewRegistry(), Logger: logger,
+		Upstreams: st, UpstreamRates: st, UpstreamCache: ups})
 	check(err)
 	check(w.Start(ctx))
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 50, TaskCheckInterval: worker.TaskCheckIntervalDefault,
@@ -242,8 +277,10 @@ func countOK(got []arrival) int {
 	return n
 }
 
-// enqueue adds sc's jobs for tenant acme, posting to url; a tokens job
-// carries its tokens in its data and as its cost.
+// enqueue adds sc's jobs for tenant acme, posting to url, each naming the
+// upstream "api"; a tokens job carries its tokens in its data, and
+// reserves them rounded up to the next 100 (an upper estimate, as a
+// max_tokens is): the answer's cost_header corrects it to the tokens.
 func enqueue(ctx context.Context, st *store.Store, url string, sc scenario) {
 	rng := rand.New(rand.NewPCG(32, 1))
 	items := make([]store.Item, 0, 250)
@@ -264,7 +301,11 @@ func enqueue(ctx context.Context, st *store.Store, url string, sc scenario) {
 		}
 		data, _ := json.Marshal(map[string]int64{"tokens": tokens})
 		spec := job.Spec{Type: wire.TypeWebhook, URL: url + "/v1/call", Event: "bench.call", Payload: data}
-		items = append(items, store.Item{Type: wire.TypeWebhook, Body: spec.Canonical(), Cost: tokens})
+		reserve := tokens
+		if sc.tokens[1] > 0 {
+			reserve = (tokens + 99) / 100 * 100
+		}
+		items = append(items, store.Item{Type: wire.TypeWebhook, Body: spec.Canonical(), Cost: reserve, Upstreams: []string{"api"}})
 		if len(items) == cap(items) {
 			flush()
 		}

@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// upstream is a stand-in API on loopback that enforces one fixed-window
+// standIn is a stand-in API on loopback that enforces one fixed-window
 // quota and reports it on every answer, in one of three header shapes,
 // answering 429 (with the same headers) past it. A request costs 1, or
 // for a tokens quota the "tokens" of the webhook's data.
-type upstream struct {
+type standIn struct {
 	srv     *httptest.Server
 	shape   string // "x-ratelimit" | "openai-tokens" | "github"
 	limit   int64  // per window
@@ -37,13 +37,13 @@ type arrival struct {
 
 // newUpstream starts an upstream whose first window starts at start with
 // used of its quota already used.
-func newUpstream(shape string, limit int64, window, latency time.Duration, start time.Time, used int64) *upstream {
-	u := &upstream{shape: shape, limit: limit, window: window, latency: latency, start: start, used: used}
+func newUpstream(shape string, limit int64, window, latency time.Duration, start time.Time, used int64) *standIn {
+	u := &standIn{shape: shape, limit: limit, window: window, latency: latency, start: start, used: used}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	return u
 }
 
-func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+func (u *standIn) serve(w http.ResponseWriter, r *http.Request) {
 	units := int64(1)
 	if u.shape == "openai-tokens" {
 		var body struct {
@@ -97,7 +97,7 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // snapshot returns the answered requests so far.
-func (u *upstream) snapshot() []arrival {
+func (u *standIn) snapshot() []arrival {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]arrival(nil), u.arrived...)

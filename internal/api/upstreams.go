@@ -59,6 +59,15 @@ type upstreamRuntimeView struct {
 	// Running is the jobs naming the upstream running under its
 	// concurrency now (0 for an upstream without one).
 	Running int64 `json:"running"`
+	// Quota is the last quota the upstream's answers reported, while it
+	// paces the upstream (pause_scope upstream, pacing headers) and has
+	// not reset; null otherwise. Its in_flight is what the coordinator
+	// handed out since the reporting request was sent.
+	Quota *quotaView `json:"quota"`
+	// PacedRate is the rate pacing by Quota holds the upstream to now, in
+	// cost units per second (0: nothing left before the reset); null when
+	// pacing does not bind.
+	PacedRate *float64 `json:"paced_rate"`
 }
 
 // upstreamViewOf is rec's view.
@@ -171,13 +180,25 @@ func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstrea
 			waiting[tn] = n
 		}
 	}
-	return &upstreamRuntimeView{EffectiveRate: 1e6 / float64(rt.EffectiveIntervalUS), Tokens: rt.Tokens,
+	v := &upstreamRuntimeView{EffectiveRate: 1e6 / float64(rt.EffectiveIntervalUS), Tokens: rt.Tokens,
 		WaitingByTenant: waiting, Running: rt.Running}
+	if q := rt.Quota; q != nil {
+		v.Quota = &quotaView{Remaining: q.Remaining, ResetAt: timeString(q.ResetAt), Unit: q.Unit,
+			SourceHeader: q.Source, InFlight: q.InFlight}
+		if q.Limit > 0 {
+			v.Quota.Limit = &q.Limit
+		}
+	}
+	if rt.Paced {
+		rate := rt.PacedRate
+		v.PacedRate = &rate
+	}
+	return v
 }
 
 // putUpstream is PUT /v1/upstreams/{name} (admin keys): the body
 // (upstream.Config JSON: rate, burst, concurrency, adaptive, pause_scope,
-// cost_header; unset fields take their defaults) replaces the upstream's
+// cost_header, pacing; unset fields take their defaults) replaces the upstream's
 // configuration; its pause and state are kept. Optional If-Match: the
 // version ("u3", or 3; 0 = the upstream must not exist yet; * = any); a
 // stale one is 412, a malformed one 400. 422 lists every problem of the

@@ -20,15 +20,16 @@ tenants:
   acme: {upstreams: []}
 upstreams:
   sms-account-7: {rate: 100/s, burst: 10, pause_scope: upstream}
-  llm-org: {rate: 90000/m, cost_header: X-Usage-Tokens, adaptive: true, concurrency: 8}
+  llm-org: {rate: 90000/m, cost_header: X-Usage-Tokens, adaptive: true, concurrency: 8, pacing: "off"}
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]upstream.Config{
-		"sms-account-7": {Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 10, PauseScope: upstream.ScopeUpstream},
+		"sms-account-7": {Rate: bucket.Rate{Tokens: 100, Per: time.Second}, Burst: 10, PauseScope: upstream.ScopeUpstream,
+			Pacing: upstream.PacingHeaders},
 		"llm-org": {Rate: bucket.Rate{Tokens: 90000, Per: time.Minute}, Burst: 1, Concurrency: 8, Adaptive: true,
-			PauseScope: upstream.ScopeTenant, CostHeader: "X-Usage-Tokens"},
+			PauseScope: upstream.ScopeTenant, CostHeader: "X-Usage-Tokens", Pacing: upstream.PacingOff},
 	}
 	if len(c.Upstreams) != len(want) {
 		t.Fatalf("upstreams = %+v", c.Upstreams)
@@ -52,11 +53,11 @@ defaults: {upstreams: [a, a]}
 upstreams:
   "bad:name": {rate: 1/s}
   noburst: {rate: 1/s, burst: -1, concurrency: -2}
-  scope: {rate: 1/s, pause_scope: everyone, cost_header: "X Bad"}
+  scope: {rate: 1/s, pause_scope: everyone, cost_header: "X Bad", pacing: slow}
   norate: {burst: 2}
 `)
 	want := []string{"defaults.upstreams[1]", `upstreams."bad:name"`, "upstreams.noburst.burst", "upstreams.noburst.concurrency",
-		"upstreams.norate.rate", "upstreams.scope.cost_header", "upstreams.scope.pause_scope"}
+		"upstreams.norate.rate", "upstreams.scope.cost_header", "upstreams.scope.pacing", "upstreams.scope.pause_scope"}
 	if got := problemFields(t, err); !slices.Equal(got, want) {
 		t.Errorf("problems = %v\nwant %v\n(%v)", got, want, err)
 	}

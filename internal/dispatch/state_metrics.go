@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/tuning"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -64,6 +65,21 @@ type StateSource interface {
 
 var _ StateSource = (*store.Store)(nil)
 
+// UpstreamQuotaSource is what the collector reads for
+// sluice_upstream_quota_remaining when its StateSource has it (the Store
+// does): the quotas in force that pace the first limit upstreams by name
+// (quota.Registry.UpstreamQuotas).
+type UpstreamQuotaSource interface {
+	UpstreamQuotas(ctx context.Context, limit int) (map[string]quota.UpstreamQuota, error)
+}
+
+var _ UpstreamQuotaSource = (*store.Store)(nil)
+
+// MaxLabeledUpstreams bounds the upstream label of
+// sluice_upstream_quota_remaining: the first upstreams by name, at most
+// this many.
+const MaxLabeledUpstreams = 100
+
 // StateCollector is a Prometheus collector that reads Sluice's state from
 // Redis at scrape time: per labeled tenant its backlog, running jobs, dead
 // letters, pause state, configured and effective rate, oldest job's age
@@ -85,7 +101,7 @@ type StateCollector struct {
 	costFactor              int
 
 	backlog, running, dead, paused, rate, effRate, paced, oldest, drain *prometheus.Desc
-	inflight, capacity, queueSize                                       *prometheus.Desc
+	inflight, capacity, queueSize, upQuota                              *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*StateCollector)(nil)
@@ -109,12 +125,15 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 		inflight:  prometheus.NewDesc("sluice_inflight_jobs", "Jobs released or running, over every shard.", nil, nil),
 		capacity:  prometheus.NewDesc("sluice_worker_capacity", "Sum of the live workers' concurrency (heartbeats).", nil, nil),
 		queueSize: prometheus.NewDesc("sluice_asynq_queue_tasks", "Tasks in the asynq queues Sluice feeds, by queue and state.", []string{"queue", "state"}, nil),
+		upQuota: prometheus.NewDesc("sluice_upstream_quota_remaining",
+			"The remaining quota an upstream's answers last reported (requests or tokens), while it paces the upstream (pause_scope upstream, pacing headers) and has not reset; the first 100 upstreams by name.",
+			[]string{"upstream", "unit"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.paced, c.oldest, c.drain, c.inflight, c.capacity, c.queueSize} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.running, c.dead, c.paused, c.rate, c.effRate, c.paced, c.oldest, c.drain, c.inflight, c.capacity, c.queueSize, c.upQuota} {
 		ch <- d
 	}
 }
@@ -133,6 +152,24 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(n))
 	}
 	c.queueMetrics(ctx, ch)
+	c.upstreamQuotas(ctx, ch)
+}
+
+// upstreamQuotas sends sluice_upstream_quota_remaining for each paced
+// upstream with a quota in force (UpstreamQuotaSource).
+func (c *StateCollector) upstreamQuotas(ctx context.Context, ch chan<- prometheus.Metric) {
+	src, ok := c.src.(UpstreamQuotaSource)
+	if !ok {
+		return
+	}
+	qs, err := src.UpstreamQuotas(ctx, MaxLabeledUpstreams)
+	if err != nil {
+		c.log.Warn("state metrics: upstream quotas", "err", err)
+		return
+	}
+	for name, q := range qs {
+		ch <- prometheus.MustNewConstMetric(c.upQuota, prometheus.GaugeValue, float64(q.Remaining), name, q.Unit)
+	}
 }
 
 // asynqStates are the states of asynq v0.26's per-queue keys

@@ -10,7 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/bucket"
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -61,5 +64,47 @@ func TestStateCollectorPacedRate(t *testing.T) {
 	want := 5 * (1 - store.PaceMargin) / 3600 // 5 left over an hour, less the margin
 	if len(got) != 1 || math.Abs(got["acme"]-want) > want/100 {
 		t.Fatalf("sluice_tenant_paced_rate = %v, want acme ≈ %v only", got, want)
+	}
+}
+
+// An upstream paced by a reported quota has a remaining series; one with
+// pacing off, or none reported, has none.
+func TestStateCollectorUpstreamQuota(t *testing.T) {
+	t.Parallel()
+	rdb, _, st := realStore(t, 1, 0)
+	ctx := context.Background()
+	for name, pacing := range map[string]string{"gh": upstream.PacingHeaders, "quiet": upstream.PacingHeaders, "off": upstream.PacingOff} {
+		cfg := upstream.Config{Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 1, PauseScope: upstream.ScopeUpstream, Pacing: pacing}
+		if _, err := st.PutUpstream(ctx, name, cfg, quota.SourceAPI, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := &wire.Quota{Unit: wire.QuotaRequests, Remaining: 42, Limit: 5000, ResetIn: time.Hour, Source: "X-RateLimit-Remaining"}
+	for _, name := range []string{"gh", "off"} {
+		if _, err := st.UpstreamAnswer(ctx, name, q, time.Now(), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_upstream_quota_remaining" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["upstream"]+"/"+labels["unit"]] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != 1 || got["gh/requests"] != 42 {
+		t.Fatalf("sluice_upstream_quota_remaining = %v, want gh/requests 42 only", got)
 	}
 }

@@ -4,8 +4,9 @@
 // delete.go) — and each upstream's coordinator, which hands the shards
 // consecutive segments of the upstream's calendar (grant.go; aligned
 // segments for jobs naming several upstreams: align.go), adapts its rate
-// (adapt.go), corrects its calendar by the real cost of calls (charge.go)
-// and keeps the concurrency leases of the jobs running under it (run.go).
+// (adapt.go), corrects its calendar by the real cost of calls (charge.go),
+// paces it by the quota its answers report (pacing.go) and keeps the
+// concurrency leases of the jobs running under it (run.go).
 // Enqueue and the workers read an upstream's settings through a Cache
 // (settings.go). The configuration itself — defaults, validation, the
 // scripts' integers — is internal/upstream's; the shards' side (a
@@ -18,11 +19,15 @@
 //     slot {u:<name>}, apart from every shard's: no script touches both.
 //   - An upstream's keys carry {u:<name>} and only upstream_grant.lua
 //     touches them, besides the registry's writes and deletes,
-//     upstream_charge.lua's tat, upstream_adapt.lua's rf and
+//     upstream_charge.lua's tat, upstream_adapt.lua's rf,
+//     upstream_quota.lua's reported quota (qu, qr, ql, qt, qh, qs, qf; the
+//     grant adds to qf and writes qi: pacing.go) and
 //     upstream_run.lua's leases in <p>:{u:N}:run (a ZSET whose TTL follows
 //     its latest lease: at most concurrency leases in force after every
 //     acquire, a lease in force = expiry > now, a lower concurrency revokes
 //     none). A pass reads only its shard's copy of what a grant said.
+//   - Pacing (pacing.go) only ever lengthens the interval a grant round
+//     uses (T' ≥ T) and caps its units, so the bound below holds paced.
 //   - The bound B + R·Δ + 1 holds across shards because (a) the coordinator
 //     hands out consecutive, disjoint ranges of the upstream's virtual
 //     calendar (its tat only grows), and (b) a shard releases a job of cost

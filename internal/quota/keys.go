@@ -11,7 +11,7 @@ import (
 // slot, apart from every shard's:
 //
 //	<p>:upstreams                  ZSET   every registered upstream name at score 0 (not slot-tagged; registry.go)
-//	<p>:{u:N}:u                    HASH   one upstream: cfg, p, v, src, pu, pr (registry.go), tat … (the coordinator), rf (adapt.go)
+//	<p>:{u:N}:u                    HASH   one upstream: cfg, p, v, src, pu, pr (registry.go), tat … (the coordinator), rf (adapt.go), qu qr ql qt qh qs qf qi (pacing.go)
 //	<p>:{u:N}:cal                  HASH   shard → "wanted weight unit expires vf": demand registered (lua/upstream_grant.lua)
 //	<p>:{u:N}:g                    HASH   shard → "t0 ceil …": segments granted, waiting for the shard's next call
 //	<p>:{u:N}:run                  ZSET   "<job id>:<gen>" → lease expiry µs: the jobs running under its concurrency (lua/upstream_run.lua)

@@ -29,7 +29,7 @@ func TestPutUpstreamVersions(t *testing.T) {
 		t.Fatalf("create: version %d, %v; want 1", v, err)
 	}
 	rec := e.upstream("sms")
-	want := upstream.Config{Rate: bucket.Rate{Tokens: 20, Per: time.Second}, Burst: 1, PauseScope: upstream.ScopeTenant}
+	want := upstream.Config{Rate: bucket.Rate{Tokens: 20, Per: time.Second}, Burst: 1, PauseScope: upstream.ScopeTenant, Pacing: upstream.PacingHeaders}
 	if rec.Config != want || rec.Version != 1 || rec.Source != SourceAPI || !rec.PausedUntil.IsZero() || rec.PauseReason != "" {
 		t.Fatalf("record = %+v", rec)
 	}

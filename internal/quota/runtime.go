@@ -35,6 +35,15 @@ type UpstreamRuntime struct {
 	// Running is the jobs naming the upstream that run under its
 	// concurrency now (leases in force, UpstreamRunning); 0 without one.
 	Running int64
+	// Quota is the quota the upstream's answers reported last, while it is
+	// in force (before its reset) and paces the upstream (pause_scope
+	// upstream, pacing headers); nil otherwise.
+	Quota *UpstreamQuota
+	// Paced is true while Quota holds the upstream below its effective
+	// rate; PacedRate is then that rate, cost units per second (0: nothing
+	// is left before the reset).
+	Paced     bool
+	PacedRate float64
 }
 
 // UpstreamRuntime reads upstream name's runtime: its hash (one HMGET in its
@@ -46,7 +55,8 @@ func (q *Registry) UpstreamRuntime(ctx context.Context, name string) (UpstreamRu
 	if err := CheckName(name); err != nil {
 		return UpstreamRuntime{}, fmt.Errorf("read upstream runtime: %w", err)
 	}
-	v, err := q.rdb.HMGet(ctx, q.keys.upstream(name), "p", "cfg", "tat", "pu", "rf").Result()
+	v, err := q.rdb.HMGet(ctx, q.keys.upstream(name), "p", "cfg", "tat", "pu", "rf",
+		"qu", "qr", "ql", "qt", "qf", "qh").Result()
 	if err != nil {
 		return UpstreamRuntime{}, fmt.Errorf("read upstream %q: %w", name, err)
 	}
@@ -78,6 +88,16 @@ func (q *Registry) UpstreamRuntime(ctx context.Context, name string) (UpstreamRu
 	}
 	rt.Now, rt.TAT, rt.PausedUntil = redisscript.MicrosTime(now), redisscript.MicrosTime(tat), redisscript.MicrosTime(pu)
 	rt.Tokens = min(max((now+p.Burst*iv-max(tat, now))/iv, 0), p.Burst)
+	if qv := quotaOf(v[5:], now); p.Paced() && qv != nil {
+		rt.Quota = qv
+		start := redisscript.MicrosTime(max(tat, now, pu))
+		switch piv := pacedInterval(*qv, iv, start); {
+		case piv < 0:
+			rt.Paced = true
+		case piv > 0:
+			rt.Paced, rt.PacedRate = true, 1e6/float64(piv)
+		}
+	}
 	return rt, nil
 }
 

@@ -26,6 +26,8 @@ var (
 	luaUpstreamCharge string
 	//go:embed lua/upstream_run.lua
 	luaUpstreamRun string
+	//go:embed lua/upstream_quota.lua
+	luaUpstreamQuota string
 )
 
 var (
@@ -38,6 +40,8 @@ var (
 	scriptUpstreamGrant  = redisscript.NewClocked("upstream_grant", luaUpstreamGrant)
 	scriptUpstreamAdapt  = redisscript.NewClocked("upstream_adapt", luaUpstreamAdapt)
 	scriptUpstreamCharge = redisscript.NewClocked("upstream_charge", luaUpstreamCharge)
+	// Pacing by the quota the upstream's answers report (issue #32).
+	scriptUpstreamQuota = redisscript.NewClocked("upstream_quota", luaUpstreamQuota)
 	// The concurrency leases of the jobs running under the upstream.
 	scriptUpstreamRun = redisscript.NewClocked("upstream_run", luaUpstreamRun)
 )

@@ -217,3 +217,31 @@ func TestPacingRejectsBadQuota(t *testing.T) {
 		}
 	}
 }
+
+// A tokens quota counts the tokens an answer reports (cost_header): a job
+// reserved at 100 that used 300 moves what is in flight by 200, one that
+// used 40 by −60.
+func TestPacingTokensCountCorrections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst = 1_000, 1000 })) // 1 000 tokens/s
+	items := batchOf(3, "t")
+	for i := range items {
+		items[i].Cost = 100
+	}
+	e.enqueue("acme", items...)
+	jobs := e.inFlight("acme", 3)
+	e.finish(jobs[0].ID, jobs[0].Gen, reported(wire.Quota{Unit: wire.QuotaTokens, Remaining: 5000, ResetIn: time.Minute,
+		Source: "x-ratelimit-remaining-tokens"}), FinishConfig{})
+	if got := e.state("acme").Quota.InFlight; got != 200 {
+		t.Fatalf("in flight at the report %d, want 200 (two jobs of 100)", got)
+	}
+	for i, c := range []struct{ actual, want int64 }{{300, 400}, {40, 340}} {
+		o := succeeded
+		o.ActualCost = c.actual
+		e.finish(jobs[i+1].ID, jobs[i+1].Gen, o, FinishConfig{})
+		if got := e.state("acme").Quota.InFlight; got != c.want {
+			t.Fatalf("after a job of 100 that used %d: in flight %d, want %d", c.actual, got, c.want)
+		}
+	}
+}

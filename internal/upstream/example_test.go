@@ -25,17 +25,18 @@ func ExampleConfig_Params() {
 	fmt.Println(string(v))
 	// Output:
 	// {"iv":10000,"b":10,"c":0,"a":0,"s":1}
-	// {"rate":"100/s","burst":10,"concurrency":0,"adaptive":false,"pause_scope":"upstream","cost_header":""}
+	// {"rate":"100/s","burst":10,"concurrency":0,"adaptive":false,"pause_scope":"upstream","cost_header":"","pacing":"headers"}
 }
 
 // Validate lists every problem at once, each naming its field.
 func ExampleConfig_Validate() {
-	err := upstream.Config{Burst: -1, PauseScope: "everyone"}.Validate()
+	err := upstream.Config{Burst: -1, PauseScope: "everyone", Pacing: "slow"}.Validate()
 	fmt.Println(err)
 	// Output:
 	// rate: must be set (N/s, N/m or N/h)
 	// burst: must be 1 … 1000000, got -1
 	// pause_scope: must be "tenant" or "upstream", got "everyone"
+	// pacing: must be "headers" or "off", got "slow"
 }
 
 // The upstreams a job names: one problem per item.

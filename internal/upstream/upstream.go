@@ -2,7 +2,8 @@
 // account at a third-party API that every tenant's jobs naming it share —
 // its rate and burst, an optional concurrency, adaptive rate, how a
 // throttled answer pauses (pause_scope) and the header that reports a
-// call's real cost (cost_header). It holds the configuration, its defaults,
+// call's real cost (cost_header), and whether the quota its answers report
+// in headers paces it (pacing, issue #32). It holds the configuration, its defaults,
 // validation, the integers the store's scripts take (Params), the rule for
 // upstream names and the most upstreams one job may name.
 //
@@ -55,6 +56,18 @@ const (
 	ScopeUpstream = "upstream"
 )
 
+// The values of pacing (issue #32).
+const (
+	// PacingHeaders paces the upstream by the quota its answers report in
+	// headers (the default); only an upstream whose pause_scope is
+	// upstream is paced as one (for every tenant); with pause_scope tenant
+	// the quota paces each tenant by its own policy's pacing.
+	PacingHeaders = "headers"
+	// PacingOff ignores the reported quota.
+	PacingOff     = "off"
+	PacingDefault = PacingHeaders
+)
+
 // Config is one upstream as the configuration's `upstreams.<name>` entry
 // and the body of PUT /v1/upstreams/{name} write it. Zero fields take their
 // defaults (WithDefaults). JSON and YAML use the snake_case names below;
@@ -79,6 +92,11 @@ type Config struct {
 	// integer), used to correct the job's reserved cost; "" (the default)
 	// is none. An HTTP header name, at most MaxCostHeaderLen bytes.
 	CostHeader string `json:"cost_header,omitempty" yaml:"cost_header"`
+	// Pacing is PacingHeaders (the default) or PacingOff: whether the quota
+	// the upstream's answers report in headers (webhook.PaceQuota) paces
+	// the upstream — its coordinator spreads what is left over the time to
+	// the reset (internal/quota) — when PauseScope is ScopeUpstream.
+	Pacing string `json:"pacing,omitempty" yaml:"pacing"`
 }
 
 // WithDefaults returns c with every zero field that has a default set.
@@ -88,6 +106,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PauseScope == "" {
 		c.PauseScope = PauseScopeDefault
+	}
+	if c.Pacing == "" {
+		c.Pacing = PacingDefault
 	}
 	return c
 }
@@ -109,8 +130,9 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // set with an emission interval of 1 µs … MaxIntervalUS; burst in
 // 1 … MaxBurst; concurrency in 0 … MaxConcurrency; pause_scope "tenant" or
 // "upstream"; cost_header empty or an HTTP header name of at most
-// MaxCostHeaderLen bytes. Call it on WithDefaults' result: a zero burst or
-// pause_scope is a problem here.
+// MaxCostHeaderLen bytes; pacing "headers" or "off". Call it on
+// WithDefaults' result: a zero burst, pause_scope or pacing is a problem
+// here.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(field, format string, args ...any) {
@@ -136,6 +158,9 @@ func (c Config) Validate() error {
 	if h := c.CostHeader; h != "" && (len(h) > MaxCostHeaderLen || !headerName(h)) {
 		add("cost_header", "must be an HTTP header name of at most %d bytes", MaxCostHeaderLen)
 	}
+	if c.Pacing != PacingHeaders && c.Pacing != PacingOff {
+		add("pacing", "must be %q or %q, got %q", PacingHeaders, PacingOff, c.Pacing)
+	}
 	return errors.Join(errs...)
 }
 
@@ -147,20 +172,26 @@ func headerName(s string) bool {
 }
 
 // Params are a Config in the integers the store's scripts take: the
-// registry hash's field `p`, JSON {"iv", "b", "c", "a", "s"} (bools as
-// 0 or 1).
+// registry hash's field `p`, JSON {"iv", "b", "c", "a", "s", "np"} (bools
+// as 0 or 1; "np" is 1 for pacing off, so a p written before the field
+// existed reads as the default, pacing by headers).
 type Params struct {
 	IntervalUS    int64 // T: µs per cost unit (bucket.Rate.IntervalMicros)
 	Burst         int64 // B, cost units
 	Concurrency   int64 // 0 = no bound
 	Adaptive      bool  // adaptive rate
 	ScopeUpstream bool  // pause_scope is "upstream"
+	NoPacing      bool  // pacing is "off"
 }
+
+// Paced reports whether the quota the upstream's answers report paces the
+// upstream itself (pacing headers and pause_scope upstream).
+func (p Params) Paced() bool { return p.ScopeUpstream && !p.NoPacing }
 
 // Params returns c's integers. c should be valid (WithDefaults, Validate).
 func (c Config) Params() Params {
 	return Params{IntervalUS: c.Rate.IntervalMicros(), Burst: c.Burst, Concurrency: c.Concurrency,
-		Adaptive: c.Adaptive, ScopeUpstream: c.PauseScope == ScopeUpstream}
+		Adaptive: c.Adaptive, ScopeUpstream: c.PauseScope == ScopeUpstream, NoPacing: c.Pacing == PacingOff}
 }
 
 type paramsJSON struct {
@@ -169,11 +200,14 @@ type paramsJSON struct {
 	C  int64 `json:"c"`
 	A  int64 `json:"a"`
 	S  int64 `json:"s"`
+	NP int64 `json:"np,omitempty"`
 }
 
-// MarshalJSON writes p as {"iv","b","c","a","s"}, every value an integer.
+// MarshalJSON writes p as {"iv","b","c","a","s","np"}, every value an
+// integer.
 func (p Params) MarshalJSON() ([]byte, error) {
-	return json.Marshal(paramsJSON{IV: p.IntervalUS, B: p.Burst, C: p.Concurrency, A: bit(p.Adaptive), S: bit(p.ScopeUpstream)})
+	return json.Marshal(paramsJSON{IV: p.IntervalUS, B: p.Burst, C: p.Concurrency, A: bit(p.Adaptive), S: bit(p.ScopeUpstream),
+		NP: bit(p.NoPacing)})
 }
 
 // UnmarshalJSON reads MarshalJSON's form.
@@ -182,7 +216,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return fmt.Errorf("decode upstream params: %w", err)
 	}
-	*p = Params{IntervalUS: v.IV, Burst: v.B, Concurrency: v.C, Adaptive: v.A == 1, ScopeUpstream: v.S == 1}
+	*p = Params{IntervalUS: v.IV, Burst: v.B, Concurrency: v.C, Adaptive: v.A == 1, ScopeUpstream: v.S == 1, NoPacing: v.NP == 1}
 	return nil
 }
 
@@ -202,13 +236,14 @@ type View struct {
 	Adaptive    bool   `json:"adaptive"`
 	PauseScope  string `json:"pause_scope"`
 	CostHeader  string `json:"cost_header"`
+	Pacing      string `json:"pacing"`
 }
 
 // View returns c's view, with c's defaults applied.
 func (c Config) View() View {
 	c = c.WithDefaults()
 	return View{Rate: c.Rate.String(), Burst: c.Burst, Concurrency: c.Concurrency,
-		Adaptive: c.Adaptive, PauseScope: c.PauseScope, CostHeader: c.CostHeader}
+		Adaptive: c.Adaptive, PauseScope: c.PauseScope, CostHeader: c.CostHeader, Pacing: c.Pacing}
 }
 
 // DecodeJSON reads one JSON object of Config from r, rejecting unknown

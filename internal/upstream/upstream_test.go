@@ -45,22 +45,22 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults", ok, nil},
 		{"every field", upstream.Config{Rate: rate(90000, time.Minute), Burst: 500, Concurrency: 8, Adaptive: true,
-			PauseScope: upstream.ScopeUpstream, CostHeader: "X-Usage-Tokens"}, nil},
-		{"slowest rate", upstream.Config{Rate: rate(1, time.Hour), Burst: 1, PauseScope: "tenant"}, nil},
-		{"largest burst", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst, PauseScope: "tenant"}, nil},
+			PauseScope: upstream.ScopeUpstream, CostHeader: "X-Usage-Tokens", Pacing: "headers"}, nil},
+		{"slowest rate", upstream.Config{Rate: rate(1, time.Hour), Burst: 1, PauseScope: "tenant", Pacing: "off"}, nil},
+		{"largest burst", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst, PauseScope: "tenant", Pacing: "off"}, nil},
 		{"no rate", upstream.Config{}.WithDefaults(), []string{"rate"}},
-		{"slower than 1/h", upstream.Config{Rate: rate(1, 2*time.Hour), Burst: 1, PauseScope: "tenant"}, []string{"rate"}},
-		{"zero burst without defaults", upstream.Config{Rate: rate(1, time.Second), PauseScope: "tenant"}, []string{"burst"}},
-		{"burst too large", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst + 1, PauseScope: "tenant"}, []string{"burst"}},
-		{"negative burst", upstream.Config{Rate: rate(1, time.Second), Burst: -1, PauseScope: "tenant"}, []string{"burst"}},
-		{"negative concurrency", upstream.Config{Rate: rate(1, time.Second), Burst: 1, Concurrency: -1, PauseScope: "tenant"}, []string{"concurrency"}},
-		{"concurrency too large", upstream.Config{Rate: rate(1, time.Second), Burst: 1, Concurrency: upstream.MaxConcurrency + 1, PauseScope: "tenant"}, []string{"concurrency"}},
-		{"bad scope", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "global"}, []string{"pause_scope"}},
-		{"header with a space", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", CostHeader: "X Usage"}, []string{"cost_header"}},
-		{"header with a colon", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", CostHeader: "X-Usage:"}, []string{"cost_header"}},
-		{"header too long", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", CostHeader: strings.Repeat("X", upstream.MaxCostHeaderLen+1)}, []string{"cost_header"}},
-		{"every problem at once", upstream.Config{Burst: -5, Concurrency: -1, PauseScope: "x", CostHeader: "é"},
-			[]string{"rate", "burst", "concurrency", "pause_scope", "cost_header"}},
+		{"slower than 1/h", upstream.Config{Rate: rate(1, 2*time.Hour), Burst: 1, PauseScope: "tenant", Pacing: "off"}, []string{"rate"}},
+		{"zero burst without defaults", upstream.Config{Rate: rate(1, time.Second), PauseScope: "tenant", Pacing: "off"}, []string{"burst"}},
+		{"burst too large", upstream.Config{Rate: rate(1, time.Second), Burst: upstream.MaxBurst + 1, PauseScope: "tenant", Pacing: "off"}, []string{"burst"}},
+		{"negative burst", upstream.Config{Rate: rate(1, time.Second), Burst: -1, PauseScope: "tenant", Pacing: "off"}, []string{"burst"}},
+		{"negative concurrency", upstream.Config{Rate: rate(1, time.Second), Burst: 1, Concurrency: -1, PauseScope: "tenant", Pacing: "off"}, []string{"concurrency"}},
+		{"concurrency too large", upstream.Config{Rate: rate(1, time.Second), Burst: 1, Concurrency: upstream.MaxConcurrency + 1, PauseScope: "tenant", Pacing: "off"}, []string{"concurrency"}},
+		{"bad scope", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "global", Pacing: "headers"}, []string{"pause_scope"}},
+		{"header with a space", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", Pacing: "off", CostHeader: "X Usage"}, []string{"cost_header"}},
+		{"header with a colon", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", Pacing: "off", CostHeader: "X-Usage:"}, []string{"cost_header"}},
+		{"header too long", upstream.Config{Rate: rate(1, time.Second), Burst: 1, PauseScope: "tenant", Pacing: "off", CostHeader: strings.Repeat("X", upstream.MaxCostHeaderLen+1)}, []string{"cost_header"}},
+		{"every problem at once", upstream.Config{Burst: -5, Concurrency: -1, PauseScope: "x", CostHeader: "é", Pacing: "on"},
+			[]string{"rate", "burst", "concurrency", "pause_scope", "cost_header", "pacing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -116,8 +116,22 @@ func TestParams(t *testing.T) {
 		t.Errorf("round trip = %+v, %v", back, err)
 	}
 	tenant := upstream.Config{Rate: rate(3, time.Second), Burst: 1, PauseScope: upstream.ScopeTenant}.Params()
-	if tenant.IntervalUS != 333_334 || tenant.ScopeUpstream || tenant.Adaptive {
+	if tenant.IntervalUS != 333_334 || tenant.ScopeUpstream || tenant.Adaptive || tenant.Paced() {
 		t.Errorf("Params of 3/s tenant scope = %+v", tenant)
+	}
+	// Pacing: headers paces an upstream-scope upstream; off is "np": 1,
+	// and a p without "np" (written before the field) reads as headers.
+	paced := upstream.Config{Rate: rate(3, time.Second), Burst: 1, PauseScope: upstream.ScopeUpstream, Pacing: upstream.PacingHeaders}.Params()
+	off := upstream.Config{Rate: rate(3, time.Second), Burst: 1, PauseScope: upstream.ScopeUpstream, Pacing: upstream.PacingOff}.Params()
+	if !paced.Paced() || off.Paced() || !off.NoPacing {
+		t.Errorf("Params paced %+v, off %+v", paced, off)
+	}
+	if b, _ := json.Marshal(off); !strings.Contains(string(b), `"np":1`) {
+		t.Errorf("pacing off = %s, want np 1", b)
+	}
+	var old upstream.Params
+	if err := json.Unmarshal([]byte(`{"iv":10,"b":1,"c":0,"a":0,"s":1}`), &old); err != nil || !old.Paced() {
+		t.Errorf("p without np = %+v, %v; want paced", old, err)
 	}
 }
 
@@ -125,12 +139,12 @@ func TestViewAndDecode(t *testing.T) {
 	t.Parallel()
 	c := upstream.Config{Rate: rate(90000, time.Minute), CostHeader: "X-Usage-Tokens"}
 	v := c.View()
-	want := upstream.View{Rate: "90000/m", Burst: 1, PauseScope: "tenant", CostHeader: "X-Usage-Tokens"}
+	want := upstream.View{Rate: "90000/m", Burst: 1, PauseScope: "tenant", CostHeader: "X-Usage-Tokens", Pacing: "headers"}
 	if v != want {
 		t.Fatalf("View = %+v, want %+v", v, want)
 	}
 	b, _ := json.Marshal(v)
-	if string(b) != `{"rate":"90000/m","burst":1,"concurrency":0,"adaptive":false,"pause_scope":"tenant","cost_header":"X-Usage-Tokens"}` {
+	if string(b) != `{"rate":"90000/m","burst":1,"concurrency":0,"adaptive":false,"pause_scope":"tenant","cost_header":"X-Usage-Tokens","pacing":"headers"}` {
 		t.Errorf("View JSON = %s", b)
 	}
 	back, err := upstream.DecodeJSON(strings.NewReader(string(b)))

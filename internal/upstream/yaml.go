@@ -20,6 +20,7 @@ type configYAML struct {
 	Adaptive    bool     `yaml:"adaptive"`
 	PauseScope  string   `yaml:"pause_scope"`
 	CostHeader  string   `yaml:"cost_header"`
+	Pacing      string   `yaml:"pacing"`
 }
 
 // UnmarshalYAML implements yaml.v3's older Unmarshaler, whose unmarshal
@@ -39,7 +40,7 @@ func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
 		return err
 	}
 	*c = Config{Rate: bucket.Rate(m.Rate), Burst: m.Burst, Concurrency: m.Concurrency, Adaptive: m.Adaptive,
-		PauseScope: m.PauseScope, CostHeader: m.CostHeader}
+		PauseScope: m.PauseScope, CostHeader: m.CostHeader, Pacing: m.Pacing}
 	return nil
 }
 

@@ -102,7 +102,10 @@
 // attempt's actual cost from the response header its upstreams name; the
 // finish corrects the tenant's TAT, and after a finish that was not stale
 // CorrectUpstreams charges the same difference to each upstream the job
-// names (store.ChargeUpstream).
+// names (store.ChargeUpstream). Pacing per upstream (upstreams.go): the
+// quota an answer reports to a job naming an upstream with pause_scope
+// upstream and pacing headers goes to that upstream (UpstreamAnswer, with
+// the attempt's cost correction), not to the tenant's finish.
 //
 // # Circuits
 //

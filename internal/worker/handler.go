@@ -223,11 +223,17 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	fcfg := store.FinishConfigOf(w.Settings())
 	scoped := w.scopedUpstreams(fctx, job, outcome)
 	fcfg.UpstreamScope = len(scoped) > 0
-	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, outcome, fcfg)
+	paced := w.pacedUpstreams(fctx, job)
+	fo := outcome
+	if len(paced) > 0 {
+		fo.Quota = nil // the paced upstreams' quota, not the tenant's
+	}
+	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, fo, fcfg)
 	if err == nil {
 		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
 		w.adaptUpstreams(fctx, job, outcome, fcfg)
 	}
+	w.answerUpstreams(fctx, job, paced, outcome, err == nil)
 	if errors.Is(err, store.ErrStale) {
 		// Nothing to retry: the lease was swept before the finish (the job
 		// runs again), or the call was re-sent after its reply was lost

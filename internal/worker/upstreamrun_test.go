@@ -45,6 +45,10 @@ func (s *leaseSource) UpstreamOutcome(context.Context, string, bool, time.Time, 
 	return 0, 0, nil
 }
 
+func (s *leaseSource) UpstreamAnswer(context.Context, string, *wire.Quota, time.Time, int64, int64) (bool, error) {
+	return false, nil
+}
+
 func (s *leaseSource) AcquireUpstreamRun(_ context.Context, name, holder string, _ time.Duration) (bool, error) {
 	s.record("acquire " + name + " " + holder)
 	return true, nil

@@ -10,13 +10,15 @@ import (
 )
 
 // UpstreamRates is what a Worker needs to apply an upstream's pause_scope
-// adaptive rate and concurrency (issue #15): its settings (read through the Worker's
+// adaptive rate, concurrency and pacing (issues #15, #32): its settings (read through the Worker's
 // UpstreamCache), its pause (pu = max(pu, until), reason) and its rate
-// factor's feedback, and its concurrency leases.
+// factor's feedback, its concurrency leases, and the quota its answers
+// report.
 type UpstreamRates interface {
 	UpstreamSettings(ctx context.Context, names []string) ([]quota.UpstreamSettings, error)
 	PauseUpstream(ctx context.Context, name string, until time.Time, reason string) error
 	UpstreamOutcome(ctx context.Context, name string, congested bool, slot time.Time, cfg quota.AdaptConfig) (int64, time.Duration, error)
+	UpstreamAnswer(ctx context.Context, name string, q *wire.Quota, sent time.Time, cost, delta int64) (bool, error)
 	// The concurrency leases (upstreamrun.go).
 	AcquireUpstreamRun(ctx context.Context, name, holder string, life time.Duration) (bool, error)
 	ReleaseUpstreamRun(ctx context.Context, name, holder string) error
@@ -107,6 +109,49 @@ func (w *Worker) adaptUpstreams(ctx context.Context, job store.ClaimedJob, o wir
 		}
 		if _, _, err := w.cfg.UpstreamRates.UpstreamOutcome(ctx, name, congested, job.Slot, cfg.Adapt()); err != nil {
 			w.cfg.Logger.Warn("adapt upstream rate failed", "upstream", name, "job", job.ID, "err", err)
+		}
+	}
+}
+
+// pacedUpstreams returns the upstreams of job that the quota its answers
+// report paces (pause_scope upstream, pacing headers:
+// upstream.Params.Paced): that quota is theirs, one for every tenant, and
+// not the tenant's. An upstream whose settings cannot be read now is left
+// out (the tenant's pacing, if any, sees the quota instead), logged.
+func (w *Worker) pacedUpstreams(ctx context.Context, job store.ClaimedJob) []string {
+	if w.cfg.UpstreamRates == nil || len(job.Upstreams) == 0 {
+		return nil
+	}
+	var paced []string
+	for _, name := range job.Upstreams {
+		st, err := w.upstreams.One(ctx, name)
+		if err != nil {
+			w.cfg.Logger.Warn("read upstream params; its quota is the tenant's", "upstream", name, "job", job.ID, "err", err)
+			continue
+		}
+		if st.Params.Paced() {
+			paced = append(paced, name)
+		}
+	}
+	return paced
+}
+
+// answerUpstreams hands each paced upstream of job (pacedUpstreams) what
+// the attempt's answer tells its pacing (quota.Registry.UpstreamAnswer):
+// the quota it reported and, when corrected (the finish recorded the
+// attempt), its cost correction, which a tokens quota counts. Errors are
+// logged: the upstream keeps pacing by what it knew.
+func (w *Worker) answerUpstreams(ctx context.Context, job store.ClaimedJob, paced []string, o wire.AttemptOutcome, corrected bool) {
+	var delta int64
+	if corrected && o.ActualCost > 0 && job.Cost > 0 {
+		delta = o.ActualCost - job.Cost
+	}
+	if o.Quota == nil && delta == 0 {
+		return
+	}
+	for _, name := range paced {
+		if _, err := w.cfg.UpstreamRates.UpstreamAnswer(ctx, name, o.Quota, job.Slot, job.Cost, delta); err != nil {
+			w.cfg.Logger.Warn("upstream quota not recorded", "upstream", name, "job", job.ID, "err", err)
 		}
 	}
 }

@@ -2,7 +2,7 @@
 // GET /v1/tenants/{t}/live), its recent attempts (from the same poll), policy (edit with If-Match: a conflict is
 // shown, never overwritten), pause/resume, its jobs by state, dead letters, secrets.
 import { call, get, enc } from './api.js';
-import { h, fmtNum, fmtSecs, fmtRate, badge, table, errorText, card } from './ui.js';
+import { h, fmtNum, fmtSecs, fmtRate, fmtQuota, badge, table, errorText, card } from './ui.js';
 import { newChart, draw, WINDOW_MS } from './chart.js';
 
 export function tenant(main, { me, arg: id }) {
@@ -71,14 +71,6 @@ function showView(ctx, t) {
   showCircuits(ctx, t.open_destinations || []);
   if (first) showPolicy(ctx);
   if (t.dead_letters !== ctx.dead) { ctx.dead = t.dead_letters; loadDead(ctx); }
-}
-
-// fmtQuota shows the quota the upstream last reported (pacing by quota
-// headers): what is left of it, its unit, its header and its reset.
-function fmtQuota(q) {
-  if (!q) return '–';
-  const of = q.limit == null ? '' : ` / ${fmtNum(q.limit)}`;
-  return `${fmtNum(q.remaining)}${of} ${q.unit} (${q.source_header}), reset ${new Date(q.reset_at).toISOString()}`;
 }
 
 // showCircuits shows the destinations the tenant's jobs wait for, their

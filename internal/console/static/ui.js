@@ -90,3 +90,12 @@ export const tenantColumns = [
   ['oldest job', (t) => fmtSecs(t.oldest_job_age_s), true],
   ['drain ETA', (t) => fmtSecs(t.drain_eta_s), true],
 ];
+
+// fmtQuota shows the quota an upstream last reported (pacing by quota
+// headers, on a tenant or an upstream): what is left of it, its unit, its
+// header and its reset.
+export function fmtQuota(q) {
+  if (!q) return '–';
+  const of = q.limit == null ? '' : ` / ${fmtNum(q.limit)}`;
+  return `${fmtNum(q.remaining)}${of} ${q.unit} (${q.source_header}), reset ${new Date(q.reset_at).toISOString()}`;
+}

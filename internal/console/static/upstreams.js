@@ -5,7 +5,7 @@
 // resume and delete for an admin key). Waiting and running jobs come from
 // the upstream's runtime state, "–" when the server has none.
 import { call, get, enc } from './api.js';
-import { h, fmtNum, table, errorText, card, tenantLink } from './ui.js';
+import { h, fmtNum, fmtRate, fmtQuota, table, errorText, card, tenantLink } from './ui.js';
 
 // pauseText is an upstream view's pause state in words.
 function pauseText(u) {
@@ -80,6 +80,8 @@ export function upstream(main, { me, arg }) {
       card('upstream-effective', 'effective rate', u.runtime ? `${fmtNum(u.runtime.effective_rate)}/s` : '–'),
       card('upstream-waiting-total', 'waiting jobs', fmtNum(waiting(u))),
       card('upstream-running', 'running / concurrency', `${u.runtime ? fmtNum(u.runtime.running) : '–'} / ${u.config.concurrency ? fmtNum(u.config.concurrency) : 'none'}`),
+      card('upstream-quota', 'reported quota left', fmtQuota(u.runtime && u.runtime.quota)),
+      card('upstream-paced', 'paced rate', u.runtime && u.runtime.paced_rate != null ? `${fmtRate(u.runtime.paced_rate)} ${u.runtime.quota ? u.runtime.quota.unit : ''}` : '–'),
       card('upstream-version', 'version', `${u.version} (${u.source})`));
     cfg.textContent = JSON.stringify(u.config, null, 2);
     const rows = u.runtime && u.runtime.waiting_by_tenant ? Object.entries(u.runtime.waiting_by_tenant).sort((a, b) => b[1] - a[1]) : [];

@@ -3,7 +3,8 @@
 -- upstream's own slot {u:<name>}. A standalone script (clock.lua, no
 -- lib.lua): no shard key.
 --
--- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, a, …), pu, tat, rf
+-- KEYS[1]  <p>:{u:N}:u    HASH  the upstream: p (params JSON: iv, b, a, s, np, …), pu, tat,
+--                                rf, the reported quota qu, qr, qt, qf (upstream_quota.lua), qi
 -- KEYS[2]  <p>:{u:N}:cal  HASH  shard → "wanted weight unit expires vf debt": registered demand
 -- KEYS[3]  <p>:{u:N}:g    HASH  shard → "t0 ceil t0 ceil …": segments granted, not picked up
 -- ARGV[1]  now µs (0 = Redis TIME)
@@ -19,7 +20,8 @@
 --          most this far past now
 -- Reply:   {'ok', now, iv, burst, pu, nx, segments, tat, aligned, turn}: the upstream's
 --          interval T (µs per cost unit; an adaptive upstream's effective
---          ⌈T·10⁶ / rf⌉, upstream_adapt.lua) and burst B, its pause end (0 =
+--          ⌈T·10⁶ / rf⌉, upstream_adapt.lua; a paced one's pace when slower,
+--          see Pacing below) and burst B, its pause end (0 =
 --          none), nx the earliest time the next grant round may give
 --          anything worth a call (TAT − H/2, pu − H, at least now), the caller's segments
 --          ("t0 ceil t0 ceil …", µs, '' = none: its pending ones and this
@@ -63,6 +65,20 @@
 -- (the reply's TAT feeds the next try).
 -- A call with an aligned request or probe and wanted 0 leaves the
 -- caller's registration as it was (a new one wants nothing).
+--
+-- Pacing by quota headers (issue #32; docs/dispatch.md): while a quota
+-- its answers reported is in force (pause_scope upstream, pacing headers:
+-- p.s = 1, p.np ≠ 1; qu > 0, now < qt = its reset) and the calendar's start
+-- s = max(TAT, now, pu) is before the reset, what is left is L = qr − qf
+-- (reported remaining less the units handed out since, in flight at the
+-- report included: upstream_quota.lua). L ≤ 0 grants nothing before the
+-- reset; else this call's segments are spaced by T' = max(T, ⌈(qt − s) /
+-- (L·(1 − MARGIN))⌉) — what is left spread over the time to the reset, a
+-- little early — and hand out at most L units (a registration whose unit
+-- no longer fits gets nothing before the reset). Every unit handed out
+-- before the reset (aligned segments': all) adds to qf; qi records T'.
+-- After the reset the configured interval again. The bound above holds
+-- with T' ≥ T.
 
 local NOW = clock(ARGV[1]) -- clock.lua
 local K_U, K_CAL, K_G = KEYS[1], KEYS[2], KEYS[3]
@@ -82,7 +98,7 @@ end
 local me = string.format('%d', shard)
 
 -- Read phase.
-local u = redis.call('HMGET', K_U, 'p', 'pu', 'tat', 'rf')
+local u = redis.call('HMGET', K_U, 'p', 'pu', 'tat', 'rf', 'qu', 'qr', 'qt', 'qf')
 if not u[1] then return {'not_found'} end
 local ok, p = pcall(cjson.decode, u[1])
 if not ok or type(p) ~= 'table' or type(p.iv) ~= 'number' or p.iv < 1 then return {'invalid'} end
@@ -93,6 +109,22 @@ if p.a == 1 and rf > 0 and rf < 1000000 then -- adaptive, cut: the effective int
   local q = math.floor(iv * 1000000 / rf)
   if q * rf < iv * 1000000 then q = q + 1 end
   iv = q
+end
+-- Pacing (see the header): PACE.left is what the quota has left (nil: not
+-- paced), PACE.hold the end of a hold (0: none), PACE.used the units handed
+-- out, PACE.qt the reset, PACE.short whether a registration's unit did not fit.
+local PACE = {MARGIN = 0.05, left = nil, hold = 0, used = 0, qt = 0, short = false} -- store.PaceMargin
+if p.s == 1 and p.np ~= 1 and (tonumber(u[5]) or 0) > 0 and (tonumber(u[7]) or 0) > NOW then
+  local qt = tonumber(u[7])
+  local s0 = math.max(tat, NOW, pu)
+  if s0 < qt then
+    PACE.left, PACE.qt = (tonumber(u[6]) or 0) - (tonumber(u[8]) or 0), qt
+    if PACE.left <= 0 then
+      PACE.hold = qt
+    else
+      iv = math.max(iv, math.ceil((qt - s0) / (PACE.left * (1 - PACE.MARGIN))))
+    end
+  end
 end
 local cal, order = {}, {}
 local raw = redis.call('HGETALL', K_CAL)
@@ -140,10 +172,13 @@ local aq = AC + math.max(math.max(0, AC - burst), math.ceil(ASPAN / iv)) -- the 
 local turn = (mine.debt == 0) and 1 or 0
 if AMODE == 2 and mine.debt > aq then
   aligned = 'turn'
-elseif AMODE == 2 and not (math.max(tat, NOW, pu) <= AX and AX <= NOW + AREACH) then
+elseif AMODE == 2 and not (math.max(tat, NOW, pu, PACE.hold) <= AX and AX <= NOW + AREACH) then
   aligned = 'late'
+elseif AMODE == 2 and PACE.left and aq > PACE.left then
+  aligned = 'late' -- the quota has not that much left before its reset
 elseif AMODE == 2 then
   local q = aq
+  if PACE.left then PACE.left, PACE.used = PACE.left - q, PACE.used + q end
   aligned = string.format('%d %d', AX, AX + q * iv)
   tat = AX + q * iv
   mine.vf = mine.vf + math.floor(q * 1000000 / mine.weight)
@@ -152,7 +187,7 @@ end
 
 -- The round.
 local granted = {} -- shard → {t0, ceil, …}
-local start = math.max(tat, NOW, pu)
+local start = math.max(tat, NOW, pu, PACE.hold)
 local limit = NOW + H
 if start < limit then
   local live, W = {}, 0
@@ -175,6 +210,12 @@ if start < limit then
     if e.wanted > 0 then q = math.max(e.unit, math.min(e.wanted, share)) end
     local pay = math.min(q, e.debt) -- aligned segments had it in advance (vf counted then)
     e.debt, q = e.debt - pay, q - pay
+    if PACE.left and start < PACE.qt then -- never more than the quota has left, nor less than a unit
+      q = math.min(q, math.max(PACE.left, 0))
+      if q < e.unit and e.wanted > 0 then q, PACE.short = 0, true end
+      local before = math.min(q, math.ceil((PACE.qt - start) / iv)) -- the units past the reset are the next window's
+      PACE.left, PACE.used = PACE.left - before, PACE.used + before
+    end
     if q > 0 then
       granted[e.shard] = granted[e.shard] or {}
       local g = granted[e.shard]
@@ -218,6 +259,10 @@ for s, text in pairs(others) do
 end
 if pending ~= '' then redis.call('HDEL', K_G, me) end
 redis.call('HSET', K_U, 'tat', string.format('%d', tat))
+if PACE.left then
+  redis.call('HSET', K_U, 'qi', string.format('%d', iv))
+  if PACE.used > 0 then redis.call('HINCRBY', K_U, 'qf', PACE.used) end
+end
 for _, k in ipairs({K_CAL, K_G}) do redis.call('PEXPIRE', k, math.ceil((TTL + H) / 1000) + 1000) end
 
 local v = nums(pending)
@@ -226,5 +271,8 @@ for _, x in ipairs(granted[me] or {}) do v[#v + 1] = x end
 -- (asking whenever one unit is free would cost a call per unit).
 -- A pause ending past a second from now (a manual one: 2^52) is asked about
 -- again within the second, so a resume is learnt without a call per D.
-local nx = math.max(NOW, tat - math.floor(H / 2), math.min(pu - H, NOW + 1000000))
+-- A quota too short for a unit is asked about again at its reset (or at the
+-- next report's news, within the second).
+if PACE.short and PACE.used == 0 then PACE.hold = PACE.qt end
+local nx = math.max(NOW, tat - math.floor(H / 2), math.min(math.max(pu, PACE.hold) - H, NOW + 1000000))
 return {'ok', NOW, iv, burst, pu, nx, fmt(v), tat, aligned, turn}

@@ -235,10 +235,18 @@ end
 -- the same quota window (a reset less than PACE_WINDOW after the recorded
 -- one) that leaves more than the recorded remaining is older news (an
 -- answer overtaken by a later one) and is ignored. lib.lua PACE.slot reads it.
+-- An attempt's cost correction (r.actual, cost_header) moves q_fly of a
+-- tokens quota in force by actual − reserved: the upstream counted the
+-- tokens the answer reports (for an attempt the report had counted already,
+-- this errs on the safe side until the next report).
 -- In lib.lua's table PACE: the scripts have few locals to spare.
 PACE.WINDOW = 1000000
 function PACE.observe(r, j, t, p)
-  if r.q_unit == 0 or p.pacing ~= 1 or UP_SCOPE then return end
+  if p.pacing ~= 1 or UP_SCOPE then return end
+  if r.actual > 0 and t.q_unit == 2 and t.q_reset > NOW then
+    t.q_fly = mmax(0, t.q_fly + r.actual - j.cost)
+  end
+  if r.q_unit == 0 then return end
   local reset = NOW + r.q_in
   if t.q_unit == r.q_unit and t.q_reset > NOW and reset < t.q_reset + PACE.WINDOW and r.q_rem >= t.q_rem then
     return
