@@ -91,6 +91,10 @@ else
 end
 -- The shard's secrets counter (field "#sv" of its policy hash, beside the
 -- policy epoch "#v"): workers re-read a tenant's secrets only when the
--- shard's pair moved (Store.SecretsVersion).
+-- shard's pair moved (Store.SettingsVersion). The policy epoch is renewed
+-- too, as policy_put.lua does: claims remember the secrets hashes they
+-- read per epoch (lib.lua signing_set).
+local v = rcall('HGET', K_POLICY, '#v') or ''
 rcall('HINCRBY', K_POLICY, '#sv', 1)
+rcall('HSET', K_POLICY, '#v', redis.sha1hex(v .. ':' .. istr(NOW) .. ':sec:' .. tn .. ':' .. op .. ':' .. id))
 return reply
