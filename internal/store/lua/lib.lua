@@ -202,9 +202,10 @@ local function signing_set(tn, p, out, remember)
   out[#out + 1] = p.unsigned == 1 and 1 or 0
   local known = remember and POLICY_RAW and POLICY_RAW.sec
   local all = known and known[tn]
+  if all == false then return out end -- known to hold none (remembered as false: no table kept)
   if not all then
     all = rcall('HGETALL', k_secrets(tn))
-    if known then known[tn], POLICY_RAW.n = all, POLICY_RAW.n + 1 end
+    if known then known[tn], POLICY_RAW.n = #all > 0 and all, POLICY_RAW.n + 1 end
   end
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 1) ~= '~' then
