@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,12 @@ import (
 //	redis-cpu-µs/job    the Redis server's CPU time (INFO cpu) over the
 //	                    three phases: steadier on a busy host
 //	pass-, claim-, finish-cmds/job and -redis-µs/job: the same per script
+//
+// Under scripts/hotpath-instructions -split, SLUICE_CALLGRIND_PID names the
+// redis-server that callgrind runs: after each phase of a timed round the
+// benchmark has callgrind dump its counts, named for the phase (pass,
+// claim, finish; the untimed enqueues: other), which the script sums per
+// script.
 func BenchmarkHotPathCost(b *testing.B) {
 	for _, mode := range []string{"single", "batch", "coalesced"} {
 		b.Run("mode="+mode, func(b *testing.B) { benchmarkHotPath(b, mode) })
@@ -56,7 +64,9 @@ func benchmarkHotPath(b *testing.B, mode string) {
 	b.ResetTimer()
 	for range b.N {
 		before := e.commandStats()
+		callgrindDump(b, "other")
 		res := e.pass(0, cfg)
+		callgrindDump(b, "pass")
 		passed := e.commandStats()
 		pass.add(passed.minus(before))
 		if len(res.Released) != tenants {
@@ -64,9 +74,11 @@ func benchmarkHotPath(b *testing.B, mode string) {
 		}
 		e.clock.Set(res.Released[len(res.Released)-1].SendAt)
 		e.hotClaims(mode, res.Released)
+		callgrindDump(b, "claim")
 		claimed := e.commandStats()
 		claims.add(claimed.minus(passed))
 		e.hotFinishes(mode, res.Released)
+		callgrindDump(b, "finish")
 		finishes.add(e.commandStats().minus(claimed))
 		jobs += len(res.Released)
 		b.StopTimer()
@@ -87,6 +99,20 @@ func benchmarkHotPath(b *testing.B, mode string) {
 	}{{"pass", pass}, {"claim", claims}, {"finish", finishes}} {
 		b.ReportMetric(float64(s.st.calls)/n, s.name+"-cmds/job")
 		b.ReportMetric(float64(s.st.usec)/n, s.name+"-redis-µs/job")
+	}
+}
+
+// callgrindDump has callgrind dump the counts of the redis-server named by
+// SLUICE_CALLGRIND_PID (scripts/hotpath-instructions -split), the dump
+// named phase; without it, nothing.
+func callgrindDump(b *testing.B, phase string) {
+	b.Helper()
+	pid := os.Getenv("SLUICE_CALLGRIND_PID")
+	if pid == "" {
+		return
+	}
+	if out, err := exec.Command("callgrind_control", "-d", phase, pid).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control -d %s %s: %v: %s", phase, pid, err, out)
 	}
 }
 

@@ -59,7 +59,11 @@
 // integers (Params, from ParamsOf; the Lua BUILTIN table is DefaultParams,
 // ParamsOf(policy.Builtin())), stored per shard in <p>:{sN}:policy as
 // integer JSON and merged BUILTIN ← "*" ← tenant on every script call, so a
-// PUT applies at once.
+// PUT applies at once. Every write of a policy or of a secret by API renews
+// the hash's epoch "#v", by which the scripts remember the tenants' policy
+// texts and, for claims, their secrets hashes across calls (lib.lua
+// load_policy, signing_set): a write of either by other means must renew it
+// too, or scripts may go on with what they remembered.
 //
 // # Invariants
 //

@@ -48,6 +48,9 @@ func TestFinishSuccess(t *testing.T) {
 		t.Fatalf("record %+v, want succeeded, no body, log %+v", j, want)
 	}
 	jobKey, _ := e.store.keys.job(id)
+	if body := e.rdb.HGet(e.ctx, jobKey, "body").Val(); body != "" {
+		t.Errorf("the succeeded record keeps the body %q, want it dropped", body)
+	}
 	for _, key := range []string{jobKey, e.store.keys.idem("acme", "k")} {
 		if ttl := e.rdb.PTTL(e.ctx, key).Val(); ttl <= 2*time.Hour-time.Minute || ttl > 2*time.Hour {
 			t.Errorf("%s TTL %s, want the 2h retention", key, ttl)

@@ -210,7 +210,9 @@ func parseJob(id string, m map[string]string) (Job, error) {
 		CallbackFailures: p.int("cb_n"),
 		ActualCost:       p.int("acost"),
 	}
-	if body, ok := m["body"]; ok {
+	// A succeeded job's body is dropped: emptied, not deleted (lib.lua
+	// to_succeeded), so absent here either way.
+	if body, ok := m["body"]; ok && j.State != StateSucceeded {
 		j.Body = []byte(body)
 	}
 	if p.err != nil {

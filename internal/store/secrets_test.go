@@ -2,9 +2,13 @@ package store
 
 import (
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // addSecret adds a secret with a fresh id and returns the id.
@@ -256,7 +260,12 @@ func TestClaimCarriesTheSigningState(t *testing.T) {
 	}
 
 	// A corrupt secret: no signing state in the claim, which still succeeds.
+	// Written around secrets_write.lua, it renews the shard's policy epoch
+	// as that script does (claims remember the secrets per epoch).
 	if err := e.rdb.HSet(e.ctx, e.store.keys.secrets("acme"), "whs_corrupt", "not a secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.HSet(e.ctx, e.store.keys.policy(e.store.keys.shardOf("acme")), "#v", "corrupted").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if c := e.claimAt(rel[3]); c.Signing != nil || c.ID != rel[3].ID {
@@ -265,4 +274,103 @@ func TestClaimCarriesTheSigningState(t *testing.T) {
 	if _, err := e.store.Secrets(e.ctx, "acme"); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("Secrets with a corrupt secret: %v, want it named", err)
 	}
+}
+
+// Claims remember a tenant's secrets across calls per the shard's policy
+// epoch, which every secrets write renews (lib.lua signing_set): every add, rotation and delete is in the very
+// next claim's signing state — a deleted secret never signs again — and a
+// claim call with several webhook tenants reads each one's secrets once.
+// Not parallel: it counts the server's HGETALLs.
+func TestClaimSigningFollowsEverySecretWrite(t *testing.T) {
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.Burst = 10 }))
+	e.enqueue("acme", item(`1`), item(`2`), item(`3`), item(`4`), item(`5`))
+	rel := e.passTenant("acme", time.Second, -1)
+	if len(rel) != 5 {
+		t.Fatalf("released %d of 5", len(rel))
+	}
+	signing := func(r wire.Release) string {
+		t.Helper()
+		s := e.claimAt(r).Signing
+		if s == nil {
+			t.Fatalf("claim of %s: no signing state", r.ID)
+		}
+		return sealedOf(*s)
+	}
+	if got := signing(rel[0]); got != "" {
+		t.Fatalf("no secrets: signing with %q", got)
+	}
+	first := e.addSecret("acme", "k1:AAAA", time.Hour)
+	if got := signing(rel[1]); got != "k1:AAAA" {
+		t.Fatalf("after an add: signing with %q, want k1:AAAA", got)
+	}
+	e.clock.Advance(time.Second)
+	e.addSecret("acme", "k1:BBBB", 0) // a rotation: the first expires at once
+	if got := signing(rel[2]); got != "k1:BBBB" {
+		t.Fatalf("after a rotation: signing with %q, want k1:BBBB", got)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", first); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of the expired secret: %v, want not found", err)
+	}
+	set, err := e.store.Secrets(e.ctx, "acme")
+	if err != nil || len(set.Secrets) != 1 {
+		t.Fatalf("secrets %+v, %v: want the second alone", set, err)
+	}
+	if err := e.store.DeleteSecret(e.ctx, "acme", set.Secrets[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := signing(rel[3]); got != "" {
+		t.Fatalf("after the last delete: signing with %q, want no secret", got)
+	}
+
+	// One call, three webhook tenants with secrets: one HGETALL each, and
+	// none in the next call of the same epoch.
+	e = newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.Burst = 10 }))
+	tenants := []string{"t1", "t2", "t3"}
+	for _, tn := range tenants {
+		e.addSecret(tn, "k1:"+tn, time.Hour)
+		e.enqueue(tn, item(`1`), item(`2`))
+	}
+	rel = e.passTenant("t1", time.Second, -1)
+	if len(rel) != 6 {
+		t.Fatalf("released %d of 6", len(rel))
+	}
+	slices.SortFunc(rel, func(a, b wire.Release) int { return strings.Compare(a.ID, b.ID) }) // t1's, t2's, t3's
+	var reqs, second []ClaimRequest
+	for k := range tenants {
+		reqs = append(reqs, ClaimRequest{ID: rel[2*k].ID, Gen: rel[2*k].Gen})
+		second = append(second, ClaimRequest{ID: rel[2*k+1].ID, Gen: rel[2*k+1].Gen})
+		if s := rel[2*k+1].Slot; s.After(e.clock.Now()) {
+			e.clock.Set(s)
+		}
+	}
+	for i, reqs := range [][]ClaimRequest{reqs, second} {
+		before := e.hgetalls()
+		cs := e.claimBatch(0, reqs...)
+		for k, c := range cs {
+			if c.Outcome != ClaimOK || c.Job.Signing == nil || sealedOf(*c.Job.Signing) != "k1:"+tenants[k] {
+				t.Fatalf("call %d, claim %d: %+v", i, k, c)
+			}
+		}
+		if n, want := e.hgetalls()-before, int64(3*(1-i)); n != want+int64(len(tenants)) {
+			t.Fatalf("call %d: %d HGETALLs, want %d for the tenants' states and %d for their secrets", i, n, len(tenants), want)
+		}
+	}
+}
+
+// hgetalls is the server's count of HGETALL calls so far.
+func (e *env) hgetalls() int64 {
+	e.t.Helper()
+	info, err := e.rdb.Info(e.ctx, "commandstats").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hgetall:calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -158,11 +158,12 @@ local function claim_one(id, gen)
   rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
     'first', istr(j.first))
   lease_add(id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  -- A webhook job takes its tenant's signing state along (read once per
-  -- call and tenant): the worker signs with it and reads nothing more.
+  -- A webhook job takes its tenant's signing state along (built once per
+  -- call and tenant, its secrets read once per policy epoch: lib.lua
+  -- signing_set): the worker signs with it and reads nothing more.
   local sign = {}
   if j.type == 'webhook' then
-    if c.sign == nil then c.sign = signing_set(tn, p, {}) or false end -- lib.lua
+    if c.sign == nil then c.sign = signing_set(tn, p, {}, true) or false end -- lib.lua
     sign = c.sign or {}
   end
   return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign,

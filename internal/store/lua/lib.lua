@@ -80,30 +80,6 @@ local function secret_live(tn)
   return v == '-1' or (tonum(v) or 0) > NOW
 end
 
--- signing_set appends to out the tenant's signing state: now, its policy
--- p's unsigned flag (0|1), then its live secrets by API (expires = 0 or >
--- now), four values each: id, created µs, expires µs (0 = never), sealed —
--- in no order; secrets_read's and claim's reply (Go: decodeSecretSet).
--- Returns out, or nil when a stored secret is corrupt.
-local function signing_set(tn, p, out)
-  out[#out + 1] = NOW
-  out[#out + 1] = p.unsigned == 1 and 1 or 0
-  local all = rcall('HGETALL', k_secrets(tn))
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 1) ~= '~' then
-      local created, expires, sealed = string.match(all[i + 1], '^(%d+) (%d+) (%S+)$')
-      if not created then return nil end
-      local e = tonum(expires)
-      if e == 0 or e > NOW then
-        out[#out + 1] = all[i]
-        out[#out + 1] = tonum(created)
-        out[#out + 1] = e
-        out[#out + 1] = sealed
-      end
-    end
-  end
-  return out
-end
 
 -- Policy: BUILTIN ← field "*" ← field <tenant>, merged on every call, so a
 -- policy write is effective on the very next decision. Returns the effective
@@ -172,7 +148,9 @@ local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 1000
 local POLICY_DEFAULTS, POLICY_RAW = nil, nil
 RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
 
--- policy_texts returns the remembered texts of K_POLICY at epoch v (nil: none).
+-- policy_texts returns the remembered texts of K_POLICY at epoch v (nil:
+-- none): the tenants' policies (raw) and, for claims, their secrets hashes
+-- (sec; see signing_set).
 local function policy_texts(v)
   if not v then return nil end
   local c = POLICY_TEXTS[K_POLICY]
@@ -181,7 +159,7 @@ local function policy_texts(v)
     if POLICY_KEYS >= POLICY_KEYS_MAX then POLICY_TEXTS, POLICY_KEYS = {}, 0 end
     POLICY_KEYS = POLICY_KEYS + 1
   end
-  c = {v = v, n = 0, raw = {}}
+  c = {v = v, n = 0, raw = {}, sec = {}}
   POLICY_TEXTS[K_POLICY] = c
   return c
 end
@@ -205,6 +183,44 @@ local function load_policy(tn)
   end
   local m = merged(POLICY_DEFAULTS or nil, raw or nil)
   return m[1], m[2]
+end
+
+-- signing_set appends to out the tenant's signing state: now, its policy
+-- p's unsigned flag (0|1), then its live secrets by API (expires = 0 or >
+-- now), four values each: id, created µs, expires µs (0 = never), sealed —
+-- in no order; secrets_read's and claim's reply (Go: decodeSecretSet).
+-- Returns out, or nil when a stored secret is corrupt.
+-- With remember (claim.lua), the hash read is remembered across calls in
+-- the policy epoch's entry (POLICY_TEXTS, field sec; load_policy, which
+-- the caller has run for the tenant, found it): secrets_write.lua renews
+-- the epoch "#v" with every write of a secrets hash, so a tenant's secrets
+-- are read once per epoch instead of once per claim call. A secret's
+-- expiry is in the secret, checked against now here. A hash without an
+-- epoch is read every time.
+local function signing_set(tn, p, out, remember)
+  out[#out + 1] = NOW
+  out[#out + 1] = p.unsigned == 1 and 1 or 0
+  local known = remember and POLICY_RAW and POLICY_RAW.sec
+  local all = known and known[tn]
+  if all == false then return out end -- known to hold none (remembered as false: no table kept)
+  if not all then
+    all = rcall('HGETALL', k_secrets(tn))
+    if known then known[tn], POLICY_RAW.n = #all > 0 and all, POLICY_RAW.n + 1 end
+  end
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) ~= '~' then
+      local created, expires, sealed = string.match(all[i + 1], '^(%d+) (%d+) (%S+)$')
+      if not created then return nil end
+      local e = tonum(expires)
+      if e == 0 or e > NOW then
+        out[#out + 1] = all[i]
+        out[#out + 1] = tonum(created)
+        out[#out + 1] = e
+        out[#out + 1] = sealed
+      end
+    end
+  end
+  return out
 end
 
 -- Tenant state (hash t:<tenant>). Absent fields read as 0; a tenant seen for

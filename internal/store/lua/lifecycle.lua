@@ -183,14 +183,15 @@ local function to_dead(j, t, now, cfg)
   cfg.trim[j.tenant] = true
 end
 
--- to_succeeded: state succeeded, ended = now, body dropped, the record
--- expiring after the succeeded retention and its idempotency key after the
--- idempotency retention. Undoes unrun's counts.
+-- to_succeeded: state succeeded, ended = now, body dropped — emptied in
+-- the same HSET rather than deleted by an HDEL of its own (one command less
+-- a job; a succeeded record's body is never read: store.parseJob leaves it
+-- out) —, the record expiring after the succeeded retention and its
+-- idempotency key after the idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = k_job(j.id)
-  hset_job(j, 'state', 'succeeded', 'ended', istr(now))
+  hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
   callback_due(j, now)
-  rcall('HDEL', jk, 'body')
   rcall('PEXPIRE', jk, ms(cfg.succ_ret))
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1

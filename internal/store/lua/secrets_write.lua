@@ -25,8 +25,9 @@ if (op ~= 'add' and op ~= 'delete') or not id or id == '' or string.sub(id, 1, 1
 end
 local key = k_secrets(tn)
 
--- Read phase: every secret, parsed.
+-- Read phase: every secret, parsed; the policy epoch (renewed below).
 local all = rcall('HGETALL', key)
+local epoch = rcall('HGET', K_POLICY, '#v') or ''
 local secrets = {}
 for i = 1, #all, 2 do
   local f = all[i]
@@ -91,6 +92,9 @@ else
 end
 -- The shard's secrets counter (field "#sv" of its policy hash, beside the
 -- policy epoch "#v"): workers re-read a tenant's secrets only when the
--- shard's pair moved (Store.SecretsVersion).
+-- shard's pair moved (Store.SettingsVersion). The policy epoch is renewed
+-- too, as policy_put.lua does: claims remember the secrets hashes they
+-- read per epoch (lib.lua signing_set).
 rcall('HINCRBY', K_POLICY, '#sv', 1)
+rcall('HSET', K_POLICY, '#v', redis.sha1hex(epoch .. ':' .. istr(NOW) .. ':sec:' .. tn .. ':' .. op .. ':' .. id))
 return reply
