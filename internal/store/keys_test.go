@@ -31,6 +31,7 @@ func TestKeyLayout(t *testing.T) {
 		k.tenantNames(6):      "sluice:{s6}:tenant_names",
 		k.backfilled(6):       "sluice:{s6}:tenants_backfilled",
 		k.finished(6):         "sluice:{s6}:finished",
+		k.agg(6, "gate:p"):    "sluice:{s6}:gate:p",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",
 		k.tenantQueue(tn):     "sluice:{s6}:t:123456789:q",
 		k.tenantHead(tn):      "sluice:{s6}:t:123456789:head",

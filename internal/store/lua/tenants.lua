@@ -166,6 +166,7 @@ end
 local function requeue_dead(j, t)
   local tn, jk = j.tenant, k_job(j.id)
   rcall('ZREM', k_dead(tn), j.id)
+  AGG.dead_add(tn, -1) -- lib.lua
   if j.ups ~= '' then
     LN.push(j, t, false) -- lanes.lua (counts qtok)
     t.qtok = t.qtok - j.cost
