@@ -49,11 +49,14 @@ type Observation struct {
 	// paused either way and not disabled (TenantSummary.Paused && !Disabled).
 	AdminPaused, UpstreamPaused, Disabled, Paused int64
 	// Top is the ObserveOptions.Top largest backlogs, largest first, ties
-	// by tenant.
+	// by tenant; when fewer tenants hold a backlog, the first tenants by
+	// name that hold none follow (backlog 0), as long as there are some.
 	Top []TenantBacklog
 	// DisabledTenants and PausedTenants name up to ObserveOptions.Attention
 	// disabled and paused (not disabled) tenants of each shard.
 	DisabledTenants, PausedTenants []string
+	idle []string // the shards' first tenants by name (observe.lua), for fill
+
 	// Rebuilt counts the shards whose aggregates this read built first
 	// (RebuildAggregates): after an upgrade from a release without them.
 	Rebuilt int
@@ -88,7 +91,31 @@ func (s *Store) Observe(ctx context.Context, o ObserveOptions) (Observation, err
 		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.Tenant, b.Tenant))
 	})
 	out.Top = out.Top[:min(len(out.Top), o.Top)]
+	out.fill(o.Top)
 	return out, nil
+}
+
+// fill completes Top up to n with the first idle tenants by name (every
+// shard's backlogs are then all in Top, so a name not in it holds none).
+func (o *Observation) fill(n int) {
+	if len(o.Top) >= n {
+		o.idle = nil
+		return
+	}
+	in := map[string]bool{}
+	for _, tb := range o.Top {
+		in[tb.Tenant] = true
+	}
+	slices.Sort(o.idle)
+	for _, tn := range slices.Compact(o.idle) {
+		if len(o.Top) == n {
+			break
+		}
+		if !in[tn] {
+			o.Top = append(o.Top, TenantBacklog{Tenant: tn})
+		}
+	}
+	o.idle = nil
 }
 
 // add adds one shard's observation to o.
@@ -104,6 +131,7 @@ func (o *Observation) add(sh Observation) {
 	o.Top = append(o.Top, sh.Top...)
 	o.DisabledTenants = append(o.DisabledTenants, sh.DisabledTenants...)
 	o.PausedTenants = append(o.PausedTenants, sh.PausedTenants...)
+	o.idle = append(o.idle, sh.idle...)
 }
 
 // shardObservation is one observe.lua reply.
@@ -133,7 +161,7 @@ func (s *Store) observeShard(ctx context.Context, shard int, o ObserveOptions) (
 	for _, l := range []struct {
 		at  int
 		out *[]string
-	}{{12, &sh.DisabledTenants}, {13, &sh.PausedTenants}} {
+	}{{12, &sh.DisabledTenants}, {13, &sh.PausedTenants}, {14, &sh.idle}} {
 		names := d.list(l.at)
 		for i := range names.Len() {
 			*l.out = append(*l.out, names.str(i))

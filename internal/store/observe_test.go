@@ -36,9 +36,7 @@ func (e *env) truth(top int) Observation {
 		} else if s.Paused() {
 			o.Paused++
 		}
-		if s.Backlog > 0 {
-			o.Top = append(o.Top, TenantBacklog{Tenant: s.Tenant, Backlog: s.Backlog})
-		}
+		o.Top = append(o.Top, TenantBacklog{Tenant: s.Tenant, Backlog: s.Backlog})
 	}
 	slices.SortFunc(o.Top, func(a, b TenantBacklog) int {
 		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.Tenant, b.Tenant))
@@ -249,6 +247,17 @@ func TestObserveTopTiesByTenant(t *testing.T) {
 	want := []TenantBacklog{{"t5", 5}, {"t1", 2}, {"t2", 2}}
 	if !slices.Equal(got.Top, want) {
 		t.Fatalf("top %v, want %v", got.Top, want)
+	}
+	if err := e.store.Pause(e.ctx, "t0", time.Time{}); err != nil { // a tenant with no backlog
+		t.Fatal(err)
+	}
+	got, err = e.store.Observe(e.ctx, ObserveOptions{Top: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []TenantBacklog{{"t5", 5}, {"t1", 2}, {"t2", 2}, {"t3", 2}, {"t4", 2}, {"t6", 2}, {"t7", 2}, {"t0", 0}}
+	if !slices.Equal(got.Top, want) {
+		t.Fatalf("top 9 of 8 tenants: %v, want %v", got.Top, want)
 	}
 	if _, err := e.store.Observe(e.ctx, ObserveOptions{Top: MaxObserveTop + 1}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("top %d: %v, want ErrInvalid", MaxObserveTop+1, err)

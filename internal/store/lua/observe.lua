@@ -11,7 +11,11 @@
 --           the index, admin-paused, upstream-paused, disabled, paused and not
 --           disabled, {tenant, backlog, …} the top largest backlogs (backlog
 --           descending, then tenant ascending), {tenant, …} up to attention
---           disabled tenants, {tenant, …} up to attention paused ones}
+--           disabled tenants, {tenant, …} up to attention paused ones,
+--           {tenant, …} when the shard holds fewer than top backlogs: the
+--           first top + their count tenants of the index by name (the
+--           caller fills its top with those holding no backlog, as a sort
+--           by backlog then name would)}
 --
 -- built = 0: the shard's aggregates were never built (a deployment from
 -- before them; observe_rebuild.lua builds them) and the counts are not to be
@@ -75,6 +79,9 @@ if ntop > 0 then
   for i = 2, #top, 2 do top[i] = tonumber(top[i]) end
 end
 
+local names = {}
+if #top < 2 * ntop then names = redis.call('ZRANGE', k_names(), 0, ntop + #top / 2 - 1) end
+
 local disabled, paused = {}, {}
 if natt > 0 then
   disabled = redis.call('ZRANGE', AGG.key('gate:d'), 0, natt - 1)
@@ -82,4 +89,4 @@ if natt > 0 then
 end
 
 return {'ok', NOW, built, tonumber(a[2]) or 0, tonumber(a[3]) or 0, dead, redis.call('ZCARD', k_index()),
-  counts[1], counts[2], counts[3], counts[4], top, disabled, paused}
+  counts[1], counts[2], counts[3], counts[4], top, disabled, paused, names}
