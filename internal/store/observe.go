@@ -55,7 +55,7 @@ type Observation struct {
 	// DisabledTenants and PausedTenants name up to ObserveOptions.Attention
 	// disabled and paused (not disabled) tenants of each shard.
 	DisabledTenants, PausedTenants []string
-	idle []string // the shards' first tenants by name (observe.lua), for fill
+	idle                           []string // the shards' first tenants by name (observe.lua), for fill
 
 	// Rebuilt counts the shards whose aggregates this read built first
 	// (RebuildAggregates): after an upgrade from a release without them.
