@@ -41,7 +41,12 @@
 //     times its even share, sending every job through one shared upstream at
 //     r/s, beside one tenant at r/s alone: the combined stream's gap and
 //     rate error at the receiver, the most in any 1 s against the bound, and
-//     how evenly the tenants shared the upstream.
+//     how evenly the tenants shared the upstream;
+//   - observe (only when named in -parts): 100 000 tenants with a queued job
+//     each and a throttler; Redis commands/s and CPU while /metrics is
+//     scraped every 15 s and GET /v1/summary polled every second (the
+//     console's overview and a client), less the throttler's own, against
+//     issue 33's bounds (≤ 1 000 commands/s, ≤ 5 % of a core).
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -51,8 +56,8 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go; the asynq peers are in peer.go. The rest is shared: flags.go
-// (every part's flags), env.go (Redis, the store, the receiver), sluice.go
+// upstream.go, observe.go; the asynq peers are in peer.go. The rest is
+// shared: flags.go (every part's flags), env.go (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
 // time per script), slots.go (Cluster hash slots) and table.go.
@@ -144,6 +149,10 @@ type options struct {
 	upJobs    int
 	upTenants int
 
+	// observe
+	obsTenants                    int
+	obsWindow, obsScrape, obsPoll time.Duration
+
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
 }
@@ -191,6 +200,8 @@ func run(ctx context.Context, o options) error {
 			err = scaleOut(ctx, e, &t)
 		case "upstream":
 			err = upstream(ctx, e, &t)
+		case "observe":
+			err = observe(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

@@ -5,9 +5,13 @@
 //
 //	throttler [--config PATH]
 //	throttler migrate --from URL [--config PATH] [--dry-run]
+//	throttler rebuild-aggregates [--config PATH]
 //
 // The second form copies a stopped deployment from the Redis at URL to the
-// one the configuration names (internal/migrate), e.g. onto a Cluster.
+// one the configuration names (internal/migrate), e.g. onto a Cluster. The
+// third builds every shard's observation aggregates anew from its tenants
+// (store.RebuildAggregates): after a rolling upgrade from a release before
+// them.
 //
 // See docs/design.md §7 for the configuration; SLUICE_CONFIG, SLUICE_REDIS_URL and
 // SLUICE_LISTEN override it.
@@ -61,6 +65,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string), hup <-chan os.Signal) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return runMigrate(ctx, args[1:], getenv, logOut)
+	}
+	if len(args) > 0 && args[0] == "rebuild-aggregates" {
+		return runRebuildAggregates(ctx, args[1:], getenv, logOut)
 	}
 	cfg, err := config.FromFlags(args, getenv)
 	if err != nil {
