@@ -258,7 +258,7 @@ local function tenant_of(s)
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
     rs = '', qh = '', st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
-    st_qh = nil, st_open = 0, st_run = 0, st_ga = 0, st_gu = 0, st_gd = 0}
+    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil}
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -290,14 +290,16 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
+  -- What the aggregates counted of the tenant: its packed state's (a field
+  -- stored by name is counted at the save that folds it in).
+  t.st_open, t.st_run = t.live + t.running, t.running
+  t.st_ga, t.st_gu, t.st_gd = AGG.gates(t)
   t.rs, t.qh, t.st_qh = rs, qh, qh
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
   t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy = packed, rs, ra, named, busy(t)
-  t.st_open, t.st_run = t.live + t.running, t.running
-  t.st_ga, t.st_gu, t.st_gd = AGG.gates(t)
   return t
 end
 

@@ -24,10 +24,11 @@ local open, run, dead = 0, 0, 0
 local tenants = redis.call('ZRANGE', k_index(), 0, -1)
 for _, tn in ipairs(tenants) do
   if redis.call('EXISTS', k_tenant(tn)) == 1 then
-    local t = load_tenant(tn, BUILTIN)
-    open, run = open + t.live + t.running, run + t.running
-    if t.live > 0 then redis.call('ZADD', AGG.key('top'), istr(t.live), tn) end
-    local a, u, d = AGG.gates(t)
+    local t = load_tenant(tn, BUILTIN) -- counted as save_tenant counts: its packed state (lib.lua st_*)
+    open, run = open + t.st_open, run + t.st_run
+    local live = t.st_open - t.st_run
+    if live > 0 then redis.call('ZADD', AGG.key('top'), istr(live), tn) end
+    local a, u, d = t.st_ga, t.st_gu, t.st_gd
     if a > 0 then AGG.gate('gate:a', a, tn) end
     if u > 0 then AGG.gate('gate:u', u, tn) end
     if d > 0 then AGG.gate('gate:d', d, tn) end

@@ -31,11 +31,19 @@
 
 local INDEX_TRIM_MAX = 16
 
--- index_remove takes tenants out of the index and its name set.
+-- index_remove takes tenants out of the index and its name set, and out
+-- of the aggregates (lib.lua AGG): a gate whose end passed and the letters
+-- of a dead set its TTL removed (taken off the dead count) leave with them.
 local function index_remove(gone)
   if #gone == 0 then return end
   rcall('ZREM', k_index(), unpack(gone))
   rcall('ZREM', k_names(), unpack(gone))
+  local n = 0
+  for _, v in ipairs(rcall('HMGET', AGG.key('dead:n'), unpack(gone))) do n = n + (tonum(v) or 0) end
+  if n ~= 0 then rcall('HINCRBY', AGG.key('agg'), 'dead', istr(-n)) end
+  for _, key in ipairs({'dead:n', 'dead:x', 'top', 'gate:a', 'gate:u', 'gate:d', 'gate:p'}) do
+    rcall(key == 'dead:n' and 'HDEL' or 'ZREM', AGG.key(key), unpack(gone))
+  end
 end
 
 -- index_check returns when to check tn's entry again (µs), or nil when tn
