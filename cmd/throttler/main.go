@@ -161,7 +161,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	return httpserver.Serve(ctx, "throttler", cfg.Listen, handler, log, ready)
 }
 
-// backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.
+// backfillTenantIndex runs store.BackfillTenantIndex once and logs its
+// end, then store.BuildAggregates.
 func backfillTenantIndex(ctx context.Context, st *store.Store, log *slog.Logger) {
 	start := time.Now()
 	added, err := st.BackfillTenantIndex(ctx)
@@ -172,6 +173,20 @@ func backfillTenantIndex(ctx context.Context, st *store.Store, log *slog.Logger)
 		return
 	}
 	log.Info("tenant index backfill done", "added", added, "took", time.Since(start).Round(time.Millisecond))
+	// Then the observation aggregates of any shard without them (a
+	// deployment from before them; a new one's empty shards): built from
+	// the index, so after its backfill.
+	start = time.Now()
+	built, err := st.BuildAggregates(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("building the observation aggregates failed; the first read retries", "err", err)
+		}
+		return
+	}
+	if built > 0 {
+		log.Info("observation aggregates built", "shards", built, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // apiOptions builds the API's options, with one limiter per configured

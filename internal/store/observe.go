@@ -186,6 +186,28 @@ func (s *Store) RebuildAggregates(ctx context.Context) error {
 	return nil
 }
 
+// BuildAggregates builds the observation aggregates of every shard that
+// has none yet (RebuildAggregates' script, unforced) and returns how many
+// it built: cmd/throttler runs it at start, after the tenant index's
+// backfill, so that the first read of a deployment from before them does
+// not wait for it (Observe would build them too). A shard with no tenants
+// costs a few commands.
+func (s *Store) BuildAggregates(ctx context.Context) (built int, err error) {
+	for shard := range s.keys.shards {
+		d, err := s.run(ctx, scriptObserveRebuild, shard, "0")
+		if err == nil {
+			err = d.Err()
+		}
+		if err != nil {
+			return built, fmt.Errorf("build the aggregates: shard %d: %w", shard, err)
+		}
+		if d.int(3) == 1 {
+			built++
+		}
+	}
+	return built, nil
+}
+
 func (s *Store) rebuildShard(ctx context.Context, shard int, force bool) error {
 	f := "0"
 	if force {

@@ -200,13 +200,14 @@ func TestObserveBuildsTheAggregatesOfAnOlderDeployment(t *testing.T) {
 	if err := e.store.Pause(e.ctx, "crow", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	for shard := range 2 { // as a release before them left it
-		for _, name := range []string{"agg", "top", "gate:a", "gate:u", "gate:d", "gate:p", "dead:n", "dead:x"} {
-			if err := e.rdb.Del(e.ctx, e.store.keys.agg(shard, name)).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+	e.deleteAggregates() // as a release before them left it
+	if built, err := e.store.BuildAggregates(e.ctx); err != nil || built != 2 {
+		t.Fatalf("built %d shards (%v), want 2", built, err)
 	}
+	if built, err := e.store.BuildAggregates(e.ctx); err != nil || built != 0 {
+		t.Fatalf("built %d shards again (%v), want none", built, err)
+	}
+	e.deleteAggregates()
 	got, err := e.store.Observe(e.ctx, ObserveOptions{Top: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -291,5 +292,17 @@ func TestObserveOnEval(t *testing.T) {
 	}
 	if store.runner.UsesFunctions() {
 		t.Fatal("store did not fall back to EVAL")
+	}
+}
+
+// deleteAggregates deletes every shard's aggregates.
+func (e *env) deleteAggregates() {
+	e.t.Helper()
+	for shard := range e.store.keys.shards {
+		for _, name := range []string{"agg", "top", "gate:a", "gate:u", "gate:d", "gate:p", "dead:n", "dead:x"} {
+			if err := e.rdb.Del(e.ctx, e.store.keys.agg(shard, name)).Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
 	}
 }

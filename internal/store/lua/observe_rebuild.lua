@@ -5,7 +5,7 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  force: '1' = rebuild even when built; '0' = only when not
--- Reply:   {'ok', now, tenants read (0 when built already and not forced)}
+-- Reply:   {'ok', now, tenants read, built (1 | 0: built already, not forced)}
 --
 -- Reads every tenant of the shard's tenant index (its hash and dead set),
 -- so its cost is the shard's tenants (a few commands each): one call, run
@@ -17,7 +17,7 @@ if force ~= '0' and force ~= '1' then
   return redis.error_reply('ERR sluice observe_rebuild: want force 0|1')
 end
 local key = AGG.key('agg')
-if force == '0' and redis.call('HGET', key, 'v') == AGG.VERSION then return {'ok', NOW, 0} end
+if force == '0' and redis.call('HGET', key, 'v') == AGG.VERSION then return {'ok', NOW, 0, 0} end
 redis.call('DEL', key, AGG.key('top'), AGG.key('gate:a'), AGG.key('gate:u'), AGG.key('gate:d'),
   AGG.key('gate:p'), AGG.key('dead:n'), AGG.key('dead:x'))
 local open, run, dead = 0, 0, 0
@@ -43,4 +43,4 @@ for _, tn in ipairs(tenants) do
   end
 end
 redis.call('HSET', key, 'open', istr(open), 'running', istr(run), 'dead', istr(dead), 'v', AGG.VERSION)
-return {'ok', NOW, #tenants}
+return {'ok', NOW, #tenants, 1}
