@@ -17,6 +17,10 @@ const (
 	observeCPUTarget = 0.05 // of one Redis core
 )
 
+// observeFirstWait bounds the wait for the first summary after the jobs
+// are stored (a release that walks every tenant answers 503 meanwhile).
+const observeFirstWait = 5 * time.Minute
+
 // observeRun is one observation measurement: Redis's commands and CPU
 // over a window with the throttler alone (idle), then over one as long
 // with the observers polling.
@@ -37,10 +41,12 @@ func (r observeRun) perSecond() (cmds, cores float64) {
 	return float64(r.observed.calls-r.idle.calls) / s, (r.observed.cpu - r.idle.cpu) / s
 }
 
-// observe is the observe part: -observe-tenants tenants with one queued
-// job each (stored through the Store, a few seconds per 100 000), a
-// throttler and no worker (the jobs stay queued), Redis counted over a
-// window of the throttler alone, then over as long a window while
+// observe is the observe part: -observe-tenants tenants with one job each
+// in their backlog (stored through the Store, delayed a day), a throttler
+// and no worker, Redis counted over a window of the throttler alone; then
+// the first summary (retried after a 503, as the console does: a release
+// that walks every tenant answers so until its walk ends) and Redis
+// counted over as long a window while
 // observers poll as an operator's tools do — /metrics every
 // -observe-scrape, and GET /v1/summary every -observe-poll twice (the
 // console's overview and an API client, one admin key: the second is
@@ -49,7 +55,7 @@ func (r observeRun) perSecond() (cmds, cores float64) {
 func observe(ctx context.Context, e *env, t *table) error {
 	const part = "observe"
 	r, err := observeOne(ctx, e)
-	t.row(part, fmt.Sprintf("%d tenants × 1 queued job; /metrics every %s, GET /v1/summary every %s × 2 (overview + client), a %s window",
+	t.row(part, fmt.Sprintf("%d tenants × 1 job (delayed 1 day); /metrics every %s, GET /v1/summary every %s × 2 (overview + client), a %s window",
 		e.o.obsTenants, e.o.obsScrape, e.o.obsPoll, e.o.obsWindow), "Sluice", "", "", "", "")
 	if err != nil {
 		t.gap()
@@ -70,6 +76,7 @@ func observe(ctx context.Context, e *env, t *table) error {
 	t.gap()
 	d := r.observed.sub(r.idle)
 	t.note("observe: the observers' Redis commands/s by command:%s", d.perSecond(8, r.window))
+	t.note("observe: the throttler alone, Redis commands/s by command:%s", r.idle.perSecond(8, r.window))
 	if len(r.failed) > 0 {
 		t.note("observe: failed polls: %s", strings.Join(r.failed[:min(len(r.failed), 5)], "; "))
 	}
@@ -87,6 +94,11 @@ func observeOne(ctx context.Context, e *env) (observeRun, error) {
 	if err != nil {
 		return r, err
 	}
+	// Delayed a day: in every backlog, never due in the run, so the
+	// throttler stays idle (a due backlog without workers keeps the
+	// dispatcher reading its budget, thousands of commands a second, which
+	// would drown the observers' few hundred).
+	items[0].Delay = 24 * time.Hour
 	names := make([]string, e.o.obsTenants)
 	for i := range names {
 		names[i] = fmt.Sprintf("o%07d", i)
@@ -96,11 +108,6 @@ func observeOne(ctx context.Context, e *env) (observeRun, error) {
 		return r, err
 	}
 	r.seedTook = time.Since(start)
-	start = time.Now()
-	if code, body, err := sl.call(ctx, http.MethodGet, "/v1/summary", nil); err != nil || code != http.StatusOK {
-		return r, fmt.Errorf("first summary: %d %s %v", code, snippet(body), err)
-	}
-	r.first = time.Since(start)
 	before, err := e.redisStats(ctx)
 	if err != nil {
 		return r, err
@@ -113,6 +120,23 @@ func observeOne(ctx context.Context, e *env) (observeRun, error) {
 		return r, err
 	}
 	r.idle = mid.sub(before)
+	start = time.Now()
+	for { // as the console's overview does: again a second after a 503
+		code, body, err := sl.call(ctx, http.MethodGet, "/v1/summary", nil)
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Since(start) > observeFirstWait {
+			return r, fmt.Errorf("first summary after %s: %d %s %v", time.Since(start).Round(time.Second), code, snippet(body), err)
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return r, err
+		}
+	}
+	r.first = time.Since(start)
+	if mid, err = e.redisStats(ctx); err != nil {
+		return r, err
+	}
 	meter := e.cpuMeter(ctx, sl)
 	r.scrapes, r.polls, r.failed = pollObservers(ctx, e, sl)
 	end, err := e.redisStats(ctx)
