@@ -29,7 +29,7 @@ func TestRebuildAggregatesSubcommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := fmt.Sprintf("%s:{s%d}:agg", prefix, store.ShardOf("acme", 2))
-	if err := rdb.HSet(ctx, key, "open", 7).Err(); err != nil { // as an older process could leave it
+	if err := rdb.HSet(ctx, key, "or", 7).Err(); err != nil { // as an older process could leave it
 		t.Fatal(err)
 	}
 	if o, _ := st.Observe(ctx, store.ObserveOptions{}); o.Backlog != 7 {

@@ -84,7 +84,7 @@
 //     save. Its recent attempts are a separate key, <p>:{sN}:t:<tenant>:ra,
 //     appended by finish only (recent.lua), read by RecentAttempts.
 //   - Observation aggregates (lib.lua AGG): once a shard's are built (agg
-//     field v), its agg open, running and dead equal the sums of its
+//     field v), its agg or (open + running · 2^32) and dead equal the sums of its
 //     tenants' live + running, running and dead letters; top holds every
 //     tenant with live > 0 scored by live; gate:a|u|d|p hold every tenant
 //     admin-paused, upstream-paused, disabled, paused and not disabled,

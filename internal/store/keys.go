@@ -27,7 +27,7 @@ import (
 //	<p>:{s7}:tenant_names          ZSET   the index's members, each at score 0: name order (ZRANGE BYLEX)
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
 //	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 11 s; TTL 11 s (finished.go)
-//	<p>:{s7}:agg                   HASH   observation aggregates: open, running, dead, v (observe.go; lua/lib.lua AGG)
+//	<p>:{s7}:agg                   HASH   observation aggregates: or (open + running · 2^32), dead, v (observe.go; lua/lib.lua AGG)
 //	<p>:{s7}:top                   ZSET   tenant → backlog, every tenant with one (observe.go)
 //	<p>:{s7}:gate:a|u|d|p          ZSET   tenant → end µs of its admin pause, upstream pause, disable, pause while not disabled (observe.go)
 //	<p>:{s7}:dead:n, :dead:x       HASH, ZSET tenant → its dead letters; tenant → its dead set's expiry µs (observe.go)

@@ -339,7 +339,10 @@ end
 -- Observation aggregates (docs/design.md §3, aggregates): what GET
 -- /v1/summary and the state metrics read instead of walking the tenants.
 -- Per shard (keys AGG.key):
---   agg         HASH  open = Σ (live + running), running = Σ running,
+--   agg         HASH  or = open + running · AGG.RUN, where open = Σ (live +
+--                     running) and running = Σ running (one field: a claim
+--                     or a finish moves both in one HINCRBY; open < 2^32,
+--                     running < 2^21, so the sum is exact in a double);
 --                     dead = Σ dead letters; v = AGG.VERSION once
 --                     observe_rebuild.lua built them
 --   top         ZSET  tenant → its backlog (live), every tenant with one
@@ -355,13 +358,21 @@ end
 -- (AGG.note): counts add to the call's deltas, a changed backlog to the
 -- call's top writes, a changed gate is written at once (admin and upstream
 -- events, not jobs). AGG.flush writes the deltas — one HINCRBY per count
--- that moved and one ZADD / ZREM of top per call, whatever the jobs — at
+-- that moved (open and running share one) and one ZADD / ZREM of top per
+-- call, whatever the jobs — at
 -- the save itself, or, for a caller that saves many tenants (the tenant
 -- cache's flush_tenants, claim, finish), once after AGG.hold. The dead-set
 -- writers (lifecycle.lua to_dead, trim_dead; tenants.lua requeue_dead) call
 -- AGG.dead_add before their tenant's save.
 AGG.VERSION = '1'
 AGG.FOREVER = 9007199254740991 -- 2^53 - 1 µs: an end that never comes
+AGG.RUN = 4294967296 -- 2^32: running's unit in field or
+-- split is field or's (open, running).
+function AGG.split(v)
+  v = tonum(v) or 0
+  local run = mfloor(v / AGG.RUN)
+  return v - run * AGG.RUN, run
+end
 function AGG.key(name) return BASE .. name end
 function AGG.reset() AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order = 0, 0, 0, false, nil, nil end
 RESETS[#RESETS + 1] = AGG.reset
@@ -421,8 +432,7 @@ end
 
 function AGG.flush()
   local key = AGG.key('agg')
-  if AGG.open ~= 0 then rcall('HINCRBY', key, 'open', istr(AGG.open)) end
-  if AGG.run ~= 0 then rcall('HINCRBY', key, 'running', istr(AGG.run)) end
+  if AGG.open ~= 0 or AGG.run ~= 0 then rcall('HINCRBY', key, 'or', istr(AGG.open + AGG.run * AGG.RUN)) end
   if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
   if AGG.top then
     local add, del = {}, {}

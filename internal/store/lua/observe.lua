@@ -28,12 +28,13 @@ if not ntop or ntop < 0 or ntop > 1000 or not natt or natt < 0 or natt > 1000 or
   return redis.error_reply('ERR sluice observe: want top 0 … 1000, attention 0 … 1000, clean 0|1')
 end
 local key = AGG.key('agg')
-local a = redis.call('HMGET', key, 'v', 'open', 'running', 'dead')
+local a = redis.call('HMGET', key, 'v', 'or', 'dead')
+local open, running = AGG.split(a[2]) -- lib.lua
 local built = 0
 if a[1] == AGG.VERSION then built = 1 end
 
 -- Dead sets expired since counted: out of the count.
-local dead = tonumber(a[4]) or 0
+local dead = tonumber(a[3]) or 0
 local xkey, nkey = AGG.key('dead:x'), AGG.key('dead:n')
 for _, tn in ipairs(redis.call('ZRANGEBYSCORE', xkey, '-inf', istr(NOW), 'LIMIT', 0, 100)) do
   local ttl = redis.call('PTTL', k_dead(tn))
@@ -88,5 +89,5 @@ if natt > 0 then
   paused = redis.call('ZRANGEBYSCORE', AGG.key('gate:p'), '(' .. now, '+inf', 'LIMIT', 0, natt)
 end
 
-return {'ok', NOW, built, tonumber(a[2]) or 0, tonumber(a[3]) or 0, dead, redis.call('ZCARD', k_index()),
+return {'ok', NOW, built, open, running, dead, redis.call('ZCARD', k_index()),
   counts[1], counts[2], counts[3], counts[4], top, disabled, paused, names}

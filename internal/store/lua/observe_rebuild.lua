@@ -42,5 +42,5 @@ for _, tn in ipairs(tenants) do
     if ttl >= 0 then redis.call('ZADD', AGG.key('dead:x'), istr(NOW + ttl * 1000 + 1000), tn) end
   end
 end
-redis.call('HSET', key, 'open', istr(open), 'running', istr(run), 'dead', istr(dead), 'v', AGG.VERSION)
+redis.call('HSET', key, 'or', istr(open + run * AGG.RUN), 'dead', istr(dead), 'v', AGG.VERSION)
 return {'ok', NOW, #tenants, 1}
