@@ -33,9 +33,9 @@ const (
 
 // StateCostFactor bounds the reads' share of the time: a read's series
 // serve the scrapes for CacheFor or this many times the read's duration,
-// whichever is longer — at most 1/StateCostFactor of the time walking the
-// tenants however often Prometheus scrapes (at 100 000 tenants a walk
-// takes seconds: a new one every minute or two, not every CacheFor).
+// whichever is longer — at most 1/StateCostFactor of the time reading
+// however often Prometheus scrapes (a guard: a read of the aggregates takes
+// milliseconds, so CacheFor decides).
 const StateCostFactor = 20
 
 // fresh reports whether the cached series serve a scrape now. Called with
