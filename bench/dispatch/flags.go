@@ -10,7 +10,7 @@ import (
 )
 
 // allParts are the names -parts accepts, in the order run reports them.
-var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow", "circuit", "million"}
+var allParts = []string{"precision", "throughput", "isolation", "scale", "idle", "noisy", "soak", "scale-out", "upstream", "slow", "circuit", "million", "observe"}
 
 // parseFlags reads the command line: the common flags, then each part's
 // (flagsXxx below), -quick's smaller sizes where a flag was not given, and
@@ -40,6 +40,7 @@ func parseFlags(args []string) (options, error) {
 	flagsScaleOut(fs, &o)
 	fs.IntVar(&o.slowFastJobs, "slow-fast-jobs", 1500, "slow: the fast tenant's jobs (at 50/s; the issue's shape gets 2/5 of them at 20/s)")
 	flagsMillion(fs, &o)
+	flagsObserve(fs, &o)
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	fs.IntVar(&o.fetchers, "fetchers", 0, "worker.fetchers of Sluice's workers (0: Sluice's default)")
 	if err := fs.Parse(args); err != nil {
@@ -71,6 +72,8 @@ func (o *options) applyQuick(fs *flag.FlagSet, scale *string) {
 		"idle-wakeups":         func() { o.idleWakeups = 3 },
 		"scaleout-tenants":     func() { o.soTenants = 10000 },
 		"slow-fast-jobs":       func() { o.slowFastJobs = 500 },
+		"observe-tenants":      func() { o.obsTenants = 20000 },
+		"observe-window":       func() { o.obsWindow = 20 * time.Second },
 	}
 	for name, f := range quick {
 		if !set[name] {
@@ -131,6 +134,8 @@ func (o *options) check() error {
 	case o.millionTenants < 1 || o.millionBase < 1 || o.millionJobs < 1 || o.millionPayload < 10 || o.millionConc < 1 ||
 		o.millionProducers < 1 || o.millionRetention < time.Second || o.millionResidueWait < 0:
 		return fmt.Errorf("bad million flags")
+	case o.obsTenants < 1 || o.obsWindow <= 0 || o.obsScrape <= 0 || o.obsPoll <= 0:
+		return fmt.Errorf("bad observe flags")
 	case o.peerRetry != "wiki" && o.peerRetry != "limiter":
 		return fmt.Errorf("-peer-retry: want wiki or limiter")
 	}
@@ -189,6 +194,13 @@ func flagsIdle(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "idle: the window Redis commands are counted over")
 	fs.IntVar(&o.idleWakeups, "idle-wakeups", 5, "idle: jobs due at once enqueued from idle, and as many delayed 1s")
 	fs.DurationVar(&o.idleGap, "idle-gap", time.Second, "idle: idle time before each wake-up job")
+}
+
+func flagsObserve(fs *flag.FlagSet, o *options) {
+	fs.IntVar(&o.obsTenants, "observe-tenants", 100000, "observe: tenants, one queued job each (1000000 supported)")
+	fs.DurationVar(&o.obsWindow, "observe-window", time.Minute, "observe: the idle window, and the observed window after it")
+	fs.DurationVar(&o.obsScrape, "observe-scrape", 15*time.Second, "observe: time between /metrics scrapes")
+	fs.DurationVar(&o.obsPoll, "observe-poll", time.Second, "observe: time between GET /v1/summary polls (two pollers)")
 }
 
 func flagsUpstream(fs *flag.FlagSet, o *options) {

@@ -55,6 +55,11 @@
 //     set per run): Redis memory per queued job, commands and CPU per
 //     delivered job, and what each idle tenant leaves once a short
 //     retention has passed.
+//   - observe (only when named in -parts): 100 000 tenants with a job each
+//     (delayed a day: the throttler stays idle) and a throttler; Redis commands/s and CPU while /metrics is
+//     scraped every 15 s and GET /v1/summary polled every second (the
+//     console's overview and a client), less the throttler's own, against
+//     issue 33's bounds (≤ 1 000 commands/s, ≤ 5 % of a core).
 //
 // Every Sluice measurement runs the cmd/throttler and cmd/worker binaries
 // against the given Redis (or Cluster), which the program flushes before
@@ -64,8 +69,9 @@
 // Each part has its own files: precision.go (its control in pacer.go),
 // throughput.go, isolation.go, scale.go, idle.go, noisy.go and
 // noisyhttp.go, soak.go and keyspace.go, scaleout.go and fleet.go,
-// upstream.go, slow.go, circuit.go, million.go; the asynq peers are in peer.go. The rest is shared: flags.go
-// (every part's flags), env.go (Redis, the store, the receiver), sluice.go
+// upstream.go, slow.go, circuit.go, million.go, observe.go; the asynq peers
+// are in peer.go. The rest is shared: flags.go (every part's flags), env.go
+// (Redis, the store, the receiver), sluice.go
 // (the Sluice processes), api.go (enqueues), load.go (paced producers),
 // receiver.go, stats.go (pacing), counters.go, cpu.go, profile.go (Redis's
 // time per script), slots.go (Cluster hash slots) and table.go.
@@ -176,6 +182,9 @@ type options struct {
 	millionProducers   int
 	millionRetention   time.Duration
 	millionResidueWait time.Duration
+	// observe
+	obsTenants                    int
+	obsWindow, obsScrape, obsPoll time.Duration
 
 	tci      time.Duration // worker.task_check_interval, and the asynq peers' TaskCheckInterval
 	fetchers int           // worker.fetchers of Sluice's workers (0: the default)
@@ -230,6 +239,8 @@ func run(ctx context.Context, o options) error {
 			err = circuit(ctx, e, &t)
 		case "million":
 			err = million(ctx, e, &t)
+		case "observe":
+			err = observe(ctx, e, &t)
 		}
 		if err != nil {
 			t.note("%s: FAILED: %v", p, err)

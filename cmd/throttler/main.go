@@ -5,9 +5,13 @@
 //
 //	throttler [--config PATH]
 //	throttler migrate --from URL [--config PATH] [--dry-run]
+//	throttler rebuild-aggregates [--config PATH]
 //
 // The second form copies a stopped deployment from the Redis at URL to the
-// one the configuration names (internal/migrate), e.g. onto a Cluster.
+// one the configuration names (internal/migrate), e.g. onto a Cluster. The
+// third builds every shard's observation aggregates anew from its tenants
+// (store.RebuildAggregates): after a rolling upgrade from a release before
+// them.
 //
 // See docs/design.md §7 for the configuration; SLUICE_CONFIG, SLUICE_REDIS_URL and
 // SLUICE_LISTEN override it.
@@ -61,6 +65,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string), hup <-chan os.Signal) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return runMigrate(ctx, args[1:], getenv, logOut)
+	}
+	if len(args) > 0 && args[0] == "rebuild-aggregates" {
+		return runRebuildAggregates(ctx, args[1:], getenv, logOut)
 	}
 	cfg, err := config.FromFlags(args, getenv)
 	if err != nil {
@@ -155,7 +162,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	return httpserver.Serve(ctx, "throttler", cfg.Listen, handler, log, ready)
 }
 
-// backfillTenantIndex runs store.BackfillTenantIndex once and logs its end.
+// backfillTenantIndex runs store.BackfillTenantIndex once and logs its
+// end, then store.BuildAggregates.
 func backfillTenantIndex(ctx context.Context, st *store.Store, log *slog.Logger) {
 	start := time.Now()
 	added, err := st.BackfillTenantIndex(ctx)
@@ -166,6 +174,20 @@ func backfillTenantIndex(ctx context.Context, st *store.Store, log *slog.Logger)
 		return
 	}
 	log.Info("tenant index backfill done", "added", added, "took", time.Since(start).Round(time.Millisecond))
+	// Then the observation aggregates of any shard without them (a
+	// deployment from before them; a new one's empty shards): built from
+	// the index, so after its backfill.
+	start = time.Now()
+	built, err := st.BuildAggregates(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("building the observation aggregates failed; the first read retries", "err", err)
+		}
+		return
+	}
+	if built > 0 {
+		log.Info("observation aggregates built", "shards", built, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // apiOptions builds the API's options, with one limiter per configured

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,18 +23,18 @@ import (
 // BenchmarkConsoleCalls measures the server time of the console's calls
 // over 10 000 tenants with a job each (16 shards): the tenants view's first
 // page (GET /v1/tenants?limit=50, by name and by backlog), the overview's
-// summary (GET /v1/summary) cold — a new server that has read nothing, as
-// right after a throttler's start: the walk of every tenant — and on a
-// page's first load — a new server whose warmer has read the summary's
-// base (what a throttler serving the console holds: Options.SummaryWarm),
-// no key's summary computed yet —, and a tenant page's poll
+// summary (GET /v1/summary) on a new server that has read nothing, as right
+// after a throttler's start — for a key with the glob "*" (the shards'
+// aggregates), cold for a key with other globs (the walk of every tenant)
+// and on its page's first load (a new server whose warmer has read the
+// summary's base: Options.SummaryWarm) —, and a tenant page's poll
 // (GET /v1/tenants/{t}/live). The time is the handler's, measured around
 // ServeHTTP (no network).
 //
 //	go test ./internal/api -run x -bench BenchmarkConsoleCalls -benchtime 10x
 //
 // SLUICE_CONSOLE_BENCH_TENANTS sets another number of tenants (e.g.
-// 100000, with -bench 'ConsoleCalls/summary_cold' -benchtime 3x).
+// 100000, with -bench 'ConsoleCalls/summary' -benchtime 3x).
 func BenchmarkConsoleCalls(b *testing.B) {
 	n := 10_000
 	if v := os.Getenv("SLUICE_CONSOLE_BENCH_TENANTS"); v != "" {
@@ -50,7 +51,8 @@ func BenchmarkConsoleCalls(b *testing.B) {
 	fillTenants(b, st, n)
 	newServer := func() *Server { // a new one has no summary cached
 		srv, err := New(Options{Keys: config.AuthConfig{Keys: []config.KeyConfig{
-			{Name: "ops", SHA256: config.HashKey(adminToken), Tenants: []string{"*"}, Admin: true}}}.ByHash(),
+			{Name: "ops", SHA256: config.HashKey(adminToken), Tenants: []string{"*"}, Admin: true},
+			{Name: "producer", SHA256: config.HashKey(producerToken), Tenants: []string{"t*"}}}}.ByHash(),
 			Redis: rdb, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Store: st, RequestTimeout: time.Minute, LiveStep: time.Nanosecond, SummaryWarm: SummaryWarmDefault})
 		if err != nil {
@@ -61,22 +63,27 @@ func BenchmarkConsoleCalls(b *testing.B) {
 	srv := newServer()
 	for _, c := range []struct{ name, path string }{
 		{"tenants by name", "/v1/tenants?limit=50"}, {"tenants by backlog", "/v1/tenants?limit=50&sort=backlog"},
-		{"summary cold", "/v1/summary"}, {"summary first load", "/v1/summary"}, {"live", "/v1/tenants/t05000/live"},
+		{"summary", "/v1/summary"}, {"summary walk cold", "/v1/summary"}, {"summary walk first load", "/v1/summary"},
+		{"live", "/v1/tenants/t05000/live"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var spent time.Duration
 			for range b.N {
+				token := adminToken
 				switch c.name {
-				case "summary cold":
+				case "summary", "summary walk cold":
 					srv = newServer()
-				case "summary first load":
+				case "summary walk first load":
 					srv = newServer()
 					if _, err := srv.bases.get(context.Background()); err != nil { // the warmer's read
 						b.Fatal(err)
 					}
 				}
+				if strings.HasPrefix(c.name, "summary walk") {
+					token = producerToken // globs other than "*": the walk
+				}
 				start := time.Now()
-				serveOK(b, srv.Handler(), c.path)
+				serveOK(b, srv.Handler(), c.path, token)
 				spent += time.Since(start)
 			}
 			b.ReportMetric(float64(spent.Microseconds())/1000/float64(b.N), "ms/call")
@@ -95,10 +102,10 @@ func fillTenants(b *testing.B, st *store.Store, n int) {
 	}
 }
 
-func serveOK(b *testing.B, h http.Handler, path string) {
+func serveOK(b *testing.B, h http.Handler, path, token string) {
 	b.Helper()
 	req := httptest.NewRequest(http.MethodGet, path, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {

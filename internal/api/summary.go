@@ -107,14 +107,18 @@ func (c *summaryCache) entry(key string) *summaryEntry {
 	return e
 }
 
-// summary is GET /v1/summary (any key; read-only): see summaryView. It is
-// computed from the shared base (summaryBases: a summary of every tenant,
+// summary is GET /v1/summary (any key; read-only): see summaryView. For a
+// key that sees every tenant it is read from the shards' aggregates
+// (summaryAll, summaryagg.go); for another it is computed from the shared base (summaryBases: a summary of every tenant,
 // store.Tenants, the workers, the shard owners, the finished jobs) and
 // the full state of up to attentionRead + BusiestMax tenants the key may
 // see; one computation per key serves its polls while the base is the
 // same, for Options.SummaryCache or SummaryCostFactor times its own
 // duration, whichever is longer.
 func (s *Server) summary(r *http.Request, c *call) (int, any, error) {
+	if seesAll(c) {
+		return s.summaryAll(r, c)
+	}
 	b, err := s.bases.get(r.Context())
 	if errors.Is(err, errSummaryReading) {
 		return 0, nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: 1,
@@ -156,11 +160,25 @@ func (e *summaryReadError) Unwrap() error { return e.err }
 // flight, the workers, the shard owners and the finished jobs.
 func (s *Server) readBase(ctx context.Context) (*summaryBase, error) {
 	fail := func(op string, err error) (*summaryBase, error) { return nil, &summaryReadError{op: op, err: err} }
-	var b summaryBase
-	var err error
-	if b.all, err = s.opts.Store.Tenants(ctx); err != nil {
+	all, err := s.opts.Store.Tenants(ctx)
+	if err != nil {
 		return fail("list_tenants", err)
 	}
+	b, err := s.readDeployment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.all = all
+	return b, nil
+}
+
+// readDeployment reads the deployment-wide part of a summary base: the
+// jobs in flight, the workers, the shard owners and the finished jobs. A
+// failure is a *summaryReadError.
+func (s *Server) readDeployment(ctx context.Context) (*summaryBase, error) {
+	fail := func(op string, err error) (*summaryBase, error) { return nil, &summaryReadError{op: op, err: err} }
+	var b summaryBase
+	var err error
 	if b.inFlight, err = s.opts.Store.InFlight(ctx); err != nil {
 		return fail("in_flight", err)
 	}

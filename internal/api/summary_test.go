@@ -84,8 +84,19 @@ func TestSummary(t *testing.T) {
 	if got := fmt.Sprint(b["throttlers"], b["unowned_shards"]); got != "[map[id:aa shards:[0 3]] map[id:bb shards:[2]]] [1]" {
 		t.Fatalf("throttlers, unowned: %s", got)
 	}
-	if a := f.get(t, "/v1/summary", adminToken).body; a["tenants"] != 4.0 || a["backlog"] != 10.0 || a["key"].(map[string]any)["admin"] != true {
+	a := f.get(t, "/v1/summary", adminToken).body // a "*" key: from the shards' aggregates
+	if a["tenants"] != 4.0 || a["backlog"] != 10.0 || a["paused"] != 1.0 || a["key"].(map[string]any)["admin"] != true {
 		t.Fatalf("admin's totals (every tenant): %v", a)
+	}
+	names, busiest = nil, nil
+	for _, v := range a["attention"].([]any) {
+		names = append(names, v.(map[string]any)["tenant"].(string))
+	}
+	for _, v := range a["busiest"].([]any) {
+		busiest = append(busiest, v.(map[string]any)["tenant"].(string))
+	}
+	if fmt.Sprint(names, busiest) != "[acme-slow acme-paused] [globex acme-slow acme-fine acme-paused]" {
+		t.Fatalf("admin's attention %v, busiest %v", names, busiest)
 	}
 
 	enqueueN(t, st, "acme-fine", 5)

@@ -54,10 +54,10 @@ func (c StateConfig) WithDefaults() StateConfig {
 // stateScrapeTimeout bounds the Redis reads of one scrape.
 const stateScrapeTimeout = 2 * time.Second
 
-// StateSource is what the state collector reads: the Store's tenant
-// summaries and states, in-flight count and worker capacity.
+// StateSource is what the state collector reads: the Store's aggregates
+// and tenant states, in-flight count and worker capacity.
 type StateSource interface {
-	Tenants(ctx context.Context) ([]store.TenantSummary, error)
+	Observe(ctx context.Context, o store.ObserveOptions) (store.Observation, error)
 	TenantState(ctx context.Context, tenant string) (store.TenantState, error)
 	InFlight(ctx context.Context) (int, error)
 	Capacity(ctx context.Context) (int, error)
@@ -120,7 +120,7 @@ func NewStateCollector(src StateSource, rdb redis.UniversalClient, cfg StateConf
 		rate:      prometheus.NewDesc("sluice_tenant_rate_per_second", "The tenant's configured dispatch rate (policy rate), per labeled tenant.", t, nil),
 		effRate:   prometheus.NewDesc("sluice_tenant_effective_rate_per_second", "The tenant's effective dispatch rate: the configured rate times the adaptive rate factor.", t, nil),
 		paced:     prometheus.NewDesc("sluice_tenant_paced_rate", "The rate pacing by the quota the tenant's upstream reported holds it to, in the quota's unit (requests or tokens) per second; absent while pacing does not bind.", t, nil),
-		oldest:    prometheus.NewDesc("sluice_tenant_oldest_job_age_seconds", "How long the tenant's oldest queued job has waited; for _other, the oldest among them.", t, nil),
+		oldest:    prometheus.NewDesc("sluice_tenant_oldest_job_age_seconds", "How long the tenant's oldest queued job has waited, per labeled tenant (absent for _other).", t, nil),
 		drain:     prometheus.NewDesc("sluice_tenant_drain_seconds", "Drain forecast: seconds until the backlog has left at the effective rate, pauses counted; absent when disabled or paused until resumed, and for _other.", t, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight_jobs", "Jobs released or running, over every shard.", nil, nil),
 		capacity:  prometheus.NewDesc("sluice_worker_capacity", "Sum of the live workers' concurrency (heartbeats).", nil, nil),

@@ -248,7 +248,7 @@ func acmeCollector(t *testing.T, cacheFor time.Duration) (*StateCollector, *prom
 	return c, reg, enqueue, src
 }
 
-// heldTenants is a StateSource whose Tenants, while hold is set, waits for
+// heldTenants is a StateSource whose Observe, while hold is set, waits for
 // release; it counts its reads.
 type heldTenants struct {
 	StateSource
@@ -257,16 +257,16 @@ type heldTenants struct {
 	reads   atomic.Int64
 }
 
-func (h *heldTenants) Tenants(ctx context.Context) ([]store.TenantSummary, error) {
+func (h *heldTenants) Observe(ctx context.Context, o store.ObserveOptions) (store.Observation, error) {
 	h.reads.Add(1)
 	if h.hold.Load() {
 		select {
 		case <-h.release:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return store.Observation{}, ctx.Err()
 		}
 	}
-	return h.StateSource.Tenants(ctx)
+	return h.StateSource.Observe(ctx, o)
 }
 
 // tenantBacklogs gathers reg's backlog series by tenant, failing when a

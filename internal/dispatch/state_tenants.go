@@ -1,9 +1,7 @@
 package dispatch
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -23,11 +21,11 @@ type tenantCache struct {
 }
 
 // Bounds of a read of the tenant series (StateCollector's readTimeout and
-// scrapeWait; tests change them). A read walks every tenant (a few commands
-// each): seconds at 100 000 tenants, more than a scrape's budget. So it
-// runs in the background, one at a time, bounded by tenantReadTimeout; a
-// scrape waits for it at most tenantScrapeWait and otherwise answers the
-// series of the read before.
+// scrapeWait; tests change them). A read is the shards' aggregates (one
+// script a shard, store.Observe) and the TopTenants labeled tenants' states:
+// milliseconds, whatever the tenant count. It runs in the background, one
+// at a time, bounded by tenantReadTimeout; a scrape waits for it at most
+// tenantScrapeWait and otherwise answers the series of the read before.
 const (
 	tenantReadTimeout = time.Minute
 	tenantScrapeWait  = stateScrapeTimeout
@@ -35,9 +33,9 @@ const (
 
 // StateCostFactor bounds the reads' share of the time: a read's series
 // serve the scrapes for CacheFor or this many times the read's duration,
-// whichever is longer — at most 1/StateCostFactor of the time walking the
-// tenants however often Prometheus scrapes (at 100 000 tenants a walk
-// takes seconds: a new one every minute or two, not every CacheFor).
+// whichever is longer — at most 1/StateCostFactor of the time reading
+// however often Prometheus scrapes (a guard: a read of the aggregates takes
+// milliseconds, so CacheFor decides).
 const StateCostFactor = 20
 
 // fresh reports whether the cached series serve a scrape now. Called with
@@ -93,35 +91,65 @@ func (c *StateCollector) refreshTenants(done chan struct{}) {
 	close(done)
 }
 
-// readTenants reads every tenant's summary (store.Tenants), labels the
-// TopTenants largest backlogs (ties by id) from their full state (one
-// script each) and sums the others under OtherTenants. Its cost per read:
-// the summary walk (a few commands per tenant with state) plus TopTenants
-// scripts; the series it yields: at most TopTenants + 1 per metric.
+// readTenants reads the shards' aggregates (store.Observe: the totals and
+// the TopTenants largest backlogs, ties by id), labels those tenants from
+// their full state (one script each) and gives OtherTenants the totals
+// less theirs. Its cost: one script a shard plus TopTenants, whatever the
+// tenant count; the series it yields: at most TopTenants + 1 per metric.
 func (c *StateCollector) readTenants(ctx context.Context) ([]prometheus.Metric, error) {
-	all, err := c.src.Tenants(ctx)
+	obs, err := c.src.Observe(ctx, store.ObserveOptions{Top: c.cfg.TopTenants, Clean: true})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(all, func(a, b store.TenantSummary) int {
-		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.Tenant, b.Tenant))
-	})
-	top := all[:min(len(all), c.cfg.TopTenants)]
 	var out []prometheus.Metric
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
 	}
-	for _, sum := range top {
-		st, err := c.src.TenantState(ctx, sum.Tenant)
+	rest := otherOf(obs)
+	for _, tb := range obs.Top {
+		st, err := c.src.TenantState(ctx, tb.Tenant)
 		if err != nil {
 			return nil, err
 		}
 		c.labeled(gauge, st)
+		rest.take(st)
 	}
-	if rest := all[len(top):]; len(rest) > 0 {
+	if obs.Tenants > int64(len(obs.Top)) {
 		c.other(gauge, rest)
 	}
 	return out, nil
+}
+
+// others is what the unlabeled tenants hold together: the totals less the
+// labeled tenants'. The backlogs are the observation's own (exact at its
+// read); the rest is taken from the labeled states read just after, so it
+// may be off by what changed in between (never below 0).
+type others struct {
+	backlog, running, dead, admin, upstream, disabled int64
+}
+
+func otherOf(o store.Observation) others {
+	r := others{backlog: o.Backlog, running: o.Running, dead: o.DeadLetters, admin: o.AdminPaused,
+		upstream: o.UpstreamPaused, disabled: o.Disabled}
+	for _, tb := range o.Top {
+		r.backlog -= tb.Backlog
+	}
+	return r
+}
+
+// take removes a labeled tenant's figures (but its backlog, see others).
+func (r *others) take(st store.TenantState) {
+	r.running -= st.Running
+	r.dead -= st.DeadLetters
+	if st.AdminPaused || st.AdminUntil.After(st.Now) {
+		r.admin--
+	}
+	if st.PausedUntil.After(st.Now) {
+		r.upstream--
+	}
+	if st.Disabled {
+		r.disabled--
+	}
 }
 
 type gaugeFunc func(d *prometheus.Desc, v float64, labels ...string)
@@ -149,26 +177,19 @@ func (c *StateCollector) labeled(gauge gaugeFunc, st store.TenantState) {
 	}
 }
 
-// other yields the series of the unlabeled tenants: backlog, running, dead
-// letters and pauses summed (a pause series counts the tenants so paused),
-// the oldest job's age their maximum.
-func (c *StateCollector) other(gauge gaugeFunc, rest []store.TenantSummary) {
-	var backlog, running, dead, admin, upstream, disabled float64
-	var oldest time.Duration
-	for _, s := range rest {
-		backlog += float64(s.Backlog)
-		running += float64(s.Running)
-		dead += float64(s.DeadLetters)
-		admin += b2f(s.AdminPaused || s.AdminUntil.After(s.Now))
-		upstream += b2f(s.PausedUntil.After(s.Now))
-		disabled += b2f(s.Disabled)
-		oldest = max(oldest, s.OldestJobAge())
+// other yields the series of the unlabeled tenants: backlog, running and
+// dead letters summed, and per pause reason the tenants so paused.
+func (c *StateCollector) other(gauge gaugeFunc, r others) {
+	for _, m := range []struct {
+		d      *prometheus.Desc
+		v      int64
+		reason string
+	}{{c.backlog, r.backlog, ""}, {c.running, r.running, ""}, {c.dead, r.dead, ""},
+		{c.paused, r.admin, "admin"}, {c.paused, r.upstream, "upstream"}, {c.paused, r.disabled, "disabled"}} {
+		labels := []string{OtherTenants}
+		if m.reason != "" {
+			labels = append(labels, m.reason)
+		}
+		gauge(m.d, float64(max(m.v, 0)), labels...)
 	}
-	gauge(c.backlog, backlog, OtherTenants)
-	gauge(c.running, running, OtherTenants)
-	gauge(c.dead, dead, OtherTenants)
-	gauge(c.paused, admin, OtherTenants, "admin")
-	gauge(c.paused, upstream, OtherTenants, "upstream")
-	gauge(c.paused, disabled, OtherTenants, "disabled")
-	gauge(c.oldest, oldest.Seconds(), OtherTenants)
 }

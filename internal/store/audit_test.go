@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -38,6 +39,9 @@ import (
 //     and none of those blockers is in ready (else it would be stuck), at a
 //     score no earlier than its pauses;
 //   - every tenant hash, and every tenant's secrets, in its shard's tenant index;
+//   - the observation aggregates (lib.lua AGG) equal what the tenants say:
+//     open and running sums, top, the gates, the dead letters; none of
+//     their entries names a tenant out of the index;
 //   - upstreams: every registry hash <p>:{u:<name>}:u has cfg, p and a
 //     version ≥ 1, no TTL, and is in the listing <p>:upstreams (no TTL);
 //     its concurrency lease set <p>:{u:<name>}:run has a TTL.
@@ -56,6 +60,7 @@ func auditKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string
 	ks.checkIdem()
 	ks.checkIndex()
 	ks.checkUpstreams()
+	ks.checkAggregates()
 	return ks.problems, nil
 }
 
@@ -157,7 +162,8 @@ type keyspaceSnapshot struct {
 	secrets   []string                      // tenants with secrets by API
 	lists     map[string][]string           // q and head keys → members
 	sets      map[string][]string           // ready/delayed/leases/dead keys → members
-	scores    map[string]map[string]float64 // ready and leases keys → member → score
+	scores    map[string]map[string]float64 // ready, leases and aggregate sets → member → score
+	hashes    map[string]map[string]string  // agg and dead:n keys → fields
 	policies  map[int]map[string]string     // shard → policy hash
 	idem      map[string]string             // key → value
 	upstreams map[string]map[string]string  // upstream name → registry hash
@@ -178,7 +184,7 @@ func loadKeyspace(ctx context.Context, rdb redis.UniversalClient, prefix string,
 		tenantTTL: map[string]time.Duration{},
 		lists:     map[string][]string{}, sets: map[string][]string{}, idem: map[string]string{},
 		scores: map[string]map[string]float64{}, policies: map[int]map[string]string{},
-		upstreams: map[string]map[string]string{}, fair: map[int]map[string]string{}}
+		upstreams: map[string]map[string]string{}, fair: map[int]map[string]string{}, hashes: map[string]map[string]string{}}
 	keys, err := redistest.Keys(ctx, rdb, prefix+":*")
 	for _, k := range keys {
 		if err := ks.load(ctx, rdb, k); err != nil {
@@ -261,6 +267,21 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 	case rest == "finished":
 		if ttl < 0 || ttl > MaxFinishedWindow {
 			ks.problem("finished counter %s: ttl %s", key, ttl)
+		}
+	case rest == "agg" || rest == "dead:n":
+		if ttl >= 0 {
+			ks.problem("aggregate %s has a TTL", key)
+		}
+		ks.hashes[key], err = rdb.HGetAll(ctx, key).Result()
+	case rest == "top" || rest == "dead:x" || strings.HasPrefix(rest, "gate:"):
+		if ttl >= 0 {
+			ks.problem("aggregate %s has a TTL", key)
+		}
+		var zs []redis.Z
+		zs, err = rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		ks.scores[key] = map[string]float64{}
+		for _, z := range zs {
+			ks.scores[key][z.Member.(string)] = z.Score
 		}
 	case rest == "waitmark":
 		if v, gerr := rdb.Get(ctx, key).Result(); gerr != nil || v != "1" || ttl < 0 || ttl > time.Minute {
@@ -668,6 +689,73 @@ func TestAuditFindsProblems(t *testing.T) {
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("audit missed %q; found:\n%s", want, all)
+		}
+	}
+}
+
+// checkAggregates: each shard's observation aggregates (lib.lua AGG) equal
+// the sums and sets its tenant hashes and dead sets give, and every entry
+// of theirs names a tenant of the index.
+func (ks *keyspaceSnapshot) checkAggregates() {
+	const forever = 9007199254740991 // lib.lua AGG.FOREVER
+	for shard := range ks.shards {
+		agg := ks.hashes[ks.keyOf(shard, "agg")]
+		index := ks.sets[ks.keyOf(shard, "tenants")]
+		var open, running, dead int64
+		gates := map[string]map[string]float64{"gate:a": {}, "gate:u": {}, "gate:d": {}, "gate:p": {}}
+		top, letters := map[string]float64{}, map[string]string{}
+		for tn, h := range ks.tenants {
+			if ShardOf(tn, ks.shards) != shard {
+				continue
+			}
+			open, running = open+num(h, "live")+num(h, "running"), running+num(h, "running")
+			if live := num(h, "live"); live > 0 {
+				top[tn] = float64(live)
+			}
+			a, d := float64(num(h, "admin_until")), 0.0
+			if num(h, "admin_paused") == 1 {
+				a = forever
+			}
+			if num(h, "disabled") == 1 {
+				d = forever
+			}
+			u := float64(num(h, "paused_until"))
+			for name, v := range map[string]float64{"gate:a": a, "gate:u": u, "gate:d": d, "gate:p": max(a, u) * (1 - d/forever)} {
+				if v > 0 {
+					gates[name][tn] = v
+				}
+			}
+		}
+		for key, members := range ks.sets {
+			if tn, ok := strings.CutSuffix(strings.TrimPrefix(key, ks.keyOf(shard, "t:")), ":dead"); ok && strings.HasPrefix(key, ks.keyOf(shard, "t:")) {
+				dead += int64(len(members))
+				letters[tn] = strconv.Itoa(len(members))
+			}
+		}
+		or := num(agg, "or") // lib.lua AGG: open + running · 2^32
+		if got := [3]int64{or % (1 << 32), or >> 32, num(agg, "dead")}; got != [3]int64{open, running, dead} {
+			ks.problem("shard %d: aggregates open, running, dead %v; the tenants say %v", shard, got, [3]int64{open, running, dead})
+		}
+		want := map[string]map[string]float64{"top": top}
+		for name, g := range gates {
+			want[name] = g
+		}
+		for name, w := range want {
+			got := ks.scores[ks.keyOf(shard, name)]
+			for tn, v := range w {
+				if got[tn] != v {
+					ks.problem("shard %d: %s holds %q at %v, its tenant says %v", shard, name, tn, got[tn], v)
+				}
+			}
+			for tn, v := range got {
+				_, hashed := ks.tenants[tn]
+				if _, ok := w[tn]; !ok && (hashed || !slices.Contains(index, tn)) {
+					ks.problem("shard %d: %s holds %q at %v, its tenant says none", shard, name, tn, v)
+				}
+			}
+		}
+		if got := ks.hashes[ks.keyOf(shard, "dead:n")]; !maps.Equal(got, letters) && (len(got) > 0 || len(letters) > 0) {
+			ks.problem("shard %d: dead:n %v, the dead sets hold %v", shard, got, letters)
 		}
 	}
 }

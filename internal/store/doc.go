@@ -30,7 +30,10 @@
 //     tenantpage.go: Tenants, TenantNames, TenantViews, TenantKeys) and the
 //     index backfill (backfill.go);
 //   - the fair-share weights of the workers' pool (fairshare.go:
-//     FairWeights), the finished-jobs counter (finished.go: Finished, FinishRate), a
+//     FairWeights);
+//   - the observation aggregates (observe.go: Observe, RebuildAggregates;
+//     lua/lib.lua AGG, lua/observe.lua, lua/observe_rebuild.lua);
+//   - the finished-jobs counter (finished.go: Finished, FinishRate), a
 //     tenant's recent attempts (recent.go), results and callbacks
 //     (result.go, callbacks.go), webhook secrets (secrets.go), policy
 //     storage (policy.go; ParamsOf derives the scripts' integers from a
@@ -99,6 +102,19 @@
 //     its share ('fair'); its digest rs records it, so the next claim,
 //     finish or sweep of the tenant (which hold no λ) reschedules it: a
 //     tenant held at its share holds a slot, so one of them comes.
+//   - Observation aggregates (lib.lua AGG): once a shard's are built (agg
+//     field v), its agg or (open + running · 2^32) and dead equal the sums of its
+//     tenants' live + running, running and dead letters; top holds every
+//     tenant with live > 0 scored by live; gate:a|u|d|p hold every tenant
+//     admin-paused, upstream-paused, disabled, paused and not disabled,
+//     scored by the end (entries past their end may stay). save_tenant
+//     keeps them from what load_tenant read (no script changes live,
+//     running or a gate but through save_tenant), the dead-set writers
+//     through AGG.dead_add, a dead set expired by its TTL is taken out by
+//     the next Observe; TestObserveStaysExactThroughEveryTransition checks
+//     them against a walk of the tenants after every kind of transition.
+//     A process of a release before them does not keep them:
+//     RebuildAggregates after a rolling upgrade.
 //   - Tenant fields in_m, in_c, in_p count admitted tokens by minute
 //     (enqueue's save, no extra command; the forecast's input); they expire
 //     with the hash.

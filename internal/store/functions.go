@@ -67,8 +67,9 @@ func buildLibrary() (version, source string) {
 // and what frees memory — the pass (releases, sweeps, index trims), claim,
 // finish (which drops a succeeded job's body and starts its retention),
 // cancel, the callback set's take and done, and the reads (secrets_read
-// signs webhooks; the tenant views and the finished count serve the console; some of them trim
-// what they find empty, so no-writes would not do). Not flagged, so
+// signs webhooks; the tenant views, the finished count and the
+// aggregates (observe) serve the console and the metrics; some of them
+// trim what they find empty, so no-writes would not do). Not flagged, so
 // refused by Redis itself past maxmemory: everything that adds state —
 // enqueue, replays, policy and secret writes, pause and resume, the index
 // backfill. A Redis without Functions runs the EVAL scripts, which Redis
@@ -79,6 +80,7 @@ var allowOOM = map[string]bool{
 	"callback_take": true, "callback_done": true,
 	"secrets_read": true, "dead_letters": true, "tenant_state": true, "tenant_list": true,
 	"tenant_names": true, "tenant_views": true, "tenant_keys": true, "finished": true,
+	"observe": true,
 }
 
 // functionFlags is the Lua list of script's function flags.

@@ -28,6 +28,10 @@ import (
 //	<p>:{s7}:tenants_backfilled    STRING µs of the index backfill's end on this shard (backfill.go)
 //	<p>:{s7}:fair                  HASH   w: weight of the tenants holding worker slots; r: weight left waiting by the last pass (fairshare.go)
 //	<p>:{s7}:finished              HASH   Unix second → jobs that ended by an attempt in it, last 11 s; TTL 11 s (finished.go)
+//	<p>:{s7}:agg                   HASH   observation aggregates: or (open + running · 2^32), dead, v (observe.go; lua/lib.lua AGG)
+//	<p>:{s7}:top                   ZSET   tenant → backlog, every tenant with one (observe.go)
+//	<p>:{s7}:gate:a|u|d|p          ZSET   tenant → end µs of its admin pause, upstream pause, disable, pause while not disabled (observe.go)
+//	<p>:{s7}:dead:n, :dead:x       HASH, ZSET tenant → its dead letters; tenant → its dead set's expiry µs (observe.go)
 //	<p>:{s7}:t:<tenant>            HASH   tenant state (fields: see TenantState)
 //	<p>:{s7}:t:<tenant>:q          LIST   backlog, FIFO
 //	<p>:{s7}:t:<tenant>:head       ZSET   head lane, by sequence
@@ -100,6 +104,11 @@ func (k keyspace) tenantNames(shard int) string { return k.base(shard) + "tenant
 // backfilled is shard's marker of a finished index backfill
 // (lua/tenant_backfill.lua).
 func (k keyspace) backfilled(shard int) string { return k.base(shard) + "tenants_backfilled" }
+
+// agg is shard's observation aggregate named name — "agg", "top",
+// "gate:a", "gate:u", "gate:d", "gate:p", "dead:n" or "dead:x" (lua/lib.lua
+// AGG.key).
+func (k keyspace) agg(shard int, name string) string { return k.base(shard) + name }
 
 // lane is tenant's lane for the upstream set ups (lua/lanes.lua LN.k_lane).
 func (k keyspace) lane(tenant, ups string) string { return k.tenant(tenant) + ":l:" + ups }

@@ -32,6 +32,7 @@ func TestKeyLayout(t *testing.T) {
 		k.backfilled(6):       "sluice:{s6}:tenants_backfilled",
 		k.finished(6):         "sluice:{s6}:finished",
 		k.fair(6):             "sluice:{s6}:fair",
+		k.agg(6, "gate:p"):    "sluice:{s6}:gate:p",
 		k.tenant(tn):          "sluice:{s6}:t:123456789",
 		k.tenantQueue(tn):     "sluice:{s6}:t:123456789:q",
 		k.tenantHead(tn):      "sluice:{s6}:t:123456789:head",

@@ -181,7 +181,7 @@ func (e *env) requireDrained() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	permanent := regexp.MustCompile(`^` + regexp.QuoteMeta(e.prefix) + `:\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)$`)
+	permanent := regexp.MustCompile(`^` + regexp.QuoteMeta(e.prefix) + `:\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled|agg|top|gate:[audp]|dead:[nx])$`)
 	for _, k := range keys {
 		if permanent.MatchString(k) {
 			continue

@@ -76,6 +76,10 @@ var (
 	luaUpstreamOrphans string
 	//go:embed lua/upstream_waiting.lua
 	luaUpstreamWaiting string
+	//go:embed lua/observe.lua
+	luaObserve string
+	//go:embed lua/observe_rebuild.lua
+	luaObserveRebuild string
 	//go:embed lua/meta.lua
 	luaMeta string
 	//go:embed lua/circuit_wake.lua
@@ -122,6 +126,8 @@ var (
 	scriptUpstreamWaiting = assemble("upstream_waiting", luaUpstreamWaiting)
 	scriptTenantJobs      = assemble("tenant_jobs", luaTenantJobs)
 	scriptCircuitWake     = assemble("circuit_wake", luaCircuitWake)
+	scriptObserve         = assemble("observe", luaObserve)
+	scriptObserveRebuild  = assemble("observe_rebuild", luaObserveRebuild)
 
 	// scriptMeta stands alone, outside the library and without a clock: it
 	// checks the deployment's fixed settings (meta.go) before a Store exists.

@@ -175,7 +175,9 @@ for i, r in ipairs(reqs) do reply[i + 1] = claim_one(r.id, r.gen) end
 leases_flush()
 
 -- Every tenant changed: saved; those given a job back or freed from their
--- release cap also rescheduled and expired, then the wake check.
+-- release cap also rescheduled and expired, then the wake check; the
+-- aggregates written once after them (lib.lua AGG).
+AGG.hold()
 for _, tn in ipairs(TENANT_ORDER) do
   local how = touched[tn]
   if how then
@@ -190,5 +192,6 @@ for _, tn in ipairs(TENANT_ORDER) do
     if how == 'moved' then expire_tenant(tn, c.t, c.p, NOW) end
   end
 end
+AGG.flush()
 wake_if_earlier()
 return reply

@@ -363,8 +363,9 @@ leases_flush()
 -- depends on changed (lib.lua sched_sig: a success of a tenant below its
 -- concurrency cap changes none of it), its dead set trimmed (each finish
 -- trims it, docs/design.md §7; lifecycle.lua trim_dead), saved, expired; then the wake
--- check.
+-- check. The aggregates are written once after them (lib.lua AGG).
 FAIR.defer() -- lib.lua: the tenants' held weight moves once
+AGG.hold()
 for _, tn in ipairs(TENANT_ORDER) do
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
@@ -376,6 +377,7 @@ for _, tn in ipairs(TENANT_ORDER) do
   expire_tenant(tn, c.t, c.p, NOW, cfg.succ_ret) -- listed while its jobs' records are kept
 end
 FAIR.flush()
+AGG.flush()
 wake_if_earlier()
 
 -- The shard's finished-jobs counter <p>:{sN}:finished (HASH Unix second →

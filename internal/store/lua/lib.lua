@@ -252,6 +252,9 @@ RESETS[#RESETS + 1] = function()
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
 end
 local busy
+-- The shard's aggregates (AGG, below save_tenant); declared here for
+-- load_tenant and save_tenant.
+local AGG = {}
 
 -- tenant_of unpacks field s into a tenant table; pack_tenant packs one.
 -- Both name T_FIELDS in its order, written out (a test checks): no loop,
@@ -270,8 +273,8 @@ local function tenant_of(s)
     q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next, fw = fw,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', qh = '', st_w = nil, -- st_w: its policy weight (FAIR) st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
-    st_qh = nil}
+    rs = '', qh = '', st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
+    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
 end
 local function pack_tenant(t)
   return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -303,6 +306,10 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
+  -- What the aggregates counted of the tenant: its packed state's (a field
+  -- stored by name is counted at the save that folds it in).
+  t.st_open, t.st_run = t.live + t.running, t.running
+  t.st_ga, t.st_gu, t.st_gd = AGG.gates(t)
   t.rs, t.qh, t.st_qh, t.st_w = rs, qh, qh, p.weight or 1
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
@@ -359,6 +366,7 @@ local INDEX_RECHECK = 3600000000
 
 local function save_tenant(tn, t)
   FAIR.count(t)
+  AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
   local args = {}
@@ -383,6 +391,122 @@ local function save_tenant(tn, t)
   if named then rcall('HDEL', key, unpack(named)) end
   if t.st_ra then rcall('HDEL', key, 'ra') end
   t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh = packed, t.rs, false, nil, t.qh
+end
+
+-- Observation aggregates (docs/design.md §3, aggregates): what GET
+-- /v1/summary and the state metrics read instead of walking the tenants.
+-- Per shard (keys AGG.key):
+--   agg         HASH  or = open + running · AGG.RUN, where open = Σ (live +
+--                     running) and running = Σ running (one field: a claim
+--                     or a finish moves both in one HINCRBY; open < 2^32,
+--                     running < 2^21, so the sum is exact in a double);
+--                     dead = Σ dead letters; v = AGG.VERSION once
+--                     observe_rebuild.lua built them
+--   top         ZSET  tenant → its backlog (live), every tenant with one
+--   gate:a|u|d  ZSET  tenant → when its admin pause, upstream pause or
+--                     disable ends (µs; AGG.FOREVER: not by itself)
+--   gate:p      ZSET  the same for "paused and not disabled" (the later of
+--                     a and u; absent while disabled)
+--   dead:n      HASH  tenant → its dead letters
+--   dead:x      ZSET  tenant → when its dead set expires (µs)
+-- Gate entries whose time has passed may stay (counts read from now on);
+-- observe.lua drops them. load_tenant remembers a tenant's counts and gates
+-- (st_open, st_run, st_ga, st_gu, st_gd); save_tenant notes the change
+-- (AGG.note): counts add to the call's deltas, a changed backlog to the
+-- call's top writes, a changed gate is written at once (admin and upstream
+-- events, not jobs). AGG.flush writes the deltas — one HINCRBY per count
+-- that moved (open and running share one) and one ZADD / ZREM of top per
+-- call, whatever the jobs — at
+-- the save itself, or, for a caller that saves many tenants (the tenant
+-- cache's flush_tenants, claim, finish), once after AGG.hold. The dead-set
+-- writers (lifecycle.lua to_dead, trim_dead; tenants.lua requeue_dead) call
+-- AGG.dead_add before their tenant's save.
+AGG.VERSION = '1'
+AGG.FOREVER = 9007199254740991 -- 2^53 - 1 µs: an end that never comes
+AGG.RUN = 4294967296 -- 2^32: running's unit in field or
+-- split is field or's (open, running).
+function AGG.split(v)
+  v = tonum(v) or 0
+  local run = mfloor(v / AGG.RUN)
+  return v - run * AGG.RUN, run
+end
+function AGG.key(name) return BASE .. name end
+function AGG.reset() AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order = 0, 0, 0, false, nil, nil end
+RESETS[#RESETS + 1] = AGG.reset
+function AGG.hold() AGG.held = true end
+
+-- gates are t's admin pause, upstream pause and disable ends (0: none).
+function AGG.gates(t)
+  local a, d = t.admin_until, 0
+  if t.admin_paused == 1 then a = AGG.FOREVER end
+  if t.disabled == 1 then d = AGG.FOREVER end
+  return a, t.paused_until, d
+end
+
+-- gate writes tn's end v in gate key name (0: out of it).
+function AGG.gate(name, v, tn)
+  if v > 0 then rcall('ZADD', AGG.key(name), istr(v), tn) else rcall('ZREM', AGG.key(name), tn) end
+end
+
+function AGG.note(tn, t)
+  local open, run = t.live + t.running, t.running
+  if open ~= t.st_open or run ~= t.st_run then
+    AGG.open, AGG.run = AGG.open + open - t.st_open, AGG.run + run - t.st_run
+    if t.live ~= t.st_open - t.st_run then
+      if not AGG.top then AGG.top, AGG.order = {}, {} end
+      if AGG.top[tn] == nil then AGG.order[#AGG.order + 1] = tn end
+      AGG.top[tn] = t.live
+    end
+    t.st_open, t.st_run = open, run
+  end
+  local a, u, d = AGG.gates(t)
+  if a ~= t.st_ga or u ~= t.st_gu or d ~= t.st_gd then
+    if a ~= t.st_ga then AGG.gate('gate:a', a, tn) end
+    if u ~= t.st_gu then AGG.gate('gate:u', u, tn) end
+    if d ~= t.st_gd then AGG.gate('gate:d', d, tn) end
+    local p = mmax(a, u)
+    if d > 0 then p = 0 end
+    AGG.gate('gate:p', p, tn)
+    t.st_ga, t.st_gu, t.st_gd = a, u, d
+  end
+  if not AGG.held then AGG.flush() end
+end
+
+-- dead_add counts n letters added to (n < 0: taken from) tn's dead set;
+-- expire_at (µs, optional) is when the set now expires.
+function AGG.dead_add(tn, n, expire_at)
+  if n == 0 then return end
+  local left = rcall('HINCRBY', AGG.key('dead:n'), tn, istr(n))
+  if left <= 0 then
+    n = n - left -- never below none (counts from before the aggregates: observe_rebuild.lua)
+    rcall('HDEL', AGG.key('dead:n'), tn)
+    rcall('ZREM', AGG.key('dead:x'), tn)
+  elseif expire_at then
+    rcall('ZADD', AGG.key('dead:x'), istr(expire_at), tn)
+  end
+  AGG.dead = AGG.dead + n
+end
+
+function AGG.flush()
+  local key = AGG.key('agg')
+  if AGG.open ~= 0 or AGG.run ~= 0 then rcall('HINCRBY', key, 'or', istr(AGG.open + AGG.run * AGG.RUN)) end
+  if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
+  if AGG.top then
+    local add, del = {}, {}
+    for _, tn in ipairs(AGG.order) do
+      local n = AGG.top[tn]
+      if n > 0 then
+        add[#add + 1] = istr(n)
+        add[#add + 1] = tn
+      else
+        del[#del + 1] = tn
+      end
+    end
+    key = AGG.key('top')
+    for i = 1, #del, 500 do rcall('ZREM', key, unpack(del, i, mmin(#del, i + 499))) end
+    for i = 1, #add, 1000 do rcall('ZADD', key, unpack(add, i, mmin(#add, i + 999))) end
+  end
+  AGG.reset()
 end
 
 -- Adaptive rate (docs/design.md §4.2). An adaptive tenant (policy adaptive = 1)
@@ -702,9 +826,8 @@ end
 -- current minute (number in_m, minutes since the epoch of Redis time) and
 -- in the minute before; inflow_add counts an admission of n tokens. Go's
 -- TenantState.InflowPerSecond weighs them as a sliding window.
-local MINUTE_US = 60000000
 local function inflow_add(t, n)
-  local m = mfloor(NOW / MINUTE_US)
+  local m = mfloor(NOW / 60000000) -- a minute in µs (a constant, not a local: pass.lua's EVAL build has none to spare)
   if m ~= t.in_m then
     if m == t.in_m + 1 then t.in_p = t.in_c else t.in_p = 0 end
     t.in_c, t.in_m = 0, m

@@ -176,6 +176,7 @@ local function to_dead(j, t, now, cfg)
   rcall('PEXPIRE', jk, ms(cfg.dead_ret))
   rcall('ZADD', dk, istr(now), j.id)
   rcall('PEXPIRE', dk, ms(cfg.dead_ret))
+  AGG.dead_add(j.tenant, 1, now + cfg.dead_ret) -- lib.lua
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
@@ -245,6 +246,7 @@ local function trim_dead(tn, t, now, cfg)
     rcall('DEL', jk)
   end
   if #ids > 0 then rcall('ZREM', key, unpack(ids)) end
+  AGG.dead_add(tn, -#ids) -- lib.lua
   if #ids == n then t.dz = 1 end
   return #ids
 end
@@ -274,6 +276,7 @@ end
 local function flush_tenants(cfg)
   ready_defer()
   FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
+  AGG.hold() -- lib.lua: the aggregates written once, after the last tenant
   for _, tn in ipairs(TENANT_ORDER) do
     local c = TENANTS[tn]
     if c.touched ~= false then
@@ -285,4 +288,5 @@ local function flush_tenants(cfg)
   end
   ready_flush()
   FAIR.flush()
+  AGG.flush()
 end

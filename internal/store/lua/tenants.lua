@@ -33,11 +33,19 @@
 
 local INDEX_TRIM_MAX = 64
 
--- index_remove takes tenants out of the index and its name set.
+-- index_remove takes tenants out of the index and its name set, and out
+-- of the aggregates (lib.lua AGG): a gate whose end passed and the letters
+-- of a dead set its TTL removed (taken off the dead count) leave with them.
 local function index_remove(gone)
   if #gone == 0 then return end
   rcall('ZREM', k_index(), unpack(gone))
   rcall('ZREM', k_names(), unpack(gone))
+  local n = 0
+  for _, v in ipairs(rcall('HMGET', AGG.key('dead:n'), unpack(gone))) do n = n + (tonum(v) or 0) end
+  if n ~= 0 then rcall('HINCRBY', AGG.key('agg'), 'dead', istr(-n)) end
+  for _, key in ipairs({'dead:n', 'dead:x', 'top', 'gate:a', 'gate:u', 'gate:d', 'gate:p'}) do
+    rcall(key == 'dead:n' and 'HDEL' or 'ZREM', AGG.key(key), unpack(gone))
+  end
 end
 
 -- index_check returns when to check tn's entry again (µs), or nil when tn
@@ -173,6 +181,7 @@ end
 local function requeue_dead(j, t)
   local tn, jk = j.tenant, k_job(j.id)
   rcall('ZREM', k_dead(tn), j.id)
+  AGG.dead_add(tn, -1) -- lib.lua
   if j.ups ~= '' then
     LN.push(j, t, false) -- lanes.lua (counts qtok)
     t.qtok = t.qtok - j.cost

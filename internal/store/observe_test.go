@@ -1,0 +1,308 @@
+package store
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// truth is Observe's answer computed the slow way: from a walk of every
+// tenant (Store.Tenants), the figures the aggregates must equal.
+func (e *env) truth(top int) Observation {
+	e.t.Helper()
+	all, err := e.store.Tenants(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var o Observation
+	for _, s := range all {
+		o.Backlog += s.Backlog
+		o.Running += s.Running
+		o.DeadLetters += s.DeadLetters
+		if s.AdminPaused || s.AdminUntil.After(s.Now) {
+			o.AdminPaused++
+		}
+		if s.PausedUntil.After(s.Now) {
+			o.UpstreamPaused++
+		}
+		if s.Disabled {
+			o.Disabled++
+		} else if s.Paused() {
+			o.Paused++
+		}
+		o.Top = append(o.Top, TenantBacklog{Tenant: s.Tenant, Backlog: s.Backlog})
+	}
+	slices.SortFunc(o.Top, func(a, b TenantBacklog) int {
+		return cmp.Or(cmp.Compare(b.Backlog, a.Backlog), cmp.Compare(a.Tenant, b.Tenant))
+	})
+	o.Top = o.Top[:min(len(o.Top), top)]
+	return o
+}
+
+// observeMatches requires Observe's figures equal to the walk's after step.
+func (e *env) observeMatches(step string) Observation {
+	e.t.Helper()
+	const top = 3
+	got, err := e.store.Observe(e.ctx, ObserveOptions{Top: top, Attention: 10, Clean: true})
+	if err != nil {
+		e.t.Fatalf("%s: observe: %v", step, err)
+	}
+	want := e.truth(top)
+	type counts struct{ Backlog, Running, Dead, Admin, Upstream, Disabled, Paused int64 }
+	g := counts{got.Backlog, got.Running, got.DeadLetters, got.AdminPaused, got.UpstreamPaused, got.Disabled, got.Paused}
+	w := counts{want.Backlog, want.Running, want.DeadLetters, want.AdminPaused, want.UpstreamPaused, want.Disabled, want.Paused}
+	if g != w {
+		e.t.Fatalf("%s: aggregates %+v, the tenants' walk %+v", step, g, w)
+	}
+	if !slices.Equal(got.Top, want.Top) {
+		e.t.Fatalf("%s: top %v, the walk's %v", step, got.Top, want.Top)
+	}
+	if int64(len(got.DisabledTenants)) != got.Disabled || int64(len(got.PausedTenants)) != got.Paused {
+		e.t.Fatalf("%s: named %d disabled, %d paused; counted %d, %d", step, len(got.DisabledTenants), len(got.PausedTenants), got.Disabled, got.Paused)
+	}
+	return got
+}
+
+// Every transition keeps the aggregates equal to the tenants' own figures:
+// enqueue, release, claim, success, retry, dead letter, throttle (upstream
+// pause), gone (disable), cancel, admin pause (timed and not), its end by
+// time, resume, replay, replay of every letter, and the dead set's trim.
+func TestObserveStaysExactThroughEveryTransition(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 2)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.MaxAttempts = 1000, 100, 2 }))
+	fin := FinishConfig{DeadMaxPerTenant: 2}
+	for i, tn := range []string{"acme", "bolt", "crow", "dune"} {
+		for range i + 1 {
+			e.enqueueOne(tn, item(`{"n":1}`))
+		}
+	}
+	e.observeMatches("enqueue")
+	var rel []wire.Release
+	for _, tn := range []string{"acme", "bolt", "crow", "dune"} {
+		rel = append(rel, e.passTenant(tn, time.Second, -1)...)
+	}
+	e.observeMatches("release")
+	claimed := map[string]ClaimedJob{}
+	for _, r := range rel {
+		c := e.claim(r.ID, r.Gen)
+		if c.Outcome != ClaimOK {
+			t.Fatalf("claim %s: %+v", r.ID, c)
+		}
+		claimed[r.ID] = c.Job
+	}
+	e.observeMatches("claim")
+	outcome := func(k wire.FinishKind) wire.AttemptOutcome {
+		return wire.AttemptOutcome{Kind: k, Status: 500, Latency: ms}
+	}
+	steps := []wire.FinishKind{wire.FinishSuccess, wire.FinishRetry, wire.FinishPermanent, wire.FinishThrottled,
+		wire.FinishGone, wire.FinishPermanent, wire.FinishPermanent, wire.FinishSuccess, wire.FinishRetry, wire.FinishSuccess}
+	for i, r := range rel {
+		k := steps[i%len(steps)]
+		e.finish(r.ID, claimed[r.ID].Gen, outcome(k), fin)
+		e.observeMatches(fmt.Sprintf("finish %d (%s)", i, k))
+	}
+	// A job canceled while queued.
+	id := e.enqueueOne("acme", item(`{"n":2}`)).ID
+	e.observeMatches("enqueue again")
+	if _, _, err := e.store.Cancel(e.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.observeMatches("cancel")
+	if err := e.store.Pause(e.ctx, "acme", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	e.observeMatches("pause")
+	if err := e.store.Pause(e.ctx, "bolt", e.clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	o := e.observeMatches("timed pause")
+	if o.AdminPaused != 2 {
+		t.Fatalf("admin-paused %d, want 2", o.AdminPaused)
+	}
+	e.clock.Advance(2 * time.Minute) // the timed pause and the upstream pause end by time alone
+	e.observeMatches("pauses over")
+	for _, tn := range []string{"acme", "bolt", "crow", "dune"} {
+		if err := e.store.Resume(e.ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o = e.observeMatches("resume")
+	if o.AdminPaused+o.Disabled+o.Paused != 0 {
+		t.Fatalf("after resume: %+v", o)
+	}
+	dead, _, err := e.store.DeadLetters(e.ctx, "dune", "", 10)
+	if err != nil || len(dead) == 0 {
+		t.Fatalf("dune's dead letters: %+v, %v", dead, err)
+	}
+	if _, err := e.store.Replay(e.ctx, dead[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	e.observeMatches("replay")
+	for _, tn := range []string{"acme", "bolt", "crow", "dune"} {
+		if _, _, err := e.store.ReplayDead(e.ctx, tn, DeadReplay{Limit: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o = e.observeMatches("replay every letter")
+	if o.DeadLetters != 0 || o.Backlog == 0 {
+		t.Fatalf("after replaying every letter: %+v", o)
+	}
+}
+
+// The dead count drops a tenant's letters when its dead set expires by its
+// TTL (no script runs then): Observe takes them out.
+func TestObserveForgetsExpiredDeadSets(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.MaxAttempts = 1 }))
+	id := e.enqueueOne("acme", item(`{"n":1}`)).ID
+	r := e.passTenant("acme", time.Second, -1)[0]
+	c := e.claimAt(r)
+	e.finish(id, c.Gen, wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 400}, FinishConfig{DeadRetention: time.Hour})
+	if o := e.observeMatches("dead"); o.DeadLetters != 1 {
+		t.Fatalf("dead letters %d, want 1", o.DeadLetters)
+	}
+	if err := e.rdb.Del(e.ctx, e.store.keys.tenantDead("acme")).Err(); err != nil { // as its TTL would
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Hour)
+	if o := e.observeMatches("expired"); o.DeadLetters != 0 {
+		t.Fatalf("dead letters %d after the set expired, want 0", o.DeadLetters)
+	}
+	if n, _ := e.rdb.HLen(e.ctx, e.store.keys.agg(0, "dead:n")).Result(); n != 0 {
+		t.Fatalf("dead:n keeps %d entries", n)
+	}
+}
+
+// A deployment from before the aggregates (state written, aggregates
+// absent) gets them built by its first Observe, equal to the walk's; a
+// forced rebuild gives the same.
+func TestObserveBuildsTheAggregatesOfAnOlderDeployment(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 2)
+	e.seed(params(func(p *Params) { p.MaxAttempts = 1 }))
+	for i, tn := range []string{"acme", "bolt", "crow"} {
+		for range 2 * (i + 1) {
+			e.enqueueOne(tn, item(`{"n":1}`))
+		}
+	}
+	r := e.passTenant("bolt", time.Second, -1)
+	c := e.claimAt(r[0])
+	e.finish(r[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 400}, FinishConfig{})
+	e.claimAt(r[1])
+	if err := e.store.Pause(e.ctx, "crow", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteAggregates() // as a release before them left it
+	if built, err := e.store.BuildAggregates(e.ctx); err != nil || built != 2 {
+		t.Fatalf("built %d shards (%v), want 2", built, err)
+	}
+	if built, err := e.store.BuildAggregates(e.ctx); err != nil || built != 0 {
+		t.Fatalf("built %d shards again (%v), want none", built, err)
+	}
+	e.deleteAggregates()
+	got, err := e.store.Observe(e.ctx, ObserveOptions{Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rebuilt != 2 {
+		t.Fatalf("rebuilt %d shards, want 2", got.Rebuilt)
+	}
+	o := e.observeMatches("built")
+	if o.Backlog != 10 || o.Running != 1 || o.DeadLetters != 1 || o.AdminPaused != 1 {
+		t.Fatalf("built: %+v", o)
+	}
+	e.enqueueOne("acme", item(`{"n":2}`)) // kept from there by the scripts
+	e.observeMatches("enqueue after the build")
+	if err := e.store.RebuildAggregates(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.observeMatches("forced rebuild")
+}
+
+// The top N is the N largest backlogs, ties by tenant, over every shard,
+// and bad options are refused.
+func TestObserveTopTiesByTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 3)
+	for i, tn := range []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7"} {
+		n := 2
+		if i == 4 {
+			n = 5
+		}
+		for range n {
+			e.enqueueOne(tn, item(`{"n":1}`))
+		}
+	}
+	got, err := e.store.Observe(e.ctx, ObserveOptions{Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []TenantBacklog{{"t5", 5}, {"t1", 2}, {"t2", 2}}
+	if !slices.Equal(got.Top, want) {
+		t.Fatalf("top %v, want %v", got.Top, want)
+	}
+	if err := e.store.Pause(e.ctx, "t0", time.Time{}); err != nil { // a tenant with no backlog
+		t.Fatal(err)
+	}
+	got, err = e.store.Observe(e.ctx, ObserveOptions{Top: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []TenantBacklog{{"t5", 5}, {"t1", 2}, {"t2", 2}, {"t3", 2}, {"t4", 2}, {"t6", 2}, {"t7", 2}, {"t0", 0}}
+	if !slices.Equal(got.Top, want) {
+		t.Fatalf("top 9 of 8 tenants: %v, want %v", got.Top, want)
+	}
+	if _, err := e.store.Observe(e.ctx, ObserveOptions{Top: MaxObserveTop + 1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("top %d: %v, want ErrInvalid", MaxObserveTop+1, err)
+	}
+}
+
+// The scripts that keep the aggregates compile and keep them in the EVAL
+// fallback too (a Redis without Functions; pass.lua is at Lua's locals
+// limit there).
+func TestObserveOnEval(t *testing.T) {
+	t.Parallel()
+	admin, prefix := redistest.New(t)
+	rdb := redistest.EvalOnlyClient(t, admin, prefix)
+	clock := &fakeClock{t: epoch}
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: t.Context(), rdb: rdb, prefix: prefix, store: store, clock: clock}
+	e.enqueueOne("acme", item(`{"n":1}`))
+	e.enqueueOne("acme", item(`{"n":2}`))
+	r := e.passTenant("acme", time.Second, -1)
+	c := e.claimAt(r[0])
+	e.finish(r[0].ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}, FinishConfig{})
+	o := e.observeMatches("eval")
+	if o.Backlog != 1 || o.Running != 0 {
+		t.Fatalf("eval: %+v", o)
+	}
+	if err := store.RebuildAggregates(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if store.runner.UsesFunctions() {
+		t.Fatal("store did not fall back to EVAL")
+	}
+}
+
+// deleteAggregates deletes every shard's aggregates.
+func (e *env) deleteAggregates() {
+	e.t.Helper()
+	for shard := range e.store.keys.shards {
+		for _, name := range []string{"agg", "top", "gate:a", "gate:u", "gate:d", "gate:p", "dead:n", "dead:x"} {
+			if err := e.rdb.Del(e.ctx, e.store.keys.agg(shard, name)).Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
