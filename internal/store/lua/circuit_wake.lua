@@ -11,8 +11,9 @@
 -- of <p>:{sN}:t:<tenant>:circ. A job still in the delayed set at that very
 -- due time (still waiting for the destination: not canceled, not sent and
 -- retried since) is due now instead; the next pass promotes it to the head
--- of its lane. A wake-up is published when that moves the shard's earliest
--- time earlier.
+-- of its lane. The tenant's field cu goes with its last open destination
+-- (the pass then reads no job's destination). A wake-up is published when
+-- that moves the shard's earliest time earlier.
 
 local tn, dest = ARGV[3], ARGV[4]
 if not tn or tn == '' or not dest or dest == '' then
@@ -33,6 +34,7 @@ for i = 1, #held, 2 do
 end
 rcall('DEL', jk)
 rcall('HDEL', ck, dest)
+if rcall('HLEN', ck) == 0 then rcall('HDEL', k_tenant(tn), 'cu') end -- pass.lua X.hold: nothing to hold
 if n > 0 then lowered(NOW) end
 wake_if_earlier()
 return {'ok', n}

@@ -431,9 +431,33 @@ function X.emit(tn, c, j, slot, spread)
   return j.cost
 end
 
--- release_one releases tenant tn's next job if every rule allows it.
+-- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
+-- its destination (record field dst, enqueue.lua) is one of the tenant's
+-- open destinations (<p>:{sN}:t:<tenant>:circ, finish.lua defer) with a
+-- due after now: j waits in the delayed set as retrying until that due,
+-- in that destination's held set (circuit_wake.lua brings it back when the
+-- circuit closes), like a deferred job but without a slot, a concurrency
+-- slot or a claim (docs/design.md §4.5). Read only for a tenant whose field
+-- cu (the latest such due) is after now: no cost for the others.
+function X.hold(tn, c, j)
+  local dst = rcall('HGET', k_job(j.id), 'dst')
+  if not dst or dst == '' then return false end
+  local ck = k_tenant(tn) .. ':circ'
+  local due = tonum(rcall('HGET', ck, dst))
+  if not due or due <= NOW then return false end
+  c.t.qtok = c.t.qtok - j.cost
+  rcall('ZADD', K_DELAYED, istr(due), j.id)
+  rcall('HSET', k_job(j.id), 'state', 'retrying', 'due', istr(due))
+  rcall('ZADD', ck .. ':' .. dst, istr(due), j.id)
+  X.held = X.held + 1
+  return true
+end
+X.held = 0
+
+-- X.try releases tenant tn's next job if every rule allows it: its cost,
+-- nil when none goes, false when the job was held (X.hold).
 -- c.head keeps the next job it saw but did not release, for reschedule.
-local function release_one(tn, c)
+function X.try(tn, c)
   local t, p = c.t, c.p
   local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
   c.head = nil
@@ -471,7 +495,22 @@ local function release_one(tn, c)
       return nil
     end
   end
+  if c.t.cu > NOW and X.hold(tn, c, j) then
+    c.head = nil
+    return false
+  end
   return X.emit(tn, c, j, slot, spread)
+end
+
+-- release_one is X.try past the held jobs, at most P of them a call (then
+-- more: the next pass goes on).
+local function release_one(tn, c)
+  for _ = 0, P do
+    local cost = X.try(tn, c)
+    if cost ~= false then return cost end
+  end
+  more = 1
+  return nil
 end
 
 -- Upstream demand of the pass (3b): name → {wanted, weight, unit, tenants}.

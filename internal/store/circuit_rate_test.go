@@ -1,0 +1,92 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// A tenant with a backlog whose jobs alternate between a destination whose
+// circuit is open and a healthy one: the first job to the open destination
+// is deferred at its claim; from then on the pass holds the others
+// (record field dst, pass.lua X.hold) without a slot, so the healthy jobs
+// go at the tenant's whole rate, one interval apart, as if the others were
+// not there (docs/design.md §4.5); the held jobs wait for the circuit and
+// come back when it closes.
+func TestCircuitHeldByPass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 100_000, 1, 10 })) // 10/s
+	items := make([]Item, 40)
+	for i := range items {
+		if i%2 == 0 {
+			items[i] = item(fmt.Sprintf(`{"bad":%d}`, i))
+			items[i].Destination = dest
+		} else {
+			items[i] = item(fmt.Sprintf(`{"good":%d}`, i))
+			items[i].Destination = "https://ok.example.com:443"
+		}
+	}
+	rs := e.enqueue("acme", items...)
+	bad := map[string]bool{}
+	for i, r := range rs {
+		bad[r.ID] = i%2 == 0
+	}
+	s := newSim(e, "acme", prodPass)
+	s.waitEarly = true
+	s.hold = func() time.Duration { return time.Millisecond }
+	const wait = time.Minute
+	s.outcomeOf = func(j ClaimedJob) wire.AttemptOutcome {
+		if bytes.Contains(j.Body, []byte(`"bad"`)) {
+			return wire.AttemptOutcome{Kind: wire.FinishDeferred, Pause: wait, Error: dest}
+		}
+		return wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
+	}
+	s.check = func(string) { e.requireConsistent() }
+	start := e.clock.Now()
+	for s.succeeded < 20 && e.clock.Now().Before(start.Add(5*time.Second)) {
+		s.passAt(e.clock.Now().Add(10 * ms))
+	}
+	var badSlots int
+	var good []time.Time
+	for _, r := range s.released {
+		if bad[r.ID] {
+			badSlots++
+		} else {
+			good = append(good, r.Slot)
+		}
+	}
+	if badSlots != 1 || s.succeeded != 20 {
+		t.Fatalf("released %d jobs to the open destination (want 1: the first, deferred at its claim), %d healthy succeeded (want 20)", badSlots, s.succeeded)
+	}
+	// The healthy jobs go one interval apart: the held ones took no slot
+	// (the first two share the deferred job's refunded slot).
+	for i := 2; i < len(good); i++ {
+		if d := good[i].Sub(good[i-1]); d != 100*ms {
+			t.Fatalf("healthy job %d %s after the one before, want 100ms: %v", i, d, good)
+		}
+	}
+	st := e.state("acme")
+	tc, err := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now())
+	if err != nil || len(tc) != 1 || tc[0].Destination != dest || st.Running != 0 || st.Released != 0 {
+		t.Fatalf("after the run: circuits %+v %v, running %d, released %d", tc, err, st.Running, st.Released)
+	}
+	// The circuit closes: every held job comes back now, and goes.
+	if n, err := e.store.WakeDeferred(e.ctx, "acme", dest); err != nil || n != 20 {
+		t.Fatalf("wake: %d %v, want the 20 held jobs", n, err)
+	}
+	s.outcomeOf = nil
+	for s.succeeded < 40 && e.clock.Now().Before(start.Add(time.Minute)) {
+		s.passAt(e.clock.Now().Add(10 * ms))
+	}
+	if s.succeeded != 40 {
+		t.Fatalf("after the closing: %d succeeded, want 40", s.succeeded)
+	}
+	if tc, _ := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now()); len(tc) != 0 {
+		t.Fatalf("closed, yet listed: %+v", tc)
+	}
+	e.requireConsistent()
+}
