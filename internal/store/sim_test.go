@@ -21,7 +21,7 @@ type sim struct {
 	outcome func() wire.AttemptOutcome // each finish's outcome; nil = success
 	// outcomeOf, when set, gives each finish's outcome by its job (before outcome).
 	outcomeOf func(ClaimedJob) wire.AttemptOutcome
-	check   func(at string)            // called after every event; nil = none
+	check     func(at string) // called after every event; nil = none
 	// waitEarly makes a claim answered early wait and claim again, as a
 	// worker does (else an early claim fails the test); sentAt then keeps
 	// each job's claim instant, its send time.

@@ -281,8 +281,8 @@ local function defer(r, j, t, p)
   local ttl = mfloor(r.pause / 1000) + 3600000
   local was = tonum(rcall('HGET', ck, r.err)) or 0
   if due > was then rcall('HSET', ck, r.err, istr(due)) end
-  if due > t.cu then
-    t.cu = due
+  if due > (t.st_cu or 0) then
+    t.st_cu = due
     rcall('HSET', k_tenant(j.tenant), 'cu', istr(due))
   end
   rcall('ZADD', ck .. ':' .. r.err, istr(due), j.id)

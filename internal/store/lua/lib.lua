@@ -217,7 +217,7 @@ end
 -- (the representation before s, or a test's write) overrides s, and
 -- save_tenant folds it into s and deletes it: an older tenant is migrated
 -- on its first save. Field rs (sched_sig's digest, a string) is stored
--- beside s, in the same HSET. Field cu (t.cu, 0 when absent: the latest
+-- beside s, in the same HSET. Field cu (t.st_cu, 0 when absent: the latest
 -- due of the tenant's jobs deferred by a destination's circuit) is written
 -- by finish.lua defer alone and deleted by circuit_wake.lua. A field ra (the ring of the tenant's last
 -- attempts before it got a key of its own, recent.lua) is deleted by the
@@ -256,7 +256,7 @@ local function tenant_of(s)
     q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next, fw = fw,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', qh = '', cu = 0, st_w = nil, -- st_w: its policy weight (FAIR) st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
+    rs = '', qh = '', st_cu = nil, st_w = nil, -- st_w: its policy weight (FAIR) st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
     st_qh = nil}
 end
 local function pack_tenant(t)
@@ -278,7 +278,7 @@ local function load_tenant(tn, p)
     elseif f == 'qh' then
       qh = all[i + 1]
     elseif f == 'cu' then
-      cu = tonum(all[i + 1])
+      cu = tonum(all[i + 1]) or 0
     elseif f == 'ra' then
       ra = true
     elseif T_INDEX[f] then
@@ -291,7 +291,7 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
   local t = tenant_of(s)
-  t.rs, t.qh, t.st_qh, t.st_w, t.cu = rs, qh, qh, p.weight or 1, cu
+  t.rs, t.qh, t.st_qh, t.st_w, t.st_cu = rs, qh, qh, p.weight or 1, cu
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end

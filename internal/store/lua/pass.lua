@@ -495,7 +495,7 @@ function X.try(tn, c)
       return nil
     end
   end
-  if c.t.cu > NOW and X.hold(tn, c, j) then
+  if (c.t.st_cu or 0) > NOW and X.hold(tn, c, j) then
     c.head = nil
     return false
   end
