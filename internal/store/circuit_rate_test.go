@@ -90,3 +90,42 @@ func TestCircuitHeldByPass(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// The gate's own deferrals are not held by the pass: the scout, back at the
+// backoff's end, goes to the gate (to probe) although the tenant's later
+// deferral holds its new jobs to the destination longer.
+func TestCircuitScoutNotHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 100_000, 1, 10 }))
+	to := func(body string) Item {
+		it := item(body)
+		it.Destination = dest
+		return it
+	}
+	defer_ := func(id string, pause time.Duration) {
+		t.Helper()
+		c := e.attempt(id)
+		if st := e.finish(c.ID, c.Gen, wire.AttemptOutcome{Kind: wire.FinishDeferred, Pause: pause, Error: dest}, FinishConfig{}); st != StateRetrying {
+			t.Fatalf("deferral of %s: %s", id, st)
+		}
+	}
+	scout := e.enqueueOne("acme", to(`1`))
+	defer_(scout.ID, 5*time.Second)         // the scout: until the backoff's end
+	long := e.enqueueOne("acme", item(`2`)) // no destination known: the pass cannot hold it
+	defer_(long.ID, time.Minute)            // held long: the tenant's due is now a minute away
+	longDue := e.job(long.ID).Due
+	held := e.enqueueOne("acme", to(`3`))
+	if rel := e.passTenant("acme", 100*ms, 50*ms); len(rel) != 0 {
+		t.Fatalf("released %+v, want the new job held", rel)
+	}
+	if j := e.job(held.ID); j.State != StateRetrying || !j.Due.Equal(longDue) || j.Attempt != 0 {
+		t.Fatalf("held job: %s due %s attempt %d, want retrying until %s, no attempt", j.State, j.Due, j.Attempt, longDue)
+	}
+	e.clock.Set(e.job(scout.ID).Due)
+	rel := e.passTenant("acme", 100*ms, 50*ms)
+	if len(rel) != 1 || rel[0].ID != scout.ID {
+		t.Fatalf("at the backoff's end: released %+v, want the scout %s", rel, scout.ID)
+	}
+	e.requireConsistent()
+}

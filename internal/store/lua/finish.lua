@@ -258,7 +258,8 @@ end
 -- puts it at the head of its lane then, like a retry). Its slot is refunded
 -- (TAT ← max(TAT − cost·T_eff, now) while TAT > now, as correct's refund),
 -- so a tenant's jobs to its other destinations keep its rate. The record
--- keeps the destination (field dst). The tenant's
+-- keeps the destination (field dst) and hd = 0 (the gate decides its
+-- return, not pass.lua X.hold). The tenant's
 -- open destinations <p>:{sN}:t:<tenant>:circ (HASH destination → due µs,
 -- r.err) get the due time when it is later than theirs, and so does the
 -- tenant's field cu (the latest due of them, beside field s: pass.lua
@@ -275,7 +276,7 @@ local function defer(r, j, t, p)
   j.attempt = j.attempt - 1
   note_earliest()
   rcall('ZADD', K_DELAYED, istr(due), j.id)
-  hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt), 'dst', r.err)
+  hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt), 'dst', r.err, 'hd', '0')
   lowered(due)
   local ck = k_tenant(j.tenant) .. ':circ'
   local ttl = mfloor(r.pause / 1000) + 3600000

@@ -437,17 +437,21 @@ end
 -- due after now: j waits in the delayed set as retrying until that due,
 -- in that destination's held set (circuit_wake.lua brings it back when the
 -- circuit closes), like a deferred job but without a slot, a concurrency
--- slot or a claim (docs/design.md §4.5). Read only for a tenant whose field
--- cu (the latest such due) is after now: no cost for the others.
+-- slot or a claim (docs/design.md §4.5); record field hd = 1. A job the
+-- gate deferred (hd = 0, finish.lua defer: the scout, or one held long that
+-- came back) is never held here: it goes to the gate, to probe or look
+-- again. Read only for a tenant whose field cu (the latest such due) is
+-- after now: no cost for the others.
 function X.hold(tn, c, j)
-  local dst = rcall('HGET', k_job(j.id), 'dst')
-  if not dst or dst == '' then return false end
+  local r = rcall('HMGET', k_job(j.id), 'dst', 'hd')
+  local dst = r[1]
+  if not dst or dst == '' or r[2] == '0' then return false end
   local ck = k_tenant(tn) .. ':circ'
   local due = tonum(rcall('HGET', ck, dst))
   if not due or due <= NOW then return false end
   c.t.qtok = c.t.qtok - j.cost
   rcall('ZADD', K_DELAYED, istr(due), j.id)
-  rcall('HSET', k_job(j.id), 'state', 'retrying', 'due', istr(due))
+  rcall('HSET', k_job(j.id), 'state', 'retrying', 'due', istr(due), 'hd', '1')
   rcall('ZADD', ck .. ':' .. dst, istr(due), j.id)
   X.held = X.held + 1
   return true
