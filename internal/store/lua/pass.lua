@@ -50,7 +50,9 @@
 --    a worker picks the task up (claim.lua's send schedule keeps a late
 --    pickup from clumping). TAT ← max(TAT, slot) + cost·T, gen + 1, lease
 --    send_at + grace (send_at: the slot plus the lateness of the tenant's
---    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
+--    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A job to one of
+--    its tenant's open destinations is held instead (X.hold: no slot) and
+--    the tenant's next job is taken, at most P held a call. A tenant that cannot
 --    release leaves the round; the pass stops when none is left or the
 --    capacity is used.
 -- 3b. Upstreams (lanes.lua). The grants of ARGV are installed in the
