@@ -129,3 +129,46 @@ func TestCircuitScoutNotHeld(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// A deferral the gate decided before the circuit closed, finished after its
+// tenant was woken for the destination, is due now and leaves nothing that
+// would hold the tenant's next jobs (the wake-up is not lost).
+func TestCircuitDeferralAfterWake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 100_000, 1, 10 }))
+	it := item(`1`)
+	it.Destination = dest
+	first := e.enqueueOne("acme", it)
+	c := e.attempt(first.ID) // claimed; the gate says wait…
+	e.clock.Advance(ms)
+	if _, err := e.store.WakeDeferred(e.ctx, "acme", dest); err != nil { // …the probe closes the circuit…
+		t.Fatal(err)
+	}
+	e.clock.Advance(ms)
+	o := wire.AttemptOutcome{Kind: wire.FinishDeferred, Pause: time.Minute, Error: dest}
+	if st := e.finish(c.ID, c.Gen, o, FinishConfig{}); st != StateRetrying { // …and the deferral comes
+		t.Fatalf("deferral: %s", st)
+	}
+	if j := e.job(first.ID); !j.Due.Equal(e.clock.Now()) || j.Attempt != 0 {
+		t.Fatalf("late deferral: due in %s, attempt %d; want now, 0", j.Due.Sub(e.clock.Now()), j.Attempt)
+	}
+	if tc, _ := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now()); len(tc) != 0 {
+		t.Fatalf("late deferral recorded: %+v", tc)
+	}
+	next := e.enqueueOne("acme", it)
+	rel := e.passTenant("acme", 100*ms, 50*ms)
+	if len(rel) != 2 || rel[0].ID != first.ID || rel[1].ID != next.ID {
+		t.Fatalf("released %+v, want %s again, then the next job %s (not held)", rel, first.ID, next.ID)
+	}
+	e.claimAt(rel[0])
+	// A deferral of a job claimed after the wake is recorded as usual.
+	c = e.claimAt(rel[1])
+	if st := e.finish(c.ID, c.Gen, o, FinishConfig{}); st != StateRetrying {
+		t.Fatalf("deferral: %s", st)
+	}
+	if tc, _ := e.store.TenantCircuits(e.ctx, "acme", e.clock.Now()); len(tc) != 1 {
+		t.Fatalf("a deferral after the wake: circuits %+v, want the destination", tc)
+	}
+	e.requireConsistent()
+}

@@ -12,7 +12,10 @@
 -- due time (still waiting for the destination: not canceled, not sent and
 -- retried since) is due now instead; the next pass promotes it to the head
 -- of its lane. The tenant's field cu goes with its last open destination
--- (the pass then reads no job's destination). A wake-up is published when
+-- (the pass then reads no job's destination). The wake's time is kept for
+-- an hour in <p>:{sN}:t:<tenant>:circ:woken (HASH destination → µs): a
+-- deferral of a job claimed before it, finished after it, is due now
+-- (finish.lua defer). A wake-up is published when
 -- that moves the shard's earliest time earlier.
 
 local tn, dest = ARGV[3], ARGV[4]
@@ -35,6 +38,8 @@ end
 rcall('DEL', jk)
 rcall('HDEL', ck, dest)
 if rcall('HLEN', ck) == 0 then rcall('HDEL', k_tenant(tn), 'cu') end -- pass.lua X.hold: nothing to hold
+rcall('HSET', ck .. ':woken', dest, istr(NOW)) -- finish.lua defer: a deferral decided before it is due now
+rcall('PEXPIRE', ck .. ':woken', 3600000)
 if n > 0 then lowered(NOW) end
 wake_if_earlier()
 return {'ok', n}

@@ -267,18 +267,26 @@ end
 -- without a slot; docs/design.md §4.5), and its deferred jobs of the destination
 -- <p>:{sN}:t:<tenant>:circ:<destination> (ZSET job id → due µs: what
 -- circuit_wake.lua brings back when the circuit closes); the keys live until
--- the latest due + 1 h.
+-- the latest due + 1 h. A deferral whose tenant was woken for the
+-- destination at or after the job's claim (<p>:{sN}:t:<tenant>:circ:woken,
+-- circuit_wake.lua: the gate answered before the circuit closed) is due
+-- now instead and records nothing: a lost wake-up holds nothing.
 local function defer(r, j, t, p)
   lease_del(r.id)
   unrun(j, t)
   if t.tat > NOW then t.tat = mmax(t.tat - j.cost * interval(t, p), NOW) end
-  local due = NOW + r.pause
+  local ck = k_tenant(j.tenant) .. ':circ'
+  -- Woken for the destination since the job's claim: the circuit closed
+  -- after the gate's answer; the job is due now and nothing is recorded.
+  local woken = tonum(rcall('HGET', ck .. ':woken', r.err))
+  local late = woken and woken >= (tonum(rcall('HGET', k_job(j.id), 'claimed')) or 0)
+  local due = late and NOW or NOW + r.pause
   j.attempt = j.attempt - 1
   note_earliest()
   rcall('ZADD', K_DELAYED, istr(due), j.id)
   hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt), 'dst', r.err, 'hd', '0')
   lowered(due)
-  local ck = k_tenant(j.tenant) .. ':circ'
+  if late then return {'ok', 'retrying', 0} end
   local ttl = mfloor(r.pause / 1000) + 3600000
   local was = tonum(rcall('HGET', ck, r.err)) or 0
   if due > was then rcall('HSET', ck, r.err, istr(due)) end
