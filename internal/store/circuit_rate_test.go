@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +173,22 @@ func TestCircuitDeferralAfterWake(t *testing.T) {
 		t.Fatalf("a deferral after the wake: circuits %+v, want the destination", tc)
 	}
 	e.requireConsistent()
+}
+
+// A destination with a space, or longer than 1024 bytes, is refused before
+// anything is stored.
+func TestEnqueueDestinationChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed(params(func(*Params) {}))
+	for _, d := range []string{"https://a b:443", "https://" + strings.Repeat("a", 1020) + ":443"} {
+		it := item(`1`)
+		it.Destination = d
+		if _, err := e.store.Enqueue(e.ctx, "acme", []Item{it}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("destination %.20q…: %v, want ErrInvalid", d, err)
+		}
+	}
+	if st := e.state("acme"); st.Backlog != 0 {
+		t.Fatalf("stored %d jobs, want none", st.Backlog)
+	}
 }
