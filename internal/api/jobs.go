@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/jobview"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/webhook"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -338,6 +339,9 @@ func (s *Server) itemOf(spec job.Spec, tc *tenantContext) (store.Item, job.Spec,
 	}
 	it := store.Item{Type: j.Type, Cost: j.Cost, Delay: j.Delay, RunAt: j.RunAt, Body: j.Body, Callback: j.Callback,
 		Upstreams: j.Upstreams}
+	if j.Type == wire.TypeWebhook || j.Type == wire.TypeHTTP {
+		it.Destination, _ = webhook.Destination(j.Spec.URL) // its circuit (docs/design.md §4.5)
+	}
 	it.Fingerprint = itemFingerprint(j.Sent, it)
 	if j.Unless != nil {
 		it.Unless = &store.Refusal{Code: store.Code(j.Unless.Code), Detail: j.Unless.Message}

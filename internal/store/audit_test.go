@@ -235,6 +235,15 @@ func (ks *keyspaceSnapshot) load(ctx context.Context, rdb redis.UniversalClient,
 				ks.problem("recent attempts %s: %v, ttl %s", key, perr, ttl)
 			}
 		}
+	case strings.HasPrefix(rest, "t:") && strings.HasSuffix(rest, ":circ:woken"): // circuit_wake.lua: destination → woken µs, always with a TTL
+		var h map[string]string
+		if h, err = rdb.HGetAll(ctx, key).Result(); err == nil {
+			for d, v := range h {
+				if n, perr := strconv.ParseInt(v, 10, 64); perr != nil || n <= 0 || d == "" || ttl < 0 {
+					ks.problem("tenant circuit wake-ups %s: %q → %q, ttl %s", key, d, v, ttl)
+				}
+			}
+		}
 	case strings.HasPrefix(rest, "t:") && strings.Contains(rest, ":circ:"): // finish.lua defer: job id → due µs, always with a TTL
 		if n, zerr := rdb.ZCard(ctx, key).Result(); zerr != nil || n == 0 || ttl < 0 {
 			ks.problem("tenant circuit jobs %s: %d (%v), ttl %s", key, n, zerr, ttl)

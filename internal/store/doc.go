@@ -115,6 +115,12 @@
 //     them against a walk of the tenants after every kind of transition.
 //     A process of a release before them does not keep them:
 //     RebuildAggregates after a rolling upgrade.
+//   - A job to a destination whose circuit is open for its tenant (record
+//     field dst, set at enqueue; the tenant's <p>:{sN}:t:<tenant>:circ, field
+//     cu) is held by the pass without a slot (pass.lua X.hold), unless the
+//     gate deferred it (record field hd = 0): it then goes back to the gate
+//     at its due (docs/design.md §4.5). Only a tenant whose cu is after now
+//     pays the read.
 //   - Tenant fields in_m, in_c, in_p count admitted tokens by minute
 //     (enqueue's save, no extra command; the forecast's input); they expire
 //     with the hash.

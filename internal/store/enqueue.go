@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
@@ -51,6 +52,12 @@ type Item struct {
 	// when its tenant's slot and each upstream's have come. The caller
 	// refuses names of upstreams that do not exist.
 	Upstreams []string
+	// Destination is a webhook or http job's destination, the scheme, host
+	// and port of its URL (webhook.Destination; "" for none): record field
+	// dst, by which the pass holds the job while its tenant's circuit for
+	// it is open (docs/design.md §4.5) — computed once here, never parsed
+	// in Lua. At most 1024 bytes, no space.
+	Destination string
 	// IdemKey, when not "", makes the enqueue idempotent: see
 	// job.CheckIdemKey.
 	IdemKey string
@@ -230,13 +237,13 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 		}
 		args = append(args, id, it.Type, max(it.Cost, 1), runAt, it.Delay.Microseconds(),
 			it.IdemKey, hex.EncodeToString(it.Fingerprint[:]), it.Body, string(unless.Code), unless.Detail, it.Callback,
-			upstreamsField(it.Upstreams))
+			upstreamsField(it.Upstreams), it.Destination)
 	}
 	return args, nil
 }
 
 // itemValues is the number of ARGV values per item of enqueue.lua.
-const itemValues = 12
+const itemValues = 13
 
 // check validates what can be checked without the tenant's policy: the
 // job's attributes with the job package's checks, then Unless.
@@ -251,6 +258,9 @@ func (it Item) check() error {
 	}
 	if err := checkUpstreams(it.Upstreams); err != nil {
 		return err
+	}
+	if len(it.Destination) > 1024 || strings.ContainsAny(it.Destination, " \t\r\n") {
+		return invalidf("destination: want at most 1024 bytes and no space")
 	}
 	if it.Unless != nil && (it.Unless.Code == "" || len(it.Unless.Code) > 64 || len(it.Unless.Detail) > 1024) {
 		return invalidf("unless: want a code of 1–64 bytes and a detail of at most 1024")

@@ -19,7 +19,9 @@ type sim struct {
 	cfg     PassConfig
 	hold    func() time.Duration       // how long a claimed job runs; nil = 0
 	outcome func() wire.AttemptOutcome // each finish's outcome; nil = success
-	check   func(at string)            // called after every event; nil = none
+	// outcomeOf, when set, gives each finish's outcome by its job (before outcome).
+	outcomeOf func(ClaimedJob) wire.AttemptOutcome
+	check     func(at string) // called after every event; nil = none
 	// waitEarly makes a claim answered early wait and claim again, as a
 	// worker does (else an early claim fails the test); sentAt then keeps
 	// each job's claim instant, its send time.
@@ -80,7 +82,9 @@ func (s *sim) runUntil(at time.Time) {
 			s.running = s.running[1:]
 			s.e.clock.Set(r.end)
 			o := wire.AttemptOutcome{Kind: wire.FinishSuccess, Status: 200}
-			if s.outcome != nil {
+			if s.outcomeOf != nil {
+				o = s.outcomeOf(r.job)
+			} else if s.outcome != nil {
 				o = s.outcome()
 			}
 			if s.e.finish(r.job.ID, r.job.Gen, o, FinishConfig{}) == StateSucceeded {

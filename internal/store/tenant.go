@@ -71,6 +71,11 @@ import (
 //	q_fly, q_next       none, 1 requests, 2 tokens), remaining, limit, reset µs,
 //	                    the units sent since (in flight), the next paced slot
 //	qh                  the header the quota was read from; stored beside s
+//	cu                  the latest due of the tenant's jobs deferred by a
+//	                    destination's circuit (finish.lua defer; stored beside
+//	                    s, deleted by circuit_wake.lua with the last open
+//	                    destination): after now, the pass reads the next job's
+//	                    destination (pass.lua X.hold)
 //	fw                  the weight the tenant adds to its shard's held weight
 //	                    (<p>:{sN}:fair field w; fairshare.go): its policy
 //	                    weight while running + released > 0, else 0

@@ -143,8 +143,11 @@ func TestCircuitDefersAndRecovers(t *testing.T) {
 		}
 		return true
 	})
-	if n := h.counter("sluice_circuit_deferred_total"); n < float64(len(later)) {
-		t.Fatalf("deferred counter %v, want ≥ %d", n, len(later))
+	// The gate defers the first job after the opening; the pass holds the
+	// tenant's next ones to the destination without a claim (store
+	// TestCircuitHeldByPass), so the counter may stay below the jobs held.
+	if n := h.counter("sluice_circuit_deferred_total"); n < 1 {
+		t.Fatalf("deferred counter %v, want ≥ 1", n)
 	}
 
 	// The backoff ends: the probe fails too (the destination still drops).

@@ -124,9 +124,10 @@ func answer(retryAfter string, first ...int) func(int) (int, http.Header) {
 func (h *harness) enqueueTo(tenant, url string, n int) []string {
 	h.t.Helper()
 	spec := job.Spec{Type: wire.TypeWebhook, URL: url, Event: "invoice.paid", Payload: json.RawMessage(`{"amount":42}`)}
+	dest, _ := webhook.Destination(url) // as the API gives it (docs/design.md §4.5)
 	items := make([]store.Item, n)
 	for i := range items {
-		items[i] = store.Item{Type: wire.TypeWebhook, Body: spec.Canonical()}
+		items[i] = store.Item{Type: wire.TypeWebhook, Body: spec.Canonical(), Destination: dest}
 	}
 	rs, err := h.st.Enqueue(h.ctx, tenant, items)
 	if err != nil {

@@ -11,8 +11,12 @@
 -- of <p>:{sN}:t:<tenant>:circ. A job still in the delayed set at that very
 -- due time (still waiting for the destination: not canceled, not sent and
 -- retried since) is due now instead; the next pass promotes it to the head
--- of its lane. A wake-up is published when that moves the shard's earliest
--- time earlier.
+-- of its lane. The tenant's field cu goes with its last open destination
+-- (the pass then reads no job's destination). The wake's time is kept for
+-- an hour in <p>:{sN}:t:<tenant>:circ:woken (HASH destination → µs): a
+-- deferral of a job claimed before it, finished after it, is due now
+-- (finish.lua defer). A wake-up is published when
+-- that moves the shard's earliest time earlier.
 
 local tn, dest = ARGV[3], ARGV[4]
 if not tn or tn == '' or not dest or dest == '' then
@@ -33,6 +37,9 @@ for i = 1, #held, 2 do
 end
 rcall('DEL', jk)
 rcall('HDEL', ck, dest)
+if rcall('HLEN', ck) == 0 then rcall('HDEL', k_tenant(tn), 'cu') end -- pass.lua X.hold: nothing to hold
+rcall('HSET', ck .. ':woken', dest, istr(NOW)) -- finish.lua defer: a deferral decided before it is due now
+rcall('PEXPIRE', ck .. ':woken', 3600000)
 if n > 0 then lowered(NOW) end
 wake_if_earlier()
 return {'ok', n}

@@ -3,12 +3,14 @@
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
 -- ARGV[3]  tenant                    ARGV[4]  n, the number of items
--- ARGV[5…] n items of 12 values each:
+-- ARGV[5…] n items of 13 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
 --          idempotency key ('' = none), fingerprint (hex), body,
 --          unless code ('' = none), unless detail, callback URL ('' = none;
 --          record field cb), upstreams ('' = none; the names, sorted,
---          unique, joined by ','; record field ups)
+--          unique, joined by ','; record field ups), destination ('' =
+--          none; record field dst: the pass holds the job while its
+--          tenant's circuit for it is open, pass.lua X.hold)
 -- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
 --          effective admission policy, then one ri per item, in order:
 --          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
@@ -40,17 +42,17 @@
 
 local tn = ARGV[3]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + 12 * n then
-  return redis.error_reply('ERR sluice enqueue: want 12 values per item')
+if not n or n < 1 or #ARGV ~= 4 + 13 * n then
+  return redis.error_reply('ERR sluice enqueue: want 13 values per item')
 end
 
 local items = {}
 for i = 1, n do
-  local o = 4 + (i - 1) * 12
+  local o = 4 + (i - 1) * 13
   local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
     run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
     idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10],
-    cb = ARGV[o + 11], ups = ARGV[o + 12]}
+    cb = ARGV[o + 11], ups = ARGV[o + 12], dst = ARGV[o + 13]}
   -- Decoding only: Go checks every item (job.Attrs.Check) before the call.
   if not it.cost or not it.run_at or not it.delay then
     return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
@@ -171,7 +173,8 @@ local function store(it)
   -- Numbers as istr strings (lib.lua): Redis would format each with %.17g.
   redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', istr(it.cost),
     'bytes', istr(#it.body), 'body', it.body, 'state', state, 'gen', '0', 'attempt', '0',
-    'created', istr(NOW), 'run_at', istr(run_at), 'eta', istr(eta), 'idem', it.idem)
+    'created', istr(NOW), 'run_at', istr(run_at), 'eta', istr(eta), 'idem', it.idem,
+    'dst', it.dst) -- pass.lua X.hold
   if it.cb ~= '' then redis.call('HSET', k_job(it.id), 'cb', it.cb) end -- callbacks.lua
   if it.ups ~= '' then redis.call('HSET', k_job(it.id), 'ups', it.ups) end -- lanes.lua
   if it.idem ~= '' then

@@ -265,25 +265,43 @@ end
 -- job waits in the delayed set as retrying until now + r.pause (promotion
 -- puts it at the head of its lane then, like a retry). Its slot is refunded
 -- (TAT ← max(TAT − cost·T_eff, now) while TAT > now, as correct's refund),
--- so a tenant's jobs to its other destinations keep its rate. The tenant's
+-- so a tenant's jobs to its other destinations keep its rate. The record
+-- keeps the destination (field dst) and hd = 0 (the gate decides its
+-- return, not pass.lua X.hold). The tenant's
 -- open destinations <p>:{sN}:t:<tenant>:circ (HASH destination → due µs,
--- r.err) get the due time, and its deferred jobs of the destination
+-- r.err) get the due time when it is later than theirs, and so does the
+-- tenant's field cu (the latest due of them, beside field s: pass.lua
+-- X.hold holds the tenant's jobs to such a destination until its due
+-- without a slot; docs/design.md §4.5), and its deferred jobs of the destination
 -- <p>:{sN}:t:<tenant>:circ:<destination> (ZSET job id → due µs: what
 -- circuit_wake.lua brings back when the circuit closes); the keys live until
--- the latest due + 1 h.
+-- the latest due + 1 h. A deferral whose tenant was woken for the
+-- destination at or after the job's claim (<p>:{sN}:t:<tenant>:circ:woken,
+-- circuit_wake.lua: the gate answered before the circuit closed) is due
+-- now instead and records nothing: a lost wake-up holds nothing.
 local function defer(r, j, t, p)
   lease_del(r.id)
   unrun(j, t)
   if t.tat > NOW then t.tat = mmax(t.tat - j.cost * interval(t, p), NOW) end
-  local due = NOW + r.pause
+  local ck = k_tenant(j.tenant) .. ':circ'
+  -- Woken for the destination since the job's claim: the circuit closed
+  -- after the gate's answer; the job is due now and nothing is recorded.
+  local woken = tonum(rcall('HGET', ck .. ':woken', r.err))
+  local late = woken and woken >= (tonum(rcall('HGET', k_job(j.id), 'claimed')) or 0)
+  local due = late and NOW or NOW + r.pause
   j.attempt = j.attempt - 1
   note_earliest()
   rcall('ZADD', K_DELAYED, istr(due), j.id)
-  hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt))
+  hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt), 'dst', r.err, 'hd', '0')
   lowered(due)
-  local ck = k_tenant(j.tenant) .. ':circ'
+  if late then return {'ok', 'retrying', 0} end
   local ttl = mfloor(r.pause / 1000) + 3600000
-  rcall('HSET', ck, r.err, istr(due))
+  local was = tonum(rcall('HGET', ck, r.err)) or 0
+  if due > was then rcall('HSET', ck, r.err, istr(due)) end
+  if due > (t.st_cu or 0) then
+    t.st_cu = due
+    rcall('HSET', k_tenant(j.tenant), 'cu', istr(due))
+  end
   rcall('ZADD', ck .. ':' .. r.err, istr(due), j.id)
   for _, key in ipairs({ck, ck .. ':' .. r.err}) do
     if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end

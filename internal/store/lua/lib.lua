@@ -233,7 +233,9 @@ end
 -- (the representation before s, or a test's write) overrides s, and
 -- save_tenant folds it into s and deletes it: an older tenant is migrated
 -- on its first save. Field rs (sched_sig's digest, a string) is stored
--- beside s, in the same HSET. A field ra (the ring of the tenant's last
+-- beside s, in the same HSET. Field cu (t.st_cu, 0 when absent: the latest
+-- due of the tenant's jobs deferred by a destination's circuit) is written
+-- by finish.lua defer alone and deleted by circuit_wake.lua. A field ra (the ring of the tenant's last
 -- attempts before it got a key of its own, recent.lua) is deleted by the
 -- next save, as the named fields are. load_tenant remembers what was stored
 -- (fields st_packed, st_rs, st_named, st_ra of the tenant table) so that
@@ -273,7 +275,7 @@ local function tenant_of(s)
     q_lim = q_lim, q_reset = q_reset, q_fly = q_fly, q_next = q_next, fw = fw,
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
-    rs = '', qh = '', st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
+    rs = '', qh = '', st_cu = nil, st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
     st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
 end
 local function pack_tenant(t)
@@ -285,7 +287,7 @@ end
 
 local function load_tenant(tn, p)
   local all = rcall('HGETALL', k_tenant(tn))
-  local packed, rs, ra, named, qh = nil, '', false, nil, ''
+  local packed, rs, ra, named, qh, cu = nil, '', false, nil, '', 0
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
@@ -294,6 +296,8 @@ local function load_tenant(tn, p)
       rs = all[i + 1]
     elseif f == 'qh' then
       qh = all[i + 1]
+    elseif f == 'cu' then
+      cu = tonum(all[i + 1]) or 0
     elseif f == 'ra' then
       ra = true
     elseif T_INDEX[f] then
@@ -310,7 +314,7 @@ local function load_tenant(tn, p)
   -- stored by name is counted at the save that folds it in).
   t.st_open, t.st_run = t.live + t.running, t.running
   t.st_ga, t.st_gu, t.st_gd = AGG.gates(t)
-  t.rs, t.qh, t.st_qh, t.st_w = rs, qh, qh, p.weight or 1
+  t.rs, t.qh, t.st_qh, t.st_w, t.st_cu = rs, qh, qh, p.weight or 1, cu
   if named then
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end

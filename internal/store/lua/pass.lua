@@ -50,7 +50,9 @@
 --    a worker picks the task up (claim.lua's send schedule keeps a late
 --    pickup from clumping). TAT ← max(TAT, slot) + cost·T, gen + 1, lease
 --    send_at + grace (send_at: the slot plus the lateness of the tenant's
---    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A tenant that cannot
+--    send schedule, lib.lua send_target), vt += ⌊cost·VT_SCALE / weight⌋. A job to one of
+--    its tenant's open destinations is held instead (X.hold: no slot) and
+--    the tenant's next job is taken, at most P held a call. A tenant that cannot
 --    release leaves the round; the pass stops when none is left or the
 --    capacity is used.
 -- 3b. Upstreams (lanes.lua). The grants of ARGV are installed in the
@@ -431,9 +433,37 @@ function X.emit(tn, c, j, slot, spread)
   return j.cost
 end
 
--- release_one releases tenant tn's next job if every rule allows it.
+-- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
+-- its destination (record field dst, enqueue.lua) is one of the tenant's
+-- open destinations (<p>:{sN}:t:<tenant>:circ, finish.lua defer) with a
+-- due after now: j waits in the delayed set as retrying until that due,
+-- in that destination's held set (circuit_wake.lua brings it back when the
+-- circuit closes), like a deferred job but without a slot, a concurrency
+-- slot or a claim (docs/design.md §4.5); record field hd = 1. A job the
+-- gate deferred (hd = 0, finish.lua defer: the scout, or one held long that
+-- came back) is never held here: it goes to the gate, to probe or look
+-- again. Read only for a tenant whose field cu (the latest such due) is
+-- after now: no cost for the others.
+function X.hold(tn, c, j)
+  local r = rcall('HMGET', k_job(j.id), 'dst', 'hd')
+  local dst = r[1]
+  if not dst or dst == '' or r[2] == '0' then return false end
+  local ck = k_tenant(tn) .. ':circ'
+  local due = tonum(rcall('HGET', ck, dst))
+  if not due or due <= NOW then return false end
+  c.t.qtok = c.t.qtok - j.cost
+  rcall('ZADD', K_DELAYED, istr(due), j.id)
+  rcall('HSET', k_job(j.id), 'state', 'retrying', 'due', istr(due), 'hd', '1')
+  rcall('ZADD', ck .. ':' .. dst, istr(due), j.id)
+  X.held = X.held + 1
+  return true
+end
+X.held = 0
+
+-- X.try releases tenant tn's next job if every rule allows it: its cost,
+-- nil when none goes, false when the job was held (X.hold).
 -- c.head keeps the next job it saw but did not release, for reschedule.
-local function release_one(tn, c)
+function X.try(tn, c)
   local t, p = c.t, c.p
   local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
   c.head = nil
@@ -471,7 +501,22 @@ local function release_one(tn, c)
       return nil
     end
   end
+  if (c.t.st_cu or 0) > NOW and X.hold(tn, c, j) then
+    c.head = nil
+    return false
+  end
   return X.emit(tn, c, j, slot, spread)
+end
+
+-- release_one is X.try past the held jobs, at most P of them a call (then
+-- more: the next pass goes on).
+local function release_one(tn, c)
+  for _ = 0, P do
+    local cost = X.try(tn, c)
+    if cost ~= false then return cost end
+  end
+  more = 1
+  return nil
 end
 
 -- Upstream demand of the pass (3b): name → {wanted, weight, unit, tenants}.
