@@ -41,21 +41,26 @@ local RESETS = {}
 -- formats a Lua number with %.17g, several times the cost of an integer's.
 local function istr(n) return string.format('%d', n) end
 
+-- The key names of the last call's shard stand for a call on the same shard
+-- (with Redis Functions: the library's scope; BASE and K_READY are only
+-- ever set together, checked): not built again.
 local function begin()
-  BASE = ARGV[1]
-  if type(BASE) ~= 'string' or KEYS[1] ~= BASE .. 'ready' then
-    return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+  local base = ARGV[1]
+  if base ~= BASE or KEYS[1] ~= K_READY then
+    if type(base) ~= 'string' or KEYS[1] ~= base .. 'ready' then
+      return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+    end
+    BASE = base
+    K_READY = KEYS[1]
+    K_DELAYED = BASE .. 'delayed'
+    K_LEASES = BASE .. 'leases'
+    K_POLICY = BASE .. 'policy'
+    K_WAKE = BASE .. 'wake'
+    K_VCLOCK = BASE .. 'vclock'
+    K_FINISHED = BASE .. 'finished' -- finish.lua's counter, finished.lua's read
   end
   NOW = clock(ARGV[2]) -- clock.lua
   if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
-  -- Key builders: the Lua twin of keys.go.
-  K_READY = KEYS[1]
-  K_DELAYED = BASE .. 'delayed'
-  K_LEASES = BASE .. 'leases'
-  K_POLICY = BASE .. 'policy'
-  K_WAKE = BASE .. 'wake'
-  K_VCLOCK = BASE .. 'vclock'
-  K_FINISHED = BASE .. 'finished' -- finish.lua's counter, finished.lua's read
   for _, reset in ipairs(RESETS) do reset() end
   return nil
 end
