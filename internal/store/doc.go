@@ -63,10 +63,12 @@
 // ParamsOf(policy.Builtin())), stored per shard in <p>:{sN}:policy as
 // integer JSON and merged BUILTIN ← "*" ← tenant on every script call, so a
 // PUT applies at once. Every write of a policy or of a secret by API renews
-// the hash's epoch "#v", by which the scripts remember the tenants' policy
-// texts and, for claims, their secrets hashes across calls (lib.lua
-// load_policy, signing_set): a write of either by other means must renew it
-// too, or scripts may go on with what they remembered.
+// the hash's epoch "#v", by which the scripts remember the policy texts
+// (the defaults' and the tenants') and, for claims, the tenants' secrets
+// hashes across calls (lib.lua load_policy, signing_set): a write of either
+// by other means must renew it too, or scripts may go on with what they
+// remembered. The key names of the last call's shard are remembered too
+// (lib.lua begin).
 //
 // # Invariants
 //

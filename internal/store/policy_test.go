@@ -206,3 +206,66 @@ func TestSeedPoliciesKeepsStoredTenantOverrides(t *testing.T) {
 		t.Fatalf("no warning about the differing tenant policy in\n%s", logs.String())
 	}
 }
+
+// Scripts remember the policy's texts, the defaults included, across calls
+// per the shard's policy epoch "#v" (lib.lua load_policy), which every
+// policy write renews: a write of the defaults or of a tenant's overrides
+// is in the very next call's decision, with the library (Functions) as
+// with EVAL scripts. A write around policy_put.lua that leaves the epoch
+// as it was is what the library does not see — the reason every writer
+// renews it — while EVAL, which remembers nothing, sees it.
+func TestPolicyWriteIsSeenByTheNextCall(t *testing.T) {
+	t.Parallel()
+	for _, functions := range []bool{false, true} {
+		e := newEnvShards(t, 1)
+		if !functions {
+			e.store.runner.DisableFunctions()
+		}
+		burst := func(tn string, want int64, what string) {
+			t.Helper()
+			if got := e.state(tn).Policy.Burst; got != want {
+				t.Fatalf("functions %v, %s: %s's burst %d, want %d", functions, what, tn, got, want)
+			}
+		}
+		e.seed(params(func(p *Params) { p.Burst = 2 }))
+		e.enqueue("acme", item(`1`))
+		burst("acme", 2, "seeded")
+		burst("acme", 2, "a call of the same epoch")
+		e.seed(params(func(p *Params) { p.Burst = 3 }))
+		burst("acme", 3, "defaults written")
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Burst: ptr(5)}, AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		burst("acme", 5, "override written")
+		burst("globex", 3, "another tenant's override written")
+		e.seed(params(func(p *Params) { p.Burst = 4 }))
+		burst("acme", 5, "defaults written under an override")
+		burst("globex", 4, "defaults written again")
+		if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{RateUS: ptr(20_000)}, AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		burst("acme", 4, "override of burst dropped")
+		if rel := e.passTenant("acme", time.Second, -1); len(rel) != 1 {
+			t.Fatalf("functions %v: released %d of 1", functions, len(rel))
+		}
+
+		key := e.store.keys.policy(0)
+		if err := e.rdb.HSet(e.ctx, key, "*", `{"burst":9}`).Err(); err != nil { // around policy_put: the epoch stays
+			t.Fatal(err)
+		}
+		burst("globex", map[bool]int64{false: 9, true: 4}[functions], "defaults written, the epoch kept")
+		if err := e.rdb.HSet(e.ctx, key, "#v", "renewed").Err(); err != nil {
+			t.Fatal(err)
+		}
+		burst("globex", 9, "the epoch renewed")
+		if err := e.rdb.HDel(e.ctx, key, "#v").Err(); err != nil { // as an earlier release left it
+			t.Fatal(err)
+		}
+		burst("globex", 9, "no epoch")
+		if err := e.rdb.HSet(e.ctx, key, "*", `{"burst":8}`).Err(); err != nil {
+			t.Fatal(err)
+		}
+		burst("globex", 8, "defaults written without an epoch")
+		burst("acme", 8, "another tenant, no epoch")
+	}
+}

@@ -41,21 +41,26 @@ local RESETS = {}
 -- formats a Lua number with %.17g, several times the cost of an integer's.
 local function istr(n) return string.format('%d', n) end
 
+-- The key names of the last call's shard stand for a call on the same shard
+-- (with Redis Functions: the library's scope; BASE and K_READY are only
+-- ever set together, checked): not built again.
 local function begin()
-  BASE = ARGV[1]
-  if type(BASE) ~= 'string' or KEYS[1] ~= BASE .. 'ready' then
-    return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+  local base = ARGV[1]
+  if base ~= BASE or KEYS[1] ~= K_READY then
+    if type(base) ~= 'string' or KEYS[1] ~= base .. 'ready' then
+      return redis.error_reply('ERR sluice: KEYS[1] must be ARGV[1] .. "ready"')
+    end
+    BASE = base
+    K_READY = KEYS[1]
+    K_DELAYED = BASE .. 'delayed'
+    K_LEASES = BASE .. 'leases'
+    K_POLICY = BASE .. 'policy'
+    K_WAKE = BASE .. 'wake'
+    K_VCLOCK = BASE .. 'vclock'
+    K_FINISHED = BASE .. 'finished' -- finish.lua's counter, finished.lua's read
   end
   NOW = clock(ARGV[2]) -- clock.lua
   if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
-  -- Key builders: the Lua twin of keys.go.
-  K_READY = KEYS[1]
-  K_DELAYED = BASE .. 'delayed'
-  K_LEASES = BASE .. 'leases'
-  K_POLICY = BASE .. 'policy'
-  K_WAKE = BASE .. 'wake'
-  K_VCLOCK = BASE .. 'vclock'
-  K_FINISHED = BASE .. 'finished' -- finish.lua's counter, finished.lua's read
   for _, reset in ipairs(RESETS) do reset() end
   return nil
 end
@@ -135,15 +140,16 @@ local function merged(raw_defaults, raw_overrides)
   return m
 end
 
--- load_policy reads the shard defaults ("*") once per call and the tenant's
+-- load_policy reads the shard's policy epoch once per call and the tenant's
 -- overrides; the returned table is read-only. policy_put.lua stamps every
--- write of the hash with a new epoch (field "#v", not a tenant id), read
--- with the defaults; while it is the same, the tenants' stored texts are
--- remembered across calls (POLICY_TEXTS, per policy key, with Redis
--- Functions: the library's scope), so a tenant's overrides are read once
--- per epoch instead of once per call. Bounded: a key's texts are dropped at
--- POLICY_TEXTS_MAX tenants, the whole cache at POLICY_KEYS_MAX keys. A hash
--- without an epoch (written before it existed) is read every call.
+-- write of the hash with a new epoch (field "#v", not a tenant id); while
+-- it is the same, the defaults' text and the tenants' are remembered across
+-- calls (POLICY_TEXTS, per policy key, with Redis Functions: the library's
+-- scope), so the defaults are read once per epoch (a call reads "#v" and
+-- the tenant's field) and a tenant's overrides once per epoch and call.
+-- Bounded: a key's texts are dropped at POLICY_TEXTS_MAX tenants, the whole
+-- cache at POLICY_KEYS_MAX keys. A hash without an epoch (written before it
+-- existed) is read every call, defaults and all.
 local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 10000, 4096
 local POLICY_DEFAULTS, POLICY_RAW = nil, nil
 RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
@@ -151,15 +157,19 @@ RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
 -- policy_texts returns the remembered texts of K_POLICY at epoch v (nil:
 -- none): the tenants' policies (raw) and, for claims, their secrets hashes
 -- (sec; see signing_set).
-local function policy_texts(v)
-  if not v then return nil end
+-- d: the defaults' text at v (false: absent), kept as field d.
+local function policy_texts(v, d)
   local c = POLICY_TEXTS[K_POLICY]
+  if not v then
+    if c then POLICY_TEXTS[K_POLICY], POLICY_KEYS = nil, POLICY_KEYS - 1 end
+    return nil
+  end
   if c and c.v == v and c.n < POLICY_TEXTS_MAX then return c end
   if not c then
     if POLICY_KEYS >= POLICY_KEYS_MAX then POLICY_TEXTS, POLICY_KEYS = {}, 0 end
     POLICY_KEYS = POLICY_KEYS + 1
   end
-  c = {v = v, n = 0, raw = {}, sec = {}}
+  c = {v = v, d = d, n = 0, raw = {}, sec = {}}
   POLICY_TEXTS[K_POLICY] = c
   return c
 end
@@ -167,9 +177,16 @@ end
 local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
-    local r = rcall('HMGET', K_POLICY, '*', '#v', tn)
-    POLICY_DEFAULTS, raw = r[1] or false, r[3]
-    POLICY_RAW = policy_texts(r[2])
+    local c, v = POLICY_TEXTS[K_POLICY], nil
+    if c then -- the defaults at epoch c.v are known: read them only when "#v" moved
+      local r = rcall('HMGET', K_POLICY, '#v', tn)
+      v, raw = r[1], r[2]
+      if v == c.v then POLICY_DEFAULTS = c.d else POLICY_DEFAULTS = rcall('HGET', K_POLICY, '*') or false end
+    else
+      local r = rcall('HMGET', K_POLICY, '*', '#v', tn)
+      POLICY_DEFAULTS, v, raw = r[1] or false, r[2], r[3]
+    end
+    POLICY_RAW = policy_texts(v, POLICY_DEFAULTS)
   else
     local known = POLICY_RAW and POLICY_RAW.raw[tn]
     if known ~= nil then
