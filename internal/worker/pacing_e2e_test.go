@@ -148,7 +148,7 @@ func TestExecutorReportsQuota(t *testing.T) {
 }
 
 // TestUpstreamPacingAvoids429s: two tenants on two shards, each at 50/s,
-// send 30 jobs each naming an upstream at 20/s with pause_scope upstream;
+// send 30 jobs each naming an upstream at 10/s with pause_scope upstream;
 // the upstream allows 20 requests per 4 s, answering in 100 ms. With the
 // upstream's pacing: headers its coordinator spreads the one quota both
 // tenants share and none is refused (the tenants, pacing: headers
@@ -156,8 +156,10 @@ func TestExecutorReportsQuota(t *testing.T) {
 // pacing: off (the tenants' too) the same run gets 429s. Both deliver
 // every job. Sizes: at each reset the upstream goes at its rate until the
 // new window's first report, so the rate times that delay (up to a second
-// on a loaded machine) stays below the quota; 60 jobs at 20/s overrun the
-// at most 3 windows they span.
+// on a loaded machine) stays below the quota; 60 jobs at 10/s (twice the
+// quota's 5/s) overrun the windows they span; and the fewer requests in
+// flight at once, the fewer a worker late by hundreds of ms can send out of
+// order (below).
 // Not parallel (see TestSharedUpstreamBoundAndShares): run beside the
 // package's parallel tests on 2 shared cores, workers sent jobs hundreds of
 // ms past their slots and out of order, which the in-flight estimate (the
@@ -168,7 +170,7 @@ func TestUpstreamPacingAvoids429s(t *testing.T) {
 		t.Run(pacing, func(t *testing.T) {
 			h := newHarness(t, 4)
 			up := newQuotaServer(t, 20, 4*time.Second, 100*time.Millisecond)
-			cfg := upstream.Config{Rate: bucket.Rate{Tokens: 20, Per: time.Second}, Burst: 1,
+			cfg := upstream.Config{Rate: bucket.Rate{Tokens: 10, Per: time.Second}, Burst: 1,
 				PauseScope: upstream.ScopeUpstream, Pacing: pacing}
 			if _, err := h.st.PutUpstream(h.ctx, "quota", cfg, quota.SourceAPI, ""); err != nil {
 				t.Fatal(err)
