@@ -112,6 +112,8 @@ var clientRoutes = map[string]string{
 	"GET /v1/keys":                             "Keys",
 	"DELETE /v1/keys/{name}":                   "DeleteKey",
 	"POST /v1/admin/reload":                    "Reload",
+	"GET /v1/circuits":                         "Circuits",
+	"POST /v1/circuits:close":                  "CloseCircuit",
 	"GET /metrics":                             "", // Prometheus's to scrape, not a client call
 }
 
@@ -374,5 +376,27 @@ func TestTenantJobsAndCancelJobs(t *testing.T) {
 	}
 	if _, err := d.producer.CancelJobs(ctx, "acme-1", client.JobsCancel{}); !errors.Is(err, client.ErrForbidden) {
 		t.Errorf("cancel with a producer key: %v, want ErrForbidden", err)
+	}
+}
+
+// Circuits lists no destination on a fresh deployment; closing one that
+// has no circuit is ErrNotFound, an empty destination ErrInvalid, and a
+// producer key may not close circuits.
+func TestCircuits(t *testing.T) {
+	t.Parallel()
+	d := deploy(t, nil, false)
+	ctx := ctxFor(t)
+	cs, err := d.producer.Circuits(ctx)
+	if err != nil || cs == nil || len(cs) != 0 {
+		t.Fatalf("circuits of a fresh deployment: %v, %v; want an empty list", cs, err)
+	}
+	if err := d.admin.CloseCircuit(ctx, "https://nowhere.example:443"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("close a destination without a circuit: %v, want ErrNotFound", err)
+	}
+	if err := d.admin.CloseCircuit(ctx, ""); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("close an empty destination: %v, want ErrInvalid", err)
+	}
+	if err := d.producer.CloseCircuit(ctx, "https://nowhere.example:443"); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("a producer closes a circuit: %v, want ErrForbidden", err)
 	}
 }

@@ -19,6 +19,7 @@ type UpstreamConfig struct {
 	Adaptive    bool   `json:"adaptive,omitempty"`
 	PauseScope  string `json:"pause_scope,omitempty"` // "tenant" (default) or "upstream"
 	CostHeader  string `json:"cost_header,omitempty"`
+	Pacing      string `json:"pacing,omitempty"` // "headers" (default) or "off"
 }
 
 // Upstream is a shared upstream quota (GET /v1/upstreams/{name}). Raw
