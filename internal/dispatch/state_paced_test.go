@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,21 +47,7 @@ func TestStateCollectorPacedRate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_tenant_paced_rate" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
-		}
-	}
+	got := gatherGauges(t, NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), "sluice_tenant_paced_rate", "tenant")
 	want := 5 * (1 - store.PaceMargin) / 3600 // 5 left over an hour, less the margin
 	if len(got) != 1 || math.Abs(got["acme"]-want) > want/100 {
 		t.Fatalf("sluice_tenant_paced_rate = %v, want acme ≈ %v only", got, want)
@@ -85,26 +72,38 @@ func TestStateCollectorUpstreamQuota(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	got := gatherGauges(t, NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), "sluice_upstream_quota_remaining", "upstream", "unit")
+	if len(got) != 1 || got["gh/requests"] != 42 {
+		t.Fatalf("sluice_upstream_quota_remaining = %v, want gh/requests 42 only", got)
+	}
+}
+
+// gatherGauges collects c once and returns the gauge name's series by their
+// labels' values (those named, joined by "/").
+func gatherGauges(t *testing.T, c prometheus.Collector, name string, labels ...string) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewStateCollector(st, rdb, StateConfig{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "sluice_upstream_quota_remaining" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			byName := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				byName[l.GetName()] = l.GetValue()
 			}
-			got[labels["upstream"]+"/"+labels["unit"]] = m.GetGauge().GetValue()
+			vals := make([]string, len(labels))
+			for i, l := range labels {
+				vals[i] = byName[l]
+			}
+			got[strings.Join(vals, "/")] = m.GetGauge().GetValue()
 		}
 	}
-	if len(got) != 1 || got["gh/requests"] != 42 {
-		t.Fatalf("sluice_upstream_quota_remaining = %v, want gh/requests 42 only", got)
-	}
+	return got
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"reflect"
 	"slices"
 	"strconv"
@@ -118,14 +117,8 @@ func TestEvalAndFunctionsAgree(t *testing.T) {
 // a job's whole life works, and the Store stays on EVAL.
 func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
 	t.Parallel()
-	admin, prefix := redistest.New(t)
-	rdb := redistest.EvalOnlyClient(t, admin, prefix)
-	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: context.Background(), rdb: rdb, prefix: prefix, store: store, clock: clock}
+	e := newEvalEnv(t)
+	store := e.store
 	id := e.enqueueOne("acme", item(`{"n":1}`)).ID
 	rel := e.passTenant("acme", time.Second, -1)
 	c := e.claimAt(rel[0])
@@ -138,4 +131,18 @@ func TestStoreFallsBackToEvalWithoutFunctionPermissions(t *testing.T) {
 	if store.runner.UsesFunctions() {
 		t.Fatal("store did not fall back to EVAL")
 	}
+}
+
+// newEvalEnv is an env whose store runs every script by EVAL (its client
+// may not call FUNCTION or FCALL), on 2 shards and a fake clock.
+func newEvalEnv(t *testing.T) *env {
+	t.Helper()
+	admin, prefix := redistest.New(t)
+	rdb := redistest.EvalOnlyClient(t, admin, prefix)
+	clock := &fakeClock{t: epoch}
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: t.Context(), rdb: rdb, prefix: prefix, store: store, clock: clock}
 }

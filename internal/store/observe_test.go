@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -270,14 +269,8 @@ func TestObserveTopTiesByTenant(t *testing.T) {
 // limit there).
 func TestObserveOnEval(t *testing.T) {
 	t.Parallel()
-	admin, prefix := redistest.New(t)
-	rdb := redistest.EvalOnlyClient(t, admin, prefix)
-	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: t.Context(), rdb: rdb, prefix: prefix, store: store, clock: clock}
+	e := newEvalEnv(t)
+	store := e.store
 	e.enqueueOne("acme", item(`{"n":1}`))
 	e.enqueueOne("acme", item(`{"n":2}`))
 	r := e.passTenant("acme", time.Second, -1)
