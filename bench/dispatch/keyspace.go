@@ -144,9 +144,10 @@ func (ks keyScan) verdict(keep *regexp.Regexp) (orphans, expiring, tenants int, 
 
 // permanentKeys matches the keys a deployment keeps for good under p (as
 // internal/e2e's expiry test lists them): meta, per shard the policy hash,
-// the virtual clock, the tenant index, its name set and the backfill's
-// marker, the worker heartbeats, the dispatch leases and members.
+// the virtual clock, the tenant index, its name set, the backfill's
+// marker and the observation aggregates' counts, the worker heartbeats, the
+// dispatch leases and members.
 func permanentKeys(p string) *regexp.Regexp {
 	q := regexp.QuoteMeta(p)
-	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
+	return regexp.MustCompile(`^` + q + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled|agg)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
 }

@@ -65,8 +65,8 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 // permanentKeys matches the keys a deployment keeps for good under prefix:
 // meta, per shard the policy hash, the virtual clock, the tenant index and
 // its name set (their entries go with their tenant's state; a tenant with
-// policy overrides, as these tests' tenant, stays listed) and the index
-// backfill's marker, the worker
+// policy overrides, as these tests' tenant, stays listed), the index
+// backfill's marker and the observation aggregates' counts (agg), the worker
 // heartbeats (themselves expiring when no worker beats), and the dispatch
 // leases and members (while a throttler runs), and the API keys made by
 // API with every key's last use (one slot, {apikeys}: bounded by the keys'
@@ -74,7 +74,7 @@ func TestIdleTenantsLeaveNoKeysBehind(t *testing.T) {
 // file keeps its last use).
 func permanentKeys(prefix string) *regexp.Regexp {
 	p := regexp.QuoteMeta(prefix)
-	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
+	return regexp.MustCompile(`^` + p + `:(meta|workers|\{s\d+\}:(policy|vclock|tenants|tenant_names|tenants_backfilled|agg)|dispatch:lease:\d+|dispatch:members|\{apikeys\}:(k|used))$`)
 }
 
 // waitNoKeysBut polls until every key under the cluster's prefix matches

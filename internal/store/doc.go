@@ -113,7 +113,10 @@
 //     keeps them from what load_tenant read (no script changes live,
 //     running or a gate but through save_tenant), the dead-set writers
 //     through AGG.dead_add, a dead set expired by its TTL is taken out by
-//     the next Observe; TestObserveStaysExactThroughEveryTransition checks
+//     the next Observe or the pass's check of its tenant's index entry
+//     (index_trim, whether the tenant leaves the index or stays listed:
+//     TestIndexTrimForgetsAListedTenantsExpiredDeadSet), so an unobserved
+//     deployment keeps nothing of it; TestObserveStaysExactThroughEveryTransition checks
 //     them against a walk of the tenants after every kind of transition.
 //     A process of a release before them does not keep them:
 //     RebuildAggregates after a rolling upgrade.

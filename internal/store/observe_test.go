@@ -180,6 +180,48 @@ func TestObserveForgetsExpiredDeadSets(t *testing.T) {
 	}
 }
 
+// A tenant that stays listed (it has policy overrides) leaves the dead
+// aggregates once its dead set has expired, at its index entry's next
+// check by a pass — no Observe needed: an unobserved deployment keeps no
+// entry for a dead set that is gone.
+func TestIndexTrimForgetsAListedTenantsExpiredDeadSet(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	e.seed(params(func(p *Params) { p.MaxAttempts = 1 }))
+	if _, err := e.store.PutTenantPolicy(e.ctx, "acme", Overrides{Adaptive: ptr(0)}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	id := e.enqueueOne("acme", item(`{"n":1}`)).ID
+	r := e.passTenant("acme", time.Second, -1)[0]
+	c := e.claimAt(r)
+	e.finish(id, c.Gen, wire.AttemptOutcome{Kind: wire.FinishPermanent, Status: 400}, FinishConfig{DeadRetention: time.Hour})
+	if n, _ := e.rdb.HLen(e.ctx, e.store.keys.agg(0, "dead:n")).Result(); n != 1 {
+		t.Fatalf("dead:n holds %d entries after a dead letter, want 1", n)
+	}
+	if err := e.rdb.Del(e.ctx, e.store.keys.tenantDead("acme")).Err(); err != nil { // as its TTL would
+		t.Fatal(err)
+	}
+	// Past the entry's check: the retention of the job's end (a day by
+	// default) and the dead set's hour.
+	due, err := e.rdb.ZScore(e.ctx, e.store.keys.tenantIndex(0), "acme").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(time.UnixMicro(int64(due)).Add(time.Second))
+	e.pass(0, PassConfig{Lead: time.Second, MinLead: -1, Capacity: -1})
+	for _, k := range []string{"dead:n", "dead:x"} {
+		if n, _ := e.rdb.Exists(e.ctx, e.store.keys.agg(0, k)).Result(); n != 0 {
+			t.Errorf("%s still exists after the pass checked the tenant's index entry", k)
+		}
+	}
+	if dead, _ := e.rdb.HGet(e.ctx, e.store.keys.agg(0, "agg"), "dead").Int(); dead != 0 {
+		t.Errorf("agg dead = %d, want 0", dead)
+	}
+	if n, _ := e.rdb.ZScore(e.ctx, e.store.keys.tenantIndex(0), "acme").Result(); n == 0 {
+		t.Error("the tenant with overrides left the index")
+	}
+}
+
 // A deployment from before the aggregates (state written, aggregates
 // absent) gets them built by its first Observe, equal to the walk's; a
 // forced rebuild gives the same.

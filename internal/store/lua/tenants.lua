@@ -33,6 +33,19 @@
 
 local INDEX_TRIM_MAX = 64
 
+-- AGG.dead_gone takes tenants whose dead set is gone out of the dead
+-- aggregates (lib.lua AGG: dead:n, dead:x, the dead count) and out of the
+-- other aggregates' zsets named in also. (A field of AGG, not a local:
+-- pass.lua's EVAL build, this file included, is at Lua's 200-locals limit.)
+function AGG.dead_gone(ts, also)
+  local n = 0
+  for _, v in ipairs(rcall('HMGET', AGG.key('dead:n'), unpack(ts))) do n = n + (tonum(v) or 0) end
+  if n ~= 0 then rcall('HINCRBY', AGG.key('agg'), 'dead', istr(-n)) end
+  rcall('HDEL', AGG.key('dead:n'), unpack(ts))
+  rcall('ZREM', AGG.key('dead:x'), unpack(ts))
+  for _, key in ipairs(also) do rcall('ZREM', AGG.key(key), unpack(ts)) end
+end
+
 -- index_remove takes tenants out of the index and its name set, and out
 -- of the aggregates (lib.lua AGG): a gate whose end passed and the letters
 -- of a dead set its TTL removed (taken off the dead count) leave with them.
@@ -40,20 +53,16 @@ local function index_remove(gone)
   if #gone == 0 then return end
   rcall('ZREM', k_index(), unpack(gone))
   rcall('ZREM', k_names(), unpack(gone))
-  local n = 0
-  for _, v in ipairs(rcall('HMGET', AGG.key('dead:n'), unpack(gone))) do n = n + (tonum(v) or 0) end
-  if n ~= 0 then rcall('HINCRBY', AGG.key('agg'), 'dead', istr(-n)) end
-  for _, key in ipairs({'dead:n', 'dead:x', 'top', 'gate:a', 'gate:u', 'gate:d', 'gate:p'}) do
-    rcall(key == 'dead:n' and 'HDEL' or 'ZREM', AGG.key(key), unpack(gone))
-  end
+  AGG.dead_gone(gone, {'top', 'gate:a', 'gate:u', 'gate:d', 'gate:p'})
 end
 
 -- index_check returns when to check tn's entry again (µs), or nil when tn
--- has no state left.
+-- has no state left; and whether its dead set is gone.
 local function index_check(tn)
-  local ttl = -2
-  for _, key in ipairs({k_tenant(tn), k_dead(tn)}) do
+  local ttl, dead_gone = -2, false
+  for i, key in ipairs({k_tenant(tn), k_dead(tn)}) do
     local x = rcall('PTTL', key)
+    if i == 2 then dead_gone = x == -2 end
     if x == -1 then
       ttl = -1
       break
@@ -61,8 +70,8 @@ local function index_check(tn)
     if x > ttl then ttl = x end
   end
   if ttl == -2 and rcall('HEXISTS', K_POLICY, tn) == 0 and rcall('EXISTS', k_secrets(tn)) == 0 then return nil end
-  if ttl >= 0 then return NOW + mmin(INDEX_RECHECK, (ttl + 1000) * 1000) end
-  return NOW + INDEX_RECHECK
+  if ttl >= 0 then return NOW + mmin(INDEX_RECHECK, (ttl + 1000) * 1000), dead_gone end
+  return NOW + INDEX_RECHECK, dead_gone
 end
 
 -- index_trim checks up to n entries due by now: removes the tenants with no
@@ -74,16 +83,20 @@ end
 local function index_trim(n)
   local key = k_index()
   local due = rcall('ZRANGEBYSCORE', key, '-inf', istr(NOW), 'LIMIT', 0, n)
-  local gone = {}
+  local gone, undead = {}, {}
   for _, tn in ipairs(due) do
-    local at = index_check(tn)
+    local at, dead_gone = index_check(tn)
     if at then
       rcall('ZADD', key, istr(at), tn)
+      -- A tenant that stays listed (overrides, secrets) leaves the dead
+      -- aggregates once its dead set has expired.
+      if dead_gone then undead[#undead + 1] = tn end
     else
       gone[#gone + 1] = tn
     end
   end
   index_remove(gone)
+  if #undead > 0 then AGG.dead_gone(undead, {}) end
   if #due == n then return #gone, NOW + 100000 end
   return #gone, nil
 end
