@@ -120,20 +120,9 @@ func observeOne(ctx context.Context, e *env) (observeRun, error) {
 		return r, err
 	}
 	r.idle = mid.sub(before)
-	start = time.Now()
-	for { // as the console's overview does: again a second after a 503
-		code, body, err := sl.call(ctx, http.MethodGet, "/v1/summary", nil)
-		if err == nil && code == http.StatusOK {
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Since(start) > observeFirstWait {
-			return r, fmt.Errorf("first summary after %s: %d %s %v", time.Since(start).Round(time.Second), code, snippet(body), err)
-		}
-		if err := sleepCtx(ctx, time.Second); err != nil {
-			return r, err
-		}
+	if r.first, err = firstSummary(ctx, sl); err != nil {
+		return r, err
 	}
-	r.first = time.Since(start)
 	if mid, err = e.redisStats(ctx); err != nil {
 		return r, err
 	}
@@ -146,6 +135,25 @@ func observeOne(ctx context.Context, e *env) (observeRun, error) {
 	}
 	r.observed = end.sub(mid)
 	return r, nil
+}
+
+// firstSummary waits for the first 200 of GET /v1/summary, as the
+// console's overview does (again a second after a 503), and returns how
+// long it took.
+func firstSummary(ctx context.Context, sl *sluice) (time.Duration, error) {
+	start := time.Now()
+	for {
+		code, body, err := sl.call(ctx, http.MethodGet, "/v1/summary", nil)
+		if err == nil && code == http.StatusOK {
+			return time.Since(start), nil
+		}
+		if code != http.StatusServiceUnavailable || time.Since(start) > observeFirstWait {
+			return 0, fmt.Errorf("first summary after %s: %d %s %v", time.Since(start).Round(time.Second), code, snippet(body), err)
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // pollObservers runs the observers for the window: a /metrics scrape every

@@ -169,14 +169,7 @@ func run(rdb *redis.Client, sc scenario, m mode) result {
 	up := newUpstream(sc.shape, sc.limit, sc.window, sc.latency, start, used)
 	defer up.srv.Close()
 
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 1})
-	check(err)
-	_, err = st.PutTenantPolicy(ctx, "acme", store.Overrides{RateUS: ptr(1_000_000 / sc.rate), Burst: ptr(sc.burst),
-		Concurrency: ptr(20), AdmitUS: ptr(1), AdmitBurst: ptr(1_000_000), Unsigned: ptr(1), Pacing: ptr(m.tenant)}, 0)
-	check(err)
-	_, err = st.PutUpstream(ctx, "api", upstream.Config{Rate: bucket.Rate{Tokens: sc.rate, Per: time.Second}, Burst: sc.burst,
-		PauseScope: m.scope, Pacing: m.pacing, CostHeader: costHeader}, quota.SourceAPI, "")
-	check(err)
+	st := configure(ctx, rdb, prefix, sc, m)
 	enqueue(ctx, st, up.srv.URL, sc)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -214,6 +207,20 @@ func run(rdb *redis.Client, sc scenario, m mode) result {
 		time.Sleep(100 * time.Millisecond) // the bench polls its upstream's count
 	}
 	return measure(up.snapshot(), sc, start, began, deadline)
+}
+
+// configure makes a store under prefix with the tenant "acme" and the
+// upstream "api" as sc and m say.
+func configure(ctx context.Context, rdb *redis.Client, prefix string, sc scenario, m mode) *store.Store {
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 1})
+	check(err)
+	_, err = st.PutTenantPolicy(ctx, "acme", store.Overrides{RateUS: ptr(1_000_000 / sc.rate), Burst: ptr(sc.burst),
+		Concurrency: ptr(20), AdmitUS: ptr(1), AdmitBurst: ptr(1_000_000), Unsigned: ptr(1), Pacing: ptr(m.tenant)}, 0)
+	check(err)
+	_, err = st.PutUpstream(ctx, "api", upstream.Config{Rate: bucket.Rate{Tokens: sc.rate, Per: time.Second}, Burst: sc.burst,
+		PauseScope: m.scope, Pacing: m.pacing, CostHeader: costHeader}, quota.SourceAPI, "")
+	check(err)
+	return st
 }
 
 // measure turns the upstream's arrivals into a result.
