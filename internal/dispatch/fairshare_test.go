@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,27 +10,6 @@ import (
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
-
-// stepClock is a settable clock for the store's scripts (store.Config.Clock).
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// At moves the clock to t when t is later.
-func (c *stepClock) At(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t.After(c.now) {
-		c.now = t
-	}
-}
 
 // Across shards the workers' pool is shared by the tenants' weights, as
 // TestPassWeightedFairness shows within one shard: tenant a alone on one
@@ -81,7 +59,7 @@ func TestFairSharesAcrossShards(t *testing.T) {
 // returns the releases per tenant after 50 rounds of warm-up.
 func fairAcrossShards(t *testing.T, fair bool) map[string]int {
 	ctx := context.Background()
-	clock := &stepClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := &fakeClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	rdb, prefix := redistest.New(t)
 	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
 	if err != nil {
@@ -160,7 +138,7 @@ func fairAcrossShards(t *testing.T, fair bool) map[string]int {
 					again = true
 				}
 				for _, r := range res.Released {
-					clock.At(r.SendAt)
+					clock.AdvanceTo(r.SendAt)
 					c, err := st.Claim(ctx, r.ID, r.Gen, 2*time.Millisecond)
 					if err != nil || c.Outcome != store.ClaimOK {
 						t.Fatalf("claim %s at its send time: %+v, %v", r.ID, c, err)
@@ -179,7 +157,7 @@ func fairAcrossShards(t *testing.T, fair bool) map[string]int {
 				}
 			}
 		}
-		clock.At(clock.Now().Add(10 * time.Millisecond))
+		clock.AdvanceTo(clock.Now().Add(10 * time.Millisecond))
 	}
 	return count
 }

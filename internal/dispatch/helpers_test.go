@@ -197,6 +197,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// AdvanceTo moves the time on to t when t is later (Redis time is
+// monotone), as Advance.
+func (c *fakeClock) AdvanceTo(t time.Time) {
+	if d := t.Sub(c.Now()); d > 0 {
+		c.Advance(d)
+	}
+}
+
 // armedAt reports whether a timer is armed to fire at exactly at: a loop
 // is asleep until then.
 func (c *fakeClock) armedAt(at time.Time) bool {
