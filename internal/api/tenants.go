@@ -75,15 +75,21 @@ func quotaViewOf(st store.TenantState) (*quotaView, *float64) {
 	if q == nil || !q.ResetAt.After(st.Now) {
 		return nil, nil
 	}
+	v := quotaViewFrom(q)
+	if rate, ok := st.PacedRate(); ok {
+		return v, &rate
+	}
+	return v, nil
+}
+
+// quotaViewFrom is a tenant's or an upstream's reported quota's view.
+func quotaViewFrom(q *store.Quota) *quotaView {
 	v := &quotaView{Remaining: q.Remaining, ResetAt: timeString(q.ResetAt), Unit: q.Unit,
 		SourceHeader: q.Source, InFlight: q.InFlight}
 	if q.Limit > 0 {
 		v.Limit = &q.Limit
 	}
-	if rate, ok := st.PacedRate(); ok {
-		return v, &rate
-	}
-	return v, nil
+	return v
 }
 
 // policyResponse answers PUT /v1/tenants/{tenant}/policy.

@@ -182,12 +182,8 @@ func (s *Server) upstreamRuntime(r *http.Request, c *call, name string) *upstrea
 	}
 	v := &upstreamRuntimeView{EffectiveRate: 1e6 / float64(rt.EffectiveIntervalUS), Tokens: rt.Tokens,
 		WaitingByTenant: waiting, Running: rt.Running}
-	if q := rt.Quota; q != nil {
-		v.Quota = &quotaView{Remaining: q.Remaining, ResetAt: timeString(q.ResetAt), Unit: q.Unit,
-			SourceHeader: q.Source, InFlight: q.InFlight}
-		if q.Limit > 0 {
-			v.Quota.Limit = &q.Limit
-		}
+	if rt.Quota != nil {
+		v.Quota = quotaViewFrom(rt.Quota)
 	}
 	if rt.Paced {
 		rate := rt.PacedRate

@@ -100,7 +100,8 @@ func checkAnswer(quota *wire.Quota, delta int64) error {
 const maxQuotaReset = 24 * time.Hour
 
 // UpstreamQuota is the quota an upstream's answers reported last, as its
-// pacing keeps it (UpstreamRuntime.Quota).
+// pacing keeps it (UpstreamRuntime.Quota; a tenant's is the same type,
+// store.Quota).
 type UpstreamQuota struct {
 	Unit      string    // wire.QuotaRequests or wire.QuotaTokens
 	Remaining int64     // what was left when reported

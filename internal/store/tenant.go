@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -135,18 +136,11 @@ type TenantState struct {
 // (1 − PaceMargin) of it (lua/lib.lua PACE.MARGIN).
 const PaceMargin = 0.05
 
-// Quota is a quota an upstream reported, as the store keeps it (tenant
-// fields q_*, lua/lib.lua "Pacing by quota headers").
-type Quota struct {
-	Unit      string    // wire.QuotaRequests or wire.QuotaTokens
-	Remaining int64     // what was left when reported
-	Limit     int64     // the quota's size; 0 when not reported
-	ResetAt   time.Time // when it is whole again
-	Source    string    // the header field Remaining was read from
-	// InFlight is what the tenant sent since the report (and had in
-	// flight at it), in the quota's unit: counted against Remaining.
-	InFlight int64
-}
+// Quota is a quota an upstream reported, as the store keeps it for a
+// tenant (tenant fields q_*, lua/lib.lua "Pacing by quota headers"): the
+// same as an upstream's (quota.UpstreamQuota), InFlight being what the
+// tenant sent since the report (and had in flight at it).
+type Quota = quota.UpstreamQuota
 
 // PacedRate is the tenant's rate under pacing now, in the quota's units
 // per second (requests, or tokens), and whether pacing binds: false when
