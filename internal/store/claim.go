@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redisscript"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Claim is a worker's go-check at a released job's slot, in one script
@@ -166,4 +167,42 @@ func splitUpstreams(s string) []string {
 		return nil
 	}
 	return strings.Split(s, ",")
+}
+
+// PreClaimed is the claimed job a pre-claimed hand-off entry carries (the
+// pass claimed it: docs/design.md §2.2, wire.Claimed), as Claim would have
+// returned it; ok is false for an entry left to the claim.
+func PreClaimed(p wire.Payload) (job ClaimedJob, ok bool) {
+	c := p.Claimed
+	if c == nil {
+		return ClaimedJob{}, false
+	}
+	job = ClaimedJob{ID: p.ID, Tenant: c.Tenant, Type: c.Type, Body: []byte(c.Body), Gen: p.Gen, Attempt: c.Attempt,
+		Timeout: redisscript.Micros(c.TimeoutUS), Slot: redisscript.MicrosTime(c.SlotUS), SendAt: p.Slot(),
+		Created: redisscript.MicrosTime(c.CreatedUS), Cost: c.Cost, Upstreams: c.Upstreams}
+	if s := c.Signing; s != nil {
+		set := SecretSet{Now: redisscript.MicrosTime(s.NowUS), Unsigned: s.Unsigned}
+		for _, sec := range s.Secrets {
+			st := StoredSecret{ID: sec.ID, Created: redisscript.MicrosTime(sec.CreatedUS), Sealed: sec.Sealed}
+			if sec.ExpiresUS > 0 {
+				st.Expires = redisscript.MicrosTime(sec.ExpiresUS)
+			}
+			set.Secrets = append(set.Secrets, st)
+		}
+		job.Signing = &set
+	}
+	return job, true
+}
+
+// signingWire is set as a hand-off carries it (wire.Signing).
+func signingWire(set SecretSet) *wire.Signing {
+	out := &wire.Signing{NowUS: set.Now.UnixMicro(), Unsigned: set.Unsigned}
+	for _, sec := range set.Secrets {
+		ws := wire.SigningSecret{ID: sec.ID, CreatedUS: sec.Created.UnixMicro(), Sealed: sec.Sealed}
+		if !sec.Expires.IsZero() {
+			ws.ExpiresUS = sec.Expires.UnixMicro()
+		}
+		out.Secrets = append(out.Secrets, ws)
+	}
+	return out
 }

@@ -141,7 +141,7 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),
 		cfg.DeadRetention.Microseconds(), cfg.DeadMaxPerTenant, cfg.AttemptLog,
 		max(cfg.ClaimSpacing, 0).Microseconds()}, grantArgs(grants)...)
-	args = append(args, fairArg(cfg.FairShare))
+	args = append(args, fairArg(cfg.FairShare), preclaimArg(cfg.Preclaim))
 	d, err := s.run(ctx, scriptPass, shard, args...)
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
@@ -164,6 +164,9 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 			Slot: redisscript.MicrosTime(r.int(5)), Timeout: redisscript.Micros(r.int(6)), Queue: r.str(7), TaskType: r.str(8),
 			SendAt: redisscript.MicrosTime(r.int(9)),
 		}
+		if r.Len() > 10 {
+			res.Released[i].Claimed = decodePreclaimed(r.list(10), res.Released[i])
+		}
 	}
 	if err := d.Err(); err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
@@ -172,6 +175,28 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
 	})
 	return res, nil
+}
+
+// preclaimArg is pass.lua's ε of the pre-claim: -1 (none) for a
+// tolerance ≤ 0.
+func preclaimArg(tolerance time.Duration) int64 {
+	if tolerance <= 0 {
+		return -1
+	}
+	return tolerance.Microseconds()
+}
+
+// decodePreclaimed reads a pre-claimed release's claim (pass.lua 3e:
+// attempt, body, created µs, upstreams, signing) into the wire form the
+// hand-off carries, with the release's own fields.
+func decodePreclaimed(d decoder, r wire.Release) *wire.Claimed {
+	c := &wire.Claimed{Tenant: r.Tenant, Type: r.Type, Attempt: d.int(0), Body: d.str(1),
+		TimeoutUS: r.Timeout.Microseconds(), SlotUS: r.Slot.UnixMicro(), CreatedUS: d.int(2), Cost: r.Cost,
+		Upstreams: splitUpstreams(d.str(3))}
+	if sign := d.list(4); sign.Len() > 0 {
+		c.Signing = signingWire(decodeSecretSet(sign, 0))
+	}
+	return c
 }
 
 // seedArg is a fresh jitter seed for one script call.

@@ -66,6 +66,15 @@ type PassConfig struct {
 	// no cap but the tenants' concurrency. Resolution 1/1000; at most
 	// MaxFairShare.
 	FairShare float64
+	// Preclaim is ε of the pass's pre-claim (docs/design.md §2.2): a
+	// webhook or http job whose send target is within Preclaim of now at
+	// its release is claimed by the pass itself and handed off running
+	// (wire.Claimed), so its worker sends it without a claim. The
+	// dispatcher sets it to the claim's tolerance (ToleranceDefault unless
+	// the deployment's settings say otherwise) while every live worker can
+	// run pre-claimed jobs. Zero or less (the zero value): no pre-claim,
+	// every job is claimed by its worker as before issue #33.
+	Preclaim time.Duration
 }
 
 // MaxFairShare bounds PassConfig.FairShare (far above any pool: a share

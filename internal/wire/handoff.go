@@ -61,6 +61,11 @@ type Release struct {
 	// them. The payload travels with the claim.
 	Queue    string
 	TaskType string
+	// Claimed is set when the pass claimed the job itself (a pre-claim,
+	// docs/design.md §2.2): the job is running already, SendAt is the
+	// claim's send instant, and the worker sends it without a claim. nil:
+	// the worker claims it.
+	Claimed *Claimed
 }
 
 // TaskID is the asynq task id of this release, "<id>:<gen>": unique per
@@ -70,10 +75,54 @@ func (r Release) TaskID() string { return r.ID + ":" + strconv.FormatInt(r.Gen, 
 // Payload is the asynq payload of webhook and http tasks, JSON
 // {"id","gen","slot_us"}: everything a worker needs to wait for the send
 // time and claim; the job itself comes back from the claim.
+//
+// Claimed (field "claimed", added in issue #33; absent otherwise) marks a
+// pre-claimed job of a batch: the pass claimed it (docs/design.md §2.2), gen
+// is its running generation, slot_us its send instant, and Claimed what a
+// claim would have answered. A worker of an earlier version ignores the
+// field, claims, gets stale and drops the job; the sweep then returns it
+// without an attempt (dispatchers pre-claim only while every live worker
+// says it runs pre-claimed jobs: internal/fleet).
 type Payload struct {
-	ID     string `json:"id"`
-	Gen    int64  `json:"gen"`
-	SlotUS int64  `json:"slot_us"` // Redis time, µs since the Unix epoch
+	ID      string   `json:"id"`
+	Gen     int64    `json:"gen"`
+	SlotUS  int64    `json:"slot_us"` // Redis time, µs since the Unix epoch
+	Claimed *Claimed `json:"claimed,omitempty"`
+}
+
+// Claimed is a pre-claimed job as the pass's claim gave it: the fields of
+// a claim's reply that the release does not carry (tenant, type and gen
+// travel in the release). Times are Redis time in µs since the Unix epoch.
+type Claimed struct {
+	Tenant    string   `json:"tenant"`
+	Type      string   `json:"type"`
+	Body      string   `json:"body"`       // the canonical job JSON stored at enqueue
+	Attempt   int64    `json:"attempt"`    // this attempt's number, 1-based
+	TimeoutUS int64    `json:"timeout_us"` // the per-attempt timeout
+	SlotUS    int64    `json:"slot_us"`    // the job's planned slot
+	CreatedUS int64    `json:"created_us"`
+	Cost      int64    `json:"cost"`
+	Upstreams []string `json:"upstreams,omitempty"`
+	// Signing is a webhook job's tenant's signing state as the pass read it
+	// (store.SecretSet's fields); nil for other jobs, and when it could not
+	// be given (the worker then reads it itself).
+	Signing *Signing `json:"signing,omitempty"`
+}
+
+// Signing is a tenant's signing state: its policy's unsigned flag and its
+// live secrets by API, sealed, as read at NowUS.
+type Signing struct {
+	NowUS    int64           `json:"now_us"`
+	Unsigned bool            `json:"unsigned,omitempty"`
+	Secrets  []SigningSecret `json:"secrets,omitempty"`
+}
+
+// SigningSecret is one sealed secret of a Signing.
+type SigningSecret struct {
+	ID        string `json:"id"`
+	CreatedUS int64  `json:"created_us"`
+	ExpiresUS int64  `json:"expires_us,omitempty"` // 0: never
+	Sealed    string `json:"sealed"`
 }
 
 // Slot is the payload's slot as a time (Redis clock).

@@ -96,7 +96,7 @@ end
 -- claim_one claims one job (read phase: its record, then its tenant from
 -- the call's cache; write phase: the transition).
 local function claim_one(id, gen)
-  local j = load_claimed(id)
+  local j = CLAIM.load(id) -- lifecycle.lua
   if not j then return {'stale', ''} end
   if j.state == 'canceled' then return {'canceled'} end
   if j.state ~= 'released' or j.gen ~= gen then return {'stale', j.state} end
@@ -131,43 +131,16 @@ local function claim_one(id, gen)
   end
   if NOW < target - eps then return {'early', target - NOW} end
 
-  -- The send instant: the target, or now when the claim came after it. A
-  -- claim up to ε early is answered at once and the worker waits for it,
-  -- so the claim's round trip never shows in the send. A schedule running
-  -- late catches up ε/4 a job (an in-plan target past the slot is sent ε/4
-  -- early, never before the slot): a lateness does not last the whole
-  -- backlog, the long-run rate stays the tenant's, and the claim, aimed at
-  -- ε/2 before the target, still has ε/4 of the wait to absorb its trip.
-  local send = target
-  if in_plan and target > j.slot then send = mmax(j.slot, target - mfloor(eps / 4)) end
-  send = mmax(NOW, send)
+  -- The send instant (lifecycle.lua CLAIM.send): the target, or now when
+  -- the claim came after it. A claim up to ε early is answered at once and
+  -- the worker waits for it, so the claim's round trip never shows in the
+  -- send. A schedule running late catches up ε/4 a job (an in-plan target
+  -- past the slot is sent ε/4 early, never before the slot): a lateness
+  -- does not last the whole backlog, the long-run rate stays the tenant's,
+  -- and the claim, aimed at ε/2 before the target, still has ε/4 of the
+  -- wait to absorb its trip.
   touch(tn, 'claimed')
-  unrelease(j, t)
-  if in_plan then
-    t.stat = mmax(t.stat, send) + j.cost * iv
-    t.slast, t.sslot = send, j.slot
-  elseif j.resv == 0 then
-    t.stat = mmax(t.stat, send) + j.cost * iv
-    t.slast = mmax(t.slast, send)
-  end
-  t.running = t.running + 1
-  t.live = t.live - 1
-  t.bytes = t.bytes - j.bytes
-  j.attempt = j.attempt + 1
-  if j.first == 0 then j.first = NOW end
-  rcall('HSET', k_job(id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
-    'first', istr(j.first))
-  lease_add(id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  -- A webhook job takes its tenant's signing state along (built once per
-  -- call and tenant, its secrets read once per policy epoch: lib.lua
-  -- signing_set): the worker signs with it and reads nothing more.
-  local sign = {}
-  if j.type == 'webhook' then
-    if c.sign == nil then c.sign = signing_set(tn, p, {}, true) or false end -- lib.lua
-    sign = c.sign or {}
-  end
-  return {'claimed', tn, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups, sign,
-    send}
+  return CLAIM.run(j, c, CLAIM.send(j, target, in_plan, eps), in_plan, {}) -- lifecycle.lua
 end
 
 local reply = {'ok'}

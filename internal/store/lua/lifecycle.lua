@@ -21,11 +21,15 @@ local function load_job(id)
     resv = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 
--- load_claimed and load_finished read only what a claim and a finish
--- decide on (each field named costs a scan of the record): a claim the
--- fields of J_FIELDS but idem and logged, and the body and created time
--- it replies with; a finish those of J_FIELDS but type, grace and resv.
-local function load_claimed(id)
+-- CLAIM holds the claim's transition, shared by claim.lua and the pass's
+-- pre-claim (pass.lua X.preclaim; docs/design.md §2.2): one table, the
+-- prologue's locals are few. CLAIM.load and load_finished read only what a
+-- claim and a finish decide on (each field named costs a scan of the
+-- record): a claim the fields of J_FIELDS but idem and logged, and the body
+-- and created time it replies with; a finish those of J_FIELDS but type,
+-- grace and resv.
+local CLAIM = {}
+function CLAIM.load(id)
   local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'type', 'grace', 'resv', 'body', 'created', 'ups')
   if not r[1] then return nil end
@@ -84,6 +88,54 @@ local function unrun(j, t)
   t.running = t.running - 1
   t.live = t.live + 1 -- back to a backlog state; to_dead and to_succeeded undo it
   t.bytes = t.bytes + j.bytes
+end
+
+-- CLAIM.send is the instant a job claimed at now toward target is sent at:
+-- the target, or now when the claim came after it; an in-plan target past
+-- the job's slot (a late schedule) is sent ε/4 early, never before the
+-- slot (claim.lua explains why).
+function CLAIM.send(j, target, in_plan, eps)
+  local send = target
+  if in_plan and target > j.slot then send = mmax(j.slot, target - mfloor(eps / 4)) end
+  return mmax(NOW, send)
+end
+
+-- CLAIM.run moves released job j (CLAIM.load's fields) of the tenant of
+-- cache entry c (lifecycle.lua tenant) to running, sent at send: the send
+-- schedule (in_plan: send_target gave its target; else an out-of-order job,
+-- which moves it only when it reserved no turn), running + 1, attempt + 1,
+-- claimed = now, first = now on the first attempt, the lease until send +
+-- timeout + grace, and the record's fields in one HSET with the pairs of
+-- more (pc: the pre-claim's mark, below). It returns claim.lua's 'claimed'
+-- reply: a webhook job takes its tenant's signing state along (built once
+-- per call and tenant, its secrets read once per policy epoch: lib.lua
+-- signing_set), so the worker signs with it and reads nothing more.
+function CLAIM.run(j, c, send, in_plan, more)
+  local t, p = c.t, c.p
+  local iv = interval(t, p)
+  unrelease(j, t)
+  if in_plan then
+    t.stat = mmax(t.stat, send) + j.cost * iv
+    t.slast, t.sslot = send, j.slot
+  elseif j.resv == 0 then
+    t.stat = mmax(t.stat, send) + j.cost * iv
+    t.slast = mmax(t.slast, send)
+  end
+  t.running = t.running + 1
+  t.live = t.live - 1
+  t.bytes = t.bytes - j.bytes
+  j.attempt = j.attempt + 1
+  if j.first == 0 then j.first = NOW end
+  rcall('HSET', k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
+    'first', istr(j.first), unpack(more))
+  lease_add(j.id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
+  local sign = {}
+  if j.type == 'webhook' then
+    if c.sign == nil then c.sign = signing_set(j.tenant, p, {}, true) or false end -- lib.lua
+    sign = c.sign or {}
+  end
+  return {'claimed', j.tenant, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups,
+    sign, send}
 end
 
 -- log_attempt appends one entry to the job's attempt log (field log: JSON

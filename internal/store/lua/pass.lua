@@ -16,12 +16,16 @@
 --          (its lane's ups; '' or 0: a plain grant)
 -- ARGV[15 + 7m] λ: the workers' slots per unit of weight, in thousandths,
 --          while the pool is contended (0 = not contended: no fair cap; 3d)
+-- ARGV[16 + 7m] ε: the pre-claim's tolerance µs (-1 = no pre-claim; 3e)
 -- Reply:   {'ok', now, more (0|1), capacity reached (0|1), next wake µs (0 = none),
 --           promoted, swept, tenants visited,
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
 --           {{ups, cost, span µs, weight, earliest µs}, …} (aligned demand: 3c),
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
---            send at µs}, …}
+--            send at µs[, pre-claimed]}, …}
+--          pre-claimed (3e; absent for a job left to the claim): {attempt, body,
+--            created µs, upstreams (record field ups), signing} as claim.lua's
+--            reply gives them; send at is then the claim's send µs
 --
 -- 1. Promote delayed jobs due by now + D (at most P, by due time):
 --    scheduled → the backlog's tail, retrying → the head lane (next head
@@ -89,6 +93,16 @@
 --    capacity ran out (none, and no field, when it did not): the budget
 --    counts them in λ's weights beside the held weight (field w, lib.lua
 --    FAIR).
+-- 3e. Pre-claim (docs/design.md §2.2). With ε ≥ 0, a webhook or http job
+--    whose send target (lib.lua send_target: in plan) is ≤ now + ε at its
+--    release is claimed by the pass itself (lifecycle.lua CLAIM.run, as
+--    claim.lua would at now): released → running at once, attempt + 1, the
+--    send schedule, the lease until send + timeout + grace, record field pc
+--    = its gen (pre-claimed; the sweep, 2., treats such a running job whose
+--    lease expired as a lost release). Not when its tenant is disabled,
+--    paused (gate past now) or at its concurrency, its body is over
+--    X.PC_BODY bytes, the pass's pre-claimed bodies reached X.PC_BYTES, or
+--    it was pre-claimed once and lost (field pcl): those take the claim.
 -- 4. Every tenant the pass changed: save, reschedule, expiry, dead-set trim
 --    (a ready tenant that was read but not visited is left as it was).
 -- more: P or K cut the work short (or the ready read was cut by the
@@ -105,11 +119,14 @@ local cfg = {seed = ARGV[9], dead_ret = tonum(ARGV[10]), dead_max = tonum(ARGV[1
 local S = tonum(ARGV[13])
 local X = {M = tonum(ARGV[14])} -- the upstream parts (3b), in one table: the script's locals are few
 if not (D and L and GRACE and P and K and CAP and cfg.dead_ret and cfg.dead_max and cfg.log_n and S and X.M)
-  or #ARGV ~= 15 + 7 * X.M then
-  return redis.error_reply('ERR sluice pass: want 12 integer arguments, 7 values per grant and λ')
+  or #ARGV ~= 16 + 7 * X.M then
+  return redis.error_reply('ERR sluice pass: want 12 integer arguments, 7 values per grant, λ and ε')
 end
-X.lv = tonum(ARGV[#ARGV]) -- 3d
+X.lv = tonum(ARGV[15 + 7 * X.M]) -- 3d
 if not X.lv or X.lv < 0 then return redis.error_reply('ERR sluice pass: want λ ≥ 0') end
+X.eps = tonum(ARGV[#ARGV]) -- 3e
+if not X.eps then return redis.error_reply('ERR sluice pass: want an integer ε') end
+X.PC_BODY, X.PC_BYTES, X.pc_bytes = 16384, 1048576, 0
 if X.lv > 0 then FAIR.lv = X.lv end
 X.grants = {}
 for i = 1, X.M do
@@ -276,6 +293,28 @@ for _, j in ipairs(due_jobs) do
 end
 if due_cut and promoted > 0 then more = 1 end
 
+-- X.lost takes back pre-claimed job j (record field pc = its gen, 3e)
+-- whose lease expired before any finish: its batch never reached a worker,
+-- or the worker dropped it unsent (too late to finish within the lease), or
+-- died with it. Like a lost release, it goes back to the head lane with
+-- gen + 1 and no attempt used (the attempt the pre-claim counted is given
+-- back); pcl = 1 sends its later releases through the claim, so a worker
+-- crash while sending it counts an attempt from then on. False for any
+-- other running job.
+function X.lost(j)
+  local r = rcall('HMGET', k_job(j.id), 'pc', 'first', 'claimed')
+  if tonum(r[1]) ~= j.gen then return false end
+  local t = tenant(j.tenant)
+  unrun(j, t)
+  j.attempt = mmax(0, j.attempt - 1)
+  if j.attempt == 0 and r[2] == r[3] then
+    rcall('HDEL', k_job(j.id), 'first')
+  end
+  j.pending = {'attempt', istr(j.attempt), 'pc', '0', 'pcl', '1'} -- written by to_head (lifecycle.lua hset_job)
+  to_head(j, t, 1)
+  return true
+end
+
 -- 2. Sweep.
 local swept = 0
 for _, j in ipairs(expired_jobs) do
@@ -284,6 +323,8 @@ for _, j in ipairs(expired_jobs) do
     local t = tenant(j.tenant)
     unrelease(j, t)
     to_head(j, t, 1)
+    swept = swept + 1
+  elseif j.state == 'running' and X.lost(j) then
     swept = swept + 1
   elseif j.state == 'running' then
     local t, p = tenant(j.tenant)
@@ -424,13 +465,59 @@ function X.emit(tn, c, j, slot, spread)
   -- told to claim at the slot plus that lateness (send_at): one claim, not
   -- two. The lease runs grace past it.
   local send_at = send_target(t, slot) or slot
-  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
-    'resv', '0')
-  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
   released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
+  if X.eps >= 0 and j.type ~= 'task' and send_at <= NOW + X.eps then
+    -- A pre-claim candidate (3e): claimed or written after the release loop.
+    X.pre[#X.pre + 1] = {tn = tn, c = c, j = j, r = released[#released]}
+    return j.cost
+  end
+  X.release_write(j, slot, send_at)
   return j.cost
+end
+X.pre = {}
+
+-- X.release_write writes released job j's record and lease.
+function X.release_write(j, slot, send_at)
+  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+    'resv', '0')
+  lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
+end
+
+-- X.preclaim_all settles the pre-claim candidates after the release loop,
+-- in release order, as claims at now right after the pass would: each is
+-- claimed (X.preclaim) or written as released.
+function X.preclaim_all()
+  for _, x in ipairs(X.pre) do
+    local r = x.r
+    local pre = X.preclaim(x.tn, x.c, x.j, r[6])
+    if pre then
+      r[10], r[11] = pre[13], {pre[6], pre[4], pre[9], pre[11], pre[12]}
+    else
+      X.release_write(x.j, r[6], r[10])
+    end
+  end
+end
+
+-- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
+-- it: the record's release and claim in one HSET (lifecycle.lua
+-- CLAIM.run), and claim.lua's 'claimed' reply; nil when the job is left to
+-- the claim (its record is then still to write).
+function X.preclaim(tn, c, j, slot)
+  local t, p = c.t, c.p
+  local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
+  if not target or target > NOW + X.eps then return nil end
+  if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
+  local r = rcall('HMGET', k_job(j.id), 'bytes', 'attempt', 'first', 'body', 'created', 'ups', 'pcl')
+  local body = r[4] or ''
+  if r[7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
+  X.pc_bytes = X.pc_bytes + #body
+  j.tenant, j.slot, j.grace, j.resv, j.body = tn, slot, GRACE, 0, body
+  j.bytes, j.attempt, j.first = tonum(r[1]) or 0, tonum(r[2]) or 0, tonum(r[3]) or 0
+  j.created, j.ups = tonum(r[5]) or 0, r[6] or ''
+  return CLAIM.run(j, c, CLAIM.send(j, target, true, X.eps), true, -- lifecycle.lua
+    {'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', istr(j.gen)})
 end
 
 -- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
@@ -728,6 +815,9 @@ for _, ups in ipairs(X.al_order) do -- 3c: likewise for the sets asked for
   local r = LN.al_get(ups) or {parts = {}}
   LN.al_put(ups, {nx = NOW + D, h = D, parts = r.parts})
 end
+
+-- 3e. The pre-claims.
+X.preclaim_all()
 
 -- 4. Save and reschedule every tenant the pass changed.
 leases_flush()
