@@ -254,7 +254,17 @@ func passConfig(cfg *config.Config) store.PassConfig {
 		DeadRetention:    cfg.Retention.Dead,
 		DeadMaxPerTenant: cfg.Retention.DeadMaxPerTenant,
 		AttemptLog:       cfg.Retention.AttemptLog,
+		Preclaim:         preclaim(cfg.Dispatch),
 	}
+}
+
+// preclaim is the pass's pre-claim ε: dispatch.tolerance, or 0 (none) with
+// dispatch.preclaim_disabled.
+func preclaim(d config.DispatchConfig) time.Duration {
+	if d.PreclaimDisabled {
+		return 0
+	}
+	return d.Tolerance
 }
 
 // warnHashListpack logs a warning when a Redis master keeps

@@ -246,6 +246,12 @@ type DispatchConfig struct {
 	// wake-up: the safety net under the wake-ups (an idle shard costs one
 	// pass per MaxSleep); > 0; default tuning.MaxSleepDefault.
 	MaxSleep time.Duration `yaml:"max_sleep"`
+	// PreclaimDisabled turns the pass's pre-claim off (docs/design.md
+	// §2.2): every job is then claimed by its worker at its slot, one
+	// script more per job. Default false: a job due within Tolerance when
+	// the pass releases it is claimed by the pass (while every live worker
+	// runs pre-claimed jobs).
+	PreclaimDisabled bool `yaml:"preclaim_disabled"`
 }
 
 // AdaptiveFloorDefault is ThrottleConfig.AdaptiveFloor's default:

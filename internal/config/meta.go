@@ -32,6 +32,7 @@ func (c *Config) Meta() wire.Meta {
 			CircuitBackoff:       c.Circuit.Backoff,
 			CircuitMaxBackoff:    c.Circuit.MaxBackoff,
 			CircuitMode:          circuitMode(c.Circuit.Disabled),
+			PreclaimMode:         preclaimMode(c.Dispatch.PreclaimDisabled),
 		},
 	}
 }
@@ -50,4 +51,12 @@ func circuitMode(disabled bool) int {
 		return wire.CircuitOff
 	}
 	return wire.CircuitOn
+}
+
+// preclaimMode is Settings.PreclaimMode of dispatch.preclaim_disabled.
+func preclaimMode(disabled bool) int {
+	if disabled {
+		return wire.PreclaimOff
+	}
+	return wire.PreclaimOn
 }

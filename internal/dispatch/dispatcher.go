@@ -69,7 +69,11 @@ type Config struct {
 	// Pass bounds each pass (D, L, grace, P, K, and the retention the sweep
 	// applies); zero fields take the dispatch package's defaults
 	// (PassConfig.WithDefaults). Its Capacity is ignored: the Dispatcher
-	// sets it from the free worker capacity.
+	// sets it from the free worker capacity. Its Preclaim > 0 lets the
+	// passes pre-claim due jobs (docs/design.md §2.2) — with the ε and
+	// unless the mode <prefix>:meta's settings give — while every live
+	// worker runs pre-claimed jobs (the roster, read with the settings:
+	// a worker of an earlier version closes the gate); 0 never does.
 	Pass store.PassConfig
 	// MetaRefresh is how often the adjustable settings in <prefix>:meta
 	// (grace, dead retention and cap, attempt log) are re-read: they
@@ -167,6 +171,8 @@ type Dispatcher struct {
 	members   atomic.Int32                     // live dispatchers sharing the leases, this one included
 	wakes     []chan int64                     // per shard: the latest published earliest time, µs
 	passCfg   atomic.Pointer[store.PassConfig] // Config.Pass under <prefix>:meta's settings (meta.go)
+	// preclaimable: every live worker runs pre-claimed jobs (meta.go readGate)
+	preclaimable atomic.Bool
 
 	mu      sync.Mutex
 	started bool

@@ -22,7 +22,8 @@ import (
 // queue, task jobs one task each on the producer's queue.
 
 // batches groups rels (webhook and http releases of one pass) into the
-// payloads of batch tasks: in send-time order, at most max jobs each, and
+// payloads of batch tasks — a pre-claimed release with its claim
+// (wire.Payload.Claimed) —: in send-time order, at most max jobs each, and
 // the last job's send time at most span after the first's. rels is sorted
 // in place.
 func batches(shard int, rels []wire.Release, maxJobs int, span time.Duration) []wire.Batch {
@@ -30,7 +31,7 @@ func batches(shard int, rels []wire.Release, maxJobs int, span time.Duration) []
 	var out []wire.Batch
 	var first time.Time
 	for _, r := range rels {
-		p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro()}
+		p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed}
 		if n := len(out); n == 0 || len(out[n-1].Jobs) == maxJobs || r.SendAt.Sub(first) > span {
 			out = append(out, wire.Batch{Shard: shard, Jobs: make([]wire.Payload, 0, min(maxJobs, len(rels)))})
 			first = r.SendAt

@@ -92,6 +92,9 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	}
 	cfg := d.passConfig()
 	cfg.Capacity, cfg.FairShare = capacity, d.budget.fairShare()
+	if !d.preclaimable.Load() {
+		cfg.Preclaim = 0 // a worker of an earlier version is live (meta.go readGate)
+	}
 	d.metrics.fairShare.Set(cfg.FairShare)
 	start := d.cfg.clock.Now()
 	res, err := d.runPass(ctx, s, cfg)

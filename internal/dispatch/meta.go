@@ -8,12 +8,14 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// readMeta reads the adjustable settings in <prefix>:meta and applies the
-// ones a pass uses — grace, dead retention, dead cap, attempt log — over
+// readMeta reads the workers' pre-claim gate (readGate) and the adjustable
+// settings in <prefix>:meta and applies the ones a pass uses — grace, dead
+// retention, dead cap, attempt log, the pre-claim's mode and ε — over
 // Config.Pass; a setting Redis does not hold keeps Config.Pass's value. A
 // change is logged. Without the hash, or when Redis cannot be read,
 // the current settings stay.
 func (d *Dispatcher) readMeta(ctx context.Context) {
+	d.readGate(ctx)
 	m, found, err := store.ReadMeta(ctx, d.cfg.Redis, d.cfg.Prefix)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -64,7 +66,40 @@ func passUnder(p store.PassConfig, s wire.Settings) store.PassConfig {
 	if s.AttemptLog > 0 {
 		p.AttemptLog = s.AttemptLog
 	}
+	if p.Preclaim > 0 { // this process pre-claims: the deployment may turn it off, and sets its ε
+		switch {
+		case s.PreclaimMode == wire.PreclaimOff:
+			p.Preclaim = 0
+		case s.Tolerance > 0:
+			p.Preclaim = s.Tolerance
+		}
+	}
 	return p
+}
+
+// preclaimGate is the roster's answer whether every live worker runs
+// pre-claimed jobs (*store.Store has it, through internal/fleet).
+type preclaimGate interface {
+	Preclaimable(ctx context.Context) (bool, error)
+}
+
+var _ preclaimGate = (*store.Store)(nil)
+
+// readGate reads whether every live worker runs pre-claimed jobs (the
+// rolling-upgrade gate, docs/design.md §2.2); a Store without the roster,
+// or one Redis cannot answer for, closes it until the next reading. A
+// change is logged.
+func (d *Dispatcher) readGate(ctx context.Context) {
+	ok := false
+	if g, is := d.cfg.Store.(preclaimGate); is && d.cfg.Pass.Preclaim > 0 {
+		var err error
+		if ok, err = g.Preclaimable(ctx); err != nil && ctx.Err() == nil {
+			d.cfg.Logger.Warn("reading the workers' pre-claim level failed; no pre-claims until the next reading", "err", err)
+		}
+	}
+	if d.preclaimable.Swap(ok) != ok {
+		d.cfg.Logger.Info("pre-claim gate", "open", ok)
+	}
 }
 
 // passConfig is the pass configuration in force: Config.Pass under the settings

@@ -18,7 +18,13 @@ import (
 // worker (a worker goroutine waits for their slot) just as running ones do.
 
 // Heartbeat records that worker workerID runs concurrency jobs at once,
-// until ttl from now (Redis time). Call it again well within ttl.
+// until ttl from now (Redis time). Call it again well within ttl. Its entry
+// says that the process runs pre-claimed jobs (Preclaimable): every process
+// of this version does — a worker runs them, the task middleware never
+// gets any.
+//
+// Rolling upgrades: a worker of an earlier version heartbeats under its
+// plain id, and while one is live no dispatcher pre-claims.
 func (f *Roster) Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error {
 	var err error
 	switch {
@@ -31,12 +37,33 @@ func (f *Roster) Heartbeat(ctx context.Context, workerID string, concurrency int
 	}
 	if err == nil {
 		_, err = f.runKeys(ctx, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "beat",
-			workerID, concurrency, ttl.Microseconds())
+			preclaimLevel+workerID, concurrency, ttl.Microseconds())
 	}
 	if err != nil {
 		return fmt.Errorf("heartbeat of worker %q: %w", workerID, err)
 	}
 	return nil
+}
+
+// preclaimLevel begins the heartbeat field of a process that runs
+// pre-claimed jobs (workers.lua); earlier versions read any field name.
+const preclaimLevel = "@1:"
+
+// Preclaimable reports whether at least one worker is live and every live
+// one runs pre-claimed jobs (its heartbeat says so: Heartbeat), read as
+// Capacity reads it. The dispatcher pre-claims only then (docs/design.md
+// §2.2): a worker of an earlier version would claim a pre-claimed job, get
+// stale and drop it.
+func (f *Roster) Preclaimable(ctx context.Context) (bool, error) {
+	d, err := f.runKeys(ctx, scriptWorkers, []string{f.keys.workers()}, f.nowArg(), "sum")
+	if err != nil {
+		return false, fmt.Errorf("workers' pre-claim level: %w", err)
+	}
+	live, capable := d.Int(2), d.Int(3)
+	if err := d.Err(); err != nil {
+		return false, fmt.Errorf("workers' pre-claim level: %w", err)
+	}
+	return live > 0 && capable == live, nil
 }
 
 // Capacity is the total concurrency of the workers whose heartbeat has not

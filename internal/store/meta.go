@@ -176,6 +176,7 @@ func DefaultSettings() wire.Settings {
 		CircuitBackoff:       CircuitBackoffDefault,
 		CircuitMaxBackoff:    CircuitMaxBackoffDefault,
 		CircuitMode:          wire.CircuitOn,
+		PreclaimMode:         wire.PreclaimOn,
 	}
 }
 

@@ -31,7 +31,7 @@ func TestWorkerCapacityAndInFlight(t *testing.T) {
 	if n, _ := e.store.Capacity(e.ctx); n != 10 {
 		t.Fatalf("capacity %d, want 10 after w2 expired", n)
 	}
-	if left := e.rdb.HKeys(e.ctx, e.store.WorkersKey()).Val(); len(left) != 1 || left[0] != "w1" {
+	if left := e.rdb.HKeys(e.ctx, e.store.WorkersKey()).Val(); len(left) != 1 || left[0] != "@1:w1" { // @1: runs pre-claimed jobs (fleet.Heartbeat)
 		t.Fatalf("workers hash %v, want the expired entry deleted", left)
 	}
 	if err := e.store.Heartbeat(e.ctx, "", 1, time.Second); !errors.Is(err, ErrInvalid) {

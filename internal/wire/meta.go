@@ -48,6 +48,7 @@ type Settings struct {
 	CircuitBackoff       time.Duration // circuit.backoff: field circuit_backoff_us
 	CircuitMaxBackoff    time.Duration // circuit.max_backoff: field circuit_max_backoff_us
 	CircuitMode          int           // circuit.disabled: CircuitOn or CircuitOff (0: not set, on): field circuit_mode
+	PreclaimMode         int           // dispatch.preclaim_disabled: PreclaimOn or PreclaimOff (0: not set, on): field preclaim_mode
 }
 
 // Settings.CircuitMode's values: the circuits on (config circuit.disabled
@@ -55,6 +56,13 @@ type Settings struct {
 const (
 	CircuitOn  = 1
 	CircuitOff = 2
+)
+
+// Settings.PreclaimMode's values: the pass's pre-claim of due jobs on
+// (config dispatch.preclaim_disabled false) or off (docs/design.md §2.2).
+const (
+	PreclaimOn  = 1
+	PreclaimOff = 2
 )
 
 // The fixed parts of the meta hash.
@@ -125,6 +133,7 @@ var settingFields = []settingField{
 	durField("circuit_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitBackoff }),
 	durField("circuit_max_backoff_us", func(s *Settings) *time.Duration { return &s.CircuitMaxBackoff }),
 	intField("circuit_mode", func(s *Settings) *int { return &s.CircuitMode }),
+	intField("preclaim_mode", func(s *Settings) *int { return &s.PreclaimMode }),
 }
 
 // Fields is s as the meta hash stores it, field name then value, without

@@ -24,10 +24,19 @@
 // protocol around users' handlers:
 //
 //   - Never send before the claim said ok, and send at the claim's SendAt
-//     (store.ClaimedJob.SendAt), never earlier.
+//     (store.ClaimedJob.SendAt), never earlier. A pre-claimed job (the pass
+//     claimed it: wire.Payload.Claimed, store.PreClaimed) counts as
+//     claimed ok at its SendAt; it takes no claim (claims outcome
+//     "preclaimed").
 //   - Never claim a release whose send time + grace (its lease) has passed
 //     on the Redis clock estimate: it is dropped unclaimed, without a job
-//     slot (claims outcome "lapsed"), for the sweep.
+//     slot (claims outcome "lapsed"), for the sweep. A pre-claimed job is
+//     dropped so from its send time + grace/2 on, also after waiting for
+//     its job slot: its attempt then ends at least grace/2 before its
+//     lease (send + timeout + grace).
+//   - Say, in the heartbeat, that this worker runs pre-claimed jobs
+//     (internal/fleet): dispatchers pre-claim only while every live worker
+//     does.
 //   - Always finish with the claimed gen; return nil to asynq once settled
 //     (a batch: once every one of its jobs settled).
 //   - Deliver at most Concurrency jobs at once.

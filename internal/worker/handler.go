@@ -105,11 +105,20 @@ func (w *Worker) acquire(ctx context.Context) error {
 func (w *Worker) release() { <-w.jobs }
 
 // deliver runs one delivery with exec: claim (waiting for the slot), wait
-// for the claimed slot, attempt and finish.
+// for the claimed slot, attempt and finish. A pre-claimed job (the pass
+// claimed it: wire.Claimed, docs/design.md §2.2) skips the wait for its
+// slot and the claim.
 func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
-	job, ok := w.claim(ctx, p)
-	if !ok {
+	job, ok := store.PreClaimed(p)
+	switch {
+	case ok && w.lapsed(p): // it waited too long for a job slot
 		return
+	case ok:
+		w.metrics.claims.WithLabelValues("preclaimed").Inc()
+	default:
+		if job, ok = w.claim(ctx, p); !ok {
+			return
+		}
 	}
 	held, ok := w.acquireRuns(ctx, job) // its upstreams' concurrency (upstreamrun.go)
 	if !ok {
@@ -187,8 +196,18 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 // starvation, a paused process) thus drops its stale copies without a
 // round trip each and goes on to the fresh releases behind them. Counted
 // as claims of outcome "lapsed".
+//
+// A pre-claimed job (p.Claimed) is running already, its lease until send +
+// timeout + grace: it lapses at send + grace/2 instead, so that an attempt
+// started before then (it ends within the timeout) leaves its finish at
+// least grace/2 before the sweep could take it back and send it again. A
+// lapsed pre-claimed job goes back by the sweep as a lost release.
 func (w *Worker) lapsed(p wire.Payload) bool {
-	if !w.clock.Now().After(p.Slot().Add(w.Settings().Grace)) {
+	grace := w.Settings().Grace
+	if p.Claimed != nil {
+		grace /= 2
+	}
+	if !w.clock.Now().After(p.Slot().Add(grace)) {
 		return false
 	}
 	w.metrics.claims.WithLabelValues("lapsed").Inc()
