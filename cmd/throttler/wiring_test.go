@@ -33,9 +33,14 @@ func TestStoreAndPassConfigFollowTheFile(t *testing.T) {
 		t.Errorf("storeConfig = %+v, want %+v", got, wantStore)
 	}
 	wantPass := store.PassConfig{Lead: 400 * time.Millisecond, MinLead: 200 * time.Millisecond, Grace: 3 * time.Second,
-		MaxPromotions: 7, MaxTenants: 9, DeadRetention: 4 * time.Hour, DeadMaxPerTenant: 5, AttemptLog: 6}
+		MaxPromotions: 7, MaxTenants: 9, DeadRetention: 4 * time.Hour, DeadMaxPerTenant: 5, AttemptLog: 6,
+		Preclaim: store.ToleranceDefault} // the pre-claim's ε: dispatch.tolerance
 	if got := passConfig(cfg); got != wantPass {
 		t.Errorf("passConfig = %+v, want %+v", got, wantPass)
+	}
+	cfg.Dispatch.PreclaimDisabled = true
+	if got := passConfig(cfg); got.Preclaim != 0 {
+		t.Errorf("dispatch.preclaim_disabled: pre-claim ε %s, want 0 (off)", got.Preclaim)
 	}
 
 	def, err := config.Load("", nil) // no file: every default
