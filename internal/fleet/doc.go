@@ -16,6 +16,10 @@
 //   - The keys are plain (keys.go), not slot-tagged: one hash for every
 //     worker, one per task queue. Every script gets its key in KEYS[1] and
 //     stands alone (clock.lua, no lib.lua: scripts.go).
+//   - A worker's heartbeat field is "@1:<id>": the process runs pre-claimed
+//     jobs (Preclaimable). Its value keeps the format earlier versions
+//     parse, and their plain-id entries keep the dispatchers from
+//     pre-claiming while they live.
 //   - Time is Redis TIME read in the scripts, integer µs; Config.Clock
 //     passes a fake now through the same argument in tests.
 package fleet

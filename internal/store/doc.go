@@ -83,6 +83,11 @@
 //     integers at the Lua boundary (µs).
 //   - gen fences every transition: a stale claim or finish changes nothing
 //     but the attempt log.
+//   - One claim transition (lua/lifecycle.lua CLAIM.run): claim.lua's and
+//     the pass's pre-claim of due jobs (PassConfig.Preclaim; PreClaimed
+//     reads one from the hand-off) are the same code. A pre-claimed job
+//     (record field pc = its gen) whose lease ran out without a finish is
+//     swept as a lost release, not as a crashed attempt.
 //   - reschedule(tenant) after every change, so a tenant never sits in
 //     ready at a score it cannot use (claim and finish skip it when what the
 //     score depends on is as the last reschedule left it: tenant field rs).

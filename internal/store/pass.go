@@ -84,7 +84,17 @@ func (c PassConfig) validate() error {
 //     by ClaimSpacing from the others of the pass), TAT ← max(TAT, slot) +
 //     cost·T, gen + 1, state released, SendAt (the slot plus the lateness
 //     of the tenant's send schedule) and a lease until SendAt + grace;
-//  4. reschedules every tenant it touched.
+//  4. with cfg.Preclaim > 0, claims the webhook and http jobs it released
+//     whose send target is within Preclaim of now (not a task job, a body
+//     over 16 KiB, a tenant disabled, paused or at its concurrency, a job
+//     pre-claimed once and lost), as Claim at now right after the pass
+//     would: such a release is running and carries the claim (Claimed,
+//     SendAt its send instant);
+//  5. reschedules every tenant it touched.
+//
+// The sweep (2.) returns a pre-claimed job whose lease (send + timeout +
+// grace) expired as a lost release: gen + 1, the head lane, the attempt the
+// pre-claim counted given back; its later releases are claimed by workers.
 //
 // Upstreams (issue #15; PassGranted, lua/lanes.lua): a tenant holding jobs
 // that name upstreams releases the oldest eligible of its plain next job
