@@ -19,10 +19,14 @@ import (
 // at their depth (untimed, not counted). The clock is fake; time moves on
 // to 90ms after the round's first slot between rounds, as BenchmarkPass.
 //
-// The calls run through the Store's API (one FCALL per call) in three
+// The calls run through the Store's API (one FCALL per call) in four
 // modes: single (Claim and Finish per job), batch (ClaimBatch and
-// FinishBatch with the round's jobs) and coalesced (a Coalescer under 64
-// concurrent callers). Reported per delivered job, from INFO commandstats
+// FinishBatch with the round's jobs), coalesced (a Coalescer under 64
+// concurrent callers) and preclaimed (the pass's pre-claim on, ε = 2ms, and
+// time moved on to 100ms after the round's first slot, so every job is due
+// at its release, as in a backlog: the pass claims them and the claim phase
+// has nothing left — a job it left would be claimed coalesced; finishes
+// coalesced). Reported per delivered job, from INFO commandstats
 // deltas (server-wide: run it alone, -run '^$' -bench HotPathCost):
 //
 //	cmds/job            every Redis command of pass + claim + finish (the
@@ -32,6 +36,7 @@ import (
 //	redis-cpu-µs/job    the Redis server's CPU time (INFO cpu) over the
 //	                    three phases: steadier on a busy host
 //	pass-, claim-, finish-cmds/job and -redis-µs/job: the same per script
+//	preclaimed/job      the share of jobs the pass claimed
 //
 // Under scripts/hotpath-instructions -split, SLUICE_CALLGRIND_PID names the
 // redis-server that callgrind runs: after each phase of a timed round the
@@ -39,7 +44,7 @@ import (
 // claim, finish; the untimed enqueues: other), which the script sums per
 // script.
 func BenchmarkHotPathCost(b *testing.B) {
-	for _, mode := range []string{"single", "batch", "coalesced"} {
+	for _, mode := range []string{"single", "batch", "coalesced", "preclaimed"} {
 		b.Run("mode="+mode, func(b *testing.B) { benchmarkHotPath(b, mode) })
 	}
 }
@@ -59,8 +64,12 @@ func benchmarkHotPath(b *testing.B, mode string) {
 		b.Fatal(err)
 	}
 	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: -1}
+	step := 90 * ms // between rounds: each tenant's next slot 10ms ahead
+	if mode == "preclaimed" {
+		cfg.Preclaim, step = 2*ms, 100*ms // each next slot due
+	}
 	var pass, claims, finishes commandStats
-	jobs := 0
+	jobs, preclaimed := 0, 0
 	b.ResetTimer()
 	for range b.N {
 		before := e.commandStats()
@@ -73,7 +82,14 @@ func benchmarkHotPath(b *testing.B, mode string) {
 			b.Fatalf("round released %d jobs for %d tenants", len(res.Released), tenants)
 		}
 		e.clock.Set(res.Released[len(res.Released)-1].SendAt)
-		e.hotClaims(mode, res.Released)
+		var toClaim []wire.Release
+		for _, r := range res.Released {
+			if r.Claimed == nil {
+				toClaim = append(toClaim, r)
+			}
+		}
+		preclaimed += len(res.Released) - len(toClaim)
+		e.hotClaims(mode, toClaim)
 		callgrindDump(b, "claim")
 		claimed := e.commandStats()
 		claims.add(claimed.minus(passed))
@@ -83,7 +99,7 @@ func benchmarkHotPath(b *testing.B, mode string) {
 		jobs += len(res.Released)
 		b.StopTimer()
 		e.benchEnqueue(names)
-		e.clock.Set(res.Released[0].Slot.Add(90 * ms))
+		e.clock.Set(res.Released[0].Slot.Add(step))
 		b.StartTimer()
 	}
 	n := float64(jobs)
@@ -93,6 +109,7 @@ func benchmarkHotPath(b *testing.B, mode string) {
 	b.ReportMetric(float64(total.calls)/n, "cmds/job")
 	b.ReportMetric(float64(total.usec)/n, "redis-µs/job")
 	b.ReportMetric(float64(total.cpu)/n, "redis-cpu-µs/job")
+	b.ReportMetric(float64(preclaimed)/n, "preclaimed/job")
 	for _, s := range []struct {
 		name string
 		st   commandStats
@@ -136,7 +153,7 @@ func (e *env) hotClaims(mode string, rel []wire.Release) {
 				e.t.Fatalf("claim %s: %+v", rel[i].ID, c)
 			}
 		}
-	case "coalesced":
+	case "coalesced", "preclaimed":
 		c := NewCoalescer(e.store, 0)
 		e.concurrently(rel, func(r wire.Release) error {
 			cl, err := c.Claim(e.ctx, r.ID, r.Gen, 2*ms)
@@ -188,7 +205,7 @@ func (e *env) hotFinishes(mode string, rel []wire.Release) {
 				e.t.Fatalf("finish %s: %+v", rel[i].ID, r)
 			}
 		}
-	case "coalesced":
+	case "coalesced", "preclaimed":
 		c := NewCoalescer(e.store, 0)
 		e.concurrently(rel, func(r wire.Release) error {
 			st, err := c.Finish(e.ctx, r.ID, r.Gen, benchOK, FinishConfig{})

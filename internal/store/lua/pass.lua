@@ -372,6 +372,21 @@ local function heap_pop()
   return top
 end
 
+-- X.hmget reads fields ... of job id's record and, with the pre-claim on
+-- (3e), in the same HMGET the fields X.preclaim needs (X.PC_FIELDS): the
+-- values, and those after them (nil when it is off).
+X.PC_FIELDS = {'bytes', 'attempt', 'first', 'body', 'created', 'ups', 'pcl'}
+function X.hmget(id, ...)
+  if X.eps < 0 then return rcall('HMGET', k_job(id), ...), nil end
+  local names = {...}
+  local n = #names
+  for _, f in ipairs(X.PC_FIELDS) do names[#names + 1] = f end
+  local r = rcall('HMGET', k_job(id), unpack(names))
+  local pc = {}
+  for i = 1, #X.PC_FIELDS do pc[i] = r[n + i] end
+  return r, pc
+end
+
 -- peek returns the tenant's next queued job (head lane first), dropping
 -- tombstones and vanished records from the lane or the backlog on the way.
 local function drop(tn, c, id, from_head)
@@ -391,10 +406,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type', 'nb')
+    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type', 'nb')
     if r[1] == 'queued' then
       return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
-        type = r[4] or '', nb = tonum(r[5]) or 0}
+        type = r[4] or '', nb = tonum(r[5]) or 0, pc = pc}
     end
     drop(tn, c, id, from_head)
   end
@@ -412,9 +427,9 @@ local function pop_next(tn, c)
     end
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
-    local r = rcall('HMGET', k_job(id), 'state', 'cost', 'gen', 'type')
+    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type')
     if r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = pc}
     end
   end
 end
@@ -509,7 +524,7 @@ function X.preclaim(tn, c, j, slot)
   local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
   if not target or target > NOW + X.eps then return nil end
   if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
-  local r = rcall('HMGET', k_job(j.id), 'bytes', 'attempt', 'first', 'body', 'created', 'ups', 'pcl')
+  local r = j.pc or rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)) -- X.hmget read them with the job
   local body = r[4] or ''
   if r[7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
   X.pc_bytes = X.pc_bytes + #body
