@@ -54,3 +54,25 @@ func TestDispatcherFollowsTheSettingsInMeta(t *testing.T) {
 		t.Errorf("hand-off bound %s, want max(D, grace/2) = %s with meta's grace", d.handoffBound(), got)
 	}
 }
+
+// The pre-claim's ε follows the deployment's tolerance, the deployment may
+// turn it off, and a Dispatcher configured without it never pre-claims.
+func TestPassUnderPreclaimSettings(t *testing.T) {
+	t.Parallel()
+	on := store.PassConfig{Preclaim: 2 * time.Millisecond}
+	for _, c := range []struct {
+		name string
+		p    store.PassConfig
+		s    wire.Settings
+		want time.Duration
+	}{
+		{"not in meta", on, wire.Settings{}, 2 * time.Millisecond},
+		{"meta's tolerance", on, wire.Settings{Tolerance: 5 * time.Millisecond, PreclaimMode: wire.PreclaimOn}, 5 * time.Millisecond},
+		{"turned off", on, wire.Settings{Tolerance: 5 * time.Millisecond, PreclaimMode: wire.PreclaimOff}, 0},
+		{"not configured", store.PassConfig{}, wire.Settings{Tolerance: 5 * time.Millisecond, PreclaimMode: wire.PreclaimOn}, 0},
+	} {
+		if got := passUnder(c.p, c.s).Preclaim; got != c.want {
+			t.Errorf("%s: pre-claim ε %s, want %s", c.name, got, c.want)
+		}
+	}
+}
