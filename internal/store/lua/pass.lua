@@ -37,7 +37,9 @@
 --    in the delayed set until its due time, as before.
 -- 2. Sweep expired leases (at most P): released → head lane, gen + 1, no
 --    attempt used; running (past claim + timeout + grace) → gen + 1, attempt
---    logged as lease_expired, retrying after the backoff or dead.
+--    logged as lease_expired, retrying after the backoff or dead — but a
+--    pre-claimed one (3e; field pc = its gen) goes back like a released one,
+--    the pre-claim's attempt given back and field pcl set (X.lost).
 -- 3. Release: the tenants with a ready score ≤ now + D (at most K by score,
 --    and at most capacity + 2 of them when the capacity is limited) and
 --    those touched by 1–2 are visited in order of weighted virtual time
