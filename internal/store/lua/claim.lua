@@ -140,7 +140,7 @@ local function claim_one(id, gen)
   -- and the claim, aimed at ε/2 before the target, still has ε/4 of the
   -- wait to absorb its trip.
   touch(tn, 'claimed')
-  return CLAIM.run(j, c, CLAIM.send(j, target, in_plan, eps), in_plan, {}) -- lifecycle.lua
+  return CLAIM.run(j, c, CLAIM.send(j, target, in_plan, eps), in_plan, {}, iv) -- lifecycle.lua
 end
 
 local reply = {'ok'}

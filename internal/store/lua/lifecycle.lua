@@ -106,13 +106,14 @@ end
 -- which moves it only when it reserved no turn), running + 1, attempt + 1,
 -- claimed = now, first = now on the first attempt, the lease until send +
 -- timeout + grace, and the record's fields in one HSET with the pairs of
--- more (pc: the pre-claim's mark, below). It returns claim.lua's 'claimed'
+-- more (pc: the pre-claim's mark, pass.lua 3e); iv, when given, is the
+-- tenant's interval(t, p), already computed. It returns claim.lua's 'claimed'
 -- reply: a webhook job takes its tenant's signing state along (built once
 -- per call and tenant, its secrets read once per policy epoch: lib.lua
 -- signing_set), so the worker signs with it and reads nothing more.
-function CLAIM.run(j, c, send, in_plan, more)
+function CLAIM.run(j, c, send, in_plan, more, iv)
   local t, p = c.t, c.p
-  local iv = interval(t, p)
+  iv = iv or interval(t, p)
   unrelease(j, t)
   if in_plan then
     t.stat = mmax(t.stat, send) + j.cost * iv
