@@ -232,6 +232,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		_ = ps.Close()
 		return fmt.Errorf("start dispatcher: subscribe to wake channels: %w", err)
 	}
+	d.readGate(ctx)
 	d.readMeta(ctx)
 	runCtx, cancel := context.WithCancel(ctx)
 	d.started, d.cancel, d.done = true, cancel, make(chan struct{})
@@ -240,6 +241,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	fanout.Go(func() { d.fanOut(ps.ChannelWithSubscriptions()) })
 	fanout.Go(func() { d.budget.run(runCtx) })
 	fanout.Go(func() { d.followMeta(runCtx) })
+	fanout.Go(func() { d.followGate(runCtx) })
 	fanout.Go(func() { d.trimArchives(runCtx) })
 	if !d.cfg.DisableLeases {
 		d.beat(ctx) // the fair share is known before the loops take leases

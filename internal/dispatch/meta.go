@@ -8,14 +8,13 @@ import (
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// readMeta reads the workers' pre-claim gate (readGate) and the adjustable
-// settings in <prefix>:meta and applies the ones a pass uses — grace, dead
-// retention, dead cap, attempt log, the pre-claim's mode and ε — over
+// readMeta reads the adjustable settings in <prefix>:meta and applies the
+// ones a pass uses — grace, dead retention, dead cap, attempt log, the
+// pre-claim's mode and ε — over
 // Config.Pass; a setting Redis does not hold keeps Config.Pass's value. A
 // change is logged. Without the hash, or when Redis cannot be read,
 // the current settings stay.
 func (d *Dispatcher) readMeta(ctx context.Context) {
-	d.readGate(ctx)
 	m, found, err := store.ReadMeta(ctx, d.cfg.Redis, d.cfg.Prefix)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -84,6 +83,36 @@ type preclaimGate interface {
 }
 
 var _ preclaimGate = (*store.Store)(nil)
+
+// gateRetry is how often a closed pre-claim gate is read again: workers
+// started after the dispatcher open it within a second.
+const gateRetry = time.Second
+
+// followGate re-reads the pre-claim gate (readGate) until ctx is done:
+// every gateRetry while it is closed, every MetaRefresh while it is open
+// (a worker of an earlier version that starts then closes it within that
+// time; the jobs it gets meanwhile come back by the sweep). Nothing when
+// the Dispatcher does not pre-claim.
+func (d *Dispatcher) followGate(ctx context.Context) {
+	if d.cfg.Pass.Preclaim <= 0 {
+		return
+	}
+	t := time.NewTimer(gateRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.readGate(ctx)
+		if d.preclaimable.Load() {
+			t.Reset(d.cfg.MetaRefresh)
+		} else {
+			t.Reset(min(gateRetry, d.cfg.MetaRefresh))
+		}
+	}
+}
 
 // readGate reads whether every live worker runs pre-claimed jobs (the
 // rolling-upgrade gate, docs/design.md §2.2); a Store without the roster,
