@@ -5,9 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
+	"github.com/sluicehq/sluice/internal/wire"
+	"github.com/sluicehq/sluice/internal/worker"
 )
 
 // A backlog of due jobs with the pass's pre-claim on: every job reaches the
@@ -59,5 +63,53 @@ func TestPreclaimGateClosedByAnOldWorker(t *testing.T) {
 	}
 	if n := h.counter("sluice_worker_claims_total", "outcome=ok"); n != 10 {
 		t.Errorf("%v claims ok, want 10", n)
+	}
+}
+
+// A pre-claimed job fetched after its send time + grace/2 is dropped unsent
+// like a lapsed release (its attempt could not finish grace/2 before its
+// lease ends): nothing is sent, no claim is made, the record stays running
+// for the sweep, which returns it as a lost release.
+func TestLatePreclaimedJobIsDropped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const grace = 400 * time.Millisecond
+	exec := &sentExecutor{}
+	w := h.newWorker(exec, func(c *worker.Config) { c.Settings.Grace = grace })
+	h.policy("t1", store.Overrides{Burst: ptr(3)})
+	h.enqueue("t1", 3)
+	res, err := h.st.Pass(h.ctx, 0, store.PassConfig{Capacity: -1, Grace: grace, Preclaim: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := wire.Batch{}
+	for _, r := range res.Released {
+		if r.Claimed == nil {
+			t.Fatalf("release %+v not pre-claimed", r)
+		}
+		b.Jobs = append(b.Jobs, wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed})
+	}
+	if len(b.Jobs) != 3 {
+		t.Fatalf("released %d jobs, want 3", len(b.Jobs))
+	}
+	late := res.Released[len(res.Released)-1].SendAt.Add(grace / 2)
+	redistest.Poll(t, 10*time.Second, "send + grace/2 to pass", func() bool { return h.clock.Now().After(late) })
+
+	h.process(w, asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(b)))
+	if got := exec.sent(); len(got) != 0 {
+		t.Fatalf("a late pre-claimed batch sent %v", got)
+	}
+	if n := h.counter("sluice_worker_claims_total", "outcome=lapsed"); n != 3 {
+		t.Fatalf("%v dropped as lapsed, want 3", n)
+	}
+	for _, o := range []string{"ok", "stale", "preclaimed"} {
+		if n := h.counter("sluice_worker_claims_total", "outcome="+o); n != 0 {
+			t.Fatalf("%v claims %s, want none", n, o)
+		}
+	}
+	for _, r := range res.Released {
+		if j := h.jobOf(r.ID); j.State != store.StateRunning || j.Gen != r.Gen || j.Attempt != 1 {
+			t.Fatalf("job %s: %s gen %d attempt %d; want running, left for the sweep", r.ID, j.State, j.Gen, j.Attempt)
+		}
 	}
 }
