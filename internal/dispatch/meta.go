@@ -97,21 +97,14 @@ func (d *Dispatcher) followGate(ctx context.Context) {
 	if d.cfg.Pass.Preclaim <= 0 {
 		return
 	}
-	t := time.NewTimer(gateRetry)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	var last time.Time
+	every(ctx, min(gateRetry, d.cfg.MetaRefresh), func(ctx context.Context) {
+		if d.preclaimable.Load() && time.Since(last) < d.cfg.MetaRefresh {
 			return
-		case <-t.C:
 		}
+		last = time.Now()
 		d.readGate(ctx)
-		if d.preclaimable.Load() {
-			t.Reset(d.cfg.MetaRefresh)
-		} else {
-			t.Reset(min(gateRetry, d.cfg.MetaRefresh))
-		}
-	}
+	})
 }
 
 // readGate reads whether every live worker runs pre-claimed jobs (the
