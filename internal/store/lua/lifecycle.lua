@@ -12,9 +12,10 @@ local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
 
 -- load_job reads a record's decision fields; nil when there is none.
 local function load_job(id)
-  local r = rcall('HMGET', k_job(id), unpack(J_FIELDS))
+  local k = k_job(id)
+  local r = rcall('HMGET', k, unpack(J_FIELDS))
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonum(r[11]), logged = tonum(r[12]) or 0,
@@ -26,20 +27,22 @@ end
 -- fields of J_FIELDS but idem and logged, and the body and created time
 -- it replies with; a finish those of J_FIELDS but type, grace and resv.
 local function load_claimed(id)
-  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+  local k = k_job(id)
+  local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'type', 'grace', 'resv', 'body', 'created', 'ups')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
     created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 local function load_finished(id)
-  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+  local k = k_job(id)
+  local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'idem', 'logged', 'cb', 'ups')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
     logged = tonum(r[10]) or 0, cb = r[11] or '', ups = r[12] or ''}
@@ -53,7 +56,7 @@ local function hset_job(j, ...)
     for _, v in ipairs(j.pending) do args[#args + 1] = v end
     j.pending = nil
   end
-  rcall('HSET', k_job(j.id), unpack(args))
+  rcall('HSET', j.k or k_job(j.id), unpack(args))
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -89,20 +92,26 @@ end
 -- log_attempt appends one entry to the job's attempt log (field log: JSON
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
--- formatted here: cjson would print µs times with 14 significant digits.
+-- formatted here (istr): cjson would print µs times with 14 significant
+-- digits. The entry is
+-- {"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s}
+-- built by one concatenation (string.format would sprintf each value;
+-- istr knows now and the small integers already).
 -- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
 -- when set, is appended as it is (finish: ',"body":<JSON string>'). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
-local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
 local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
-  local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
-    e.latency or 0, err, (e.stale and ',"stale":true' or '') .. (e.extra or '')) -- extra: the body excerpt
-  local jk = k_job(j.id)
+  local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
+    .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0) .. ',"latency_us":'
+    .. istr(e.latency or 0) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '') .. (e.extra or '')
+    .. '}' -- extra: the body excerpt
+  local jk = nil -- built only when read or written here
   local s = entry
   if j.logged > 0 then
+    jk = j.k or k_job(j.id)
     s = (rcall('HGET', jk, 'log') or '') .. '\n' .. entry
     if j.logged >= n then -- at the cap: count the lines (n may have changed)
       local _, nl = string.gsub(s, '\n', '')
@@ -113,7 +122,7 @@ local function log_attempt(j, n, e, defer)
   if defer then
     j.pending = {'log', s, 'logged', istr(j.logged)}
   else
-    rcall('HSET', jk, 'log', s, 'logged', istr(j.logged))
+    rcall('HSET', jk or j.k or k_job(j.id), 'log', s, 'logged', istr(j.logged))
   end
 end
 
@@ -155,10 +164,10 @@ end
 -- once (callback_take.lua, callback_done.lua). Every terminal transition
 -- calls it; a job without a callback costs nothing more.
 local function callback_due(j, now)
-  if j.cb == nil then j.cb = rcall('HGET', k_job(j.id), 'cb') or '' end
+  if j.cb == nil then j.cb = rcall('HGET', j.k or k_job(j.id), 'cb') or '' end
   if j.cb == '' then return end
   rcall('ZADD', BASE .. 'cb', istr(now), j.id)
-  rcall('HDEL', k_job(j.id), 'cb_n')
+  rcall('HDEL', j.k or k_job(j.id), 'cb_n')
   rcall('PUBLISH', BASE .. 'callbacks', istr(now))
 end
 
@@ -169,13 +178,14 @@ end
 -- quiet leaves nothing behind. trim_dead also drops letters by age and count
 -- at each finish. Undoes unrun's live and bytes.
 local function to_dead(j, t, now, cfg)
-  local jk = k_job(j.id)
+  local jk = j.k or k_job(j.id)
   local dk = k_dead(j.tenant)
   hset_job(j, 'state', 'dead', 'ended', istr(now))
   callback_due(j, now)
-  rcall('PEXPIRE', jk, ms(cfg.dead_ret))
+  if not cfg.dead_ms then cfg.dead_ms = ms(cfg.dead_ret) end -- once per call
+  rcall('PEXPIRE', jk, cfg.dead_ms)
   rcall('ZADD', dk, istr(now), j.id)
-  rcall('PEXPIRE', dk, ms(cfg.dead_ret))
+  rcall('PEXPIRE', dk, cfg.dead_ms)
   AGG.dead_add(j.tenant, 1, now + cfg.dead_ret) -- lib.lua
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
@@ -190,10 +200,11 @@ end
 -- out) —, the record expiring after the succeeded retention and its
 -- idempotency key after the idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
-  local jk = k_job(j.id)
+  local jk = j.k or k_job(j.id)
   hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
   callback_due(j, now)
-  rcall('PEXPIRE', jk, ms(cfg.succ_ret))
+  if not cfg.succ_ms then cfg.succ_ms = ms(cfg.succ_ret) end -- once per call
+  rcall('PEXPIRE', jk, cfg.succ_ms)
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
