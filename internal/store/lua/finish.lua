@@ -329,8 +329,15 @@ local function finish_one(r)
     log_attempt(j, cfg.log_n, entry)
     return {'ok', j.state, 1}
   end
-  if r.kind == 'gone' then j.type = rcall('HGET', k_job(r.id), 'type') end -- read before this attempt's writes
+  if r.kind == 'gone' then j.type = rcall('HGET', j.k, 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
+  -- The fields load_finished leaves out (lifecycle.lua): a success at the
+  -- tenant's full rate factor (rf = 0; adapt changes nothing then, whatever
+  -- the slot) needs none of them.
+  if r.kind ~= 'success' or r.congested or (p.adaptive == 1 and t.rf ~= 0) then
+    local x = rcall('HMGET', j.k, 'bytes', 'first', 'slot', 'ups')
+    j.bytes, j.first, j.slot, j.ups = tonum(x[1]) or 0, tonum(x[2]) or 0, tonum(x[3]) or 0, x[4] or ''
+  end
   if r.kind == 'deferred' then return defer(r, j, t, p) end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
