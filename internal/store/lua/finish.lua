@@ -331,12 +331,14 @@ local function finish_one(r)
   end
   if r.kind == 'gone' then j.type = rcall('HGET', j.k, 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
-  -- The fields load_finished leaves out (lifecycle.lua): a success at the
-  -- tenant's full rate factor (rf = 0; adapt changes nothing then, whatever
-  -- the slot) needs none of them.
-  if r.kind ~= 'success' or r.congested or (p.adaptive == 1 and t.rf ~= 0) then
-    local x = rcall('HMGET', j.k, 'bytes', 'first', 'slot', 'ups')
-    j.bytes, j.first, j.slot, j.ups = tonum(x[1]) or 0, tonum(x[2]) or 0, tonum(x[3]) or 0, x[4] or ''
+  -- The fields load_finished leaves out (lifecycle.lua): a plain success
+  -- needs none of them — at the tenant's full rate factor (rf = 0: adapt
+  -- changes nothing then, whatever the slot), without an actual cost
+  -- (correct) or a quota report (PACE.observe: the cost).
+  if r.kind ~= 'success' or r.congested or r.actual > 0 or r.q_unit ~= 0 or (p.adaptive == 1 and t.rf ~= 0) then
+    local x = rcall('HMGET', j.k, 'cost', 'bytes', 'first', 'slot', 'ups')
+    j.cost, j.bytes, j.first, j.slot, j.ups = tonum(x[1]) or 1, tonum(x[2]) or 0, tonum(x[3]) or 0, tonum(x[4]) or 0,
+      x[5] or ''
   end
   if r.kind == 'deferred' then return defer(r, j, t, p) end
 

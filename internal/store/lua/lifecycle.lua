@@ -26,11 +26,12 @@ end
 -- decide on (each field named costs a scan of the record, a string and,
 -- for a number, a tonumber): a claim the fields of J_FIELDS but idem and
 -- logged, and the body and created time it replies with; a finish what
--- every outcome needs, the fields of J_FIELDS but bytes, first, slot, ups,
--- type, grace and resv, and cb — bytes, first, slot and ups read as 0, 0,
--- 0, '' here, and finish.lua reads them (finish_one) for every outcome
--- but a success at its tenant's full rate, which needs none of them (its
--- bytes go back to the tenant's count and out again: unrun, to_succeeded).
+-- every outcome needs, the fields of J_FIELDS but cost, bytes, first,
+-- slot, ups, type, grace and resv, and cb — cost, bytes, first, slot and
+-- ups read as 1, 0, 0, 0, '' here, and finish.lua reads them (finish_one)
+-- for every outcome but a plain success (at its tenant's full rate, no
+-- actual cost, no quota report), which needs none of them (its bytes go
+-- back to the tenant's count and out again: unrun, to_succeeded).
 local function load_claimed(id)
   local k = k_job(id)
   local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
@@ -44,12 +45,12 @@ local function load_claimed(id)
 end
 local function load_finished(id)
   local k = k_job(id)
-  local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'gen', 'attempt', 'idem', 'logged', 'cb')
+  local r = rcall('HMGET', k, 'state', 'tenant', 'gen', 'attempt', 'idem', 'logged', 'cb')
   if not r[1] then return nil end
-  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
-    bytes = 0, gen = tonum(r[4]) or 0, attempt = tonum(r[5]) or 0,
-    first = 0, slot = 0, idem = r[6] or '',
-    logged = tonum(r[7]) or 0, cb = r[8] or '', ups = ''}
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = 1,
+    bytes = 0, gen = tonum(r[3]) or 0, attempt = tonum(r[4]) or 0,
+    first = 0, slot = 0, idem = r[5] or '',
+    logged = tonum(r[6]) or 0, cb = r[7] or '', ups = ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
