@@ -391,7 +391,7 @@ local function finish_one(r)
 end
 
 local reply = {'ok'}
-for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
+for i = 1, n do reply[i + 1] = finish_one(reqs[i]) end
 leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
@@ -401,7 +401,8 @@ leases_flush()
 -- check. The aggregates are written once after them (lib.lua AGG).
 FAIR.defer() -- lib.lua: the tenants' held weight moves once
 AGG.hold()
-for _, tn in ipairs(TENANT_ORDER) do
+for i = 1, #TENANT_ORDER do
+  local tn = TENANT_ORDER[i]
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
     note_earliest()

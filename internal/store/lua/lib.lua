@@ -81,7 +81,7 @@ local function begin()
   end
   NOW = clock(ARGV[2]) -- clock.lua
   if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
-  for _, reset in ipairs(RESETS) do reset() end
+  for i = 1, #RESETS do RESETS[i]() end -- (a numeric for: ipairs costs a C call a step)
   return nil
 end
 
@@ -534,7 +534,8 @@ function AGG.flush()
   if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
   if AGG.top then
     local add, del = {}, {}
-    for _, tn in ipairs(AGG.order) do
+    for i = 1, #AGG.order do
+      local tn = AGG.order[i]
       local n = AGG.top[tn]
       if n > 0 then
         add[#add + 1] = istr(n)
@@ -973,7 +974,9 @@ end
 -- jobs). A script defers only writes that nothing before its flush reads,
 -- and only one kind per job.
 local LEASE_ADD, LEASE_DEL, LEASE_CHUNK = {}, {}, 500
-RESETS[#RESETS + 1] = function() LEASE_ADD, LEASE_DEL = {}, {} end
+RESETS[#RESETS + 1] = function() -- new tables only when the last call left entries (leases_flush empties them)
+  if #LEASE_ADD > 0 or #LEASE_DEL > 0 then LEASE_ADD, LEASE_DEL = {}, {} end
+end
 local function lease_add(id, deadline)
   LEASE_ADD[#LEASE_ADD + 1] = istr(deadline)
   LEASE_ADD[#LEASE_ADD + 1] = id
@@ -986,7 +989,7 @@ local function leases_flush()
   for i = 1, #LEASE_ADD, 2 * LEASE_CHUNK do
     rcall('ZADD', K_LEASES, unpack(LEASE_ADD, i, mmin(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
   end
-  LEASE_ADD, LEASE_DEL = {}, {}
+  if #LEASE_ADD > 0 or #LEASE_DEL > 0 then LEASE_ADD, LEASE_DEL = {}, {} end
 end
 
 -- Job states (docs/design.md §2).

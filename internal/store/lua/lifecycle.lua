@@ -58,7 +58,8 @@ end
 local function hset_job(j, ...)
   local args = {...}
   if j.pending then
-    for _, v in ipairs(j.pending) do args[#args + 1] = v end
+    local p, n = j.pending, #args
+    for i = 1, #p do args[n + i] = p[i] end
     j.pending = nil
   end
   rcall('HSET', j.k or k_job(j.id), unpack(args))
@@ -270,7 +271,9 @@ end
 -- Tenant cache for scripts that touch several tenants (pass): each loaded
 -- once (policy, state, TAT rescaled), saved, rescheduled and expired once.
 local TENANTS, TENANT_ORDER = {}, {}
-RESETS[#RESETS + 1] = function() TENANTS, TENANT_ORDER = {}, {} end
+RESETS[#RESETS + 1] = function() -- new tables only when the last call cached a tenant
+  if #TENANT_ORDER > 0 then TENANTS, TENANT_ORDER = {}, {} end
+end
 local function tenant(tn)
   local c = TENANTS[tn]
   if not c then
@@ -293,7 +296,8 @@ local function flush_tenants(cfg)
   ready_defer()
   FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
   AGG.hold() -- lib.lua: the aggregates written once, after the last tenant
-  for _, tn in ipairs(TENANT_ORDER) do
+  for i = 1, #TENANT_ORDER do
+    local tn = TENANT_ORDER[i]
     local c = TENANTS[tn]
     if c.touched ~= false then
       reschedule(tn, c.t, c.p, NOW, c.head)
