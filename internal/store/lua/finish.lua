@@ -92,7 +92,7 @@
 
 local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = tonum(ARGV[5]),
   log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
-  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}}
+  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true}
 local STRIDE = 19
@@ -108,14 +108,22 @@ if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def
     and RES.mark and RES.mark >= 1 and RES.mark <= 1000000) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
+-- num is tonumber with the arguments' usual '0' (no pause, no actual cost,
+-- no quota) taken without the C call (tonumber converts a string twice).
+local function num(s)
+  if s == '0' then return 0 end
+  return tonum(s)
+end
 local reqs = {}
 for i = 1, n do
   local o = 14 + STRIDE * (i - 1)
-  local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = tonum(ARGV[o + 4]),
-    latency = tonum(ARGV[o + 5]), err = ARGV[o + 6], pause = tonum(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
+  local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = num(ARGV[o + 4]),
+    latency = num(ARGV[o + 5]), err = ARGV[o + 6], pause = num(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
     xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], rfull = ARGV[o + 12], rbody = ARGV[o + 13],
-    actual = tonum(ARGV[o + 14]), q_unit = tonum(ARGV[o + 15]), q_rem = tonum(ARGV[o + 16]), q_lim = tonum(ARGV[o + 17]),
-    q_in = tonum(ARGV[o + 18]), q_src = ARGV[o + 19]}
+    actual = num(ARGV[o + 14]), q_unit = num(ARGV[o + 15]), q_rem = 0, q_lim = 0, q_in = 0, q_src = ARGV[o + 19]}
+  if r.q_unit ~= 0 then -- a quota report (unused, and not checked, without one)
+    r.q_rem, r.q_lim, r.q_in = tonum(ARGV[o + 16]), tonum(ARGV[o + 17]), tonum(ARGV[o + 18])
+  end
   if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
       and r.actual and r.actual >= 0 and r.actual <= MAX_ACTUAL and r.actual == mfloor(r.actual)
       and (r.q_unit == 0 or ((r.q_unit == 1 or r.q_unit == 2) and r.q_rem and r.q_rem >= 0
@@ -321,8 +329,17 @@ local function finish_one(r)
     log_attempt(j, cfg.log_n, entry)
     return {'ok', j.state, 1}
   end
-  if r.kind == 'gone' then j.type = rcall('HGET', k_job(r.id), 'type') end -- read before this attempt's writes
+  if r.kind == 'gone' then j.type = rcall('HGET', j.k, 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
+  -- The fields load_finished leaves out (lifecycle.lua): a plain success
+  -- needs none of them — at the tenant's full rate factor (rf = 0: adapt
+  -- changes nothing then, whatever the slot), without an actual cost
+  -- (correct) or a quota report (PACE.observe: the cost).
+  if r.kind ~= 'success' or r.congested or r.actual > 0 or r.q_unit ~= 0 or (p.adaptive == 1 and t.rf ~= 0) then
+    local x = rcall('HMGET', j.k, 'cost', 'bytes', 'first', 'slot', 'ups')
+    j.cost, j.bytes, j.first, j.slot, j.ups = tonum(x[1]) or 1, tonum(x[2]) or 0, tonum(x[3]) or 0, tonum(x[4]) or 0,
+      x[5] or ''
+  end
   if r.kind == 'deferred' then return defer(r, j, t, p) end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
@@ -374,7 +391,7 @@ local function finish_one(r)
 end
 
 local reply = {'ok'}
-for i, r in ipairs(reqs) do reply[i + 1] = finish_one(r) end
+for i = 1, n do reply[i + 1] = finish_one(reqs[i]) end
 leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
@@ -384,7 +401,8 @@ leases_flush()
 -- check. The aggregates are written once after them (lib.lua AGG).
 FAIR.defer() -- lib.lua: the tenants' held weight moves once
 AGG.hold()
-for _, tn in ipairs(TENANT_ORDER) do
+for i = 1, #TENANT_ORDER do
+  local tn = TENANT_ORDER[i]
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
     note_earliest()

@@ -39,7 +39,27 @@ local RESETS = {}
 
 -- Numbers given to redis.call go as istr strings on the hot paths: Redis
 -- formats a Lua number with %.17g, several times the cost of an integer's.
-local function istr(n) return string.format('%d', n) end
+-- string.format is itself a C call, a sprintf and a string to intern, so
+-- istr remembers the values a call formats again and again: now (the
+-- ended, due and index times of every job a call ends) and the integers
+-- 0 … 4095 (counts, attempts, statuses, TTLs in seconds), kept across
+-- calls (a number's text never changes). In a block: the prologue's
+-- locals are few.
+local istr
+do
+  local now_n, now_s, small = nil, nil, {}
+  istr = function(n)
+    if n == NOW then
+      if now_n ~= n then now_n, now_s = n, string.format('%d', n) end
+      return now_s
+    end
+    local s = small[n]
+    if s then return s end
+    s = string.format('%d', n)
+    if n >= 0 and n < 4096 then small[n] = s end
+    return s
+  end
+end
 
 -- The key names of the last call's shard stand for a call on the same shard
 -- (with Redis Functions: the library's scope; BASE and K_READY are only
@@ -61,7 +81,7 @@ local function begin()
   end
   NOW = clock(ARGV[2]) -- clock.lua
   if not rcall then rcall, tonum, mmax, mmin, mfloor = redis.call, tonumber, math.max, math.min, math.floor end
-  for _, reset in ipairs(RESETS) do reset() end
+  for i = 1, #RESETS do RESETS[i]() end -- (a numeric for: ipairs costs a C call a step)
   return nil
 end
 
@@ -390,8 +410,8 @@ local function save_tenant(tn, t)
   AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
-  local args = {}
-  if packed ~= t.st_packed or named or t.st_ra then args = {'s', packed} end
+  local args
+  if packed ~= t.st_packed or named or t.st_ra then args = {'s', packed, nil, nil, nil, nil} else args = {} end
   if t.rs ~= t.st_rs then
     args[#args + 1] = 'rs'
     args[#args + 1] = t.rs
@@ -514,7 +534,8 @@ function AGG.flush()
   if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
   if AGG.top then
     local add, del = {}, {}
-    for _, tn in ipairs(AGG.order) do
+    for i = 1, #AGG.order do
+      local tn = AGG.order[i]
       local n = AGG.top[tn]
       if n > 0 then
         add[#add + 1] = istr(n)
@@ -879,11 +900,11 @@ busy = function(t)
   return t.live > 0 or t.running > 0 or t.disabled == 1 or t.admin_paused == 1
 end
 local function expire_tenant(tn, t, p, now, keep_us)
-  local key = k_tenant(tn)
   if busy(t) then
-    if not t.st_busy then rcall('PERSIST', key) end
+    if not t.st_busy then rcall('PERSIST', k_tenant(tn)) end
     return
   end
+  local key = k_tenant(tn)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))
@@ -953,7 +974,9 @@ end
 -- jobs). A script defers only writes that nothing before its flush reads,
 -- and only one kind per job.
 local LEASE_ADD, LEASE_DEL, LEASE_CHUNK = {}, {}, 500
-RESETS[#RESETS + 1] = function() LEASE_ADD, LEASE_DEL = {}, {} end
+RESETS[#RESETS + 1] = function() -- new tables only when the last call left entries (leases_flush empties them)
+  if #LEASE_ADD > 0 or #LEASE_DEL > 0 then LEASE_ADD, LEASE_DEL = {}, {} end
+end
 local function lease_add(id, deadline)
   LEASE_ADD[#LEASE_ADD + 1] = istr(deadline)
   LEASE_ADD[#LEASE_ADD + 1] = id
@@ -966,7 +989,7 @@ local function leases_flush()
   for i = 1, #LEASE_ADD, 2 * LEASE_CHUNK do
     rcall('ZADD', K_LEASES, unpack(LEASE_ADD, i, mmin(#LEASE_ADD, i + 2 * LEASE_CHUNK - 1)))
   end
-  LEASE_ADD, LEASE_DEL = {}, {}
+  if #LEASE_ADD > 0 or #LEASE_DEL > 0 then LEASE_ADD, LEASE_DEL = {}, {} end
 end
 
 -- Job states (docs/design.md §2).

@@ -12,9 +12,10 @@ local J_FIELDS = {'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
 
 -- load_job reads a record's decision fields; nil when there is none.
 local function load_job(id)
-  local r = rcall('HMGET', k_job(id), unpack(J_FIELDS))
+  local k = k_job(id)
+  local r = rcall('HMGET', k, unpack(J_FIELDS))
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0,
     idem = r[9] or '', type = r[10] or '', grace = tonum(r[11]), logged = tonum(r[12]) or 0,
@@ -25,28 +26,35 @@ end
 -- pre-claim (pass.lua X.preclaim; docs/design.md §2.2): one table, the
 -- prologue's locals are few. CLAIM.load and load_finished read only what a
 -- claim and a finish decide on (each field named costs a scan of the
--- record): a claim the fields of J_FIELDS but idem and logged, and the body
--- and created time it replies with; a finish those of J_FIELDS but type,
--- grace and resv.
+-- record, a string and, for a number, a tonumber): a claim the fields of
+-- J_FIELDS but idem and logged, and the body and created time it replies
+-- with; a finish what every outcome needs, the fields of J_FIELDS but cost,
+-- bytes, first, slot, ups, type, grace and resv, and cb — cost, bytes,
+-- first, slot and ups read as 1, 0, 0, 0, '' here, and finish.lua reads
+-- them (finish_one) for every outcome but a plain success (at its tenant's
+-- full rate, no actual cost, no quota report), which needs none of them
+-- (its bytes go back to the tenant's count and out again: unrun,
+-- to_succeeded).
 local CLAIM = {}
 function CLAIM.load(id)
-  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
+  local k = k_job(id)
+  local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
     'slot', 'type', 'grace', 'resv', 'body', 'created', 'ups')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
     bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
     first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, type = r[9] or '',
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
     created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
 local function load_finished(id)
-  local r = rcall('HMGET', k_job(id), 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
-    'slot', 'idem', 'logged', 'cb', 'ups')
+  local k = k_job(id)
+  local r = rcall('HMGET', k, 'state', 'tenant', 'gen', 'attempt', 'idem', 'logged', 'cb')
   if not r[1] then return nil end
-  return {id = id, state = r[1], tenant = r[2], cost = tonum(r[3]) or 1,
-    bytes = tonum(r[4]) or 0, gen = tonum(r[5]) or 0, attempt = tonum(r[6]) or 0,
-    first = tonum(r[7]) or 0, slot = tonum(r[8]) or 0, idem = r[9] or '',
-    logged = tonum(r[10]) or 0, cb = r[11] or '', ups = r[12] or ''}
+  return {id = id, k = k, state = r[1], tenant = r[2], cost = 1,
+    bytes = 0, gen = tonum(r[3]) or 0, attempt = tonum(r[4]) or 0,
+    first = 0, slot = 0, idem = r[5] or '',
+    logged = tonum(r[6]) or 0, cb = r[7] or '', ups = ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -54,10 +62,11 @@ end
 local function hset_job(j, ...)
   local args = {...}
   if j.pending then
-    for _, v in ipairs(j.pending) do args[#args + 1] = v end
+    local p, n = j.pending, #args
+    for i = 1, #p do args[n + i] = p[i] end
     j.pending = nil
   end
-  rcall('HSET', k_job(j.id), unpack(args))
+  rcall('HSET', j.k or k_job(j.id), unpack(args))
 end
 
 -- to_head queues a job in its tenant's head lane, behind the jobs already
@@ -142,20 +151,26 @@ end
 -- log_attempt appends one entry to the job's attempt log (field log: JSON
 -- objects, one a line, the newest last), keeping the last n (≥ 1), and counts
 -- it in field logged (so the log holds min(logged, n) lines). Integers are
--- formatted here: cjson would print µs times with 14 significant digits.
+-- formatted here (istr): cjson would print µs times with 14 significant
+-- digits. The entry is
+-- {"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s}
+-- built by one concatenation (string.format would sprintf each value;
+-- istr knows now and the small integers already).
 -- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
 -- when set, is appended as it is (finish: ',"body":<JSON string>'). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
-local LOG_ENTRY = '{"at":%d,"gen":%d,"attempt":%d,"outcome":"%s","status":%d,"latency_us":%d,"error":%s%s}'
 local function log_attempt(j, n, e, defer)
   local err = '""'
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
-  local entry = string.format(LOG_ENTRY, e.at, e.gen or j.gen, j.attempt, e.outcome, e.status or 0,
-    e.latency or 0, err, (e.stale and ',"stale":true' or '') .. (e.extra or '')) -- extra: the body excerpt
-  local jk = k_job(j.id)
+  local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
+    .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0) .. ',"latency_us":'
+    .. istr(e.latency or 0) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '') .. (e.extra or '')
+    .. '}' -- extra: the body excerpt
+  local jk = nil -- built only when read or written here
   local s = entry
   if j.logged > 0 then
+    jk = j.k or k_job(j.id)
     s = (rcall('HGET', jk, 'log') or '') .. '\n' .. entry
     if j.logged >= n then -- at the cap: count the lines (n may have changed)
       local _, nl = string.gsub(s, '\n', '')
@@ -166,7 +181,7 @@ local function log_attempt(j, n, e, defer)
   if defer then
     j.pending = {'log', s, 'logged', istr(j.logged)}
   else
-    rcall('HSET', jk, 'log', s, 'logged', istr(j.logged))
+    rcall('HSET', jk or j.k or k_job(j.id), 'log', s, 'logged', istr(j.logged))
   end
 end
 
@@ -208,10 +223,10 @@ end
 -- once (callback_take.lua, callback_done.lua). Every terminal transition
 -- calls it; a job without a callback costs nothing more.
 local function callback_due(j, now)
-  if j.cb == nil then j.cb = rcall('HGET', k_job(j.id), 'cb') or '' end
+  if j.cb == nil then j.cb = rcall('HGET', j.k or k_job(j.id), 'cb') or '' end
   if j.cb == '' then return end
   rcall('ZADD', BASE .. 'cb', istr(now), j.id)
-  rcall('HDEL', k_job(j.id), 'cb_n')
+  rcall('HDEL', j.k or k_job(j.id), 'cb_n')
   rcall('PUBLISH', BASE .. 'callbacks', istr(now))
 end
 
@@ -222,13 +237,14 @@ end
 -- quiet leaves nothing behind. trim_dead also drops letters by age and count
 -- at each finish. Undoes unrun's live and bytes.
 local function to_dead(j, t, now, cfg)
-  local jk = k_job(j.id)
+  local jk = j.k or k_job(j.id)
   local dk = k_dead(j.tenant)
   hset_job(j, 'state', 'dead', 'ended', istr(now))
   callback_due(j, now)
-  rcall('PEXPIRE', jk, ms(cfg.dead_ret))
+  if not cfg.dead_ms then cfg.dead_ms = ms(cfg.dead_ret) end -- once per call
+  rcall('PEXPIRE', jk, cfg.dead_ms)
   rcall('ZADD', dk, istr(now), j.id)
-  rcall('PEXPIRE', dk, ms(cfg.dead_ret))
+  rcall('PEXPIRE', dk, cfg.dead_ms)
   AGG.dead_add(j.tenant, 1, now + cfg.dead_ret) -- lib.lua
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
@@ -243,10 +259,11 @@ end
 -- out) —, the record expiring after the succeeded retention and its
 -- idempotency key after the idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
-  local jk = k_job(j.id)
+  local jk = j.k or k_job(j.id)
   hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
   callback_due(j, now)
-  rcall('PEXPIRE', jk, ms(cfg.succ_ret))
+  if not cfg.succ_ms then cfg.succ_ms = ms(cfg.succ_ret) end -- once per call
+  rcall('PEXPIRE', jk, cfg.succ_ms)
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
@@ -307,7 +324,9 @@ end
 -- Tenant cache for scripts that touch several tenants (pass): each loaded
 -- once (policy, state, TAT rescaled), saved, rescheduled and expired once.
 local TENANTS, TENANT_ORDER = {}, {}
-RESETS[#RESETS + 1] = function() TENANTS, TENANT_ORDER = {}, {} end
+RESETS[#RESETS + 1] = function() -- new tables only when the last call cached a tenant
+  if #TENANT_ORDER > 0 then TENANTS, TENANT_ORDER = {}, {} end
+end
 local function tenant(tn)
   local c = TENANTS[tn]
   if not c then
@@ -330,7 +349,8 @@ local function flush_tenants(cfg)
   ready_defer()
   FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
   AGG.hold() -- lib.lua: the aggregates written once, after the last tenant
-  for _, tn in ipairs(TENANT_ORDER) do
+  for i = 1, #TENANT_ORDER do
+    local tn = TENANT_ORDER[i]
     local c = TENANTS[tn]
     if c.touched ~= false then
       reschedule(tn, c.t, c.p, NOW, c.head)

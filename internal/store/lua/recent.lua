@@ -30,7 +30,8 @@ local RA_KINDS = {success = 1, retry = 2, throttled = 3, permanent = 4, gone = 5
 -- latency µs) finished at now to tenant tn's ring; ttl_us is its TTL when
 -- it sets one.
 local function recent_add(tn, r, now, ttl_us)
-  local id = string.sub(r.id, 1, 255)
+  local id = r.id
+  if #id > 255 then id = string.sub(id, 1, 255) end
   local rec = struct.pack(RA_HEAD, now, mmax(0, mmin(r.latency, 4294967295)), mmax(0, mmin(r.status, 65535)),
     RA_KINDS[r.kind], #id) .. id
   local key = k_tenant(tn) .. ':ra'
