@@ -119,14 +119,19 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if at := d.askUpstreams(ctx, s, res, cfg); !at.IsZero() {
 		next = minTime(next, at)
 	}
-	// More: P or K stopped the pass: run again at once. CapacityReached:
-	// the shard's share ran out; run again only while free capacity is left.
-	again = res.More || (res.CapacityReached && left)
+	// More: P or K stopped the pass: run again at once — unless the pass
+	// changed nothing while fair shares are on (stuck): the tenants it read
+	// are at their shares, and the next pass would read them again until
+	// their jobs end. CapacityReached: the shard's share ran out; run again
+	// only while free capacity is left.
+	stuck := res.More && cfg.FairShare > 0 && len(res.Released) == 0 && res.Promoted == 0 && res.Swept == 0
+	again = (res.More && !stuck) || (res.CapacityReached && left)
 	s.starved = res.CapacityReached && !left
-	if s.starved {
-		// The workers are full: tenants wait in ready at scores already due,
-		// so NextWake is now. Passing before the free capacity is read again
-		// would only spin on Redis; wait for the reading (or a wake-up).
+	if s.starved || stuck {
+		// The workers are full, or the tenants read hold their shares:
+		// tenants wait in ready at scores already due, so NextWake is now.
+		// Passing before the free capacity is read again would only spin
+		// on Redis; wait for the reading (or a wake-up).
 		next, s.capWait = end.Add(d.cfg.MaxSleep), d.budget.want()
 	}
 	return next, again
