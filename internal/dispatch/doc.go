@@ -114,7 +114,7 @@
 //     never above (capacity − R) ÷ the weights read: the shares of the
 //     tenants counted sum to at most capacity − R, R = ⌈capacity/16⌉
 //     slots left for tenants below their shares. The weights are read at
-//     most every 20 ms, only while contended; W is the largest read in
+//     most every 100 ms, only while contended; W is the largest read in
 //     the last second, so a dip in a quick tenant's holdings does not raise
 //     λ.
 //   - A batch holds jobs of one shard only, in send order, at most BatchMax
