@@ -259,14 +259,20 @@ func (b *budget) readCounts(ctx context.Context) (capacity, leases, waiting int,
 // more script call per reading, not a poll of its own.
 const capacityEvery = time.Second
 
-// share reserves and returns the Capacity of one pass over one of owned
-// shards: ⌈avail / owned⌉ but at least minShare, at most avail (the free
+// share is shareAtLeast with minShare: the share of a pass whose shard
+// had more to release than its last share.
+func (b *budget) share(ctx context.Context, owned int) (int, error) {
+	return b.shareAtLeast(ctx, owned, minShare)
+}
+
+// shareAtLeast reserves and returns the Capacity of one pass over one of
+// owned shards: ⌈avail / owned⌉ but at least least, at most avail (the free
 // capacity not yet reserved by other passes), and 0 when nothing is
 // available. Passes of several shards running at once thus never release
 // the same free capacity twice. The pass gives its share back with spend.
 // Before the first reading it waits for one (or ctx); after a failed
 // reading it returns that error and asks for another reading.
-func (b *budget) share(ctx context.Context, owned int) (int, error) {
+func (b *budget) shareAtLeast(ctx context.Context, owned, least int) (int, error) {
 	b.mu.Lock()
 	for !b.ready && b.err == nil {
 		fresh := b.fresh
@@ -286,18 +292,26 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	}
 	owned = max(owned, 1)
 	avail := max(b.free-b.reserved, 0)
-	n := min(max((avail+owned-1)/owned, minShare), avail)
+	n := min(max((avail+owned-1)/owned, least), avail)
 	b.reserved += n
 	return n, nil
 }
 
 // minShare is the smallest capacity share of a pass while that much is
-// free: with many shards and a trickle of free capacity, an even split
-// would run one pass per job or two, and a pass has a fixed cost — so has
-// each batch task it hands off (asynq's enqueue, dequeue and done scripts,
-// the workers' claim and finish calls). A batch's worth (BatchMaxDefault);
-// at 16, the throughput benchmark's passes released ~14 jobs each.
-const minShare = BatchMaxDefault
+// free, when its shard's last pass used its share up or released
+// minShareQuiet jobs or more (hungry): with many shards and a trickle of
+// free capacity, an even split would run one pass per job or two, and a
+// pass has a fixed cost — so has each batch task it hands off (asynq's
+// enqueue, dequeue and done scripts, the workers' claim and finish
+// calls). A batch's worth (BatchMaxDefault); at 16, the throughput
+// benchmark's passes released ~14 jobs each. Other shards' passes (a
+// tenant at a modest rate, an idle shard's safety-net pass) take at least
+// minShareQuiet: a pass reserves its share while it runs, and idle shards
+// passing at once must not hold a busy shard's capacity back.
+const (
+	minShare      = BatchMaxDefault
+	minShareQuiet = 16
+)
 
 // spend ends a pass's share (reserved, as share returned it): it takes the
 // n jobs the pass released off the free capacity, gives the rest of the

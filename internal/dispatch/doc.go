@@ -50,7 +50,8 @@
 // Workers heartbeat their concurrency; a pass may release at most its share
 // of the free capacity (Capacity − InFlight − the batch tasks waiting in
 // the hand-off queues, split across the shards this Dispatcher owns, at
-// least a batch's worth, 64, while that much is free: a
+// least a batch's worth, 64, while that much is free — 16 unless the
+// shard's last pass used its share up or released 16 jobs or more: a
 // release swept while its task waited leaves a stale copy a worker must
 // still fetch, see budget), read by one goroutine so that no pass waits on the
 // reading — on demand only: after passes that released jobs, at most every

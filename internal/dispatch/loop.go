@@ -27,6 +27,7 @@ type shardLoop struct {
 	due        time.Time             // the next pass (zero: at once)
 	capWait    <-chan struct{}       // when set: a wait also ends at the next capacity reading
 	starved    bool                  // the last pass ran out of worker capacity with work left
+	hungry     bool                  // the last pass used its share up or released minShareQuiet jobs or more
 	grants     []quota.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
 	calendars  quota.Calendars       // what its aligned requests learnt of the upstreams' calendars (upstreams.go)
 
@@ -79,7 +80,11 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 // returns when the loop should run next and whether to run again at once.
 func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, again bool) {
 	s.capWait = nil
-	capacity, err := d.budget.share(ctx, int(d.owned.Load()))
+	least := minShareQuiet
+	if s.hungry {
+		least = minShare
+	}
+	capacity, err := d.budget.shareAtLeast(ctx, int(d.owned.Load()), least)
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
@@ -127,6 +132,7 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	stuck := res.More && cfg.FairShare > 0 && len(res.Released) == 0 && res.Promoted == 0 && res.Swept == 0
 	again = (res.More && !stuck) || (res.CapacityReached && left)
 	s.starved = res.CapacityReached && !left
+	s.hungry = res.CapacityReached || len(res.Released) >= minShareQuiet
 	if s.starved || stuck {
 		// The workers are full, or the tenants read hold their shares:
 		// tenants wait in ready at scores already due, so NextWake is now.

@@ -265,17 +265,22 @@ func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		capacity, inFlight, shards, want int
+		hungry                           bool // the passes use their shares up (CapacityReached)
 	}{
-		{capacity: 10, inFlight: 4, shards: 4, want: 6},     // ⌈6/4⌉ = 2 < minShare: all 6
-		{capacity: 1000, inFlight: 4, shards: 4, want: 249}, // ⌈996/4⌉
-		{capacity: 200, inFlight: 4, shards: 4, want: 64},   // ⌈196/4⌉ = 49 < minShare
-		{capacity: 100, inFlight: 60, shards: 4, want: 40},  // ⌈40/4⌉ = 10 < minShare: all 40
+		{capacity: 10, inFlight: 4, shards: 4, want: 6},    // ⌈6/4⌉ = 2 < minShareQuiet: all 6
+		{capacity: 100, inFlight: 4, shards: 4, want: 24},  // ⌈96/4⌉
+		{capacity: 100, inFlight: 60, shards: 4, want: 16}, // ⌈40/4⌉ = 10 < minShareQuiet
 		{capacity: 10, inFlight: 4, shards: 1, want: 6},
-		{capacity: 3, inFlight: 5, shards: 2, want: 0}, // overcommitted: release nothing
-		{capacity: 0, inFlight: 0, shards: 2, want: 0}, // no live worker
+		{capacity: 3, inFlight: 5, shards: 2, want: 0},                   // overcommitted: release nothing
+		{capacity: 0, inFlight: 0, shards: 2, want: 0},                   // no live worker
+		{capacity: 200, inFlight: 4, shards: 4, want: 64, hungry: true},  // ⌈196/4⌉ = 49 < minShare
+		{capacity: 100, inFlight: 60, shards: 4, want: 40, hungry: true}, // ⌈40/4⌉ = 10 < minShare: all 40
 	} {
 		st := newFakeStore(tc.shards)
 		st.capacity, st.inFlight = tc.capacity, tc.inFlight
+		if tc.hungry {
+			st.result = func(int, int) store.PassResult { return store.PassResult{Now: time.Now(), CapacityReached: true} }
+		}
 		cfg := loopConfig(t, st)
 		cfg.MaxSleep = 10 * time.Millisecond
 		d := start(t, cfg)
