@@ -423,21 +423,19 @@ func TestBudgetWaitsForHalfItsHeadroomWhenFull(t *testing.T) {
 	t.Parallel()
 	const refresh = 25 * time.Millisecond
 	for _, tc := range []struct {
-		name    string
-		lent    int
-		rate    float64
-		refresh time.Duration
-		want    time.Duration
+		name string
+		lent int
+		rate float64
+		want time.Duration
 	}{
-		{"no headroom", 0, 4000, refresh, fullRefresh},
-		{"less than a pass's worth", minShare - 1, 4000, refresh, fullRefresh},
-		{"no rate", 100, 0, refresh, fullRefresh},
-		{"half the headroom's time", 100, 4000, refresh, 12500 * time.Microsecond},
-		{"at most the refresh interval", 100, 1000, refresh, refresh},
-		{"at least fullRefresh", 100, 1e6, refresh, fullRefresh},
-		{"a refresh interval below fullRefresh", 0, 4000, time.Millisecond, time.Millisecond},
+		{"no headroom", 0, 4000, fullRefresh},
+		{"less than a pass's worth", minShare - 1, 4000, fullRefresh},
+		{"no rate", 100, 0, fullRefresh},
+		{"half the headroom's time", 100, 4000, 12500 * time.Microsecond},
+		{"at most the refresh interval", 100, 1000, refresh},
+		{"at least fullRefresh", 100, 1e6, fullRefresh},
 	} {
-		b := newBudget(newFakeStore(1), nil, tc.refresh)
+		b := newBudget(newFakeStore(1), nil, refresh)
 		b.lent, b.rate = tc.lent, tc.rate
 		if got := b.fullWait(); got != tc.want {
 			t.Errorf("%s: lent %d at %v/s: full wait %s, want %s", tc.name, tc.lent, tc.rate, got, tc.want)
@@ -445,5 +443,9 @@ func TestBudgetWaitsForHalfItsHeadroomWhenFull(t *testing.T) {
 		if got := b.interval(); got != tc.want { // b.free is 0: used up
 			t.Errorf("%s: interval %s while used up, want %s", tc.name, got, tc.want)
 		}
+	}
+	// A refresh interval below fullRefresh is never exceeded.
+	if got := newBudget(newFakeStore(1), nil, time.Millisecond).fullWait(); got != time.Millisecond {
+		t.Errorf("refresh 1ms: full wait %s, want 1ms", got)
 	}
 }
