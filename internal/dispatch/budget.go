@@ -86,6 +86,7 @@ type budget struct {
 	rate        float64
 	rateAt      time.Time
 	rateReading bool
+	lent        int // the headroom the last reading counted
 
 	// Fair shares (fairshare.go): when the pool was last found contended
 	// and λ (the slots per unit of weight handed to passes; 0: not
@@ -110,7 +111,7 @@ const (
 )
 
 // run takes a reading whenever one is wanted (poke), then waits the
-// refresh interval before it takes the next — only fullRefresh when the
+// refresh interval before it takes the next — only fullWait when the
 // capacity is used up meanwhile —, until ctx is done.
 func (b *budget) run(ctx context.Context) {
 	for {
@@ -125,7 +126,7 @@ func (b *budget) run(ctx context.Context) {
 		}
 		b.read(ctx)
 		b.mu.Lock()
-		wait := b.interval()
+		wait, full := b.interval(), b.fullWait()
 		b.mu.Unlock()
 		timer := time.NewTimer(wait)
 		select {
@@ -135,7 +136,7 @@ func (b *budget) run(ctx context.Context) {
 		case <-timer.C:
 		case <-b.empty:
 			timer.Stop()
-			if !sleepCtx(ctx, fullRefresh) {
+			if !sleepCtx(ctx, full) {
 				return
 			}
 		}
@@ -186,7 +187,8 @@ func (b *budget) read(ctx context.Context) {
 	}
 	if b.err == nil {
 		b.lambda = lambda
-		free := capacity + b.headroom(capacity, wait, now) - leases - waiting
+		b.lent = b.headroom(capacity, wait, now)
+		free := capacity + b.lent - leases - waiting
 		b.ready, b.free = true, max(free-b.spentIn, 0)
 		if wait > 0 && !b.rateReading && now.Sub(b.rateAt) >= rateEvery && 2*(leases+waiting) >= capacity {
 			b.rateReading = true
@@ -257,14 +259,20 @@ func (b *budget) readCounts(ctx context.Context) (capacity, leases, waiting int,
 // more script call per reading, not a poll of its own.
 const capacityEvery = time.Second
 
-// share reserves and returns the Capacity of one pass over one of owned
-// shards: ⌈avail / owned⌉ but at least minShare, at most avail (the free
+// share is shareAtLeast with minShare: the share of a pass whose shard
+// had more to release than its last share.
+func (b *budget) share(ctx context.Context, owned int) (int, error) {
+	return b.shareAtLeast(ctx, owned, minShare)
+}
+
+// shareAtLeast reserves and returns the Capacity of one pass over one of
+// owned shards: ⌈avail / owned⌉ but at least least, at most avail (the free
 // capacity not yet reserved by other passes), and 0 when nothing is
 // available. Passes of several shards running at once thus never release
 // the same free capacity twice. The pass gives its share back with spend.
 // Before the first reading it waits for one (or ctx); after a failed
 // reading it returns that error and asks for another reading.
-func (b *budget) share(ctx context.Context, owned int) (int, error) {
+func (b *budget) shareAtLeast(ctx context.Context, owned, least int) (int, error) {
 	b.mu.Lock()
 	for !b.ready && b.err == nil {
 		fresh := b.fresh
@@ -284,15 +292,26 @@ func (b *budget) share(ctx context.Context, owned int) (int, error) {
 	}
 	owned = max(owned, 1)
 	avail := max(b.free-b.reserved, 0)
-	n := min(max((avail+owned-1)/owned, minShare), avail)
+	n := min(max((avail+owned-1)/owned, least), avail)
 	b.reserved += n
 	return n, nil
 }
 
 // minShare is the smallest capacity share of a pass while that much is
-// free: with many shards and a trickle of free capacity, an even split
-// would run one pass per job or two, and a pass has a fixed cost.
-const minShare = 16
+// free, when its shard's last pass used its share up or released
+// minShareQuiet jobs or more (hungry): with many shards and a trickle of
+// free capacity, an even split would run one pass per job or two, and a
+// pass has a fixed cost — so has each batch task it hands off (asynq's
+// enqueue, dequeue and done scripts, the workers' claim and finish
+// calls). A batch's worth (BatchMaxDefault); at 16, the throughput
+// benchmark's passes released ~14 jobs each. Other shards' passes (a
+// tenant at a modest rate, an idle shard's safety-net pass) take at least
+// minShareQuiet: a pass reserves its share while it runs, and idle shards
+// passing at once must not hold a busy shard's capacity back.
+const (
+	minShare      = BatchMaxDefault
+	minShareQuiet = 16
+)
 
 // spend ends a pass's share (reserved, as share returned it): it takes the
 // n jobs the pass released off the free capacity, gives the rest of the
@@ -343,17 +362,34 @@ func (b *budget) want() <-chan struct{} {
 	return b.fresh
 }
 
-// fullRefresh is the refresh interval while no capacity is free: the
-// workers free theirs continuously, and the sooner the dispatcher sees it
-// the less a job waits for a worker (at saturation, throughput is about
-// capacity / (attempt time + this wait)).
+// fullRefresh is the refresh interval while no capacity is free and no
+// headroom queues jobs in front of the workers: the workers free their
+// capacity continuously, and the sooner the dispatcher sees it the less a
+// job waits for a worker (at saturation, throughput is about capacity /
+// (attempt time + this wait)).
 const fullRefresh = 2 * time.Millisecond
 
-// interval is the refresh interval now: b.refresh, or fullRefresh while the
+// fullWait is the refresh interval while no capacity is free: fullRefresh,
+// but while the last reading lent at least minShare jobs of headroom, the
+// time the workers take to end half of them at the rate last read (at most
+// b.refresh). Those jobs wait in asynq in front of the workers, so no
+// worker slot stands empty meanwhile, and each reading then frees enough
+// capacity for passes and batches of tens of jobs instead of a few: the
+// scripts' and asynq's cost per call is spread over more jobs. b.mu must
+// be held.
+func (b *budget) fullWait() time.Duration {
+	if b.lent < minShare || b.rate <= 0 {
+		return min(b.refresh, fullRefresh)
+	}
+	wait := time.Duration(float64(b.lent) / (2 * b.rate) * float64(time.Second))
+	return min(max(wait, fullRefresh), b.refresh)
+}
+
+// interval is the refresh interval now: b.refresh, or fullWait while the
 // last read capacity is used up. b.mu must be held.
 func (b *budget) interval() time.Duration {
 	if b.free == 0 {
-		return min(b.refresh, fullRefresh)
+		return b.fullWait()
 	}
 	return b.refresh
 }

@@ -413,3 +413,39 @@ func newRedisDispatcher(t *testing.T, shards int) (*Dispatcher, *store.Store, re
 	}
 	return d, st, rdb, prefix
 }
+
+// TestBudgetWaitsForHalfItsHeadroomWhenFull: while no capacity is free the
+// next reading comes after fullRefresh — unless the last reading lent a
+// pass's worth of headroom (minShare jobs or more), which queues jobs in
+// front of the workers: then after the time the workers take to end half
+// of them at the rate read, within fullRefresh … the refresh interval.
+func TestBudgetWaitsForHalfItsHeadroomWhenFull(t *testing.T) {
+	t.Parallel()
+	const refresh = 25 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		lent int
+		rate float64
+		want time.Duration
+	}{
+		{"no headroom", 0, 4000, fullRefresh},
+		{"less than a pass's worth", minShare - 1, 4000, fullRefresh},
+		{"no rate", 100, 0, fullRefresh},
+		{"half the headroom's time", 100, 4000, 12500 * time.Microsecond},
+		{"at most the refresh interval", 100, 1000, refresh},
+		{"at least fullRefresh", 100, 1e6, fullRefresh},
+	} {
+		b := newBudget(newFakeStore(1), nil, refresh)
+		b.lent, b.rate = tc.lent, tc.rate
+		if got := b.fullWait(); got != tc.want {
+			t.Errorf("%s: lent %d at %v/s: full wait %s, want %s", tc.name, tc.lent, tc.rate, got, tc.want)
+		}
+		if got := b.interval(); got != tc.want { // b.free is 0: used up
+			t.Errorf("%s: interval %s while used up, want %s", tc.name, got, tc.want)
+		}
+	}
+	// A refresh interval below fullRefresh is never exceeded.
+	if got := newBudget(newFakeStore(1), nil, time.Millisecond).fullWait(); got != time.Millisecond {
+		t.Errorf("refresh 1ms: full wait %s, want 1ms", got)
+	}
+}

@@ -25,7 +25,10 @@
 // subscription is lost and restored (go-redis subscribes again on a new
 // connection), messages published meanwhile are lost: every shard passes
 // at once. A pass that stopped at a bound (More) while free worker
-// capacity is left runs again at once. Idle tenants cost nothing; an idle
+// capacity is left runs again at once — unless it changed nothing while
+// fair shares are on (the tenants it read hold their shares: the next pass
+// would read them again): then it waits for the next capacity reading,
+// as a pass that used its share up does. Idle tenants cost nothing; an idle
 // shard costs one cheap pass per MaxSleep.
 //
 // # Shard leases
@@ -46,11 +49,16 @@
 //
 // Workers heartbeat their concurrency; a pass may release at most its share
 // of the free capacity (Capacity − InFlight − the batch tasks waiting in
-// the hand-off queues, split across the shards this Dispatcher owns: a
+// the hand-off queues, split across the shards this Dispatcher owns, at
+// least a batch's worth, 64, while that much is free — 16 unless the
+// shard's last pass used its share up or released 16 jobs or more: a
 // release swept while its task waited leaves a stale copy a worker must
 // still fetch, see budget), read by one goroutine so that no pass waits on the
 // reading — on demand only: after passes that released jobs, at most every
-// CapacityRefresh, and every 2 ms while loops wait for capacity; an idle
+// CapacityRefresh, and every 2 ms while loops wait for capacity — or,
+// while the last reading lent a pass's worth of headroom, once the
+// workers ended half of it (at most CapacityRefresh): a reading then frees
+// enough for passes and batches of tens of jobs; an idle
 // Dispatcher reads none. When it is used up the loops wait for the next
 // reading.
 //
@@ -107,7 +115,7 @@
 //     never above (capacity − R) ÷ the weights read: the shares of the
 //     tenants counted sum to at most capacity − R, R = ⌈capacity/16⌉
 //     slots left for tenants below their shares. The weights are read at
-//     most every 20 ms, only while contended; W is the largest read in
+//     most every 100 ms, only while contended; W is the largest read in
 //     the last second, so a dip in a quick tenant's holdings does not raise
 //     λ.
 //   - A batch holds jobs of one shard only, in send order, at most BatchMax

@@ -27,6 +27,7 @@ type shardLoop struct {
 	due        time.Time             // the next pass (zero: at once)
 	capWait    <-chan struct{}       // when set: a wait also ends at the next capacity reading
 	starved    bool                  // the last pass ran out of worker capacity with work left
+	hungry     bool                  // the last pass used its share up or released minShareQuiet jobs or more
 	grants     []quota.UpstreamGrant // for the next pass: what its last demand got (upstreams.go)
 	calendars  quota.Calendars       // what its aligned requests learnt of the upstreams' calendars (upstreams.go)
 
@@ -79,7 +80,11 @@ func (d *Dispatcher) loop(ctx context.Context, shard int) {
 // returns when the loop should run next and whether to run again at once.
 func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, again bool) {
 	s.capWait = nil
-	capacity, err := d.budget.share(ctx, int(d.owned.Load()))
+	least := minShareQuiet
+	if s.hungry {
+		least = minShare
+	}
+	capacity, err := d.budget.shareAtLeast(ctx, int(d.owned.Load()), least)
 	if err != nil {
 		return d.failed(ctx, s, err), false
 	}
@@ -122,14 +127,20 @@ func (d *Dispatcher) pass(ctx context.Context, s *shardLoop) (next time.Time, ag
 	if at := d.askUpstreams(ctx, s, res, cfg); !at.IsZero() {
 		next = minTime(next, at)
 	}
-	// More: P or K stopped the pass: run again at once. CapacityReached:
-	// the shard's share ran out; run again only while free capacity is left.
-	again = res.More || (res.CapacityReached && left)
+	// More: P or K stopped the pass: run again at once — unless the pass
+	// changed nothing while fair shares are on (stuck): the tenants it read
+	// are at their shares, and the next pass would read them again until
+	// their jobs end. CapacityReached: the shard's share ran out; run again
+	// only while free capacity is left.
+	stuck := res.More && cfg.FairShare > 0 && len(res.Released) == 0 && res.Promoted == 0 && res.Swept == 0
+	again = (res.More && !stuck) || (res.CapacityReached && left)
 	s.starved = res.CapacityReached && !left
-	if s.starved {
-		// The workers are full: tenants wait in ready at scores already due,
-		// so NextWake is now. Passing before the free capacity is read again
-		// would only spin on Redis; wait for the reading (or a wake-up).
+	s.hungry = res.CapacityReached || len(res.Released) >= minShareQuiet
+	if s.starved || stuck {
+		// The workers are full, or the tenants read hold their shares:
+		// tenants wait in ready at scores already due, so NextWake is now.
+		// Passing before the free capacity is read again would only spin
+		// on Redis; wait for the reading (or a wake-up).
 		next, s.capWait = end.Add(d.cfg.MaxSleep), d.budget.want()
 	}
 	return next, again

@@ -237,20 +237,50 @@ func TestMorePassesAgainAtOnce(t *testing.T) {
 	passedAt(t, st, 0, t0, 0, 0, 0, 0)
 }
 
+// A pass that reports More but released, promoted and swept nothing while
+// fair shares are on (the tenants it read hold their shares) is not run
+// again at once, as a More pass would be: the next waits for the next
+// reading of the free capacity, so the loop does not read the same tenants
+// over and over until their jobs end.
+func TestStuckPassWaitsForTheNextReading(t *testing.T) {
+	t.Parallel()
+	g := &gatedStore{fakeStore: *newFakeStore(1), inFlight: 95} // 7/8 in use: contended
+	g.weights = store.FairWeights{Held: 10}
+	g.result = func(_, _ int) store.PassResult { return store.PassResult{Now: time.Now(), More: true} }
+	d := start(t, loopConfig(t, g))
+	eventually(t, 5*time.Second, "10 passes", func() bool { return g.count(0) >= 10 })
+	d.Stop()
+	passes, readings := g.passes(), g.readings()
+	if len(passes) > readings {
+		t.Fatalf("%d passes on %d readings of the free capacity, want at most one pass a reading", len(passes), readings)
+	}
+	for i, p := range passes {
+		if p.cfg.FairShare <= 0 {
+			t.Fatalf("pass %d had fair share %v, want the λ of a contended pool", i, p.cfg.FairShare)
+		}
+	}
+}
+
 func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		capacity, inFlight, shards, want int
+		hungry                           bool // the passes use their shares up (CapacityReached)
 	}{
-		{capacity: 10, inFlight: 4, shards: 4, want: 6},    // ⌈6/4⌉ = 2 < minShare: all 6
+		{capacity: 10, inFlight: 4, shards: 4, want: 6},    // ⌈6/4⌉ = 2 < minShareQuiet: all 6
 		{capacity: 100, inFlight: 4, shards: 4, want: 24},  // ⌈96/4⌉
-		{capacity: 100, inFlight: 60, shards: 4, want: 16}, // ⌈40/4⌉ = 10 < minShare
+		{capacity: 100, inFlight: 60, shards: 4, want: 16}, // ⌈40/4⌉ = 10 < minShareQuiet
 		{capacity: 10, inFlight: 4, shards: 1, want: 6},
-		{capacity: 3, inFlight: 5, shards: 2, want: 0}, // overcommitted: release nothing
-		{capacity: 0, inFlight: 0, shards: 2, want: 0}, // no live worker
+		{capacity: 3, inFlight: 5, shards: 2, want: 0},                   // overcommitted: release nothing
+		{capacity: 0, inFlight: 0, shards: 2, want: 0},                   // no live worker
+		{capacity: 200, inFlight: 4, shards: 4, want: 64, hungry: true},  // ⌈196/4⌉ = 49 < minShare
+		{capacity: 100, inFlight: 60, shards: 4, want: 40, hungry: true}, // ⌈40/4⌉ = 10 < minShare: all 40
 	} {
 		st := newFakeStore(tc.shards)
 		st.capacity, st.inFlight = tc.capacity, tc.inFlight
+		if tc.hungry {
+			st.result = func(int, int) store.PassResult { return store.PassResult{Now: time.Now(), CapacityReached: true} }
+		}
 		cfg := loopConfig(t, st)
 		cfg.MaxSleep = 10 * time.Millisecond
 		d := start(t, cfg)
