@@ -147,10 +147,19 @@ end
 -- calls (POLICY_TEXTS, per policy key, with Redis Functions: the library's
 -- scope), so the defaults are read once per epoch (a call reads "#v" and
 -- the tenant's field) and a tenant's overrides once per epoch and call.
--- Bounded: a key's texts are dropped at POLICY_TEXTS_MAX tenants, the whole
--- cache at POLICY_KEYS_MAX keys. A hash without an epoch (written before it
--- existed) is read every call, defaults and all.
-local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 10000, 4096
+-- Bounded: a key's texts are dropped at POLICY_TEXTS_MAX entries (a
+-- tenant's overrides and its secrets count one each), the whole cache at
+-- POLICY_KEYS_MAX keys. The bound is small on purpose: what the library
+-- keeps stays in the Functions VM's heap, and a heap that grows with the
+-- tenants costs every call — the collector's cycles walk it and every string
+-- is interned in a larger table, from cold memory. At 10 000 entries a key
+-- (16 shards holding 100 000 tenants: a 12 MB heap) the Redis CPU per job
+-- of a drain grew ~20 % (store BenchmarkManyTenants); a shard whose tenants
+-- outnumber the bound gains little from remembering them anyway (each
+-- tenant's entry is read once per call and epoch either way). A hash
+-- without an epoch (written before it existed) is read every call,
+-- defaults and all.
+local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 512, 4096
 local POLICY_DEFAULTS, POLICY_RAW = nil, nil
 RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
 
@@ -264,6 +273,19 @@ local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
   'in_m', 'in_c', 'in_p', 'uq', 'useq', 'q_unit', 'q_rem', 'q_lim', 'q_reset', 'q_fly', 'q_next', 'fw'}
 local T_PACK = '<dddddddddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+-- T_FIELDS.trim drops the trailing zero doubles of a packed string (field
+-- s, and sched_sig's digest rs): a queued tenant's last fields (lanes,
+-- pacing, fw) are 0, and the bytes saved keep its hash in a smaller
+-- allocator class (448 → 320 bytes of listpack). A shorter s reads its
+-- missing fields as 0 (load_tenant), so the trim changes no value; a digest
+-- keeps its meaning (9 doubles before the trim: equal strings, equal
+-- values). A double is zero only when all its 8 bytes are.
+function T_FIELDS.trim(s)
+  local n = #s
+  while n >= 8 and mmax(string.byte(s, n - 7, n)) == 0 do n = n - 8 end
+  if n == #s then return s end
+  return string.sub(s, 1, n)
+end
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 RESETS[#RESETS + 1] = function()
   if T_INDEX then return end
@@ -296,10 +318,10 @@ local function tenant_of(s)
     st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
 end
 local function pack_tenant(t)
-  return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
+  return T_FIELDS.trim(struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
     t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
-    t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next, t.fw)
+    t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next, t.fw))
 end
 
 local function load_tenant(tn, p)
@@ -839,8 +861,8 @@ RS_HELD = 'held'
 -- locals are few).
 local SIG = {PACK = '<ddddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
 sched_sig = function(t, p)
-  return struct.pack(SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
-    interval(t, p), p.burst, PACE.slot(t, p, 1))
+  return T_FIELDS.trim(struct.pack(SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
+    interval(t, p), p.burst, PACE.slot(t, p, 1)))
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
