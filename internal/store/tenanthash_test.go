@@ -111,7 +111,7 @@ func TestTenantPackedFieldsMatchLua(t *testing.T) {
 		t.Fatalf("tenant_of unpacks %v", got)
 	}
 	var fields []string
-	for _, f := range names(`(?s)return T_FIELDS\.trim\(struct\.pack\(T_PACK, (.*?)\)\)`, "pack_tenant") {
+	for _, f := range names(`(?s)return struct\.pack\(T_FIELDS\.fmt\[T_FIELDS\.used\(t\)\], (.*?)\)`, "pack_tenant") {
 		fields = append(fields, strings.TrimPrefix(f, "t."))
 	}
 	if !slices.Equal(fields, tenantPacked) {
