@@ -95,9 +95,12 @@
 //     on the shard's wake channel.
 //   - Every key has a TTL or is reachable from a tenant or a shard.
 //   - A tenant's state is one packed field (s, lib.lua T_FIELDS; rs beside
-//     it), read and written whole; a field stored under its own name (the
-//     representation before) is read over it and folded in at the next
-//     save. Its recent attempts are a separate key, <p>:{sN}:t:<tenant>:ra,
+//     it), read and written whole, its trailing zero values left out (a
+//     shorter s reads the fields past its end as 0); a field stored under
+//     its own name (the representation before) is read over it and folded
+//     in at the next save. A job record holds no field at its default
+//     (gen, attempt, run_at 0; idem, dst, cb, ups empty): readers take an
+//     absent field for it. Its recent attempts are a separate key, <p>:{sN}:t:<tenant>:ra,
 //     appended by finish only (recent.lua), read by RecentAttempts.
 //   - Fair shares (fairshare.go, lib.lua FAIR): tenant field fw is the
 //     tenant's policy weight while it holds a worker slot (running +

@@ -16,8 +16,8 @@ import (
 // are all at most this many bytes is one compact listpack, else a table
 // with an entry, two strings and their allocator rounding per field. Below
 // it a job record holding a body of up to about 1.9 KiB, and every tenant
-// hash (its packed state is ~300 bytes), stay listpacks: a queued job with
-// a 1 KiB body costs about 1.4 KB of Redis instead of 2.2 KB (bench/dispatch
+// hash (its packed state is up to 304 bytes), stay listpacks: a queued job with
+// a 1 KiB body costs about 1.4 KB of Redis instead of 1.9 KB (bench/dispatch
 // part million). Redis's default is 64.
 const HashListpackValueWant = 2048
 

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,4 +62,87 @@ func TestHashListpackKeepsQueuedJobsSmall(t *testing.T) {
 				c.value, len(spec.Canonical()), n)
 		}
 	}
+}
+
+// Bytes of Redis (hash-max-listpack-value 2048) a queued job with a 1 KiB
+// payload costs, pinned as bounds (docs/operations.md, Sizing): its record
+// stays in the 1 280-byte listpack class — with room for a URL 40 bytes
+// longer than bench/dispatch's, as the fields left at their default are not
+// written —, its tenant's hash is a listpack of at most 320 bytes (the
+// packed state's trailing zeros trimmed), and used_memory grows by at most
+// 1 840 bytes a job with 1 000 tenants holding 2 each on 16 shards, their
+// state included (the shards' sets still listpacks; at 100 000 tenants they are skip lists,
+// ~200 bytes a job more: BenchmarkManyTenants).
+func TestQueuedJobBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.NewPrivate(t, "--hash-max-listpack-value", strconv.Itoa(HashListpackValueWant)).Client(t)
+	st, err := NewStore(rdb, Config{Prefix: "sluice", Shards: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SeedDefaults(ctx, DefaultParams()); err != nil {
+		t.Fatal(err)
+	}
+	body := kibJob(t)
+	longer, err := job.Parse([]byte(strings.Replace(string(body), "/million", "/million/"+strings.Repeat("u", 40), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first call loads the scripts: not a job's cost.
+	if rs, err := st.Enqueue(ctx, "warm", []Item{{Type: wire.TypeWebhook, Cost: 1, Body: body}}); err != nil || rs[0].Outcome != Accepted {
+		t.Fatalf("enqueue: %+v, %v", rs, err)
+	}
+	const tenants = 1000
+	mem0 := redistest.UsedMemory(t, rdb)
+	var first string
+	for i := range tenants {
+		it := Item{Type: wire.TypeWebhook, Cost: 1, Body: body}
+		rs, err := st.Enqueue(ctx, fmt.Sprintf("m%07d", i), []Item{it, it})
+		if err != nil || rs[0].Outcome != Accepted || rs[1].Outcome != Accepted {
+			t.Fatalf("enqueue: %+v, %v", rs, err)
+		}
+		first = cmp.Or(first, rs[0].ID)
+	}
+	perJob := float64(redistest.UsedMemory(t, rdb)-mem0) / (2 * tenants)
+	rs, err := st.Enqueue(ctx, "long", []Item{{Type: wire.TypeWebhook, Cost: 1, Body: longer.Canonical()}})
+	if err != nil || rs[0].Outcome != Accepted {
+		t.Fatalf("enqueue: %+v, %v", rs, err)
+	}
+	usage := func(key string) int64 {
+		n, err := rdb.MemoryUsage(ctx, key, 0).Result()
+		if err != nil {
+			t.Fatalf("memory usage %s: %v", key, err)
+		}
+		return n
+	}
+	tenant := st.keys.tenant("m0000000")
+	for _, c := range []struct {
+		what  string
+		key   string
+		bytes int64
+	}{
+		{fmt.Sprintf("the record of a job of %d bytes", len(body)), first, 1400},
+		{fmt.Sprintf("the record of a job of %d bytes", len(longer.Canonical())), rs[0].ID, 1400},
+		{"a tenant's hash (2 jobs queued)", "", 400},
+		{"a tenant's backlog list (2 jobs)", "q", 240},
+	} {
+		key := tenant
+		switch c.key {
+		case "":
+		case "q":
+			key = st.BacklogKey("m0000000")
+		default:
+			if key, err = st.JobKey(c.key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := usage(key); n > c.bytes {
+			t.Errorf("%s: MEMORY USAGE %d bytes, want ≤ %d", c.what, n, c.bytes)
+		}
+	}
+	if perJob > 1840 {
+		t.Errorf("used_memory grew by %.0f bytes a queued job (its tenant's state included), want ≤ 1840", perJob)
+	}
+	t.Logf("used_memory a queued job, its tenant's state included: %.0f bytes", perJob)
 }

@@ -23,15 +23,17 @@ var tenantPacked = []string{"tat", "tat_t", "tat_b", "atok", "ats", "live", "byt
 	"in_m", "in_c", "in_p", "uq", "useq", "q_unit", "q_rem", "q_lim", "q_reset", "q_fly", "q_next", "fw"}
 
 // tenantFields expands a tenant hash as HGETALL returns it into its fields
-// as the scripts read them: field s unpacked (little-endian doubles), then
-// any field stored under its own name over it. Fields absent from both stay
-// absent. ok is false when s is not of the packed length.
+// as the scripts read them: field s unpacked (little-endian doubles; the
+// fields past a shorter s, whose trailing zeros lib.lua trims, read as 0),
+// then any field stored under its own name over it. Fields absent from both
+// stay absent. ok is false when s is not whole doubles or too long.
 func tenantFields(h map[string]string) (fields map[string]string, ok bool) {
 	fields = map[string]string{}
 	if s, has := h["s"]; has {
-		if len(s) != 8*len(tenantPacked) {
+		if len(s)%8 != 0 || len(s) > 8*len(tenantPacked) {
 			return nil, false
 		}
+		s += strings.Repeat("\x00", 8*len(tenantPacked)-len(s))
 		for i, f := range tenantPacked {
 			v := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i:])))
 			fields[f] = strconv.FormatFloat(v, 'f', -1, 64)
@@ -109,7 +111,7 @@ func TestTenantPackedFieldsMatchLua(t *testing.T) {
 		t.Fatalf("tenant_of unpacks %v", got)
 	}
 	var fields []string
-	for _, f := range names(`(?s)return struct\.pack\(T_PACK, (.*?)\)`, "pack_tenant") {
+	for _, f := range names(`(?s)return struct\.pack\(T_FIELDS\.fmt\[T_FIELDS\.used\(t\)\], (.*?)\)`, "pack_tenant") {
 		fields = append(fields, strings.TrimPrefix(f, "t."))
 	}
 	if !slices.Equal(fields, tenantPacked) {

@@ -171,12 +171,18 @@ local function store(it)
     t.qtok = t.qtok + it.cost
   end
   -- Numbers as istr strings (lib.lua): Redis would format each with %.17g.
-  redis.call('HSET', k_job(it.id), 'tenant', tn, 'type', it.type, 'cost', istr(it.cost),
-    'bytes', istr(#it.body), 'body', it.body, 'state', state, 'gen', '0', 'attempt', '0',
-    'created', istr(NOW), 'run_at', istr(run_at), 'eta', istr(eta), 'idem', it.idem,
-    'dst', it.dst) -- pass.lua X.hold
-  if it.cb ~= '' then redis.call('HSET', k_job(it.id), 'cb', it.cb) end -- callbacks.lua
-  if it.ups ~= '' then redis.call('HSET', k_job(it.id), 'ups', it.ups) end -- lanes.lua
+  -- Fields at their default are not written — gen and attempt 0, run_at 0
+  -- (none), idem, dst, cb and ups '' —: every reader takes an absent one
+  -- for it (lifecycle.lua load_job: tonum(v) or 0, v or ''; Go parseJob),
+  -- and the bytes saved keep a record with a 1 KiB payload in a smaller
+  -- allocator class (docs/operations.md, Sizing).
+  local args = {'tenant', tn, 'type', it.type, 'cost', istr(it.cost), 'bytes', istr(#it.body),
+    'body', it.body, 'state', state, 'created', istr(NOW), 'eta', istr(eta)}
+  if run_at > 0 then args[#args + 1], args[#args + 2] = 'run_at', istr(run_at) end
+  for _, f in ipairs({'idem', 'dst', 'cb', 'ups'}) do -- dst: pass.lua X.hold; cb: callbacks.lua; ups: lanes.lua
+    if it[f] ~= '' then args[#args + 1], args[#args + 2] = f, it[f] end
+  end
+  redis.call('HSET', k_job(it.id), unpack(args))
   if it.idem ~= '' then
     redis.call('SET', k_idem(tn, it.idem), it.fp .. ' ' .. it.id)
     claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}

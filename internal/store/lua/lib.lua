@@ -167,10 +167,19 @@ end
 -- calls (POLICY_TEXTS, per policy key, with Redis Functions: the library's
 -- scope), so the defaults are read once per epoch (a call reads "#v" and
 -- the tenant's field) and a tenant's overrides once per epoch and call.
--- Bounded: a key's texts are dropped at POLICY_TEXTS_MAX tenants, the whole
--- cache at POLICY_KEYS_MAX keys. A hash without an epoch (written before it
--- existed) is read every call, defaults and all.
-local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 10000, 4096
+-- Bounded: a key's texts are dropped at POLICY_TEXTS_MAX entries (a
+-- tenant's overrides and its secrets count one each), the whole cache at
+-- POLICY_KEYS_MAX keys. The bound is small on purpose: what the library
+-- keeps stays in the Functions VM's heap, and a heap that grows with the
+-- tenants costs every call (Lua's collector walks it, from cold memory):
+-- at 10 000 entries a key (16 shards holding 100 000 tenants: a 12 MB
+-- heap) a drain's Redis CPU per job was ~20 % higher (store
+-- BenchmarkManyTenants: 119–121 µs against 97 at 512). A shard whose
+-- active tenants outnumber the bound gains little from remembering them:
+-- what a miss costs is the tenant's field read in its call (an HGET; for a
+-- claim, an HGETALL of its secrets). A hash without an epoch (written
+-- before it existed) is read every call, defaults and all.
+local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 512, 4096
 local POLICY_DEFAULTS, POLICY_RAW = nil, nil
 RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
 
@@ -284,10 +293,25 @@ local T_FIELDS = {'tat', 'tat_t', 'tat_b', 'atok', 'ats', 'live', 'bytes', 'qtok
   'disabled', 'vt', 'lead', 'rf', 'cut_until', 'stat', 'sslot', 'slast', 'c1', 'dz',
   'in_m', 'in_c', 'in_p', 'uq', 'useq', 'q_unit', 'q_rem', 'q_lim', 'q_reset', 'q_fly', 'q_next', 'fw'}
 local T_PACK = '<dddddddddddddddddddddddddddddddddddddd' -- #T_FIELDS doubles (a test checks)
+-- A tenant's packed state leaves out its trailing zero fields (a queued
+-- tenant's last ones — lanes, pacing, fw — are 0): the bytes saved keep its
+-- hash in a smaller allocator class (448 → 320 bytes of listpack). A
+-- shorter s reads its missing fields as 0 (load_tenant), so this changes no
+-- value. T_FIELDS.used(t) is the number of fields up to the last that is
+-- not 0; T_FIELDS.fmt[n] packs the first n (struct.pack ignores the
+-- values past its format), built at the first call.
+function T_FIELDS.used(t)
+  for i = #T_FIELDS, 1, -1 do
+    if t[T_FIELDS[i]] ~= 0 then return i end
+  end
+  return 0
+end
 local T_INDEX, T_ZERO -- built at the first call (a library's load may not use string)
 RESETS[#RESETS + 1] = function()
   if T_INDEX then return end
   T_INDEX, T_ZERO = {}, string.rep('\0', 8 * #T_FIELDS)
+  T_FIELDS.fmt = {[0] = '<'}
+  for n = 1, #T_FIELDS do T_FIELDS.fmt[n] = '<' .. string.rep('d', n) end
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
 end
 local busy
@@ -316,7 +340,7 @@ local function tenant_of(s)
     st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
 end
 local function pack_tenant(t)
-  return struct.pack(T_PACK, t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
+  return struct.pack(T_FIELDS.fmt[T_FIELDS.used(t)], t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
     t.running, t.released, t.rtok, t.hseq, t.hlen, t.paused_until, t.admin_paused, t.admin_until,
     t.disabled, t.vt, t.lead, t.rf, t.cut_until, t.stat, t.sslot, t.slast, t.c1, t.dz,
     t.in_m, t.in_c, t.in_p, t.uq, t.useq, t.q_unit, t.q_rem, t.q_lim, t.q_reset, t.q_fly, t.q_next, t.fw)
@@ -854,14 +878,16 @@ end
 -- for a tenant it removed for its release cap (its head job's cost, not in
 -- the digest, decided), so any script that lowers them reschedules it.
 -- The digest is the values themselves, packed (no hash: equal digests are
--- equal values); RS_HELD is no packed string's.
+-- equal values), the last, the pacing slot, left out when it is 0 (8
+-- doubles or 9: still one digest per values); RS_HELD is no packed string's.
 RS_HELD = 'held'
 -- One table for the digest's layout and blocked()'s codes (the prologue's
 -- locals are few).
-local SIG = {PACK = '<ddddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
+local SIG = {PACK = '<ddddddddd', PACK8 = '<dddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
 sched_sig = function(t, p)
-  return struct.pack(SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen, t.qtok, t.lead,
-    interval(t, p), p.burst, PACE.slot(t, p, 1))
+  local ps = PACE.slot(t, p, 1)
+  return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen,
+    t.qtok, t.lead, interval(t, p), p.burst, ps)
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
