@@ -65,7 +65,11 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 }
 
 // processBatch delivers a batch's jobs concurrently, each in a job slot
-// taken in the batch's (slot) order, and returns once all settled.
+// taken in the batch's (slot) order, and returns once all settled. A job
+// goes to a runner that has just settled another job and keeps its slot
+// (runJobs), or to a new runner in a free slot: while the Worker is
+// saturated its runners live on from job to job, so their stacks, grown
+// by a delivery, are not grown again for every job.
 func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 	b, err := wire.DecodeBatch(t.Payload())
 	if err != nil {
@@ -78,16 +82,53 @@ func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 		if w.lapsed(p) {
 			continue // no slot, no claim: the sweep returns it
 		}
-		if err := w.acquire(ctx); err != nil {
+		d := batchJob{ctx: ctx, p: p, wg: &wg}
+		wg.Add(1)
+		if !w.handOff(ctx, d) {
+			wg.Done()
 			break // ctx ended: the sweep returns the jobs not started
 		}
-		wg.Go(func() {
-			defer w.release()
-			w.deliver(ctx, p, w.cfg.Executor)
-		})
 	}
 	wg.Wait()
 	return nil
+}
+
+// batchJob is one job of a batch handed to a runner: the batch's ctx
+// (which its processBatch outlives) and wg, done when the job settled.
+type batchJob struct {
+	ctx context.Context
+	p   wire.Payload
+	wg  *sync.WaitGroup
+}
+
+// handOff gives d to a runner that holds a job slot and waits for work, or
+// starts a runner in a free slot; it fails when ctx ends first.
+func (w *Worker) handOff(ctx context.Context, d batchJob) bool {
+	select {
+	case w.handoff <- d:
+		return true
+	case w.jobs <- struct{}{}:
+		go w.runJobs(d)
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// runJobs delivers d in the job slot its caller took, then the jobs that
+// handOff calls are waiting to give at that moment, in the same slot; it
+// gives the slot back and ends when none is waiting.
+func (w *Worker) runJobs(d batchJob) {
+	for {
+		w.deliver(d.ctx, d.p, w.cfg.Executor)
+		d.wg.Done()
+		select {
+		case d = <-w.handoff:
+		default:
+			w.release()
+			return
+		}
+	}
 }
 
 // acquire takes one of the Worker's Concurrency job slots, or fails when
