@@ -316,9 +316,8 @@ func TestBatchHoldsAtMostConcurrencyJobs(t *testing.T) {
 }
 
 // TestBatchesShareTheJobSlots: two batches delivered at once by a Worker
-// of concurrency 2 pass jobs to each other's runners (a runner that
-// settled a job takes the next waiting one, whichever batch it is of); every
-// job runs once, and each batch returns only once its own jobs have run
+// of concurrency 2 share its runners (a runner that settled a job takes
+// the next one given, whichever batch it is of); every job runs once, and each batch returns only once its own jobs have run
 // (TestBatchHoldsAtMostConcurrencyJobs checks the bound).
 func TestBatchesShareTheJobSlots(t *testing.T) {
 	t.Parallel()

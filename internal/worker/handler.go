@@ -66,10 +66,10 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 // processBatch delivers a batch's jobs concurrently, each in a job slot
 // taken in the batch's (slot) order, and returns once all settled. A job
-// goes to a runner that has just settled another job and keeps its slot
-// (runJobs), or to a new runner in a free slot: while the Worker is
-// saturated its runners live on from job to job, so their stacks, grown
-// by a delivery, are not grown again for every job.
+// runs on a runner that settled another job less than runnerIdle ago, or
+// on a new one (runJobs): runners live on from job to job while jobs keep
+// coming, so their stacks, grown by a delivery, are not grown again for
+// every job.
 func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 	b, err := wire.DecodeBatch(t.Payload())
 	if err != nil {
@@ -82,50 +82,52 @@ func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 		if w.lapsed(p) {
 			continue // no slot, no claim: the sweep returns it
 		}
-		d := batchJob{ctx: ctx, p: p, wg: &wg}
-		wg.Add(1)
-		if !w.handOff(ctx, d) {
-			wg.Done()
+		if err := w.acquire(ctx); err != nil {
 			break // ctx ended: the sweep returns the jobs not started
+		}
+		wg.Add(1)
+		d := batchJob{ctx: ctx, p: p, wg: &wg}
+		select {
+		case w.idle <- d:
+		default:
+			go w.runJobs(d)
 		}
 	}
 	wg.Wait()
 	return nil
 }
 
-// batchJob is one job of a batch handed to a runner: the batch's ctx
-// (which its processBatch outlives) and wg, done when the job settled.
+// batchJob is one job of a batch given to a runner in the job slot its
+// batch took: the batch's ctx (which its processBatch outlives) and wg,
+// done when the job settled.
 type batchJob struct {
 	ctx context.Context
 	p   wire.Payload
 	wg  *sync.WaitGroup
 }
 
-// handOff gives d to a runner that holds a job slot and waits for work, or
-// starts a runner in a free slot; it fails when ctx ends first.
-func (w *Worker) handOff(ctx context.Context, d batchJob) bool {
-	select {
-	case w.handoff <- d:
-		return true
-	case w.jobs <- struct{}{}:
-		go w.runJobs(d)
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// runnerIdle is how long a runner waits for another job before it ends:
+// short enough that no runner outlives the last batch for long (a test's
+// leak check), long enough to span the gaps between jobs of a busy worker.
+const runnerIdle = 50 * time.Millisecond
 
-// runJobs delivers d in the job slot its caller took, then the jobs that
-// handOff calls are waiting to give at that moment, in the same slot; it
-// gives the slot back and ends when none is waiting.
+// runJobs delivers d, gives its job slot back, and then delivers the jobs
+// processBatch gives it (each in a slot taken for it) until none came for
+// runnerIdle.
 func (w *Worker) runJobs(d batchJob) {
+	var idle *time.Timer
 	for {
 		w.deliver(d.ctx, d.p, w.cfg.Executor)
+		w.release()
 		d.wg.Done()
+		if idle == nil {
+			idle = time.NewTimer(runnerIdle)
+		} else {
+			idle.Reset(runnerIdle)
+		}
 		select {
-		case d = <-w.handoff:
-		default:
-			w.release()
+		case d = <-w.idle:
+		case <-idle.C:
 			return
 		}
 	}
