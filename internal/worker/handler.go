@@ -120,6 +120,7 @@ func (w *Worker) runJobs(d batchJob) {
 		w.deliver(d.ctx, d.p, w.cfg.Executor)
 		w.release()
 		d.wg.Done()
+		d = batchJob{} // its batch's ctx is not held while idle
 		if idle == nil {
 			idle = time.NewTimer(runnerIdle)
 		} else {
