@@ -20,6 +20,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -126,6 +129,26 @@ func Parse(data []byte) (Spec, error) {
 	}
 	return s, nil
 }
+
+// ParseStored decodes a stored job (Canonical's JSON, as the worker reads
+// it back) like Parse, strictly (unknown fields are errors), but with
+// github.com/go-json-experiment/json, several times faster than Parse's
+// encoding/json, with encoding/json's leniency otherwise (names matched
+// without case, duplicate names and invalid UTF-8 accepted). Unlike Parse
+// it refuses data after the job object, which a stored job never has;
+// its errors' wording is not Parse's.
+func ParseStored(data []byte) (Spec, error) {
+	var s Spec
+	if err := jsonv2.Unmarshal(data, &s, storedDecoding); err != nil {
+		return Spec{}, fmt.Errorf("decode stored job: %w", err)
+	}
+	return s, nil
+}
+
+// storedDecoding are ParseStored's options: Parse's strictness and
+// encoding/json's leniency.
+var storedDecoding = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(true),
+	jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
 // Validate checks s against r and returns every problem at once, as
 // *FieldError values joined by errors.Join; nil when s is valid. It is

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The batched hand-off (issue 13). A dispatcher pass hands its webhook and
@@ -64,10 +67,14 @@ func EncodeBatch(b Batch) []byte {
 }
 
 // DecodeBatch parses a TaskTypeBatch payload; every job must be a valid
-// Payload (DecodePayload's rules) and there must be at least one.
+// Payload (DecodePayload's rules) and there must be at least one. It
+// decodes with github.com/go-json-experiment/json, several times faster than
+// encoding/json on a batch of pre-claimed jobs (a worker decodes one per
+// delivered batch), with encoding/json's leniency: names matched without
+// case, duplicate names and invalid UTF-8 accepted, unknown names ignored.
 func DecodeBatch(raw []byte) (Batch, error) {
 	var b Batch
-	if err := json.Unmarshal(raw, &b); err != nil {
+	if err := jsonv2.Unmarshal(raw, &b, batchDecoding); err != nil {
 		return Batch{}, fmt.Errorf("%w: batch: %w", ErrBadPayload, err)
 	}
 	if b.Shard < 0 || len(b.Jobs) == 0 {
@@ -80,6 +87,10 @@ func DecodeBatch(raw []byte) (Batch, error) {
 	}
 	return b, nil
 }
+
+// batchDecoding are DecodeBatch's options: encoding/json's leniency.
+var batchDecoding = jsonv2.JoinOptions(jsonv2.MatchCaseInsensitiveNames(true), jsontext.AllowDuplicateNames(true),
+	jsontext.AllowInvalidUTF8(true))
 
 // AsynqQueueKey is asynq's key of the tasks of queue in state (pending,
 // active, scheduled, retry, archived, completed): "asynq:{<queue>}:<state>".

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -49,4 +51,81 @@ func TestHandoffQueuesSpreadShards(t *testing.T) {
 			t.Errorf("queue %s carries %d of 16 shards, want 2", q, n)
 		}
 	}
+}
+
+// preClaimedBatch is a batch of n pre-claimed webhook jobs as a pass hands
+// them off, bodies with characters encoding/json escapes included.
+func preClaimedBatch(n int) Batch {
+	b := Batch{Shard: 3}
+	for i := range n {
+		b.Jobs = append(b.Jobs, Payload{ID: "3-job-" + strconv.Itoa(i), Gen: int64(i + 1), SlotUS: 1_765_000_000_000_000 + int64(i),
+			Claimed: &Claimed{Tenant: "tenant-" + strconv.Itoa(i), Type: TypeWebhook,
+				Body:    `{"type":"webhook","event":"a<b>&c","payload":{"i":` + strconv.Itoa(i) + `,"s":"é\u2028\"x\\"},"url":"http://127.0.0.1:45678/r1"}`,
+				Attempt: 2, TimeoutUS: 30_000_000, SlotUS: 1_765_000_000_000_000, CreatedUS: 1_764_999_999_000_000, Cost: 3,
+				Upstreams: []string{"openai", "stripe"},
+				Signing: &Signing{NowUS: 1_765_000_000_000_000, Unsigned: i%2 == 0,
+					Secrets: []SigningSecret{{ID: "s1", CreatedUS: 1_700_000_000_000_000, ExpiresUS: 1_800_000_000_000_000, Sealed: "c2VhbGVk"}}}}})
+	}
+	return b
+}
+
+func TestPreClaimedBatchRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := preClaimedBatch(5)
+	got, err := DecodeBatch(EncodeBatch(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, in) {
+		t.Fatalf("round trip: got %+v, want %+v", got, in)
+	}
+}
+
+// TestDecodeBatchIsAsLenientAsEncodingJSON: names in another case,
+// duplicate and unknown names and invalid UTF-8 decode as encoding/json
+// decodes them.
+func TestDecodeBatchIsAsLenientAsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		`{"Shard":2,"JOBS":[{"ID":"a","Gen":1,"Slot_US":5}]}`,
+		`{"shard":1,"shard":2,"jobs":[{"id":"a","id":"b","gen":1,"slot_us":5}]}`,
+		`{"shard":2,"extra":[1,{"x":null}],"jobs":[{"id":"a","gen":1,"slot_us":5,"new":"v","claimed":{"tenant":"t","body":"x","more":1}}]}`,
+		"{\"shard\":2,\"jobs\":[{\"id\":\"a\xff\",\"gen\":1,\"slot_us\":5,\"claimed\":{\"tenant\":\"t\xfe\"}}]}",
+	} {
+		var want Batch
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatalf("encoding/json refuses %q: %v", raw, err)
+		}
+		got, err := DecodeBatch([]byte(raw))
+		if err != nil {
+			t.Errorf("DecodeBatch(%q): %v", raw, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("DecodeBatch(%q) = %+v, want %+v (encoding/json's)", raw, got, want)
+		}
+	}
+}
+
+// BenchmarkDecodeBatch: DecodeBatch beside encoding/json on a batch of 20
+// pre-claimed jobs.
+func BenchmarkDecodeBatch(b *testing.B) {
+	raw := EncodeBatch(preClaimedBatch(20))
+	b.Run("DecodeBatch", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeBatch(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var bt Batch
+			if err := json.Unmarshal(raw, &bt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

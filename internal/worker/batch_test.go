@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -310,6 +311,60 @@ func TestBatchHoldsAtMostConcurrencyJobs(t *testing.T) {
 	for _, r := range rel {
 		if j := h.jobOf(r.ID); j.State != store.StateSucceeded {
 			t.Fatalf("job %s: %s, want succeeded", r.ID, j.State)
+		}
+	}
+}
+
+// TestBatchesShareTheJobSlots: two batches delivered at once by a Worker
+// of concurrency 2 share its runners (a runner that settled a job takes
+// the next one given, whichever batch it is of); every job runs once, and each batch returns only once its own jobs have run
+// (TestBatchHoldsAtMostConcurrencyJobs checks the bound).
+func TestBatchesShareTheJobSlots(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	var (
+		mu  sync.Mutex
+		ran = map[string]int{}
+	)
+	exec := worker.ExecutorFunc(func(_ context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
+		mu.Lock()
+		ran[cj.ID]++
+		mu.Unlock()
+		return wire.AttemptOutcome{Kind: wire.FinishSuccess}
+	})
+	w := h.newWorker(exec, func(c *worker.Config) { c.Concurrency = 2 })
+	h.policy("t1", store.Overrides{RateUS: ptr(1_000), Burst: ptr(8), Concurrency: ptr(20)})
+	h.enqueue("t1", 8)
+	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
+	if len(rel) != 8 {
+		t.Fatalf("released %d jobs, want 8", len(rel))
+	}
+	batches := [][]wire.Release{rel[:4], rel[4:]}
+	errs := make(chan error, len(batches))
+	for _, b := range batches {
+		task := batchOf(t, b...)
+		go func() {
+			err := w.ProcessTask(h.ctx, task)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range b {
+				if err == nil && ran[r.ID] != 1 {
+					err = fmt.Errorf("batch returned with job %s run %d times", r.ID, ran[r.ID])
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range batches {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range rel {
+		if j := h.jobOf(r.ID); j.State != store.StateSucceeded || ran[r.ID] != 1 {
+			t.Fatalf("job %s: %s after %d runs, want succeeded after 1", r.ID, j.State, ran[r.ID])
 		}
 	}
 }

@@ -65,7 +65,11 @@ func (w *Worker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 }
 
 // processBatch delivers a batch's jobs concurrently, each in a job slot
-// taken in the batch's (slot) order, and returns once all settled.
+// taken in the batch's (slot) order, and returns once all settled. A job
+// runs on a runner that settled another job less than runnerIdle ago, or
+// on a new one (runJobs): runners live on from job to job while jobs keep
+// coming, so their stacks, grown by a delivery, are not grown again for
+// every job.
 func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 	b, err := wire.DecodeBatch(t.Payload())
 	if err != nil {
@@ -81,13 +85,53 @@ func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 		if err := w.acquire(ctx); err != nil {
 			break // ctx ended: the sweep returns the jobs not started
 		}
-		wg.Go(func() {
-			defer w.release()
-			w.deliver(ctx, p, w.cfg.Executor)
-		})
+		wg.Add(1)
+		d := batchJob{ctx: ctx, p: p, wg: &wg}
+		select {
+		case w.idle <- d:
+		default:
+			go w.runJobs(d)
+		}
 	}
 	wg.Wait()
 	return nil
+}
+
+// batchJob is one job of a batch given to a runner in the job slot its
+// batch took: the batch's ctx (which its processBatch outlives) and wg,
+// done when the job settled.
+type batchJob struct {
+	ctx context.Context
+	p   wire.Payload
+	wg  *sync.WaitGroup
+}
+
+// runnerIdle is how long a runner waits for another job before it ends:
+// short enough that no runner outlives the last batch for long (a test's
+// leak check), long enough to span the gaps between jobs of a busy worker.
+const runnerIdle = 50 * time.Millisecond
+
+// runJobs delivers d, gives its job slot back, and then delivers the jobs
+// processBatch gives it (each in a slot taken for it) until none came for
+// runnerIdle.
+func (w *Worker) runJobs(d batchJob) {
+	var idle *time.Timer
+	for {
+		w.deliver(d.ctx, d.p, w.cfg.Executor)
+		w.release()
+		d.wg.Done()
+		d = batchJob{} // its batch's ctx is not held while idle
+		if idle == nil {
+			idle = time.NewTimer(runnerIdle)
+		} else {
+			idle.Reset(runnerIdle)
+		}
+		select {
+		case d = <-w.idle:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // acquire takes one of the Worker's Concurrency job slots, or fails when

@@ -82,7 +82,7 @@ func (e *WebhookExecutor) Close() { e.Client.CloseIdleConnections() }
 // excerpt) and, for an http job, its result (attemptResult: status,
 // the allowed headers, the body up to max_result_bytes).
 func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire.AttemptOutcome {
-	spec, err := job.Parse(cj.Body)
+	spec, err := job.ParseStored(cj.Body)
 	if err != nil {
 		return wire.AttemptOutcome{Kind: wire.FinishPermanent, Error: "invalid_job"}
 	}

@@ -199,6 +199,7 @@ type Worker struct {
 	clock   *Clock
 	sched   *scheduler    // every wait for a slot
 	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
+	idle    chan batchJob // a batch's next job to a runner waiting for one (processBatch)
 	metrics *metrics
 	// upstreams caches the settings of the upstreams jobs name
 	// (Config.UpstreamCache; nil without UpstreamRates).
@@ -231,7 +232,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
-		jobs: make(chan struct{}, cfg.Concurrency), metrics: m, upstreams: cfg.UpstreamCache,
+		jobs: make(chan struct{}, cfg.Concurrency), idle: make(chan batchJob), metrics: m, upstreams: cfg.UpstreamCache,
 		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
