@@ -374,19 +374,21 @@ local function heap_pop()
   return top
 end
 
--- X.hmget reads fields ... of job id's record and, with the pre-claim on
--- (3e), in the same HMGET the fields X.preclaim needs (X.PC_FIELDS): the
--- values, and those after them (nil when it is off).
+-- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of job id's
+-- record and, with the pre-claim on (3e), in the same HMGET the fields
+-- X.preclaim needs (X.PC_FIELDS, appended to the lists once a pass): the
+-- values, and the offset of the pre-claim's after them (nil when it is
+-- off).
 X.PC_FIELDS = {'bytes', 'attempt', 'first', 'body', 'created', 'ups', 'pcl'}
-function X.hmget(id, ...)
-  if X.eps < 0 then return rcall('HMGET', k_job(id), ...), nil end
-  local names = {...}
-  local n = #names
-  for _, f in ipairs(X.PC_FIELDS) do names[#names + 1] = f end
-  local r = rcall('HMGET', k_job(id), unpack(names))
-  local pc = {}
-  for i = 1, #X.PC_FIELDS do pc[i] = r[n + i] end
-  return r, pc
+X.PEEK_F, X.POP_F = {'state', 'cost', 'gen', 'type', 'nb'}, {'state', 'cost', 'gen', 'type'}
+X.PEEK_N, X.POP_N = #X.PEEK_F, #X.POP_F
+if X.eps >= 0 then
+  for _, f in ipairs(X.PC_FIELDS) do
+    X.PEEK_F[#X.PEEK_F + 1], X.POP_F[#X.POP_F + 1] = f, f
+  end
+end
+function X.hmget(id, f, n)
+  return rcall('HMGET', k_job(id), unpack(f)), X.eps >= 0 and n or nil
 end
 
 -- peek returns the tenant's next queued job (head lane first), dropping
@@ -408,10 +410,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type', 'nb')
+    local r, pco = X.hmget(id, X.PEEK_F, X.PEEK_N)
     if r[1] == 'queued' then
       return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
-        type = r[4] or '', nb = tonum(r[5]) or 0, pc = pc}
+        type = r[4] or '', nb = tonum(r[5]) or 0, pc = pco and r, pco = pco}
     end
     drop(tn, c, id, from_head)
   end
@@ -429,9 +431,9 @@ local function pop_next(tn, c)
     end
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
-    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type')
+    local r, pco = X.hmget(id, X.POP_F, X.POP_N)
     if r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = pc}
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = pco and r, pco = pco}
     end
   end
 end
@@ -487,7 +489,8 @@ function X.emit(tn, c, j, slot, spread)
   released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   if X.eps >= 0 and j.type ~= 'task' and send_at <= NOW + X.eps then
     -- A pre-claim candidate (3e): claimed or written after the release loop.
-    X.pre[#X.pre + 1] = {tn = tn, c = c, j = j, r = released[#released]}
+    j.tenant, j.c, j.r = tn, c, released[#released]
+    X.pre[#X.pre + 1] = j
     return j.cost
   end
   X.release_write(j, slot, send_at)
@@ -506,35 +509,37 @@ end
 -- in release order, as claims at now right after the pass would: each is
 -- claimed (X.preclaim) or written as released.
 function X.preclaim_all()
-  for _, x in ipairs(X.pre) do
-    local r = x.r
-    local pre = X.preclaim(x.tn, x.c, x.j, r[6])
+  for _, j in ipairs(X.pre) do
+    local r = j.r
+    local pre, send = X.preclaim(j.tenant, j.c, j, r[6])
     if pre then
-      r[10], r[11] = pre[13], {pre[6], pre[4], pre[9], pre[11], pre[12]}
+      r[10], r[11] = send, pre
     else
-      X.release_write(x.j, r[6], r[10])
+      X.release_write(j, r[6], r[10])
     end
   end
 end
 
 -- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
 -- it: the record's release and claim in one HSET (lifecycle.lua
--- CLAIM.run), and claim.lua's 'claimed' reply; nil when the job is left to
--- the claim (its record is then still to write).
+-- CLAIM.run), and the reply's pre-claimed part and send µs; nil when the
+-- job is left to the claim (its record is then still to write).
 function X.preclaim(tn, c, j, slot)
   local t, p = c.t, c.p
   local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
   if not target or target > NOW + X.eps then return nil end
   if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
-  local r = j.pc or rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)) -- X.hmget read them with the job
-  local body = r[4] or ''
-  if r[7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
+  local r, o = j.pc, j.pco -- X.hmget read them with the job
+  if not r then r, o = rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)), 0 end
+  local body = r[o + 4] or ''
+  if r[o + 7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
   X.pc_bytes = X.pc_bytes + #body
   j.tenant, j.slot, j.grace, j.resv, j.body = tn, slot, GRACE, 0, body
-  j.bytes, j.attempt, j.first = tonum(r[1]) or 0, tonum(r[2]) or 0, tonum(r[3]) or 0
-  j.created, j.ups = tonum(r[5]) or 0, r[6] or ''
+  j.bytes, j.attempt, j.first = tonum(r[o + 1]) or 0, tonum(r[o + 2]) or 0, tonum(r[o + 3]) or 0
+  j.created, j.ups = tonum(r[o + 5]) or 0, r[o + 6] or ''
+  local gen = istr(j.gen)
   return CLAIM.run(j, c, CLAIM.send(j, target, true, X.eps), true, -- lifecycle.lua
-    {'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', istr(j.gen)})
+    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, true)
 end
 
 -- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
