@@ -569,6 +569,8 @@ function X.hold(tn, c, j)
 end
 X.held = 0
 
+X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only reads it)
+
 -- X.try releases tenant tn's next job if every rule allows it: its cost,
 -- nil when none goes, false when the job was held (X.hold).
 -- c.head keeps the next job it saw but did not release, for reschedule.
@@ -580,7 +582,7 @@ function X.try(tn, c)
   local j, e
   if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before taking one
     if t.qtok <= 0 then return nil end
-    c.head = {true, 1}
+    c.head = X.HEAD1
     if t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D) then return nil end
     e = earliest(t, p, 1, NOW)
   else
@@ -594,8 +596,8 @@ function X.try(tn, c)
     e = earliest(t, p, j.cost, NOW)
   end
   if e > HORIZON then return nil end
-  -- nb: a delayed job promoted ahead of its due time
-  local slot = mmax(e, g, PACE.slot(t, p, j and j.cost or 1), j and j.nb or 0)
+  -- nb: a delayed job promoted ahead of its due time (g holds PACE.slot for cost 1)
+  local slot = mmax(e, g, j and PACE.slot(t, p, j.cost) or 0, j and j.nb or 0)
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)
