@@ -432,8 +432,12 @@ local function pop_next(tn, c)
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
     local r, pco = X.hmget(id, X.POP_F, X.POP_N)
-    if r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = pco and r, pco = pco}
+    if r[1] == 'queued' and pco then -- sized for the fields X.emit and X.preclaim add (no rehash)
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
+        tenant = nil, c = nil, r = nil, slot = nil, grace = nil, resv = nil, body = nil, bytes = nil,
+        attempt = nil, first = nil, created = nil, ups = nil}
+    elseif r[1] == 'queued' then
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
     end
   end
 end
