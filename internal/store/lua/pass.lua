@@ -786,6 +786,16 @@ function X.release_lanes(tn, c)
   return nil
 end
 
+-- X.spent says whether tenant tn, which has just released, can release
+-- nothing more this pass, so it need not be visited again: its jobs all
+-- cost 1, it holds no lane job, and its earliest slot is already past
+-- now + D (TAT only grows in the pass). Its next visit would have returned
+-- nil and left its head as reschedule finds it (lib.lua head_job).
+X.nspent = 0
+function X.spent(tn, c)
+  return c.t.c1 == 1 and c.t.uq == 0 and not X.waiting[tn] and earliest(c.t, c.p, 1, NOW) > HORIZON
+end
+
 local vmax = vclock
 for _, tn in ipairs(TENANT_ORDER) do
   local t = TENANTS[tn].t
@@ -811,10 +821,13 @@ while #heap > 0 do
     vmax = mmax(vmax, c.t.vt)
     c.t.vt = c.t.vt + mfloor(cost * VT_SCALE / c.p.weight)
     top.vt = c.t.vt
-    heap_push(top)
+    if X.spent(top.tn, c) then X.nspent = X.nspent + 1 else heap_push(top) end
     if left > 0 then left = left - 1 end
   end
 end
+-- A spent tenant left the round after a release, with the capacity then
+-- used up or not: as if it had been visited once more.
+if left == 0 and X.nspent > 0 then cap_reached = 1 end
 
 if truncated then
   if left ~= 0 then more = 1 else cap_reached = 1 end
