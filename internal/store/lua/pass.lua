@@ -787,13 +787,16 @@ function X.release_lanes(tn, c)
 end
 
 -- X.spent says whether tenant tn, which has just released, can release
--- nothing more this pass, so it need not be visited again: its jobs all
--- cost 1, it holds no lane job, and its earliest slot is already past
--- now + D (TAT only grows in the pass). Its next visit would have returned
--- nil and left its head as reschedule finds it (lib.lua head_job).
+-- nothing more this pass, so it need not be visited again: it holds no
+-- lane job, and its jobs all cost 1 and its earliest slot is already past
+-- now + D (TAT only grows in the pass), or it is blocked (at its
+-- concurrency or fair cap). Its next visit would have returned nil and
+-- left its head as reschedule finds it (lib.lua head_job).
 X.nspent = 0
 function X.spent(tn, c)
-  return c.t.c1 == 1 and c.t.uq == 0 and not X.waiting[tn] and earliest(c.t, c.p, 1, NOW) > HORIZON
+  local t = c.t
+  if t.uq > 0 or X.waiting[tn] then return false end
+  return (t.c1 == 1 and earliest(t, c.p, 1, NOW) > HORIZON) or blocked(t, c.p) ~= nil
 end
 
 local vmax = vclock
