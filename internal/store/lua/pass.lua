@@ -524,6 +524,20 @@ function X.preclaim_all()
   end
 end
 
+-- X.leases_reversed reverses the order of the pass's lease additions
+-- (lib.lua lease_add: deadline, id pairs), roughly ascending as released,
+-- so that the ZADD writes the latest first: a small sorted set is a
+-- listpack, where Redis inserts each member after scanning every member
+-- ranked before it, and a member ranked first is inserted at once. The
+-- set written is the same.
+function X.leases_reversed()
+  local a, i, k = LEASE_ADD, 1, #LEASE_ADD - 1
+  while i < k do
+    a[i], a[i + 1], a[k], a[k + 1] = a[k], a[k + 1], a[i], a[i + 1]
+    i, k = i + 2, k - 2
+  end
+end
+
 -- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
 -- it: the record's release and claim in one HSET (lifecycle.lua
 -- CLAIM.run), and the reply's pre-claimed part and send µs; nil when the
@@ -864,6 +878,7 @@ end
 X.preclaim_all()
 
 -- 4. Save and reschedule every tenant the pass changed.
+X.leases_reversed()
 leases_flush()
 flush_tenants(cfg)
 LN.save()
