@@ -119,8 +119,11 @@ end
 -- tenant's interval(t, p), already computed. It returns claim.lua's 'claimed'
 -- reply: a webhook job takes its tenant's signing state along (built once
 -- per call and tenant, its secrets read once per policy epoch: lib.lua
--- signing_set), so the worker signs with it and reads nothing more.
-function CLAIM.run(j, c, send, in_plan, more, iv)
+-- signing_set), so the worker signs with it and reads nothing more. With
+-- pre, it returns the pass's pre-claimed part of that reply instead
+-- (pass.lua: attempt, body, created, upstreams, signing) and the send µs.
+-- Now's text is formatted once per call of the script (CLAIM.now_s).
+function CLAIM.run(j, c, send, in_plan, more, iv, pre)
   local t, p = c.t, c.p
   iv = iv or interval(t, p)
   unrelease(j, t)
@@ -135,15 +138,18 @@ function CLAIM.run(j, c, send, in_plan, more, iv)
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
   j.attempt = j.attempt + 1
-  if j.first == 0 then j.first = NOW end
-  rcall('HSET', k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', istr(NOW),
-    'first', istr(j.first), unpack(more))
+  if CLAIM.now ~= NOW then CLAIM.now, CLAIM.now_s = NOW, istr(NOW) end
+  local first = CLAIM.now_s
+  if j.first == 0 then j.first = NOW elseif j.first ~= NOW then first = istr(j.first) end
+  rcall('HSET', k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', CLAIM.now_s,
+    'first', first, unpack(more))
   lease_add(j.id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
   local sign = {}
   if j.type == 'webhook' then
     if c.sign == nil then c.sign = signing_set(j.tenant, p, {}, true) or false end -- lib.lua
     sign = c.sign or {}
   end
+  if pre then return {j.attempt, j.body, j.created, j.ups, sign}, send end
   return {'claimed', j.tenant, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups,
     sign, send}
 end

@@ -374,19 +374,21 @@ local function heap_pop()
   return top
 end
 
--- X.hmget reads fields ... of job id's record and, with the pre-claim on
--- (3e), in the same HMGET the fields X.preclaim needs (X.PC_FIELDS): the
--- values, and those after them (nil when it is off).
+-- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of job id's
+-- record and, with the pre-claim on (3e), in the same HMGET the fields
+-- X.preclaim needs (X.PC_FIELDS, appended to the lists once a pass): the
+-- values, and the offset of the pre-claim's after them (nil when it is
+-- off).
 X.PC_FIELDS = {'bytes', 'attempt', 'first', 'body', 'created', 'ups', 'pcl'}
-function X.hmget(id, ...)
-  if X.eps < 0 then return rcall('HMGET', k_job(id), ...), nil end
-  local names = {...}
-  local n = #names
-  for _, f in ipairs(X.PC_FIELDS) do names[#names + 1] = f end
-  local r = rcall('HMGET', k_job(id), unpack(names))
-  local pc = {}
-  for i = 1, #X.PC_FIELDS do pc[i] = r[n + i] end
-  return r, pc
+X.PEEK_F, X.POP_F = {'state', 'cost', 'gen', 'type', 'nb'}, {'state', 'cost', 'gen', 'type'}
+X.PEEK_N, X.POP_N = #X.PEEK_F, #X.POP_F
+if X.eps >= 0 then
+  for _, f in ipairs(X.PC_FIELDS) do
+    X.PEEK_F[#X.PEEK_F + 1], X.POP_F[#X.POP_F + 1] = f, f
+  end
+end
+function X.hmget(id, f, n)
+  return rcall('HMGET', k_job(id), unpack(f)), X.eps >= 0 and n or nil
 end
 
 -- peek returns the tenant's next queued job (head lane first), dropping
@@ -408,10 +410,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type', 'nb')
+    local r, pco = X.hmget(id, X.PEEK_F, X.PEEK_N)
     if r[1] == 'queued' then
       return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
-        type = r[4] or '', nb = tonum(r[5]) or 0, pc = pc}
+        type = r[4] or '', nb = tonum(r[5]) or 0, pc = pco and r, pco = pco}
     end
     drop(tn, c, id, from_head)
   end
@@ -429,9 +431,13 @@ local function pop_next(tn, c)
     end
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
-    local r, pc = X.hmget(id, 'state', 'cost', 'gen', 'type')
-    if r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = pc}
+    local r, pco = X.hmget(id, X.POP_F, X.POP_N)
+    if r[1] == 'queued' and pco then -- sized for the fields X.emit and X.preclaim add (no rehash)
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
+        tenant = nil, c = nil, r = nil, slot = nil, grace = nil, resv = nil, body = nil, bytes = nil,
+        attempt = nil, first = nil, created = nil, ups = nil}
+    elseif r[1] == 'queued' then
+      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
     end
   end
 end
@@ -487,7 +493,8 @@ function X.emit(tn, c, j, slot, spread)
   released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   if X.eps >= 0 and j.type ~= 'task' and send_at <= NOW + X.eps then
     -- A pre-claim candidate (3e): claimed or written after the release loop.
-    X.pre[#X.pre + 1] = {tn = tn, c = c, j = j, r = released[#released]}
+    j.tenant, j.c, j.r = tn, c, released[#released]
+    X.pre[#X.pre + 1] = j
     return j.cost
   end
   X.release_write(j, slot, send_at)
@@ -506,35 +513,51 @@ end
 -- in release order, as claims at now right after the pass would: each is
 -- claimed (X.preclaim) or written as released.
 function X.preclaim_all()
-  for _, x in ipairs(X.pre) do
-    local r = x.r
-    local pre = X.preclaim(x.tn, x.c, x.j, r[6])
+  for _, j in ipairs(X.pre) do
+    local r = j.r
+    local pre, send = X.preclaim(j.tenant, j.c, j, r[6])
     if pre then
-      r[10], r[11] = pre[13], {pre[6], pre[4], pre[9], pre[11], pre[12]}
+      r[10], r[11] = send, pre
     else
-      X.release_write(x.j, r[6], r[10])
+      X.release_write(j, r[6], r[10])
     end
+  end
+end
+
+-- X.leases_reversed reverses the order of the pass's lease additions
+-- (lib.lua lease_add: deadline, id pairs), roughly ascending as released,
+-- so that the ZADD writes the latest first: a small sorted set is a
+-- listpack, where Redis inserts each member after scanning every member
+-- ranked before it, and a member ranked first is inserted at once. The
+-- set written is the same.
+function X.leases_reversed()
+  local a, i, k = LEASE_ADD, 1, #LEASE_ADD - 1
+  while i < k do
+    a[i], a[i + 1], a[k], a[k + 1] = a[k], a[k + 1], a[i], a[i + 1]
+    i, k = i + 2, k - 2
   end
 end
 
 -- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
 -- it: the record's release and claim in one HSET (lifecycle.lua
--- CLAIM.run), and claim.lua's 'claimed' reply; nil when the job is left to
--- the claim (its record is then still to write).
+-- CLAIM.run), and the reply's pre-claimed part and send µs; nil when the
+-- job is left to the claim (its record is then still to write).
 function X.preclaim(tn, c, j, slot)
   local t, p = c.t, c.p
   local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
   if not target or target > NOW + X.eps then return nil end
   if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
-  local r = j.pc or rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)) -- X.hmget read them with the job
-  local body = r[4] or ''
-  if r[7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
+  local r, o = j.pc, j.pco -- X.hmget read them with the job
+  if not r then r, o = rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)), 0 end
+  local body = r[o + 4] or ''
+  if r[o + 7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
   X.pc_bytes = X.pc_bytes + #body
   j.tenant, j.slot, j.grace, j.resv, j.body = tn, slot, GRACE, 0, body
-  j.bytes, j.attempt, j.first = tonum(r[1]) or 0, tonum(r[2]) or 0, tonum(r[3]) or 0
-  j.created, j.ups = tonum(r[5]) or 0, r[6] or ''
+  j.bytes, j.attempt, j.first = tonum(r[o + 1]) or 0, tonum(r[o + 2]) or 0, tonum(r[o + 3]) or 0
+  j.created, j.ups = tonum(r[o + 5]) or 0, r[o + 6] or ''
+  local gen = istr(j.gen)
   return CLAIM.run(j, c, CLAIM.send(j, target, true, X.eps), true, -- lifecycle.lua
-    {'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', istr(j.gen)})
+    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, true)
 end
 
 -- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
@@ -564,6 +587,8 @@ function X.hold(tn, c, j)
 end
 X.held = 0
 
+X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only reads it)
+
 -- X.try releases tenant tn's next job if every rule allows it: its cost,
 -- nil when none goes, false when the job was held (X.hold).
 -- c.head keeps the next job it saw but did not release, for reschedule.
@@ -575,7 +600,7 @@ function X.try(tn, c)
   local j, e
   if t.c1 == 1 then -- all its jobs cost 1 (lib.lua head_job): decide before taking one
     if t.qtok <= 0 then return nil end
-    c.head = {true, 1}
+    c.head = X.HEAD1
     if t.rtok > 0 and t.rtok + 1 > release_cap(t, p, D) then return nil end
     e = earliest(t, p, 1, NOW)
   else
@@ -589,8 +614,8 @@ function X.try(tn, c)
     e = earliest(t, p, j.cost, NOW)
   end
   if e > HORIZON then return nil end
-  -- nb: a delayed job promoted ahead of its due time
-  local slot = mmax(e, g, PACE.slot(t, p, j and j.cost or 1), j and j.nb or 0)
+  -- nb: a delayed job promoted ahead of its due time (g holds PACE.slot for cost 1)
+  local slot = mmax(e, g, j and PACE.slot(t, p, j.cost) or 0, j and j.nb or 0)
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)
@@ -775,6 +800,19 @@ function X.release_lanes(tn, c)
   return nil
 end
 
+-- X.spent says whether tenant tn, which has just released, can release
+-- nothing more this pass, so it need not be visited again: it holds no
+-- lane job, and its jobs all cost 1 and its earliest slot is already past
+-- now + D (TAT only grows in the pass), or it is blocked (at its
+-- concurrency or fair cap). Its next visit would have returned nil and
+-- left its head as reschedule finds it (lib.lua head_job).
+X.nspent = 0
+function X.spent(tn, c)
+  local t = c.t
+  if t.uq > 0 or X.waiting[tn] then return false end
+  return (t.c1 == 1 and earliest(t, c.p, 1, NOW) > HORIZON) or blocked(t, c.p) ~= nil
+end
+
 local vmax = vclock
 for _, tn in ipairs(TENANT_ORDER) do
   local t = TENANTS[tn].t
@@ -800,10 +838,13 @@ while #heap > 0 do
     vmax = mmax(vmax, c.t.vt)
     c.t.vt = c.t.vt + mfloor(cost * VT_SCALE / c.p.weight)
     top.vt = c.t.vt
-    heap_push(top)
+    if X.spent(top.tn, c) then X.nspent = X.nspent + 1 else heap_push(top) end
     if left > 0 then left = left - 1 end
   end
 end
+-- A spent tenant left the round after a release, with the capacity then
+-- used up or not: as if it had been visited once more.
+if left == 0 and X.nspent > 0 then cap_reached = 1 end
 
 if truncated then
   if left ~= 0 then more = 1 else cap_reached = 1 end
@@ -837,6 +878,7 @@ end
 X.preclaim_all()
 
 -- 4. Save and reschedule every tenant the pass changed.
+X.leases_reversed()
 leases_flush()
 flush_tenants(cfg)
 LN.save()
