@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,4 +206,25 @@ func signingWire(set SecretSet) *wire.Signing {
 		out.Secrets = append(out.Secrets, ws)
 	}
 	return out
+}
+
+// Confirm reports whether job id is running at gen on the Redis this Store
+// talks to: the fence a worker puts before sending a pre-claimed job (the
+// pass claimed it, PreClaimed) while its own calls to Redis have been
+// failing. After a failover the new master may lack the pass that claimed
+// the job — it is queued or released there again, and another worker may
+// get it — and a worker whose connection still fails would not record the
+// attempt either; sending it then could repeat it. One HMGET, no script.
+func (s *Store) Confirm(ctx context.Context, id string, gen int64) (bool, error) {
+	key, err := s.keys.job(id)
+	if err != nil {
+		return false, fmt.Errorf("confirm job %q: %w", id, err)
+	}
+	v, err := s.rdb.HMGet(ctx, key, "state", "gen").Result()
+	if err != nil {
+		return false, fmt.Errorf("confirm job %q: %w", id, err)
+	}
+	state, _ := v[0].(string)
+	g, _ := v[1].(string)
+	return state == string(StateRunning) && g == strconv.FormatInt(gen, 10), nil
 }

@@ -213,3 +213,8 @@ func (c *Coalescer) call(k coalesceKey, batch []*coalesceReq) {
 // coalesceCallTimeout bounds one coalesced call, which runs on no caller's
 // context.
 const coalesceCallTimeout = 30 * time.Second
+
+// Confirm is the Store's Confirm (one HMGET: nothing to coalesce).
+func (c *Coalescer) Confirm(ctx context.Context, id string, gen int64) (bool, error) {
+	return c.s.Confirm(ctx, id, gen)
+}

@@ -34,6 +34,10 @@
 //     dropped so from its send time + grace/2 on, also after waiting for
 //     its job slot: its attempt then ends at least grace/2 before its
 //     lease (send + timeout + grace).
+//   - While this worker's last claim or finish failed (not stale), send a
+//     pre-claimed job only once Store.Confirm finds it running at its gen;
+//     else drop it unsent (claims outcome "unconfirmed"). A confirmation
+//     that Redis answered, or a claim or finish that succeeded, ends this.
 //   - Say, in the heartbeat, that this worker runs pre-claimed jobs
 //     (internal/fleet): dispatchers pre-claim only while every live worker
 //     does.

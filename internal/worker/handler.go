@@ -157,6 +157,8 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	switch {
 	case ok && w.lapsed(p): // it waited too long for a job slot
 		return
+	case ok && !w.confirmed(ctx, p):
+		return
 	case ok:
 		w.metrics.claims.WithLabelValues("preclaimed").Inc()
 	default:
@@ -172,6 +174,30 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	_ = w.sched.Wait(ctx, w.clock.Local(job.SendAt)) // on ctx's end the attempt fails at once
 	w.metrics.sendDelay.Observe(w.clock.Now().Sub(p.Slot()).Seconds())
 	w.attempt(ctx, job, exec, held)
+}
+
+// confirmed reports whether pre-claimed p may be sent. It may, unless this
+// worker's calls to Redis have been failing (failing): then only when
+// Store.Confirm finds the job running at p's gen. A failover may have
+// promoted a replica that lacks the pass which claimed it — queued or
+// released there again, for another worker — while this worker's store
+// connection still reaches nothing, so its finish would be lost and the
+// sweep would send the job again. An unconfirmed job is dropped unsent
+// (claims outcome "unconfirmed"): the sweep returns it as a lost release,
+// or it was released again already.
+func (w *Worker) confirmed(ctx context.Context, p wire.Payload) bool {
+	if !w.failing.Load() {
+		return true
+	}
+	ok, err := w.cfg.Store.Confirm(ctx, p.ID, p.Gen)
+	if err == nil {
+		w.failing.Store(false)
+	}
+	if err != nil || !ok {
+		w.metrics.claims.WithLabelValues("unconfirmed").Inc()
+		return false
+	}
+	return true
 }
 
 // claim waits for p's slot and claims the job. ok is false when there is
@@ -190,6 +216,7 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 			return store.ClaimedJob{}, false
 		}
 		c, err := w.cfg.Store.Claim(ctx, p.ID, p.Gen, w.Settings().Tolerance)
+		w.failing.Store(err != nil && ctx.Err() == nil)
 		if err != nil {
 			w.metrics.claims.WithLabelValues("error").Inc()
 			if ctx.Err() == nil {
@@ -292,6 +319,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 		fo.Quota = nil // the paced upstreams' quota, not the tenant's
 	}
 	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, fo, fcfg)
+	w.failing.Store(err != nil && !errors.Is(err, store.ErrStale))
 	if err == nil {
 		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
 		w.adaptUpstreams(fctx, job, outcome, fcfg)

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_claims_total",
-			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, error; and lapsed: a release not claimed, its send time + grace passed (the sweep returns it); preclaimed: a job the pass claimed, sent without a claim.",
+			Help: "Claim replies by outcome: ok, early, stale, canceled, returned, error; and lapsed: a release not claimed, its send time + grace passed (the sweep returns it); preclaimed: a job the pass claimed, sent without a claim; unconfirmed: a job the pass claimed, dropped unsent while this worker's calls to Redis failed and Store.Confirm did not find it running at its gen.",
 		}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_attempts_total",
@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // sluice_worker_attempts_total: what outcomeLabel and kindLabel return, the
 // claims' "error" and "lapsed".
 var (
-	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "preclaimed", "other"}
+	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "preclaimed", "unconfirmed", "other"}
 	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "deferred", "other"}
 )
 

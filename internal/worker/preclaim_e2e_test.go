@@ -1,7 +1,11 @@
 package worker_test
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +114,82 @@ func TestLatePreclaimedJobIsDropped(t *testing.T) {
 	for _, r := range res.Released {
 		if j := h.jobOf(r.ID); j.State != store.StateRunning || j.Gen != r.Gen || j.Attempt != 1 {
 			t.Fatalf("job %s: %s gen %d attempt %d; want running, left for the sweep", r.ID, j.State, j.Gen, j.Attempt)
+		}
+	}
+}
+
+// failingFinish is the real store whose next Finish fails once, as a
+// finish sent to a master that died does.
+type failingFinish struct {
+	worker.Store
+	fail atomic.Bool
+}
+
+func (f *failingFinish) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
+	if f.fail.CompareAndSwap(true, false) {
+		return "", errors.New("dial tcp: connection refused")
+	}
+	return f.Store.Finish(ctx, id, gen, o, cfg)
+}
+
+// After a finish failed, a pre-claimed job is sent only when Redis confirms
+// it runs at its gen: one whose record moved on (a failover's new master
+// released it again) is dropped unsent (outcome "unconfirmed"); one that
+// runs at its gen is sent, and the confirmation ends the fence, so the job
+// after it is sent without one.
+func TestPreclaimedJobIsConfirmedAfterAFailedFinish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	exec := &sentExecutor{}
+	st := &failingFinish{Store: h.st}
+	w := h.newWorker(exec, func(c *worker.Config) { c.Store = st })
+	h.policy("t1", store.Overrides{Burst: ptr(4)})
+	h.enqueue("t1", 4)
+	res, err := h.st.Pass(h.ctx, 0, store.PassConfig{Capacity: -1, Grace: 3 * time.Second, Preclaim: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Released) != 4 {
+		t.Fatalf("released %d jobs, want 4", len(res.Released))
+	}
+	batch := func(i int) *asynq.Task {
+		r := res.Released[i]
+		if r.Claimed == nil {
+			t.Fatalf("release %+v not pre-claimed", r)
+		}
+		p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed}
+		return asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(wire.Batch{Jobs: []wire.Payload{p}}))
+	}
+	st.fail.Store(true)
+	h.process(w, batch(0)) // sent; its finish fails
+	// The second job's record moved on, as on a new master that released it again.
+	moved := res.Released[1]
+	key, err := h.st.JobKey(moved.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rdb.HSet(h.ctx, key, "gen", moved.Gen+1, "state", "released").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.process(w, batch(1))
+	h.process(w, batch(2)) // confirmed: sent, the fence ends
+	h.process(w, batch(3))
+	want := []string{res.Released[0].ID, res.Released[2].ID, res.Released[3].ID}
+	if got := exec.sent(); !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v (not the moved %s)", got, want, moved.ID)
+	}
+	if n := h.counter("sluice_worker_claims_total", "outcome=unconfirmed"); n != 1 {
+		t.Errorf("%v dropped unconfirmed, want 1", n)
+	}
+	if n := h.counter("sluice_worker_claims_total", "outcome=preclaimed"); n != 3 {
+		t.Errorf("%v pre-claimed sent, want 3", n)
+	}
+	if j := h.jobOf(moved.ID); j.State != store.StateReleased || j.Gen != moved.Gen+1 {
+		t.Errorf("the moved job: %s gen %d; want released at gen %d, untouched", j.State, j.Gen, moved.Gen+1)
+	}
+	for _, r := range res.Released[2:] {
+		if j := h.jobOf(r.ID); j.State != store.StateSucceeded {
+			t.Errorf("job %s: %s, want succeeded", r.ID, j.State)
 		}
 	}
 }

@@ -27,6 +27,9 @@ import (
 type Store interface {
 	Claim(ctx context.Context, id string, gen int64, tolerance time.Duration) (store.Claim, error)
 	Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error)
+	// Confirm reports whether the job runs at gen (store.Store.Confirm):
+	// the fence before a pre-claimed job's send while the calls above fail.
+	Confirm(ctx context.Context, id string, gen int64) (bool, error)
 	Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error
 }
 
@@ -201,6 +204,11 @@ type Worker struct {
 	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
 	idle    chan batchJob // a batch's next job to a runner waiting for one (processBatch)
 	metrics *metrics
+	// failing is set when a claim or a finish failed (not stale) and
+	// cleared by the next that succeeds, or a confirmation: while it is
+	// set a pre-claimed job is sent only once Store.Confirm found it
+	// running at its gen (deliver).
+	failing atomic.Bool
 	// upstreams caches the settings of the upstreams jobs name
 	// (Config.UpstreamCache; nil without UpstreamRates).
 	upstreams *quota.UpstreamCache
