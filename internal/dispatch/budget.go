@@ -259,12 +259,6 @@ func (b *budget) readCounts(ctx context.Context) (capacity, leases, waiting int,
 // more script call per reading, not a poll of its own.
 const capacityEvery = time.Second
 
-// share is shareAtLeast with minShare: the share of a pass whose shard
-// had more to release than its last share.
-func (b *budget) share(ctx context.Context, owned int) (int, error) {
-	return b.shareAtLeast(ctx, owned, minShare)
-}
-
 // shareAtLeast reserves and returns the Capacity of one pass over one of
 // owned shards: ⌈avail / owned⌉ but at least least, at most avail (the free
 // capacity not yet reserved by other passes), and 0 when nothing is

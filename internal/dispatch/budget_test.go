@@ -73,6 +73,12 @@ func freeOf(capacity, leases, waiting int, err error) (int, error) {
 
 // runBudget starts a budget over g with the given refresh interval; its
 // reader stops when the test ends. ctx is the reader's (and the shares').
+// share is shareAtLeast with minShare, the share of a pass whose shard
+// had more to release than its last share (the loop's, loop.go pass).
+func (b *budget) share(ctx context.Context, owned int) (int, error) {
+	return b.shareAtLeast(ctx, owned, minShare)
+}
+
 func runBudget(t *testing.T, g Store, refresh time.Duration) (*budget, context.Context) {
 	t.Helper()
 	b := newBudget(g, nil, refresh)
