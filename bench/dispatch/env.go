@@ -137,7 +137,13 @@ func (e *env) webhookJobs(run string, n int) [][]byte {
 // storeItems returns n items of one canonical webhook job to the receiver's
 // run, for Store.Enqueue (the script the API runs after parsing).
 func (e *env) storeItems(run string, n int) ([]store.Item, error) {
-	spec, err := job.Parse(e.webhookJob(run, 0))
+	return itemsOf(e.webhookJob(run, 0), n)
+}
+
+// itemsOf returns n items of the webhook job raw (its API body), parsed
+// into the canonical form Store.Enqueue stores.
+func itemsOf(raw []byte, n int) ([]store.Item, error) {
+	spec, err := job.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse the bench job: %w", err)
 	}

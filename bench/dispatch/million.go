@@ -16,9 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/store"
-	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // millionRun is one tenant count's figures.
@@ -171,16 +169,8 @@ func millionOne(ctx context.Context, e *env, n int) (millionRun, error) {
 // receiver whose payload is a JSON string of -million-payload bytes in all.
 func millionItems(e *env, run string, n, payload int) ([]store.Item, error) {
 	pad := strings.Repeat("x", max(0, payload-len(`{"pad":""}`)))
-	spec, err := job.Parse(fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.million","payload":{"pad":"%s"}}`,
-		e.rcv.url(run), pad))
-	if err != nil {
-		return nil, fmt.Errorf("parse the bench job: %w", err)
-	}
-	items := make([]store.Item, n)
-	for i := range items {
-		items[i] = store.Item{Type: wire.TypeWebhook, Cost: 1, Body: spec.Canonical()}
-	}
-	return items, nil
+	return itemsOf(fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.million","payload":{"pad":"%s"}}`,
+		e.rcv.url(run), pad), n)
 }
 
 // millionEnqueue stores the run's backlog and reads the sample sizes.
