@@ -57,18 +57,7 @@ func slowDest(ctx context.Context, e *env, t *table) error {
 	rateOK := s.p.rateErr <= 0.01 && a.p.rateErr <= 0.01
 	t.row(part, "fast: delivered rate, jobs/s", fmt.Sprintf("%.2f", s.p.rate), fmt.Sprintf("%.2f", a.p.rate),
 		fmt.Sprintf("%+.2f", s.p.rate-a.p.rate), fmt.Sprintf("within 1 %% of %d", big.fastRate), yes(complete && rateOK))
-	q := func(r slowRun, x float64) time.Duration { return quantile(r.lat, x) }
-	for _, x := range []struct {
-		name string
-		q    float64
-	}{{"p50", 0.5}, {"p99", 0.99}, {"max", 1}} {
-		target, met := "", ""
-		if x.name == "p99" {
-			target, met = "moved by ≤ 10 ms", yes(complete && q(s, x.q)-q(a, x.q) <= 10*time.Millisecond)
-		}
-		t.row(part, "fast: slot → receiver arrival "+x.name, msf(q(s, x.q)), msf(q(a, x.q)),
-			fmt.Sprintf("%+.3f ms", float64(q(s, x.q)-q(a, x.q))/float64(time.Millisecond)), target, met)
-	}
+	movedRows(t, part, "fast", s.lat, a.lat, complete)
 	t.row(part, "fast: delivered", fmt.Sprintf("%d/%d", s.p.distinct, big.fastJobs), fmt.Sprintf("%d/%d", a.p.distinct, big.fastJobs),
 		"", "all", yes(complete))
 	t.row(part, "slow: requests sent while the fast tenant ran", fmt.Sprint(s.slowSent), "-", "", "", "")
