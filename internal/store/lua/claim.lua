@@ -151,6 +151,7 @@ leases_flush()
 -- release cap also rescheduled and expired, then the wake check; the
 -- aggregates written once after them (lib.lua AGG).
 AGG.hold()
+ready_defer() -- lib.lua: the ready set written once, after the last tenant
 for _, tn in ipairs(TENANT_ORDER) do
   local how = touched[tn]
   if how then
@@ -165,6 +166,7 @@ for _, tn in ipairs(TENANT_ORDER) do
     if how == 'moved' then expire_tenant(tn, c.t, c.p, NOW) end
   end
 end
+ready_flush()
 AGG.flush()
 wake_if_earlier()
 return reply

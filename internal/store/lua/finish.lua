@@ -401,6 +401,7 @@ leases_flush()
 -- check. The aggregates are written once after them (lib.lua AGG).
 FAIR.defer() -- lib.lua: the tenants' held weight moves once
 AGG.hold()
+ready_defer() -- lib.lua: the ready set written once, after the last tenant
 for i = 1, #TENANT_ORDER do
   local tn = TENANT_ORDER[i]
   local c = TENANTS[tn]
@@ -412,6 +413,7 @@ for i = 1, #TENANT_ORDER do
   save_tenant(tn, c.t)
   expire_tenant(tn, c.t, c.p, NOW, cfg.succ_ret) -- listed while its jobs' records are kept
 end
+ready_flush()
 FAIR.flush()
 AGG.flush()
 wake_if_earlier()
