@@ -127,7 +127,12 @@
 //     deployment keeps nothing of it; TestObserveStaysExactThroughEveryTransition checks
 //     them against a walk of the tenants after every kind of transition.
 //     A process of a release before them does not keep them:
-//     RebuildAggregates after a rolling upgrade.
+//     RebuildAggregates after a rolling upgrade. A build walks the
+//     tenants in name order, RebuildChunk a call; while it runs the
+//     scripts note only the changes of the tenants it has counted (its
+//     cursor, the policy hash's field "#ab", read with the policy:
+//     lib.lua AGG.counted), so the aggregates are exact when it ends
+//     (TestAggregatesBuiltInChunksStayExact).
 //   - A job to a destination whose circuit is open for its tenant (record
 //     field dst, set at enqueue; the tenant's <p>:{sN}:t:<tenant>:circ, field
 //     cu) is held by the pass without a slot (pass.lua X.hold), unless the

@@ -74,7 +74,7 @@ func (s *Store) Observe(ctx context.Context, o ObserveOptions) (Observation, err
 	for shard := range s.keys.shards {
 		sh, err := s.observeShard(ctx, shard, o)
 		if err == nil && !sh.built {
-			if err = s.rebuildShard(ctx, shard, false); err == nil {
+			if _, err = s.rebuildShard(ctx, shard, false); err == nil {
 				out.Rebuilt++
 				sh, err = s.observeShard(ctx, shard, o)
 			}
@@ -171,51 +171,69 @@ func (s *Store) observeShard(ctx context.Context, shard int, o ObserveOptions) (
 }
 
 // RebuildAggregates builds every shard's observation aggregates anew from
-// its tenants (lua/observe_rebuild.lua, one script a shard, atomic): what
-// Observe does by itself for a shard never built. Its cost is the
-// deployment's tenants — a few commands each, every one of a shard in one
-// call (about 0.3 s at 60 000 tenants a shard) — so it is a repair, not a
-// routine read: for aggregates a process of a release before them changed
-// (a rolling upgrade), which nothing else notices.
+// its tenants (lua/observe_rebuild.lua): what Observe does by itself for a
+// shard never built. Its cost is the deployment's tenants — a few commands
+// each — spread over calls of RebuildChunk tenants each (~40 ms on a
+// 2-core machine), so Redis serves everything else between them; the
+// aggregates stay exact throughout (the scripts leave a tenant's changes
+// to the walk until it has counted it) and read as not built until the
+// walk ends. A repair, not a routine read: for aggregates a process of a
+// release before them changed (a rolling upgrade), which nothing else
+// notices.
 func (s *Store) RebuildAggregates(ctx context.Context) error {
 	for shard := range s.keys.shards {
-		if err := s.rebuildShard(ctx, shard, true); err != nil {
+		if _, err := s.rebuildShard(ctx, shard, true); err != nil {
 			return fmt.Errorf("rebuild the aggregates: shard %d: %w", shard, err)
 		}
 	}
 	return nil
 }
 
+// RebuildChunk is how many tenants one call of an aggregates build counts.
+const RebuildChunk = 1000
+
 // BuildAggregates builds the observation aggregates of every shard that
-// has none yet (RebuildAggregates' script, unforced) and returns how many
-// it built: cmd/throttler runs it at start, after the tenant index's
-// backfill, so that the first read of a deployment from before them does
-// not wait for it (Observe would build them too). A shard with no tenants
-// costs a few commands.
+// has none yet (RebuildAggregates' script, unforced; a build another
+// process left unfinished goes on) and returns how many it built:
+// cmd/throttler runs it at start, after the tenant index's backfill, so
+// that the first read of a deployment from before them does not wait for
+// it (Observe would build them too). A shard with no tenants costs a few
+// commands.
 func (s *Store) BuildAggregates(ctx context.Context) (built int, err error) {
 	for shard := range s.keys.shards {
-		d, err := s.run(ctx, scriptObserveRebuild, shard, "0")
-		if err == nil {
-			err = d.Err()
-		}
+		did, err := s.rebuildShard(ctx, shard, false)
 		if err != nil {
 			return built, fmt.Errorf("build the aggregates: shard %d: %w", shard, err)
 		}
-		if d.int(3) == 1 {
+		if did {
 			built++
 		}
 	}
 	return built, nil
 }
 
-func (s *Store) rebuildShard(ctx context.Context, shard int, force bool) error {
-	f := "0"
-	if force {
-		f = "1"
+// rebuildShard builds shard's aggregates (anew with force, else only when
+// not built), RebuildChunk tenants a call, until the build ends; built is
+// whether a call of it ended one.
+func (s *Store) rebuildShard(ctx context.Context, shard int, force bool) (built bool, err error) {
+	f := "1"
+	if !force {
+		f = "0"
 	}
-	d, err := s.run(ctx, scriptObserveRebuild, shard, f)
-	if err != nil {
-		return err
+	for {
+		d, err := s.run(ctx, scriptObserveRebuild, shard, f, RebuildChunk)
+		if err == nil {
+			err = d.Err()
+		}
+		if err != nil {
+			return false, err
+		}
+		switch d.int(3) {
+		case 0:
+			return false, nil
+		case 1:
+			return true, nil
+		}
+		f = "0" // the build goes on
 	}
-	return d.Err()
 }

@@ -179,6 +179,10 @@ end
 -- what a miss costs is the tenant's field read in its call (an HGET; for a
 -- claim, an HGETALL of its secrets). A hash without an epoch (written
 -- before it existed) is read every call, defaults and all.
+-- The shard's aggregates (AGG, below save_tenant); declared here for
+-- load_policy (AGG.cur), load_tenant and save_tenant.
+local AGG = {}
+RESETS[#RESETS + 1] = function() AGG.cur = nil end
 local POLICY_TEXTS, POLICY_KEYS, POLICY_TEXTS_MAX, POLICY_KEYS_MAX = {}, 0, 512, 4096
 local POLICY_DEFAULTS, POLICY_RAW = nil, nil
 RESETS[#RESETS + 1] = function() POLICY_DEFAULTS, POLICY_RAW = nil, nil end
@@ -207,13 +211,16 @@ local function load_policy(tn)
   local raw
   if POLICY_DEFAULTS == nil then
     local c, v = POLICY_TEXTS[K_POLICY], nil
+    -- Field "#ab" (an aggregates build's cursor, AGG.cur) rides along.
     if c then -- the defaults at epoch c.v are known: read them only when "#v" moved
-      local r = rcall('HMGET', K_POLICY, '#v', tn)
-      v, raw = r[1], r[2]
+      local r = rcall('HMGET', K_POLICY, '#v', '#ab', tn)
+      v, raw = r[1], r[3]
+      AGG.cursor(r[2])
       if v == c.v then POLICY_DEFAULTS = c.d else POLICY_DEFAULTS = rcall('HGET', K_POLICY, '*') or false end
     else
-      local r = rcall('HMGET', K_POLICY, '*', '#v', tn)
-      POLICY_DEFAULTS, v, raw = r[1] or false, r[2], r[3]
+      local r = rcall('HMGET', K_POLICY, '*', '#v', '#ab', tn)
+      POLICY_DEFAULTS, v, raw = r[1] or false, r[2], r[4]
+      AGG.cursor(r[3])
     end
     POLICY_RAW = policy_texts(v, POLICY_DEFAULTS)
   else
@@ -315,9 +322,6 @@ RESETS[#RESETS + 1] = function()
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
 end
 local busy
--- The shard's aggregates (AGG, below save_tenant); declared here for
--- load_tenant and save_tenant.
-local AGG = {}
 
 -- tenant_of unpacks field s into a tenant table; pack_tenant packs one.
 -- Both name T_FIELDS in its order, written out (a test checks): no loop,
@@ -500,6 +504,31 @@ function AGG.reset() AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order =
 RESETS[#RESETS + 1] = AGG.reset
 function AGG.hold() AGG.held = true end
 
+-- An aggregates build (observe_rebuild.lua) walks the shard's tenants in
+-- name order over many calls, so that no call blocks Redis for long. While
+-- it runs, the policy hash's field "#ab" is "=" followed by the last name
+-- it counted ("=" alone: none yet), and the aggregates hold exactly the
+-- tenants up to that name: the changes of a tenant past it are not noted
+-- (the walk counts its state when it gets there), those of a tenant up to
+-- it are. AGG.cur is the cursor for this call: nil until read (load_policy
+-- reads it with the policy, no command of its own), false when no build
+-- runs, else the last name counted.
+function AGG.cursor(v) AGG.cur = v and string.sub(v, 2) or false end
+
+-- counted reports whether tn's changes go into the aggregates: no build
+-- runs, or it has counted tn (byte order, as ZRANGE BYLEX walks: not Lua's
+-- string comparison, which follows the server's locale).
+function AGG.counted(tn)
+  if AGG.cur == nil then AGG.cursor(rcall('HGET', K_POLICY, '#ab')) end
+  local c = AGG.cur
+  if not c then return true end
+  for i = 1, mmin(#tn, #c) do
+    local x, y = string.byte(tn, i), string.byte(c, i)
+    if x ~= y then return x < y end
+  end
+  return #tn <= #c
+end
+
 -- gates are t's admin pause, upstream pause and disable ends (0: none).
 function AGG.gates(t)
   local a, d = t.admin_until, 0
@@ -514,6 +543,11 @@ function AGG.gate(name, v, tn)
 end
 
 function AGG.note(tn, t)
+  if AGG.cur ~= false and not AGG.counted(tn) then -- an aggregates build has not reached tn: it will count it
+    t.st_open, t.st_run = t.live + t.running, t.running
+    t.st_ga, t.st_gu, t.st_gd = AGG.gates(t)
+    return
+  end
   local open, run = t.live + t.running, t.running
   if open ~= t.st_open or run ~= t.st_run then
     AGG.open, AGG.run = AGG.open + open - t.st_open, AGG.run + run - t.st_run
@@ -540,7 +574,7 @@ end
 -- dead_add counts n letters added to (n < 0: taken from) tn's dead set;
 -- expire_at (µs, optional) is when the set now expires.
 function AGG.dead_add(tn, n, expire_at)
-  if n == 0 then return end
+  if n == 0 or not AGG.counted(tn) then return end
   local left = rcall('HINCRBY', AGG.key('dead:n'), tn, istr(n))
   if left <= 0 then
     n = n - left -- never below none (counts from before the aggregates: observe_rebuild.lua)
