@@ -129,13 +129,7 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		return Result{Latency: latency, Err: fmt.Errorf("send job %s: %w", req.ID, err)}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max(req.BodyBytes, ExcerptBytes))))
-	var drained int64
-	if err == nil {
-		if drained, err = io.CopyN(io.Discard, resp.Body, DrainBytes); errors.Is(err, io.EOF) {
-			err = nil // the body ended within the drain
-		}
-	}
+	body, drained, err := readBody(resp.Body, max(req.BodyBytes, ExcerptBytes))
 	r := Result{
 		Status:    resp.StatusCode,
 		Header:    resp.Header,
@@ -149,6 +143,23 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		r.Truncated, r.Latency = true, time.Since(start)
 	}
 	return r
+}
+
+// readBody reads up to limit bytes of a response body, then drains up to
+// DrainBytes more (drained: how many it found) so that the connection can
+// be reused; err is why the read stopped before the body's end. A body
+// known empty (http.NoBody: a 204, a Content-Length of 0) is not read.
+func readBody(rc io.ReadCloser, limit int) (body []byte, drained int64, err error) {
+	if rc == http.NoBody {
+		return []byte{}, 0, nil // what io.ReadAll returns for it
+	}
+	body, err = io.ReadAll(io.LimitReader(rc, int64(limit)))
+	if err == nil {
+		if drained, err = io.CopyN(io.Discard, rc, DrainBytes); errors.Is(err, io.EOF) {
+			err = nil // the body ended within the drain
+		}
+	}
+	return body, drained, err
 }
 
 // buildRequest turns req into an *http.Request bound to ctx.

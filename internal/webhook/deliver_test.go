@@ -301,3 +301,13 @@ func TestBuildRequestURLAsNewRequestMakesIt(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBodyOfNoBodyIsReadAlls: a body known empty, not read, gives what
+// reading it gives: an empty body that is not nil, nothing drained.
+func TestReadBodyOfNoBodyIsReadAlls(t *testing.T) {
+	body, drained, err := readBody(http.NoBody, ExcerptBytes)
+	want, _ := io.ReadAll(io.LimitReader(http.NoBody, ExcerptBytes))
+	if !reflect.DeepEqual(body, want) || body == nil || drained != 0 || err != nil {
+		t.Fatalf("readBody(NoBody) = %#v, %d, %v; want %#v, 0, nil", body, drained, err, want)
+	}
+}
