@@ -1,7 +1,7 @@
 package wire
 
 import (
-	"strconv"
+	"bytes"
 	"strings"
 	"unicode/utf8"
 )
@@ -17,8 +17,10 @@ import (
 // this path, without reflection, costs a fraction of the general one.
 func decodeBatchFast(raw []byte) (Batch, bool) {
 	d := fastDecoder{s: raw}
-	var b Batch
-	if !(d.lit(`{"shard":`) && d.int(&b.Shard) && d.lit(`,"jobs":[`) && list(&d, &b.Jobs, d.payload) &&
+	// Room for every job at once: each opens with {"id": (as a signing
+	// secret does, so this may be more).
+	b := Batch{Jobs: make([]Payload, 0, bytes.Count(raw, []byte(`{"id":`)))}
+	if !(d.lit(`{"shard":`) && d.int(&b.Shard) && d.lit(`,"jobs":[`) && list(&d, &b.Jobs, (*fastDecoder).payload) &&
 		d.lit("}") && d.i == len(d.s)) {
 		return Batch{}, false
 	}
@@ -53,7 +55,7 @@ func (d *fastDecoder) claimed(c *Claimed) bool {
 		d.lit(`,"created_us":`) && d.int64(&c.CreatedUS) && d.lit(`,"cost":`) && d.int64(&c.Cost)) {
 		return false
 	}
-	if d.lit(`,"upstreams":[`) && !list(d, &c.Upstreams, d.str) {
+	if d.lit(`,"upstreams":[`) && !list(d, &c.Upstreams, (*fastDecoder).str) {
 		return false
 	}
 	if d.lit(`,"signing":`) {
@@ -72,7 +74,7 @@ func (d *fastDecoder) signing(s *Signing) bool {
 	if d.lit(`,"unsigned":true`) {
 		s.Unsigned = true
 	}
-	if d.lit(`,"secrets":[`) && !list(d, &s.Secrets, d.secret) {
+	if d.lit(`,"secrets":[`) && !list(d, &s.Secrets, (*fastDecoder).secret) {
 		return false
 	}
 	return d.lit("}")
@@ -92,16 +94,16 @@ func (d *fastDecoder) secret(x *SigningSecret) bool {
 // with item, up to its closing bracket; an empty list is refused (an
 // omitempty list is not written empty; DecodeBatch refuses a batch of no
 // jobs).
-func list[T any](d *fastDecoder, out *[]T, item func(*T) bool) bool {
+func list[T any](d *fastDecoder, out *[]T, item func(*fastDecoder, *T) bool) bool {
 	for !d.peek(']') {
 		if len(*out) > 0 && !d.lit(",") {
 			return false
 		}
-		var x T
-		if !item(&x) {
+		var zero T
+		*out = append(*out, zero) // read in place: a local would escape
+		if !item(d, &(*out)[len(*out)-1]) {
 			return false
 		}
-		*out = append(*out, x)
 	}
 	return len(*out) > 0
 }
@@ -126,24 +128,27 @@ func (d *fastDecoder) peek(c byte) bool {
 
 // int64 reads a JSON integer as encoding/json writes one: an optional
 // minus, then 0 or digits not starting with 0; no fraction or exponent.
+// More than 18 digits (which could overflow) are left to the general
+// decoder.
 func (d *fastDecoder) int64(v *int64) bool {
-	start := d.i
-	if d.i < len(d.s) && d.s[d.i] == '-' {
-		d.i++
-	}
+	neg := d.peek('-')
 	digits := d.i
+	var n int64
 	for d.i < len(d.s) && d.s[d.i] >= '0' && d.s[d.i] <= '9' {
+		n = n*10 + int64(d.s[d.i]-'0')
 		d.i++
 	}
-	if n := d.i - digits; n == 0 || n > 1 && d.s[digits] == '0' {
+	if k := d.i - digits; k == 0 || k > 18 || k > 1 && d.s[digits] == '0' {
 		return false
 	}
 	if d.i < len(d.s) && (d.s[d.i] == '.' || d.s[d.i] == 'e' || d.s[d.i] == 'E') {
 		return false
 	}
-	n, err := strconv.ParseInt(string(d.s[start:d.i]), 10, 64)
+	if neg {
+		n = -n
+	}
 	*v = n
-	return err == nil
+	return true
 }
 
 func (d *fastDecoder) int(v *int) bool {
