@@ -30,18 +30,20 @@ import (
 
 // BenchmarkDeliverCPU is the worker's CPU per delivered job on the
 // throughput benchmark's path (scripts/bench-dispatch -parts throughput):
-// each round enqueues 2 unsigned webhook jobs for each of 50 tenants (the concurrency: 100), a pass
-// per shard releases and pre-claims them (as the dispatcher does while
-// every worker runs pre-claimed jobs), and the rounds' batches (at most 16
-// jobs, a shard each) go to the Worker's ProcessTask side by side, as
-// asynq's fetchers hand them over: decode, schedule, sign, POST to a local
+// each round enqueues 2 unsigned webhook jobs (as the benchmark's tenants
+// are) for each of 50 tenants, as many as the Worker's concurrency (100),
+// a pass per shard releases and pre-claims them (as the dispatcher does
+// while every worker runs pre-claimed jobs), and the round's batches (at
+// most 16 jobs, a shard each) go to the Worker's ProcessTask side by side,
+// as asynq's fetchers hand them over: decode, schedule, POST to a local
 // no-op receiver, classify, finish through the Coalescer. Only the
 // deliveries are measured: process CPU (user + system, getrusage: the
 // receiver's share included, Redis's not) and heap allocations per job, as
 // cpu-µs/job and allocs/job; wall time is noise on a shared machine. Run
-// it alone, the same sitting before and after a change:
+// it alone, the same sitting before and after a change (side by side
+// when the machine is busy: both see the same load):
 //
-//	go test -run '^$' -bench DeliverCPU -benchtime 40x -count 5 ./internal/worker/
+//	go test -run '^$' -bench DeliverCPU -benchtime 100x -count 5 ./internal/worker/
 func BenchmarkDeliverCPU(b *testing.B) {
 	const tenants, perTenant, batchMax = 50, 2, 16
 	rdb, prefix := redistest.New(b)
