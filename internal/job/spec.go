@@ -324,16 +324,30 @@ func checkURL(raw string, add adder) {
 // anywhere, no byte outside ASCII in the query (percent-encode them). The error says what is wrong without naming the
 // field. The sender (internal/webhook) applies it again to stored jobs.
 func CheckURL(raw string) error {
-	if raw == "" {
-		return errors.New("required, an absolute http or https URL")
-	}
-	for i := 0; i < len(raw); i++ {
-		if c := raw[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("byte %d is a space or a control character (0x%02x); percent-encode it", i, c)
-		}
+	if err := checkURLBytes(raw); err != nil {
+		return err
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+	if err != nil {
+		u = nil
+	}
+	return checkParsedURL(raw, u)
+}
+
+// CheckParsedURL is CheckURL(raw) for a caller that has parsed raw already:
+// u is url.Parse(raw)'s URL, nil when it failed. It returns what CheckURL
+// returns, without parsing raw again (the sender parses a stored job's URL
+// once for its request).
+func CheckParsedURL(raw string, u *url.URL) error {
+	if err := checkURLBytes(raw); err != nil {
+		return err
+	}
+	return checkParsedURL(raw, u)
+}
+
+// checkParsedURL is CheckParsedURL after checkURLBytes.
+func checkParsedURL(raw string, u *url.URL) error {
+	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
 		return fmt.Errorf("%q is not an absolute http or https URL", raw)
 	}
 	if u.User != nil {
@@ -350,6 +364,20 @@ func CheckURL(raw string) error {
 	for i := 0; i < len(u.RawQuery); i++ {
 		if u.RawQuery[i] >= utf8.RuneSelf {
 			return errors.New("the query holds bytes outside ASCII; percent-encode them")
+		}
+	}
+	return nil
+}
+
+// checkURLBytes is CheckURL's check of raw before parsing it: not empty,
+// no space or control character.
+func checkURLBytes(raw string) error {
+	if raw == "" {
+		return errors.New("required, an absolute http or https URL")
+	}
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("byte %d is a space or a control character (0x%02x); percent-encode it", i, c)
 		}
 	}
 	return nil

@@ -326,7 +326,7 @@ const finishValues = 19
 // requests, 2 tokens), remaining, limit, reset in µs, source header.
 func quotaArgs(q *wire.Quota) []any {
 	if q == nil {
-		return []any{0, 0, 0, 0, ""}
+		return noQuotaArgs
 	}
 	unit := 1
 	if q.Unit == wire.QuotaTokens {
@@ -334,6 +334,10 @@ func quotaArgs(q *wire.Quota) []any {
 	}
 	return []any{unit, q.Remaining, q.Limit, ceilMicros(q.ResetIn), truncate(q.Source, maxQuotaSource)}
 }
+
+// noQuotaArgs are quotaArgs(nil), shared: callers append them and never
+// write them.
+var noQuotaArgs = []any{0, 0, 0, 0, ""}
 
 // maxQuotaSource bounds the stored name of a quota's header, in bytes.
 const maxQuotaSource = 128

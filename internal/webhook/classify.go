@@ -62,13 +62,14 @@ func Classify(status int, header http.Header, err error, now time.Time) (kind wi
 	if status == 0 {
 		return classifyErr(err)
 	}
-	code := "http_" + strconv.Itoa(status)
-	switch {
-	case status >= 200 && status <= 299:
+	if status >= 200 && status <= 299 {
 		if p := QuotaPause(header, now); p > 0 {
 			return wire.FinishSuccess, p, ReasonQuotaExhausted
 		}
 		return wire.FinishSuccess, 0, ""
+	}
+	code := "http_" + strconv.Itoa(status) // the reason of every other status
+	switch {
 	case status >= 300 && status <= 399:
 		return wire.FinishPermanent, 0, code
 	case status == http.StatusTooManyRequests:

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
@@ -54,6 +56,9 @@ type Request struct {
 	// the same on every attempt when the caller passes the job's creation
 	// time); zero means Now.
 	EventTime time.Time
+	// URL is Job.URL parsed (url.Parse), when the caller has parsed it
+	// already; nil: Deliver parses it. Deliver does not modify it.
+	URL *url.URL
 	// BodyBytes is how much of the response body Result.Body keeps (an http
 	// job's max_result_bytes); at most ExcerptBytes are kept when it is
 	// smaller.
@@ -124,13 +129,7 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 		return Result{Latency: latency, Err: fmt.Errorf("send job %s: %w", req.ID, err)}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max(req.BodyBytes, ExcerptBytes))))
-	var drained int64
-	if err == nil {
-		if drained, err = io.CopyN(io.Discard, resp.Body, DrainBytes); errors.Is(err, io.EOF) {
-			err = nil // the body ended within the drain
-		}
-	}
+	body, drained, err := readBody(resp.Body, max(req.BodyBytes, ExcerptBytes))
 	r := Result{
 		Status:    resp.StatusCode,
 		Header:    resp.Header,
@@ -146,6 +145,23 @@ func Deliver(ctx context.Context, client *http.Client, req Request) Result {
 	return r
 }
 
+// readBody reads up to limit bytes of a response body, then drains up to
+// DrainBytes more (drained: how many it found) so that the connection can
+// be reused; err is why the read stopped before the body's end. A body
+// known empty (http.NoBody: a 204, a Content-Length of 0) is not read.
+func readBody(rc io.ReadCloser, limit int) (body []byte, drained int64, err error) {
+	if rc == http.NoBody {
+		return []byte{}, 0, nil // what io.ReadAll returns for it
+	}
+	body, err = io.ReadAll(io.LimitReader(rc, int64(limit)))
+	if err == nil {
+		if drained, err = io.CopyN(io.Discard, rc, DrainBytes); errors.Is(err, io.EOF) {
+			err = nil // the body ended within the drain
+		}
+	}
+	return body, drained, err
+}
+
 // buildRequest turns req into an *http.Request bound to ctx.
 func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	spec := &req.Job
@@ -153,8 +169,9 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	ua := cmp.Or(req.UserAgent, version.UserAgent())
 	var method string
 	var body []byte
-	header := make(http.Header)
-	header.Set("User-Agent", ua)
+	header := make(http.Header, 5)        // a webhook's: these two and Headers' three
+	v := []string{ua, "application/json"} // one allocation for both values
+	header["User-Agent"] = v[0:1:1]
 	switch spec.Type {
 	case wire.TypeWebhook:
 		method = http.MethodPost
@@ -163,7 +180,7 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 			evt = req.Now
 		}
 		body = EventBody(spec.Event, evt, spec.Payload)
-		header.Set("Content-Type", "application/json")
+		header["Content-Type"] = v[1:2:2]
 		Headers(header, req.Secrets, req.ID, req.Now, body)
 	case wire.TypeHTTP:
 		method = spec.Method
@@ -184,20 +201,41 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	default:
 		return nil, fmt.Errorf("%w: job %s: type %q cannot be delivered over HTTP", ErrInvalidJob, req.ID, spec.Type)
 	}
-	if err := job.CheckURL(spec.URL); err != nil { // a stored job is checked as at enqueue
+	u := req.URL
+	if u == nil {
+		if u, err = url.Parse(spec.URL); err != nil {
+			u = nil
+		}
+	}
+	if err := job.CheckParsedURL(spec.URL, u); err != nil { // a stored job is checked as at enqueue
 		return nil, fmt.Errorf("%w: job %s: url: %w", ErrInvalidJob, req.ID, err)
 	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, method, spec.URL, rd)
+	// The URL parsed once: NewRequestWithContext gets none to parse, and
+	// the request gets what it would have made of spec.URL (a copy of u,
+	// the empty port of its host removed).
+	hreq, err := http.NewRequestWithContext(ctx, method, "", rd)
 	if err != nil {
 		return nil, fmt.Errorf("%w: job %s: %w", ErrInvalidJob, req.ID, err)
 	}
-	if u := hreq.URL; (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	ru := *u
+	ru.Host = removeEmptyPort(ru.Host)
+	hreq.URL, hreq.Host = &ru, ru.Host
+	if (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" {
 		return nil, fmt.Errorf("%w: job %s: url is not an absolute http(s) URL", ErrInvalidJob, req.ID)
 	}
 	hreq.Header = header
 	return hreq, nil
+}
+
+// removeEmptyPort is net/http's (NewRequestWithContext's): "host:" →
+// "host".
+func removeEmptyPort(host string) string {
+	if strings.LastIndex(host, ":") > strings.LastIndex(host, "]") {
+		return strings.TrimSuffix(host, ":")
+	}
+	return host
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -270,5 +271,43 @@ func TestDeliverKeepsBodyBytes(t *testing.T) {
 	res = deliver(t, direct(t, loopback4), Request{ID: "j2", Job: spec, BodyBytes: 4 * ExcerptBytes})
 	if string(res.Body) != body || res.Truncated {
 		t.Fatalf("whole body: %d bytes, truncated %v", len(res.Body), res.Truncated)
+	}
+}
+
+// TestBuildRequestURLAsNewRequestMakesIt: the request's URL and Host are
+// what http.NewRequestWithContext makes of the job's URL (an empty port
+// dropped from the host), whether Deliver parses it or the caller passes it
+// parsed, and the caller's parsed URL is left as it was.
+func TestBuildRequestURLAsNewRequestMakesIt(t *testing.T) {
+	for _, raw := range []string{"http://127.0.0.1:/in?a=1", "https://Example.COM:8443/p/%2F?q#f", "http://[::1]:/x", "http://h/"} {
+		want, err := http.NewRequestWithContext(context.Background(), http.MethodPost, raw, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, _ := url.Parse(raw)
+		keep := *parsed
+		for _, u := range []*url.URL{nil, parsed} {
+			req := Request{ID: "j1", Job: job.Spec{Type: wire.TypeWebhook, URL: raw, Event: "e"}, URL: u, Now: time.Now()}
+			got, err := buildRequest(context.Background(), req)
+			if err != nil {
+				t.Fatalf("%s: %v", raw, err)
+			}
+			if *got.URL != *want.URL || got.Host != want.Host {
+				t.Errorf("%s (parsed %v): URL %#v host %q, want %#v host %q", raw, u != nil, got.URL, got.Host, want.URL, want.Host)
+			}
+		}
+		if *parsed != keep {
+			t.Errorf("%s: the caller's URL changed to %#v", raw, parsed)
+		}
+	}
+}
+
+// TestReadBodyOfNoBodyIsReadAlls: a body known empty, not read, gives what
+// reading it gives: an empty body that is not nil, nothing drained.
+func TestReadBodyOfNoBodyIsReadAlls(t *testing.T) {
+	body, drained, err := readBody(http.NoBody, ExcerptBytes)
+	want, _ := io.ReadAll(io.LimitReader(http.NoBody, ExcerptBytes))
+	if !reflect.DeepEqual(body, want) || body == nil || drained != 0 || err != nil {
+		t.Fatalf("readBody(NoBody) = %#v, %d, %v; want %#v, 0, nil", body, drained, err, want)
 	}
 }

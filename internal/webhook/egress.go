@@ -199,7 +199,16 @@ func CheckLiteral(rawURL string, allow []netip.Prefix) error {
 // "http://[::1]:8080"); false for a URL that is not absolute http(s).
 func Destination(rawURL string) (string, bool) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
+	if err != nil {
+		return "", false
+	}
+	return DestinationOf(u)
+}
+
+// DestinationOf is Destination of a URL the caller has parsed (url.Parse);
+// false for nil.
+func DestinationOf(u *url.URL) (string, bool) {
+	if u == nil || u.Host == "" {
 		return "", false
 	}
 	scheme := strings.ToLower(u.Scheme)

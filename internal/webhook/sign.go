@@ -50,14 +50,22 @@ func Sign(secrets [][]byte, id string, ts time.Time, body []byte) string {
 // Sign(secrets, id, ts, body). With no secrets the signature header is
 // removed rather than sent empty. Existing values of the three are replaced.
 func Headers(h http.Header, secrets [][]byte, id string, ts time.Time, body []byte) {
-	h[http.CanonicalHeaderKey(HeaderID)] = []string{id}
-	h[http.CanonicalHeaderKey(HeaderTimestamp)] = []string{strconv.FormatInt(ts.Unix(), 10)}
-	if sig := Sign(secrets, id, ts, body); sig != "" {
-		h[http.CanonicalHeaderKey(HeaderSignature)] = []string{sig}
+	v := make([]string, 3) // one allocation for the three values
+	v[0], v[1] = id, strconv.FormatInt(ts.Unix(), 10)
+	h[canonicalID], h[canonicalTimestamp] = v[0:1:1], v[1:2:2]
+	if v[2] = Sign(secrets, id, ts, body); v[2] != "" {
+		h[canonicalSignature] = v[2:3:3]
 	} else {
-		h.Del(HeaderSignature)
+		delete(h, canonicalSignature)
 	}
 }
+
+// The three header names as net/http writes them (http.CanonicalHeaderKey).
+var (
+	canonicalID        = http.CanonicalHeaderKey(HeaderID)
+	canonicalTimestamp = http.CanonicalHeaderKey(HeaderTimestamp)
+	canonicalSignature = http.CanonicalHeaderKey(HeaderSignature)
+)
 
 // EventBody returns the JSON body of a webhook delivery (docs/design.md §4.1):
 // {"type":event,"timestamp":ts,"data":payload}, ts in RFC 3339 in UTC with
@@ -68,13 +76,34 @@ func EventBody(event string, ts time.Time, payload json.RawMessage) []byte {
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	}
-	typ, _ := json.Marshal(event) // a string always encodes (invalid UTF-8 becomes U+FFFD)
-	b := make([]byte, 0, len(`{"type":,"timestamp":"","data":}`)+len(typ)+len(time.RFC3339Nano)+len(payload))
+	var typ []byte // event as JSON, when it needs escapes
+	n := len(event) + 2
+	if !plainJSON(event) {
+		typ, _ = json.Marshal(event) // a string always encodes (invalid UTF-8 becomes U+FFFD)
+		n = len(typ)
+	}
+	b := make([]byte, 0, len(`{"type":,"timestamp":"","data":}`)+n+len(time.RFC3339Nano)+len(payload))
 	b = append(b, `{"type":`...)
-	b = append(b, typ...)
+	if typ == nil {
+		b = append(append(append(b, '"'), event...), '"')
+	} else {
+		b = append(b, typ...)
+	}
 	b = append(b, `,"timestamp":"`...)
 	b = ts.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","data":`...)
 	b = append(b, payload...)
 	return append(b, '}')
+}
+
+// plainJSON reports whether encoding/json writes s as it is between
+// quotes: printable ASCII but '"', '\\' and the HTML characters '<', '>'
+// and '&', which it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

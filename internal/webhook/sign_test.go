@@ -148,3 +148,18 @@ func TestEventBodyShape(t *testing.T) {
 		t.Fatalf("EventBody with an escaped event = %s (%v)", got, err)
 	}
 }
+
+// TestEventBodyTypeIsEncodingJSONs: the event name is written as
+// encoding/json writes the string, whatever byte it holds (EventBody copies
+// the ones json writes as they are).
+func TestEventBodyTypeIsEncodingJSONs(t *testing.T) {
+	ts := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for c := range 256 {
+		event := "a." + string([]byte{byte(c)}) + "é"
+		typ, _ := json.Marshal(event)
+		want := `{"type":` + string(typ) + `,"timestamp":"2026-03-01T12:00:00Z","data":null}`
+		if got := EventBody(event, ts, nil); string(got) != want {
+			t.Fatalf("EventBody(%q) = %s, want %s", event, got, want)
+		}
+	}
+}

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 func TestBatchRoundTrip(t *testing.T) {
@@ -128,4 +131,56 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeBatchFastIsTheGeneralDecoders: on EncodeBatch's own text the
+// fast decoder reads every batch as the general one does, and on any other
+// text it either agrees or leaves it to the general one.
+func TestDecodeBatchFastIsTheGeneralDecoders(t *testing.T) {
+	t.Parallel()
+	full := preClaimedBatch(3)
+	full.Jobs[1].Claimed.Signing.Secrets = append(full.Jobs[1].Claimed.Signing.Secrets, SigningSecret{ID: "s2", CreatedUS: -7, Sealed: "é\u2028\x7f"})
+	full.Jobs[2].Claimed.Signing.Secrets = nil
+	full.Jobs[2].Claimed.Upstreams = nil
+	plain := Batch{Shard: 0, Jobs: []Payload{{ID: "0-a", Gen: 9, SlotUS: 1}, {ID: "0-b", Gen: 1, SlotUS: 2,
+		Claimed: &Claimed{Tenant: "t", Type: TypeHTTP, Body: "\u0000\t\n\"\\/<>&\u00e9\U0001F600"}}}}
+	for _, b := range []Batch{full, plain, preClaimedBatch(1)} {
+		raw := EncodeBatch(b)
+		got, ok := decodeBatchFast(raw)
+		if !ok {
+			t.Fatalf("the fast decoder refused EncodeBatch's %s", raw)
+		}
+		if !reflect.DeepEqual(got, b) {
+			t.Fatalf("fast decoder: got %+v, want %+v", got, b)
+		}
+		// Every cut and every one-byte change either decodes as the
+		// general decoder decodes it or is left to it.
+		for i := range raw {
+			for _, mut := range [][]byte{raw[:i], append(slices.Clone(raw[:i]), raw[i+1:]...),
+				append(append(slices.Clone(raw[:i]), ' '), raw[i:]...), append(append(slices.Clone(raw[:i]), 'X'), raw[i+1:]...)} {
+				fastAgrees(t, mut)
+			}
+		}
+	}
+}
+
+// FuzzDecodeBatchFast: whatever the fast decoder accepts, the general one
+// decodes to the same batch.
+func FuzzDecodeBatchFast(f *testing.F) {
+	f.Add(EncodeBatch(preClaimedBatch(2)))
+	f.Add([]byte(`{"shard":1,"jobs":[{"id":"a\u00e9\ud83d\ude00","gen":-0,"slot_us":5}]}`))
+	f.Fuzz(fastAgrees)
+}
+
+// fastAgrees fails unless the fast decoder leaves raw to the general one
+// or reads it as the general one does.
+func fastAgrees(t *testing.T, raw []byte) {
+	fast, ok := decodeBatchFast(raw)
+	if !ok {
+		return
+	}
+	var want Batch
+	if err := jsonv2.Unmarshal(raw, &want, batchDecoding); err != nil || !reflect.DeepEqual(fast, want) {
+		t.Fatalf("fast decoder read %q as %+v; the general one: %+v, %v", raw, fast, want, err)
+	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -104,16 +105,17 @@ type circuitTicket struct {
 	probe bool
 }
 
-// Before decides whether cj, sent to rawURL, goes now: nil and a ticket
+// Before decides whether cj, sent to u (its job's URL parsed; nil when
+// it does not parse: no circuit), goes now: nil and a ticket
 // for After, or the deferral to finish cj with (FinishDeferred: Pause until
 // the circuit's backoff ends or its probe's deadline, Error the
 // destination).
-func (c *Circuits) Before(ctx context.Context, rawURL string, cj store.ClaimedJob) (circuitTicket, *wire.AttemptOutcome) {
+func (c *Circuits) Before(ctx context.Context, u *url.URL, cj store.ClaimedJob) (circuitTicket, *wire.AttemptOutcome) {
 	if c == nil {
 		return circuitTicket{}, nil
 	}
 	set := c.settings()
-	dest, ok := webhook.Destination(rawURL)
+	dest, ok := webhook.DestinationOf(u)
 	if !ok || set.CircuitMode == wire.CircuitOff {
 		return circuitTicket{}, nil
 	}

@@ -160,7 +160,7 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor) {
 	case ok && !w.confirmed(ctx, p):
 		return
 	case ok:
-		w.metrics.claims.WithLabelValues("preclaimed").Inc()
+		w.metrics.preclaimed.Inc()
 	default:
 		if job, ok = w.claim(ctx, p); !ok {
 			return
@@ -305,8 +305,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	outcome := w.execute(actx, job, exec)
 	cancel()
 	w.releaseRuns(ctx, job, held)
-	w.metrics.attempts.WithLabelValues(kindLabel(outcome.Kind)).Inc()
-	w.metrics.delivery.WithLabelValues(kindLabel(outcome.Kind)).Observe(outcome.Latency.Seconds())
+	w.metrics.attempt(outcome.Kind, outcome.Latency)
 
 	fctx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancelFinish()

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +26,31 @@ type metrics struct {
 	// upstreamLeases counts the jobs that needed an upstream's concurrency
 	// lease, by outcome (upstreamrun.go).
 	upstreamLeases *prometheus.CounterVec
+
+	// The series every delivered job touches, looked up once (a lookup by
+	// label value hashes it each time): claims' "preclaimed", and attempts'
+	// and delivery's child by kind (index kindIndex), delivery's made at
+	// its kind's first attempt as WithLabelValues made it.
+	preclaimed prometheus.Counter
+	byKind     [len(attemptKinds)]atomic.Pointer[kindSeries]
+}
+
+// kindSeries are the series of one finish kind.
+type kindSeries struct {
+	attempts prometheus.Counter
+	delivery prometheus.Observer
+}
+
+// attempt counts an attempt of outcome kind k and its latency.
+func (m *metrics) attempt(k wire.FinishKind, latency time.Duration) {
+	i := kindIndex(k)
+	ks := m.byKind[i].Load()
+	if ks == nil {
+		ks = &kindSeries{attempts: m.attempts.WithLabelValues(attemptKinds[i]), delivery: m.delivery.WithLabelValues(attemptKinds[i])}
+		m.byKind[i].Store(ks) // a racing first attempt stores the same children
+	}
+	ks.attempts.Inc()
+	ks.delivery.Observe(latency.Seconds())
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -91,6 +118,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, k := range attemptKinds {
 		m.attempts.WithLabelValues(k)
 	}
+	m.preclaimed = m.claims.WithLabelValues("preclaimed")
 	if reg == nil {
 		return m, nil
 	}
@@ -108,7 +136,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // claims' "error" and "lapsed".
 var (
 	claimOutcomes = []string{"ok", "early", "stale", "canceled", "returned", "error", "lapsed", "preclaimed", "unconfirmed", "other"}
-	attemptKinds  = []string{"success", "retry", "throttled", "permanent", "gone", "deferred", "other"}
+	// attemptKinds are in wire.FinishKind's order, from FinishSuccess to
+	// FinishDeferred (kindIndex), then "other".
+	attemptKinds = [...]string{"success", "retry", "throttled", "permanent", "gone", "deferred", "other"}
 )
 
 func outcomeLabel(o store.ClaimOutcome) string {
@@ -127,20 +157,11 @@ func outcomeLabel(o store.ClaimOutcome) string {
 	return "other"
 }
 
-func kindLabel(k wire.FinishKind) string {
-	switch k {
-	case wire.FinishSuccess:
-		return "success"
-	case wire.FinishRetry:
-		return "retry"
-	case wire.FinishThrottled:
-		return "throttled"
-	case wire.FinishPermanent:
-		return "permanent"
-	case wire.FinishGone:
-		return "gone"
-	case wire.FinishDeferred:
-		return "deferred"
+// kindIndex is k's label's index in attemptKinds: its place among the
+// kinds, "other" (the last) for a kind that is none of them.
+func kindIndex(k wire.FinishKind) int {
+	if k >= wire.FinishSuccess && k <= wire.FinishDeferred {
+		return int(k - wire.FinishSuccess)
 	}
-	return "other"
+	return len(attemptKinds) - 1
 }

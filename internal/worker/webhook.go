@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
@@ -90,7 +91,11 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if failed != nil {
 		return *failed
 	}
-	ticket, deferred := e.Circuits.Before(ctx, spec.URL, cj)
+	u, err := url.Parse(spec.URL) // once, for the circuit and the request
+	if err != nil {
+		u = nil // Deliver refuses the job
+	}
+	ticket, deferred := e.Circuits.Before(ctx, u, cj)
 	if deferred != nil {
 		return *deferred
 	}
@@ -102,6 +107,7 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	res := webhook.Deliver(ctx, e.Client, webhook.Request{
 		ID:        cj.ID,
 		Job:       spec,
+		URL:       u,
 		Secrets:   secrets,
 		UserAgent: e.UserAgent,
 		Now:       time.Now(),
