@@ -94,7 +94,7 @@
 
 local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = tonum(ARGV[5]),
   log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
-  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
+  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, succ_idem_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true}
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
@@ -338,8 +338,15 @@ end
 
 -- finish_one records one attempt (read phase: the record, then its tenant
 -- from the call's cache; write phase: the transition) and returns its reply.
+-- ENTRY is the attempt log entry of the attempt at hand (lifecycle.lua
+-- log_attempt), one table for the call's attempts; R_SUCC the reply of a
+-- success, one for the call's (the replies are only read).
+local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, err = '', extra = nil, stale = nil, gen = nil}
+local R_SUCC = {'ok', 'succeeded', 0}
 local function finish_one(r)
-  local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
+  local entry = ENTRY
+  entry.at, entry.outcome, entry.status, entry.latency, entry.err = NOW, r.kind, r.status, r.latency, r.err
+  entry.extra, entry.stale, entry.gen = nil, nil, nil
   if r.xfield ~= '' then entry.extra = ',"' .. r.xfield .. '":' .. cjson.encode(r.xtext) end
   local j = load_finished(r.id)
   if not j then return {'not_found'} end
@@ -366,8 +373,8 @@ local function finish_one(r)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
   if r.result ~= '' then RES.put(j, r) end -- an http job's result: the last attempt's response
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
-  correct(r, j, t, p)
-  PACE.observe(r, j, t, p)
+  if r.actual ~= 0 then correct(r, j, t, p) end
+  if p.pacing == 1 then PACE.observe(r, j, t, p) end
 
   if UP_SCOPE then
     -- the upstreams' throttle: the caller pauses them, not the tenant
@@ -375,12 +382,12 @@ local function finish_one(r)
     local d = r.pause > 0 and r.pause or cfg.def_pause
     t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
-  if not UP_SCOPE then adapt(r, j, t, p) end
+  if p.adaptive == 1 and not UP_SCOPE then adapt(r, j, t, p) end
 
   local kind = r.kind
   if kind == 'success' then
     to_succeeded(j, t, NOW, cfg)
-    return {'ok', 'succeeded', 0}
+    return R_SUCC
   elseif kind == 'retry' then
     note_earliest()
     local state, due = retry_or_dead(j, t, p, NOW, cfg)

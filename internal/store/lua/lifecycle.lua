@@ -266,11 +266,19 @@ end
 -- idempotency key after the idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = j.k or k_job(j.id)
-  hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
-  callback_due(j, now)
-  if not cfg.succ_ms then cfg.succ_ms = ms(cfg.succ_ret) end -- once per call
+  local pd = j.pending
+  if pd and #pd == 4 then -- the log's write alone (log_attempt): no table for hset_job
+    j.pending = nil
+    rcall('HSET', jk, 'state', 'succeeded', 'ended', istr(now), 'body', '', pd[1], pd[2], pd[3], pd[4])
+  else
+    hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
+  end
+  if j.cb ~= '' then callback_due(j, now) end -- nil: not read yet
+  if not cfg.succ_ms then -- once per call
+    cfg.succ_ms, cfg.succ_idem_ms = ms(cfg.succ_ret), ms(idem_ttl(cfg, cfg.succ_ret))
+  end
   rcall('PEXPIRE', jk, cfg.succ_ms)
-  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), cfg.succ_idem_ms) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
 end

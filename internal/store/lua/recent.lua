@@ -34,7 +34,7 @@ local function recent_add(tn, r, now, ttl_us)
   if #id > 255 then id = string.sub(id, 1, 255) end
   local rec = struct.pack(RA_HEAD, now, mmax(0, mmin(r.latency, 4294967295)), mmax(0, mmin(r.status, 65535)),
     RA_KINDS[r.kind], #id) .. id
-  local key = k_tenant(tn) .. ':ra'
+  local key = BASE .. 't:' .. tn .. ':ra' -- k_tenant(tn) .. ':ra' in one concatenation
   local n = rcall('APPEND', key, rec)
   if n == #rec then
     rcall('PEXPIRE', key, istr(mmax(1, mfloor(ttl_us / 1000))))
