@@ -120,13 +120,13 @@ local XDEF = {'', '0', '0', '', '', '', '', '', '0', '0', '0', '0', '0', ''}
 local reqs, n, o, nargs = {}, 0, 14, #ARGV
 while o < nargs do
   n = n + 1
-  local k = tonum(ARGV[o + 6])
+  local k = CLAIM.num(ARGV[o + 6]) -- lifecycle.lua
   if not (k and k >= 0 and k <= 14 and k == mfloor(k) and o + 6 + k <= nargs) then
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. n)
   end
   local r
   if k == 0 then -- a plain attempt: every value after the count left out
-    r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = num(ARGV[o + 4]),
+    r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
       latency = num(ARGV[o + 5]), err = '', pause = 0, congested = false, xfield = '', xtext = '', result = '',
       rfull = '', rbody = '', actual = 0, q_unit = 0, q_rem = 0, q_lim = 0, q_in = 0, q_src = ''}
   else
@@ -134,7 +134,7 @@ while o < nargs do
     for m = 1, 14 do
       if m <= k then x[m] = ARGV[o + 6 + m] else x[m] = XDEF[m] end
     end
-    r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = num(ARGV[o + 4]),
+    r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
       latency = num(ARGV[o + 5]), err = x[1], pause = num(x[2]), congested = x[3] == '1',
       xfield = x[4], xtext = x[5], result = x[6], rfull = x[7], rbody = x[8],
       actual = num(x[9]), q_unit = num(x[10]), q_rem = 0, q_lim = 0, q_in = 0, q_src = x[14]}

@@ -47,14 +47,31 @@ function CLAIM.load(id)
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
     created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
+-- CLAIM.num is tonumber for the small counts a finish reads again and
+-- again — gens, attempts, log counts, statuses: the same few texts — from
+-- a memo (CLAIM.nums, the library's scope: a text's number never changes;
+-- only texts of at most 4 bytes, dropped at 512 entries), a table lookup
+-- instead of a C call that converts the text twice (nil: nil).
+CLAIM.nums, CLAIM.nums_n = {}, 0
+function CLAIM.num(s)
+  local v = CLAIM.nums[s]
+  if v then return v end
+  v = tonum(s)
+  if v and #s <= 4 then
+    if CLAIM.nums_n >= 512 then CLAIM.nums, CLAIM.nums_n = {}, 0 end
+    CLAIM.nums[s], CLAIM.nums_n = v, CLAIM.nums_n + 1
+  end
+  return v
+end
 local function load_finished(id)
   local k = k_job(id)
   local r = rcall('HMGET', k, 'state', 'tenant', 'gen', 'attempt', 'idem', 'logged', 'cb')
   if not r[1] then return nil end
+  local num = CLAIM.num
   return {id = id, k = k, state = r[1], tenant = r[2], cost = 1,
-    bytes = 0, gen = tonum(r[3]) or 0, attempt = tonum(r[4]) or 0,
+    bytes = 0, gen = num(r[3]) or 0, attempt = num(r[4]) or 0,
     first = 0, slot = 0, idem = r[5] or '',
-    logged = tonum(r[6]) or 0, cb = r[7] or '', ups = ''}
+    logged = num(r[6]) or 0, cb = r[7] or '', ups = ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
