@@ -125,10 +125,11 @@ while o < nargs do
     return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. n)
   end
   local r
-  if k == 0 then -- a plain attempt: every value after the count left out
+  if k == 0 then -- a plain attempt: every value after the count left out (and the
+    -- fields read only beside a value that is not: xtext, rfull, q_rem … q_src)
     r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
-      latency = num(ARGV[o + 5]), err = '', pause = 0, congested = false, xfield = '', xtext = '', result = '',
-      rfull = '', rbody = '', actual = 0, q_unit = 0, q_rem = 0, q_lim = 0, q_in = 0, q_src = ''}
+      latency = num(ARGV[o + 5]), err = '', pause = 0, congested = false, xfield = '', result = '', rbody = '',
+      actual = 0, q_unit = 0}
   else
     local x = {}
     for m = 1, 14 do
