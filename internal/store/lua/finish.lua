@@ -128,7 +128,7 @@ while o < nargs do
   if k == 0 then -- a plain attempt: every value after the count left out (and the
     -- fields read only beside a value that is not: xtext, rfull, q_rem … q_src)
     r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
-      latency = num(ARGV[o + 5]), err = '', pause = 0, congested = false, xfield = '', result = '', rbody = '',
+      latency = num(ARGV[o + 5]), latency_s = ARGV[o + 5], err = '', pause = 0, congested = false, xfield = '', result = '', rbody = '',
       actual = 0, q_unit = 0}
   else
     local x = {}
@@ -136,7 +136,7 @@ while o < nargs do
       if m <= k then x[m] = ARGV[o + 6 + m] else x[m] = XDEF[m] end
     end
     r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
-      latency = num(ARGV[o + 5]), err = x[1], pause = num(x[2]), congested = x[3] == '1',
+      latency = num(ARGV[o + 5]), latency_s = ARGV[o + 5], err = x[1], pause = num(x[2]), congested = x[3] == '1',
       xfield = x[4], xtext = x[5], result = x[6], rfull = x[7], rbody = x[8],
       actual = num(x[9]), q_unit = num(x[10]), q_rem = 0, q_lim = 0, q_in = 0, q_src = x[14]}
     if r.q_unit ~= 0 then -- a quota report (unused, and not checked, without one)
@@ -342,12 +342,19 @@ end
 -- ENTRY is the attempt log entry of the attempt at hand (lifecycle.lua
 -- log_attempt), one table for the call's attempts; R_SUCC the reply of a
 -- success, one for the call's (the replies are only read).
-local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, err = '', extra = nil, stale = nil, gen = nil}
+-- An entry's latency_s is the latency's text as sent when it is what istr
+-- would print (a canonical integer below 10^15: the store's), saving the
+-- format.
+local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, latency_s = nil, err = '', extra = nil, stale = nil,
+  gen = nil}
 local R_SUCC = {'ok', 'succeeded', 0}
 local function finish_one(r)
   local entry = ENTRY
   entry.at, entry.outcome, entry.status, entry.latency, entry.err = NOW, r.kind, r.status, r.latency, r.err
   entry.extra, entry.stale, entry.gen = nil, nil, nil
+  local ls = r.latency_s
+  if #ls > 15 or not (ls == '0' or string.find(ls, '^[1-9]%d*$')) then ls = nil end
+  entry.latency_s = ls
   if r.xfield ~= '' then entry.extra = ',"' .. r.xfield .. '":' .. cjson.encode(r.xtext) end
   local j = load_finished(r.id)
   if not j then return {'not_found'} end

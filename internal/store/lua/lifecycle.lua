@@ -180,7 +180,8 @@ end
 -- built by one concatenation (string.format would sprintf each value;
 -- istr knows now and the small integers already).
 -- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
--- when set, is appended as it is (finish: ',"body":<JSON string>'). With
+-- when set, is appended as it is (finish: ',"body":<JSON string>');
+-- e.latency_s, when set, is e.latency's istr text (finish: as sent). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
 local function log_attempt(j, n, e, defer)
@@ -188,8 +189,8 @@ local function log_attempt(j, n, e, defer)
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
     .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0) .. ',"latency_us":'
-    .. istr(e.latency or 0) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '') .. (e.extra or '')
-    .. '}' -- extra: the body excerpt
+    .. (e.latency_s or istr(e.latency or 0)) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '')
+    .. (e.extra or '') .. '}' -- extra: the body excerpt
   local jk = nil -- built only when read or written here
   local s = entry
   if j.logged > 0 then
