@@ -301,26 +301,52 @@ func decodeFinish(d decoder, r FinishRequest) FinishResult {
 }
 
 // finishArgs is ARGV[3…] of finish.lua, for a checked cfg and outcomes.
+// Each attempt sends its first finishHead values, then the number k of
+// its other finishExtra values that follow and those k: the values after
+// the last one that is not its zero ("" or 0) are left out, so a plain
+// success (no error, pause, excerpt, result, actual cost or quota) sends
+// six values, not twenty — fewer for Redis to parse and finish.lua to read.
 func (s *Store) finishArgs(reqs []FinishRequest, cfg FinishConfig) []any {
-	args := make([]any, 0, 12+finishValues*len(reqs))
+	args := make([]any, 0, 12+(finishHead+1)*len(reqs))
 	args = append(args, cfg.SucceededRetention.Microseconds(), cfg.DeadRetention.Microseconds(),
 		cfg.DeadMaxPerTenant, cfg.AttemptLog, cfg.DefaultPause.Microseconds(), cfg.MaxPause.Microseconds(),
 		s.seedArg(), cfg.AdaptiveFloorPPM, cfg.AdaptiveStepPPM, cfg.IdempotencyRetention.Microseconds(),
 		boolInt(cfg.UpstreamScope), s.resultMark)
 	for _, r := range reqs {
 		o := r.Outcome
+		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds())
 		field, text := excerptArgs(o.Excerpt)
 		meta, full, body := resultArgs(o.Result)
-		args = append(args, r.ID, r.Gen, o.Kind.String(), o.Status, o.Latency.Microseconds(),
-			truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(), boolInt(o.Congested()),
-			field, text, meta, full, body, o.ActualCost)
-		args = append(args, quotaArgs(o.Quota)...)
+		extra := append(make([]any, 0, finishExtra), truncate(o.Error, wire.MaxErrorLen), max(o.Pause, 0).Microseconds(),
+			boolInt(o.Congested()), field, text, meta, full, body, o.ActualCost)
+		extra = append(extra, quotaArgs(o.Quota)...)
+		k := len(extra)
+		for k > 0 && zeroArg(extra[k-1]) {
+			k--
+		}
+		args = append(args, k)
+		args = append(args, extra[:k]...)
 	}
 	return args
 }
 
-// finishValues is the number of ARGV values per attempt of finish.lua.
-const finishValues = 19
+// finishHead and finishExtra are the numbers of an attempt's values of
+// finish.lua before its count of extras and after it (at most).
+const finishHead, finishExtra = 5, 14
+
+// zeroArg reports whether a value of finishArgs is its type's zero: the
+// value finish.lua reads in place of one left out.
+func zeroArg(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return v == ""
+	case int:
+		return v == 0
+	case int64:
+		return v == 0
+	}
+	return false
+}
 
 // quotaArgs are an attempt's quota values of finish.lua: unit (0 none, 1
 // requests, 2 tokens), remaining, limit, reset in µs, source header.

@@ -13,20 +13,22 @@
 --          paused nor cut, the job goes back to the front of its lane
 -- ARGV[14] results' mark: parts per million of maxmemory, 1 … 10⁶ (see
 --          Results below)
--- ARGV[15…] the attempts, 19 arguments each (at least one):
---          job id, gen of the claim, kind (success | retry | throttled |
---          permanent | gone | deferred), HTTP status (0 = none), latency µs, error
---          text, pause µs asked by the upstream (0 = default), congestion
---          signal (0|1), excerpt field ('' | 'body' | 'body_base64'),
---          excerpt text (the log entry's, ≤ 4 KiB of the response body),
---          result JSON without the body ('' = none; an http job's,
---          replaces field result), the same JSON for a body cut or
---          dropped for room (truncated, storage_full), the result's body
---          (raw bytes), actual cost (0 = unknown, else 1 … 10⁶; see
---          correct below),
---          the quota the response reported (see PACE.observe below): unit (0 =
---          none, 1 = requests, 2 = tokens), remaining, limit (0 = unknown),
---          reset in µs, source header
+-- ARGV[15…] the attempts (at least one), each: job id, gen of the claim,
+--          kind (success | retry | throttled | permanent | gone |
+--          deferred), HTTP status (0 = none), latency µs, then the count k
+--          (0 … 14) of the attempt's values below that follow and those k;
+--          the ones left out (the last 14 − k) are '' or 0 as marked —
+--          error text (''), pause µs asked by the upstream (0 = default),
+--          congestion signal (0|1; 0), excerpt field ('' | 'body' |
+--          'body_base64'; ''), excerpt text (the log entry's, ≤ 4 KiB of
+--          the response body; ''), result JSON without the body ('' = none;
+--          an http job's, replaces field result), the same JSON for a body
+--          cut or dropped for room (truncated, storage_full; ''), the
+--          result's body (raw bytes; ''), actual cost (0 = unknown, else
+--          1 … 10⁶; see correct below), the quota the response reported
+--          (see PACE.observe below): unit (0 = none, 1 = requests, 2 =
+--          tokens), remaining (0), limit (0 = unknown), reset in µs (0),
+--          source header ('')
 -- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
 --          {'ok', state after, stale (0|1)} | {'not_found'}
 -- Writes besides the jobs' and tenants' keys: the shard's finished-jobs
@@ -92,19 +94,17 @@
 
 local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = tonum(ARGV[5]),
   log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
-  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
+  seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, succ_idem_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
 local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true}
-local STRIDE = 19
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
 -- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
 -- so TAT stays an exact integer in doubles whatever the report.
 local MAX_AHEAD = 3600000000000000
 local UP_SCOPE = ARGV[13] == '1'
 local RES = {mark = tonum(ARGV[14]), chunk = 65530, check = 4096, bytes = 0}
-local n = (#ARGV - 14) / STRIDE
 if not (cfg.succ_ret and cfg.dead_ret and cfg.dead_max and cfg.log_n and cfg.def_pause and cfg.max_pause
-    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and n >= 1 and n == mfloor(n)
+    and floor and floor >= 1 and floor <= RF_FULL and step and step >= 1 and #ARGV >= 20
     and RES.mark and RES.mark >= 1 and RES.mark <= 1000000) then
   return redis.error_reply('ERR sluice finish: bad arguments')
 end
@@ -114,26 +114,46 @@ local function num(s)
   if s == '0' then return 0 end
   return tonum(s)
 end
-local reqs = {}
-for i = 1, n do
-  local o = 14 + STRIDE * (i - 1)
-  local r = {id = ARGV[o + 1], gen = tonum(ARGV[o + 2]), kind = ARGV[o + 3], status = num(ARGV[o + 4]),
-    latency = num(ARGV[o + 5]), err = ARGV[o + 6], pause = num(ARGV[o + 7]), congested = ARGV[o + 8] == '1',
-    xfield = ARGV[o + 9], xtext = ARGV[o + 10], result = ARGV[o + 11], rfull = ARGV[o + 12], rbody = ARGV[o + 13],
-    actual = num(ARGV[o + 14]), q_unit = num(ARGV[o + 15]), q_rem = 0, q_lim = 0, q_in = 0, q_src = ARGV[o + 19]}
-  if r.q_unit ~= 0 then -- a quota report (unused, and not checked, without one)
-    r.q_rem, r.q_lim, r.q_in = tonum(ARGV[o + 16]), tonum(ARGV[o + 17]), tonum(ARGV[o + 18])
+-- XDEF are the values an attempt leaves out, as sent (its k-th value
+-- after the count is ARGV's when k is at most the count, else XDEF[k]).
+local XDEF = {'', '0', '0', '', '', '', '', '', '0', '0', '0', '0', '0', ''}
+local reqs, n, o, nargs = {}, 0, 14, #ARGV
+while o < nargs do
+  n = n + 1
+  local k = CLAIM.num(ARGV[o + 6]) -- lifecycle.lua
+  if not (k and k >= 0 and k <= 14 and k == mfloor(k) and o + 6 + k <= nargs) then
+    return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. n)
   end
-  if not (r.gen and KINDS[r.kind] and r.status and r.latency and r.pause
+  local r
+  if k == 0 then -- a plain attempt: every value after the count left out (and the
+    -- fields read only beside a value that is not: xtext, rfull, q_rem … q_src)
+    r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
+      latency = num(ARGV[o + 5]), latency_s = ARGV[o + 5], err = '', pause = 0, congested = false, xfield = '', result = '', rbody = '',
+      actual = 0, q_unit = 0}
+  else
+    local x = {}
+    for m = 1, 14 do
+      if m <= k then x[m] = ARGV[o + 6 + m] else x[m] = XDEF[m] end
+    end
+    r = {id = ARGV[o + 1], gen = CLAIM.num(ARGV[o + 2]), kind = ARGV[o + 3], status = CLAIM.num(ARGV[o + 4]),
+      latency = num(ARGV[o + 5]), latency_s = ARGV[o + 5], err = x[1], pause = num(x[2]), congested = x[3] == '1',
+      xfield = x[4], xtext = x[5], result = x[6], rfull = x[7], rbody = x[8],
+      actual = num(x[9]), q_unit = num(x[10]), q_rem = 0, q_lim = 0, q_in = 0, q_src = x[14]}
+    if r.q_unit ~= 0 then -- a quota report (unused, and not checked, without one)
+      r.q_rem, r.q_lim, r.q_in = tonum(x[11]), tonum(x[12]), tonum(x[13])
+    end
+  end
+  if not (r.gen and KINDS[r.kind] and r.status and r.latency and (k == 0 or (r.pause
       and r.actual and r.actual >= 0 and r.actual <= MAX_ACTUAL and r.actual == mfloor(r.actual)
       and (r.q_unit == 0 or ((r.q_unit == 1 or r.q_unit == 2) and r.q_rem and r.q_rem >= 0
         and r.q_lim and r.q_lim >= 0 and r.q_in and r.q_in > 0))
       and (r.xfield == '' or r.xfield == 'body' or r.xfield == 'body_base64')
-      and (r.result ~= '' or r.rbody == '')) then
-    return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. i)
+      and (r.result ~= '' or r.rbody == '')))) then
+    return redis.error_reply('ERR sluice finish: bad arguments of attempt ' .. n)
   end
   RES.bytes = RES.bytes + #r.result + #r.rbody
-  reqs[i] = r
+  reqs[n] = r
+  o = o + 6 + k
 end
 
 -- RES.room is the bytes Redis may still take below the mark: INFO memory's
@@ -319,8 +339,22 @@ end
 
 -- finish_one records one attempt (read phase: the record, then its tenant
 -- from the call's cache; write phase: the transition) and returns its reply.
+-- ENTRY is the attempt log entry of the attempt at hand (lifecycle.lua
+-- log_attempt), one table for the call's attempts; R_SUCC the reply of a
+-- success, one for the call's (the replies are only read).
+-- An entry's latency_s is the latency's text as sent when it is what istr
+-- would print (a canonical integer below 10^15: the store's), saving the
+-- format.
+local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, latency_s = nil, err = '', extra = nil, stale = nil,
+  gen = nil}
+local R_SUCC = {'ok', 'succeeded', 0}
 local function finish_one(r)
-  local entry = {at = NOW, outcome = r.kind, status = r.status, latency = r.latency, err = r.err}
+  local entry = ENTRY
+  entry.at, entry.outcome, entry.status, entry.latency, entry.err = NOW, r.kind, r.status, r.latency, r.err
+  entry.extra, entry.stale, entry.gen = nil, nil, nil
+  local ls = r.latency_s
+  if #ls > 15 or not (ls == '0' or string.find(ls, '^[1-9]%d*$')) then ls = nil end
+  entry.latency_s = ls
   if r.xfield ~= '' then entry.extra = ',"' .. r.xfield .. '":' .. cjson.encode(r.xtext) end
   local j = load_finished(r.id)
   if not j then return {'not_found'} end
@@ -347,8 +381,8 @@ local function finish_one(r)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
   if r.result ~= '' then RES.put(j, r) end -- an http job's result: the last attempt's response
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
-  correct(r, j, t, p)
-  PACE.observe(r, j, t, p)
+  if r.actual ~= 0 then correct(r, j, t, p) end
+  if p.pacing == 1 then PACE.observe(r, j, t, p) end
 
   if UP_SCOPE then
     -- the upstreams' throttle: the caller pauses them, not the tenant
@@ -356,12 +390,12 @@ local function finish_one(r)
     local d = r.pause > 0 and r.pause or cfg.def_pause
     t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
-  if not UP_SCOPE then adapt(r, j, t, p) end
+  if p.adaptive == 1 and not UP_SCOPE then adapt(r, j, t, p) end
 
   local kind = r.kind
   if kind == 'success' then
     to_succeeded(j, t, NOW, cfg)
-    return {'ok', 'succeeded', 0}
+    return R_SUCC
   elseif kind == 'retry' then
     note_earliest()
     local state, due = retry_or_dead(j, t, p, NOW, cfg)

@@ -47,14 +47,31 @@ function CLAIM.load(id)
     grace = tonum(r[10]), resv = tonum(r[11]) or 0, body = r[12] or '',
     created = tonum(r[13]) or 0, ups = r[14] or ''}
 end
+-- CLAIM.num is tonumber for the small counts a finish reads again and
+-- again — gens, attempts, log counts, statuses: the same few texts — from
+-- a memo (CLAIM.nums, the library's scope: a text's number never changes;
+-- only texts of at most 4 bytes, dropped at 512 entries), a table lookup
+-- instead of a C call that converts the text twice (nil: nil).
+CLAIM.nums, CLAIM.nums_n = {}, 0
+function CLAIM.num(s)
+  local v = CLAIM.nums[s]
+  if v then return v end
+  v = tonum(s)
+  if v and #s <= 4 then
+    if CLAIM.nums_n >= 512 then CLAIM.nums, CLAIM.nums_n = {}, 0 end
+    CLAIM.nums[s], CLAIM.nums_n = v, CLAIM.nums_n + 1
+  end
+  return v
+end
 local function load_finished(id)
   local k = k_job(id)
   local r = rcall('HMGET', k, 'state', 'tenant', 'gen', 'attempt', 'idem', 'logged', 'cb')
   if not r[1] then return nil end
+  local num = CLAIM.num
   return {id = id, k = k, state = r[1], tenant = r[2], cost = 1,
-    bytes = 0, gen = tonum(r[3]) or 0, attempt = tonum(r[4]) or 0,
+    bytes = 0, gen = num(r[3]) or 0, attempt = num(r[4]) or 0,
     first = 0, slot = 0, idem = r[5] or '',
-    logged = tonum(r[6]) or 0, cb = r[7] or '', ups = ''}
+    logged = num(r[6]) or 0, cb = r[7] or '', ups = ''}
 end
 
 -- hset_job writes fields of j's record in one HSET, together with the
@@ -163,7 +180,8 @@ end
 -- built by one concatenation (string.format would sprintf each value;
 -- istr knows now and the small integers already).
 -- e.outcome is one of the fixed outcome names (no escaping needed); e.extra,
--- when set, is appended as it is (finish: ',"body":<JSON string>'). With
+-- when set, is appended as it is (finish: ',"body":<JSON string>');
+-- e.latency_s, when set, is e.latency's istr text (finish: as sent). With
 -- defer, the write is left in j.pending for the next hset_job of j (the
 -- caller makes sure one follows).
 local function log_attempt(j, n, e, defer)
@@ -171,8 +189,8 @@ local function log_attempt(j, n, e, defer)
   if e.err and e.err ~= '' then err = cjson.encode(e.err) end
   local entry = '{"at":' .. istr(e.at) .. ',"gen":' .. istr(e.gen or j.gen) .. ',"attempt":' .. istr(j.attempt)
     .. ',"outcome":"' .. e.outcome .. '","status":' .. istr(e.status or 0) .. ',"latency_us":'
-    .. istr(e.latency or 0) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '') .. (e.extra or '')
-    .. '}' -- extra: the body excerpt
+    .. (e.latency_s or istr(e.latency or 0)) .. ',"error":' .. err .. (e.stale and ',"stale":true' or '')
+    .. (e.extra or '') .. '}' -- extra: the body excerpt
   local jk = nil -- built only when read or written here
   local s = entry
   if j.logged > 0 then
@@ -266,11 +284,19 @@ end
 -- idempotency key after the idempotency retention. Undoes unrun's counts.
 local function to_succeeded(j, t, now, cfg)
   local jk = j.k or k_job(j.id)
-  hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
-  callback_due(j, now)
-  if not cfg.succ_ms then cfg.succ_ms = ms(cfg.succ_ret) end -- once per call
+  local pd = j.pending
+  if pd and #pd == 4 then -- the log's write alone (log_attempt): no table for hset_job
+    j.pending = nil
+    rcall('HSET', jk, 'state', 'succeeded', 'ended', istr(now), 'body', '', pd[1], pd[2], pd[3], pd[4])
+  else
+    hset_job(j, 'state', 'succeeded', 'ended', istr(now), 'body', '')
+  end
+  if j.cb ~= '' then callback_due(j, now) end -- nil: not read yet
+  if not cfg.succ_ms then -- once per call
+    cfg.succ_ms, cfg.succ_idem_ms = ms(cfg.succ_ret), ms(idem_ttl(cfg, cfg.succ_ret))
+  end
   rcall('PEXPIRE', jk, cfg.succ_ms)
-  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.succ_ret))) end
+  if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), cfg.succ_idem_ms) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
 end

@@ -32,9 +32,11 @@ local RA_KINDS = {success = 1, retry = 2, throttled = 3, permanent = 4, gone = 5
 local function recent_add(tn, r, now, ttl_us)
   local id = r.id
   if #id > 255 then id = string.sub(id, 1, 255) end
-  local rec = struct.pack(RA_HEAD, now, mmax(0, mmin(r.latency, 4294967295)), mmax(0, mmin(r.status, 65535)),
-    RA_KINDS[r.kind], #id) .. id
-  local key = k_tenant(tn) .. ':ra'
+  local lat, st = r.latency, r.status -- clamped without math's C calls (NaN: 0, as math.max(0, math.min(NaN, …)))
+  if not (lat >= 0) then lat = 0 elseif lat > 4294967295 then lat = 4294967295 end
+  if not (st >= 0) then st = 0 elseif st > 65535 then st = 65535 end
+  local rec = struct.pack(RA_HEAD, now, lat, st, RA_KINDS[r.kind], #id) .. id
+  local key = BASE .. 't:' .. tn .. ':ra' -- k_tenant(tn) .. ':ra' in one concatenation
   local n = rcall('APPEND', key, rec)
   if n == #rec then
     rcall('PEXPIRE', key, istr(mmax(1, mfloor(ttl_us / 1000))))
