@@ -496,7 +496,9 @@ function AGG.split(v)
   return v - run * AGG.RUN, run
 end
 function AGG.key(name) return BASE .. name end
-function AGG.reset() AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order = 0, 0, 0, false, nil, nil end
+function AGG.reset()
+  AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order, AGG.had = 0, 0, 0, false, nil, nil, nil
+end
 RESETS[#RESETS + 1] = AGG.reset
 function AGG.hold() AGG.held = true end
 
@@ -518,8 +520,11 @@ function AGG.note(tn, t)
   if open ~= t.st_open or run ~= t.st_run then
     AGG.open, AGG.run = AGG.open + open - t.st_open, AGG.run + run - t.st_run
     if t.live ~= t.st_open - t.st_run then
-      if not AGG.top then AGG.top, AGG.order = {}, {} end
-      if AGG.top[tn] == nil then AGG.order[#AGG.order + 1] = tn end
+      if not AGG.top then AGG.top, AGG.order, AGG.had = {}, {}, {} end
+      if AGG.top[tn] == nil then
+        AGG.order[#AGG.order + 1] = tn
+        AGG.had[tn] = t.st_open - t.st_run > 0 -- in top before the call (see AGG.zset_write)
+      end
       AGG.top[tn] = t.live
     end
     t.st_open, t.st_run = open, run
@@ -557,22 +562,69 @@ function AGG.flush()
   if AGG.open ~= 0 or AGG.run ~= 0 then rcall('HINCRBY', key, 'or', istr(AGG.open + AGG.run * AGG.RUN)) end
   if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
   if AGG.top then
-    local add, del = {}, {}
+    local up, add, del = {}, {}, {}
     for i = 1, #AGG.order do
       local tn = AGG.order[i]
       local n = AGG.top[tn]
-      if n > 0 then
-        add[#add + 1] = istr(n)
-        add[#add + 1] = tn
-      else
+      if n <= 0 then
         del[#del + 1] = tn
+      elseif AGG.had[tn] then
+        up[#up + 1] = n
+        up[#up + 1] = tn
+      else
+        add[#add + 1] = n
+        add[#add + 1] = tn
       end
     end
-    key = AGG.key('top')
-    for i = 1, #del, 500 do rcall('ZREM', key, unpack(del, i, mmin(#del, i + 499))) end
-    for i = 1, #add, 1000 do rcall('ZADD', key, unpack(add, i, mmin(#add, i + 999))) end
+    AGG.zset_write(AGG.key('top'), del, up, add)
   end
   AGG.reset()
+end
+
+-- AGG.zset_write writes a batch to sorted set key: ZREM of the members of
+-- del, then ZADD of the (score, member) pairs of up (members the set
+-- holds: updates) and of add (members it may not hold), scores as
+-- numbers, each member once (in commands of at most 500 members). A small
+-- sorted set is a listpack, where Redis updates a member by finding it (a
+-- scan from the head), deleting it, and inserting it after every entry
+-- ranked before it (a scan that reads each score): a batch of updates to
+-- scores past most of the set scans the whole set twice per member. So
+-- when up holds two or more and the set is small (ZCARD ≤ AGG.ZSET_SMALL,
+-- zset-max-listpack-entries' default: a larger set is a skiplist, which
+-- updates in place), up's members join the ZREM (in the caller's order,
+-- roughly the set's: each found near the head) and are added back ranked
+-- last first, each then inserted ahead of what it ranks before, without a
+-- scan. The set written is the same. Used for ready (ready_flush) and top.
+AGG.ZSET_SMALL = 128
+function AGG.zset_write(key, del, up, add)
+  local ord = {}
+  if #up >= 4 and rcall('ZCARD', key) <= AGG.ZSET_SMALL then
+    for i = 1, #up, 2 do del[#del + 1] = up[i + 1] end
+    for i = #up - 1, 1, -2 do ord[#ord + 1] = i end -- callers' orders run roughly ascending
+    for k = 2, #ord do
+      local a, b = ord[k - 1], ord[k]
+      if up[a] < up[b] or (up[a] == up[b] and up[a + 1] < up[b + 1]) then
+        table.sort(ord, function(x, y)
+          if up[x] ~= up[y] then return up[x] > up[y] end
+          return up[x + 1] > up[y + 1]
+        end)
+        break
+      end
+    end
+  else
+    for i = 1, #up, 2 do ord[#ord + 1] = i end
+  end
+  local args = {}
+  for k = 1, #ord do
+    args[#args + 1] = istr(up[ord[k]])
+    args[#args + 1] = up[ord[k] + 1]
+  end
+  for i = 1, #add, 2 do
+    args[#args + 1] = istr(add[i])
+    args[#args + 1] = add[i + 1]
+  end
+  for i = 1, #del, 500 do rcall('ZREM', key, unpack(del, i, mmin(#del, i + 499))) end
+  for i = 1, #args, 1000 do rcall('ZADD', key, unpack(args, i, mmin(#args, i + 999))) end
 end
 
 -- Adaptive rate (docs/design.md §4.2). An adaptive tenant (policy adaptive = 1)
@@ -804,20 +856,21 @@ end
 -- A caller that has just read the head job may pass it (head = {id, cost},
 -- or false when the tenant has none) to save the reads. It records what it
 -- decided on in field rs (sched_sig), so callers save the tenant after it.
--- Between ready_defer() and ready_flush() its writes to ready are queued
--- (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and one
--- ZADD: for a caller that reschedules many tenants, each once, and reads
--- ready only after the flush.
+-- Between ready_defer(present) and ready_flush() its writes to ready are
+-- queued (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and
+-- one ZADD (AGG.zset_write): for a caller that reschedules many tenants,
+-- each once, and reads ready only after the flush. present (optional):
+-- the tenants the caller read from ready (tenant → anything), whose
+-- scores are updates (READY_ADD.up; the others: READY_ADD.add).
 local sched_sig, RS_HELD
 local lane_score -- lanes.lua LN.score
 local READY_ADD, READY_DEL = nil, nil
 RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
-local function ready_defer() READY_ADD, READY_DEL = {}, {} end
+local function ready_defer(present) READY_ADD, READY_DEL = {present = present or {}, up = {}, add = {}}, {} end
 local function ready_flush()
   local add, del = READY_ADD, READY_DEL
   READY_ADD, READY_DEL = nil, nil
-  for i = 1, #del, 500 do rcall('ZREM', K_READY, unpack(del, i, mmin(#del, i + 499))) end
-  for i = 1, #add, 1000 do rcall('ZADD', K_READY, unpack(add, i, mmin(#add, i + 999))) end
+  AGG.zset_write(K_READY, del, add.up, add.add)
 end
 local function unready(tn)
   if READY_DEL then
@@ -855,8 +908,9 @@ local function reschedule(tn, t, p, now, head)
     return nil
   end
   if READY_ADD then
-    READY_ADD[#READY_ADD + 1] = istr(score)
-    READY_ADD[#READY_ADD + 1] = tn
+    local q = READY_ADD.present[tn] and READY_ADD.up or READY_ADD.add
+    q[#q + 1] = score
+    q[#q + 1] = tn
   else
     rcall('ZADD', K_READY, istr(score), tn)
   end

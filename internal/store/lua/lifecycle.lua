@@ -350,9 +350,10 @@ end
 -- left in the cache entry's head) and expires every cached tenant, and trims
 -- the dead sets that grew. An entry whose touched field is false (the
 -- caller read it but changed nothing) is skipped. The ready set is written
--- once, after the last tenant (lib.lua ready_defer).
+-- once, after the last tenant (lib.lua ready_defer; cfg.ready, optional:
+-- the tenants the caller read from ready, tenant → anything).
 local function flush_tenants(cfg)
-  ready_defer()
+  ready_defer(cfg and cfg.ready)
   FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
   AGG.hold() -- lib.lua: the aggregates written once, after the last tenant
   for i = 1, #TENANT_ORDER do

@@ -207,6 +207,7 @@ for i = 1, #ready, 2 do
   c.touched = c.touched or false
   scores[ready[i]] = tonum(ready[i + 1])
 end
+cfg.ready = scores -- in ready: their new scores are updates (lib.lua ready_defer)
 -- The tenants waiting on an upstream granted now (3b), at most K each.
 X.waiting = {} -- tenant → {upstream name → true}
 for _, g in ipairs(X.grants) do
