@@ -120,8 +120,10 @@ end
 -- reply: a webhook job takes its tenant's signing state along (built once
 -- per call and tenant, its secrets read once per policy epoch: lib.lua
 -- signing_set), so the worker signs with it and reads nothing more. With
--- pre, it returns the pass's pre-claimed part of that reply instead
--- (pass.lua: attempt, body, created, upstreams, signing) and the send µs.
+-- pre (the pass's reply row of the job), it appends to pre the pass's
+-- pre-claimed part of that reply instead (pass.lua: attempt, body, created,
+-- upstreams, then the signing state's values) and returns pre and the
+-- send µs.
 -- Now's text is formatted once per call of the script (CLAIM.now_s).
 function CLAIM.run(j, c, send, in_plan, more, iv, pre)
   local t, p = c.t, c.p
@@ -149,7 +151,12 @@ function CLAIM.run(j, c, send, in_plan, more, iv, pre)
     if c.sign == nil then c.sign = signing_set(j.tenant, p, {}, true) or false end -- lib.lua
     sign = c.sign or {}
   end
-  if pre then return {j.attempt, j.body, j.created, j.ups, sign}, send end
+  if pre then
+    local n = #pre
+    pre[n + 1], pre[n + 2], pre[n + 3], pre[n + 4] = j.attempt, j.body, j.created, j.ups
+    for i = 1, #sign do pre[n + 4 + i] = sign[i] end
+    return pre, send
+  end
   return {'claimed', j.tenant, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups,
     sign, send}
 end

@@ -22,10 +22,12 @@
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
 --           {{ups, cost, span µs, weight, earliest µs}, …} (aligned demand: 3c),
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
---            send at µs[, pre-claimed]}, …}
---          pre-claimed (3e; absent for a job left to the claim): {attempt, body,
---            created µs, upstreams (record field ups), signing} as claim.lua's
---            reply gives them; send at is then the claim's send µs
+--            send at µs[, pre-claimed …]}, …}
+--          pre-claimed (3e; absent for a job left to the claim): attempt, body,
+--            created µs, upstreams (record field ups), then the values of the
+--            signing state (none for a job that is not a webhook) as claim.lua's
+--            reply gives them, in the row itself (a nested table costs Redis
+--            a conversion of its own); send at is then the claim's send µs
 --
 -- 1. Promote delayed jobs due by now + D (at most P, by due time):
 --    scheduled → the backlog's tail, retrying → the head lane (next head
@@ -491,13 +493,16 @@ function X.emit(tn, c, j, slot, spread)
   local send_at = send_target(t, slot) or slot
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   if X.eps >= 0 and j.type ~= 'task' and send_at <= NOW + X.eps then
     -- A pre-claim candidate (3e): claimed or written after the release loop.
+    -- Its row is sized for the pre-claimed part (X.preclaim; no rehash).
+    released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at,
+      nil, nil, nil, nil, nil, nil}
     j.tenant, j.c, j.r = tn, c, released[#released]
     X.pre[#X.pre + 1] = j
     return j.cost
   end
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   X.release_write(j, slot, send_at)
   return j.cost
 end
@@ -518,7 +523,7 @@ function X.preclaim_all()
     local r = j.r
     local pre, send = X.preclaim(j.tenant, j.c, j, r[6])
     if pre then
-      r[10], r[11] = send, pre
+      r[10] = send
     else
       X.release_write(j, r[6], r[10])
     end
@@ -541,8 +546,9 @@ end
 
 -- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
 -- it: the record's release and claim in one HSET (lifecycle.lua
--- CLAIM.run), and the reply's pre-claimed part and send µs; nil when the
--- job is left to the claim (its record is then still to write).
+-- CLAIM.run), the reply's pre-claimed part appended to its row j.r, and
+-- the send µs; nil when the job is left to the claim (its record is then
+-- still to write).
 function X.preclaim(tn, c, j, slot)
   local t, p = c.t, c.p
   local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
@@ -558,7 +564,7 @@ function X.preclaim(tn, c, j, slot)
   j.created, j.ups = tonum(r[o + 5]) or 0, r[o + 6] or ''
   local gen = istr(j.gen)
   return CLAIM.run(j, c, CLAIM.send(j, target, true, X.eps), true, -- lifecycle.lua
-    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, true)
+    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, j.r)
 end
 
 -- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
