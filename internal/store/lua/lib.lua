@@ -312,6 +312,8 @@ RESETS[#RESETS + 1] = function()
   T_INDEX, T_ZERO = {}, string.rep('\0', 8 * #T_FIELDS)
   T_FIELDS.fmt = {[0] = '<'}
   for n = 1, #T_FIELDS do T_FIELDS.fmt[n] = '<' .. string.rep('d', n) end
+  T_FIELDS.pad = {} -- T_FIELDS.pad[8n]: the zeros a field s of n values lacks (load_tenant)
+  for n = 0, #T_FIELDS - 1 do T_FIELDS.pad[8 * n] = string.sub(T_ZERO, 8 * n + 1) end
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
 end
 local busy
@@ -337,7 +339,8 @@ local function tenant_of(s)
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
     rs = '', qh = '', st_cu = nil, st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
-    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
+    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil, -- st_w: its policy weight (FAIR)
+    st_k = nil} -- its key, k_tenant's (built once a call)
 end
 local function pack_tenant(t)
   return struct.pack(T_FIELDS.fmt[T_FIELDS.used(t)], t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -347,7 +350,8 @@ local function pack_tenant(t)
 end
 
 local function load_tenant(tn, p)
-  local all = rcall('HGETALL', k_tenant(tn))
+  local key = k_tenant(tn)
+  local all = rcall('HGETALL', key)
   local packed, rs, ra, named, qh, cu = nil, '', false, nil, '', 0
   for i = 1, #all, 2 do
     local f = all[i]
@@ -369,7 +373,7 @@ local function load_tenant(tn, p)
   end
   local s = packed or T_ZERO
   -- A field s packed before the last fields existed is shorter: they read as 0.
-  if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
+  if #s < #T_ZERO then s = s .. (T_FIELDS.pad[#s] or string.sub(T_ZERO, #s + 1)) end
   local t = tenant_of(s)
   -- What the aggregates counted of the tenant: its packed state's (a field
   -- stored by name is counted at the save that folds it in).
@@ -380,7 +384,7 @@ local function load_tenant(tn, p)
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
-  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy = packed, rs, ra, named, busy(t)
+  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy, t.st_k = packed, rs, ra, named, busy(t), key
   return t
 end
 
@@ -434,25 +438,30 @@ local function save_tenant(tn, t)
   AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
-  local args
-  if packed ~= t.st_packed or named or t.st_ra then args = {'s', packed, nil, nil, nil, nil} else args = {} end
-  if t.rs ~= t.st_rs then
-    args[#args + 1] = 'rs'
-    args[#args + 1] = t.rs
-  end
-  if t.qh ~= t.st_qh then
-    args[#args + 1] = 'qh'
-    args[#args + 1] = t.qh
-  end
-  if #args == 0 then return end
-  local key = k_tenant(tn)
+  local ws, wr, wq = packed ~= t.st_packed or named or t.st_ra, t.rs ~= t.st_rs, t.qh ~= t.st_qh
+  if not (ws or wr or wq) then return end
+  local key = t.st_k or k_tenant(tn)
   -- A tenant hash created here enters the shard's tenant index and its
   -- name set (one ZADD each per creation; see index_check).
   if not t.st_packed and not named then
     rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
     rcall('ZADD', k_names(), 0, tn)
   end
-  rcall('HSET', key, unpack(args))
+  if ws and wr and not wq then -- the common write, without a table of arguments
+    rcall('HSET', key, 's', packed, 'rs', t.rs)
+  else
+    local args = {}
+    if ws then args[1], args[2] = 's', packed end
+    if wr then
+      args[#args + 1] = 'rs'
+      args[#args + 1] = t.rs
+    end
+    if wq then
+      args[#args + 1] = 'qh'
+      args[#args + 1] = t.qh
+    end
+    rcall('HSET', key, unpack(args))
+  end
   if named then rcall('HDEL', key, unpack(named)) end
   if t.st_ra then rcall('HDEL', key, 'ra') end
   t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh = packed, t.rs, false, nil, t.qh
@@ -646,6 +655,7 @@ end
 -- 10¹² or below T_eff — exact in doubles for any T up to 1/d (T·10⁶ itself,
 -- up to 8.64·10¹⁶, would not be).
 local function interval(t, p)
+  if p.adaptive ~= 1 then return p.rate_us end -- factor's full rate, without the call (the hot paths ask often)
   local f = factor(t, p)
   if f == RF_FULL then return p.rate_us end
   local a = mfloor(p.rate_us / f)
@@ -731,7 +741,7 @@ function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset
 -- cost c (0 = any): q_reset when what is left is less than the job's units
 -- (1, or c for a tokens quota), else q_next.
 function PACE.slot(t, p, c)
-  if not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
   local u = 1
   if t.q_unit == 2 then u = c end
   if t.q_rem - t.q_fly < u then return t.q_reset end
@@ -740,7 +750,7 @@ end
 
 -- PACE.take charges a job of cost c released at slot to the quota.
 function PACE.take(t, p, slot, c)
-  if not PACE.on(t, p) then return end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return end
   local u = 1
   if t.q_unit == 2 then u = c end
   local left = t.q_rem - t.q_fly
@@ -756,7 +766,7 @@ end
 -- pacing): (q_reset − now) / (L·(1 − MARGIN)), q_reset − now when nothing
 -- is left.
 function PACE.interval(t, p)
-  if not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
   local left = t.q_rem - t.q_fly
   if left <= 0 then return t.q_reset - NOW end
   return math.ceil((t.q_reset - NOW) / (left * (1 - PACE.MARGIN)))
@@ -880,8 +890,9 @@ local function unready(tn)
   end
 end
 local function reschedule(tn, t, p, now, head)
-  t.rs = sched_sig(t, p)
-  if blocked(t, p) then
+  local code
+  t.rs, code = sched_sig(t, p)
+  if code ~= 0 then -- blocked (sched_sig's code)
     unready(tn)
     return nil
   end
@@ -895,7 +906,8 @@ local function reschedule(tn, t, p, now, head)
   if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
     held = true
   elseif id then
-    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p, cost))
+    score = mmax(earliest(t, p, cost, now), gate(t))
+    if p.pacing == 1 then score = mmax(score, PACE.slot(t, p, cost)) end
   end
   if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
     local ls, lheld = lane_score(tn, t, p, now)
@@ -938,10 +950,12 @@ RS_HELD = 'held'
 -- One table for the digest's layout and blocked()'s codes (the prologue's
 -- locals are few).
 local SIG = {PACK = '<ddddddddd', PACK8 = '<dddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
+-- Its second value is that code of blocked(t, p), 0 when not blocked.
 sched_sig = function(t, p)
-  local ps = PACE.slot(t, p, 1)
-  return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen,
-    t.qtok, t.lead, interval(t, p), p.burst, ps)
+  local ps = p.pacing == 1 and PACE.slot(t, p, 1) or 0
+  local code = SIG.BLOCKED[blocked(t, p)] or 0
+  return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, code, t.tat, gate(t), t.hlen,
+    t.qtok, t.lead, interval(t, p), p.burst, ps), code
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
@@ -981,10 +995,10 @@ busy = function(t)
 end
 local function expire_tenant(tn, t, p, now, keep_us)
   if busy(t) then
-    if not t.st_busy then rcall('PERSIST', k_tenant(tn)) end
+    if not t.st_busy then rcall('PERSIST', t.st_k or k_tenant(tn)) end
     return
   end
-  local key = k_tenant(tn)
+  local key = t.st_k or k_tenant(tn)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))

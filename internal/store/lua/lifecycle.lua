@@ -36,6 +36,7 @@ end
 -- (its bytes go back to the tenant's count and out again: unrun,
 -- to_succeeded).
 local CLAIM = {}
+CLAIM.NONE = {} -- the signing state of a job that is not a webhook (read only: shared)
 function CLAIM.load(id)
   local k = k_job(id)
   local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
@@ -143,13 +144,13 @@ function CLAIM.run(j, c, send, in_plan, more, iv, pre)
   if CLAIM.now ~= NOW then CLAIM.now, CLAIM.now_s = NOW, istr(NOW) end
   local first = CLAIM.now_s
   if j.first == 0 then j.first = NOW elseif j.first ~= NOW then first = istr(j.first) end
-  rcall('HSET', k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', CLAIM.now_s,
+  rcall('HSET', j.k or k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', CLAIM.now_s,
     'first', first, unpack(more))
   lease_add(j.id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  local sign = {}
+  local sign = CLAIM.NONE
   if j.type == 'webhook' then
     if c.sign == nil then c.sign = signing_set(j.tenant, p, {}, true) or false end -- lib.lua
-    sign = c.sign or {}
+    sign = c.sign or CLAIM.NONE
   end
   if pre then
     local n = #pre

@@ -377,8 +377,8 @@ local function heap_pop()
   return top
 end
 
--- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of job id's
--- record and, with the pre-claim on (3e), in the same HMGET the fields
+-- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of the job
+-- record at key k and, with the pre-claim on (3e), in the same HMGET the fields
 -- X.preclaim needs (X.PC_FIELDS, appended to the lists once a pass): the
 -- values, and the offset of the pre-claim's after them (nil when it is
 -- off).
@@ -390,8 +390,8 @@ if X.eps >= 0 then
     X.PEEK_F[#X.PEEK_F + 1], X.POP_F[#X.POP_F + 1] = f, f
   end
 end
-function X.hmget(id, f, n)
-  return rcall('HMGET', k_job(id), unpack(f)), X.eps >= 0 and n or nil
+function X.hmget(k, f, n)
+  return rcall('HMGET', k, unpack(f)), X.eps >= 0 and n or nil
 end
 
 -- peek returns the tenant's next queued job (head lane first), dropping
@@ -413,9 +413,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r, pco = X.hmget(id, X.PEEK_F, X.PEEK_N)
+    local k = k_job(id)
+    local r, pco = X.hmget(k, X.PEEK_F, X.PEEK_N)
     if r[1] == 'queued' then
-      return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
+      return {id = id, k = k, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
         type = r[4] or '', nb = tonum(r[5]) or 0, pc = pco and r, pco = pco}
     end
     drop(tn, c, id, from_head)
@@ -434,13 +435,14 @@ local function pop_next(tn, c)
     end
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
-    local r, pco = X.hmget(id, X.POP_F, X.POP_N)
+    local k = k_job(id)
+    local r, pco = X.hmget(k, X.POP_F, X.POP_N)
     if r[1] == 'queued' and pco then -- sized for the fields X.emit and X.preclaim add (no rehash)
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
+      return {id = id, k = k, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
         tenant = nil, c = nil, r = nil, slot = nil, grace = nil, resv = nil, body = nil, bytes = nil,
         attempt = nil, first = nil, created = nil, ups = nil}
     elseif r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
+      return {id = id, k = k, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
     end
   end
 end
@@ -480,8 +482,8 @@ function X.emit(tn, c, j, slot, spread)
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  take(t, p, slot, j.cost)
-  PACE.take(t, p, slot, j.cost)
+  t.tat = mmax(t.tat, slot) + j.cost * iv -- lib.lua take, with iv at hand
+  if p.pacing == 1 then PACE.take(t, p, slot, j.cost) end
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
@@ -510,7 +512,7 @@ X.pre = {}
 
 -- X.release_write writes released job j's record and lease.
 function X.release_write(j, slot, send_at)
-  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+  rcall('HSET', j.k or k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
     'resv', '0')
   lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
 end
@@ -555,7 +557,7 @@ function X.preclaim(tn, c, j, slot)
   if not target or target > NOW + X.eps then return nil end
   if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
   local r, o = j.pc, j.pco -- X.hmget read them with the job
-  if not r then r, o = rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)), 0 end
+  if not r then r, o = rcall('HMGET', j.k or k_job(j.id), unpack(X.PC_FIELDS)), 0 end
   local body = r[o + 4] or ''
   if r[o + 7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
   X.pc_bytes = X.pc_bytes + #body
@@ -601,7 +603,8 @@ X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only
 -- c.head keeps the next job it saw but did not release, for reschedule.
 function X.try(tn, c)
   local t, p = c.t, c.p
-  local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
+  local g = gate(t)
+  if p.pacing == 1 then g = mmax(g, PACE.slot(t, p, 1)) end -- lib.lua PACE: pacing by quota headers
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e
