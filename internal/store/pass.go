@@ -175,7 +175,7 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 			SendAt: redisscript.MicrosTime(r.int(9)),
 		}
 		if r.Len() > 10 {
-			res.Released[i].Claimed = decodePreclaimed(r.list(10), res.Released[i])
+			res.Released[i].Claimed = decodePreclaimed(r, res.Released[i])
 		}
 	}
 	if err := d.Err(); err != nil {
@@ -196,15 +196,17 @@ func preclaimArg(tolerance time.Duration) int64 {
 	return tolerance.Microseconds()
 }
 
-// decodePreclaimed reads a pre-claimed release's claim (pass.lua 3e:
-// attempt, body, created µs, upstreams, signing) into the wire form the
-// hand-off carries, with the release's own fields.
+// decodePreclaimed reads a pre-claimed release's claim from its row d
+// (pass.lua 3e: after the release's 10 values, attempt, body, created µs,
+// upstreams, then the signing state's values, none for a job that is not
+// a webhook) into the wire form the hand-off carries, with the release's
+// own fields.
 func decodePreclaimed(d decoder, r wire.Release) *wire.Claimed {
-	c := &wire.Claimed{Tenant: r.Tenant, Type: r.Type, Attempt: d.int(0), Body: d.str(1),
-		TimeoutUS: r.Timeout.Microseconds(), SlotUS: r.Slot.UnixMicro(), CreatedUS: d.int(2), Cost: r.Cost,
-		Upstreams: splitUpstreams(d.str(3))}
-	if sign := d.list(4); sign.Len() > 0 {
-		c.Signing = signingWire(decodeSecretSet(sign, 0))
+	c := &wire.Claimed{Tenant: r.Tenant, Type: r.Type, Attempt: d.int(10), Body: d.str(11),
+		TimeoutUS: r.Timeout.Microseconds(), SlotUS: r.Slot.UnixMicro(), CreatedUS: d.int(12), Cost: r.Cost,
+		Upstreams: splitUpstreams(d.str(13))}
+	if d.Len() > 14 {
+		c.Signing = signingWire(decodeSecretSet(d, 14))
 	}
 	return c
 }

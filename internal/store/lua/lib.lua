@@ -319,6 +319,8 @@ RESETS[#RESETS + 1] = function()
   T_INDEX, T_ZERO = {}, string.rep('\0', 8 * #T_FIELDS)
   T_FIELDS.fmt = {[0] = '<'}
   for n = 1, #T_FIELDS do T_FIELDS.fmt[n] = '<' .. string.rep('d', n) end
+  T_FIELDS.pad = {} -- T_FIELDS.pad[8n]: the zeros a field s of n values lacks (load_tenant)
+  for n = 0, #T_FIELDS - 1 do T_FIELDS.pad[8 * n] = string.sub(T_ZERO, 8 * n + 1) end
   for i, f in ipairs(T_FIELDS) do T_INDEX[f] = i end
 end
 local busy
@@ -341,7 +343,8 @@ local function tenant_of(s)
     -- Set by load_tenant, sized in here: added later, they would rehash the
     -- table (a constructor's nil fields still count for its size).
     rs = '', qh = '', st_cu = nil, st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
-    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil} -- st_w: its policy weight (FAIR)
+    st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil, -- st_w: its policy weight (FAIR)
+    st_k = nil} -- its key, k_tenant's (built once a call)
 end
 local function pack_tenant(t)
   return struct.pack(T_FIELDS.fmt[T_FIELDS.used(t)], t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -351,7 +354,8 @@ local function pack_tenant(t)
 end
 
 local function load_tenant(tn, p)
-  local all = rcall('HGETALL', k_tenant(tn))
+  local key = k_tenant(tn)
+  local all = rcall('HGETALL', key)
   local packed, rs, ra, named, qh, cu = nil, '', false, nil, '', 0
   for i = 1, #all, 2 do
     local f = all[i]
@@ -373,7 +377,7 @@ local function load_tenant(tn, p)
   end
   local s = packed or T_ZERO
   -- A field s packed before the last fields existed is shorter: they read as 0.
-  if #s < #T_ZERO then s = s .. string.sub(T_ZERO, #s + 1) end
+  if #s < #T_ZERO then s = s .. (T_FIELDS.pad[#s] or string.sub(T_ZERO, #s + 1)) end
   local t = tenant_of(s)
   -- What the aggregates counted of the tenant: its packed state's (a field
   -- stored by name is counted at the save that folds it in).
@@ -384,7 +388,7 @@ local function load_tenant(tn, p)
     for _, f in ipairs(named) do t[f] = named[f] or 0 end
   end
   if not packed and not (named and named.atok) then t.atok = p.admit_burst; t.ats = NOW end
-  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy = packed, rs, ra, named, busy(t)
+  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_busy, t.st_k = packed, rs, ra, named, busy(t), key
   return t
 end
 
@@ -438,25 +442,30 @@ local function save_tenant(tn, t)
   AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
-  local args
-  if packed ~= t.st_packed or named or t.st_ra then args = {'s', packed, nil, nil, nil, nil} else args = {} end
-  if t.rs ~= t.st_rs then
-    args[#args + 1] = 'rs'
-    args[#args + 1] = t.rs
-  end
-  if t.qh ~= t.st_qh then
-    args[#args + 1] = 'qh'
-    args[#args + 1] = t.qh
-  end
-  if #args == 0 then return end
-  local key = k_tenant(tn)
+  local ws, wr, wq = packed ~= t.st_packed or named or t.st_ra, t.rs ~= t.st_rs, t.qh ~= t.st_qh
+  if not (ws or wr or wq) then return end
+  local key = t.st_k or k_tenant(tn)
   -- A tenant hash created here enters the shard's tenant index and its
   -- name set (one ZADD each per creation; see index_check).
   if not t.st_packed and not named then
     rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
     rcall('ZADD', k_names(), 0, tn)
   end
-  rcall('HSET', key, unpack(args))
+  if ws and wr and not wq then -- the common write, without a table of arguments
+    rcall('HSET', key, 's', packed, 'rs', t.rs)
+  else
+    local args = {}
+    if ws then args[1], args[2] = 's', packed end
+    if wr then
+      args[#args + 1] = 'rs'
+      args[#args + 1] = t.rs
+    end
+    if wq then
+      args[#args + 1] = 'qh'
+      args[#args + 1] = t.qh
+    end
+    rcall('HSET', key, unpack(args))
+  end
   if named then rcall('HDEL', key, unpack(named)) end
   if t.st_ra then rcall('HDEL', key, 'ra') end
   t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh = packed, t.rs, false, nil, t.qh
@@ -500,7 +509,9 @@ function AGG.split(v)
   return v - run * AGG.RUN, run
 end
 function AGG.key(name) return BASE .. name end
-function AGG.reset() AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order = 0, 0, 0, false, nil, nil end
+function AGG.reset()
+  AGG.open, AGG.run, AGG.dead, AGG.held, AGG.top, AGG.order, AGG.had = 0, 0, 0, false, nil, nil, nil
+end
 RESETS[#RESETS + 1] = AGG.reset
 function AGG.hold() AGG.held = true end
 
@@ -552,8 +563,11 @@ function AGG.note(tn, t)
   if open ~= t.st_open or run ~= t.st_run then
     AGG.open, AGG.run = AGG.open + open - t.st_open, AGG.run + run - t.st_run
     if t.live ~= t.st_open - t.st_run then
-      if not AGG.top then AGG.top, AGG.order = {}, {} end
-      if AGG.top[tn] == nil then AGG.order[#AGG.order + 1] = tn end
+      if not AGG.top then AGG.top, AGG.order, AGG.had = {}, {}, {} end
+      if AGG.top[tn] == nil then
+        AGG.order[#AGG.order + 1] = tn
+        AGG.had[tn] = t.st_open - t.st_run > 0 -- in top before the call (see AGG.zset_write)
+      end
       AGG.top[tn] = t.live
     end
     t.st_open, t.st_run = open, run
@@ -591,22 +605,69 @@ function AGG.flush()
   if AGG.open ~= 0 or AGG.run ~= 0 then rcall('HINCRBY', key, 'or', istr(AGG.open + AGG.run * AGG.RUN)) end
   if AGG.dead ~= 0 then rcall('HINCRBY', key, 'dead', istr(AGG.dead)) end
   if AGG.top then
-    local add, del = {}, {}
+    local up, add, del = {}, {}, {}
     for i = 1, #AGG.order do
       local tn = AGG.order[i]
       local n = AGG.top[tn]
-      if n > 0 then
-        add[#add + 1] = istr(n)
-        add[#add + 1] = tn
-      else
+      if n <= 0 then
         del[#del + 1] = tn
+      elseif AGG.had[tn] then
+        up[#up + 1] = n
+        up[#up + 1] = tn
+      else
+        add[#add + 1] = n
+        add[#add + 1] = tn
       end
     end
-    key = AGG.key('top')
-    for i = 1, #del, 500 do rcall('ZREM', key, unpack(del, i, mmin(#del, i + 499))) end
-    for i = 1, #add, 1000 do rcall('ZADD', key, unpack(add, i, mmin(#add, i + 999))) end
+    AGG.zset_write(AGG.key('top'), del, up, add)
   end
   AGG.reset()
+end
+
+-- AGG.zset_write writes a batch to sorted set key: ZREM of the members of
+-- del, then ZADD of the (score, member) pairs of up (members the set
+-- holds: updates) and of add (members it may not hold), scores as
+-- numbers, each member once (in commands of at most 500 members). A small
+-- sorted set is a listpack, where Redis updates a member by finding it (a
+-- scan from the head), deleting it, and inserting it after every entry
+-- ranked before it (a scan that reads each score): a batch of updates to
+-- scores past most of the set scans the whole set twice per member. So
+-- when up holds two or more and the set is small (ZCARD ≤ AGG.ZSET_SMALL,
+-- zset-max-listpack-entries' default: a larger set is a skiplist, which
+-- updates in place), up's members join the ZREM (in the caller's order,
+-- roughly the set's: each found near the head) and are added back ranked
+-- last first, each then inserted ahead of what it ranks before, without a
+-- scan. The set written is the same. Used for ready (ready_flush) and top.
+AGG.ZSET_SMALL = 128
+function AGG.zset_write(key, del, up, add)
+  local ord = {}
+  if #up >= 4 and rcall('ZCARD', key) <= AGG.ZSET_SMALL then
+    for i = 1, #up, 2 do del[#del + 1] = up[i + 1] end
+    for i = #up - 1, 1, -2 do ord[#ord + 1] = i end -- callers' orders run roughly ascending
+    for k = 2, #ord do
+      local a, b = ord[k - 1], ord[k]
+      if up[a] < up[b] or (up[a] == up[b] and up[a + 1] < up[b + 1]) then
+        table.sort(ord, function(x, y)
+          if up[x] ~= up[y] then return up[x] > up[y] end
+          return up[x + 1] > up[y + 1]
+        end)
+        break
+      end
+    end
+  else
+    for i = 1, #up, 2 do ord[#ord + 1] = i end
+  end
+  local args = {}
+  for k = 1, #ord do
+    args[#args + 1] = istr(up[ord[k]])
+    args[#args + 1] = up[ord[k] + 1]
+  end
+  for i = 1, #add, 2 do
+    args[#args + 1] = istr(add[i])
+    args[#args + 1] = add[i + 1]
+  end
+  for i = 1, #del, 500 do rcall('ZREM', key, unpack(del, i, mmin(#del, i + 499))) end
+  for i = 1, #args, 1000 do rcall('ZADD', key, unpack(args, i, mmin(#args, i + 999))) end
 end
 
 -- Adaptive rate (docs/design.md §4.2). An adaptive tenant (policy adaptive = 1)
@@ -628,6 +689,7 @@ end
 -- 10¹² or below T_eff — exact in doubles for any T up to 1/d (T·10⁶ itself,
 -- up to 8.64·10¹⁶, would not be).
 local function interval(t, p)
+  if p.adaptive ~= 1 then return p.rate_us end -- factor's full rate, without the call (the hot paths ask often)
   local f = factor(t, p)
   if f == RF_FULL then return p.rate_us end
   local a = mfloor(p.rate_us / f)
@@ -713,7 +775,7 @@ function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset
 -- cost c (0 = any): q_reset when what is left is less than the job's units
 -- (1, or c for a tokens quota), else q_next.
 function PACE.slot(t, p, c)
-  if not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
   local u = 1
   if t.q_unit == 2 then u = c end
   if t.q_rem - t.q_fly < u then return t.q_reset end
@@ -722,7 +784,7 @@ end
 
 -- PACE.take charges a job of cost c released at slot to the quota.
 function PACE.take(t, p, slot, c)
-  if not PACE.on(t, p) then return end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return end
   local u = 1
   if t.q_unit == 2 then u = c end
   local left = t.q_rem - t.q_fly
@@ -738,7 +800,7 @@ end
 -- pacing): (q_reset − now) / (L·(1 − MARGIN)), q_reset − now when nothing
 -- is left.
 function PACE.interval(t, p)
-  if not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
   local left = t.q_rem - t.q_fly
   if left <= 0 then return t.q_reset - NOW end
   return math.ceil((t.q_reset - NOW) / (left * (1 - PACE.MARGIN)))
@@ -838,20 +900,21 @@ end
 -- A caller that has just read the head job may pass it (head = {id, cost},
 -- or false when the tenant has none) to save the reads. It records what it
 -- decided on in field rs (sched_sig), so callers save the tenant after it.
--- Between ready_defer() and ready_flush() its writes to ready are queued
--- (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and one
--- ZADD: for a caller that reschedules many tenants, each once, and reads
--- ready only after the flush.
+-- Between ready_defer(present) and ready_flush() its writes to ready are
+-- queued (READY_ADD, READY_DEL) and written by ready_flush in one ZREM and
+-- one ZADD (AGG.zset_write): for a caller that reschedules many tenants,
+-- each once, and reads ready only after the flush. present (optional):
+-- the tenants the caller read from ready (tenant → anything), whose
+-- scores are updates (READY_ADD.up; the others: READY_ADD.add).
 local sched_sig, RS_HELD
 local lane_score -- lanes.lua LN.score
 local READY_ADD, READY_DEL = nil, nil
 RESETS[#RESETS + 1] = function() READY_ADD, READY_DEL = nil, nil end
-local function ready_defer() READY_ADD, READY_DEL = {}, {} end
+local function ready_defer(present) READY_ADD, READY_DEL = {present = present or {}, up = {}, add = {}}, {} end
 local function ready_flush()
   local add, del = READY_ADD, READY_DEL
   READY_ADD, READY_DEL = nil, nil
-  for i = 1, #del, 500 do rcall('ZREM', K_READY, unpack(del, i, mmin(#del, i + 499))) end
-  for i = 1, #add, 1000 do rcall('ZADD', K_READY, unpack(add, i, mmin(#add, i + 999))) end
+  AGG.zset_write(K_READY, del, add.up, add.add)
 end
 local function unready(tn)
   if READY_DEL then
@@ -861,8 +924,9 @@ local function unready(tn)
   end
 end
 local function reschedule(tn, t, p, now, head)
-  t.rs = sched_sig(t, p)
-  if blocked(t, p) then
+  local code
+  t.rs, code = sched_sig(t, p)
+  if code ~= 0 then -- blocked (sched_sig's code)
     unready(tn)
     return nil
   end
@@ -876,7 +940,8 @@ local function reschedule(tn, t, p, now, head)
   if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
     held = true
   elseif id then
-    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p, cost))
+    score = mmax(earliest(t, p, cost, now), gate(t))
+    if p.pacing == 1 then score = mmax(score, PACE.slot(t, p, cost)) end
   end
   if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
     local ls, lheld = lane_score(tn, t, p, now)
@@ -889,8 +954,9 @@ local function reschedule(tn, t, p, now, head)
     return nil
   end
   if READY_ADD then
-    READY_ADD[#READY_ADD + 1] = istr(score)
-    READY_ADD[#READY_ADD + 1] = tn
+    local q = READY_ADD.present[tn] and READY_ADD.up or READY_ADD.add
+    q[#q + 1] = score
+    q[#q + 1] = tn
   else
     rcall('ZADD', K_READY, istr(score), tn)
   end
@@ -918,10 +984,12 @@ RS_HELD = 'held'
 -- One table for the digest's layout and blocked()'s codes (the prologue's
 -- locals are few).
 local SIG = {PACK = '<ddddddddd', PACK8 = '<dddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
+-- Its second value is that code of blocked(t, p), 0 when not blocked.
 sched_sig = function(t, p)
-  local ps = PACE.slot(t, p, 1)
-  return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, SIG.BLOCKED[blocked(t, p)] or 0, t.tat, gate(t), t.hlen,
-    t.qtok, t.lead, interval(t, p), p.burst, ps)
+  local ps = p.pacing == 1 and PACE.slot(t, p, 1) or 0
+  local code = SIG.BLOCKED[blocked(t, p)] or 0
+  return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, code, t.tat, gate(t), t.hlen,
+    t.qtok, t.lead, interval(t, p), p.burst, ps), code
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
@@ -961,10 +1029,10 @@ busy = function(t)
 end
 local function expire_tenant(tn, t, p, now, keep_us)
   if busy(t) then
-    if not t.st_busy then rcall('PERSIST', k_tenant(tn)) end
+    if not t.st_busy then rcall('PERSIST', t.st_k or k_tenant(tn)) end
     return
   end
-  local key = k_tenant(tn)
+  local key = t.st_k or k_tenant(tn)
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))

@@ -36,6 +36,7 @@ end
 -- (its bytes go back to the tenant's count and out again: unrun,
 -- to_succeeded).
 local CLAIM = {}
+CLAIM.NONE = {} -- the signing state of a job that is not a webhook (read only: shared)
 function CLAIM.load(id)
   local k = k_job(id)
   local r = rcall('HMGET', k, 'state', 'tenant', 'cost', 'bytes', 'gen', 'attempt', 'first',
@@ -137,8 +138,10 @@ end
 -- reply: a webhook job takes its tenant's signing state along (built once
 -- per call and tenant, its secrets read once per policy epoch: lib.lua
 -- signing_set), so the worker signs with it and reads nothing more. With
--- pre, it returns the pass's pre-claimed part of that reply instead
--- (pass.lua: attempt, body, created, upstreams, signing) and the send µs.
+-- pre (the pass's reply row of the job), it appends to pre the pass's
+-- pre-claimed part of that reply instead (pass.lua: attempt, body, created,
+-- upstreams, then the signing state's values) and returns pre and the
+-- send µs.
 -- Now's text is formatted once per call of the script (CLAIM.now_s).
 function CLAIM.run(j, c, send, in_plan, more, iv, pre)
   local t, p = c.t, c.p
@@ -158,15 +161,20 @@ function CLAIM.run(j, c, send, in_plan, more, iv, pre)
   if CLAIM.now ~= NOW then CLAIM.now, CLAIM.now_s = NOW, istr(NOW) end
   local first = CLAIM.now_s
   if j.first == 0 then j.first = NOW elseif j.first ~= NOW then first = istr(j.first) end
-  rcall('HSET', k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', CLAIM.now_s,
+  rcall('HSET', j.k or k_job(j.id), 'state', 'running', 'attempt', istr(j.attempt), 'claimed', CLAIM.now_s,
     'first', first, unpack(more))
   lease_add(j.id, send + p.timeout_us + (j.grace or 1000000)) -- written at the end (lib.lua leases_flush)
-  local sign = {}
+  local sign = CLAIM.NONE
   if j.type == 'webhook' then
     if c.sign == nil then c.sign = signing_set(j.tenant, p, {}, true) or false end -- lib.lua
-    sign = c.sign or {}
+    sign = c.sign or CLAIM.NONE
   end
-  if pre then return {j.attempt, j.body, j.created, j.ups, sign}, send end
+  if pre then
+    local n = #pre
+    pre[n + 1], pre[n + 2], pre[n + 3], pre[n + 4] = j.attempt, j.body, j.created, j.ups
+    for i = 1, #sign do pre[n + 4 + i] = sign[i] end
+    return pre, send
+  end
   return {'claimed', j.tenant, j.type, j.body, j.gen, j.attempt, p.timeout_us, j.slot, j.created, j.cost, j.ups,
     sign, send}
 end
@@ -376,9 +384,10 @@ end
 -- left in the cache entry's head) and expires every cached tenant, and trims
 -- the dead sets that grew. An entry whose touched field is false (the
 -- caller read it but changed nothing) is skipped. The ready set is written
--- once, after the last tenant (lib.lua ready_defer).
+-- once, after the last tenant (lib.lua ready_defer; cfg.ready, optional:
+-- the tenants the caller read from ready, tenant → anything).
 local function flush_tenants(cfg)
-  ready_defer()
+  ready_defer(cfg and cfg.ready)
   FAIR.defer() -- lib.lua: one HINCRBY for the held weight of every tenant saved
   AGG.hold() -- lib.lua: the aggregates written once, after the last tenant
   for i = 1, #TENANT_ORDER do

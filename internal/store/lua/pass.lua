@@ -22,10 +22,12 @@
 --           {{upstream, wanted cost, weight, unit}, …} (demand: see 3b),
 --           {{ups, cost, span µs, weight, earliest µs}, …} (aligned demand: 3c),
 --           {id, tenant, type, cost, gen, slot µs, timeout µs, queue, task type,
---            send at µs[, pre-claimed]}, …}
---          pre-claimed (3e; absent for a job left to the claim): {attempt, body,
---            created µs, upstreams (record field ups), signing} as claim.lua's
---            reply gives them; send at is then the claim's send µs
+--            send at µs[, pre-claimed …]}, …}
+--          pre-claimed (3e; absent for a job left to the claim): attempt, body,
+--            created µs, upstreams (record field ups), then the values of the
+--            signing state (none for a job that is not a webhook) as claim.lua's
+--            reply gives them, in the row itself (a nested table costs Redis
+--            a conversion of its own); send at is then the claim's send µs
 --
 -- 1. Promote delayed jobs due by now + D (at most P, by due time):
 --    scheduled → the backlog's tail, retrying → the head lane (next head
@@ -207,6 +209,7 @@ for i = 1, #ready, 2 do
   c.touched = c.touched or false
   scores[ready[i]] = tonum(ready[i + 1])
 end
+cfg.ready = scores -- in ready: their new scores are updates (lib.lua ready_defer)
 -- The tenants waiting on an upstream granted now (3b), at most K each.
 X.waiting = {} -- tenant → {upstream name → true}
 for _, g in ipairs(X.grants) do
@@ -374,8 +377,8 @@ local function heap_pop()
   return top
 end
 
--- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of job id's
--- record and, with the pre-claim on (3e), in the same HMGET the fields
+-- X.hmget reads the fields of list f (X.PEEK_F, X.POP_F) of the job
+-- record at key k and, with the pre-claim on (3e), in the same HMGET the fields
 -- X.preclaim needs (X.PC_FIELDS, appended to the lists once a pass): the
 -- values, and the offset of the pre-claim's after them (nil when it is
 -- off).
@@ -387,8 +390,8 @@ if X.eps >= 0 then
     X.PEEK_F[#X.PEEK_F + 1], X.POP_F[#X.POP_F + 1] = f, f
   end
 end
-function X.hmget(id, f, n)
-  return rcall('HMGET', k_job(id), unpack(f)), X.eps >= 0 and n or nil
+function X.hmget(k, f, n)
+  return rcall('HMGET', k, unpack(f)), X.eps >= 0 and n or nil
 end
 
 -- peek returns the tenant's next queued job (head lane first), dropping
@@ -410,9 +413,10 @@ local function peek(tn, c)
       id = rcall('LINDEX', k_queue(tn), 0)
     end
     if not id then return nil end
-    local r, pco = X.hmget(id, X.PEEK_F, X.PEEK_N)
+    local k = k_job(id)
+    local r, pco = X.hmget(k, X.PEEK_F, X.PEEK_N)
     if r[1] == 'queued' then
-      return {id = id, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
+      return {id = id, k = k, from_head = from_head, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0,
         type = r[4] or '', nb = tonum(r[5]) or 0, pc = pco and r, pco = pco}
     end
     drop(tn, c, id, from_head)
@@ -431,13 +435,14 @@ local function pop_next(tn, c)
     end
     if not id then id = rcall('LPOP', k_queue(tn)) end
     if not id then return nil end
-    local r, pco = X.hmget(id, X.POP_F, X.POP_N)
+    local k = k_job(id)
+    local r, pco = X.hmget(k, X.POP_F, X.POP_N)
     if r[1] == 'queued' and pco then -- sized for the fields X.emit and X.preclaim add (no rehash)
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
+      return {id = id, k = k, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or '', pc = r, pco = pco,
         tenant = nil, c = nil, r = nil, slot = nil, grace = nil, resv = nil, body = nil, bytes = nil,
         attempt = nil, first = nil, created = nil, ups = nil}
     elseif r[1] == 'queued' then
-      return {id = id, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
+      return {id = id, k = k, cost = tonum(r[2]) or 1, gen = tonum(r[3]) or 0, type = r[4] or ''}
     end
   end
 end
@@ -477,8 +482,8 @@ function X.emit(tn, c, j, slot, spread)
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  take(t, p, slot, j.cost)
-  PACE.take(t, p, slot, j.cost)
+  t.tat = mmax(t.tat, slot) + j.cost * iv -- lib.lua take, with iv at hand
+  if p.pacing == 1 then PACE.take(t, p, slot, j.cost) end
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
@@ -490,13 +495,16 @@ function X.emit(tn, c, j, slot, spread)
   local send_at = send_target(t, slot) or slot
   local queue, task_type = '', ''
   if j.type == 'task' then queue, task_type = task_route(j.id) end
-  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   if X.eps >= 0 and j.type ~= 'task' and send_at <= NOW + X.eps then
     -- A pre-claim candidate (3e): claimed or written after the release loop.
+    -- Its row is sized for the pre-claimed part (X.preclaim; no rehash).
+    released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at,
+      nil, nil, nil, nil, nil, nil}
     j.tenant, j.c, j.r = tn, c, released[#released]
     X.pre[#X.pre + 1] = j
     return j.cost
   end
+  released[#released + 1] = {j.id, tn, j.type, j.cost, j.gen, slot, p.timeout_us, queue, task_type, send_at}
   X.release_write(j, slot, send_at)
   return j.cost
 end
@@ -504,7 +512,7 @@ X.pre = {}
 
 -- X.release_write writes released job j's record and lease.
 function X.release_write(j, slot, send_at)
-  rcall('HSET', k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
+  rcall('HSET', j.k or k_job(j.id), 'state', 'released', 'gen', istr(j.gen), 'slot', istr(slot), 'grace', GRACE_S,
     'resv', '0')
   lease_add(j.id, send_at + GRACE) -- written after the release loop (lib.lua leases_flush)
 end
@@ -517,7 +525,7 @@ function X.preclaim_all()
     local r = j.r
     local pre, send = X.preclaim(j.tenant, j.c, j, r[6])
     if pre then
-      r[10], r[11] = send, pre
+      r[10] = send
     else
       X.release_write(j, r[6], r[10])
     end
@@ -540,15 +548,16 @@ end
 
 -- X.preclaim claims job j of tenant tn, released at slot, when 3e allows
 -- it: the record's release and claim in one HSET (lifecycle.lua
--- CLAIM.run), and the reply's pre-claimed part and send µs; nil when the
--- job is left to the claim (its record is then still to write).
+-- CLAIM.run), the reply's pre-claimed part appended to its row j.r, and
+-- the send µs; nil when the job is left to the claim (its record is then
+-- still to write).
 function X.preclaim(tn, c, j, slot)
   local t, p = c.t, c.p
   local target = send_target(t, slot) -- lib.lua: nil for an out-of-order job, left to the claim
   if not target or target > NOW + X.eps then return nil end
   if t.disabled == 1 or t.admin_paused == 1 or gate(t) > NOW or t.running >= p.concurrency then return nil end
   local r, o = j.pc, j.pco -- X.hmget read them with the job
-  if not r then r, o = rcall('HMGET', k_job(j.id), unpack(X.PC_FIELDS)), 0 end
+  if not r then r, o = rcall('HMGET', j.k or k_job(j.id), unpack(X.PC_FIELDS)), 0 end
   local body = r[o + 4] or ''
   if r[o + 7] == '1' or #body > X.PC_BODY or X.pc_bytes + #body > X.PC_BYTES then return nil end
   X.pc_bytes = X.pc_bytes + #body
@@ -557,7 +566,7 @@ function X.preclaim(tn, c, j, slot)
   j.created, j.ups = tonum(r[o + 5]) or 0, r[o + 6] or ''
   local gen = istr(j.gen)
   return CLAIM.run(j, c, CLAIM.send(j, target, true, X.eps), true, -- lifecycle.lua
-    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, true)
+    {'gen', gen, 'slot', istr(slot), 'grace', GRACE_S, 'resv', '0', 'pc', gen}, nil, j.r)
 end
 
 -- X.hold holds job j of tenant tn, taken out of its lane or backlog, when
@@ -594,7 +603,8 @@ X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only
 -- c.head keeps the next job it saw but did not release, for reschedule.
 function X.try(tn, c)
   local t, p = c.t, c.p
-  local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
+  local g = gate(t)
+  if p.pacing == 1 then g = mmax(g, PACE.slot(t, p, 1)) end -- lib.lua PACE: pacing by quota headers
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e
