@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -454,5 +455,60 @@ func TestClaimedJobIsSentAtTheClaimsSendInstant(t *testing.T) {
 	}
 	if j := h.jobOf(r.ID); j.State != store.StateSucceeded {
 		t.Fatalf("job after the attempt: %s", j.State)
+	}
+}
+
+// finishHeldStore holds every finish until release is closed, and counts
+// the finishes that began.
+type finishHeldStore struct {
+	worker.Store
+	release chan struct{}
+	began   atomic.Int64
+}
+
+func (s *finishHeldStore) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
+	s.began.Add(1)
+	<-s.release
+	return s.Store.Finish(ctx, id, gen, o, cfg)
+}
+
+// TestFinishRunsOutsideTheJobSlot: a job's slot is given back when its
+// attempt ends, before its finish: with one slot and the first job's finish
+// held, the second job is still sent; its own finish then waits for a
+// finish place (one per slot) while holding its slot, so a third is not
+// sent until a finish ends. Every job then succeeds.
+func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
+	st := &finishHeldStore{Store: h.st, release: make(chan struct{})}
+	w := h.newWorker(nil, func(c *worker.Config) {
+		c.Store = st
+		c.Concurrency = 1
+	})
+	rels := h.releaseN("acme", 3)
+	done := make(chan error, 1)
+	go func() { done <- w.ProcessTask(h.ctx, batchOf(t, rels...)) }()
+
+	h.recv.waitFor(t, "acme", 2, 10*time.Second) // the second sent while the first's finish is held
+	if n := st.began.Load(); n != 1 {
+		t.Fatalf("%d finishes began with two jobs sent, want 1 (the second waits for a finish place)", n)
+	}
+	if got := len(h.recv.arrivals("acme")); got != 2 {
+		t.Fatalf("%d jobs sent with one slot and one finish place taken, want 2", got)
+	}
+	close(st.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(rels))
+	for i, r := range rels {
+		ids[i] = r.ID
+	}
+	exactlyOnce(t, h.recv.arrivals("acme"), ids)
+	for _, id := range ids {
+		if s := h.jobOf(id).State; s != store.StateSucceeded {
+			t.Errorf("job %s: %s, want succeeded", id, s)
+		}
 	}
 }

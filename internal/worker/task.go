@@ -30,6 +30,6 @@ func (w *Worker) ProcessTaskJob(ctx context.Context, t *asynq.Task, exec Executo
 	if exec == nil {
 		exec = w.cfg.Executor
 	}
-	w.deliver(ctx, p, exec)
+	w.deliver(ctx, p, exec, nil)
 	return nil
 }

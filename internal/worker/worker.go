@@ -75,7 +75,9 @@ type Config struct {
 	// "<hostname>-<pid>-<random>".
 	ID string
 	// Concurrency is the most jobs ProcessTask delivers at a time (a batch
-	// fans out into up to Concurrency of them, waiting and running), and
+	// fans out into up to Concurrency of them, waiting and running; a job's
+	// finish follows its attempt outside this count, in one of Concurrency
+	// places of its own), and
 	// what the heartbeat announces. cmd/worker gives the process's asynq
 	// servers the same total concurrency: in asynq's count a batch or a
 	// single job of an earlier dispatcher is one task.
@@ -198,12 +200,16 @@ func defaultID() string {
 // Worker is the asynq handler of Sluice's webhook and http queues plus its
 // heartbeat and clock loops. Its methods are safe for concurrent use.
 type Worker struct {
-	cfg     Config
-	clock   *Clock
-	sched   *scheduler    // every wait for a slot
-	jobs    chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time
-	idle    chan batchJob // a batch's next job to a runner waiting for one (processBatch)
-	metrics *metrics
+	cfg   Config
+	clock *Clock
+	sched *scheduler    // every wait for a slot
+	jobs  chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time, up to their attempt's end
+	// finishing holds the finishes of attempts that had a job slot:
+	// Concurrency at a time, so a Redis that does not answer holds the
+	// sends back after at most twice Concurrency attempts.
+	finishing chan struct{}
+	idle      chan batchJob // a batch's next job to a runner waiting for one (processBatch)
+	metrics   *metrics
 	// failing is set when a claim or a finish failed (not stale) and
 	// cleared by the next that succeeds, or a confirmation: while it is
 	// set a pre-claimed job is sent only once Store.Confirm found it
@@ -240,7 +246,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
-		jobs: make(chan struct{}, cfg.Concurrency), idle: make(chan batchJob), metrics: m, upstreams: cfg.UpstreamCache,
+		jobs: make(chan struct{}, cfg.Concurrency), finishing: make(chan struct{}, cfg.Concurrency), idle: make(chan batchJob), metrics: m, upstreams: cfg.UpstreamCache,
 		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
