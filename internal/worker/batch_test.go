@@ -33,6 +33,17 @@ func batchOf(t *testing.T, rs ...wire.Release) *asynq.Task {
 	return asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(b))
 }
 
+// passAll runs one pass over shard 0 with D = 250 ms and grace 3 s
+// (passOf) and requires it to release n jobs.
+func (h *harness) passAll(n int) []wire.Release {
+	h.t.Helper()
+	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
+	if len(rel) != n {
+		h.t.Fatalf("released %d jobs, want %d (D = 250ms)", len(rel), n)
+	}
+	return rel
+}
+
 // passOf runs one pass over shard with lead D and grace, releasing without
 // a capacity bound.
 func (h *harness) passOf(shard int, lead, grace time.Duration) store.PassResult {
@@ -124,10 +135,7 @@ func TestBatchWhoseWorkerDiesHalfWay(t *testing.T) {
 	}}
 	w := h.newWorker(exec, nil)
 	h.enqueue("t1", 4)
-	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
-	if len(rel) != 4 {
-		t.Fatalf("released %d jobs, want 4 (T = 60ms, D = 250ms)", len(rel))
-	}
+	rel := h.passAll(4)
 	batch := batchOf(t, rel...)
 	if err := w.ProcessTask(ctx, batch); err != nil {
 		t.Fatalf("ProcessTask = %v, want nil once settled", err)
@@ -204,10 +212,7 @@ func TestBatchSpanningAPause(t *testing.T) {
 	}
 	w := h.newWorker(exec, nil)
 	h.enqueue("t1", 4)
-	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
-	if len(rel) != 4 {
-		t.Fatalf("released %d jobs, want 4", len(rel))
-	}
+	rel := h.passAll(4)
 	h.process(w, batchOf(t, rel...))
 	if got := exec.sent(); !slices.Equal(got, idsOf(rel[:2])) {
 		t.Fatalf("sent %v, want only the two before the pause", got)
@@ -235,10 +240,7 @@ func TestBatchOfMixedTenantsKeepsEachTenantsSpacing(t *testing.T) {
 	exec := &sentExecutor{}
 	w := h.newWorker(exec, nil)
 	ids := map[string][]string{"fast": h.enqueue("fast", 4), "slow": h.enqueue("slow", 3)}
-	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
-	if len(rel) != 7 {
-		t.Fatalf("released %d jobs, want 7", len(rel))
-	}
+	rel := h.passAll(7)
 	tenants := map[string]bool{}
 	for _, r := range rel {
 		tenants[r.Tenant] = true
@@ -298,10 +300,7 @@ func TestBatchHoldsAtMostConcurrencyJobs(t *testing.T) {
 	w := h.newWorker(exec, func(c *worker.Config) { c.Concurrency = 3 })
 	h.policy("t1", store.Overrides{RateUS: ptr(1_000), Burst: ptr(9), Concurrency: ptr(20)})
 	h.enqueue("t1", 9)
-	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
-	if len(rel) != 9 {
-		t.Fatalf("released %d jobs, want 9", len(rel))
-	}
+	rel := h.passAll(9)
 	h.process(w, batchOf(t, rel...))
 	mu.Lock()
 	defer mu.Unlock()
@@ -335,10 +334,7 @@ func TestBatchesShareTheJobSlots(t *testing.T) {
 	w := h.newWorker(exec, func(c *worker.Config) { c.Concurrency = 2 })
 	h.policy("t1", store.Overrides{RateUS: ptr(1_000), Burst: ptr(8), Concurrency: ptr(20)})
 	h.enqueue("t1", 8)
-	rel := h.passOf(0, 250*time.Millisecond, 3*time.Second).Released
-	if len(rel) != 8 {
-		t.Fatalf("released %d jobs, want 8", len(rel))
-	}
+	rel := h.passAll(8)
 	batches := [][]wire.Release{rel[:4], rel[4:]}
 	errs := make(chan error, len(batches))
 	for _, b := range batches {
