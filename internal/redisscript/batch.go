@@ -56,7 +56,8 @@ func (r *Runner) pipeline(ctx context.Context, calls []*Call) []*redis.Cmd {
 	for i, c := range calls {
 		cmds[i] = pipe.EvalSha(ctx, c.Script.sha, c.Keys, c.Args...)
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	_, err := pipe.Exec(ctx) // errors are read per command
+	r.learn(err)
 	return cmds
 }
 

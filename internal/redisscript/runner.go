@@ -40,7 +40,20 @@ func NewRunner(rdb redis.UniversalClient, library func() string) *Runner {
 // error wrapping ErrUnexpectedReply.
 func (r *Runner) Run(ctx context.Context, s *Script, keys []string, args ...any) (Reply, error) {
 	v, err := r.eval(ctx, s, keys, args)
+	r.learn(err)
 	return reply(s.name, v, err)
+}
+
+// learn has a Cluster client reload its map of slots after a call got no
+// answer from Redis (a master dead or unreachable). go-redis reloads it
+// on MOVED, or when it is 10s old: until then it sends a dead master's
+// slots to that address, though a replica took over — calls that the
+// rest of the fleet, having learned, makes fine. The reload runs in the
+// background, at most one every 200ms.
+func (r *Runner) learn(err error) {
+	if c, ok := r.rdb.(*redis.ClusterClient); ok && err != nil && !isRedisError(err) && !errors.Is(err, context.Canceled) {
+		c.ReloadState(context.Background())
+	}
 }
 
 // RunStatus is Run read by the convention of Sluice's scripts
@@ -64,6 +77,7 @@ func (r *Runner) RunFunction(ctx context.Context, fn string, s *Script, keys []s
 		return r.Run(ctx, s, keys, args...)
 	}
 	v, err := r.rdb.FCall(ctx, fn, keys, args...).Result()
+	r.learn(err)
 	if err == nil || !isFunctionMissing(err) && !noFunctions(err) {
 		return reply(s.name, v, err)
 	}

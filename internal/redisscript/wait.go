@@ -39,9 +39,7 @@ func (r *Runner) RunFunctionWait(ctx context.Context, w Wait, fn string, s *Scri
 		return Reply{}, 0, fmt.Errorf("script %s: %w", s.name, err)
 	}
 	v, acked, err := r.callWait(ctx, node, w, fn, s, keys, args, true)
-	if c, ok := r.rdb.(*redis.ClusterClient); ok && err != nil && !isRedisError(err) {
-		c.ReloadState(ctx) // a dead master: learn its successor before the next call
-	}
+	r.learn(err) // a dead master: learn its successor before the next call
 	if c, ok := r.rdb.(*redis.ClusterClient); ok && redis.HasErrorPrefix(err, "MOVED") {
 		c.ReloadState(ctx)
 		if node, err = r.nodeFor(ctx, keys); err != nil {

@@ -37,7 +37,11 @@
 //   - While this worker's last claim or finish failed (not stale), send a
 //     pre-claimed job only once Store.Confirm finds it running at its gen;
 //     else drop it unsent (claims outcome "unconfirmed"). A confirmation
-//     that Redis answered, or a claim or finish that succeeded, ends this.
+//     that Redis answered, or a claim or finish that succeeded at its
+//     first try, ends this.
+//   - Send a finish that Redis did not answer again, until finishTimeout:
+//     one given up makes the sweep send an attempt that was made again.
+//     Never send again one the Store answered (stale, not found, invalid).
 //   - Say, in the heartbeat, that this worker runs pre-claimed jobs
 //     (internal/fleet): dispatchers pre-claim only while every live worker
 //     does.

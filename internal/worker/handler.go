@@ -345,8 +345,7 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	if len(paced) > 0 {
 		fo.Quota = nil // the paced upstreams' quota, not the tenant's
 	}
-	state, err := w.cfg.Store.Finish(fctx, job.ID, job.Gen, fo, fcfg)
-	w.failing.Store(err != nil && !errors.Is(err, store.ErrStale))
+	state, err := w.finish(fctx, job, fo, fcfg)
 	if err == nil {
 		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
 		w.adaptUpstreams(fctx, job, outcome, fcfg)
@@ -362,13 +361,71 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	}
 	if err != nil {
 		w.metrics.finishErrors.Inc()
-		w.cfg.Logger.Warn("finish failed; the sweep will retry the job", "job", job.ID, "gen", job.Gen, "err", err)
+		w.cfg.Logger.Warn("finish failed; the sweep will send the job again", "job", job.ID, "gen", job.Gen, "err", err)
 		return
 	}
 	if state == store.StateDead {
 		w.metrics.dead.Inc()
 	}
 	CorrectUpstreams(fctx, w.cfg.Upstreams, job, outcome.ActualCost, w.cfg.Logger)
+}
+
+// finish records the attempt (Store.Finish). While Redis gives no answer
+// in the Store's own terms — a connection refused or timed out, a master
+// that died, a Cluster or Sentinel failover under way — it tries again,
+// until ctx ends (finishTimeout): a finish given up makes the sweep send
+// the job again once its lease ends, a second delivery of an attempt that
+// was made. Trying again is safe: a finish re-sent after an earlier one
+// recorded the attempt (its reply was lost) comes back stale, with the
+// state that one left. A failed try sets the pre-claim fence (failing);
+// only a finish that succeeded at its first try clears it, as after a
+// failover the new master may lack pre-claims.
+func (w *Worker) finish(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
+	pause := finishRetryFirst
+	for try := 1; ; try++ {
+		state, err := w.cfg.Store.Finish(ctx, job.ID, job.Gen, o, cfg)
+		if err == nil || !finishRetryable(err) {
+			switch {
+			case err != nil && !errors.Is(err, store.ErrStale):
+				w.failing.Store(true)
+			case try == 1:
+				w.failing.Store(false)
+			}
+			return state, err
+		}
+		w.failing.Store(true)
+		if try == 1 {
+			w.cfg.Logger.Debug("finish failed; trying again", "job", job.ID, "gen", job.Gen, "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return state, err
+		case <-t.C:
+		}
+		pause = min(2*pause, finishRetryMost)
+	}
+}
+
+// The pauses between a finish's tries: the first, doubled up to the most.
+const (
+	finishRetryFirst = 50 * time.Millisecond
+	finishRetryMost  = 500 * time.Millisecond
+)
+
+// finishRetryable reports whether a finish that failed with err may succeed
+// when sent again: not when the Store answered it (stale, no such job, an
+// argument it refuses, a reply it cannot read), only when Redis gave no
+// answer or an error of its own (a connection's, CLUSTERDOWN, TRYAGAIN,
+// LOADING, READONLY on a demoted master, OOM).
+func finishRetryable(err error) bool {
+	for _, answered := range []error{store.ErrStale, store.ErrNotFound, store.ErrInvalid, store.ErrProtocol, store.ErrConflict} {
+		if errors.Is(err, answered) {
+			return false
+		}
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // execute runs exec, turning a panic into a retryable failure.

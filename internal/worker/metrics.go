@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		finishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_worker_finish_errors_total",
-			Help: "Finish calls that failed (the sweep retries those jobs).",
+			Help: "Finishes that failed, after trying again for up to 5s (the sweep sends those jobs again).",
 		}),
 		rtt: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_worker_redis_rtt_seconds",

@@ -118,18 +118,87 @@ func TestLatePreclaimedJobIsDropped(t *testing.T) {
 	}
 }
 
-// failingFinish is the real store whose next Finish fails once, as a
-// finish sent to a master that died does.
+// failingFinish is the real store whose next fails Finish calls fail, as
+// finishes sent to a master that died do; calls counts every Finish,
+// confirms every Confirm.
 type failingFinish struct {
 	worker.Store
-	fail atomic.Bool
+	fails, calls atomic.Int32
+	confirms     atomic.Int32
+}
+
+func (f *failingFinish) Confirm(ctx context.Context, id string, gen int64) (bool, error) {
+	f.confirms.Add(1)
+	return f.Store.Confirm(ctx, id, gen)
 }
 
 func (f *failingFinish) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
-	if f.fail.CompareAndSwap(true, false) {
+	f.calls.Add(1)
+	if f.fails.Add(-1) >= 0 {
 		return "", errors.New("dial tcp: connection refused")
 	}
 	return f.Store.Finish(ctx, id, gen, o, cfg)
+}
+
+// preclaimedBatch is the hand-off task of release r alone.
+func preclaimedBatch(t *testing.T, r wire.Release) *asynq.Task {
+	t.Helper()
+	if r.Claimed == nil {
+		t.Fatalf("release %+v not pre-claimed", r)
+	}
+	p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed}
+	return asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(wire.Batch{Jobs: []wire.Payload{p}}))
+}
+
+// preclaimedWithFailingFinish passes n due jobs of tenant t1, pre-claimed,
+// for a worker whose store is a failingFinish.
+func preclaimedWithFailingFinish(t *testing.T, n int) (*harness, *sentExecutor, *failingFinish, *worker.Worker, store.PassResult) {
+	t.Helper()
+	h := newHarness(t, 1)
+	exec := &sentExecutor{}
+	st := &failingFinish{Store: h.st}
+	w := h.newWorker(exec, func(c *worker.Config) { c.Store = st })
+	h.policy("t1", store.Overrides{Burst: ptr(int64(n))})
+	h.enqueue("t1", n)
+	res, err := h.st.Pass(h.ctx, 0, store.PassConfig{Capacity: -1, Grace: 3 * time.Second, Preclaim: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Released) != n {
+		t.Fatalf("released %d jobs, want %d", len(res.Released), n)
+	}
+	return h, exec, st, w, res
+}
+
+// A finish that Redis does not answer is sent again until it is recorded
+// (within the finish's 5s): the attempt is the job's one, not left for the
+// sweep to send again. The finish that then succeeded does not end the
+// pre-claim fence (a failover's new master may lack pre-claims): the next
+// pre-claimed job is confirmed before it is sent.
+func TestFinishIsSentAgainWhileRedisDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	h, exec, st, w, res := preclaimedWithFailingFinish(t, 2)
+	st.fails.Store(3)
+	h.process(w, preclaimedBatch(t, res.Released[0]))
+	if n := st.calls.Load(); n != 4 {
+		t.Fatalf("%d finish calls, want 3 failed and the one recorded", n)
+	}
+	if j := h.jobOf(res.Released[0].ID); j.State != store.StateSucceeded || j.Attempt != 1 {
+		t.Fatalf("job %s: %s attempt %d, want succeeded at its first attempt", j.ID, j.State, j.Attempt)
+	}
+	if n := h.counter("sluice_worker_finish_errors_total"); n != 0 {
+		t.Errorf("%v finishes given up, want none", n)
+	}
+	h.process(w, preclaimedBatch(t, res.Released[1]))
+	if got, want := exec.sent(), []string{res.Released[0].ID, res.Released[1].ID}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if n := h.counter("sluice_worker_claims_total", "outcome=preclaimed"); n != 2 {
+		t.Errorf("%v pre-claimed sent, want 2", n)
+	}
+	if n := st.confirms.Load(); n != 1 {
+		t.Errorf("%d confirmations, want the second job's", n)
+	}
 }
 
 // After a finish failed, a pre-claimed job is sent only when Redis confirms
@@ -139,28 +208,9 @@ func (f *failingFinish) Finish(ctx context.Context, id string, gen int64, o wire
 // after it is sent without one.
 func TestPreclaimedJobIsConfirmedAfterAFailedFinish(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 1)
-	exec := &sentExecutor{}
-	st := &failingFinish{Store: h.st}
-	w := h.newWorker(exec, func(c *worker.Config) { c.Store = st })
-	h.policy("t1", store.Overrides{Burst: ptr(4)})
-	h.enqueue("t1", 4)
-	res, err := h.st.Pass(h.ctx, 0, store.PassConfig{Capacity: -1, Grace: 3 * time.Second, Preclaim: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Released) != 4 {
-		t.Fatalf("released %d jobs, want 4", len(res.Released))
-	}
-	batch := func(i int) *asynq.Task {
-		r := res.Released[i]
-		if r.Claimed == nil {
-			t.Fatalf("release %+v not pre-claimed", r)
-		}
-		p := wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed}
-		return asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(wire.Batch{Jobs: []wire.Payload{p}}))
-	}
-	st.fail.Store(true)
+	h, exec, st, w, res := preclaimedWithFailingFinish(t, 4)
+	batch := func(i int) *asynq.Task { return preclaimedBatch(t, res.Released[i]) }
+	st.fails.Store(1)
 	h.process(w, batch(0)) // sent; its finish fails
 	// The second job's record moved on, as on a new master that released it again.
 	moved := res.Released[1]
