@@ -168,6 +168,12 @@ func (c FinishConfig) validate() error {
 //     tenant's other jobs keep its rate. The tenant is not paused; o.Error
 //     (the destination, at most MaxDestinationLen bytes) is recorded with
 //     the due time in the tenant's open destinations (TenantCircuits).
+//   - FinishLapsed (a pre-claimed job its worker dropped unsent: too late
+//     to finish well inside its lease) → StateQueued at the head of its
+//     lane with gen + 1, the attempt the pre-claim counted taken back,
+//     nothing logged — what the sweep does when the lease ends, without
+//     the wait. Only for a job pre-claimed at gen (Claimed); any other is
+//     stale, and nothing is logged.
 //
 // An adaptive tenant (policy adaptive = 1, docs/design.md §4.2) sends at a rate
 // factor f of its policy rate (TenantState.RateFactor; every slot is
@@ -370,7 +376,7 @@ const maxQuotaSource = 128
 
 func checkOutcome(o wire.AttemptOutcome) error {
 	switch {
-	case o.Kind < wire.FinishSuccess || o.Kind > wire.FinishDeferred:
+	case o.Kind < wire.FinishSuccess || o.Kind > wire.FinishLapsed:
 		return invalidf("outcome kind %d", o.Kind)
 	case o.Status < 0 || o.Status > 999:
 		return invalidf("status %d: want 0 … 999", o.Status)

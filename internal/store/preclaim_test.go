@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/wire"
 )
 
@@ -203,11 +205,10 @@ func TestPreclaimCanceled(t *testing.T) {
 	}
 }
 
-// A pre-claimed job whose batch never reached a worker: the sweep returns
-// it as a lost release (head lane, gen + 1, no attempt used), and its next
-// release goes through the claim, which counts the attempt.
-func TestPreclaimLostBatchSwept(t *testing.T) {
-	t.Parallel()
+// preclaimedOne enqueues one job of tenant acme (timeout 1s) and returns
+// its pre-claimed release.
+func preclaimedOne(t *testing.T) (*env, wire.Release) {
+	t.Helper()
 	e := newEnv(t)
 	e.seed(params(func(p *Params) { p.TimeoutUS = 1_000_000 }))
 	e.enqueue("acme", item(`{"a":1}`))
@@ -215,6 +216,64 @@ func TestPreclaimLostBatchSwept(t *testing.T) {
 	if r.Claimed == nil {
 		t.Fatalf("release %+v not pre-claimed", r)
 	}
+	return e, r
+}
+
+// A pre-claimed job its worker dropped unsent (FinishLapsed) goes back at
+// once as the sweep would take it back at its lease's end: queued, gen + 1,
+// the pre-claim's attempt given back, its lease gone, nothing logged — and
+// its next release may be pre-claimed again. A second give-back of the same
+// gen, or one of a job the claim (not the pass) claimed, is stale and
+// changes nothing.
+func TestPreclaimLapsedGivenBack(t *testing.T) {
+	t.Parallel()
+	e, r := preclaimedOne(t)
+	lapsed := wire.AttemptOutcome{Kind: wire.FinishLapsed}
+	if st := e.finish(r.ID, r.Gen, lapsed, FinishConfig{}); st != StateQueued {
+		t.Fatalf("given back: %s, want queued", st)
+	}
+	j := e.job(r.ID)
+	if j.State != StateQueued || j.Gen != r.Gen+1 || j.Attempt != 0 || !j.First.IsZero() || j.Logged != 0 {
+		t.Fatalf("record %+v: want queued, gen + 1, no attempt, nothing logged", j)
+	}
+	shard := e.store.keys.shardOf("acme")
+	if err := e.rdb.ZScore(e.ctx, e.store.keys.leases(shard), r.ID).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("lease of the job given back: %v, want none", err)
+	}
+	st, err := e.store.Finish(e.ctx, r.ID, r.Gen, lapsed, FinishConfig{})
+	if !errors.Is(err, ErrStale) || st != StateQueued {
+		t.Fatalf("second give-back: %s, %v; want stale, queued", st, err)
+	}
+	if j := e.job(r.ID); j.Gen != r.Gen+1 || j.Logged != 0 {
+		t.Fatalf("record after a stale give-back %+v: want it unchanged", j)
+	}
+	e.clock.Advance(time.Second) // past the slot the pre-claim took: due at the pass
+	again := e.preclaimPass("acme")
+	if len(again) != 1 || again[0].Claimed == nil || again[0].Claimed.Attempt != 1 {
+		t.Fatalf("release after the give-back %+v: want it pre-claimed again, attempt 1", again)
+	}
+	// A job its worker claimed: the give-back is stale, the job runs on.
+	e.enqueue("acme", item(`{"b":2}`))
+	rel := e.passTenant("acme", time.Second, -1)
+	if len(rel) != 1 || rel[0].Claimed != nil {
+		t.Fatalf("release without pre-claim %+v", rel)
+	}
+	c := e.claimAt(rel[0])
+	if st, err := e.store.Finish(e.ctx, c.ID, c.Gen, lapsed, FinishConfig{}); !errors.Is(err, ErrStale) || st != StateRunning {
+		t.Fatalf("give-back of a claimed job: %s, %v; want stale, running", st, err)
+	}
+	if j := e.job(c.ID); j.State != StateRunning || j.Gen != c.Gen || j.Attempt != 1 || j.Logged != 0 {
+		t.Fatalf("claimed job after a give-back %+v: want it running at its gen, unchanged", j)
+	}
+	e.requireConsistent()
+}
+
+// A pre-claimed job whose batch never reached a worker: the sweep returns
+// it as a lost release (head lane, gen + 1, no attempt used), and its next
+// release goes through the claim, which counts the attempt.
+func TestPreclaimLostBatchSwept(t *testing.T) {
+	t.Parallel()
+	e, r := preclaimedOne(t)
 	e.clock.Advance(2*time.Second + time.Microsecond) // past send + timeout + grace
 	res := e.pass(e.store.keys.shardOf("acme"), PassConfig{Lead: time.Second, MinLead: -1, Grace: time.Second,
 		Capacity: 0, Preclaim: 2 * ms})

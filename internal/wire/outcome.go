@@ -20,13 +20,20 @@ const (
 	// (retrying), no attempt used, its slot refunded; Error names the
 	// destination.
 	FinishDeferred
+	// FinishLapsed: a pre-claimed job dropped unsent, too late to finish
+	// well inside its lease: it goes back to its tenant's head lane at
+	// once, the pre-claim's attempt given back, nothing logged (what the
+	// sweep does when its lease ends).
+	FinishLapsed
 )
 
 var finishKinds = [...]string{FinishSuccess: "success", FinishRetry: "retry",
-	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone", FinishDeferred: "deferred"}
+	FinishThrottled: "throttled", FinishPermanent: "permanent", FinishGone: "gone", FinishDeferred: "deferred",
+	FinishLapsed: "lapsed"}
 
 // String is the kind's name as the attempt log records it: success, retry,
-// throttled, permanent, gone (deferred: never logged, no attempt).
+// throttled, permanent, gone (deferred and lapsed: never logged, no
+// attempt).
 func (k FinishKind) String() string {
 	if int(k) < len(finishKinds) && finishKinds[k] != "" {
 		return finishKinds[k]

@@ -33,7 +33,9 @@
 //     slot (claims outcome "lapsed"), for the sweep. A pre-claimed job is
 //     dropped so from its send time + grace/2 on, also after waiting for
 //     its job slot: its attempt then ends at least grace/2 before its
-//     lease (send + timeout + grace).
+//     lease (send + timeout + grace). It is given back at once
+//     (wire.FinishLapsed: head lane, no attempt used), not left to the
+//     sweep at its lease's end.
 //   - While this worker's last claim or finish failed (not stale), send a
 //     pre-claimed job only once Store.Confirm finds it running at its gen;
 //     else drop it unsent (claims outcome "unconfirmed"). A confirmation

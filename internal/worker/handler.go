@@ -83,7 +83,11 @@ func (w *Worker) processBatch(ctx context.Context, t *asynq.Task) error {
 	var wg sync.WaitGroup
 	for _, p := range b.Jobs {
 		if w.lapsed(p) {
-			continue // no slot, no claim: the sweep returns it
+			if p.Claimed != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); w.giveBackLapsed(ctx, p) }()
+			}
+			continue // no slot, no claim: the sweep returns a claimed one
 		}
 		if err := w.acquire(ctx); err != nil {
 			break // ctx ended: the sweep returns the jobs not started
@@ -176,6 +180,8 @@ func (w *Worker) deliver(ctx context.Context, p wire.Payload, exec Executor, slo
 	job, ok := store.PreClaimed(p)
 	switch {
 	case ok && w.lapsed(p): // it waited too long for a job slot
+		slot.free()
+		w.giveBackLapsed(ctx, p)
 		return
 	case ok && !w.confirmed(ctx, p):
 		return
@@ -292,7 +298,7 @@ func (w *Worker) claim(ctx context.Context, p wire.Payload) (job store.ClaimedJo
 // timeout + grace: it lapses at send + grace/2 instead, so that an attempt
 // started before then (it ends within the timeout) leaves its finish at
 // least grace/2 before the sweep could take it back and send it again. A
-// lapsed pre-claimed job goes back by the sweep as a lost release.
+// lapsed pre-claimed job is given back at once (giveBackLapsed).
 func (w *Worker) lapsed(p wire.Payload) bool {
 	grace := w.Settings().Grace
 	if p.Claimed != nil {
@@ -303,6 +309,21 @@ func (w *Worker) lapsed(p wire.Payload) bool {
 	}
 	w.metrics.claims.WithLabelValues("lapsed").Inc()
 	return true
+}
+
+// giveBackLapsed returns pre-claimed p, dropped unsent as lapsed, to its
+// tenant's head lane at once (wire.FinishLapsed; no attempt used, nothing
+// logged). Left to the sweep it would come back only when its lease ends
+// (send + timeout + grace, ~16s by default): a stall that made a worker
+// drop a queue of pre-claimed jobs held them that long. A give-back that
+// fails leaves the job to the sweep; a stale one found it gone already.
+func (w *Worker) giveBackLapsed(ctx context.Context, p wire.Payload) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	o := wire.AttemptOutcome{Kind: wire.FinishLapsed}
+	if _, err := w.cfg.Store.Finish(fctx, p.ID, p.Gen, o, store.FinishConfigOf(w.Settings())); err != nil && !errors.Is(err, store.ErrStale) {
+		w.cfg.Logger.Warn("give-back of a lapsed job failed; the sweep will return it", "job", p.ID, "gen", p.Gen, "err", err)
+	}
 }
 
 // claimAt is the local instant to send the claim of a job slotted at slot

@@ -14,7 +14,7 @@ func TestKindIndexNamesEachKind(t *testing.T) {
 			t.Errorf("kind %d counts as %q, want %q", k, got, k.String())
 		}
 	}
-	for _, k := range []wire.FinishKind{0, wire.FinishDeferred + 1, 255} {
+	for _, k := range []wire.FinishKind{0, wire.FinishLapsed + 1, 255} {
 		if got := attemptKinds[kindIndex(k)]; got != "other" {
 			t.Errorf("kind %d counts as %q, want other", k, got)
 		}

@@ -72,8 +72,9 @@ func TestPreclaimGateClosedByAnOldWorker(t *testing.T) {
 
 // A pre-claimed job fetched after its send time + grace/2 is dropped unsent
 // like a lapsed release (its attempt could not finish grace/2 before its
-// lease ends): nothing is sent, no claim is made, the record stays running
-// for the sweep, which returns it as a lost release.
+// lease ends): nothing is sent, no claim is made, and it is given back at
+// once — queued with gen + 1, the pre-claim's attempt taken back — not left
+// running until the sweep finds its lease ended (send + timeout + grace).
 func TestLatePreclaimedJobIsDropped(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
@@ -112,8 +113,8 @@ func TestLatePreclaimedJobIsDropped(t *testing.T) {
 		}
 	}
 	for _, r := range res.Released {
-		if j := h.jobOf(r.ID); j.State != store.StateRunning || j.Gen != r.Gen || j.Attempt != 1 {
-			t.Fatalf("job %s: %s gen %d attempt %d; want running, left for the sweep", r.ID, j.State, j.Gen, j.Attempt)
+		if j := h.jobOf(r.ID); j.State != store.StateQueued || j.Gen != r.Gen+1 || j.Attempt != 0 {
+			t.Fatalf("job %s: %s gen %d attempt %d; want given back: queued at gen %d, no attempt", r.ID, j.State, j.Gen, j.Attempt, r.Gen+1)
 		}
 	}
 }

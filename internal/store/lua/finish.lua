@@ -15,7 +15,7 @@
 --          Results below)
 -- ARGV[15…] the attempts (at least one), each: job id, gen of the claim,
 --          kind (success | retry | throttled | permanent | gone |
---          deferred), HTTP status (0 = none), latency µs, then the count k
+--          deferred | lapsed), HTTP status (0 = none), latency µs, then the count k
 --          (0 … 14) of the attempt's values below that follow and those k;
 --          the ones left out (the last 14 − k) are '' or 0 as marked —
 --          error text (''), pause µs asked by the upstream (0 = default),
@@ -57,6 +57,13 @@
 --               (defer below); the error text is the destination;
 --               (any other kind with pause > 0 pauses the tenant the same
 --               way: the upstream's quota is used up, docs/design.md §4.2)
+--   lapsed    → a pre-claimed job its worker dropped unsent, too late to
+--               finish well inside its lease (internal/worker lapsed):
+--               back to the head lane with gen + 1 at once, the pre-claim's
+--               attempt given back, nothing logged (lifecycle.lua
+--               CLAIM.lost) — what the sweep would do at the lease's end.
+--               Not running at gen, or not pre-claimed at it: stale,
+--               nothing logged or changed;
 --   permanent → dead;
 --   gone      → dead at once, record field reason = 'gone'; a webhook job's
 --               tenant is disabled (its backlog kept, until resume), an http
@@ -96,7 +103,8 @@ local cfg = {succ_ret = tonum(ARGV[3]), dead_ret = tonum(ARGV[4]), dead_max = to
   log_n = tonum(ARGV[6]), def_pause = tonum(ARGV[7]), max_pause = tonum(ARGV[8]),
   seed = ARGV[9], idem_ret = tonum(ARGV[12]), trim = {}, succ_ms = nil, succ_idem_ms = nil, dead_ms = nil} -- *_ms: lifecycle.lua's
 local floor, step = tonum(ARGV[10]), tonum(ARGV[11])
-local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true}
+local KINDS = {success = true, retry = true, throttled = true, permanent = true, gone = true, deferred = true,
+  lapsed = true}
 local MAX_ACTUAL = 1000000 -- wire.MaxActualCost
 -- MAX_AHEAD (µs) caps how far past now a charge may move TAT: policy.MaxSpan,
 -- so TAT stays an exact integer in doubles whatever the report.
@@ -359,6 +367,7 @@ local function finish_one(r)
   local j = load_finished(r.id)
   if not j then return {'not_found'} end
   if j.state ~= 'running' or j.gen ~= r.gen then
+    if r.kind == 'lapsed' then return {'ok', j.state, 1} end -- never sent: nothing to log
     entry.stale, entry.gen = true, r.gen
     log_attempt(j, cfg.log_n, entry)
     return {'ok', j.state, 1}
@@ -375,6 +384,11 @@ local function finish_one(r)
       x[5] or ''
   end
   if r.kind == 'deferred' then return defer(r, j, t, p) end
+  if r.kind == 'lapsed' then
+    if not CLAIM.lost(j, t, false) then return {'ok', j.state, 1} end
+    lease_del(r.id)
+    return {'ok', 'queued', 0}
+  end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
   unrun(j, t)

@@ -117,6 +117,30 @@ local function unrun(j, t)
   t.bytes = t.bytes + j.bytes
 end
 
+-- CLAIM.lost takes back pre-claimed job j (running at the gen its pass
+-- claimed it at: record field pc = j.gen) that was never sent, of tenant
+-- state t: out of running, the attempt the pre-claim counted given back
+-- (field first dropped when that was its only one), to the head lane with
+-- gen + 1 (every copy of the release is stale then). pcl = 1 sends its
+-- later releases through the claim (the sweep's lost release: a worker may
+-- have died while sending it). False, and nothing changed, for any other
+-- job. The caller removes the lease.
+function CLAIM.lost(j, t, pcl)
+  local r = rcall('HMGET', j.k or k_job(j.id), 'pc', 'first', 'claimed')
+  if tonum(r[1]) ~= j.gen then return false end
+  unrun(j, t)
+  j.attempt = mmax(0, j.attempt - 1)
+  if j.attempt == 0 and r[2] == r[3] then
+    rcall('HDEL', j.k or k_job(j.id), 'first')
+  end
+  j.pending = {'attempt', istr(j.attempt), 'pc', '0'} -- written by to_head (hset_job)
+  if pcl then
+    j.pending[5], j.pending[6] = 'pcl', '1'
+  end
+  to_head(j, t, 1)
+  return true
+end
+
 -- CLAIM.send is the instant a job claimed at now toward target is sent at:
 -- the target, or now when the claim came after it; an in-plan target past
 -- the job's slot (a late schedule) is sent ε/4 early, never before the

@@ -300,24 +300,15 @@ if due_cut and promoted > 0 then more = 1 end
 
 -- X.lost takes back pre-claimed job j (record field pc = its gen, 3e)
 -- whose lease expired before any finish: its batch never reached a worker,
--- or the worker dropped it unsent (too late to finish within the lease), or
--- died with it. Like a lost release, it goes back to the head lane with
--- gen + 1 and no attempt used (the attempt the pre-claim counted is given
--- back); pcl = 1 sends its later releases through the claim, so a worker
--- crash while sending it counts an attempt from then on. False for any
--- other running job.
+-- the worker that dropped it unsent (too late to finish within the lease)
+-- could not give it back (finish.lua, kind lapsed), or it died with it.
+-- Like a lost release, it goes back to the head lane with gen + 1 and no
+-- attempt used (lifecycle.lua CLAIM.lost); pcl = 1 sends its later
+-- releases through the claim, so a worker crash while sending it counts an
+-- attempt from then on. False for any other running job (whose tenant the
+-- sweep reads next anyway).
 function X.lost(j)
-  local r = rcall('HMGET', k_job(j.id), 'pc', 'first', 'claimed')
-  if tonum(r[1]) ~= j.gen then return false end
-  local t = tenant(j.tenant)
-  unrun(j, t)
-  j.attempt = mmax(0, j.attempt - 1)
-  if j.attempt == 0 and r[2] == r[3] then
-    rcall('HDEL', k_job(j.id), 'first')
-  end
-  j.pending = {'attempt', istr(j.attempt), 'pc', '0', 'pcl', '1'} -- written by to_head (lifecycle.lua hset_job)
-  to_head(j, t, 1)
-  return true
+  return CLAIM.lost(j, tenant(j.tenant), true)
 end
 
 -- 2. Sweep.
