@@ -119,6 +119,55 @@ func TestLatePreclaimedJobIsDropped(t *testing.T) {
 	}
 }
 
+// A pre-claimed job that lapses while it waits for a job slot (the job
+// before it holds the worker's only slot past the second's send +
+// grace/2) is given back too.
+func TestPreclaimedJobLapsedWaitingForASlotIsGivenBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	const grace = 400 * time.Millisecond
+	var late atomic.Int64 // µs of the Redis clock estimate
+	exec := &sentExecutor{}
+	exec.then = func(n int, _ store.ClaimedJob) {
+		if n == 1 { // hold the only slot until the second job has lapsed
+			redistest.Poll(t, 10*time.Second, "send + grace/2 of the second job to pass",
+				func() bool { return h.clock.Now().UnixMicro() > late.Load() })
+		}
+	}
+	w := h.newWorker(exec, func(c *worker.Config) { c.Settings.Grace, c.Concurrency = grace, 1 })
+	h.policy("t1", store.Overrides{Burst: ptr(2)})
+	h.enqueue("t1", 2)
+	res, err := h.st.Pass(h.ctx, 0, store.PassConfig{Capacity: -1, Grace: grace, Preclaim: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Released) != 2 {
+		t.Fatalf("released %d jobs, want 2", len(res.Released))
+	}
+	first, second := res.Released[0], res.Released[1]
+	late.Store(second.SendAt.Add(grace / 2).UnixMicro())
+	b := wire.Batch{}
+	for _, r := range res.Released {
+		if r.Claimed == nil {
+			t.Fatalf("release %+v not pre-claimed", r)
+		}
+		b.Jobs = append(b.Jobs, wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed})
+	}
+	h.process(w, asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(b)))
+	if got, want := exec.sent(), []string{first.ID}; !slices.Equal(got, want) {
+		t.Fatalf("sent %v, want %v (not the lapsed %s)", got, want, second.ID)
+	}
+	if j := h.jobOf(second.ID); j.State != store.StateQueued || j.Gen != second.Gen+1 || j.Attempt != 0 {
+		t.Fatalf("lapsed job: %s gen %d attempt %d; want given back: queued at gen %d, no attempt", j.State, j.Gen, j.Attempt, second.Gen+1)
+	}
+	if j := h.jobOf(first.ID); j.State != store.StateSucceeded {
+		t.Fatalf("first job: %s, want succeeded", j.State)
+	}
+	if n := h.counter("sluice_worker_claims_total", "outcome=lapsed"); n != 1 {
+		t.Errorf("%v dropped as lapsed, want 1", n)
+	}
+}
+
 // failingFinish is the real store whose next fails Finish calls fail, as
 // finishes sent to a master that died do; calls counts every Finish,
 // confirms every Confirm.
