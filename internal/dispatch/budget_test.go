@@ -179,7 +179,7 @@ func TestBudgetReadsOnlyOnDemand(t *testing.T) {
 
 // TestBudgetHeadroomIsTheJobsEndedInItsWait: the headroom is the rate the
 // workers ended jobs at lately (Store.FinishRate) × the wait,
-// at most the capacity; nothing before a rate was read, once it is older
+// at most headroomMax capacities; nothing before a rate was read, once it is older
 // than rateStale, with no wait or with no workers.
 func TestBudgetHeadroomIsTheJobsEndedInItsWait(t *testing.T) {
 	t.Parallel()
@@ -192,7 +192,7 @@ func TestBudgetHeadroomIsTheJobsEndedInItsWait(t *testing.T) {
 		after      time.Duration // from the rate's read to the reading
 		want       int
 	}{
-		{"fast workers: capped at the capacity", 2000, 100, wait, 0, 100},
+		{"fast workers: capped at twice the capacity", 2000, 100, wait, 0, 200},
 		{"slow attempts: 50/s × 0.25 s", 50, 100, wait, time.Second, 12},
 		{"no job ended (a starved worker)", 0, 100, wait, 0, 0},
 		{"a rate older than rateStale", 2000, 100, wait, rateStale + time.Millisecond, 0},
@@ -216,13 +216,13 @@ func TestBudgetHeadroomIsTheJobsEndedInItsWait(t *testing.T) {
 // TestBudgetLendsTheHeadroomToThePasses: with every worker slot taken
 // (leases = capacity) a budget has nothing to share until the workers'
 // completion rate is read — at the first reading, in the background —;
-// then the passes may release up to the headroom more, never beyond twice
-// the capacity.
+// then the passes may release up to the headroom more, never beyond
+// (1 + headroomMax) capacities.
 func TestBudgetLendsTheHeadroomToThePasses(t *testing.T) {
 	t.Parallel()
 	g := &gatedStore{fakeStore: fakeStore{shards: 1, capacity: 40, finishRate: 400}, inFlight: 40}
 	b := newBudget(g, nil, time.Millisecond)
-	b.headroomWait = func() time.Duration { return time.Second } // 400 ended/s × 1 s, capped at 40
+	b.headroomWait = func() time.Duration { return time.Second } // 400 ended/s × 1 s, capped at 80
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.run(ctx) }()
@@ -241,8 +241,8 @@ func TestBudgetLendsTheHeadroomToThePasses(t *testing.T) {
 		b.spend(n, 0)
 		return n > 0
 	})
-	if n, err := b.share(ctx, 1); err != nil || n != 40 {
-		t.Fatalf("share with the headroom lent: %d, %v; want 40 (capacity 40 + headroom 40 − 40 in flight)", n, err)
+	if n, err := b.share(ctx, 1); err != nil || n != 80 {
+		t.Fatalf("share with the headroom lent: %d, %v; want 80 (capacity 40 + headroom 80 − 40 in flight)", n, err)
 	}
 }
 

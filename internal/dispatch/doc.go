@@ -101,7 +101,7 @@
 //   - On top, the budget lends headroom (budget.go): the jobs the workers
 //     ended in the last whole second (store.FinishRate, read in the
 //     background at most every 250 ms while readings are taken and find the
-//     workers at least half busy) × grace/4, at most the capacity, so the
+//     workers at least half busy) × grace/4, at most twice the capacity, so the
 //     workers never wait for a finish → reading → pass → hand-off round (by
 //     Little's law that round bounded the throughput at 100 slots). Only
 //     ended jobs count — a lease the sweep removed is no completion, so a
