@@ -63,6 +63,10 @@ type budget struct {
 	// headroomWait is the longest a job should wait in asynq for a worker
 	// slot (see Headroom above); nil or ≤ 0: no headroom.
 	headroomWait func() time.Duration
+	// workersCame, when set, runs at a reading that finds live workers
+	// after one that found none, before any pass gets a share of them:
+	// the Dispatcher reads its pre-claim gate then (meta.go readGate).
+	workersCame func(context.Context)
 
 	// The workers' total concurrency as last read, and when (run's own:
 	// only read touches them).
@@ -243,6 +247,9 @@ func (b *budget) readCounts(ctx context.Context) (capacity, leases, waiting int,
 		c, err := b.store.Capacity(ctx)
 		if err != nil {
 			return 0, 0, 0, fmt.Errorf("read worker capacity: %w", err)
+		}
+		if b.capacity == 0 && c > 0 && b.workersCame != nil {
+			b.workersCame(ctx)
 		}
 		b.capacity, b.capacityAt = c, now
 	}

@@ -205,6 +205,14 @@ func New(cfg Config) (*Dispatcher, error) {
 	m.shards.Set(float64(d.shards))
 	d.budget = newBudget(cfg.Store, d.handoffWaiting, cfg.CapacityRefresh)
 	d.budget.headroomWait = func() time.Duration { return d.passConfig().Grace / 4 }
+	// The first workers of a fleet (or the first after all had gone) open
+	// the pre-claim gate before their capacity is shared out, not at the
+	// gate's next reading up to gateRetry later.
+	d.budget.workersCame = func(ctx context.Context) {
+		if d.cfg.Pass.Preclaim > 0 && !d.preclaimable.Load() {
+			d.readGate(ctx)
+		}
+	}
 	d.inspector = asynq.NewInspectorFromRedisClient(cfg.Redis)
 	d.passCfg.Store(&d.cfg.Pass)
 	d.wakes = make([]chan int64, d.shards)

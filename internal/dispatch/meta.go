@@ -84,8 +84,10 @@ type preclaimGate interface {
 
 var _ preclaimGate = (*store.Store)(nil)
 
-// gateRetry is how often a closed pre-claim gate is read again: workers
-// started after the dispatcher open it within a second.
+// gateRetry is how often a closed pre-claim gate is read again: a worker
+// of an earlier version that left opens it within a second. The first
+// workers of a fleet open it at once: the capacity reading that finds them
+// reads it (budget.workersCame).
 const gateRetry = time.Second
 
 // followGate re-reads the pre-claim gate (readGate) until ctx is done:

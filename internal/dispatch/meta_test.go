@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,49 @@ func TestPassUnderPreclaimSettings(t *testing.T) {
 	} {
 		if got := passUnder(c.p, c.s).Preclaim; got != c.want {
 			t.Errorf("%s: pre-claim ε %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// gateStore is a fakeStore whose workers come and go (workers: their total
+// concurrency), with the roster's pre-claim gate: open while any is live,
+// as the roster answers when every live worker runs pre-claimed jobs.
+type gateStore struct {
+	*fakeStore
+	workers atomic.Int64
+}
+
+func (g *gateStore) Capacity(context.Context) (int, error) { return int(g.workers.Load()), nil }
+
+func (g *gateStore) Preclaimable(context.Context) (bool, error) { return g.workers.Load() > 0, nil }
+
+// TestFirstWorkersOpenThePreclaimGateBeforeTheirFirstPass: the capacity
+// reading that finds the first live workers reads the pre-claim gate
+// before a pass gets any of their capacity, so not one pass shares it out
+// without the pre-claim. The gate's own reading, every gateRetry while
+// closed, left the first second of a fresh fleet's releases to the claim
+// (a third of the jobs of the throughput benchmark's 3 s run).
+func TestFirstWorkersOpenThePreclaimGateBeforeTheirFirstPass(t *testing.T) {
+	t.Parallel()
+	st := &gateStore{fakeStore: newFakeStore(2)}
+	st.result = func(int, int) store.PassResult { return store.PassResult{Now: time.Now(), CapacityReached: true} }
+	cfg := loopConfig(t, st)
+	cfg.MaxSleep, cfg.Pass.Preclaim = 10*time.Millisecond, 2*time.Millisecond
+	start(t, cfg)
+	eventually(t, 5*time.Second, "passes without workers", allPassed(st.fakeStore))
+	st.workers.Store(100)
+	withCapacity := func() (n int) {
+		for _, c := range st.passes() {
+			if c.cfg.Capacity > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 5*time.Second, "10 passes with the workers' capacity", func() bool { return withCapacity() >= 10 })
+	for i, c := range st.passes() {
+		if c.cfg.Capacity > 0 && c.cfg.Preclaim <= 0 {
+			t.Fatalf("pass %d (shard %d) shared out capacity %d without the pre-claim", i, c.shard, c.cfg.Capacity)
 		}
 	}
 }
