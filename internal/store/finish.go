@@ -276,13 +276,13 @@ func (s *Store) finish(ctx context.Context, shard int, reqs []FinishRequest, cfg
 	if err != nil {
 		return nil, err
 	}
-	if d.Len() != 1+len(reqs) {
-		d.fail("%d results for %d attempts", d.Len()-1, len(reqs))
+	if d.Len() != 1+2*len(reqs) {
+		d.fail("%d reply values for %d attempts", d.Len()-1, len(reqs))
 	}
 	rs := make([]FinishResult, len(reqs))
 	for i, r := range reqs {
-		if i+1 < d.Len() {
-			rs[i] = decodeFinish(d.list(i+1), r)
+		if 2+2*i < d.Len() {
+			rs[i] = decodeFinish(d, 1+2*i, r)
 		}
 	}
 	if err := d.Err(); err != nil {
@@ -291,15 +291,13 @@ func (s *Store) finish(ctx context.Context, shard int, reqs []FinishRequest, cfg
 	return rs, nil
 }
 
-// decodeFinish reads one attempt's reply of finish.lua.
-func decodeFinish(d decoder, r FinishRequest) FinishResult {
-	if d.str(0) == statusNotFound {
+// decodeFinish reads one attempt's reply of finish.lua, the two values
+// from i on of its flat reply: the state after (or not_found) and stale.
+func decodeFinish(d decoder, i int, r FinishRequest) FinishResult {
+	if d.str(i) == statusNotFound {
 		return FinishResult{Err: fmt.Errorf("finish job %q: %w", r.ID, ErrNotFound)}
 	}
-	if status := d.str(0); status != statusOK {
-		d.fail("finish status %q", status)
-	}
-	state, stale := State(d.str(1)), d.int(2) == 1
+	state, stale := State(d.str(i)), d.int(i+1) == 1
 	if stale {
 		return FinishResult{State: state, Err: fmt.Errorf("finish job %q at gen %d: %w (job is %s)", r.ID, r.Gen, ErrStale, state)}
 	}

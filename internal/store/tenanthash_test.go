@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -130,6 +131,65 @@ func TestTenantPackedFieldsMatchLua(t *testing.T) {
 	}
 	if !slices.Equal(ctor, tenantPacked) {
 		t.Fatalf("tenant_of returns %v", ctor)
+	}
+	// A reused table (T_FIELDS.pool) gets every value of T_FIELDS.
+	m = regexp.MustCompile(`(?s)local function tenant_of.*?pool\[#pool\] = nil(.*?)return t\n`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("lib.lua: no reuse in tenant_of")
+	}
+	var reused []string
+	for _, kv := range regexp.MustCompile(`t\.([a-z_0-9]+) = ([a-z_0-9]+)`).FindAllSubmatch(m[1], -1) {
+		if string(kv[1]) != string(kv[2]) {
+			t.Fatalf("tenant_of reuses with t.%s = %s", kv[1], kv[2])
+		}
+		reused = append(reused, string(kv[1]))
+	}
+	if !slices.Equal(reused, tenantPacked) {
+		t.Fatalf("tenant_of reuses with %v", reused)
+	}
+}
+
+// Every key a script sets on a tenant table (t or c.t) is one of those
+// tenant_of's constructor sizes in, so a table reused from an earlier call
+// (lib.lua T_FIELDS.pool) holds no key a new one would not.
+func TestTenantTableKeysAreTheConstructors(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("lua/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)local function tenant_of.*?return \{(.*?)\}`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("lib.lua: no tenant_of")
+	}
+	keys := map[string]bool{}
+	for _, k := range regexp.MustCompile(`([a-z_0-9]+) = `).FindAllSubmatch(m[1], -1) {
+		keys[string(k[1])] = true
+	}
+	files, err := filepath.Glob("lua/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("lua/*.lua: %v", err)
+	}
+	lhs := regexp.MustCompile(`^\s*((?:[\w.\[\]#+ ]+,\s*)*[\w.\[\]#+ ]+?)\s*=[^=]`)
+	target := regexp.MustCompile(`^(?:c\.)?t\.([a-z_0-9]+)$`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			for _, stmt := range strings.Split(line, ";") {
+				m := lhs.FindStringSubmatch(stmt)
+				if m == nil {
+					continue
+				}
+				for _, x := range strings.Split(m[1], ",") {
+					if k := target.FindStringSubmatch(strings.TrimSpace(x)); k != nil && !keys[k[1]] {
+						t.Errorf("%s:%d sets t.%s, not a key of tenant_of's constructor", f, n+1, k[1])
+					}
+				}
+			}
+		}
 	}
 }
 

@@ -29,8 +29,10 @@
 --          (see PACE.observe below): unit (0 = none, 1 = requests, 2 =
 --          tokens), remaining (0), limit (0 = unknown), reset in µs (0),
 --          source header ('')
--- Reply:   {'ok', r1, r2, …}, one r per attempt in request order, each
---          {'ok', state after, stale (0|1)} | {'not_found'}
+-- Reply:   {'ok', state 1, stale 1, state 2, stale 2, …}: two values per
+--          attempt in request order, flat (a nested table costs Redis a
+--          conversion of its own) — the state after and stale (0|1), or
+--          'not_found' and 0
 -- Writes besides the jobs' and tenants' keys: the shard's finished-jobs
 -- counter <p>:{sN}:finished (the jobs this call ended, at the end).
 --
@@ -330,7 +332,7 @@ local function defer(r, j, t, p)
   rcall('ZADD', K_DELAYED, istr(due), j.id)
   hset_job(j, 'state', 'retrying', 'due', istr(due), 'attempt', istr(j.attempt), 'dst', r.err, 'hd', '0')
   lowered(due)
-  if late then return {'ok', 'retrying', 0} end
+  if late then return 'retrying', 0 end
   local ttl = mfloor(r.pause / 1000) + 3600000
   local was = tonum(rcall('HGET', ck, r.err)) or 0
   if due > was then rcall('HSET', ck, r.err, istr(due)) end
@@ -342,20 +344,19 @@ local function defer(r, j, t, p)
   for _, key in ipairs({ck, ck .. ':' .. r.err}) do
     if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end
   end
-  return {'ok', 'retrying', 0}
+  return 'retrying', 0
 end
 
 -- finish_one records one attempt (read phase: the record, then its tenant
--- from the call's cache; write phase: the transition) and returns its reply.
+-- from the call's cache; write phase: the transition) and returns its reply:
+-- the state after and stale (0|1), or 'not_found' and 0.
 -- ENTRY is the attempt log entry of the attempt at hand (lifecycle.lua
--- log_attempt), one table for the call's attempts; R_SUCC the reply of a
--- success, one for the call's (the replies are only read).
+-- log_attempt), one table for the call's attempts.
 -- An entry's latency_s is the latency's text as sent when it is what istr
 -- would print (a canonical integer below 10^15: the store's), saving the
 -- format.
 local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, latency_s = nil, err = '', extra = nil, stale = nil,
   gen = nil}
-local R_SUCC = {'ok', 'succeeded', 0}
 local function finish_one(r)
   local entry = ENTRY
   entry.at, entry.outcome, entry.status, entry.latency, entry.err = NOW, r.kind, r.status, r.latency, r.err
@@ -365,12 +366,12 @@ local function finish_one(r)
   entry.latency_s = ls
   if r.xfield ~= '' then entry.extra = ',"' .. r.xfield .. '":' .. cjson.encode(r.xtext) end
   local j = load_finished(r.id)
-  if not j then return {'not_found'} end
+  if not j then return 'not_found', 0 end
   if j.state ~= 'running' or j.gen ~= r.gen then
     if r.kind == 'lapsed' then return {'ok', j.state, 1} end -- never sent: nothing to log
     entry.stale, entry.gen = true, r.gen
     log_attempt(j, cfg.log_n, entry)
-    return {'ok', j.state, 1}
+    return j.state, 1
   end
   if r.kind == 'gone' then j.type = rcall('HGET', j.k, 'type') end -- read before this attempt's writes
   local t, p = tenant(j.tenant)
@@ -409,22 +410,22 @@ local function finish_one(r)
   local kind = r.kind
   if kind == 'success' then
     to_succeeded(j, t, NOW, cfg)
-    return R_SUCC
+    return 'succeeded', 0
   elseif kind == 'retry' then
     note_earliest()
     local state, due = retry_or_dead(j, t, p, NOW, cfg)
     lowered(due)
-    return {'ok', state, 0}
+    return state, 0
   elseif kind == 'permanent' then
     to_dead(j, t, NOW, cfg)
-    return {'ok', 'dead', 0}
+    return 'dead', 0
   elseif kind == 'gone' then
     if j.type == 'webhook' or p.disable_on_gone == 1 then t.disabled = 1 end
     j.pending = j.pending or {}
     j.pending[#j.pending + 1] = 'reason'
     j.pending[#j.pending + 1] = 'gone'
     to_dead(j, t, NOW, cfg)
-    return {'ok', 'dead', 0}
+    return 'dead', 0
   end
   -- Throttled: the attempt is not counted (written with the state).
   j.attempt = j.attempt - 1
@@ -432,14 +433,14 @@ local function finish_one(r)
   j.pending[#j.pending + 1] = istr(j.attempt)
   if kind == 'throttled' and retry_expired(j, p, NOW) then
     to_dead(j, t, NOW, cfg)
-    return {'ok', 'dead', 0}
+    return 'dead', 0
   end
   to_head(j, t, 1)
-  return {'ok', 'queued', 0}
+  return 'queued', 0
 end
 
 local reply = {'ok'}
-for i = 1, n do reply[i + 1] = finish_one(reqs[i]) end
+for i = 1, n do reply[2 * i], reply[2 * i + 1] = finish_one(reqs[i]) end
 leases_flush()
 
 -- Every tenant an attempt changed: rescheduled when what its ready score
@@ -476,9 +477,9 @@ wake_if_earlier()
 -- both). In a block: the prologue's locals leave the scripts few to spare.
 do
   local ended, keep = 0, 11
-  for i = 2, #reply do
-    local r = reply[i]
-    if r[3] == 0 and (r[2] == 'succeeded' or r[2] == 'dead') then ended = ended + 1 end
+  for i = 2, #reply, 2 do
+    local state = reply[i]
+    if reply[i + 1] == 0 and (state == 'succeeded' or state == 'dead') then ended = ended + 1 end
   end
   local key, sec = K_FINISHED, mfloor(NOW / 1000000)
   if ended > 0 and rcall('HINCRBY', key, istr(sec), ended) == ended then

@@ -328,11 +328,43 @@ local busy
 -- tenant_of unpacks field s into a tenant table; pack_tenant packs one.
 -- Both name T_FIELDS in its order, written out (a test checks): no loop,
 -- no table but the tenant's.
+-- The tenant tables of a call are reused by the calls after it (with Redis
+-- Functions: the library's scope; T_FIELDS.pool, at most POOL_MAX): a new
+-- one is 64 hash nodes (~3 KiB) to allocate, fill key by key and collect —
+-- the allocation's share of Lua's collector, which walks the library's
+-- heap, costs more than the rest of the load. A table lent to a call
+-- (T_FIELDS.lent, by load_tenant, tenant_of's one caller) goes back to the
+-- pool at the next call's begin(): no script keeps a tenant table past its
+-- call. A reused table gets every value of T_FIELDS here; load_tenant sets
+-- the others (rs, qh, st_*) on every table it returns. Every key a script
+-- sets on a tenant table is one of the constructor's (a test checks), so
+-- a reused table holds no key a new one would not.
+T_FIELDS.pool, T_FIELDS.lent, T_FIELDS.POOL_MAX = {}, {}, 128
+RESETS[#RESETS + 1] = function()
+  local lent, pool = T_FIELDS.lent, T_FIELDS.pool
+  for i = 1, #lent do
+    if #pool < T_FIELDS.POOL_MAX then pool[#pool + 1] = lent[i] end
+    lent[i] = nil
+  end
+end
 local function tenant_of(s)
   local tat, tat_t, tat_b, atok, ats, live, bytes, qtok, running, released, rtok, hseq, hlen,
     paused_until, admin_paused, admin_until, disabled, vt, lead, rf, cut_until, stat, sslot,
     slast, c1, dz, in_m, in_c, in_p, uq, useq, q_unit, q_rem, q_lim, q_reset, q_fly,
     q_next, fw = struct.unpack(T_PACK, s)
+  local pool = T_FIELDS.pool
+  local t = pool[#pool]
+  if t then
+    pool[#pool] = nil
+    t.tat = tat; t.tat_t = tat_t; t.tat_b = tat_b; t.atok = atok; t.ats = ats; t.live = live; t.bytes = bytes;
+    t.qtok = qtok; t.running = running; t.released = released; t.rtok = rtok; t.hseq = hseq; t.hlen = hlen;
+    t.paused_until = paused_until; t.admin_paused = admin_paused; t.admin_until = admin_until;
+    t.disabled = disabled; t.vt = vt; t.lead = lead; t.rf = rf; t.cut_until = cut_until; t.stat = stat;
+    t.sslot = sslot; t.slast = slast; t.c1 = c1; t.dz = dz; t.in_m = in_m; t.in_c = in_c; t.in_p = in_p;
+    t.uq = uq; t.useq = useq; t.q_unit = q_unit; t.q_rem = q_rem; t.q_lim = q_lim; t.q_reset = q_reset;
+    t.q_fly = q_fly; t.q_next = q_next; t.fw = fw;
+    return t
+  end
   return {tat = tat, tat_t = tat_t, tat_b = tat_b, atok = atok, ats = ats, live = live,
     bytes = bytes, qtok = qtok, running = running, released = released, rtok = rtok, hseq = hseq,
     hlen = hlen, paused_until = paused_until, admin_paused = admin_paused,
@@ -379,6 +411,7 @@ local function load_tenant(tn, p)
   -- A field s packed before the last fields existed is shorter: they read as 0.
   if #s < #T_ZERO then s = s .. (T_FIELDS.pad[#s] or string.sub(T_ZERO, #s + 1)) end
   local t = tenant_of(s)
+  T_FIELDS.lent[#T_FIELDS.lent + 1] = t -- back to the pool at the next call
   -- What the aggregates counted of the tenant: its packed state's (a field
   -- stored by name is counted at the save that folds it in).
   t.st_open, t.st_run = t.live + t.running, t.running
