@@ -368,7 +368,7 @@ local function finish_one(r)
   local j = load_finished(r.id)
   if not j then return 'not_found', 0 end
   if j.state ~= 'running' or j.gen ~= r.gen then
-    if r.kind == 'lapsed' then return {'ok', j.state, 1} end -- never sent: nothing to log
+    if r.kind == 'lapsed' then return j.state, 1 end -- never sent: nothing to log
     entry.stale, entry.gen = true, r.gen
     log_attempt(j, cfg.log_n, entry)
     return j.state, 1
@@ -386,9 +386,9 @@ local function finish_one(r)
   end
   if r.kind == 'deferred' then return defer(r, j, t, p) end
   if r.kind == 'lapsed' then
-    if not CLAIM.lost(j, t, false) then return {'ok', j.state, 1} end
+    if not CLAIM.lost(j, t, false) then return j.state, 1 end
     lease_del(r.id)
-    return {'ok', 'queued', 0}
+    return 'queued', 0
   end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
