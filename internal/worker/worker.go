@@ -210,8 +210,10 @@ type Worker struct {
 	finishing chan struct{}
 	idle      chan batchJob // a batch's next job to a runner waiting for one (processBatch)
 	metrics   *metrics
-	// failing is set when a claim or a finish failed (not stale) and
-	// cleared by the next that succeeds, or a confirmation: while it is
+	// failing is set when a claim or a finish failed (not stale), also by
+	// a finish's try that is then sent again (finish), and cleared by the
+	// next claim that succeeds, a finish that succeeds at its first try,
+	// or a confirmation: while it is
 	// set a pre-claimed job is sent only once Store.Confirm found it
 	// running at its gen (deliver).
 	failing atomic.Bool
