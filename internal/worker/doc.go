@@ -41,7 +41,8 @@
 //     else drop it unsent (claims outcome "unconfirmed"). A confirmation
 //     that Redis answered, or a claim or finish that succeeded at its
 //     first try, ends this.
-//   - Send a finish that Redis did not answer again, until finishTimeout:
+//   - Send a finish that Redis did not answer, or could not take now
+//     (finishRetryable), again until finishTimeout:
 //     one given up makes the sweep send an attempt that was made again.
 //     Never send again one the Store answered (stale, not found, invalid).
 //   - Say, in the heartbeat, that this worker runs pre-claimed jobs

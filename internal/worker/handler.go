@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -392,8 +393,9 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 }
 
 // finish records the attempt (Store.Finish). While Redis gives no answer
-// in the Store's own terms — a connection refused or timed out, a master
-// that died, a Cluster or Sentinel failover under way — it tries again,
+// or cannot take the call now (finishRetryable) — a connection refused or
+// timed out, a master that died, a Cluster or Sentinel failover under
+// way — it tries again,
 // until ctx ends (finishTimeout): a finish given up makes the sweep send
 // the job again once its lease ends, a second delivery of an attempt that
 // was made. Trying again is safe: a finish re-sent after an earlier one
@@ -436,18 +438,38 @@ const (
 )
 
 // finishRetryable reports whether a finish that failed with err may succeed
-// when sent again: not when the Store answered it (stale, no such job, an
-// argument it refuses, a reply it cannot read), only when Redis gave no
-// answer or an error of its own (a connection's, CLUSTERDOWN, TRYAGAIN,
-// LOADING, READONLY on a demoted master, OOM).
+// when sent again: when Redis gave no answer (a connection refused, reset
+// or timed out), or an error of a Redis that cannot take the call now
+// (transientPrefixes). Not an answer of the Store (stale, no such job, an
+// argument it refuses, a reply it cannot read), nor any other error of
+// Redis's (a script's error would come back the same), nor the finish's
+// own deadline.
 func finishRetryable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
 	for _, answered := range []error{store.ErrStale, store.ErrNotFound, store.ErrInvalid, store.ErrProtocol, store.ErrConflict} {
 		if errors.Is(err, answered) {
 			return false
 		}
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true
+	}
+	for _, p := range transientPrefixes {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
+
+// transientPrefixes are the errors of a Redis that cannot take a call now
+// but may soon: a Cluster without a master for the slot, a slot being
+// moved, a replica still loading, a master demoted (READONLY) or without
+// its replicas, a script running past the busy threshold, memory full.
+var transientPrefixes = []string{"CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "OOM"}
 
 // execute runs exec, turning a panic into a retryable failure.
 func (w *Worker) execute(ctx context.Context, job store.ClaimedJob, exec Executor) (out wire.AttemptOutcome) {
