@@ -395,10 +395,9 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 // finish records the attempt (Store.Finish). While Redis gives no answer
 // or cannot take the call now (finishRetryable) — a connection refused or
 // timed out, a master that died, a Cluster or Sentinel failover under
-// way — it tries again,
-// until ctx ends (finishTimeout): a finish given up makes the sweep send
-// the job again once its lease ends, a second delivery of an attempt that
-// was made. Trying again is safe: a finish re-sent after an earlier one
+// way — it tries again until ctx ends (finishTimeout): a finish given up
+// makes the sweep send the job again once its lease ends, a second
+// delivery of an attempt that was made. Trying again is safe: a finish re-sent after an earlier one
 // recorded the attempt (its reply was lost) comes back stale, with the
 // state that one left. A failed try sets the pre-claim fence (failing);
 // only a finish that succeeded at its first try clears it, as after a
