@@ -1,6 +1,7 @@
 // Package procstat reads CPU times from Linux's /proc for the benchmark
 // programs (the bench module) and the console's CPU tests (internal/e2e):
-// a process's, and the whole machine's.
+// a process's, and the whole machine's; and this process's own, finer,
+// from getrusage (SelfCPU, for Go benchmarks).
 package procstat
 
 import (

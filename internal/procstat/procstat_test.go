@@ -3,12 +3,14 @@ package procstat
 import (
 	"os"
 	"testing"
+	"time"
 )
 
-// Burning CPU shows in this process's CPU time and in the machine's busy
-// time; a process that does not exist cannot be read.
+// Burning CPU shows in this process's CPU time (by /proc and by
+// getrusage) and in the machine's busy time; a process that does not exist cannot be read.
 func TestCPUTimesGrowWithWork(t *testing.T) {
 	p0, ok1 := ProcessCPU(os.Getpid())
+	s0 := SelfCPU()
 	m0, ok2 := MachineBusy()
 	if !ok1 || !ok2 {
 		t.Fatalf("cannot read /proc: process %v, machine %v", ok1, ok2)
@@ -18,6 +20,9 @@ func TestCPUTimesGrowWithWork(t *testing.T) {
 		for i := range 1_000_000 {
 			x += i
 		}
+	}
+	if s1 := SelfCPU(); s1-s0 < 40*time.Millisecond {
+		t.Fatalf("getrusage: %v → %v after 50ms of work by /proc (x=%d)", s0, s1, x)
 	}
 	if m1, _ := MachineBusy(); m1 <= m0 {
 		t.Fatalf("machine busy %v → %v after 50ms of work (x=%d)", m0, m1, x)

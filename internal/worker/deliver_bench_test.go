@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
@@ -128,7 +128,7 @@ func BenchmarkDeliverCPU(b *testing.B) {
 		b.StartTimer()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		mallocs, used := ms.Mallocs, processCPU(b)
+		mallocs, used := ms.Mallocs, procstat.SelfCPU()
 		var wg sync.WaitGroup
 		for _, t := range tasks {
 			wg.Go(func() {
@@ -138,7 +138,7 @@ func BenchmarkDeliverCPU(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		cpu += processCPU(b) - used
+		cpu += procstat.SelfCPU() - used
 		runtime.ReadMemStats(&ms)
 		allocs += ms.Mallocs - mallocs
 	}
@@ -147,15 +147,6 @@ func BenchmarkDeliverCPU(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(jobs), "cpu-µs/job")
 	b.ReportMetric(float64(allocs)/float64(jobs), "allocs/job")
-}
-
-// processCPU is this process's CPU time so far, user and system.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkExecuteCPU is the in-process part of BenchmarkDeliverCPU, the
@@ -193,7 +184,7 @@ func BenchmarkExecuteCPU(b *testing.B) {
 	raw := wire.EncodeBatch(bt)
 	ctx := context.Background()
 	b.ReportAllocs()
-	used := processCPU(b)
+	used := procstat.SelfCPU()
 	for b.Loop() {
 		got, err := wire.DecodeBatch(raw)
 		if err != nil {
@@ -206,7 +197,7 @@ func BenchmarkExecuteCPU(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(float64((processCPU(b)-used).Nanoseconds())/float64(b.N*len(bt.Jobs)), "cpu-ns/job")
+	b.ReportMetric(float64((procstat.SelfCPU()-used).Nanoseconds())/float64(b.N*len(bt.Jobs)), "cpu-ns/job")
 }
 
 // answer204 is a transport whose every request gets a 204 at once, its body

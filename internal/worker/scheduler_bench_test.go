@@ -6,9 +6,10 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // spinEach is the wait every delivery did before the scheduler, kept as
@@ -70,7 +71,7 @@ func BenchmarkWaits(b *testing.B) {
 func waitLoad(wait func(context.Context, time.Time) error, n int, gap, lead time.Duration) ([]time.Duration, time.Duration) {
 	errs := make([]time.Duration, n)
 	base := time.Now().Add(lead)
-	cpu0 := processCPU()
+	cpu0 := procstat.SelfCPU()
 	var wg sync.WaitGroup
 	// The dispatcher's releases, each lead before its instant: at every
 	// tick, every wait whose release time has come starts.
@@ -86,11 +87,5 @@ func waitLoad(wait func(context.Context, time.Time) error, n int, gap, lead time
 		}
 	}
 	wg.Wait()
-	return errs, processCPU() - cpu0
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return errs, procstat.SelfCPU() - cpu0
 }
