@@ -324,14 +324,8 @@ func checkURL(raw string, add adder) {
 // anywhere, no byte outside ASCII in the query (percent-encode them). The error says what is wrong without naming the
 // field. The sender (internal/webhook) applies it again to stored jobs.
 func CheckURL(raw string) error {
-	if err := checkURLBytes(raw); err != nil {
-		return err
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		u = nil
-	}
-	return checkParsedURL(raw, u)
+	u, _ := url.Parse(raw) // nil when it does not parse
+	return CheckParsedURL(raw, u)
 }
 
 // CheckParsedURL is CheckURL(raw) for a caller that has parsed raw already:
@@ -339,14 +333,14 @@ func CheckURL(raw string) error {
 // returns, without parsing raw again (the sender parses a stored job's URL
 // once for its request).
 func CheckParsedURL(raw string, u *url.URL) error {
-	if err := checkURLBytes(raw); err != nil {
-		return err
+	if raw == "" {
+		return errors.New("required, an absolute http or https URL")
 	}
-	return checkParsedURL(raw, u)
-}
-
-// checkParsedURL is CheckParsedURL after checkURLBytes.
-func checkParsedURL(raw string, u *url.URL) error {
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("byte %d is a space or a control character (0x%02x); percent-encode it", i, c)
+		}
+	}
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
 		return fmt.Errorf("%q is not an absolute http or https URL", raw)
 	}
@@ -364,20 +358,6 @@ func checkParsedURL(raw string, u *url.URL) error {
 	for i := 0; i < len(u.RawQuery); i++ {
 		if u.RawQuery[i] >= utf8.RuneSelf {
 			return errors.New("the query holds bytes outside ASCII; percent-encode them")
-		}
-	}
-	return nil
-}
-
-// checkURLBytes is CheckURL's check of raw before parsing it: not empty,
-// no space or control character.
-func checkURLBytes(raw string) error {
-	if raw == "" {
-		return errors.New("required, an absolute http or https URL")
-	}
-	for i := 0; i < len(raw); i++ {
-		if c := raw[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("byte %d is a space or a control character (0x%02x); percent-encode it", i, c)
 		}
 	}
 	return nil

@@ -203,9 +203,7 @@ func buildRequest(ctx context.Context, req Request) (*http.Request, error) {
 	}
 	u := req.URL
 	if u == nil {
-		if u, err = url.Parse(spec.URL); err != nil {
-			u = nil
-		}
+		u, _ = url.Parse(spec.URL) // nil when it does not parse: CheckParsedURL refuses it
 	}
 	if err := job.CheckParsedURL(spec.URL, u); err != nil { // a stored job is checked as at enqueue
 		return nil, fmt.Errorf("%w: job %s: url: %w", ErrInvalidJob, req.ID, err)

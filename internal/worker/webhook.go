@@ -91,10 +91,9 @@ func (e *WebhookExecutor) Execute(ctx context.Context, cj store.ClaimedJob) wire
 	if failed != nil {
 		return *failed
 	}
-	u, err := url.Parse(spec.URL) // once, for the circuit and the request
-	if err != nil {
-		u = nil // Deliver refuses the job
-	}
+	// Parsed once, for the circuit and the request; nil when it does not
+	// parse (Deliver refuses the job).
+	u, _ := url.Parse(spec.URL)
 	ticket, deferred := e.Circuits.Before(ctx, u, cj)
 	if deferred != nil {
 		return *deferred
