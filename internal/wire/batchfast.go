@@ -39,13 +39,7 @@ func (d *fastDecoder) payload(p *Payload) bool {
 		d.lit(`,"slot_us":`) && d.int64(&p.SlotUS)) {
 		return false
 	}
-	if d.lit(`,"claimed":`) {
-		p.Claimed = &Claimed{}
-		if !d.claimed(p.Claimed) {
-			return false
-		}
-	}
-	return d.lit("}")
+	return optional(d, `,"claimed":`, &p.Claimed, (*fastDecoder).claimed) && d.lit("}")
 }
 
 func (d *fastDecoder) claimed(c *Claimed) bool {
@@ -58,13 +52,7 @@ func (d *fastDecoder) claimed(c *Claimed) bool {
 	if d.lit(`,"upstreams":[`) && !list(d, &c.Upstreams, (*fastDecoder).str) {
 		return false
 	}
-	if d.lit(`,"signing":`) {
-		c.Signing = &Signing{}
-		if !d.signing(c.Signing) {
-			return false
-		}
-	}
-	return d.lit("}")
+	return optional(d, `,"signing":`, &c.Signing, (*fastDecoder).signing) && d.lit("}")
 }
 
 func (d *fastDecoder) signing(s *Signing) bool {
@@ -88,6 +76,16 @@ func (d *fastDecoder) secret(x *SigningSecret) bool {
 		return false
 	}
 	return d.lit(`,"sealed":`) && d.str(&x.Sealed) && d.lit("}")
+}
+
+// optional reads an omitempty object member: when s continues with key
+// (its comma, name and colon), a new *out read with read; else nothing.
+func optional[T any](d *fastDecoder, key string, out **T, read func(*fastDecoder, *T) bool) bool {
+	if !d.lit(key) {
+		return true
+	}
+	*out = new(T)
+	return read(d, *out)
 }
 
 // list reads the items of a list whose opening bracket d has read, each
