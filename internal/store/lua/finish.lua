@@ -396,8 +396,8 @@ local function finish_one(r)
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
   if r.result ~= '' then RES.put(j, r) end -- an http job's result: the last attempt's response
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
-  if r.actual ~= 0 then correct(r, j, t, p) end
-  if p.pacing == 1 then PACE.observe(r, j, t, p) end
+  correct(r, j, t, p)
+  PACE.observe(r, j, t, p)
 
   if UP_SCOPE then
     -- the upstreams' throttle: the caller pauses them, not the tenant
@@ -405,7 +405,7 @@ local function finish_one(r)
     local d = r.pause > 0 and r.pause or cfg.def_pause
     t.paused_until = mmax(t.paused_until, NOW + mmin(d, cfg.max_pause))
   end
-  if p.adaptive == 1 and not UP_SCOPE then adapt(r, j, t, p) end
+  if not UP_SCOPE then adapt(r, j, t, p) end
 
   local kind = r.kind
   if kind == 'success' then

@@ -477,7 +477,7 @@ local function save_tenant(tn, t)
   local packed = pack_tenant(t)
   local ws, wr, wq = packed ~= t.st_packed or named or t.st_ra, t.rs ~= t.st_rs, t.qh ~= t.st_qh
   if not (ws or wr or wq) then return end
-  local key = t.st_k or k_tenant(tn)
+  local key = t.st_k
   -- A tenant hash created here enters the shard's tenant index and its
   -- name set (one ZADD each per creation; see index_check).
   if not t.st_packed and not named then
@@ -808,7 +808,7 @@ function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset
 -- cost c (0 = any): q_reset when what is left is less than the job's units
 -- (1, or c for a tokens quota), else q_next.
 function PACE.slot(t, p, c)
-  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end
   local u = 1
   if t.q_unit == 2 then u = c end
   if t.q_rem - t.q_fly < u then return t.q_reset end
@@ -833,7 +833,7 @@ end
 -- pacing): (q_reset − now) / (L·(1 − MARGIN)), q_reset − now when nothing
 -- is left.
 function PACE.interval(t, p)
-  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end
   local left = t.q_rem - t.q_fly
   if left <= 0 then return t.q_reset - NOW end
   return math.ceil((t.q_reset - NOW) / (left * (1 - PACE.MARGIN)))
@@ -864,12 +864,6 @@ end
 -- T the effective interval.
 local function earliest(t, p, c, now)
   return mmax(now, t.tat - (p.burst - c) * interval(t, p))
-end
-
--- take advances TAT past a slot given to a job of cost c: TAT ← max(TAT,
--- slot) + c·T, T the effective interval.
-local function take(t, p, slot, c)
-  t.tat = mmax(t.tat, slot) + c * interval(t, p)
 end
 
 -- send_target is when a job planned at slot goes out under the tenant's
@@ -973,8 +967,7 @@ local function reschedule(tn, t, p, now, head)
   if id and t.rtok > 0 and t.rtok + cost > release_cap(t, p) then
     held = true
   elseif id then
-    score = mmax(earliest(t, p, cost, now), gate(t))
-    if p.pacing == 1 then score = mmax(score, PACE.slot(t, p, cost)) end
+    score = mmax(earliest(t, p, cost, now), gate(t), PACE.slot(t, p, cost))
   end
   if t.uq > 0 then -- lanes.lua: the best of the lanes' heads too
     local ls, lheld = lane_score(tn, t, p, now)
@@ -1019,7 +1012,7 @@ RS_HELD = 'held'
 local SIG = {PACK = '<ddddddddd', PACK8 = '<dddddddd', BLOCKED = {disabled = 1, paused = 2, concurrency = 3, fair = 4}}
 -- Its second value is that code of blocked(t, p), 0 when not blocked.
 sched_sig = function(t, p)
-  local ps = p.pacing == 1 and PACE.slot(t, p, 1) or 0
+  local ps = PACE.slot(t, p, 1)
   local code = SIG.BLOCKED[blocked(t, p)] or 0
   return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, code, t.tat, gate(t), t.hlen,
     t.qtok, t.lead, interval(t, p), p.burst, ps), code
@@ -1062,10 +1055,10 @@ busy = function(t)
 end
 local function expire_tenant(tn, t, p, now, keep_us)
   if busy(t) then
-    if not t.st_busy then rcall('PERSIST', t.st_k or k_tenant(tn)) end
+    if not t.st_busy then rcall('PERSIST', t.st_k) end
     return
   end
-  local key = t.st_k or k_tenant(tn)
+  local key = t.st_k
   local full_at = t.ats + mmax(0, p.admit_burst - t.atok) * p.admit_us
   local ttl_ms = mfloor(mmax(0, mmax(t.tat, t.stat, gate(t), full_at) - now) / 1000) + 1000
   rcall('PEXPIRE', key, istr(ttl_ms))

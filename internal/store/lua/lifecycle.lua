@@ -126,12 +126,13 @@ end
 -- have died while sending it). False, and nothing changed, for any other
 -- job. The caller removes the lease.
 function CLAIM.lost(j, t, pcl)
-  local r = rcall('HMGET', j.k or k_job(j.id), 'pc', 'first', 'claimed')
+  local k = j.k or k_job(j.id)
+  local r = rcall('HMGET', k, 'pc', 'first', 'claimed')
   if tonum(r[1]) ~= j.gen then return false end
   unrun(j, t)
   j.attempt = mmax(0, j.attempt - 1)
   if j.attempt == 0 and r[2] == r[3] then
-    rcall('HDEL', j.k or k_job(j.id), 'first')
+    rcall('HDEL', k, 'first')
   end
   j.pending = {'attempt', istr(j.attempt), 'pc', '0'} -- written by to_head (hset_job)
   if pcl then

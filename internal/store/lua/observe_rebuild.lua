@@ -32,9 +32,7 @@ if (force ~= '0' and force ~= '1') or not chunk or chunk < 1 or chunk > 10000 or
 end
 local key = AGG.key('agg')
 local cursor = redis.call('HGET', K_POLICY, '#ab')
-if force == '0' and not cursor then
-  if redis.call('HGET', key, 'v') == AGG.VERSION then return {'ok', NOW, 0, 0} end
-end
+if force == '0' and not cursor and redis.call('HGET', key, 'v') == AGG.VERSION then return {'ok', NOW, 0, 0} end
 if force == '1' or not cursor then -- start: nothing counted
   redis.call('DEL', key, AGG.key('top'), AGG.key('gate:a'), AGG.key('gate:u'), AGG.key('gate:d'),
     AGG.key('gate:p'), AGG.key('dead:n'), AGG.key('dead:x'))

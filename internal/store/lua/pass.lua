@@ -473,8 +473,8 @@ function X.emit(tn, c, j, slot, spread)
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  t.tat = mmax(t.tat, slot) + j.cost * iv -- lib.lua take, with iv at hand
-  if p.pacing == 1 then PACE.take(t, p, slot, j.cost) end
+  t.tat = mmax(t.tat, slot) + j.cost * iv -- GCRA: TAT past the slot given, by c·T
+  PACE.take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
   t.rtok = t.rtok + j.cost
@@ -594,8 +594,7 @@ X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only
 -- c.head keeps the next job it saw but did not release, for reschedule.
 function X.try(tn, c)
   local t, p = c.t, c.p
-  local g = gate(t)
-  if p.pacing == 1 then g = mmax(g, PACE.slot(t, p, 1)) end -- lib.lua PACE: pacing by quota headers
+  local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e

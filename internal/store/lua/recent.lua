@@ -36,7 +36,7 @@ local function recent_add(tn, r, now, ttl_us)
   if not (lat >= 0) then lat = 0 elseif lat > 4294967295 then lat = 4294967295 end
   if not (st >= 0) then st = 0 elseif st > 65535 then st = 65535 end
   local rec = struct.pack(RA_HEAD, now, lat, st, RA_KINDS[r.kind], #id) .. id
-  local key = BASE .. 't:' .. tn .. ':ra' -- k_tenant(tn) .. ':ra' in one concatenation
+  local key = k_tenant(tn) .. ':ra'
   local n = rcall('APPEND', key, rec)
   if n == #rec then
     rcall('PEXPIRE', key, istr(mmax(1, mfloor(ttl_us / 1000))))
