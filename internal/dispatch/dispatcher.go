@@ -209,8 +209,8 @@ func New(cfg Config) (*Dispatcher, error) {
 	// the pre-claim gate before their capacity is shared out, not at the
 	// gate's next reading up to gateRetry later.
 	d.budget.workersCame = func(ctx context.Context) {
-		if d.cfg.Pass.Preclaim > 0 && !d.preclaimable.Load() {
-			d.readGate(ctx)
+		if !d.preclaimable.Load() {
+			d.readGate(ctx) // without the pre-claim on it reads nothing
 		}
 	}
 	d.inspector = asynq.NewInspectorFromRedisClient(cfg.Redis)

@@ -397,9 +397,9 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 // timed out, a master that died, a Cluster or Sentinel failover under
 // way — it tries again until ctx ends (finishTimeout): a finish given up
 // makes the sweep send the job again once its lease ends, a second
-// delivery of an attempt that was made. Trying again is safe: a finish re-sent after an earlier one
-// recorded the attempt (its reply was lost) comes back stale, with the
-// state that one left. A failed try sets the pre-claim fence (failing);
+// delivery of an attempt that was made. Trying again is safe: a finish
+// re-sent after an earlier one recorded the attempt (its reply was lost)
+// comes back stale, with the state that one left. A failed try sets the pre-claim fence (failing);
 // only a finish that succeeded at its first try clears it, as after a
 // failover the new master may lack pre-claims.
 func (w *Worker) finish(ctx context.Context, job store.ClaimedJob, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
