@@ -224,8 +224,11 @@ end
 -- already. A success recovers additively, f ← min(full, f + step), also only
 -- for an attempt slotted ≥ cut_until (a reply to a request sent before the
 -- cut says nothing about the new rate). f = full is stored as 0 (absent).
+-- An attempt without a congestion signal on a tenant at its full rate (rf =
+-- 0) changes nothing: f stays full, and refactor finds the interval as the
+-- load's rescale left it.
 local function adapt(r, j, t, p)
-  if p.adaptive ~= 1 or j.slot < t.cut_until then return end
+  if p.adaptive ~= 1 or j.slot < t.cut_until or (t.rf == 0 and not r.congested) then return end
   local f = factor(t, p)
   if r.congested then
     t.cut_until = mmax(NOW, t.paused_until, t.tat)
