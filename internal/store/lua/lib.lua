@@ -722,9 +722,8 @@ end
 -- 10¹² or below T_eff — exact in doubles for any T up to 1/d (T·10⁶ itself,
 -- up to 8.64·10¹⁶, would not be).
 local function interval(t, p)
-  if p.adaptive ~= 1 then return p.rate_us end -- factor's full rate, without the call (the hot paths ask often)
-  local f = factor(t, p)
-  if f == RF_FULL then return p.rate_us end
+  local f = t.rf -- factor's, without the call (the hot paths ask often)
+  if p.adaptive ~= 1 or f <= 0 or f >= RF_FULL then return p.rate_us end
   local a = mfloor(p.rate_us / f)
   local rm = (p.rate_us - a * f) * RF_FULL
   local q = mfloor(rm / f)
@@ -808,7 +807,7 @@ function PACE.on(t, p) return p.pacing == 1 and t.q_unit > 0 and NOW < t.q_reset
 -- cost c (0 = any): q_reset when what is left is less than the job's units
 -- (1, or c for a tokens quota), else q_next.
 function PACE.slot(t, p, c)
-  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or t.q_unit <= 0 or NOW >= t.q_reset then return 0 end -- not PACE.on
   local u = 1
   if t.q_unit == 2 then u = c end
   if t.q_rem - t.q_fly < u then return t.q_reset end
@@ -863,7 +862,11 @@ end
 -- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T),
 -- T the effective interval.
 local function earliest(t, p, c, now)
-  return mmax(now, t.tat - (p.burst - c) * interval(t, p))
+  local iv, f = p.rate_us, t.rf -- interval's full rate without the calls (the hot paths ask often)
+  if p.adaptive == 1 and f > 0 and f < RF_FULL then iv = interval(t, p) end
+  local e = t.tat - (p.burst - c) * iv
+  if e > now then return e end
+  return now
 end
 
 -- send_target is when a job planned at slot goes out under the tenant's
@@ -894,7 +897,11 @@ end
 
 -- gate is the end of the tenant's timed pauses (upstream and admin): no slot
 -- may be earlier.
-local function gate(t) return mmax(t.paused_until, t.admin_until) end
+local function gate(t)
+  local a, b = t.paused_until, t.admin_until -- math.max's C call costs more
+  if a > b then return a end
+  return b
+end
 
 -- release_cap is the most tokens the tenant may have released and unclaimed
 -- at once: ⌈r·D⌉ + b = ⌈D / T⌉ + b (T the effective interval), with D the

@@ -337,34 +337,46 @@ end
 -- 3. Release, by weighted virtual time. The heap orders (vt, ready score,
 -- tenant), so ties are broken by the oldest score, then by name.
 local heap = {}
-local function less(a, b)
-  if a.vt ~= b.vt then return a.vt < b.vt end
-  if a.score ~= b.score then return a.score < b.score end
-  return a.tn < b.tn
-end
+-- (vt, score, tn) is unique (a tenant is in the heap once), so the order is
+-- strict and the pops come in one order whatever the heap's shape. The
+-- comparisons are written out in the loops: a call each cost more than the
+-- comparison.
 local function heap_push(x)
-  heap[#heap + 1] = x
-  local i = #heap
+  local i = #heap + 1
+  local xv, xs, xt = x.vt, x.score, x.tn
   while i > 1 do
     local up = mfloor(i / 2)
-    if not less(heap[i], heap[up]) then break end
-    heap[i], heap[up] = heap[up], heap[i]
+    local u = heap[up]
+    local uv = u.vt
+    if xv > uv or (xv == uv and (xs > u.score or (xs == u.score and xt >= u.tn))) then break end -- x not below u
+    heap[i] = u
     i = up
   end
+  heap[i] = x
 end
 local function heap_pop()
-  local top = heap[1]
-  heap[1] = heap[#heap]
-  heap[#heap] = nil
-  local i, n = 1, #heap
+  local top, n = heap[1], #heap
+  local x = heap[n]
+  heap[n] = nil
+  n = n - 1
+  if n == 0 then return top end
+  local xv, xs, xt = x.vt, x.score, x.tn
+  local i = 1
   while true do
-    local m, l, r = i, 2 * i, 2 * i + 1
-    if l <= n and less(heap[l], heap[m]) then m = l end
-    if r <= n and less(heap[r], heap[m]) then m = r end
-    if m == i then break end
-    heap[i], heap[m] = heap[m], heap[i]
-    i = m
+    local l = 2 * i
+    if l > n then break end
+    local c = heap[l]
+    if l < n then
+      local d = heap[l + 1]
+      local dv, cv = d.vt, c.vt
+      if dv < cv or (dv == cv and (d.score < c.score or (d.score == c.score and d.tn < c.tn))) then c, l = d, l + 1 end
+    end
+    local cv = c.vt
+    if not (cv < xv or (cv == xv and (c.score < xs or (c.score == xs and c.tn < xt)))) then break end -- c not below x
+    heap[i] = c
+    i = l
   end
+  heap[i] = x
   return top
 end
 
@@ -473,7 +485,9 @@ function X.emit(tn, c, j, slot, spread)
   local iv = interval(t, p)
   if slot > t.tat - (p.burst - j.cost) * iv then t.sslot = slot - j.cost * iv end
   c.head = nil
-  t.tat = mmax(t.tat, slot) + j.cost * iv -- GCRA: TAT past the slot given, by c·T
+  local tat = t.tat -- GCRA: TAT past the slot given, by c·T (max without math.max's C call)
+  if slot > tat then tat = slot end
+  t.tat = tat + j.cost * iv
   PACE.take(t, p, slot, j.cost)
   t.qtok = t.qtok - j.cost
   t.released = t.released + 1
@@ -594,7 +608,8 @@ X.HEAD1 = {true, 1} -- c.head of a tenant whose jobs all cost 1 (reschedule only
 -- c.head keeps the next job it saw but did not release, for reschedule.
 function X.try(tn, c)
   local t, p = c.t, c.p
-  local g = mmax(gate(t), PACE.slot(t, p, 1)) -- lib.lua PACE: pacing by quota headers
+  local g, ps = gate(t), PACE.slot(t, p, 1) -- lib.lua PACE: pacing by quota headers
+  if ps > g then g = ps end
   c.head = nil
   if blocked(t, p) or g > HORIZON then return nil end
   local j, e
@@ -615,7 +630,13 @@ function X.try(tn, c)
   end
   if e > HORIZON then return nil end
   -- nb: a delayed job promoted ahead of its due time (g holds PACE.slot for cost 1)
-  local slot = mmax(e, g, j and PACE.slot(t, p, j.cost) or 0, j and j.nb or 0)
+  local slot = e -- max(e, g, the pacing slot, nb), the hot path's compares written out
+  if g > slot then slot = g end
+  if j then
+    local ps, nb = PACE.slot(t, p, j.cost), j.nb
+    if ps > slot then slot = ps end
+    if nb and nb > slot then slot = nb end
+  end
   local spread = slot >= NOW + L
   if spread then
     slot = spaced(slot)
@@ -816,7 +837,7 @@ end
 local vmax = vclock
 for _, tn in ipairs(TENANT_ORDER) do
   local t = TENANTS[tn].t
-  t.vt = mmax(t.vt, vclock)
+  if vclock > t.vt then t.vt = vclock end
   heap_push({tn = tn, vt = t.vt, score = scores[tn] or NOW})
 end
 local visited, left, cap_reached = #heap, CAP, blocked_by_capacity
@@ -835,7 +856,7 @@ while #heap > 0 do
     cost = release_one(top.tn, c)
   end
   if cost then
-    vmax = mmax(vmax, c.t.vt)
+    if c.t.vt > vmax then vmax = c.t.vt end
     c.t.vt = c.t.vt + mfloor(cost * VT_SCALE / c.p.weight)
     top.vt = c.t.vt
     if X.spent(top.tn, c) then X.nspent = X.nspent + 1 else heap_push(top) end
