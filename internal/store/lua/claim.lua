@@ -162,6 +162,7 @@ for _, tn in ipairs(TENANT_ORDER) do
       lowered(reschedule(tn, c.t, c.p, NOW))
       how = 'moved'
     end
+    if how ~= 'saved' then c.t.st_rsnow = 1 end -- rs is the digest now, for save_tenant's mint (lib.lua)
     save_tenant(tn, c.t)
     if how == 'moved' then expire_tenant(tn, c.t, c.p, NOW) end
   end

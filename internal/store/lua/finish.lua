@@ -358,6 +358,13 @@ end
 -- An entry's latency_s is the latency's text as sent when it is what istr
 -- would print (a canonical integer below 10^15: the store's), saving the
 -- format.
+-- FAST_T takes a fast finish's live and bytes changes (to_succeeded): they
+-- leave the tenant's as they were (finish_one).
+local FAST_T = {live = 0, bytes = 0}
+-- FAST_READY: the tenants fast finishes put back in ready (in order) and
+-- their scores (by name), added with the call's other ready writes unless
+-- a later attempt of the call loaded the tenant and rescheduled it.
+local FAST_READY = {}
 local ENTRY = {at = 0, outcome = '', status = 0, latency = 0, latency_s = nil, err = '', extra = nil, stale = nil,
   gen = nil}
 local function finish_one(r)
@@ -377,7 +384,38 @@ local function finish_one(r)
     return j.state, 1
   end
   if r.kind == 'gone' then j.type = rcall('HGET', j.k, 'type') end -- read before this attempt's writes
+  -- A plain success of a tenant the call has not loaded takes a fast
+  -- finish's token (lib.lua T_FIELDS.fold): its running − 1 is counted
+  -- there and in the aggregates now; with a token, nothing else of the
+  -- tenant changes (the last token drops its held weight).
+  local folded = false
+  if r.kind == 'success' and r.result == '' and r.actual == 0 and r.q_unit == 0 and not r.congested
+      and r.pause == 0 and not TENANTS[j.tenant] then
+    local key = k_tenant(j.tenant)
+    local v = rcall('HINCRBY', key, 'ff', -1)
+    if AGG.cur == false or AGG.counted(j.tenant) then AGG.open, AGG.run = AGG.open - 1, AGG.run - 1 end
+    if v >= 0 then
+      local left, d, back = T_FIELDS.ff_split(v)
+      if left == 0 and d > 0 then FAIR.d = FAIR.d - d end
+      if back > 0 then -- held for its fair share: back in ready (lib.lua T_FIELDS.mint)
+        local x = rcall('HMGET', key, 'fx', 'fr', 'f0')
+        local k2 = T_FIELDS.FF_K * T_FIELDS.FF_K
+        rcall('HSET', key, 'rs', x[2], 'ff', istr(v - k2), 'f0', istr(tonum(x[3]) - k2))
+        local score = mmax(tonum(x[1]), NOW)
+        note_earliest()
+        FAST_READY[#FAST_READY + 1], FAST_READY[j.tenant] = j.tenant, score
+        lowered(score)
+      end
+      lease_del(r.id)
+      log_attempt(j, cfg.log_n, entry, true)
+      recent_add(j.tenant, r, NOW, cfg.succ_ret)
+      to_succeeded(j, FAST_T, NOW, cfg)
+      return 'succeeded', 0
+    end
+    folded = true -- no token: the load folds this finish's running − 1
+  end
   local t, p = tenant(j.tenant)
+  if folded then t.st_busy = true end -- as loaded before this finish (it was running): expire_tenant
   -- The fields load_finished leaves out (lifecycle.lua): a plain success
   -- needs none of them — at the tenant's full rate factor (rf = 0: adapt
   -- changes nothing then, whatever the slot), without an actual cost
@@ -395,7 +433,11 @@ local function finish_one(r)
   end
 
   lease_del(r.id) -- removed after the last attempt (lib.lua leases_flush)
-  unrun(j, t)
+  if folded then -- unrun but the running − 1 counted already
+    t.live, t.bytes = t.live + 1, t.bytes + j.bytes
+  else
+    unrun(j, t)
+  end
   log_attempt(j, cfg.log_n, entry, true) -- written with the state below
   if r.result ~= '' then RES.put(j, r) end -- an http job's result: the last attempt's response
   recent_add(j.tenant, r, NOW, cfg.succ_ret) -- the tenant's ring key (recent.lua)
@@ -443,6 +485,7 @@ local function finish_one(r)
 end
 
 local reply = {'ok'}
+FAIR.defer() -- lib.lua: the tenants' held weight moves once (fast finishes included)
 for i = 1, n do reply[2 * i], reply[2 * i + 1] = finish_one(reqs[i]) end
 leases_flush()
 
@@ -451,19 +494,28 @@ leases_flush()
 -- concurrency cap changes none of it), its dead set trimmed (each finish
 -- trims it, docs/design.md §7; lifecycle.lua trim_dead), saved, expired; then the wake
 -- check. The aggregates are written once after them (lib.lua AGG).
-FAIR.defer() -- lib.lua: the tenants' held weight moves once
 AGG.hold()
 ready_defer() -- lib.lua: the ready set written once, after the last tenant
 for i = 1, #TENANT_ORDER do
   local tn = TENANT_ORDER[i]
   local c = TENANTS[tn]
   if c.t.rs ~= sched_sig(c.t, c.p) then
+    FAST_READY[tn] = nil -- its reschedule decides
     note_earliest()
     lowered(reschedule(tn, c.t, c.p, NOW))
   end
+  c.t.st_rsnow = 1 -- rs as a finish computes it, for save_tenant's mint (lib.lua)
   trim_dead(tn, c.t, NOW, cfg)
   save_tenant(tn, c.t)
   expire_tenant(tn, c.t, c.p, NOW, cfg.succ_ret) -- listed while its jobs' records are kept
+end
+for i = 1, #FAST_READY do
+  local tn = FAST_READY[i]
+  local score = FAST_READY[tn]
+  if score then
+    local add = READY_ADD.add
+    add[#add + 1], add[#add + 2] = score, tn
+  end
 end
 ready_flush()
 FAIR.flush()

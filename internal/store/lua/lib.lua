@@ -376,7 +376,9 @@ local function tenant_of(s)
     -- table (a constructor's nil fields still count for its size).
     rs = '', qh = '', st_cu = nil, st_w = nil, st_packed = nil, st_rs = nil, st_ra = nil, st_named = nil, st_busy = nil,
     st_qh = nil, st_open = nil, st_run = nil, st_ga = nil, st_gu = nil, st_gd = nil, -- st_w: its policy weight (FAIR)
-    st_k = nil} -- its key, k_tenant's (built once a call)
+    st_k = nil, -- its key, k_tenant's (built once a call)
+    st_p = nil, st_f0 = nil, st_ff = nil, -- its policy of the load; fast-finish fields f0 and ff as loaded (T_FIELDS.fold)
+    st_rsnow = nil, st_rscode = nil} -- rs just computed (T_FIELDS.mint), and its blocked code
 end
 local function pack_tenant(t)
   return struct.pack(T_FIELDS.fmt[T_FIELDS.used(t)], t.tat, t.tat_t, t.tat_b, t.atok, t.ats, t.live, t.bytes, t.qtok,
@@ -388,7 +390,7 @@ end
 local function load_tenant(tn, p)
   local key = k_tenant(tn)
   local all = rcall('HGETALL', key)
-  local packed, rs, ra, named, qh, cu = nil, '', false, nil, '', 0
+  local packed, rs, ra, named, qh, cu, ff, f0 = nil, '', false, nil, '', 0, nil, nil
   for i = 1, #all, 2 do
     local f = all[i]
     if f == 's' then
@@ -401,6 +403,10 @@ local function load_tenant(tn, p)
       cu = tonum(all[i + 1]) or 0
     elseif f == 'ra' then
       ra = true
+    elseif f == 'ff' then
+      ff = tonum(all[i + 1])
+    elseif f == 'f0' then
+      f0 = tonum(all[i + 1])
     elseif T_INDEX[f] then
       named = named or {}
       named[#named + 1] = f
@@ -412,6 +418,8 @@ local function load_tenant(tn, p)
   if #s < #T_ZERO then s = s .. (T_FIELDS.pad[#s] or string.sub(T_ZERO, #s + 1)) end
   local t = tenant_of(s)
   T_FIELDS.lent[#T_FIELDS.lent + 1] = t -- back to the pool at the next call
+  if ff or f0 then T_FIELDS.fold(t, f0 or 0, ff or 0) end -- the fast finishes since the last save
+  t.st_p, t.st_f0, t.st_ff, t.st_rsnow = p, f0 or 0, ff or 0, nil
   -- What the aggregates counted of the tenant: its packed state's (a field
   -- stored by name is counted at the save that folds it in).
   t.st_open, t.st_run = t.live + t.running, t.running
@@ -475,8 +483,10 @@ local function save_tenant(tn, t)
   AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
+  local f0, fx, fr = T_FIELDS.mint(t)
   local ws, wr, wq = packed ~= t.st_packed or named or t.st_ra, t.rs ~= t.st_rs, t.qh ~= t.st_qh
-  if not (ws or wr or wq) then return end
+  local wf = f0 ~= t.st_f0 or t.st_ff ~= t.st_f0
+  if not (ws or wr or wq or wf) then return end
   local key = t.st_k
   -- A tenant hash created here enters the shard's tenant index and its
   -- name set (one ZADD each per creation; see index_check).
@@ -484,8 +494,11 @@ local function save_tenant(tn, t)
     rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
     rcall('ZADD', k_names(), 0, tn)
   end
-  if ws and wr and not wq then -- the common write, without a table of arguments
+  if ws and wr and not wq and not wf then -- the common writes, without a table of arguments
     rcall('HSET', key, 's', packed, 'rs', t.rs)
+  elseif ws and wr and not wq and not fx then
+    local f = istr(f0)
+    rcall('HSET', key, 's', packed, 'rs', t.rs, 'ff', f, 'f0', f)
   else
     local args = {}
     if ws then args[1], args[2] = 's', packed end
@@ -497,11 +510,18 @@ local function save_tenant(tn, t)
       args[#args + 1] = 'qh'
       args[#args + 1] = t.qh
     end
+    if wf then
+      local f = istr(f0)
+      args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'ff', f, 'f0', f
+      if fx then
+        args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'fx', istr(fx), 'fr', fr
+      end
+    end
     rcall('HSET', key, unpack(args))
   end
   if named then rcall('HDEL', key, unpack(named)) end
   if t.st_ra then rcall('HDEL', key, 'ra') end
-  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh = packed, t.rs, false, nil, t.qh
+  t.st_packed, t.st_rs, t.st_ra, t.st_named, t.st_qh, t.st_f0, t.st_ff = packed, t.rs, false, nil, t.qh, f0, f0
 end
 
 -- Observation aggregates (docs/design.md §3, aggregates): what GET
@@ -960,6 +980,7 @@ end
 local function reschedule(tn, t, p, now, head)
   local code
   t.rs, code = sched_sig(t, p)
+  t.st_rscode = code
   if code ~= 0 then -- blocked (sched_sig's code)
     unready(tn)
     return nil
@@ -1023,6 +1044,76 @@ sched_sig = function(t, p)
   local code = SIG.BLOCKED[blocked(t, p)] or 0
   return struct.pack(ps == 0 and SIG.PACK8 or SIG.PACK, code, t.tat, gate(t), t.hlen,
     t.qtok, t.lead, interval(t, p), p.burst, ps), code
+end
+
+-- Fast finishes (finish.lua: a plain success of a tenant the call has not
+-- loaded). Each save mints tokens (T_FIELDS.mint): the finishes of as many
+-- of the tenant's running jobs that change nothing of its state but running
+-- − 1 — no held-weight or expiry change (the tenant stays busy and holds a
+-- slot), no dead set to trim, no adaptive state nor quota to pace by
+-- (PACE.slot is 0 without one, whatever the time) — and, at most,
+-- put it back in ready. Fields f0 (as minted) and ff (left) hold
+-- F + D·K + S·K², K = FF_K: F tokens; D the held weight (fw) the last of
+-- them drops from the shard's sum (FAIR), minted when the tenant keeps a
+-- backlog and releases nothing, so that running reaching 0 changes nothing
+-- else; S = 1 when the tenant is out of ready only for its fair share (a
+-- pass's hold, docs/design.md §2.2, which any finish lifts): the first
+-- token then also puts it back, at max(fx, now) — fx the score reschedule
+-- would give it, its jobs all costing 1 — with field rs the digest fr a
+-- finish computes (reschedule's), and takes S off both fields. A finish
+-- takes a token with HINCRBY ff −1 instead of loading and saving the
+-- tenant (left ≥ 0 is its licence; the shard's aggregates move by its
+-- running − 1 at once). The next load folds what the tokens took
+-- (T_FIELDS.fold: running − (f0 − ff), fw 0 once D was dropped), so every
+-- reader sees the tenant as full finishes would have left it; the save
+-- after it mints afresh. A plain success that finds no token (ff was 0:
+-- left −1) has taken its running − 1 all the same and goes on as a full
+-- finish that does not count it again.
+T_FIELDS.FF_K = 2097152 -- 2^21: running stays below it (AGG); D·K + S·K² stays below 2^53
+function T_FIELDS.ff_split(f) -- F (left), D, S of a field's value
+  local k, k2 = T_FIELDS.FF_K, T_FIELDS.FF_K * T_FIELDS.FF_K
+  local s = mfloor(f / k2)
+  local rest = f - s * k2
+  local left = rest % k
+  return left, (rest - left) / k, s
+end
+function T_FIELDS.fold(t, f0, ff)
+  if f0 > ff then t.running = mmax(0, t.running - (f0 - ff)) end
+  local _, d = T_FIELDS.ff_split(f0)
+  local left = T_FIELDS.ff_split(ff)
+  if d > 0 and left == 0 and ff >= 0 then t.fw = 0 end -- the last token dropped the held weight
+end
+-- mint is what t's save stores in f0 and ff (and, with S, fx and fr): 0
+-- unless its policy of the load is at hand (not BUILTIN: a reader's) and a
+-- finish could leave everything but running, ready and rs as it is.
+function T_FIELDS.mint(t)
+  local p = t.st_p
+  if t.running <= 0 or not p or p == BUILTIN or t.dz ~= 1 or t.q_unit > 0 or (p.adaptive == 1 and t.rf ~= 0)
+      or t.uq > 0 or t.running + t.released >= p.concurrency or (t.live == 0 and t.running == 1) then
+    return 0
+  end
+  -- The digest a finish computes (no fair cap outside a pass): rs itself
+  -- when its caller has just computed it so (st_rsnow 1; 2: with the pass's λ).
+  local lv, sig = FAIR.lv, t.rs
+  if t.st_rsnow ~= 1 or sig == RS_HELD then
+    FAIR.lv = nil
+    sig = sched_sig(t, p)
+    FAIR.lv = lv
+  end
+  local k = T_FIELDS.FF_K
+  if sig == t.rs then
+    if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
+    return t.running - 1
+  end
+  -- Held for its fair share only (the pass's digest is rs): a finish puts
+  -- it back in ready (lib.lua reschedule, its head costing 1).
+  if not lv or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then return 0 end
+  if not (t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair and t.rs ~= RS_HELD) then
+    local held, code = sched_sig(t, p)
+    if code ~= SIG.BLOCKED.fair or held ~= t.rs then return 0 end
+  end
+  local fx = mmax(t.tat - (p.burst - 1) * interval(t, p), gate(t))
+  return t.running + (t.released == 0 and t.fw or 0) * k + k * k, fx, sig
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the

@@ -306,7 +306,7 @@ local function to_dead(j, t, now, cfg)
   if j.idem ~= '' then rcall('PEXPIRE', k_idem(j.tenant, j.idem), ms(idem_ttl(cfg, cfg.dead_ret))) end
   t.live = t.live - 1
   t.bytes = t.bytes - j.bytes
-  t.dz = 0
+  t.dz = 2 -- known not empty (trim_dead)
   cfg.trim[j.tenant] = true
 end
 
@@ -353,8 +353,11 @@ end
 -- the oldest beyond max — at most 1000 of each per call — deleting their
 -- records and the idempotency keys that still name them. Returns the count.
 -- A tenant whose dead set is known empty (field dz = 1: set when a trim
--- finds it empty, cleared by to_dead, the one writer of the set) needs no
--- read; its caller saves the tenant after it.
+-- finds it empty; 2 when a trim or to_dead, the one writer of the set,
+-- leaves it not empty; 0 when never read) needs no read; its caller saves
+-- the tenant after it. flush_tenants reads a set never read of a tenant
+-- with jobs running, so that their finishes may be fast (lib.lua
+-- T_FIELDS.mint: it wants dz = 1).
 local function trim_dead(tn, t, now, cfg)
   if t.dz == 1 then return 0 end
   local key = k_dead(tn)
@@ -382,7 +385,7 @@ local function trim_dead(tn, t, now, cfg)
   end
   if #ids > 0 then rcall('ZREM', key, unpack(ids)) end
   AGG.dead_add(tn, -#ids) -- lib.lua
-  if #ids == n then t.dz = 1 end
+  if #ids == n then t.dz = 1 else t.dz = 2 end
   return #ids
 end
 
@@ -420,7 +423,8 @@ local function flush_tenants(cfg)
     local c = TENANTS[tn]
     if c.touched ~= false then
       reschedule(tn, c.t, c.p, NOW, c.head)
-      if cfg and cfg.trim[tn] then trim_dead(tn, c.t, NOW, cfg) end
+      c.t.st_rsnow = FAIR.lv and 2 or 1 -- rs as computed, for save_tenant's mint (lib.lua)
+      if cfg and (cfg.trim[tn] or (c.t.dz == 0 and c.t.running > 0)) then trim_dead(tn, c.t, NOW, cfg) end
       save_tenant(tn, c.t)
       expire_tenant(tn, c.t, c.p, NOW)
     end
