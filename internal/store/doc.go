@@ -103,21 +103,22 @@
 //     absent field for it. Its recent attempts are a separate key, <p>:{sN}:t:<tenant>:ra,
 //     appended by finish only (recent.lua), read by RecentAttempts.
 //   - Fast finishes (lib.lua T_FIELDS.mint, fold): a tenant's save mints
-//     tokens in its fields ff and f0 (with fx and fr for a tenant held at
-//     its fair share) for as many of its running jobs as may finish
-//     without anything of it but running, ready and rs changing — dead set
-//     known empty (dz = 1; flush_tenants reads a set never read of a
-//     tenant with jobs running), no quota to pace by, rate factor full,
-//     no lanes, below its concurrency, its digest rs as a finish computes
-//     it (or, held at its fair share, the pass's), and it keeps a backlog
-//     or another job running. A plain success of a tenant the call has not
-//     read takes one with HINCRBY instead of a load and a save, moves the
-//     aggregates (and, with the last token of a tenant with nothing
-//     released, the held weight) itself, and puts a tenant held at its
-//     share back in ready. Every load folds the tokens taken into running
-//     (and fw), so no reader sees the difference; the next save mints
-//     afresh. A plain success that finds none has counted its running − 1
-//     through the token all the same and goes on as a full finish.
+//     tokens in its fields ff and f0 (with fx for a tenant held at its
+//     fair share with one job running) for as many of its running jobs as
+//     may finish without anything of it but running, ready and rs
+//     changing — dead set known empty (dz = 1; flush_tenants reads a set
+//     never read of a tenant with jobs running), no quota to pace by, rate
+//     factor full, no lanes, below its concurrency, its digest rs as a
+//     finish computes it (or, held at its fair share, the pass's), and it
+//     keeps a backlog or another job running. A plain success of a tenant
+//     the call has not read takes one with HINCRBY instead of a load and a
+//     save, moves the aggregates (and, with the last token of a tenant
+//     with nothing released, the held weight) itself, and puts a tenant
+//     held at its share back in ready. Every load folds the tokens taken
+//     into running (and fw), so no reader sees the difference; the next
+//     save mints afresh. A plain success that finds none has counted its
+//     running − 1 through the token all the same and goes on as a full
+//     finish.
 //   - Fair shares (fairshare.go, lib.lua FAIR): tenant field fw is the
 //     tenant's policy weight while it holds a worker slot (running +
 //     released > 0), else 0, and <p>:{sN}:fair field w is the sum of its

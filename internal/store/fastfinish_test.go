@@ -108,16 +108,17 @@ func TestFastFinishLastJobIsAFullFinish(t *testing.T) {
 	e.requireConsistent()
 }
 
-// A tenant the pass held at its fair share is out of ready; a fast finish
-// puts it back (the score a full finish's reschedule gives it) without
-// loading it, and the next pass releases it up to its share again.
+// A tenant the pass held at its fair share is out of ready; the fast
+// finish of its one running job puts it back (at the score a full finish's
+// reschedule gives it) without loading it, and the next pass releases it up
+// to its share again.
 func TestFastFinishPutsAFairHeldTenantBack(t *testing.T) {
 	t.Parallel()
 	e, shard := fastFinishEnv(t, 10)
 	inReady := func() bool { return e.rdb.ZScore(e.ctx, e.store.keys.ready(shard), "acme").Err() == nil }
-	rel := e.fastPass(shard, -1, 2.5, 2) // share ⌊1 × 2.5⌋ = 2
+	rel := e.fastPass(shard, -1, 1.5, 1) // share ⌊1 × 1.5⌋ = 1
 	if inReady() {
-		t.Fatal("pass at share 2: in ready, want out of it")
+		t.Fatal("pass at share 1: in ready, want out of it")
 	}
 	packed := e.packedState("acme")
 	if st := e.finish(rel[0].ID, rel[0].Gen, succeeded, FinishConfig{}); st != StateSucceeded || !inReady() {
@@ -129,9 +130,12 @@ func TestFastFinishPutsAFairHeldTenantBack(t *testing.T) {
 	if score := e.rdb.ZScore(e.ctx, e.store.keys.ready(shard), "acme").Val(); int64(score) > e.clock.Now().UnixMicro() {
 		t.Fatalf("ready score %d µs, want due (≤ now %d)", int64(score), e.clock.Now().UnixMicro())
 	}
-	e.requireCounts("after the finish", 1, 8)
-	e.fastPass(shard, -1, 2.5, 1) // back to its share of 2
-	e.requireCounts("after the next pass", 2, 7)
+	if w, err := e.store.FairWeights(e.ctx); err != nil || w.Held != 0 {
+		t.Fatalf("held weight %+v (%v), want 0 (no job running)", w, err)
+	}
+	e.requireCounts("after the finish", 0, 9)
+	e.fastPass(shard, -1, 1.5, 1) // back to its share of 1
+	e.requireCounts("after the next pass", 1, 8)
 }
 
 // Any outcome but a plain success takes the full finish, and a tenant read

@@ -398,10 +398,7 @@ local function finish_one(r)
       local left, d, back = T_FIELDS.ff_split(v)
       if left == 0 and d > 0 then FAIR.d = FAIR.d - d end
       if back > 0 then -- held for its fair share: back in ready (lib.lua T_FIELDS.mint)
-        local x = rcall('HMGET', key, 'fx', 'fr', 'f0')
-        local k2 = T_FIELDS.FF_K * T_FIELDS.FF_K
-        rcall('HSET', key, 'rs', x[2], 'ff', istr(v - k2), 'f0', istr(tonum(x[3]) - k2))
-        local score = mmax(tonum(x[1]), NOW)
+        local score = mmax(tonum(rcall('HGET', key, 'fx')) or 0, NOW)
         note_earliest()
         FAST_READY[#FAST_READY + 1], FAST_READY[j.tenant] = j.tenant, score
         lowered(score)

@@ -483,7 +483,7 @@ local function save_tenant(tn, t)
   AGG.note(tn, t)
   local named = t.st_named
   local packed = pack_tenant(t)
-  local f0, fx, fr = T_FIELDS.mint(t)
+  local f0, fx = T_FIELDS.mint(t)
   local ws, wr, wq = packed ~= t.st_packed or named or t.st_ra, t.rs ~= t.st_rs, t.qh ~= t.st_qh
   local wf = f0 ~= t.st_f0 or t.st_ff ~= t.st_f0
   if not (ws or wr or wq or wf) then return end
@@ -513,9 +513,7 @@ local function save_tenant(tn, t)
     if wf then
       local f = istr(f0)
       args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'ff', f, 'f0', f
-      if fx then
-        args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'fx', istr(fx), 'fr', fr
-      end
+      if fx then args[#args + 1], args[#args + 2] = 'fx', istr(fx) end
     end
     rcall('HSET', key, unpack(args))
   end
@@ -1051,24 +1049,22 @@ end
 -- of the tenant's running jobs that change nothing of its state but running
 -- − 1 — no held-weight or expiry change (the tenant stays busy and holds a
 -- slot), no dead set to trim, no adaptive state nor quota to pace by
--- (PACE.slot is 0 without one, whatever the time) — and, at most,
--- put it back in ready. Fields f0 (as minted) and ff (left) hold
--- F + D·K + S·K², K = FF_K: F tokens; D the held weight (fw) the last of
--- them drops from the shard's sum (FAIR), minted when the tenant keeps a
--- backlog and releases nothing, so that running reaching 0 changes nothing
--- else; S = 1 when the tenant is out of ready only for its fair share (a
--- pass's hold, docs/design.md §2.2, which any finish lifts): the first
--- token then also puts it back, at max(fx, now) — fx the score reschedule
--- would give it, its jobs all costing 1 — with field rs the digest fr a
--- finish computes (reschedule's), and takes S off both fields. A finish
--- takes a token with HINCRBY ff −1 instead of loading and saving the
--- tenant (left ≥ 0 is its licence; the shard's aggregates move by its
--- running − 1 at once). The next load folds what the tokens took
--- (T_FIELDS.fold: running − (f0 − ff), fw 0 once D was dropped), so every
--- reader sees the tenant as full finishes would have left it; the save
--- after it mints afresh. A plain success that finds no token (ff was 0:
--- left −1) has taken its running − 1 all the same and goes on as a full
--- finish that does not count it again.
+-- (PACE.slot is 0 without one, whatever the time) — and, at most, put it
+-- back in ready. Fields f0 (as minted) and ff (left) hold F + D·K + S·K²,
+-- K = FF_K: F tokens; D the held weight (fw) the last of them drops from
+-- the shard's sum (FAIR), minted when the tenant keeps a backlog and
+-- releases nothing, so that running reaching 0 changes nothing else; S = 1
+-- when the tenant is out of ready only for its fair share (a pass's hold,
+-- docs/design.md §2.2, which any finish lifts) with one job running: its
+-- token also puts it back, at max(fx, now) — fx the score reschedule would
+-- give it, its jobs all costing 1. A finish takes a token with HINCRBY ff
+-- −1 instead of loading and saving the tenant (left ≥ 0 is its licence;
+-- the shard's aggregates move by its running − 1 at once). The next load
+-- folds what the tokens took (T_FIELDS.fold: running − (f0 − ff), fw 0 once
+-- D was dropped), so every reader sees the tenant as full finishes would
+-- have left it; the save after it mints afresh. A plain success that finds
+-- no token (ff was 0: left −1) has taken its running − 1 all the same and
+-- goes on as a full finish that does not count it again.
 T_FIELDS.FF_K = 2097152 -- 2^21: running stays below it (AGG); D·K + S·K² stays below 2^53
 function T_FIELDS.ff_split(f) -- F (left), D, S of a field's value
   local k, k2 = T_FIELDS.FF_K, T_FIELDS.FF_K * T_FIELDS.FF_K
@@ -1083,7 +1079,7 @@ function T_FIELDS.fold(t, f0, ff)
   local left = T_FIELDS.ff_split(ff)
   if d > 0 and left == 0 and ff >= 0 then t.fw = 0 end -- the last token dropped the held weight
 end
--- mint is what t's save stores in f0 and ff (and, with S, fx and fr): 0
+-- mint is what t's save stores in f0 and ff (and, with S, fx): 0
 -- unless its policy of the load is at hand (not BUILTIN: a reader's) and a
 -- finish could leave everything but running, ready and rs as it is.
 function T_FIELDS.mint(t)
@@ -1105,15 +1101,19 @@ function T_FIELDS.mint(t)
     if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
     return t.running - 1
   end
-  -- Held for its fair share only (the pass's digest is rs): a finish puts
-  -- it back in ready (lib.lua reschedule, its head costing 1).
-  if not lv or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then return 0 end
+  -- Held for its fair share only (the pass's digest is rs), with one job
+  -- running: its finish puts it back in ready (lib.lua reschedule, its head
+  -- costing 1) and leaves it holding no slot (rs, the pass's digest, then
+  -- says nothing a reader acts on: a held tenant holds a slot).
+  if not lv or t.running ~= 1 or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then
+    return 0
+  end
   if not (t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair and t.rs ~= RS_HELD) then
     local held, code = sched_sig(t, p)
     if code ~= SIG.BLOCKED.fair or held ~= t.rs then return 0 end
   end
   local fx = mmax(t.tat - (p.burst - 1) * interval(t, p), gate(t))
-  return t.running + (t.released == 0 and t.fw or 0) * k + k * k, fx, sig
+  return 1 + (t.released == 0 and t.fw or 0) * k + k * k, fx
 end
 
 -- Inflow (tenant fields in_m, in_c, in_p): the tokens admitted in the
