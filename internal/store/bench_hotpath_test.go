@@ -22,11 +22,13 @@ import (
 // The calls run through the Store's API (one FCALL per call) in four
 // modes: single (Claim and Finish per job), batch (ClaimBatch and
 // FinishBatch with the round's jobs), coalesced (a Coalescer under 64
-// concurrent callers) and preclaimed (the pass's pre-claim on, ε = 2ms, and
+// concurrent callers), preclaimed (the pass's pre-claim on, ε = 2ms, and
 // time moved on to 100ms after the round's first slot, so every job is due
 // at its release, as in a backlog: the pass claims them and the claim phase
 // has nothing left — a job it left would be claimed coalesced; finishes
-// coalesced). Reported per delivered job, from INFO commandstats
+// coalesced) and contended (preclaimed with the pool contended: fair share
+// λ = 1.5, so each tenant holds one job and leaves ready until its finish,
+// as in bench-dispatch's throughput part). Reported per delivered job, from INFO commandstats
 // deltas (server-wide: run it alone, -run '^$' -bench HotPathCost):
 //
 //	cmds/job            every Redis command of pass + claim + finish (the
@@ -44,7 +46,7 @@ import (
 // claim, finish; the untimed enqueues: other), which the script sums per
 // script.
 func BenchmarkHotPathCost(b *testing.B) {
-	for _, mode := range []string{"single", "batch", "coalesced", "preclaimed"} {
+	for _, mode := range []string{"single", "batch", "coalesced", "preclaimed", "contended"} {
 		b.Run("mode="+mode, func(b *testing.B) { benchmarkHotPath(b, mode) })
 	}
 }
@@ -65,8 +67,11 @@ func benchmarkHotPath(b *testing.B, mode string) {
 	}
 	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: -1}
 	step := 90 * ms // between rounds: each tenant's next slot 10ms ahead
-	if mode == "preclaimed" {
+	if mode == "preclaimed" || mode == "contended" {
 		cfg.Preclaim, step = 2*ms, 100*ms // each next slot due
+	}
+	if mode == "contended" {
+		cfg.FairShare = 1.5 // each tenant held at its share of 1, as in a contended pool
 	}
 	var pass, claims, finishes commandStats
 	jobs, preclaimed := 0, 0
@@ -153,7 +158,7 @@ func (e *env) hotClaims(mode string, rel []wire.Release) {
 				e.t.Fatalf("claim %s: %+v", rel[i].ID, c)
 			}
 		}
-	case "coalesced", "preclaimed":
+	case "coalesced", "preclaimed", "contended":
 		c := NewCoalescer(e.store, 0)
 		e.concurrently(rel, func(r wire.Release) error {
 			cl, err := c.Claim(e.ctx, r.ID, r.Gen, 2*ms)
@@ -205,7 +210,7 @@ func (e *env) hotFinishes(mode string, rel []wire.Release) {
 				e.t.Fatalf("finish %s: %+v", rel[i].ID, r)
 			}
 		}
-	case "coalesced", "preclaimed":
+	case "coalesced", "preclaimed", "contended":
 		c := NewCoalescer(e.store, 0)
 		e.concurrently(rel, func(r wire.Release) error {
 			st, err := c.Finish(e.ctx, r.ID, r.Gen, benchOK, FinishConfig{})

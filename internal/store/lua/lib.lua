@@ -1088,29 +1088,34 @@ function T_FIELDS.mint(t)
       or t.uq > 0 or t.running + t.released >= p.concurrency or (t.live == 0 and t.running == 1) then
     return 0
   end
-  -- The digest a finish computes (no fair cap outside a pass): rs itself
-  -- when its caller has just computed it so (st_rsnow 1; 2: with the pass's λ).
-  local lv, sig = FAIR.lv, t.rs
-  if t.st_rsnow ~= 1 or sig == RS_HELD then
-    FAIR.lv = nil
-    sig = sched_sig(t, p)
-    FAIR.lv = lv
-  end
-  local k = T_FIELDS.FF_K
-  if sig == t.rs then
-    if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
-    return t.running - 1
+  -- The digest a finish computes (no fair cap outside a pass) is rs itself
+  -- when its caller has just computed rs (st_rsnow 1; 2: with the pass's λ,
+  -- which changes the digest only by holding the tenant for its share:
+  -- code fair, checked after every other block).
+  local lv, k = FAIR.lv, T_FIELDS.FF_K
+  local fresh = t.st_rsnow and t.rs ~= RS_HELD
+  local held = fresh and t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair
+  if not held then
+    local sig = t.rs
+    if not fresh then
+      FAIR.lv = nil
+      sig = sched_sig(t, p)
+      FAIR.lv = lv
+    end
+    if sig == t.rs then
+      if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
+      return t.running - 1
+    end
+    if not lv then return 0 end
+    local pass_sig, code = sched_sig(t, p)
+    if code ~= SIG.BLOCKED.fair or pass_sig ~= t.rs then return 0 end
   end
   -- Held for its fair share only (the pass's digest is rs), with one job
   -- running: its finish puts it back in ready (lib.lua reschedule, its head
   -- costing 1) and leaves it holding no slot (rs, the pass's digest, then
   -- says nothing a reader acts on: a held tenant holds a slot).
-  if not lv or t.running ~= 1 or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then
+  if t.running ~= 1 or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then
     return 0
-  end
-  if not (t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair and t.rs ~= RS_HELD) then
-    local held, code = sched_sig(t, p)
-    if code ~= SIG.BLOCKED.fair or held ~= t.rs then return 0 end
   end
   local fx = mmax(t.tat - (p.burst - 1) * interval(t, p), gate(t))
   return 1 + (t.released == 0 and t.fw or 0) * k + k * k, fx
