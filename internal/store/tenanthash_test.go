@@ -69,9 +69,18 @@ func foldFastFinishes(fields map[string]string) {
 		running, _ := strconv.ParseFloat(fields["running"], 64)
 		fields["running"] = strconv.FormatFloat(max(0, running-float64(f0-ff)), 'f', -1, 64)
 	}
-	if d := f0 / k; d > 0 && ff == d*k {
-		fields["fw"] = "0"
+	if _, d := ffSplit(f0, k); d > 0 && ff >= 0 {
+		if left, _ := ffSplit(ff, k); left == 0 {
+			fields["fw"] = "0"
+		}
 	}
+}
+
+// ffSplit is lib.lua T_FIELDS.ff_split for f ≥ 0: the tokens left and the
+// held weight D of f = F + D·k + S·k².
+func ffSplit(f, k int64) (left, d int64) {
+	rest := f % (k * k)
+	return rest % k, rest / k
 }
 
 // tenantField reads one of tenant's fields as the scripts would (0 when absent).

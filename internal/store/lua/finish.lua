@@ -393,7 +393,7 @@ local function finish_one(r)
       and r.pause == 0 and not TENANTS[j.tenant] then
     local key = k_tenant(j.tenant)
     local v = rcall('HINCRBY', key, 'ff', -1)
-    if AGG.cur == false or AGG.counted(j.tenant) then AGG.open, AGG.run = AGG.open - 1, AGG.run - 1 end
+    if AGG.counted(j.tenant) then AGG.open, AGG.run = AGG.open - 1, AGG.run - 1 end -- as AGG.note would
     if v >= 0 then
       local left, d, back = T_FIELDS.ff_split(v)
       if left == 0 and d > 0 then FAIR.d = FAIR.d - d end

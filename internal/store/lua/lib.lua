@@ -850,7 +850,7 @@ end
 -- pacing): (q_reset − now) / (L·(1 − MARGIN)), q_reset − now when nothing
 -- is left.
 function PACE.interval(t, p)
-  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end
+  if p.pacing ~= 1 or not PACE.on(t, p) then return 0 end -- (the common case without the call)
   local left = t.q_rem - t.q_fly
   if left <= 0 then return t.q_reset - NOW end
   return math.ceil((t.q_reset - NOW) / (left * (1 - PACE.MARGIN)))
@@ -880,10 +880,8 @@ end
 -- earliest is GCRA's earliest slot for cost c: max(now, TAT − (b − c)·T),
 -- T the effective interval.
 local function earliest(t, p, c, now)
-  local iv, f = p.rate_us, t.rf -- interval's full rate without the calls (the hot paths ask often)
-  if p.adaptive == 1 and f > 0 and f < RF_FULL then iv = interval(t, p) end
-  local e = t.tat - (p.burst - c) * iv
-  if e > now then return e end
+  local e = t.tat - (p.burst - c) * interval(t, p)
+  if e > now then return e end -- max without math.max's C call
   return now
 end
 
@@ -1091,24 +1089,13 @@ function T_FIELDS.mint(t)
   -- The digest a finish computes (no fair cap outside a pass) is rs itself
   -- when its caller has just computed rs (st_rsnow 1; 2: with the pass's λ,
   -- which changes the digest only by holding the tenant for its share:
-  -- code fair, checked after every other block).
-  local lv, k = FAIR.lv, T_FIELDS.FF_K
-  local fresh = t.st_rsnow and t.rs ~= RS_HELD
-  local held = fresh and t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair
-  if not held then
-    local sig = t.rs
-    if not fresh then
-      FAIR.lv = nil
-      sig = sched_sig(t, p)
-      FAIR.lv = lv
-    end
-    if sig == t.rs then
-      if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
-      return t.running - 1
-    end
-    if not lv then return 0 end
-    local pass_sig, code = sched_sig(t, p)
-    if code ~= SIG.BLOCKED.fair or pass_sig ~= t.rs then return 0 end
+  -- code fair, checked after every other block). Else it is computed here;
+  -- the pass (the one caller with λ) always says.
+  if t.rs == RS_HELD or (not t.st_rsnow and (FAIR.lv or sched_sig(t, p) ~= t.rs)) then return 0 end
+  local k = T_FIELDS.FF_K
+  if not (t.st_rsnow == 2 and t.st_rscode == SIG.BLOCKED.fair) then
+    if t.live > 0 then return t.running + (t.released == 0 and t.fw or 0) * k end
+    return t.running - 1
   end
   -- Held for its fair share only (the pass's digest is rs), with one job
   -- running: its finish puts it back in ready (lib.lua reschedule, its head
@@ -1117,7 +1104,7 @@ function T_FIELDS.mint(t)
   if t.running ~= 1 or t.c1 ~= 1 or t.qtok <= 0 or (t.rtok > 0 and t.rtok + 1 > release_cap(t, p)) then
     return 0
   end
-  local fx = mmax(t.tat - (p.burst - 1) * interval(t, p), gate(t))
+  local fx = mmax(earliest(t, p, 1, 0), gate(t)) -- reschedule's score for a head of cost 1, now left out
   return 1 + (t.released == 0 and t.fw or 0) * k + k * k, fx
 end
 
