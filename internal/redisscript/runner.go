@@ -51,7 +51,7 @@ func (r *Runner) Run(ctx context.Context, s *Script, keys []string, args ...any)
 // rest of the fleet, having learned, makes fine. The reload runs in the
 // background, at most one every 200ms.
 func (r *Runner) learn(err error) {
-	if c, ok := r.rdb.(*redis.ClusterClient); ok && err != nil && !isRedisError(err) && !errors.Is(err, context.Canceled) {
+	if c, ok := r.rdb.(*redis.ClusterClient); ok && err != nil && !Answered(err) && !errors.Is(err, context.Canceled) {
 		c.ReloadState(context.Background())
 	}
 }

@@ -51,8 +51,10 @@ func (r *Runner) RunFunctionWait(ctx context.Context, w Wait, fn string, s *Scri
 	return out, acked, err
 }
 
-// isRedisError reports an error Redis answered (not a connection's).
-func isRedisError(err error) bool {
+// Answered reports an error Redis answered (not a connection's: refused,
+// reset, timed out): the Runner reloads a Cluster's slot map after one
+// that is not, and the worker sends such a finish again.
+func Answered(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }

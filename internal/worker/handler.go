@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redisscript"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 )
@@ -452,8 +453,7 @@ func finishRetryable(err error) bool {
 			return false
 		}
 	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+	if !redisscript.Answered(err) {
 		return true
 	}
 	for _, p := range transientPrefixes {
