@@ -283,6 +283,11 @@ func TestPassCapacityIsTheShareOfFreeWorkerCapacity(t *testing.T) {
 		}
 		cfg := loopConfig(t, st)
 		cfg.MaxSleep = 10 * time.Millisecond
+		// The share divides by the shards owned: a lease of 300 ms that
+		// a loaded machine renews late drops a shard for a moment, and
+		// the others' share grows (one pass got 196 of 200 that way). A
+		// long lease keeps the four owned throughout.
+		cfg.LeaseTTL = 10 * time.Second
 		d := start(t, cfg)
 		// The share divides by the shards owned, and a hungry shard's
 		// least share is set by its first pass: look past the start, when
