@@ -473,10 +473,10 @@ func (s *finishHeldStore) Finish(ctx context.Context, id string, gen int64, o wi
 }
 
 // TestFinishRunsOutsideTheJobSlot: a job's slot is given back when its
-// attempt ends, before its finish: with one slot and the first job's finish
-// held, the second job is still sent; its own finish then waits for a
-// finish place (one per slot) while holding its slot, so a third is not
-// sent until a finish ends. Every job then succeeds.
+// attempt ends, before its finish: with one slot and the first two jobs'
+// finishes held, the third job is still sent; its own finish then waits
+// for a finish place (two per slot) while holding its slot, so a fourth is
+// not sent until a finish ends. Every job then succeeds.
 func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
@@ -486,16 +486,16 @@ func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 		c.Store = st
 		c.Concurrency = 1
 	})
-	rels := h.releaseN("acme", 3)
+	rels := h.releaseN("acme", 4)
 	done := make(chan error, 1)
 	go func() { done <- w.ProcessTask(h.ctx, batchOf(t, rels...)) }()
 
-	h.recv.waitFor(t, "acme", 2, 10*time.Second) // the second sent while the first's finish is held
-	if n := st.began.Load(); n != 1 {
-		t.Fatalf("%d finishes began with two jobs sent, want 1 (the second waits for a finish place)", n)
+	h.recv.waitFor(t, "acme", 3, 10*time.Second) // the third sent while the first two finishes are held
+	if n := st.began.Load(); n != 2 {
+		t.Fatalf("%d finishes began with three jobs sent, want 2 (the third waits for a finish place)", n)
 	}
-	if got := len(h.recv.arrivals("acme")); got != 2 {
-		t.Fatalf("%d jobs sent with one slot and one finish place taken, want 2", got)
+	if got := len(h.recv.arrivals("acme")); got != 3 {
+		t.Fatalf("%d jobs sent with one slot and both finish places taken, want 3", got)
 	}
 	close(st.release)
 	if err := <-done; err != nil {

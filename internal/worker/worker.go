@@ -205,8 +205,9 @@ type Worker struct {
 	sched *scheduler    // every wait for a slot
 	jobs  chan struct{} // the job slots: Concurrency deliveries of ProcessTask at a time, up to their attempt's end
 	// finishing holds the finishes of attempts that had a job slot:
-	// Concurrency at a time, so a Redis that does not answer holds the
-	// sends back after at most twice Concurrency attempts.
+	// finishPlaces × Concurrency at a time, so a Redis that does not
+	// answer holds the sends back after at most (1 + finishPlaces) ×
+	// Concurrency attempts.
 	finishing chan struct{}
 	idle      chan batchJob // a batch's next job to a runner waiting for one (processBatch)
 	metrics   *metrics
@@ -248,7 +249,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{cfg: cfg, clock: NewClock(cfg.Redis, cfg.ClockSamples), sched: newScheduler(cfg.Spin),
-		jobs: make(chan struct{}, cfg.Concurrency), finishing: make(chan struct{}, cfg.Concurrency), idle: make(chan batchJob), metrics: m, upstreams: cfg.UpstreamCache,
+		jobs: make(chan struct{}, cfg.Concurrency), finishing: make(chan struct{}, finishPlaces*cfg.Concurrency), idle: make(chan batchJob), metrics: m, upstreams: cfg.UpstreamCache,
 		logged: map[string]struct{}{}}
 	local := w.local()
 	w.current.Store(&local)
