@@ -53,16 +53,17 @@ func tenantFields(h map[string]string) (fields map[string]string, ok bool) {
 // save to its fields, as lib.lua T_FIELDS.fold does at a load: running less
 // f0 − ff, and fw 0 once the last token (D > 0) dropped the held weight.
 func foldFastFinishes(fields map[string]string) {
-	const k = 2097152 // lib.lua T_FIELDS.FF_K
-	f0, err0 := strconv.ParseInt(fields["f0"], 10, 64)
-	ff, err1 := strconv.ParseInt(fields["ff"], 10, 64)
-	if fields["f0"] == "" {
-		f0, err0 = 0, nil
+	const k = 2097152                     // lib.lua T_FIELDS.FF_K
+	num := func(f string) (int64, bool) { // absent: 0
+		if fields[f] == "" {
+			return 0, true
+		}
+		n, err := strconv.ParseInt(fields[f], 10, 64)
+		return n, err == nil
 	}
-	if fields["ff"] == "" {
-		ff, err1 = 0, nil
-	}
-	if err0 != nil || err1 != nil {
+	f0, ok0 := num("f0")
+	ff, ok1 := num("ff")
+	if !ok0 || !ok1 {
 		return
 	}
 	if f0 > ff {

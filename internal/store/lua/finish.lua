@@ -509,10 +509,7 @@ end
 for i = 1, #FAST_READY do
   local tn = FAST_READY[i]
   local score = FAST_READY[tn]
-  if score then
-    local add = READY_ADD.add
-    add[#add + 1], add[#add + 2] = score, tn
-  end
+  if score then ready_add(tn, score) end
 end
 ready_flush()
 FAIR.flush()

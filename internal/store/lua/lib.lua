@@ -966,6 +966,16 @@ local function ready_flush()
   READY_ADD, READY_DEL = nil, nil
   AGG.zset_write(K_READY, del, add.up, add.add)
 end
+-- ready_add scores tn in ready (queued between ready_defer and ready_flush).
+local function ready_add(tn, score)
+  if READY_ADD then
+    local q = READY_ADD.present[tn] and READY_ADD.up or READY_ADD.add
+    q[#q + 1] = score
+    q[#q + 1] = tn
+  else
+    rcall('ZADD', K_READY, istr(score), tn)
+  end
+end
 local function unready(tn)
   if READY_DEL then
     READY_DEL[#READY_DEL + 1] = tn
@@ -1003,13 +1013,7 @@ local function reschedule(tn, t, p, now, head)
     unready(tn)
     return nil
   end
-  if READY_ADD then
-    local q = READY_ADD.present[tn] and READY_ADD.up or READY_ADD.add
-    q[#q + 1] = score
-    q[#q + 1] = tn
-  else
-    rcall('ZADD', K_READY, istr(score), tn)
-  end
+  ready_add(tn, score)
   return score
 end
 
