@@ -183,6 +183,26 @@ func (a redisStats) sub(b redisStats) redisStats {
 	return d
 }
 
+// scriptCommands run a script: the time INFO commandstats gives them is
+// the whole script's, the commands it runs included (those are counted
+// again under their own names).
+var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
+	"fcall": true, "fcall_ro": true}
+
+// inCommands is the Redis time, in seconds, spent inside commands that
+// are not script calls (those a script runs included): what the commands
+// themselves cost, without the Lua around them, the protocol or the event
+// loop.
+func (a redisStats) inCommands() float64 {
+	var usec int64
+	for name, c := range a.cmds {
+		if !scriptCommands[name] {
+			usec += c.usec
+		}
+	}
+	return float64(usec) / 1e6
+}
+
 // top lists the n commands with the most calls, per job of jobs:
 // "name calls/job µs/job".
 func (a redisStats) top(n int, jobs int) string {

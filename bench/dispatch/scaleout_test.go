@@ -93,3 +93,17 @@ func TestCheckBounds(t *testing.T) {
 		t.Errorf("reversed arrivals: %+v, want %+v", r, c)
 	}
 }
+
+// The time inside commands leaves out the script calls, whose time already
+// holds that of the commands they run.
+func TestInCommandsLeavesOutScriptCalls(t *testing.T) {
+	t.Parallel()
+	s := parseInfo("# Commandstats\r\n" +
+		"cmdstat_fcall:calls=10,usec=900,usec_per_call=90.00\r\n" +
+		"cmdstat_evalsha:calls=2,usec=300,usec_per_call=150.00\r\n" +
+		"cmdstat_hset:calls=30,usec=120,usec_per_call=4.00\r\n" +
+		"cmdstat_lpop:calls=10,usec=30,usec_per_call=3.00\r\n")
+	if got := s.inCommands(); math.Abs(got-150e-6) > 1e-12 {
+		t.Errorf("inCommands = %g s, want 150 µs (hset + lpop)", got)
+	}
+}

@@ -43,8 +43,9 @@ func (r tputRun) perJob(x float64) float64 {
 	return x / float64(len(r.arr))
 }
 
-func (r tputRun) commands() float64 { return r.perJob(float64(r.redis.calls)) }
-func (r tputRun) redisCPU() float64 { return r.perJob(r.redis.cpu * 1e6) }
+func (r tputRun) commands() float64   { return r.perJob(float64(r.redis.calls)) }
+func (r tputRun) redisCPU() float64   { return r.perJob(r.redis.cpu * 1e6) }
+func (r tputRun) inCommands() float64 { return r.perJob(r.redis.inCommands() * 1e6) }
 
 // systemCPU is the CPU µs per job of systemNames together.
 func (r tputRun) systemCPU() float64 {
@@ -67,6 +68,7 @@ func throughput(ctx context.Context, e *env, t *table) error {
 		return err
 	}
 	const part = "3 throughput"
+	e.logf("throughput: Redis commands of bare asynq:%s", bare.redis.top(14, n))
 	t.row(part, fmt.Sprintf("%d jobs, no-op receiver, TaskCheckInterval %s", n, e.o.tci), "Sluice",
 		"bare asynq (tasks enqueued directly, handler POSTs)", "", "", "")
 	concs := []int{c}
@@ -114,6 +116,8 @@ func tputCostRows(t *table, part string, wc int, s, bare tputRun) {
 		div(s.commands(), bare.commands()), fmt.Sprintf("≤ %d", cmdsTarget), yes(s.commands() <= cmdsTarget))
 	t.row(part, "Redis CPU µs / job"+at, fmt.Sprintf("%.0f", s.redisCPU()), fmt.Sprintf("%.0f", bare.redisCPU()),
 		div(s.redisCPU(), bare.redisCPU()), fmt.Sprintf("≤ %d", redisCPUTarget), yes(s.redisCPU() <= redisCPUTarget))
+	t.row(part, "of which inside the commands (not scripts' Lua, protocol, event loop)"+at,
+		fmt.Sprintf("%.0f", s.inCommands()), fmt.Sprintf("%.0f", bare.inCommands()), div(s.inCommands(), bare.inCommands()), "", "")
 	t.row(part, "whole-machine CPU µs / job, "+strings.Join(systemNames, " + ")+at,
 		fmt.Sprintf("%.0f", s.systemCPU()), fmt.Sprintf("%.0f", bare.systemCPU()), div(s.systemCPU(), bare.systemCPU()),
 		fmt.Sprintf("≤ %d", systemCPUTarget), yes(len(s.cpu.cores) > 0 && s.systemCPU() <= systemCPUTarget))
