@@ -159,6 +159,7 @@ func itemsOf(raw []byte, n int) ([]store.Item, error) {
 type redisStats struct {
 	calls   int64   // commands, summed over INFO commandstats (script-invoked ones included)
 	cpu     float64 // used_cpu_sys + used_cpu_user, seconds
+	sys     float64 // used_cpu_sys alone: the kernel's share (system calls: the network, mostly)
 	cmds    map[string]cmdStat
 	masters map[string]float64 // a Cluster's masters: address → their cpu; nil on a single node
 }
@@ -167,7 +168,7 @@ type redisStats struct {
 type cmdStat struct{ calls, usec int64 }
 
 func (a redisStats) sub(b redisStats) redisStats {
-	d := redisStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, cmds: map[string]cmdStat{}}
+	d := redisStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, sys: a.sys - b.sys, cmds: map[string]cmdStat{}}
 	for addr, cpu := range a.masters {
 		if d.masters == nil {
 			d.masters = map[string]float64{}
@@ -245,7 +246,7 @@ func (e *env) redisStats(ctx context.Context) (redisStats, error) {
 // add is a plus one node's counters s (its cpu also under masters[addr]
 // when addr is not empty).
 func (a redisStats) add(addr string, s redisStats) redisStats {
-	out := redisStats{calls: a.calls + s.calls, cpu: a.cpu + s.cpu, cmds: maps.Clone(a.cmds), masters: maps.Clone(a.masters)}
+	out := redisStats{calls: a.calls + s.calls, cpu: a.cpu + s.cpu, sys: a.sys + s.sys, cmds: maps.Clone(a.cmds), masters: maps.Clone(a.masters)}
 	if out.cmds == nil {
 		out.cmds = map[string]cmdStat{}
 	}

@@ -59,6 +59,10 @@ func TestRedisStatsOverMasters(t *testing.T) {
 	if math.Abs(d.cpu-2.5) > 1e-9 || math.Abs(d.masters["a:1"]-0.5) > 1e-9 || math.Abs(d.masters["b:2"]-2) > 1e-9 {
 		t.Errorf("cpu %.3f, masters %v; want 2.5, a:1 0.5, b:2 2", d.cpu, d.masters)
 	}
+	// used_cpu_sys moved 0.5 and 2 (used_cpu_user not at all): the kernel's share is all of it.
+	if math.Abs(d.sys-2.5) > 1e-9 {
+		t.Errorf("sys %.3f, want 2.5", d.sys)
+	}
 	// A single node has no masters map.
 	var single redisStats
 	if s := single.add("", info(1, 1, "1.0")); s.masters != nil || s.calls != 1 {

@@ -123,6 +123,9 @@ func parseInfo(info string) redisStats {
 			_, v, _ := strings.Cut(line, ":")
 			f, _ := strconv.ParseFloat(v, 64)
 			s.cpu += f
+			if strings.HasPrefix(line, "used_cpu_sys:") {
+				s.sys += f
+			}
 		}
 	}
 	return s

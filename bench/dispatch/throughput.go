@@ -46,6 +46,7 @@ func (r tputRun) perJob(x float64) float64 {
 func (r tputRun) commands() float64   { return r.perJob(float64(r.redis.calls)) }
 func (r tputRun) redisCPU() float64   { return r.perJob(r.redis.cpu * 1e6) }
 func (r tputRun) inCommands() float64 { return r.perJob(r.redis.inCommands() * 1e6) }
+func (r tputRun) redisSys() float64   { return r.perJob(r.redis.sys * 1e6) }
 
 // systemCPU is the CPU µs per job of systemNames together.
 func (r tputRun) systemCPU() float64 {
@@ -118,6 +119,8 @@ func tputCostRows(t *table, part string, wc int, s, bare tputRun) {
 		div(s.redisCPU(), bare.redisCPU()), fmt.Sprintf("≤ %d", redisCPUTarget), yes(s.redisCPU() <= redisCPUTarget))
 	t.row(part, "of which inside the commands (not scripts' Lua, protocol, event loop)"+at,
 		fmt.Sprintf("%.0f", s.inCommands()), fmt.Sprintf("%.0f", bare.inCommands()), div(s.inCommands(), bare.inCommands()), "", "")
+	t.row(part, "of which in the kernel (system calls: the network, mostly)"+at,
+		fmt.Sprintf("%.0f", s.redisSys()), fmt.Sprintf("%.0f", bare.redisSys()), div(s.redisSys(), bare.redisSys()), "", "")
 	t.row(part, "whole-machine CPU µs / job, "+strings.Join(systemNames, " + ")+at,
 		fmt.Sprintf("%.0f", s.systemCPU()), fmt.Sprintf("%.0f", bare.systemCPU()), div(s.systemCPU(), bare.systemCPU()),
 		fmt.Sprintf("≤ %d", systemCPUTarget), yes(len(s.cpu.cores) > 0 && s.systemCPU() <= systemCPUTarget))
