@@ -16,14 +16,16 @@ type counters struct {
 	v  map[string]float64
 }
 
-// counters reads the dispatcher's passes and releases and the worker's
-// claim outcomes.
+// counters reads the dispatcher's passes, their durations and releases and
+// the worker's claim outcomes and latencies.
 func (sl *sluice) counters(ctx context.Context) counters {
 	c := counters{at: time.Now(), v: map[string]float64{}}
 	names := []string{"sluice_dispatch_passes_total", "sluice_dispatch_released_total", "sluice_worker_claims_total",
 		"sluice_worker_send_lateness_seconds_sum", "sluice_worker_send_lateness_seconds_count",
 		"sluice_worker_send_delay_seconds_bucket", "sluice_worker_send_delay_seconds_count",
-		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count", handoffMetric}
+		"sluice_worker_delivery_seconds_sum", "sluice_worker_delivery_seconds_count",
+		"sluice_dispatch_pass_seconds_sum", "sluice_dispatch_pass_seconds_count",
+		"sluice_worker_finish_seconds_sum", "sluice_worker_finish_seconds_count", handoffMetric}
 	for _, base := range []string{sl.api, sl.metrics} {
 		if base == "" {
 			continue
@@ -94,6 +96,14 @@ func (c counters) since(b counters) string {
 	}
 	if ms, ok := mean("sluice_worker_delivery_seconds", `{kind="success"}`); ok {
 		parts = append(parts, fmt.Sprintf("request mean %.2f ms", ms))
+	}
+	// A job's lease lasts through its pass (the script and the hand-off of
+	// its batch) and its finish: Redis's latency, which grows as it gets busy.
+	if ms, ok := mean("sluice_dispatch_pass_seconds", ""); ok {
+		parts = append(parts, fmt.Sprintf("pass mean %.1f ms", ms))
+	}
+	if ms, ok := mean("sluice_worker_finish_seconds", ""); ok {
+		parts = append(parts, fmt.Sprintf("finish mean %.1f ms", ms))
 	}
 	return strings.Join(parts, "; ")
 }

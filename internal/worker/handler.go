@@ -369,7 +369,9 @@ func (w *Worker) attempt(ctx context.Context, job store.ClaimedJob, exec Executo
 	if len(paced) > 0 {
 		fo.Quota = nil // the paced upstreams' quota, not the tenant's
 	}
+	began := time.Now()
 	state, err := w.finish(fctx, job, fo, fcfg)
+	w.metrics.finish.Observe(time.Since(began).Seconds())
 	if err == nil {
 		w.pauseUpstreams(fctx, job, scoped, outcome, fcfg)
 		w.adaptUpstreams(fctx, job, outcome, fcfg)

@@ -512,3 +512,51 @@ func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 		}
 	}
 }
+
+// slowFinishStore takes wait longer over every finish.
+type slowFinishStore struct {
+	worker.Store
+	wait time.Duration
+}
+
+func (s slowFinishStore) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
+	time.Sleep(s.wait)
+	return s.Store.Finish(ctx, id, gen, o, cfg)
+}
+
+// TestFinishSecondsTimesEachFinish: sluice_worker_finish_seconds observes
+// every finish once, for at least as long as the store took over it.
+func TestFinishSecondsTimesEachFinish(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
+	const wait = 30 * time.Millisecond
+	w := h.newWorker(nil, func(c *worker.Config) { c.Store = slowFinishStore{Store: h.st, wait: wait} })
+	rels := h.releaseN("acme", 3)
+	if err := w.ProcessTask(h.ctx, batchOf(t, rels...)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rels {
+		if s := h.jobOf(r.ID).State; s != store.StateSucceeded {
+			t.Fatalf("job %s: %s, want succeeded", r.ID, s)
+		}
+	}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_worker_finish_seconds" {
+			continue
+		}
+		found = true
+		hist := mf.GetMetric()[0].GetHistogram()
+		if n, sum := hist.GetSampleCount(), hist.GetSampleSum(); n != 3 || sum < 3*wait.Seconds() {
+			t.Fatalf("finish seconds: %d finishes over %.3f s, want 3 over at least %.3f s", n, sum, 3*wait.Seconds())
+		}
+	}
+	if !found {
+		t.Fatal("no sluice_worker_finish_seconds series")
+	}
+}

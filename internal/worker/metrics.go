@@ -21,6 +21,7 @@ type metrics struct {
 	sendDelay    prometheus.Histogram
 	waiting      prometheus.Gauge
 	finishErrors prometheus.Counter
+	finish       prometheus.Histogram // a finish's duration (Worker.finish)
 	rtt          prometheus.Gauge
 	batchJobs    prometheus.Histogram // jobs per batch task
 	// upstreamLeases counts the jobs that needed an upstream's concurrency
@@ -93,6 +94,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_worker_finish_errors_total",
 			Help: "Finishes that failed, after trying again for up to 5s (the sweep sends those jobs again).",
 		}),
+		finish: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_worker_finish_seconds",
+			Help: "Duration of a finish, from the attempt's end to Redis's answer: the wait for its shard's coalesced call " +
+				"and that call, tries again included. A job's lease lasts through it: when Redis is busy it grows first.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
+		}),
 		rtt: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_worker_redis_rtt_seconds",
 			Help: "Median Redis round-trip time of the last clock measurement.",
@@ -122,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.rtt,
+	for _, c := range []prometheus.Collector{m.claims, m.attempts, m.delivery, m.dead, m.lateness, m.sendDelay, m.waiting, m.finishErrors, m.finish, m.rtt,
 		m.batchJobs, m.upstreamLeases} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
