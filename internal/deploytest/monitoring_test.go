@@ -67,6 +67,7 @@ var knownMetrics = map[string]knownMetric{
 	"sluice_worker_waiting":               {kind: gauge, dir: "internal/worker"},
 	"sluice_worker_finish_errors_total":   {kind: counter, dir: "internal/worker"},
 	"sluice_worker_redis_rtt_seconds":     {kind: gauge, dir: "internal/worker"},
+	"sluice_worker_finish_seconds":        {kind: histogram, dir: "internal/worker"},
 	"sluice_worker_delivery_seconds":      {kind: histogram, labels: []string{"kind"}, dir: "internal/worker"},
 	"sluice_worker_dead_letters_total":    {kind: counter, dir: "internal/worker"},
 
