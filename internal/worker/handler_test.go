@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/store"
 	"github.com/sluicehq/sluice/internal/wire"
 	"github.com/sluicehq/sluice/internal/worker"
@@ -513,27 +514,25 @@ func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 	}
 }
 
-// slowFinishStore takes wait longer over every finish.
-type slowFinishStore struct {
-	worker.Store
-	wait time.Duration
-}
-
-func (s slowFinishStore) Finish(ctx context.Context, id string, gen int64, o wire.AttemptOutcome, cfg store.FinishConfig) (store.State, error) {
-	time.Sleep(s.wait)
-	return s.Store.Finish(ctx, id, gen, o, cfg)
-}
-
 // TestFinishSecondsTimesEachFinish: sluice_worker_finish_seconds observes
-// every finish once, for at least as long as the store took over it.
+// every finish once, for at least as long as the store held it.
 func TestFinishSecondsTimesEachFinish(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
-	const wait = 30 * time.Millisecond
-	w := h.newWorker(nil, func(c *worker.Config) { c.Store = slowFinishStore{Store: h.st, wait: wait} })
+	st := &finishHeldStore{Store: h.st, release: make(chan struct{})}
+	w := h.newWorker(nil, func(c *worker.Config) {
+		c.Store = st
+		c.Concurrency = 2 // four finish places: the three finishes held at once
+	})
 	rels := h.releaseN("acme", 3)
-	if err := w.ProcessTask(h.ctx, batchOf(t, rels...)); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- w.ProcessTask(h.ctx, batchOf(t, rels...)) }()
+	redistest.Poll(t, 10*time.Second, "three finishes began", func() bool { return st.began.Load() == 3 })
+	const held = 30 * time.Millisecond
+	redistest.Hold(t, held, "the finishes stay held", func() bool { return st.began.Load() == 3 })
+	close(st.release)
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rels {
@@ -552,8 +551,8 @@ func TestFinishSecondsTimesEachFinish(t *testing.T) {
 		}
 		found = true
 		hist := mf.GetMetric()[0].GetHistogram()
-		if n, sum := hist.GetSampleCount(), hist.GetSampleSum(); n != 3 || sum < 3*wait.Seconds() {
-			t.Fatalf("finish seconds: %d finishes over %.3f s, want 3 over at least %.3f s", n, sum, 3*wait.Seconds())
+		if n, sum := hist.GetSampleCount(), hist.GetSampleSum(); n != 3 || sum < 3*held.Seconds() {
+			t.Fatalf("finish seconds: %d finishes over %.3f s, want 3 over at least %.3f s", n, sum, 3*held.Seconds())
 		}
 	}
 	if !found {
