@@ -172,6 +172,25 @@ func (h *harness) counter(name string, labels ...string) float64 {
 	return sum
 }
 
+// histogram sums the observations of the histograms named name: their
+// count and the sum of their values.
+func (h *harness) histogram(name string) (count uint64, sum float64) {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			count += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return count, sum
+}
+
 // noStall fails when a job needed the sweep (its task was lost or never
 // claimed) or a hand-off to asynq failed: the causes of real stalls, as
 // opposed to claims that missed ε on a loaded machine.
