@@ -104,7 +104,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
-	defer arb.Close()
+	var stuck *worker.StuckError
+	defer func() {
+		if stuck == nil { // stuck servers still use it, and asynq panics when it closes under them
+			_ = arb.Close()
+		}
+	}()
 	httpserver.RegisterRedisPoolMetrics(reg, map[string]redis.UniversalClient{"sluice": rdb, "asynq": arb})
 	stopGate, err := w.StartGate(ctx, rdb, arb, cfg.Worker.IdlePoll)
 	if err != nil {
@@ -118,6 +123,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 			ready(addr)
 		}
 	})
+	if errors.As(err, &stuck) {
+		log.Info("stopped, leaving asynq's servers behind")
+		return err
+	}
 	log.Info("stopped")
 	return err
 }

@@ -59,6 +59,10 @@
 //   - Never send a webhook unsigned unless its tenant's policy says
 //     unsigned: no key and not unsigned is a permanent no_webhook_secret.
 //     No secret is logged, counted or shown.
+//   - Serve returns at most the shutdown timeout + StopSlack after its
+//     context ends, with asynq's servers stopped or, when one is stuck
+//     (its fetch loop in a Redis round trip), left running with a
+//     *StuckError; their Redis client is then never closed under them.
 //
 // # The dequeue gate
 //

@@ -256,6 +256,21 @@ func newHarness(t *testing.T, shards int) *harness {
 	return h
 }
 
+// startedWorker is a started Worker of concurrency 1 on h's store, for
+// Serve (the caller stops it).
+func (h *harness) startedWorker() *worker.Worker {
+	h.t.Helper()
+	w, err := worker.New(worker.Config{Store: h.st, Redis: h.rdb, Executor: &worker.WebhookExecutor{}, Prefix: h.prefix,
+		Concurrency: 1, Registerer: prometheus.NewRegistry(), Logger: testLogger(h.t)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := w.Start(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	return w
+}
+
 func ptr(v int64) *int64 { return &v }
 
 // jobOf reads job id's record.

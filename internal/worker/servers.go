@@ -1,10 +1,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,12 +35,41 @@ type ServersConfig struct {
 	AsynqLogLevel slog.Level
 	// LogAttrs are added to the "worker running" line (the metrics address).
 	LogAttrs []any
+	// StopSlack is how long past the shutdown timeout Serve waits for the
+	// servers to stop before it gives up on them (StuckError); 0 means
+	// DefaultStopSlack.
+	StopSlack time.Duration
 }
+
+// DefaultStopSlack is ServersConfig.StopSlack's default: time for asynq's
+// servers, after the shutdown timeout, to put back the tasks they gave up
+// and stop their own loops.
+const DefaultStopSlack = 3 * time.Second
+
+// StuckError is Serve's error when its asynq servers did not stop within
+// the shutdown timeout and the stop slack. asynq starts its shutdown
+// timer only once each server's fetch loop is free, so a fetch stuck in
+// a Redis round trip holds the whole stop; Serve returns instead, and the
+// process can exit. The servers still run and use their Redis client:
+// closing that client under them makes asynq panic, so a caller leaves it
+// open. Nothing is lost: the jobs they hold return when their leases end.
+type StuckError struct {
+	Waited  time.Duration
+	stopped <-chan struct{}
+}
+
+func (e *StuckError) Error() string {
+	return fmt.Sprintf("asynq's servers did not stop within %s of the signal", e.Waited)
+}
+
+// Stopped is closed once the servers have stopped after all.
+func (e *StuckError) Stopped() <-chan struct{} { return e.stopped }
 
 // Serve runs cfg.Fetchers asynq servers on rdb serving w's queues with w
 // until ctx ends, then stops them fetching and waits for their running
 // tasks for up to the shutdown timeout (asynq puts unfinished tasks back;
-// Sluice's sweep recovers their jobs). An asynq server dequeues one task —
+// Sluice's sweep recovers their jobs); servers not stopped StopSlack after
+// that are left running, with a *StuckError. An asynq server dequeues one task —
 // a batch of jobs, or a single job of an earlier dispatcher — per Redis
 // round trip, and under load each round trip waits behind the dispatch
 // scripts (several milliseconds at a few thousand jobs a second), so a
@@ -85,8 +117,26 @@ func Serve(ctx context.Context, rdb redis.UniversalClient, w *Worker, cfg Server
 	}
 	<-ctx.Done()
 	cfg.Logger.Info("shutting down: draining running jobs", "timeout", shutdown)
-	shutdownAll()
-	return nil
+	stopped := make(chan struct{})
+	go func() {
+		shutdownAll()
+		close(stopped)
+	}()
+	waited := shutdown + cmp.Or(cfg.StopSlack, DefaultStopSlack)
+	bound := time.NewTimer(waited)
+	defer bound.Stop()
+	select {
+	case <-stopped:
+		return nil
+	case <-bound.C:
+		// Where it is stuck, for whoever reads the log: the goroutines'
+		// stacks, identical ones counted once (no job data, no secrets).
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		cfg.Logger.Error("asynq's servers did not stop within the shutdown timeout and its slack; stopping without them "+
+			"(the jobs they still hold return when their leases end)", "waited", waited, "stacks", stacks.String())
+		return &StuckError{Waited: waited, stopped: stopped}
+	}
 }
 
 // housekeepingRest is the forwarder's and the janitor's interval in every

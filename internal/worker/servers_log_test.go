@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/worker"
 )
@@ -55,14 +53,7 @@ func TestServeKeepsAsynqDebugOutOfTheLog(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
 	serve := func(level slog.Level) (*lineCounter, func()) {
-		w, err := worker.New(worker.Config{Store: h.st, Redis: h.rdb, Executor: &worker.WebhookExecutor{}, Prefix: h.prefix,
-			Concurrency: 1, Registerer: prometheus.NewRegistry(), Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(h.ctx); err != nil {
-			t.Fatal(err)
-		}
+		w := h.startedWorker()
 		lines := &lineCounter{asynq: map[string]int{}}
 		ctx, cancel := context.WithCancel(h.ctx)
 		done := make(chan error, 1)
