@@ -159,6 +159,8 @@ func flagsThroughput(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.tputExtra, "throughput-extra-concurrency", 400, "throughput: one more Sluice row at this worker concurrency (0: none)")
 	fs.BoolVar(&o.scriptProfile, "script-profile", false, "throughput: log every Redis command during the Sluice runs (SLOWLOG) and print "+
 		"the time per job of each script and command (slows Redis: the table's cost rows of such a run are not the figures)")
+	fs.BoolVar(&o.redisPerf, "redis-perf", false, "throughput: sample the Redis server with perf record (cpu-clock) during the "+
+		"Sluice runs and print its time by component: Lua's VM, Redis's C, kernel, libc, allocator (needs perf; one Redis server, not -cluster)")
 }
 
 func flagsIsolation(fs *flag.FlagSet, o *options) {

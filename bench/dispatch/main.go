@@ -110,6 +110,7 @@ type options struct {
 	concurrency   int  // worker concurrency of both Sluice and bare asynq
 	tputExtra     int  // a further Sluice row at this worker concurrency; 0 = none
 	scriptProfile bool // log every command of the Sluice runs (SLOWLOG) and print the time per script
+	redisPerf     bool // sample Redis with perf during the Sluice runs and print its time by component
 
 	// isolation
 	isoNoisy     int

@@ -193,6 +193,13 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) (tpu
 	if err != nil {
 		return tputRun{}, err
 	}
+	var perf *redisPerf
+	if e.o.redisPerf {
+		if perf, err = e.startRedisPerf(ctx, run); err != nil {
+			return tputRun{}, err
+		}
+		defer perf.end()
+	}
 	meter := e.cpuMeter(ctx, nil)
 	start := time.Now()
 	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
@@ -203,6 +210,13 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) (tpu
 	}
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
+	if perf != nil {
+		parts, err := perf.stop()
+		if err != nil {
+			return tputRun{}, err
+		}
+		e.logf("%s: bare asynq's Redis time by component (perf record, cpu-clock; the whole run): %s", run, parts)
+	}
 	rs1, err := e.redisStats(ctx)
 	srv.Shutdown()
 	if err != nil {

@@ -167,6 +167,13 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 			return tputRun{}, err
 		}
 	}
+	var perf *redisPerf
+	if e.o.redisPerf {
+		if perf, err = e.startRedisPerf(ctx, run); err != nil {
+			return tputRun{}, err
+		}
+		defer perf.end()
+	}
 	start := time.Now()
 	if err := sl.startWorker(ctx); err != nil {
 		return tputRun{}, err
@@ -174,6 +181,13 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 	meter := e.cpuMeter(ctx, sl)
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
+	if perf != nil {
+		parts, err := perf.stop()
+		if err != nil {
+			return tputRun{}, err
+		}
+		e.logf("throughput: Redis's time by component at concurrency %d (perf record, cpu-clock; the whole run): %s", wc, parts)
+	}
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
 		return tputRun{}, err
