@@ -193,12 +193,10 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) (tpu
 	if err != nil {
 		return tputRun{}, err
 	}
-	var perf *redisPerf
-	if e.o.redisPerf {
-		if perf, err = e.startRedisPerf(ctx, run); err != nil {
-			return tputRun{}, err
-		}
-		defer perf.end()
+	prof, err := e.startProfiles(ctx, run, false)
+	defer prof.end()
+	if err != nil {
+		return tputRun{}, err
 	}
 	meter := e.cpuMeter(ctx, nil)
 	start := time.Now()
@@ -210,12 +208,8 @@ func bareAsynq(ctx context.Context, e *env, run string, n, concurrency int) (tpu
 	}
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
-	if perf != nil {
-		parts, err := perf.stop()
-		if err != nil {
-			return tputRun{}, err
-		}
-		e.logf("%s: bare asynq's Redis time by component (perf record, cpu-clock; the whole run): %s", run, parts)
+	if err := prof.logPerf(e, run+": bare asynq's Redis time by component"); err != nil {
+		return tputRun{}, err
 	}
 	rs1, err := e.redisStats(ctx)
 	srv.Shutdown()

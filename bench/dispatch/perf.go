@@ -63,6 +63,69 @@ func (p *redisPerf) end() {
 	_ = p.cmd.Wait() // perf record ends with the signal's status
 }
 
+// runProfiles are a run's optional profiles: every command's time from
+// the SLOWLOG (-script-profile, Sluice runs only) and Redis's perf
+// samples (-redis-perf).
+type runProfiles struct {
+	script *scriptProfile
+	perf   *redisPerf
+}
+
+// startProfiles starts the profiles the options ask for, the script
+// profile only when script is true (a Sluice run).
+func (e *env) startProfiles(ctx context.Context, run string, script bool) (runProfiles, error) {
+	var p runProfiles
+	var err error
+	if e.o.scriptProfile && script {
+		if p.script, err = e.startProfile(ctx); err != nil {
+			return p, err
+		}
+	}
+	if e.o.redisPerf {
+		p.perf, err = e.startRedisPerf(ctx, run)
+	}
+	return p, err
+}
+
+// end stops perf record if stop did not (a run that failed).
+func (p runProfiles) end() {
+	if p.perf != nil {
+		p.perf.end()
+	}
+}
+
+// stop ends the profiles of the Sluice run at worker concurrency wc and
+// logs them, after the run's Redis counters were read (reading the
+// SLOWLOG adds commands).
+func (p runProfiles) stop(ctx context.Context, e *env, wc, jobs int) error {
+	if err := p.logPerf(e, fmt.Sprintf("throughput: Redis's time by component at concurrency %d", wc)); err != nil {
+		return err
+	}
+	if p.script == nil {
+		return nil
+	}
+	if err := p.script.stop(ctx, e); err != nil {
+		return err
+	}
+	e.logf("throughput: where Redis's time went at concurrency %d (SLOWLOG of every command, a slower run than the table's): %s",
+		wc, p.script.report(jobs, 12))
+	return nil
+}
+
+// logPerf ends the perf recording, when there is one, and logs Redis's
+// time by component as what.
+func (p runProfiles) logPerf(e *env, what string) error {
+	if p.perf == nil {
+		return nil
+	}
+	parts, err := p.perf.stop()
+	if err != nil {
+		return err
+	}
+	e.logf("%s (perf record, cpu-clock; the whole run): %s", what, parts)
+	return nil
+}
+
 // perfLine is a line of `perf report --sort dso,sym --stdio`: share,
 // object, [k] (kernel) or [.] (user), symbol (an address when it has none).
 var perfLine = regexp.MustCompile(`^\s*([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)`)

@@ -161,18 +161,10 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 	if err != nil {
 		return tputRun{}, err
 	}
-	var prof *scriptProfile
-	if e.o.scriptProfile {
-		if prof, err = e.startProfile(ctx); err != nil {
-			return tputRun{}, err
-		}
-	}
-	var perf *redisPerf
-	if e.o.redisPerf {
-		if perf, err = e.startRedisPerf(ctx, run); err != nil {
-			return tputRun{}, err
-		}
-		defer perf.end()
+	prof, err := e.startProfiles(ctx, run, true)
+	defer prof.end()
+	if err != nil {
+		return tputRun{}, err
 	}
 	start := time.Now()
 	if err := sl.startWorker(ctx); err != nil {
@@ -181,23 +173,13 @@ func sluiceThroughput(ctx context.Context, e *env, wc int) (tputRun, error) {
 	meter := e.cpuMeter(ctx, sl)
 	done := rec.waitDistinct(ctx, n, start.Add(boundFor(n)))
 	cpu := meter.stop()
-	if perf != nil {
-		parts, err := perf.stop()
-		if err != nil {
-			return tputRun{}, err
-		}
-		e.logf("throughput: Redis's time by component at concurrency %d (perf record, cpu-clock; the whole run): %s", wc, parts)
-	}
 	rs1, err := e.redisStats(ctx)
 	if err != nil {
 		return tputRun{}, err
 	}
 	c1 := sl.counters(ctx)
-	if prof != nil {
-		if err := prof.stop(ctx, e); err != nil {
-			return tputRun{}, err
-		}
-		e.logf("throughput: where Redis's time went at concurrency %d (SLOWLOG of every command, a slower run than the table's): %s", wc, prof.report(n, 12))
+	if err := prof.stop(ctx, e, wc, n); err != nil {
+		return tputRun{}, err
 	}
 	if !done {
 		missing := missingIDs(rec, ids)
