@@ -1,42 +1,50 @@
 # Shared helpers for the scripts; source it, do not run it.
 
+# apt_get_install PACKAGE: installs Debian's PACKAGE quietly. It needs root
+# (or sudo), as CI has.
+apt_get_install() {
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1" >/dev/null
+}
+
 # ensure_redis_installed installs redis-server (Debian's package) when it is
-# not on PATH. It needs root, as CI has.
+# not on PATH.
 ensure_redis_installed() {
   if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
     return
   fi
   echo "redis-server not found: installing it with apt-get" >&2
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  apt_get_install redis-server
 }
 
 # ensure_chromium_installed installs Debian's chromium when it is not on
 # PATH: the console's browser tests (internal/e2e TestConsole) drive it
-# headless with chromedp. It needs root, as CI has.
+# headless with chromedp.
 ensure_chromium_installed() {
   command -v chromium >/dev/null 2>&1 && return
   echo "chromium not found: installing it with apt-get (for the console's browser tests)" >&2
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+  apt_get_install chromium
 }
 
 # ensure_prometheus_installed installs Debian's prometheus (prometheus and
 # promtool) when missing: the alert rules are checked by promtool and run on
 # a real Prometheus (internal/deploytest TestAlertRules, internal/e2e
-# TestAlerts). It needs root, as CI has. The package's own service is not
-# needed (the tests start their own prometheus on a free loopback port).
+# TestAlerts). The package's own service is not needed (the tests start
+# their own prometheus on a free loopback port).
 ensure_prometheus_installed() {
   command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return
   echo "prometheus not found: installing it with apt-get (for the alert rules' tests)" >&2
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus >/dev/null
+  apt_get_install prometheus
+}
+
+# ensure_perf_installed installs Debian's linux-perf when perf is missing:
+# scripts/bench-dispatch -redis-perf samples Redis with it.
+ensure_perf_installed() {
+  command -v perf >/dev/null 2>&1 && return
+  echo "perf not found: installing linux-perf with apt-get (for -redis-perf)" >&2
+  apt_get_install linux-perf
 }
 
 # redis_reachable URL: true when a Redis answers PING at URL.
