@@ -473,6 +473,22 @@ func (s *finishHeldStore) Finish(ctx context.Context, id string, gen int64, o wi
 	return s.Store.Finish(ctx, id, gen, o, cfg)
 }
 
+// heldFinishes runs n jobs of tenant acme (1 000/s, burst and concurrency
+// 10) as one batch on a worker of the given concurrency whose finishes are
+// held until st.release closes; done gets ProcessTask's result.
+func (h *harness) heldFinishes(concurrency, n int) (st *finishHeldStore, rels []wire.Release, done chan error) {
+	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
+	st = &finishHeldStore{Store: h.st, release: make(chan struct{})}
+	w := h.newWorker(nil, func(c *worker.Config) {
+		c.Store = st
+		c.Concurrency = concurrency
+	})
+	rels = h.releaseN("acme", n)
+	done = make(chan error, 1)
+	go func() { done <- w.ProcessTask(h.ctx, batchOf(h.t, rels...)) }()
+	return st, rels, done
+}
+
 // TestFinishRunsOutsideTheJobSlot: a job's slot is given back when its
 // attempt ends, before its finish: with one slot and the first two jobs'
 // finishes held, the third job is still sent; its own finish then waits
@@ -481,15 +497,7 @@ func (s *finishHeldStore) Finish(ctx context.Context, id string, gen int64, o wi
 func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
-	st := &finishHeldStore{Store: h.st, release: make(chan struct{})}
-	w := h.newWorker(nil, func(c *worker.Config) {
-		c.Store = st
-		c.Concurrency = 1
-	})
-	rels := h.releaseN("acme", 4)
-	done := make(chan error, 1)
-	go func() { done <- w.ProcessTask(h.ctx, batchOf(t, rels...)) }()
+	st, rels, done := h.heldFinishes(1, 4)
 
 	h.recv.waitFor(t, "acme", 3, 10*time.Second) // the third sent while the first two finishes are held
 	if n := st.began.Load(); n != 2 {
@@ -519,15 +527,7 @@ func TestFinishRunsOutsideTheJobSlot(t *testing.T) {
 func TestFinishSecondsTimesEachFinish(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1)
-	h.policy("acme", store.Overrides{RateUS: ptr(1_000), Burst: ptr(10), Concurrency: ptr(10)})
-	st := &finishHeldStore{Store: h.st, release: make(chan struct{})}
-	w := h.newWorker(nil, func(c *worker.Config) {
-		c.Store = st
-		c.Concurrency = 2 // four finish places: the three finishes held at once
-	})
-	rels := h.releaseN("acme", 3)
-	done := make(chan error, 1)
-	go func() { done <- w.ProcessTask(h.ctx, batchOf(t, rels...)) }()
+	st, rels, done := h.heldFinishes(2, 3) // four finish places: the three finishes held at once
 	redistest.Poll(t, 10*time.Second, "three finishes began", func() bool { return st.began.Load() == 3 })
 	const held = 30 * time.Millisecond
 	redistest.Hold(t, held, "the finishes stay held", func() bool { return st.began.Load() == 3 })
