@@ -125,9 +125,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	})
 	if errors.As(err, &stuck) {
 		log.Info("stopped, leaving asynq's servers behind")
-		return err
+	} else {
+		log.Info("stopped")
 	}
-	log.Info("stopped")
 	return err
 }
 
