@@ -21,7 +21,60 @@ type stats struct {
 	elapsed                                      time.Duration
 	lat                                          []time.Duration // per request, sorted
 	cpu                                          map[string]float64
-	redisUsec, redisCalls                        int64 // script commands over the cell
+	cmds                                         map[string]cmdStat // INFO commandstats over the cell
+}
+
+// cmdStat is one command's calls and time in INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// isScript reports whether a commandstats name is a script call (EVAL,
+// EVALSHA, FCALL and their _RO forms): its time includes the commands it
+// runs, which commandstats also lists on their own.
+func isScript(name string) bool {
+	switch name {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+		return true
+	}
+	return false
+}
+
+// scripts sums the script calls' counts and time.
+func (s stats) scripts() (calls, usec int64) {
+	for name, c := range s.cmds {
+		if isScript(name) {
+			calls += c.calls
+			usec += c.usec
+		}
+	}
+	return calls, usec
+}
+
+// commands is the number of commands Redis ran over the cell: the
+// scripts' own commands counted, the script calls themselves not.
+func (s stats) commands() int64 {
+	var n int64
+	for name, c := range s.cmds {
+		if !isScript(name) {
+			n += c.calls
+		}
+	}
+	return n
+}
+
+// top lists the n commands with the most time over the cell, per job.
+func (s stats) top(n int) string {
+	names := make([]string, 0, len(s.cmds))
+	for name := range s.cmds {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(s.cmds[b].usec - s.cmds[a].usec) })
+	jobs := float64(max(s.accepted, 1))
+	var b strings.Builder
+	for _, name := range names[:min(n, len(names))] {
+		c := s.cmds[name]
+		fmt.Fprintf(&b, " %s %.2f/job %.1fµs/job;", name, float64(c.calls)/jobs, float64(c.usec)/jobs)
+	}
+	return b.String()
 }
 
 func (s stats) perSec(n int64) float64 { return float64(n) / s.elapsed.Seconds() }
@@ -76,11 +129,13 @@ func measure(ctx context.Context, e *env, c cell) (stats, error) {
 	st.elapsed = time.Since(start)
 	st.cpu = cpuShare(cpu0, cpuTimes(e.pids), st.elapsed)
 	slices.Sort(st.lat)
-	usec, calls, err := scriptStats(ctx, e)
-	if err != nil {
+	var err error
+	if st.cmds, err = commandStats(ctx, e); err != nil {
 		return stats{}, err
 	}
-	st.redisUsec, st.redisCalls = usec, calls
+	if c.jobs > 0 {
+		fmt.Fprintf(os.Stderr, "%s: Redis time by command:%s\n", c.name, st.top(8))
+	}
 	return st, nil
 }
 
@@ -111,36 +166,33 @@ func (s *stats) merge(o stats) {
 	s.lat = append(s.lat, o.lat...)
 }
 
-// scriptStats sums calls and usec of the script commands (EVAL, EVALSHA and
-// their _RO forms) in INFO commandstats, reset at the start of the cell: the
-// time Redis spent running scripts, the commands they call included (those
-// are also listed on their own, so they are not added again), not counting
-// network I/O.
-func scriptStats(ctx context.Context, e *env) (usec, calls int64, err error) {
+// commandStats reads INFO commandstats, reset at the start of the cell.
+func commandStats(ctx context.Context, e *env) (map[string]cmdStat, error) {
 	info, err := e.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("info commandstats: %w", err)
+		return nil, fmt.Errorf("info commandstats: %w", err)
 	}
+	out := map[string]cmdStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		switch name {
-		case "cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro":
-		default:
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
 			continue
 		}
+		var c cmdStat
 		for _, kv := range strings.Split(fields, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			n, _ := strconv.ParseInt(v, 10, 64)
-			switch {
-			case !ok:
-			case k == "calls":
-				calls += n
-			case k == "usec":
-				usec += n
+			switch k {
+			case "calls":
+				c.calls = n
+			case "usec":
+				c.usec = n
 			}
 		}
+		out[name] = c
 	}
-	return usec, calls, nil
+	return out, nil
 }
 
 // cpuTimes returns user+system CPU seconds of each named process and of this

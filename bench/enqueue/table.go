@@ -40,7 +40,7 @@ func printTable(w io.Writer, o options, rows []row, rb ceiling, mem memResult) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%d producers, %d tenants, %s/row\treq/s\tjobs/s\tp50 ms\tp99 ms\t429\terrors\t"+
-		"÷ redis-bench\t÷ go EVALSHA\tscripts/req\tLua µs/req\tCPU redis\tCPU throttler\tCPU loadgen\tCPU other\t\n",
+		"÷ redis-bench\t÷ go EVALSHA\tscripts/req\tcmds/job\tscript µs/job\tRedis CPU µs/job\tCPU redis\tCPU throttler\tCPU loadgen\tCPU other\t\n",
 		o.producers, o.tenants, o.duration)
 	for _, r := range rows {
 		s := r.stats
@@ -50,13 +50,19 @@ func printTable(w io.Writer, o options, rows []row, rb ceiling, mem memResult) {
 			jobs = fmt.Sprintf("%.0f", s.perSec(s.accepted))
 		}
 		req := float64(max(s.requests, 1))
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t\n",
+		per := req // per job, or per request for a cell that enqueues nothing
+		if r.cell.jobs > 0 {
+			per = float64(max(s.accepted, 1))
+		}
+		calls, usec := s.scripts()
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n",
 			r.cell.name, rps, jobs, ms(s.quantile(0.5)), ms(s.quantile(0.99)), s.limited, s.errors,
-			ratio(rps, rb.rps), ratio(rps, goEval), float64(s.redisCalls)/req, float64(s.redisUsec)/req,
+			ratio(rps, rb.rps), ratio(rps, goEval), float64(calls)/req, float64(s.commands())/per, float64(usec)/per,
+			s.cpu["redis"]*s.elapsed.Seconds()*1e6/per,
 			pct(s.cpu, "redis"), pct(s.cpu, "throttler"), pct(s.cpu, "loadgen"), pct(s.cpu, "other"))
 	}
 	if rb.rps > 0 {
-		fmt.Fprintf(tw, "redis-benchmark -c %d EVALSHA return 1\t%.0f\t-\t%.3f\t%.3f\t-\t-\t%s\t%s\t-\t-\t-\t-\t-\t-\t\n",
+		fmt.Fprintf(tw, "redis-benchmark -c %d EVALSHA return 1\t%.0f\t-\t%.3f\t%.3f\t-\t-\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t\n",
 			o.producers, rb.rps, rb.p50, rb.p99, ratio(rb.rps, rb.rps), ratio(rb.rps, goEval))
 	}
 	printMemory(tw, mem)
