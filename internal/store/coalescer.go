@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/wire"
@@ -36,11 +35,8 @@ const CoalesceMaxDefault = 64
 // A stream with requests has one sender goroutine, which ends when the
 // stream is idle; an idle Coalescer holds no goroutine and needs no Close.
 type Coalescer struct {
-	s   *Store
-	max int
-
-	mu     sync.Mutex
-	shards map[coalesceKey]*coalesceQueue
+	s *Store
+	b *batcher[coalesceKey, *coalesceReq]
 }
 
 // NewCoalescer returns a Coalescer sending through s, at most max requests
@@ -49,7 +45,9 @@ func NewCoalescer(s *Store, max int) *Coalescer {
 	if max < 1 {
 		max = CoalesceMaxDefault
 	}
-	return &Coalescer{s: s, max: max, shards: make(map[coalesceKey]*coalesceQueue)}
+	c := &Coalescer{s: s}
+	c.b = newBatcher(max, c.call)
+	return c
 }
 
 // coalesceKey is one stream of calls: the claims of a shard at one
@@ -61,21 +59,13 @@ type coalesceKey struct {
 	cfg       FinishConfig
 }
 
-// coalesceQueue is a stream's waiting requests and whether a call of it is
-// in flight.
-type coalesceQueue struct {
-	busy    bool
-	waiting []*coalesceReq
-}
-
-// coalesceReq is one caller's request and, once done is closed, its result.
+// coalesceReq is one caller's request and, once answered, its result.
 type coalesceReq struct {
+	batchState
 	claim  ClaimRequest
 	finish FinishRequest
-	done   chan struct{}
 	c      Claim
 	f      FinishResult
-	err    error // the call's, for every request of it
 }
 
 // Claim is Store.Claim, coalesced.
@@ -87,8 +77,8 @@ func (c *Coalescer) Claim(ctx context.Context, id string, gen int64, tolerance t
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
-	r := &coalesceReq{claim: ClaimRequest{ID: id, Gen: gen}, done: make(chan struct{})}
-	if err := c.do(ctx, coalesceKey{shard: shard, tolerance: tolerance}, r); err != nil {
+	r := &coalesceReq{claim: ClaimRequest{ID: id, Gen: gen}}
+	if err := c.b.do(ctx, coalesceKey{shard: shard, tolerance: tolerance}, r); err != nil {
 		return Claim{}, fmt.Errorf("claim job %q: %w", id, err)
 	}
 	return r.c, nil
@@ -104,8 +94,8 @@ func (c *Coalescer) Finish(ctx context.Context, id string, gen int64, o wire.Att
 	if err != nil {
 		return "", fmt.Errorf("finish job %q: %w", id, err)
 	}
-	r := &coalesceReq{finish: FinishRequest{ID: id, Gen: gen, Outcome: o}, done: make(chan struct{})}
-	if err := c.do(ctx, coalesceKey{shard: shard, finish: true, cfg: cfg}, r); err != nil {
+	r := &coalesceReq{finish: FinishRequest{ID: id, Gen: gen, Outcome: o}}
+	if err := c.b.do(ctx, coalesceKey{shard: shard, finish: true, cfg: cfg}, r); err != nil {
 		return "", fmt.Errorf("finish job %q: %w", id, err)
 	}
 	return r.f.State, r.f.Err
@@ -114,59 +104,6 @@ func (c *Coalescer) Finish(ctx context.Context, id string, gen int64, o wire.Att
 // Heartbeat is Store.Heartbeat.
 func (c *Coalescer) Heartbeat(ctx context.Context, workerID string, concurrency int, ttl time.Duration) error {
 	return c.s.Heartbeat(ctx, workerID, concurrency, ttl)
-}
-
-// do queues r on its stream and waits for its result. When the stream is
-// idle, a sender goroutine starts: it sends r and whatever queued
-// meanwhile, call after call, until the queue is empty; so no caller's
-// cancel can strand the others.
-func (c *Coalescer) do(ctx context.Context, k coalesceKey, r *coalesceReq) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	q := c.shards[k]
-	if q == nil {
-		q = &coalesceQueue{}
-		c.shards[k] = q
-	}
-	q.waiting = append(q.waiting, r)
-	send := !q.busy
-	q.busy = true
-	c.mu.Unlock()
-	if send {
-		go c.send(k, q)
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		select {
-		case <-r.done: // answered meanwhile: prefer the answer
-			return r.err
-		default:
-			return ctx.Err()
-		}
-	}
-}
-
-// send runs the calls of stream k until its queue is empty, then marks it
-// idle (and forgets it, so idle streams cost nothing).
-func (c *Coalescer) send(k coalesceKey, q *coalesceQueue) {
-	for {
-		c.mu.Lock()
-		n := min(len(q.waiting), c.max)
-		if n == 0 {
-			q.busy = false
-			delete(c.shards, k)
-			c.mu.Unlock()
-			return
-		}
-		batch := q.waiting[:n:n]
-		q.waiting = q.waiting[n:]
-		c.mu.Unlock()
-		c.call(k, batch)
-	}
 }
 
 // call runs one ClaimBatch or FinishBatch for batch and answers each
@@ -205,8 +142,7 @@ func (c *Coalescer) call(k coalesceKey, batch []*coalesceReq) {
 		}
 	}
 	for _, r := range batch {
-		r.err = err
-		close(r.done)
+		r.answer(err)
 	}
 }
 

@@ -120,8 +120,8 @@ func TestCoalescerClaimsInJobOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later := &coalesceReq{claim: ClaimRequest{ID: rel[1].ID, Gen: rel[1].Gen}, done: make(chan struct{})}
-	earlier := &coalesceReq{claim: ClaimRequest{ID: rel[0].ID, Gen: rel[0].Gen}, done: make(chan struct{})}
+	later := &coalesceReq{claim: ClaimRequest{ID: rel[1].ID, Gen: rel[1].Gen}, batchState: batchState{done: make(chan struct{})}}
+	earlier := &coalesceReq{claim: ClaimRequest{ID: rel[0].ID, Gen: rel[0].Gen}, batchState: batchState{done: make(chan struct{})}}
 	c.call(coalesceKey{shard: shard, tolerance: 2 * ms}, []*coalesceReq{later, earlier})
 	if earlier.err != nil || later.err != nil {
 		t.Fatal(earlier.err, later.err)
