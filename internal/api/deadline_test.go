@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // TestRedisBudgetStartsAtFirstUse: the budget's clock starts when someone
@@ -73,6 +74,8 @@ func TestMayHaveRun(t *testing.T) {
 		{"client closed", running, redis.ErrClosed, false},
 		{"dial refused", running, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, false},
 		{"pool timeout", running, redis.ErrPoolTimeout, false},
+		{"budget ended while waiting for a shared enqueue call", running,
+			fmt.Errorf("enqueue for tenant %q: %w: %w", "t", store.ErrNotSent, context.DeadlineExceeded), false},
 	} {
 		if got := mayHaveRun(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("%s: mayHaveRun = %v, want %v", tc.name, got, tc.want)

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/store"
 )
 
 // Error codes of docs/design.md §4.3. Each maps to one HTTP status.
@@ -125,13 +127,15 @@ func (s *Server) redisFailure(r *http.Request, op string, err error) error {
 
 // mayHaveRun reports whether a command that failed with err may have
 // reached Redis: not when Redis answered with an error, when no
-// connection could be had (dial, pool timeout) or when the request's Redis
-// budget was spent before its first call.
+// connection could be had (dial, pool timeout), when the request's Redis
+// budget was spent before its first call, or when its budget ended while
+// it waited for a shared enqueue call (store.ErrNotSent).
 func mayHaveRun(ctx context.Context, err error) bool {
 	var rerr redis.Error
 	var nerr *net.OpError
 	switch {
-	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, store.ErrNotSent):
 		return false
 	case errors.As(err, &nerr) && nerr.Op == "dial":
 		return false

@@ -128,7 +128,7 @@ func (e *env) enqueueTwo(name string, n int, body []byte) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		return shard, args
+		return shard, enqueueArgv([]*enqueueReq{{args: args}})
 	})
 }
 

@@ -98,7 +98,7 @@ func (e *env) benchEnqueue(tenants []string) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		return shard, args
+		return shard, enqueueArgv([]*enqueueReq{{args: args}})
 	})
 }
 

@@ -7,7 +7,8 @@
 // admission, cancel, the dispatcher's pass (promotion, lease sweep, paced
 // release), the workers' claim and finish (one job, or many of one shard in
 // one script: ClaimBatch, FinishBatch, and the Coalescer that batches
-// concurrent callers), the admin pause/resume, dead letters and replay —
+// concurrent callers; Enqueue batches its concurrent callers by itself,
+// batcher.go), the admin pause/resume, dead letters and replay —
 // the tenant index and listings, results and callbacks, webhook secrets by
 // API, a shard's side of shared upstreams, and the meta hash. The upstream
 // registry and coordinator (internal/quota) and the worker roster
@@ -24,6 +25,7 @@
 //     which the tests tie to it); every script's registration: scripts.go,
 //     functions.go (the Redis Functions library; allowOOM);
 //   - the hot path: enqueue.go, pass.go, claim.go, finish.go, coalescer.go,
+//     batcher.go (the shared calls of enqueues and of the Coalescer),
 //     protocol.go (the types the dispatcher and workers exchange);
 //   - a tenant's state and forecast (tenant.go: TenantState.Forecast;
 //     admitted.go: AdmittedSince), the listing (tenantlist.go,
@@ -83,6 +85,11 @@
 //     integers at the Lua boundary (µs).
 //   - gen fences every transition: a stale claim or finish changes nothing
 //     but the attempt log.
+//   - A shared call (the batcher: enqueues of one shard, the Coalescer's
+//     claims and finishes) decides each request as if it were alone, in
+//     arrival order, and answers each its own result; an enqueue call reads
+//     every policy and tenant of its requests before its first write, so a
+//     corrupt policy fails the whole call with nothing written.
 //   - One claim transition (lua/lifecycle.lua CLAIM.run): claim.lua's and
 //     the pass's pre-claim of due jobs (PassConfig.Preclaim; PreClaimed
 //     reads one from the hand-off) are the same code. A pre-claimed job

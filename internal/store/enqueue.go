@@ -151,42 +151,138 @@ type Admission struct {
 // results: the accepted items are stored on the master, and fewer replicas
 // than asked confirmed them (or, for a call of replays only, the originals)
 // in time.
+//
+// Concurrent Enqueues of fewer than EnqueueShareItems items of one shard
+// share script calls: one with no call of its shard in flight goes at
+// once; those that arrive meanwhile go together in the next call (at most
+// EnqueueShareMax of them and EnqueueShareItems items in all), each
+// decided as if alone and answered its own results. A larger Enqueue runs
+// its own call at once, as every Enqueue did before.
+// The script's own cost per call — its round trip, its reads of the shard —
+// is then paid once for all of them. One whose ctx ends while it waits is
+// not sent: it returns an error that wraps ErrNotSent and ctx.Err(). Once
+// sent, a call runs on no caller's context (until the latest of its
+// callers' deadlines, at most a minute): a caller that gives up then
+// returns ctx.Err() while its jobs may still be stored.
 func (s *Store) Enqueue(ctx context.Context, tenant string, items []Item) ([]Result, error) {
 	shard := s.keys.shardOf(tenant)
 	args, err := s.enqueueArgs(tenant, shard, items)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
-	return s.enqueueCall(ctx, tenant, shard, args, len(items))
-}
-
-// enqueueCall runs enqueue.lua with args (enqueueArgs's, for n items) and
-// decodes its reply. The same args run twice store each job once: go-redis
-// re-sends a call whose connection broke before the reply, and the script
-// answers the jobs the first run stored as they were stored (enqueue.lua).
-func (s *Store) enqueueCall(ctx context.Context, tenant string, shard int, args []any, n int) ([]Result, error) {
-	d, acked, err := s.runWaited(ctx, scriptEnqueue, shard, args...)
+	r := &enqueueReq{args: args, n: len(items)}
+	if r.n >= EnqueueShareItems { // nothing to share a call with: at once, on ctx
+		err = s.enqueueCall(ctx, shard, []*enqueueReq{r})
+	} else {
+		err = s.enqueues.do(ctx, shard, r)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 	}
-	results := make([]Result, n)
-	if d.Len() != 5+n {
-		d.fail("%d elements for %d items", d.Len(), n)
-	}
-	interval, burst := time.Duration(d.int(3))*time.Microsecond, d.int(4)
-	for i := range results {
-		results[i] = decodeResult(d.list(5 + i))
-		results[i].Admit.Interval, results[i].Admit.Burst = interval, burst
-	}
-	if err := d.Err(); err != nil {
-		return nil, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
-	}
 	if s.waiting() {
-		if err := s.replicated(ctx, shard, results, acked); err != nil {
-			return results, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
+		if err := s.replicated(ctx, shard, r.res, r.acked); err != nil {
+			return r.res, fmt.Errorf("enqueue for tenant %q: %w", tenant, err)
 		}
 	}
-	return results, nil
+	return r.res, nil
+}
+
+// EnqueueShareMax is the most Enqueue calls one script call carries, and
+// EnqueueShareItems the most items of the calls it combines; an Enqueue of
+// that many items or more runs its own call at once. Past ~100 items a
+// script call's own cost is a few per cent of it, while a larger call
+// holds Redis longer and works over more memory, and a queue behind one
+// call in flight per shard would only add a round trip between them.
+const (
+	EnqueueShareMax   = 64
+	EnqueueShareItems = 100
+)
+
+// enqueueCallTimeout bounds a shared enqueue call whose callers have no
+// deadline.
+const enqueueCallTimeout = time.Minute
+
+// enqueueReq is one Enqueue's request in a shared call and, once answered,
+// its results.
+type enqueueReq struct {
+	batchState
+	args  []any // enqueueArgs's: tenant, n, the items' values
+	n     int
+	res   []Result
+	acked int // replicas that confirmed the call (Config.WaitReplicas)
+}
+
+// newEnqueueBatcher returns s's batcher of enqueues: per shard, at most
+// EnqueueShareMax requests and EnqueueShareItems items a call; a request
+// whose caller gave up before its call is not sent.
+func newEnqueueBatcher(s *Store) *batcher[int, *enqueueReq] {
+	b := newBatcher(EnqueueShareMax, s.enqueueShared)
+	b.budget, b.weight, b.dropEnded = EnqueueShareItems, func(r *enqueueReq) int { return r.n }, true
+	return b
+}
+
+// enqueueShared runs one enqueue call for reqs and answers each, bounded
+// by the latest of their callers' deadlines, at most enqueueCallTimeout.
+func (s *Store) enqueueShared(shard int, reqs []*enqueueReq) {
+	deadline, bounded := time.Time{}, true
+	for _, r := range reqs {
+		d, ok := r.ctx.Deadline()
+		bounded = bounded && ok
+		if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if most := time.Now().Add(enqueueCallTimeout); !bounded || deadline.After(most) {
+		deadline = most
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	err := s.enqueueCall(ctx, shard, reqs)
+	for _, r := range reqs {
+		r.answer(err)
+	}
+}
+
+// enqueueCall runs enqueue.lua for reqs (of one shard) and decodes each
+// one's results. The same call run twice stores each job once: go-redis
+// re-sends a call whose connection broke before the reply, and the script
+// answers the jobs the first run stored as they were stored (enqueue.lua).
+func (s *Store) enqueueCall(ctx context.Context, shard int, reqs []*enqueueReq) error {
+	d, acked, err := s.runWaited(ctx, scriptEnqueue, shard, enqueueArgv(reqs)...)
+	if err != nil {
+		return err
+	}
+	if d.Len() != 3+len(reqs) {
+		d.fail("%d elements for %d requests", d.Len(), len(reqs))
+	}
+	for j, r := range reqs {
+		q := d.list(3 + j)
+		if q.Len() != 2+r.n {
+			q.fail("%d elements for %d items", q.Len(), r.n)
+		}
+		interval, burst := time.Duration(q.int(0))*time.Microsecond, q.int(1)
+		r.res, r.acked = make([]Result, r.n), acked
+		for i := range r.res {
+			r.res[i] = decodeResult(q.list(2 + i))
+			r.res[i].Admit.Interval, r.res[i].Admit.Burst = interval, burst
+		}
+	}
+	return d.Err()
+}
+
+// enqueueArgv is enqueue.lua's ARGV[3…] for reqs: their count, then each
+// one's arguments.
+func enqueueArgv(reqs []*enqueueReq) []any {
+	n := 1
+	for _, r := range reqs {
+		n += len(r.args)
+	}
+	argv := make([]any, 0, n)
+	argv = append(argv, len(reqs))
+	for _, r := range reqs {
+		argv = append(argv, r.args...)
+	}
+	return argv
 }
 
 // replicated checks an enqueue's confirmation (acked replicas after its

@@ -21,8 +21,13 @@ func TestEnqueueSentTwiceStoresOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	send := func() ([]Result, error) { // one script call, as go-redis would send it again
+		r := &enqueueReq{args: args, n: len(items)}
+		err := e.store.enqueueCall(e.ctx, shard, []*enqueueReq{r})
+		return r.res, err
+	}
 
-	first, err := e.store.enqueueCall(e.ctx, "t", shard, args, len(items))
+	first, err := send()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +37,7 @@ func TestEnqueueSentTwiceStoresOnce(t *testing.T) {
 	before := e.state("t")
 
 	// The same call again (its reply lost), before any token came back.
-	again, err := e.store.enqueueCall(e.ctx, "t", shard, args, len(items))
+	again, err := send()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +57,7 @@ func TestEnqueueSentTwiceStoresOnce(t *testing.T) {
 	// Once a token has come, the refused item is admitted by a re-send;
 	// the stored ones are still not stored again.
 	e.clock.Advance(time.Second)
-	third, err := e.store.enqueueCall(e.ctx, "t", shard, args, len(items))
+	third, err := send()
 	if err != nil {
 		t.Fatal(err)
 	}

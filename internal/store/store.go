@@ -128,6 +128,9 @@ type Store struct {
 	// resultMark is Config.MemoryHighWater in parts per million of
 	// maxmemory (finish.lua), 1 … 10⁶.
 	resultMark int64
+	// enqueues shares enqueue calls among concurrent callers, per shard
+	// (Enqueue).
+	enqueues *batcher[int, *enqueueReq]
 
 	// The upstream registry and coordinator (PutUpstream, GrantUpstreams,
 	// AcquireUpstreamRun, …) and the worker roster (Heartbeat, Capacity,
@@ -154,6 +157,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		wait:       waitConfig(cfg),
 		resultMark: markPPM(cfg.MemoryHighWater),
 	}
+	s.enqueues = newEnqueueBatcher(s)
 	var err error
 	s.Registry, err = quota.New(rdb, quota.Config{Prefix: cfg.Prefix, Shards: cfg.Shards, Clock: cfg.Clock,
 		Waiting: s.UpstreamWaiting})

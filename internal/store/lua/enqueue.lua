@@ -1,9 +1,11 @@
--- enqueue.lua — admit and store up to 1000 jobs of one tenant (docs/design.md §2.1).
+-- enqueue.lua — admit and store the jobs of one or more enqueue requests of
+-- the shard's tenants (docs/design.md §2.1): the Store's callers that meet
+-- share a call (enqueue.go), at most 1000 items in all.
 --
 -- KEYS[1]  <p>:{sN}:ready
 -- ARGV[1]  shard base <p>:{sN}:      ARGV[2]  now µs (0 = Redis TIME)
--- ARGV[3]  tenant                    ARGV[4]  n, the number of items
--- ARGV[5…] n items of 13 values each:
+-- ARGV[3]  g, the number of requests; then g requests of 2 + 13n values:
+--          tenant, n (the number of its items), n items of 13 values each:
 --          id, type, cost, run_at µs (0 = none), delay µs (0 = none),
 --          idempotency key ('' = none), fingerprint (hex), body,
 --          unless code ('' = none), unless detail, callback URL ('' = none;
@@ -11,8 +13,9 @@
 --          unique, joined by ','; record field ups), destination ('' =
 --          none; record field dst: the pass holds the job while its
 --          tenant's circuit for it is open, pass.lua X.hold)
--- Reply:   {'ok', now, woke (0|1), admit_us, admit_burst, r1, …, rn}: the
---          effective admission policy, then one ri per item, in order:
+-- Reply:   {'ok', now, woke (0|1), q1, …, qg}, one qj per request, in order:
+--          qj = {admit_us, admit_burst, r1, …, rn}: its tenant's effective
+--          admission policy, then one ri per item, in order:
 --          {'accepted',  id, state ('queued'|'scheduled'), eta µs, atok, full_in µs}
 --          {'duplicate', id, state ('' when the record expired), eta µs, atok, full_in µs}
 --          {'refused',   code, retry_after µs (0 = never by waiting), detail, atok, full_in µs}
@@ -21,7 +24,9 @@
 --          atok, full_in: the admission bucket right after the item's decision —
 --          whole tokens left and the time until it is full again (0 = full).
 --
--- Per item, in order: stored already (a re-sent call, below) → idempotency → the item's unless refusal (a new job
+-- The requests are decided in order, and a tenant's requests see each
+-- other's effects as consecutive calls would (one tenant state, loaded
+-- once, saved once). Per item, in order: stored already (a re-sent call, below) → idempotency → the item's unless refusal (a new job
 -- the caller does not want stored; a replay still answers; the code
 -- 'no_webhook_secret' is waived when the tenant's policy says unsigned or
 -- it holds a live webhook secret by API, lib.lua secret_live) → cost fits
@@ -29,10 +34,12 @@
 -- admission token bucket → backlog caps (max_backlog jobs, max_backlog_bytes)
 -- → store the job → backlog (RPUSH), the lane of its upstreams (lanes.lua
 -- LN.push: a job naming upstreams) or delayed set (run_at in the future) →
--- counters. Then once: reschedule(tenant), tenant expiry, and a PUBLISH on the
--- wake channel when the shard's earliest time moved earlier. A refused item
--- writes nothing (no idempotency key either); a call that accepts nothing
--- writes nothing at all.
+-- counters. Then once per tenant that accepted an item: reschedule, save,
+-- expiry; the shard's aggregates once; and a PUBLISH on the wake channel
+-- when the shard's earliest time moved earlier. A refused item writes
+-- nothing (no idempotency key either); a tenant that accepts nothing is not
+-- written, and a call that accepts nothing writes nothing at all. Every
+-- policy is read (and a corrupt one raises) before the first write.
 --
 -- eta is a lower bound on the job's slot: with Q tokens queued ahead of it,
 -- eta = max(run_at, now, max(TAT, now) + (Q − (b − cost))·T). Each token
@@ -40,74 +47,87 @@
 -- T is the effective interval T_eff of an adaptive tenant (lib.lua
 -- interval), as in every GCRA computation.
 
-local tn = ARGV[3]
-local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + 13 * n then
-  return redis.error_reply('ERR sluice enqueue: want 13 values per item')
-end
+local g = tonumber(ARGV[3])
+if not g or g < 1 then return redis.error_reply('ERR sluice enqueue: want a count of requests') end
 
-local items = {}
-for i = 1, n do
-  local o = 4 + (i - 1) * 13
-  local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
-    run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
-    idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10],
-    cb = ARGV[o + 11], ups = ARGV[o + 12], dst = ARGV[o + 13]}
-  -- Decoding only: Go checks every item (job.Attrs.Check) before the call.
-  if not it.cost or not it.run_at or not it.delay then
-    return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
+-- Decoding only: Go checks every item (job.Attrs.Check) before the call.
+-- TS[tn] is a tenant's part of the call: its policy p and state t (read
+-- here, before any write: a corrupt policy raises at once), the
+-- idempotency keys its items stored (claimed), its accepted count, and
+-- whether it may send unsigned (signed, read only when an item needs it).
+-- Numeric loops throughout: ipairs costs a C call a step.
+local reqs, TS, order, keys = {}, {}, {}, {}
+local o = 3
+for r = 1, g do
+  local tn, n = ARGV[o + 1], tonumber(ARGV[o + 2])
+  if not n or n < 1 or o + 2 + 13 * n > #ARGV then
+    return redis.error_reply('ERR sluice enqueue: want 13 values per item')
   end
-  items[i] = it
+  o = o + 2
+  local items = {}
+  for i = 1, n do
+    local it = {id = ARGV[o + 1], type = ARGV[o + 2], cost = tonumber(ARGV[o + 3]),
+      run_at = tonumber(ARGV[o + 4]), delay = tonumber(ARGV[o + 5]),
+      idem = ARGV[o + 6], fp = ARGV[o + 7], body = ARGV[o + 8], unless = ARGV[o + 9], unless_detail = ARGV[o + 10],
+      cb = ARGV[o + 11], ups = ARGV[o + 12], dst = ARGV[o + 13]}
+    if not it.cost or not it.run_at or not it.delay then
+      return redis.error_reply('ERR sluice enqueue: non-numeric cost, run_at or delay in item ' .. i)
+    end
+    items[i] = it
+    keys[#keys + 1] = k_job(it.id)
+    o = o + 13
+  end
+  local T = TS[tn]
+  if not T then
+    local p = load_policy(tn)
+    T = {tn = tn, p = p, t = load_tenant(tn, p), claimed = false, accepted = 0, signed = nil}
+    TS[tn] = T
+    order[#order + 1] = T
+  end
+  reqs[r] = {T = T, items = items}
 end
+if o ~= #ARGV then return redis.error_reply('ERR sluice enqueue: want 13 values per item') end
 
--- Read phase.
-local p = load_policy(tn)
-local t = load_tenant(tn, p)
 -- A call run before: go-redis re-sends a command whose connection broke
 -- before its reply came, and the first run may have stored its jobs. Every
 -- call's ids are new (the caller makes them), so a record under one of them
 -- means this call ran already: such an item answers as the first run stored
 -- it ('accepted', its state and eta now) and is not stored again. One EXISTS
--- over every id (one slot) tells; the records are read only then. In a
--- block: the prologue's locals leave the scripts few to spare.
-do
-  local ids = {}
-  for i, it in ipairs(items) do ids[i] = k_job(it.id) end
-  if redis.call('EXISTS', unpack(ids)) > 0 then
-    for _, it in ipairs(items) do
-      local r = redis.call('HMGET', k_job(it.id), 'state', 'eta')
-      if r[1] then it.stored = {'accepted', it.id, r[1], tonumber(r[2]) or 0} end
-    end
-  end
-end
+-- over every id (one slot) tells; the records are read only then.
+local replayed = redis.call('EXISTS', unpack(keys)) > 0
 local before = shard_earliest()
-local signed -- read only when an item carries 'no_webhook_secret'
-for _, it in ipairs(items) do
-  if it.unless == 'no_webhook_secret' then
-    signed = p.unsigned == 1 or secret_live(tn)
-    break
-  end
-end
-for _, it in ipairs(items) do
-  if it.idem ~= '' then
-    local v = redis.call('GET', k_idem(tn, it.idem))
-    if v then
-      it.prev_fp, it.prev_id = string.match(v, '^(%S+) (%S+)$')
-      if it.prev_id then
-        local j = redis.call('HMGET', k_job(it.prev_id), 'state', 'eta')
-        it.prev_state, it.prev_eta = j[1] or '', tonumber(j[2]) or 0
+for r = 1, g do
+  local T, items = reqs[r].T, reqs[r].items
+  for i = 1, #items do
+    local it = items[i]
+    if replayed then
+      local j = redis.call('HMGET', k_job(it.id), 'state', 'eta')
+      if j[1] then it.stored = {'accepted', it.id, j[1], tonumber(j[2]) or 0} end
+    end
+    if it.unless == 'no_webhook_secret' and T.signed == nil then
+      T.signed = T.p.unsigned == 1 or secret_live(T.tn)
+    end
+    if it.idem ~= '' then
+      local v = redis.call('GET', k_idem(T.tn, it.idem))
+      if v then
+        it.prev_fp, it.prev_id = string.match(v, '^(%S+) (%S+)$')
+        if it.prev_id then
+          local j = redis.call('HMGET', k_job(it.prev_id), 'state', 'eta')
+          it.prev_state, it.prev_eta = j[1] or '', tonumber(j[2]) or 0
+        end
       end
     end
   end
 end
-rescale_tat(t, p, NOW)
-refill(t, p, NOW)
+for i = 1, #order do
+  rescale_tat(order[i].t, order[i].p, NOW)
+  refill(order[i].t, order[i].p, NOW)
+end
 
-local claimed = {} -- idempotency key → the item of this call that stored it
-
-local function idempotency(it)
+-- T.claimed: idempotency key → the item of this call that stored it.
+local function idempotency(T, it)
   if it.idem == '' then return nil end
-  local prev = claimed[it.idem]
+  local prev = T.claimed and T.claimed[it.idem]
   if not prev and it.prev_id then
     prev = {fp = it.prev_fp, id = it.prev_id, state = it.prev_state, eta = it.prev_eta}
   end
@@ -119,14 +139,14 @@ end
 -- drain_wait estimates when `jobs` more jobs will have left the backlog at the
 -- dispatch rate: the wait for the next slot (or the end of a pause), then T
 -- per job.
-local function drain_wait(jobs)
+local function drain_wait(t, p, jobs)
   local iv = interval(t, p)
   local next_at = math.max(t.tat - (p.burst - 1) * iv, gate(t))
   return math.max(0, next_at - NOW) + jobs * iv
 end
 
-local function caps(it)
-  local size = #it.body
+local function caps(T, it)
+  local t, p, size = T.t, T.p, #it.body
   if it.cost > math.min(p.burst, p.admit_burst) then
     return {'refused', 'invalid', 0, 'cost ' .. istr(it.cost) .. ' exceeds min(burst, admit.burst) = '
       .. istr(math.min(p.burst, p.admit_burst))}
@@ -137,17 +157,18 @@ local function caps(it)
   local wait = admit_wait(t, p, it.cost, NOW)
   if wait > 0 then return {'refused', 'rate_limited', wait, 'admission rate exceeded'} end
   if t.live + 1 > p.max_backlog then
-    return {'refused', 'backlog_full', drain_wait(t.live + 1 - p.max_backlog), 'max_backlog reached'}
+    return {'refused', 'backlog_full', drain_wait(t, p, t.live + 1 - p.max_backlog), 'max_backlog reached'}
   end
   if t.bytes + size > p.max_backlog_bytes then
     local avg = math.max(1, math.floor(t.bytes / math.max(1, t.live)))
     local jobs = math.ceil((t.bytes + size - p.max_backlog_bytes) / avg)
-    return {'refused', 'backlog_full', drain_wait(jobs), 'max_backlog_bytes reached'}
+    return {'refused', 'backlog_full', drain_wait(t, p, jobs), 'max_backlog_bytes reached'}
   end
   return nil
 end
 
-local function store(it)
+local function store(T, it)
+  local t, p, tn = T.t, T.p, T.tn
   -- c1 (lib.lua head_job): set when a tenant holding no job gets one of
   -- cost 1, cleared by any job of a higher cost.
   if it.cost > 1 then
@@ -185,7 +206,8 @@ local function store(it)
   redis.call('HSET', k_job(it.id), unpack(args))
   if it.idem ~= '' then
     redis.call('SET', k_idem(tn, it.idem), it.fp .. ' ' .. it.id)
-    claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}
+    T.claimed = T.claimed or {}
+    T.claimed[it.idem] = {fp = it.fp, id = it.id, state = state, eta = eta}
   end
   t.atok = t.atok - it.cost
   inflow_add(t, it.cost)
@@ -195,33 +217,47 @@ local function store(it)
 end
 
 -- with_admission appends the admission bucket's state after a decision.
-local function with_admission(r)
+local function with_admission(t, p, r)
   local full_at = t.ats + math.max(0, p.admit_burst - t.atok) * p.admit_us
   r[#r + 1] = t.atok
   r[#r + 1] = math.max(0, full_at - NOW)
   return r
 end
 
--- Decide and write, item by item.
-local reply = {'ok', NOW, 0, p.admit_us, p.admit_burst}
+-- Decide and write, request by request, item by item.
+local reply = {'ok', NOW, 0}
 local accepted = 0
-for _, it in ipairs(items) do
-  local r = it.stored or idempotency(it)
-  if not r and it.unless ~= '' and not (signed and it.unless == 'no_webhook_secret') then
-    r = {'refused', it.unless, 0, it.unless_detail}
+for r = 1, g do
+  local T, items = reqs[r].T, reqs[r].items
+  local rq = {T.p.admit_us, T.p.admit_burst}
+  for i = 1, #items do
+    local it = items[i]
+    local res = it.stored or idempotency(T, it)
+    if not res and it.unless ~= '' and not (T.signed and it.unless == 'no_webhook_secret') then
+      res = {'refused', it.unless, 0, it.unless_detail}
+    end
+    res = res or caps(T, it)
+    if not res then
+      res = store(T, it)
+      T.accepted = T.accepted + 1
+      accepted = accepted + 1
+    end
+    rq[i + 2] = with_admission(T.t, T.p, res)
   end
-  r = r or caps(it)
-  if not r then
-    r = store(it)
-    accepted = accepted + 1
-  end
-  reply[#reply + 1] = with_admission(r)
+  reply[r + 3] = rq
 end
 
 if accepted > 0 then
-  reschedule(tn, t, p, NOW)
-  save_tenant(tn, t)
-  expire_tenant(tn, t, p, NOW)
+  AGG.hold() -- the aggregates' changes of every tenant, written once
+  for i = 1, #order do
+    local T = order[i]
+    if T.accepted > 0 then
+      reschedule(T.tn, T.t, T.p, NOW)
+      save_tenant(T.tn, T.t)
+      expire_tenant(T.tn, T.t, T.p, NOW)
+    end
+  end
+  AGG.flush()
   reply[3] = wake(before)
 end
 return reply
