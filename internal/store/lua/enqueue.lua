@@ -56,7 +56,7 @@ if not g or g < 1 then return redis.error_reply('ERR sluice enqueue: want a coun
 -- idempotency keys its items stored (claimed), its accepted count, and
 -- whether it may send unsigned (signed, read only when an item needs it).
 -- Numeric loops throughout: ipairs costs a C call a step.
-local reqs, TS, order, keys = {}, {}, {}, {}
+local RT, RI, TS, order, keys = {}, {}, {}, {}, {} -- request r: its tenant's part RT[r], its items RI[r]
 local o = 3
 for r = 1, g do
   local tn, n = ARGV[o + 1], tonumber(ARGV[o + 2])
@@ -84,7 +84,7 @@ for r = 1, g do
     TS[tn] = T
     order[#order + 1] = T
   end
-  reqs[r] = {T = T, items = items}
+  RT[r], RI[r] = T, items
 end
 if o ~= #ARGV then return redis.error_reply('ERR sluice enqueue: want 13 values per item') end
 
@@ -97,7 +97,7 @@ if o ~= #ARGV then return redis.error_reply('ERR sluice enqueue: want 13 values 
 local replayed = redis.call('EXISTS', unpack(keys)) > 0
 local before = shard_earliest()
 for r = 1, g do
-  local T, items = reqs[r].T, reqs[r].items
+  local T, items = RT[r], RI[r]
   for i = 1, #items do
     local it = items[i]
     if replayed then
@@ -228,7 +228,7 @@ end
 local reply = {'ok', NOW, 0}
 local accepted = 0
 for r = 1, g do
-  local T, items = reqs[r].T, reqs[r].items
+  local T, items = RT[r], RI[r]
   local rq = {T.p.admit_us, T.p.admit_burst}
   for i = 1, #items do
     local it = items[i]
