@@ -22,7 +22,7 @@ type batcher[K comparable, R batchedReq] struct {
 	max    int
 	budget int          // most weight a call; 0: no bound but max
 	weight func(R) int  // a request's weight; nil: 1 each
-	call   func(K, []R) // runs one call and answers every request of it (setResult), in order
+	call   func(K, []R) // runs one call and answers every request of it (batchState.answer)
 	// dropEnded leaves out of its call a request whose caller's context
 	// ended while it waited: it gets ErrNotSent (wrapping the context's
 	// error) and nothing of it reaches Redis. Without it such a request is
@@ -67,13 +67,17 @@ func newBatcher[K comparable, R batchedReq](max int, call func(K, []R)) *batcher
 	return &batcher[K, R]{max: max, call: call, streams: make(map[K]*batchQueue[R])}
 }
 
-// do queues r on stream k and waits for its answer; ctx is r's caller's.
-// A caller whose ctx ends first returns at once: with dropEnded, while r
+// do queues r on stream k and waits for its answer; ctx is r's caller's
+// (one already ended: not queued). A caller whose ctx ends first returns
+// at once: with dropEnded, while r
 // still waits, r is withdrawn and the error wraps ErrNotSent and
 // ctx.Err(); else ctx.Err(), and r is still sent (or, once sent, still
 // runs).
 func (b *batcher[K, R]) do(ctx context.Context, k K, r R) error {
 	if err := ctx.Err(); err != nil {
+		if b.dropEnded {
+			return fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
 		return err
 	}
 	st := r.state()

@@ -156,10 +156,10 @@ type Admission struct {
 // share script calls: one with no call of its shard in flight goes at
 // once; those that arrive meanwhile go together in the next call (at most
 // EnqueueShareMax of them and EnqueueShareItems items in all), each
-// decided as if alone and answered its own results. A larger Enqueue runs
-// its own call at once, as every Enqueue did before.
-// The script's own cost per call — its round trip, its reads of the shard —
-// is then paid once for all of them. One whose ctx ends while it waits is
+// decided as if alone and answered its own results, and the script's own
+// cost per call — its round trip, its reads of the shard — is paid once
+// for all of them. A larger Enqueue runs its own call at once, as every
+// Enqueue did before. One whose ctx ends while it waits (or has ended) is
 // not sent: it returns an error that wraps ErrNotSent and ctx.Err(). Once
 // sent, a call runs on no caller's context (until the latest of its
 // callers' deadlines, at most a minute): a caller that gives up then
