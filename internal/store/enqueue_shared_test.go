@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // sharedRequests are enqueue requests of three tenants of one shard, two of
@@ -149,7 +151,7 @@ func TestEnqueuesShareCalls(t *testing.T) {
 	calls, release := heldFCalls(e)
 	first := make(chan []Result, 1)
 	go func() { first <- e.enqueue(tenants[0], item(`{"n":0}`)) }()
-	waitFor(t, func() bool { return calls() == 1 })
+	redistest.Poll(t, 10*time.Second, "the first call sent", func() bool { return calls() == 1 })
 	gone, cancel := context.WithCancel(e.ctx)
 	results := make(chan error, 4)
 	go func() { _, err := e.store.Enqueue(gone, tenants[3], []Item{item(`{"gone":1}`)}); results <- err }()
@@ -162,7 +164,7 @@ func TestEnqueuesShareCalls(t *testing.T) {
 			got[i-1] = e.enqueue(tenants[i-1], item(fmt.Sprintf(`{"n":%d}`, i)), item(`{"also":1}`))
 		}()
 	}
-	waitFor(t, func() bool { return e.store.enqueuesWaiting(0) == 4 })
+	redistest.Poll(t, 10*time.Second, "four enqueues waiting", func() bool { return e.store.enqueuesWaiting(0) == 4 })
 	// An enqueue of EnqueueShareItems items does not wait: its own call, at once.
 	big := make([]Item, EnqueueShareItems)
 	for i := range big {
@@ -175,7 +177,7 @@ func TestEnqueuesShareCalls(t *testing.T) {
 			t.Errorf("the large enqueue: %+v", rs[len(rs)-1])
 		}
 	}()
-	waitFor(t, func() bool { return calls() == 2 })
+	redistest.Poll(t, 10*time.Second, "the large enqueue sent", func() bool { return calls() == 2 })
 	if n := e.store.enqueuesWaiting(0); n != 4 {
 		t.Fatalf("%d requests wait; want the large enqueue sent, not queued", n)
 	}
@@ -227,19 +229,6 @@ func (h holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// waitFor waits until cond holds (other goroutines' steps), failing the
-// test after 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // enqueuesWaiting is the number of Enqueues of shard waiting for a call.
