@@ -90,11 +90,15 @@ func benchmarkPass(b *testing.B, tenants int) {
 }
 
 // benchEnqueue enqueues one job for every tenant, pipelined.
-func (e *env) benchEnqueue(tenants []string) {
+func (e *env) benchEnqueue(tenants []string) { e.benchEnqueueBody(tenants, `{"bench":1}`) }
+
+// benchEnqueueBody enqueues one webhook job of the given body for every
+// tenant, pipelined.
+func (e *env) benchEnqueueBody(tenants []string, body string) {
 	e.t.Helper()
 	e.pipelined(scriptEnqueue, len(tenants), func(i int) (int, []any) {
 		shard := e.store.keys.shardOf(tenants[i])
-		args, err := e.store.enqueueArgs(tenants[i], shard, []Item{item(`{"bench":1}`)})
+		args, err := e.store.enqueueArgs(tenants[i], shard, []Item{item(body)})
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -1,0 +1,346 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// BenchmarkDrain measures the Redis CPU a delivered job costs while a
+// backlog drains, three ways in one shape, on one Redis (scripts/bench-drain
+// runs the parts in turn and prints them side by side, as ratios; issue
+// #33's target is Sluice ≤ 1.0 × bare asynq). No HTTP, no throttler or
+// worker process: Redis is measured alone, so that a change of the scripts
+// shows, where scripts/bench-dispatch's end-to-end rounds scatter ±25 % on a
+// 2-core machine. One op is one whole drain on a fresh key prefix.
+//
+//	part=asynq   bare asynq: the jobs enqueued as tasks first (not
+//	             counted), then an asynq server with a handler that does
+//	             nothing drains them (asynq's dequeue and done)
+//	part=sluice  the store's own scripts as a contended pool drives them:
+//	             passes of at most `capacity` jobs (pre-claim on, fair share
+//	             λ below one job a tenant), each pass's jobs handed off as one
+//	             asynq batch task that a server takes and drops (asynq's
+//	             enqueue, dequeue and done, and the hand-off channel's
+//	             PUBLISH), and finished with successes in calls of `finish`
+//	             (FinishBatch: the worker's Coalescer)
+//	part=floor   the same drain and hand-off through drainFloorLib: the
+//	             commands today's pass and finish run for these jobs, in the
+//	             same order and with values of the same sizes, but no
+//	             decision — no fair-share heap, GCRA, pre-claim rules,
+//	             tenant decoding, send schedule or bookkeeping. What Redis
+//	             would still do per job if every decision moved out of the
+//	             scripts and the data model (records, tenant state, leases,
+//	             logs, aggregates) stayed as it is. A lower bound: a design
+//	             that decides elsewhere must also read the tenants' states
+//	             before it decides and check them when it writes.
+//
+// The shape (environment variables, defaults from bench-dispatch's
+// throughput part at concurrency 100): SLUICE_DRAIN_TENANTS 1000 tenants ×
+// SLUICE_DRAIN_DEPTH 20 webhook jobs with bodies of SLUICE_DRAIN_BODY 200
+// bytes, passes of SLUICE_DRAIN_CAPACITY 23 jobs, finishes SLUICE_DRAIN_FINISH
+// 14 a call. The fake clock moves 2ms a pass; each tenant runs at 1000/s,
+// so every tenant visited is due. Reported per job: cpu-µs/job (INFO cpu:
+// the server's user + system CPU over the drain, the enqueues excluded),
+// cmds/job (INFO commandstats, the scripts' commands included).
+func BenchmarkDrain(b *testing.B) {
+	sh := drainShapeFromEnv(b)
+	for _, part := range []string{"asynq", "sluice", "floor"} {
+		b.Run("part="+part, func(b *testing.B) {
+			for range b.N {
+				e := newEnvShards(b, 1)
+				var st commandStats
+				switch part {
+				case "asynq":
+					st = drainAsynq(e, sh)
+				case "sluice":
+					st = drainSluice(e, sh, false)
+				default:
+					st = drainSluice(e, sh, true)
+				}
+				jobs := float64(sh.tenants * sh.depth)
+				b.ReportMetric(float64(st.cpu)/jobs, "cpu-µs/job")
+				b.ReportMetric(float64(st.calls)/jobs, "cmds/job")
+			}
+		})
+	}
+}
+
+// drainShape is BenchmarkDrain's shape.
+type drainShape struct{ tenants, depth, capacity, finish, body int }
+
+func drainShapeFromEnv(b *testing.B) drainShape {
+	b.Helper()
+	sh := drainShape{tenants: 1000, depth: 20, capacity: 23, finish: 14, body: 200}
+	for name, v := range map[string]*int{"TENANTS": &sh.tenants, "DEPTH": &sh.depth,
+		"CAPACITY": &sh.capacity, "FINISH": &sh.finish, "BODY": &sh.body} {
+		s := os.Getenv("SLUICE_DRAIN_" + name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("SLUICE_DRAIN_%s=%q: want a positive integer", name, s)
+		}
+		*v = n
+	}
+	return sh
+}
+
+// drainBody is a job body of about n bytes.
+func drainBody(n int) string { return `{"bench":"` + strings.Repeat("x", max(0, n-12)) + `"}` }
+
+// drainServer starts an asynq server with a handler that counts and does
+// nothing, on queue q; stop it with Shutdown.
+func drainServer(b testing.TB, e *env, q string, concurrency int, done *atomic.Int64) *asynq.Server {
+	b.Helper()
+	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{Concurrency: concurrency,
+		Queues: map[string]int{q: 1}, TaskCheckInterval: 20 * time.Millisecond,
+		ShutdownTimeout: 2 * time.Second, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		done.Add(1)
+		return nil
+	})); err != nil {
+		b.Fatal(err)
+	}
+	return srv
+}
+
+// drainAsynq is part=asynq: tenants × depth tasks through bare asynq at
+// concurrency 100.
+func drainAsynq(e *env, sh drainShape) commandStats {
+	b := e.t
+	n := sh.tenants * sh.depth
+	q := "bare" + e.prefix
+	c := asynq.NewClientFromRedisClient(e.rdb)
+	payload := []byte(drainBody(sh.body))
+	for range n {
+		if _, err := c.EnqueueContext(e.ctx, asynq.NewTask("bench", payload), asynq.Queue(q)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	before := e.commandStats()
+	srv := drainServer(b, e, q, 100, &done)
+	defer srv.Shutdown()
+	redistest.Poll(b, time.Minute, fmt.Sprintf("asynq handles %d tasks", n), func() bool { return done.Load() == int64(n) })
+	return e.commandStats().minus(before)
+}
+
+// drainSluice is part=sluice (floor false) and part=floor (true).
+func drainSluice(e *env, sh drainShape, floor bool) commandStats {
+	b := e.t
+	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 1000, 1, 10 }))
+	if floor {
+		if err := e.rdb.Do(e.ctx, "FUNCTION", "LOAD", "REPLACE", drainFloorLib).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	names := make([]string, sh.tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%05d", i)
+	}
+	for range sh.depth {
+		e.benchEnqueueBody(names, drainBody(sh.body))
+	}
+	queue := wire.HandoffQueueOf(e.prefix, 0)
+	client := asynq.NewClientFromRedisClient(e.rdb)
+	var handled atomic.Int64
+	before := e.commandStats()
+	srv := drainServer(b, e, queue, 16, &handled)
+	defer srv.Shutdown()
+	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: sh.capacity,
+		Preclaim: 2 * ms, FairShare: 0.1}
+	fin := FinishConfig{}.WithDefaults()
+	total, jobs, batches, next := sh.tenants*sh.depth, 0, 0, 0
+	for jobs < total {
+		var rel []wire.Release
+		if floor {
+			n := min(sh.capacity, total-jobs)
+			picked := make([]string, n)
+			for i := range picked {
+				picked[i] = names[next%sh.tenants]
+				next++
+			}
+			rel = e.floorPass(picked)
+		} else {
+			rel = e.pass(0, cfg).Released
+		}
+		if len(rel) == 0 {
+			b.Fatalf("a pass released nothing with %d of %d jobs drained", jobs, total)
+		}
+		e.drainHandoff(client, queue, rel)
+		batches++
+		for i := 0; i < len(rel); i += sh.finish {
+			part := rel[i:min(i+sh.finish, len(rel))]
+			if floor {
+				e.floorFinish(part)
+				continue
+			}
+			reqs := make([]FinishRequest, len(part))
+			for k, r := range part {
+				reqs[k] = FinishRequest{ID: r.ID, Gen: r.Gen, Outcome: benchOK}
+			}
+			rs, err := e.store.FinishBatch(e.ctx, 0, reqs, fin)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k, r := range rs {
+				if r.State != StateSucceeded {
+					b.Fatalf("finish of %s: %s, want succeeded", part[k].ID, r.State)
+				}
+			}
+		}
+		jobs += len(rel)
+		e.clock.Advance(2 * ms)
+	}
+	redistest.Poll(b, time.Minute, fmt.Sprintf("the server takes %d batches", batches), func() bool {
+		return handled.Load() == int64(batches)
+	})
+	return e.commandStats().minus(before)
+}
+
+// drainHandoff hands rel to asynq as the dispatcher does (internal/dispatch
+// handoff): one batch task on the shard's hand-off queue, then the queue's
+// name published on the hand-off channel.
+func (e *env) drainHandoff(c *asynq.Client, queue string, rel []wire.Release) {
+	bt := wire.Batch{Shard: 0, Jobs: make([]wire.Payload, len(rel))}
+	for i, r := range rel {
+		bt.Jobs[i] = wire.Payload{ID: r.ID, Gen: r.Gen, SlotUS: r.SendAt.UnixMicro(), Claimed: r.Claimed}
+	}
+	task := asynq.NewTask(wire.TaskTypeBatch, wire.EncodeBatch(bt))
+	if _, err := c.EnqueueContext(e.ctx, task, asynq.Queue(queue), asynq.MaxRetry(0), asynq.Timeout(time.Minute),
+		asynq.TaskID("b:"+rel[0].ID+":"+strconv.FormatInt(rel[0].Gen, 10))); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rdb.Publish(e.ctx, wire.HandoffChannel(e.prefix), queue).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// floorPass releases and pre-claims the head job of each tenant named
+// through drainFloorLib's pass.
+func (e *env) floorPass(tenants []string) []wire.Release {
+	now := e.clock.Now().UnixMicro()
+	args := []any{"FCALL", "drain_floor_pass", 1, e.store.keys.ready(0), e.store.keys.base(0), now, len(tenants)}
+	for _, tn := range tenants {
+		args = append(args, tn)
+	}
+	rows, err := e.rdb.Do(e.ctx, args...).Slice()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	at := time.UnixMicro(now)
+	rel := make([]wire.Release, len(rows))
+	for i, row := range rows {
+		v := row.([]any) // id, tenant, type, body, created µs
+		created, _ := v[4].(int64)
+		rel[i] = wire.Release{ID: v[0].(string), Tenant: v[1].(string), Type: v[2].(string), Cost: 1, Gen: 1,
+			Slot: at, SendAt: at, Timeout: 30 * time.Second, Claimed: &wire.Claimed{Tenant: v[1].(string),
+				Type: v[2].(string), Body: v[3].(string), Attempt: 1, TimeoutUS: 30_000_000, SlotUS: now,
+				CreatedUS: created, Cost: 1}}
+	}
+	return rel
+}
+
+// floorFinish finishes rel with successes through drainFloorLib's finish.
+func (e *env) floorFinish(rel []wire.Release) {
+	args := []any{"FCALL", "drain_floor_finish", 1, e.store.keys.ready(0), e.store.keys.base(0), e.clock.Now().UnixMicro()}
+	for _, r := range rel {
+		args = append(args, r.ID, r.Tenant)
+	}
+	if err := e.rdb.Do(e.ctx, args...).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// drainFloorLib is part=floor's library (see BenchmarkDrain): the
+// commands of today's pass (pre-claiming one job of each tenant named) and
+// of a call of fast finishes, as MONITOR shows them for this shape, in the
+// same order, with the values a real call writes fixed or copied (a
+// tenant's state is written back as it was read) and nothing decided.
+const drainFloorLib = `#!lua name=sluice_drain_floor
+local function pass(keys, args)
+  local base, now, n, rc = args[1], args[2], tonumber(args[3]), redis.call
+  rc('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1001)
+  rc('ZRANGEBYSCORE', base .. 'leases', '-inf', now, 'LIMIT', 0, 1001)
+  rc('ZRANGEBYSCORE', keys[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, n + 3)
+  rc('HMGET', base .. 'policy', '#v', '#ab', args[4])
+  local T, ids, rows = {}, {}, {}
+  for i = 1, n do T[i] = rc('HGETALL', base .. 't:' .. args[3 + i]) end
+  rc('GET', base .. 'vclock')
+  for i = 1, n do
+    local tn = args[3 + i]
+    local id = rc('LPOP', base .. 't:' .. tn .. ':q')
+    local r = rc('HMGET', base .. 'j:' .. id, 'state', 'cost', 'gen', 'type', 'bytes', 'attempt', 'first', 'body',
+      'created', 'ups', 'pcl')
+    ids[i], rows[i] = id, {id, tn, r[4], r[8], tonumber(r[9])}
+  end
+  rc('HGET', base .. 'fair', 'r')
+  local leases, top = {}, {}
+  for i = 1, n do
+    rc('HSET', base .. 'j:' .. ids[i], 'state', 'running', 'attempt', '1', 'claimed', now, 'first', now, 'gen', '1',
+      'slot', now, 'grace', '1000000', 'resv', '0', 'pc', '1')
+    leases[2 * i - 1], leases[2 * i] = now, ids[i]
+    top[2 * i - 1], top[2 * i] = 1, args[3 + i]
+  end
+  rc('ZADD', base .. 'leases', unpack(leases))
+  for i = 1, n do
+    local t, s, rs = T[i], '', ''
+    for k = 1, #t, 2 do
+      if t[k] == 's' then s = t[k + 1] elseif t[k] == 'rs' then rs = t[k + 1] end
+    end
+    rc('HSET', base .. 't:' .. args[3 + i], 's', s, 'rs', rs)
+  end
+  rc('ZREM', keys[1], unpack(args, 4, 3 + n))
+  rc('HINCRBY', base .. 'fair', 'w', n)
+  rc('HINCRBY', base .. 'agg', 'or', 4294967296 * n)
+  rc('ZCARD', base .. 'top')
+  rc('ZADD', base .. 'top', unpack(top))
+  rc('ZRANGEBYSCORE', base .. 'tenants', '-inf', now, 'LIMIT', 0, 64)
+  rc('ZRANGE', keys[1], 0, 0, 'WITHSCORES')
+  rc('ZRANGEBYSCORE', base .. 'delayed', '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  rc('ZRANGE', base .. 'leases', 0, 0, 'WITHSCORES')
+  return rows
+end
+local function finish(keys, args)
+  local base, now, rc = args[1], args[2], redis.call
+  local ids, ready = {}, {}
+  for i = 3, #args, 2 do
+    local id, tn = args[i], args[i + 1]
+    local jk = base .. 'j:' .. id
+    rc('HMGET', jk, 'state', 'tenant', 'gen', 'attempt', 'idem', 'logged', 'cb')
+    rc('HINCRBY', base .. 't:' .. tn, 'ff', -1)
+    if i == 3 then rc('HGET', base .. 'policy', '#ab') end
+    rc('HGET', base .. 't:' .. tn, 'fx')
+    if i == 3 then
+      rc('ZRANGE', keys[1], 0, 0, 'WITHSCORES')
+      rc('ZRANGE', base .. 'delayed', 0, 0, 'WITHSCORES')
+    end
+    rc('APPEND', base .. 't:' .. tn .. ':ra', string.rep('r', 19) .. id)
+    rc('HSET', jk, 'state', 'succeeded', 'ended', now, 'body', '', 'log', '{"at":' .. now ..
+      ',"gen":1,"attempt":1,"outcome":"success","status":200,"latency_us":20000,"error":""}', 'logged', '1')
+    rc('PEXPIRE', jk, 86400000)
+    ids[#ids + 1] = id
+    ready[#ready + 1], ready[#ready + 2] = now, tn
+  end
+  rc('ZREM', base .. 'leases', unpack(ids))
+  rc('ZADD', keys[1], unpack(ready))
+  rc('HINCRBY', base .. 'fair', 'w', -#ids)
+  rc('HINCRBY', base .. 'agg', 'or', -4294967296 * #ids)
+  rc('HINCRBY', base .. 'finished', string.sub(now, 1, 10), #ids)
+  return 'ok'
+end
+redis.register_function('drain_floor_pass', pass)
+redis.register_function('drain_floor_finish', finish)
+`
