@@ -30,10 +30,11 @@ import (
 //	part=sluice  the store's own scripts as a contended pool drives them:
 //	             passes of at most `capacity` jobs (pre-claim on, fair share
 //	             λ below one job a tenant), each pass's jobs handed off as one
-//	             asynq batch task that a server takes and drops (asynq's
-//	             enqueue, dequeue and done, and the hand-off channel's
-//	             PUBLISH), and finished with successes in calls of `finish`
-//	             (FinishBatch: the worker's Coalescer)
+//	             asynq batch task (asynq's enqueue, dequeue and done, and the
+//	             hand-off channel's PUBLISH) to a server whose handler
+//	             finishes them with successes in calls of `finish`
+//	             (FinishBatch, as the worker's Coalescer sends them), while
+//	             the next passes run; at most drainInFlight jobs in flight
 //	part=floor   the same drain and hand-off through drainFloorLib: the
 //	             commands today's pass and finish run for these jobs, in the
 //	             same order and with values of the same sizes, but no
@@ -137,7 +138,12 @@ func drainAsynq(e *env, sh drainShape) commandStats {
 	return e.commandStats().minus(before)
 }
 
-// drainSluice is part=sluice (floor false) and part=floor (true).
+// drainSluice is part=sluice (floor false) and part=floor (true). The
+// passes run in this goroutine; the hand-off server's handler finishes each
+// batch it takes, as a worker would, so passes, hand-off and finishes
+// overlap as in a deployment. At most drainInFlight jobs are released and
+// not yet finished (the dispatcher's lease budget): a pass waits for
+// finishes beyond that.
 func drainSluice(e *env, sh drainShape, floor bool) commandStats {
 	b := e.t
 	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 1000, 1, 10 }))
@@ -155,15 +161,41 @@ func drainSluice(e *env, sh drainShape, floor bool) commandStats {
 	}
 	queue := wire.HandoffQueueOf(e.prefix, 0)
 	client := asynq.NewClientFromRedisClient(e.rdb)
-	var handled atomic.Int64
-	before := e.commandStats()
-	srv := drainServer(b, e, queue, 16, &handled)
-	defer srv.Shutdown()
-	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Second, Capacity: sh.capacity,
-		Preclaim: 2 * ms, FairShare: 0.1}
 	fin := FinishConfig{}.WithDefaults()
-	total, jobs, batches, next := sh.tenants*sh.depth, 0, 0, 0
-	for jobs < total {
+	var inFlight, finished atomic.Int64
+	var failed atomic.Value // the first error of a handler
+	freed := make(chan struct{}, 1)
+	handle := func(_ context.Context, t *asynq.Task) error {
+		bt, err := wire.DecodeBatch(t.Payload())
+		if err == nil {
+			err = e.drainFinish(bt, sh.finish, floor, fin)
+		}
+		if err != nil {
+			failed.CompareAndSwap(nil, err)
+		}
+		finished.Add(int64(len(bt.Jobs)))
+		inFlight.Add(-int64(len(bt.Jobs)))
+		select {
+		case freed <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	before := e.commandStats()
+	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{Concurrency: 16, Queues: map[string]int{queue: 1},
+		TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(handle)); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Minute, Capacity: sh.capacity,
+		Preclaim: 2 * ms, FairShare: 0.1}
+	total, jobs, next := sh.tenants*sh.depth, 0, 0
+	for jobs < total && failed.Load() == nil {
+		if inFlight.Load() >= drainInFlight {
+			<-freed
+			continue
+		}
 		var rel []wire.Release
 		if floor {
 			n := min(sh.capacity, total-jobs)
@@ -176,38 +208,78 @@ func drainSluice(e *env, sh drainShape, floor bool) commandStats {
 		} else {
 			rel = e.pass(0, cfg).Released
 		}
-		if len(rel) == 0 {
-			b.Fatalf("a pass released nothing with %d of %d jobs drained", jobs, total)
-		}
-		e.drainHandoff(client, queue, rel)
-		batches++
-		for i := 0; i < len(rel); i += sh.finish {
-			part := rel[i:min(i+sh.finish, len(rel))]
-			if floor {
-				e.floorFinish(part)
-				continue
-			}
-			reqs := make([]FinishRequest, len(part))
-			for k, r := range part {
-				reqs[k] = FinishRequest{ID: r.ID, Gen: r.Gen, Outcome: benchOK}
-			}
-			rs, err := e.store.FinishBatch(e.ctx, 0, reqs, fin)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for k, r := range rs {
-				if r.State != StateSucceeded {
-					b.Fatalf("finish of %s: %s, want succeeded", part[k].ID, r.State)
-				}
-			}
-		}
-		jobs += len(rel)
 		e.clock.Advance(2 * ms)
+		if len(rel) == 0 { // every tenant due holds its one job (fair share): wait for a finish
+			if inFlight.Load() == 0 {
+				b.Fatalf("a pass released nothing with %d of %d jobs drained and none in flight", jobs, total)
+			}
+			<-freed
+			continue
+		}
+		inFlight.Add(int64(len(rel)))
+		e.drainHandoff(client, queue, rel)
+		jobs += len(rel)
 	}
-	redistest.Poll(b, time.Minute, fmt.Sprintf("the server takes %d batches", batches), func() bool {
-		return handled.Load() == int64(batches)
+	redistest.Poll(b, time.Minute, fmt.Sprintf("the workers finish %d jobs", total), func() bool {
+		return failed.Load() != nil || finished.Load() == int64(total)
 	})
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
 	return e.commandStats().minus(before)
+}
+
+// drainInFlight bounds the jobs BenchmarkDrain's passes have released and
+// its workers not yet finished (the dispatcher's lease budget: about the
+// workers' concurrency with its headroom).
+const drainInFlight = 200
+
+// drainFinish finishes batch bt's jobs with successes, per calls of at most
+// per jobs: through FinishBatch, or the floor's finish.
+func (e *env) drainFinish(bt wire.Batch, per int, floor bool, fin FinishConfig) error {
+	for i := 0; i < len(bt.Jobs); i += per {
+		part := bt.Jobs[i:min(i+per, len(bt.Jobs))]
+		if floor {
+			args := []any{"FCALL", "drain_floor_finish", 1, e.store.keys.ready(0), e.store.keys.base(0),
+				e.clock.Now().UnixMicro()}
+			for _, p := range part {
+				args = append(args, p.ID, p.Claimed.Tenant)
+			}
+			if err := e.rdb.Do(e.ctx, args...).Err(); err != nil {
+				return err
+			}
+			continue
+		}
+		var claims []ClaimRequest // a release the pass did not pre-claim: the worker claims it first
+		for _, p := range part {
+			if p.Claimed == nil {
+				claims = append(claims, ClaimRequest{ID: p.ID, Gen: p.Gen})
+			}
+		}
+		cs, err := e.store.ClaimBatch(e.ctx, 0, claims, time.Minute)
+		if err != nil {
+			return err
+		}
+		for k, c := range cs {
+			if c.Outcome != ClaimOK {
+				return fmt.Errorf("claim of %s: %v, want claimed", claims[k].ID, c.Outcome)
+			}
+		}
+		reqs := make([]FinishRequest, len(part))
+		for k, p := range part {
+			reqs[k] = FinishRequest{ID: p.ID, Gen: p.Gen, Outcome: benchOK}
+		}
+		rs, err := e.store.FinishBatch(e.ctx, 0, reqs, fin)
+		if err != nil {
+			return err
+		}
+		for k, r := range rs {
+			if r.State != StateSucceeded {
+				return fmt.Errorf("finish of %s: %s, want succeeded", part[k].ID, r.State)
+			}
+		}
+	}
+	return nil
 }
 
 // drainHandoff hands rel to asynq as the dispatcher does (internal/dispatch
@@ -251,17 +323,6 @@ func (e *env) floorPass(tenants []string) []wire.Release {
 				CreatedUS: created, Cost: 1}}
 	}
 	return rel
-}
-
-// floorFinish finishes rel with successes through drainFloorLib's finish.
-func (e *env) floorFinish(rel []wire.Release) {
-	args := []any{"FCALL", "drain_floor_finish", 1, e.store.keys.ready(0), e.store.keys.base(0), e.clock.Now().UnixMicro()}
-	for _, r := range rel {
-		args = append(args, r.ID, r.Tenant)
-	}
-	if err := e.rdb.Do(e.ctx, args...).Err(); err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // drainFloorLib is part=floor's library (see BenchmarkDrain): the
