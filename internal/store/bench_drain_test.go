@@ -44,7 +44,13 @@ import (
 //	             scripts and the data model (records, tenant state, leases,
 //	             logs, aggregates) stayed as it is. A lower bound: a design
 //	             that decides elsewhere must also read the tenants' states
-//	             before it decides and check them when it writes.
+//	             before it decides and check them when it writes — part=thin
+//	part=thin    the floor with that read and check: each pass is two
+//	             calls, a read of the ready tenants (their hashes, as the
+//	             pass reads them) and an apply that checks each tenant's
+//	             state is still what the read gave (an HGET compared) before
+//	             it writes: what Redis would do a job if a dispatcher decided
+//	             in Go between the two calls. Its finishes are the floor's.
 //
 // The shape (environment variables, defaults from bench-dispatch's
 // throughput part at concurrency 100): SLUICE_DRAIN_TENANTS 1000 tenants ×
@@ -56,18 +62,15 @@ import (
 // cmds/job (INFO commandstats, the scripts' commands included).
 func BenchmarkDrain(b *testing.B) {
 	sh := drainShapeFromEnv(b)
-	for _, part := range []string{"asynq", "sluice", "floor"} {
+	for _, part := range []string{"asynq", "sluice", "floor", "thin"} {
 		b.Run("part="+part, func(b *testing.B) {
 			for range b.N {
 				e := newEnvShards(b, 1)
 				var st commandStats
-				switch part {
-				case "asynq":
+				if part == "asynq" {
 					st = drainAsynq(e, sh)
-				case "sluice":
-					st = drainSluice(e, sh, false)
-				default:
-					st = drainSluice(e, sh, true)
+				} else {
+					st = drainSluice(e, sh, part)
 				}
 				jobs := float64(sh.tenants * sh.depth)
 				b.ReportMetric(float64(st.cpu)/jobs, "cpu-µs/job")
@@ -138,14 +141,15 @@ func drainAsynq(e *env, sh drainShape) commandStats {
 	return e.commandStats().minus(before)
 }
 
-// drainSluice is part=sluice (floor false) and part=floor (true). The
+// drainSluice is part=sluice, part=floor and part=thin (mode). The
 // passes run in this goroutine; the hand-off server's handler finishes each
 // batch it takes, as a worker would, so passes, hand-off and finishes
 // overlap as in a deployment. At most drainInFlight jobs are released and
 // not yet finished (the dispatcher's lease budget): a pass waits for
 // finishes beyond that.
-func drainSluice(e *env, sh drainShape, floor bool) commandStats {
+func drainSluice(e *env, sh drainShape, mode string) commandStats {
 	b := e.t
+	floor := mode != "sluice"
 	e.seed(params(func(p *Params) { p.RateUS, p.Burst, p.Concurrency = 1000, 1, 10 }))
 	if floor {
 		if err := e.rdb.Do(e.ctx, "FUNCTION", "LOAD", "REPLACE", drainFloorLib).Err(); err != nil {
@@ -197,7 +201,12 @@ func drainSluice(e *env, sh drainShape, floor bool) commandStats {
 			continue
 		}
 		var rel []wire.Release
-		if floor {
+		if mode == "thin" {
+			var read int
+			if rel, read = e.thinPass(sh.capacity); len(rel) == 0 && read > 0 {
+				continue // the tenants read had nothing queued: they left ready
+			}
+		} else if floor {
 			n := min(sh.capacity, total-jobs)
 			picked := make([]string, n)
 			for i := range picked {
@@ -209,7 +218,7 @@ func drainSluice(e *env, sh drainShape, floor bool) commandStats {
 			rel = e.pass(0, cfg).Released
 		}
 		e.clock.Advance(2 * ms)
-		if len(rel) == 0 { // every tenant due holds its one job (fair share): wait for a finish
+		if len(rel) == 0 { // every tenant due holds its one job (fair share, or thin's ready set): wait for a finish
 			if inFlight.Load() == 0 {
 				b.Fatalf("a pass released nothing with %d of %d jobs drained and none in flight", jobs, total)
 			}
@@ -308,6 +317,12 @@ func (e *env) floorPass(tenants []string) []wire.Release {
 	for _, tn := range tenants {
 		args = append(args, tn)
 	}
+	return e.floorRows(now, args)
+}
+
+// floorRows runs a floor or thin pass call (args) at now and turns its rows
+// into pre-claimed releases.
+func (e *env) floorRows(now int64, args []any) []wire.Release {
 	rows, err := e.rdb.Do(e.ctx, args...).Slice()
 	if err != nil {
 		e.t.Fatal(err)
@@ -325,57 +340,121 @@ func (e *env) floorPass(tenants []string) []wire.Release {
 	return rel
 }
 
+// thinPass reads up to n ready tenants through drainFloorLib's read, then
+// releases and pre-claims the head job of each through its apply, which
+// checks each tenant's state against the read's; and the tenants read.
+func (e *env) thinPass(n int) ([]wire.Release, int) {
+	now := e.clock.Now().UnixMicro()
+	ready, base := e.store.keys.ready(0), e.store.keys.base(0)
+	got, err := e.rdb.Do(e.ctx, "FCALL", "drain_thin_read", 1, ready, base, now, n).Slice()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	args := []any{"FCALL", "drain_thin_apply", 1, ready, base, now, len(got)}
+	for _, t := range got {
+		v := t.([]any) // tenant, its field s
+		args = append(args, v[0], v[1])
+	}
+	return e.floorRows(now, args), len(got)
+}
+
 // drainFloorLib is part=floor's library (see BenchmarkDrain): the
 // commands of today's pass (pre-claiming one job of each tenant named) and
 // of a call of fast finishes, as MONITOR shows them for this shape, in the
 // same order, with the values a real call writes fixed or copied (a
 // tenant's state is written back as it was read) and nothing decided.
 const drainFloorLib = `#!lua name=sluice_drain_floor
-local function pass(keys, args)
-  local base, now, n, rc = args[1], args[2], tonumber(args[3]), redis.call
+local rc -- redis.call, bound by each entry point (not reachable at the library's load)
+-- read: what a pass reads before it decides: the due delayed jobs and
+-- expired leases, the first ready tenants, the policy, each tenant's hash
+-- (tns: the tenants named, or nil: the first n ready ones), the vclock.
+local function read(keys, base, now, n, tns)
   rc('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1001)
   rc('ZRANGEBYSCORE', base .. 'leases', '-inf', now, 'LIMIT', 0, 1001)
-  rc('ZRANGEBYSCORE', keys[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, n + 3)
-  rc('HMGET', base .. 'policy', '#v', '#ab', args[4])
-  local T, ids, rows = {}, {}, {}
-  for i = 1, n do T[i] = rc('HGETALL', base .. 't:' .. args[3 + i]) end
+  local ready = rc('ZRANGEBYSCORE', keys[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, n + 3)
+  if not tns then
+    tns = {}
+    for i = 1, math.min(n, #ready / 2) do tns[i] = ready[2 * i - 1] end
+  end
+  rc('HMGET', base .. 'policy', '#v', '#ab', tns[1] or '')
+  local T = {}
+  for i = 1, #tns do
+    local h, s, rs = rc('HGETALL', base .. 't:' .. tns[i]), '', ''
+    for k = 1, #h, 2 do
+      if h[k] == 's' then s = h[k + 1] elseif h[k] == 'rs' then rs = h[k + 1] end
+    end
+    T[i] = {s = s, rs = rs}
+  end
   rc('GET', base .. 'vclock')
-  for i = 1, n do
-    local tn = args[3 + i]
-    local id = rc('LPOP', base .. 't:' .. tn .. ':q')
-    local r = rc('HMGET', base .. 'j:' .. id, 'state', 'cost', 'gen', 'type', 'bytes', 'attempt', 'first', 'body',
-      'created', 'ups', 'pcl')
-    ids[i], rows[i] = id, {id, tn, r[4], r[8], tonumber(r[9])}
+  return tns, T
+end
+-- release: what a pass writes for the head job of each tenant of tns
+-- (state T[i], its hash as read) it pre-claims, and its last reads.
+local function release(keys, base, now, tns, T)
+  local ids, rows, out = {}, {}, {}
+  for i = 1, #tns do
+    local id = rc('LPOP', base .. 't:' .. tns[i] .. ':q')
+    if id then
+      local r = rc('HMGET', base .. 'j:' .. id, 'state', 'cost', 'gen', 'type', 'bytes', 'attempt', 'first', 'body',
+        'created', 'ups', 'pcl')
+      ids[#ids + 1], rows[#rows + 1], out[#out + 1] = id, {id, tns[i], r[4], r[8], tonumber(r[9])}, i
+    end
   end
   rc('HGET', base .. 'fair', 'r')
   local leases, top = {}, {}
-  for i = 1, n do
+  for i = 1, #ids do
     rc('HSET', base .. 'j:' .. ids[i], 'state', 'running', 'attempt', '1', 'claimed', now, 'first', now, 'gen', '1',
       'slot', now, 'grace', '1000000', 'resv', '0', 'pc', '1')
     leases[2 * i - 1], leases[2 * i] = now, ids[i]
-    top[2 * i - 1], top[2 * i] = 1, args[3 + i]
+    top[2 * i - 1], top[2 * i] = 1, tns[out[i]]
   end
-  rc('ZADD', base .. 'leases', unpack(leases))
-  for i = 1, n do
-    local t, s, rs = T[i], '', ''
-    for k = 1, #t, 2 do
-      if t[k] == 's' then s = t[k + 1] elseif t[k] == 'rs' then rs = t[k + 1] end
-    end
-    rc('HSET', base .. 't:' .. args[3 + i], 's', s, 'rs', rs)
+  if #ids > 0 then rc('ZADD', base .. 'leases', unpack(leases)) end
+  for i = 1, #tns do
+    rc('HSET', base .. 't:' .. tns[i], 's', T[i].s, 'rs', T[i].rs)
   end
-  rc('ZREM', keys[1], unpack(args, 4, 3 + n))
-  rc('HINCRBY', base .. 'fair', 'w', n)
-  rc('HINCRBY', base .. 'agg', 'or', 4294967296 * n)
+  if #tns > 0 then rc('ZREM', keys[1], unpack(tns)) end
+  rc('HINCRBY', base .. 'fair', 'w', #ids)
+  rc('HINCRBY', base .. 'agg', 'or', 4294967296 * #ids)
   rc('ZCARD', base .. 'top')
-  rc('ZADD', base .. 'top', unpack(top))
+  if #ids > 0 then rc('ZADD', base .. 'top', unpack(top)) end
   rc('ZRANGEBYSCORE', base .. 'tenants', '-inf', now, 'LIMIT', 0, 64)
   rc('ZRANGE', keys[1], 0, 0, 'WITHSCORES')
   rc('ZRANGEBYSCORE', base .. 'delayed', '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   rc('ZRANGE', base .. 'leases', 0, 0, 'WITHSCORES')
   return rows
 end
+-- floor_pass: one call, as today's pass (the tenants named).
+local function floor_pass(keys, args)
+  rc = redis.call
+  local tns = {}
+  for i = 1, tonumber(args[3]) do tns[i] = args[3 + i] end
+  local _, T = read(keys, args[1], args[2], #tns, tns)
+  return release(keys, args[1], args[2], tns, T)
+end
+-- thin_read: the read alone; {tenant, field s} of each tenant read.
+local function thin_read(keys, args)
+  rc = redis.call
+  local tns, T = read(keys, args[1], args[2], tonumber(args[3]), nil)
+  local out = {}
+  for i = 1, #tns do out[i] = {tns[i], T[i].s} end
+  return out
+end
+-- thin_apply: each tenant's field s checked against the read's, then the
+-- release of those that match.
+local function thin_apply(keys, args)
+  rc = redis.call
+  local base, tns, T = args[1], {}, {}
+  for i = 1, tonumber(args[3]) do
+    local tn, s = args[2 + 2 * i], args[3 + 2 * i]
+    if rc('HGET', base .. 't:' .. tn, 's') == s then
+      tns[#tns + 1], T[#T + 1] = tn, {s = s, rs = ''}
+    end
+  end
+  return release(keys, base, args[2], tns, T)
+end
 local function finish(keys, args)
-  local base, now, rc = args[1], args[2], redis.call
+  rc = redis.call
+  local base, now = args[1], args[2]
   local ids, ready = {}, {}
   for i = 3, #args, 2 do
     local id, tn = args[i], args[i + 1]
@@ -402,6 +481,8 @@ local function finish(keys, args)
   rc('HINCRBY', base .. 'finished', string.sub(now, 1, 10), #ids)
   return 'ok'
 end
-redis.register_function('drain_floor_pass', pass)
+redis.register_function('drain_floor_pass', floor_pass)
+redis.register_function('drain_thin_read', thin_read)
+redis.register_function('drain_thin_apply', thin_apply)
 redis.register_function('drain_floor_finish', finish)
 `
