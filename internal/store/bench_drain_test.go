@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkDrain measures the Redis CPU a delivered job costs while a
-// backlog drains, three ways in one shape, on one Redis (scripts/bench-drain
+// backlog drains, four ways in one shape, on one Redis (scripts/bench-drain
 // runs the parts in turn and prints them side by side, as ratios; issue
 // #33's target is Sluice ≤ 1.0 × bare asynq). No HTTP, no throttler or
 // worker process: Redis is measured alone, so that a change of the scripts
