@@ -104,17 +104,14 @@ func drainShapeFromEnv(b *testing.B) drainShape {
 // drainBody is a job body of about n bytes.
 func drainBody(n int) string { return `{"bench":"` + strings.Repeat("x", max(0, n-12)) + `"}` }
 
-// drainServer starts an asynq server with a handler that counts and does
-// nothing, on queue q; stop it with Shutdown.
-func drainServer(b testing.TB, e *env, q string, concurrency int, done *atomic.Int64) *asynq.Server {
+// drainServer starts an asynq server of the given concurrency running
+// handle on queue q; stop it with Shutdown.
+func drainServer(b testing.TB, e *env, q string, concurrency int, handle asynq.HandlerFunc) *asynq.Server {
 	b.Helper()
 	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{Concurrency: concurrency,
 		Queues: map[string]int{q: 1}, TaskCheckInterval: 20 * time.Millisecond,
 		ShutdownTimeout: 2 * time.Second, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		done.Add(1)
-		return nil
-	})); err != nil {
+	if err := srv.Start(handle); err != nil {
 		b.Fatal(err)
 	}
 	return srv
@@ -135,7 +132,10 @@ func drainAsynq(e *env, sh drainShape) commandStats {
 	}
 	var done atomic.Int64
 	before := e.commandStats()
-	srv := drainServer(b, e, q, 100, &done)
+	srv := drainServer(b, e, q, 100, func(context.Context, *asynq.Task) error {
+		done.Add(1)
+		return nil
+	})
 	defer srv.Shutdown()
 	redistest.Poll(b, time.Minute, fmt.Sprintf("asynq handles %d tasks", n), func() bool { return done.Load() == int64(n) })
 	return e.commandStats().minus(before)
@@ -166,10 +166,11 @@ func drainSluice(e *env, sh drainShape, mode string) commandStats {
 	queue := wire.HandoffQueueOf(e.prefix, 0)
 	client := asynq.NewClientFromRedisClient(e.rdb)
 	fin := FinishConfig{}.WithDefaults()
-	var inFlight, finished atomic.Int64
+	var finished atomic.Int64
 	var failed atomic.Value // the first error of a handler
 	freed := make(chan struct{}, 1)
-	handle := func(_ context.Context, t *asynq.Task) error {
+	before := e.commandStats()
+	srv := drainServer(b, e, queue, 16, func(_ context.Context, t *asynq.Task) error {
 		bt, err := wire.DecodeBatch(t.Payload())
 		if err == nil {
 			err = e.drainFinish(bt, sh.finish, floor, fin)
@@ -178,25 +179,19 @@ func drainSluice(e *env, sh drainShape, mode string) commandStats {
 			failed.CompareAndSwap(nil, err)
 		}
 		finished.Add(int64(len(bt.Jobs)))
-		inFlight.Add(-int64(len(bt.Jobs)))
 		select {
 		case freed <- struct{}{}:
 		default:
 		}
 		return nil
-	}
-	before := e.commandStats()
-	srv := asynq.NewServerFromRedisClient(e.rdb, asynq.Config{Concurrency: 16, Queues: map[string]int{queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(asynq.HandlerFunc(handle)); err != nil {
-		b.Fatal(err)
-	}
+	})
 	defer srv.Shutdown()
 	cfg := PassConfig{Lead: 90 * ms, MinLead: 50 * ms, Grace: time.Minute, Capacity: sh.capacity,
 		Preclaim: 2 * ms, FairShare: 0.1}
 	total, jobs, next := sh.tenants*sh.depth, 0, 0
+	inFlight := func() int64 { return int64(jobs) - finished.Load() } // handed off, not yet finished
 	for jobs < total && failed.Load() == nil {
-		if inFlight.Load() >= drainInFlight {
+		if inFlight() >= drainInFlight {
 			<-freed
 			continue
 		}
@@ -219,13 +214,12 @@ func drainSluice(e *env, sh drainShape, mode string) commandStats {
 		}
 		e.clock.Advance(2 * ms)
 		if len(rel) == 0 { // every tenant due holds its one job (fair share, or thin's ready set): wait for a finish
-			if inFlight.Load() == 0 {
+			if inFlight() == 0 {
 				b.Fatalf("a pass released nothing with %d of %d jobs drained and none in flight", jobs, total)
 			}
 			<-freed
 			continue
 		}
-		inFlight.Add(int64(len(rel)))
 		e.drainHandoff(client, queue, rel)
 		jobs += len(rel)
 	}
