@@ -81,7 +81,7 @@ func defaultConfig() *Config {
 			"api": {Algorithm: bucket.SlidingWindow, Limit: 1000, Window: time.Minute, FailOpen: ptr(true), Costs: ptr(APICosts{Read: 1, Write: 1, BatchItem: 1})},
 		},
 		Dispatch: DispatchConfig{
-			Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Tolerance: 2 * time.Millisecond,
+			Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Tolerance: 6 * time.Millisecond,
 			Grace: time.Second, MaxPromotions: 1000, MaxTenants: 256,
 			BatchMax: 64, BatchSpan: 50 * time.Millisecond, MaxSleep: 2 * time.Second,
 		},

@@ -244,3 +244,39 @@ func TestClaimEarlyWithinToleranceSendsAtTheTarget(t *testing.T) {
 	}
 	e.requireConsistent()
 }
+
+// The catch-up step is ε/4 but at most 0.5 ms: with ε = 6 ms a late
+// schedule still regains 0.5 ms a job, not 1.5 ms — a wider tolerance lets
+// claims go out earlier, it does not bunch a late tenant's sends (at 1.5 ms
+// a tenant at 500/s would send at four times its rate while catching up).
+func TestClaimCatchUpStepIsCapped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)                // 10/s, burst 1: T = 100ms
+	rel := e.released("acme", 10) // D = 1s
+	const eps = 6 * ms
+	claim := func(r wire.Release) Claim {
+		t.Helper()
+		c, err := e.store.Claim(e.ctx, r.ID, r.Gen, eps)
+		if err != nil {
+			t.Fatalf("claim %s@%d: %v", r.ID, r.Gen, err)
+		}
+		return c
+	}
+	e.clock.Set(rel[0].Slot.Add(3 * ms)) // the first goes out 3ms late
+	if c := claim(rel[0]); c.Outcome != ClaimOK || !c.Job.SendAt.Equal(rel[0].Slot.Add(3*ms)) {
+		t.Fatalf("late claim: %+v, want claimed, sent at now", c)
+	}
+	late := 3 * ms
+	for i, r := range rel[1:7] {
+		e.clock.Set(r.Slot.Add(late).Add(-5 * ms)) // within ε of its target
+		c := claim(r)
+		late -= 500 * time.Microsecond
+		if c.Outcome != ClaimOK || !c.Job.SendAt.Equal(r.Slot.Add(late)) {
+			t.Fatalf("job %d claimed 5ms before its target: %+v, want send at slot +%s (0.5ms caught up)", i+1, c, late)
+		}
+	}
+	if late != 0 {
+		t.Fatalf("lateness %s after 6 jobs, want caught up", late)
+	}
+	e.requireConsistent()
+}

@@ -30,7 +30,7 @@ func (c PassConfig) WithDefaults() PassConfig {
 }
 
 // ClaimSpacingDefault is PassConfig.ClaimSpacing when zero: about one claim
-// script's Redis time, so a 2 ms claim tolerance fits several claims.
+// script's Redis time, so the claim tolerance ε (6 ms by default) fits several claims.
 const ClaimSpacingDefault = 250 * time.Microsecond
 
 func (c PassConfig) validate() error {

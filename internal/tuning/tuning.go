@@ -35,7 +35,7 @@ const (
 
 	LeadDefault          = 100 * time.Millisecond // D
 	MinLeadDefault       = 50 * time.Millisecond  // L
-	ToleranceDefault     = 2 * time.Millisecond   // ε: how early a claim is accepted
+	ToleranceDefault     = 6 * time.Millisecond   // ε: how early a claim is accepted
 	GraceDefault         = time.Second
 	MaxPromotionsDefault = 1000 // P
 	MaxTenantsDefault    = 256  // K

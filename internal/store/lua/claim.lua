@@ -44,8 +44,8 @@
 -- stat and slast move past it, so the jobs planned later wait behind it
 -- instead of starving it). A claim is allowed from target − ε; the job is
 -- sent at send = max(now, target) — for an in-plan job whose target is past
--- its slot max(now, slot, target − ε/4): a late schedule catches up ε/4 a
--- job — which the reply tells the worker (it waits for that instant: a
+-- its slot max(now, slot, target − κ): a late schedule catches up κ a job,
+-- κ = min(ε/4, 0.5 ms) — which the reply tells the worker (it waits for that instant: a
 -- claim's round trip, early by up to ε, never moves a send); then stat ←
 -- max(stat, send) + c·T and slast, sslot ← send, slot — for an
 -- out-of-order job only slast ← max(slast, send), and nothing for one that
@@ -134,11 +134,11 @@ local function claim_one(id, gen)
   -- The send instant (lifecycle.lua CLAIM.send): the target, or now when
   -- the claim came after it. A claim up to ε early is answered at once and
   -- the worker waits for it, so the claim's round trip never shows in the
-  -- send. A schedule running late catches up ε/4 a job (an in-plan target
-  -- past the slot is sent ε/4 early, never before the slot): a lateness
-  -- does not last the whole backlog, the long-run rate stays the tenant's,
-  -- and the claim, aimed at ε/2 before the target, still has ε/4 of the
-  -- wait to absorb its trip.
+  -- send. A schedule running late catches up κ = min(ε/4, 0.5 ms) a job
+  -- (an in-plan target past the slot is sent κ early, never before the
+  -- slot): a lateness does not last the whole backlog, the long-run rate
+  -- stays the tenant's, and the claim, aimed at ε/2 before the target,
+  -- still has at least ε/4 of the wait to absorb its trip.
   touch(tn, 'claimed')
   return CLAIM.run(j, c, CLAIM.send(j, target, in_plan, eps), in_plan, {}, iv) -- lifecycle.lua
 end
