@@ -414,6 +414,39 @@ func TestTenantIndexFollowsIdleExpiry(t *testing.T) {
 	e.requireConsistent()
 }
 
+// An entry that comes due when its tenant has no key left (hash, dead set,
+// secrets) leaves the index and the name set; one whose tenant still has
+// policy overrides stays, checked again an hour on.
+func TestIndexCheckOfTenantsWithNoKeyLeft(t *testing.T) {
+	t.Parallel()
+	e := newEnvShards(t, 1)
+	if _, err := e.store.PutTenantPolicy(e.ctx, "kept", Overrides{Adaptive: ptr(0)}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []string{"kept", "gone"} {
+		id := e.enqueueOne(tn, item(`{}`)).ID
+		c := e.attempt(id)
+		e.finish(id, c.Gen, benchOK, FinishConfig{SucceededRetention: time.Minute})
+		if err := e.rdb.Del(e.ctx, e.store.keys.tenant(tn)).Err(); err != nil { // as its expiry would
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(time.Minute + time.Second)
+	e.pass(0, PassConfig{Lead: time.Millisecond, MinLead: -1, Capacity: 0})
+	index := e.store.keys.tenantIndex(0)
+	if e.rdb.ZScore(e.ctx, index, "gone").Err() == nil {
+		t.Error("the tenant with no state left is still in the index")
+	}
+	next, err := e.rdb.ZScore(e.ctx, index, "kept").Result()
+	if want := e.clock.Now().Add(time.Hour).UnixMicro(); err != nil || int64(next) != want {
+		t.Errorf("the tenant with overrides: next check %d (%v), want an hour on, %d", int64(next), err, want)
+	}
+	if names := e.walkNames("", 10); !slices.Equal(names, []string{"kept"}) {
+		t.Errorf("names %q, want kept", names)
+	}
+	e.requireConsistent()
+}
+
 // A canceled job keeps its tenant listed for the tombstone's retention.
 func TestTenantIndexKeepsCanceled(t *testing.T) {
 	t.Parallel()

@@ -57,10 +57,18 @@ local function index_remove(gone)
 end
 
 -- index_check returns when to check tn's entry again (µs), or nil when tn
--- has no state left; and whether its dead set is gone.
+-- has no state left; and whether its dead set is gone. An entry comes due
+-- when its tenant's keys have expired, so most checks find nothing: one
+-- EXISTS over the three keys and the policy's HEXISTS say so (the TTLs are
+-- read only for a tenant with a key left).
 local function index_check(tn)
+  local kt, kd = k_tenant(tn), k_dead(tn)
+  if rcall('EXISTS', kt, kd, k_secrets(tn)) == 0 then
+    if rcall('HEXISTS', K_POLICY, tn) == 0 then return nil end
+    return NOW + INDEX_RECHECK, true
+  end
   local ttl, dead_gone = -2, false
-  for i, key in ipairs({k_tenant(tn), k_dead(tn)}) do
+  for i, key in ipairs({kt, kd}) do
     local x = rcall('PTTL', key)
     if i == 2 then dead_gone = x == -2 end
     if x == -1 then
