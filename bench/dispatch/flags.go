@@ -131,7 +131,7 @@ func (o *options) check() error {
 		return fmt.Errorf("-slow-fast-jobs: want at least 10")
 	case o.cbRate < 2 || o.cbDuration < time.Second || o.cbTimeout <= 0 || o.cbFailures < 1 || o.cbBackoff <= 0 || o.cbMaxBackoff < o.cbBackoff:
 		return fmt.Errorf("bad circuit flags")
-	case o.millionTenants < 1 || o.millionBase < 1 || o.millionJobs < 1 || o.millionPayload < 10 || o.millionConc < 1 ||
+	case o.millionTenants < 1 || o.millionBase < 1 || o.millionBaseRuns < 1 || o.millionJobs < 1 || o.millionPayload < 10 || o.millionConc < 1 ||
 		o.millionProducers < 1 || o.millionRetention < time.Second || o.millionResidueWait < 0:
 		return fmt.Errorf("bad million flags")
 	case o.obsTenants < 1 || o.obsWindow <= 0 || o.obsScrape <= 0 || o.obsPoll <= 0:
@@ -243,6 +243,8 @@ func flagsMillion(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.millionTenants, "million-tenants", 1_000_000, "million: tenants of the large run (2 cores: ~100 000 a minute to enqueue, "+
 		"the drain at the machine's jobs/s; 16 GB of Redis at 1 000 000)")
 	fs.IntVar(&o.millionBase, "million-base", 1000, "million: tenants of the base run, the comparison's denominator")
+	fs.IntVar(&o.millionBaseRuns, "million-base-runs", 5, "million: runs of the base at the large run's hash-max-listpack-value; "+
+		"the ratios take the median of their commands and Redis CPU a job (one window is under a second)")
 	fs.IntVar(&o.millionJobs, "million-jobs", 2, "million: webhook jobs per tenant")
 	fs.IntVar(&o.millionPayload, "million-payload", 1024, "million: bytes of each job's JSON payload")
 	fs.IntVar(&o.millionConc, "million-concurrency", 100, "million: worker concurrency")

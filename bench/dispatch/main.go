@@ -176,6 +176,7 @@ type options struct {
 	// million
 	millionTenants     int
 	millionBase        int
+	millionBaseRuns    int // runs of the base at the large run's listpack value; the ratios take their median
 	millionJobs        int // per tenant
 	millionPayload     int // bytes of a job's payload
 	millionConc        int
