@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// The published Standard Webhooks test vector (FIELD-NOTES "Standards").
+// The published Standard Webhooks test vector (the specification's example: secret, id, timestamp and body, and the signature they give).
 const (
 	vectorSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	vectorID     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
