@@ -56,19 +56,24 @@ local function index_remove(gone)
   AGG.dead_gone(gone, {'top', 'gate:a', 'gate:u', 'gate:d', 'gate:p'})
 end
 
+-- keys_left says whether any of tn's own keys is left: its hash, its dead
+-- set or its secrets by API (one EXISTS).
+local function keys_left(tn)
+  return rcall('EXISTS', k_tenant(tn), k_dead(tn), k_secrets(tn)) > 0
+end
+
 -- index_check returns when to check tn's entry again (µs), or nil when tn
 -- has no state left; and whether its dead set is gone. An entry comes due
--- when its tenant's keys have expired, so most checks find nothing: one
--- EXISTS over the three keys and the policy's HEXISTS say so (the TTLs are
--- read only for a tenant with a key left).
+-- when its tenant's keys have expired, so most checks find nothing:
+-- keys_left and the policy's HEXISTS say so (the TTLs are read only for a
+-- tenant with a key left).
 local function index_check(tn)
-  local kt, kd = k_tenant(tn), k_dead(tn)
-  if rcall('EXISTS', kt, kd, k_secrets(tn)) == 0 then
+  if not keys_left(tn) then
     if rcall('HEXISTS', K_POLICY, tn) == 0 then return nil end
     return NOW + INDEX_RECHECK, true
   end
   local ttl, dead_gone = -2, false
-  for i, key in ipairs({kt, kd}) do
+  for i, key in ipairs({k_tenant(tn), k_dead(tn)}) do
     local x = rcall('PTTL', key)
     if i == 2 then dead_gone = x == -2 end
     if x == -1 then
@@ -109,12 +114,11 @@ local function index_trim(n)
   return #gone, nil
 end
 
--- has_state says whether tn has state: its hash, dead letters, policy
--- overrides, secrets by API, or an index entry not yet due (jobs ended
--- within their retention; see above) — the cheap checks first.
+-- has_state says whether tn has state: its hash, dead letters, secrets by
+-- API (keys_left), policy overrides, or an index entry not yet due (jobs
+-- ended within their retention; see above).
 local function has_state(tn)
-  return rcall('EXISTS', k_tenant(tn)) == 1 or rcall('EXISTS', k_dead(tn)) == 1
-    or rcall('HEXISTS', K_POLICY, tn) == 1 or rcall('EXISTS', k_secrets(tn)) == 1
+  return keys_left(tn) or rcall('HEXISTS', K_POLICY, tn) == 1
     or (tonum(rcall('ZSCORE', k_index(), tn)) or 0) > NOW
 end
 
