@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/bench/internal/stats"
 	"github.com/sluicehq/sluice/internal/store"
 )
 
@@ -130,23 +131,12 @@ func millionMedian(e *env, t *table, part string, bases []millionRun) millionRun
 		}
 		return strings.Join(s, ", ")
 	}
-	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f)", list(cpu), median(cpu), list(calls), median(calls))
-	base.cpuUS, base.calls = median(cpu), median(calls)
+	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f)", list(cpu), stats.Median(cpu), list(calls), stats.Median(calls))
+	base.cpuUS, base.calls = stats.Median(cpu), stats.Median(calls)
 	t.row(part, fmt.Sprintf("%d tenants × %d (hash-max-listpack-value %d): a job in each of %d base windows, the ratios' denominator",
 		base.tenants, base.jobs/max(1, base.tenants), base.listpack, len(bases)), row, "", "", "", "")
 	e.logf("million: %d base windows: %s", len(bases), row)
 	return base
-}
-
-// median is the middle of xs (the mean of the two middle ones for an even
-// count); xs is sorted in place.
-func median(xs []float64) float64 {
-	sort.Float64s(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // millionRows adds one run's rows; against says whether base is there to

@@ -31,6 +31,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/bench/internal/stats"
 )
 
 // figures are one system's throughput figures at one worker concurrency.
@@ -292,24 +294,13 @@ func lineOf(label string, x row) line {
 		wholeRatio: s.wholeMachine() / p.wholeMachine()}
 }
 
-// median is the median of xs (the mean of the middle two of an even count).
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
 // medianBy is the median of f over xs.
 func medianBy[T any](xs []T, f func(T) float64) float64 {
 	v := make([]float64, len(xs))
 	for i, x := range xs {
 		v[i] = f(x)
 	}
-	return median(v)
+	return stats.Median(v)
 }
 
 // medianLine is the field-wise median of ls (one build, one concurrency).
