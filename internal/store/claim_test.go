@@ -254,14 +254,7 @@ func TestClaimCatchUpStepIsCapped(t *testing.T) {
 	e := newEnv(t)                // 10/s, burst 1: T = 100ms
 	rel := e.released("acme", 10) // D = 1s
 	const eps = 6 * ms
-	claim := func(r wire.Release) Claim {
-		t.Helper()
-		c, err := e.store.Claim(e.ctx, r.ID, r.Gen, eps)
-		if err != nil {
-			t.Fatalf("claim %s@%d: %v", r.ID, r.Gen, err)
-		}
-		return c
-	}
+	claim := func(r wire.Release) Claim { return e.claimWithin(r.ID, r.Gen, eps) }
 	e.clock.Set(rel[0].Slot.Add(3 * ms)) // the first goes out 3ms late
 	if c := claim(rel[0]); c.Outcome != ClaimOK || !c.Job.SendAt.Equal(rel[0].Slot.Add(3*ms)) {
 		t.Fatalf("late claim: %+v, want claimed, sent at now", c)

@@ -171,7 +171,13 @@ func (e *env) passTenant(tenant string, lead, minLead time.Duration) []wire.Rele
 
 func (e *env) claim(id string, gen int64) Claim {
 	e.t.Helper()
-	c, err := e.store.Claim(e.ctx, id, gen, 2*time.Millisecond)
+	return e.claimWithin(id, gen, 2*time.Millisecond)
+}
+
+// claimWithin claims id at gen with tolerance eps, requiring no error.
+func (e *env) claimWithin(id string, gen int64, eps time.Duration) Claim {
+	e.t.Helper()
+	c, err := e.store.Claim(e.ctx, id, gen, eps)
 	if err != nil {
 		e.t.Fatalf("claim %s@%d: %v", id, gen, err)
 	}
