@@ -71,11 +71,11 @@ func million(ctx context.Context, e *env, t *table) error {
 		}
 		var bases []millionRun
 		for range runs {
-			r, err := millionAt(ctx, e, t, o.millionBase, v)
+			r, ok, err := millionAt(ctx, e, t, o.millionBase, v)
 			if err != nil {
 				return err
 			}
-			if r.jobs == 0 {
+			if !ok {
 				continue
 			}
 			if len(bases) == 0 {
@@ -87,9 +87,9 @@ func million(ctx context.Context, e *env, t *table) error {
 			continue
 		}
 		base := millionMedian(e, t, part, bases)
-		if r, err := millionAt(ctx, e, t, o.millionTenants, v); err != nil {
+		if r, ok, err := millionAt(ctx, e, t, o.millionTenants, v); err != nil {
 			return err
-		} else if r.jobs > 0 {
+		} else if ok {
 			millionRows(e, t, part, r, base, true)
 		}
 	}
@@ -97,19 +97,18 @@ func million(ctx context.Context, e *env, t *table) error {
 	return nil
 }
 
-// millionAt is one run of n tenants at hash-max-listpack-value v; a run
-// that failed is noted and has no jobs.
-func millionAt(ctx context.Context, e *env, t *table, n, v int) (millionRun, error) {
+// millionAt is one run of n tenants at hash-max-listpack-value v; ok is
+// false for a run that failed (noted in the table).
+func millionAt(ctx context.Context, e *env, t *table, n, v int) (r millionRun, ok bool, err error) {
 	if err := e.rdb.ConfigSet(ctx, "hash-max-listpack-value", strconv.Itoa(v)).Err(); err != nil {
-		return millionRun{}, fmt.Errorf("config set hash-max-listpack-value %d: %w", v, err)
+		return r, false, fmt.Errorf("config set hash-max-listpack-value %d: %w", v, err)
 	}
-	r, err := millionOne(ctx, e, n)
-	if err != nil {
+	if r, err = millionOne(ctx, e, n); err != nil {
 		t.note("million: %d tenants, hash-max-listpack-value %d: %v", n, v, err)
-		return millionRun{}, nil
+		return r, false, nil
 	}
 	r.listpack = v
-	return r, nil
+	return r, true, nil
 }
 
 // millionMedian is the first of the base runs with the median of their
@@ -131,8 +130,8 @@ func millionMedian(e *env, t *table, part string, bases []millionRun) millionRun
 		}
 		return strings.Join(s, ", ")
 	}
-	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f)", list(cpu), stats.Median(cpu), list(calls), stats.Median(calls))
 	base.cpuUS, base.calls = stats.Median(cpu), stats.Median(calls)
+	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f)", list(cpu), base.cpuUS, list(calls), base.calls)
 	t.row(part, fmt.Sprintf("%d tenants × %d (hash-max-listpack-value %d): a job in each of %d base windows, the ratios' denominator",
 		base.tenants, base.jobs/max(1, base.tenants), base.listpack, len(bases)), row, "", "", "", "")
 	e.logf("million: %d base windows: %s", len(bases), row)
