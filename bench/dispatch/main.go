@@ -39,9 +39,10 @@
 //     read periodically, then the keyspace checked for keys without a TTL;
 //   - upstream (only when named in -parts): 100 tenants, each allowed ten
 //     times its even share, sending every job through one shared upstream at
-//     r/s, beside one tenant at r/s alone: the combined stream's gap and
-//     rate error at the receiver, the most in any 1 s against the bound, and
-//     how evenly the tenants shared the upstream;
+//     r/s (held paused while they are enqueued), beside one tenant at r/s
+//     alone: the combined stream's gap and rate error at the receiver while
+//     the upstream is the bottleneck, the most in any 1 s against the bound,
+//     and how evenly the tenants shared the upstream;
 //   - slow (only when named in -parts): a pool of 100 workers, ten tenants
 //     whose endpoint takes 30 s, one tenant at 50/s whose endpoint answers
 //     at once: that tenant's delivered rate and slot → arrival lateness
