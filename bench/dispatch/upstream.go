@@ -70,32 +70,10 @@ func upstreamStream(ctx context.Context, e *env, run string, tenants, r, n int, 
 	}
 	defer sl.stop()
 	rec := e.rcv.start(run)
-	owner := map[string]int{} // job id → tenant index
-	var all []string
-	if viaUpstream { // held until every tenant's jobs are queued (upstreamHold)
-		if err := upstreamHold(ctx, sl, "pause"); err != nil {
-			return upstreamRun{}, err
-		}
-	}
 	start := time.Now()
-	for ti, tn := range names {
-		jobs := make([][]byte, 0, n/tenants+1)
-		for i := ti; i < n; i += tenants {
-			jobs = append(jobs, upstreamJob(e, run, i, viaUpstream))
-		}
-		ids, err := sl.enqueueHTTP(ctx, tn, jobs)
-		if err != nil {
-			return upstreamRun{}, err
-		}
-		for _, id := range ids {
-			owner[id] = ti
-		}
-		all = append(all, ids...)
-	}
-	if viaUpstream {
-		if err := upstreamHold(ctx, sl, "resume"); err != nil {
-			return upstreamRun{}, err
-		}
+	owner, all, err := upstreamEnqueue(ctx, e, sl, run, names, n, viaUpstream)
+	if err != nil {
+		return upstreamRun{}, err
 	}
 	limit := time.Duration(float64(n)/float64(r)*float64(time.Second)) + 30*time.Second
 	done := rec.waitDistinct(ctx, n, start.Add(limit))
@@ -108,6 +86,39 @@ func upstreamStream(ctx context.Context, e *env, run string, tenants, r, n int, 
 		return res, fmt.Errorf("%s: delivered %d of %d jobs within %s; %d missing", run, res.p.distinct, n, limit, len(missingIDs(rec, all)))
 	}
 	return res, nil
+}
+
+// upstreamEnqueue enqueues jobs 0 … n−1 of run, job i for tenant i mod
+// len(names), each naming the upstream when via — behind a pause of the
+// upstream (upstreamHold) — and returns each job's tenant index and the ids.
+func upstreamEnqueue(ctx context.Context, e *env, sl *sluice, run string, names []string, n int, via bool) (map[string]int, []string, error) {
+	if via {
+		if err := upstreamHold(ctx, sl, "pause"); err != nil {
+			return nil, nil, err
+		}
+	}
+	owner := map[string]int{} // job id → tenant index
+	var all []string
+	for ti, tn := range names {
+		jobs := make([][]byte, 0, n/len(names)+1)
+		for i := ti; i < n; i += len(names) {
+			jobs = append(jobs, upstreamJob(e, run, i, via))
+		}
+		ids, err := sl.enqueueHTTP(ctx, tn, jobs)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, id := range ids {
+			owner[id] = ti
+		}
+		all = append(all, ids...)
+	}
+	if via {
+		if err := upstreamHold(ctx, sl, "resume"); err != nil {
+			return nil, nil, err
+		}
+	}
+	return owner, all, nil
 }
 
 // upstreamHold pauses ("pause", until resumed) or resumes the run's
