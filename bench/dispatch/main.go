@@ -46,7 +46,8 @@
 //   - slow (only when named in -parts): a pool of 100 workers, ten tenants
 //     whose endpoint takes 30 s, one tenant at 50/s whose endpoint answers
 //     at once: that tenant's delivered rate and slot → arrival lateness
-//     against the same tenant alone (fair shares of the pool, issue #32).
+//     (after one unmeasured job: warmUp) against the same tenant alone
+//     (fair shares of the pool, issue #32).
 //   - circuit (only when named in -parts): one tenant whose jobs alternate
 //     between a destination that never answers and a healthy one, with the
 //     circuits off and on: the healthy destination's delivered rate, the
