@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 )
@@ -127,7 +128,7 @@ func upstreamEnqueue(ctx context.Context, e *env, sl *sluice, run string, names 
 // otherwise leave while the last ones are still being queued, and the
 // stream's start would measure the enqueue loop, not the upstream.
 func upstreamHold(ctx context.Context, sl *sluice, action string) error {
-	code, body, err := sl.call(ctx, "POST", "/v1/upstreams/"+upstreamName+"/"+action, nil)
+	code, body, err := sl.call(ctx, http.MethodPost, "/v1/upstreams/"+upstreamName+"/"+action, nil)
 	if err == nil && code != 200 {
 		err = fmt.Errorf("%d %s", code, body)
 	}
@@ -143,8 +144,7 @@ func upstreamHold(ctx context.Context, sl *sluice, action string) error {
 // rates set the pace (the last jobs of a few tenants, each at its own
 // interval), which says nothing of the upstream's.
 func boundSpan(arr []arrival, owner map[string]int, tenants, need int) []arrival {
-	sorted := slices.Clone(arr)
-	slices.SortFunc(sorted, func(a, b arrival) int { return a.at.Compare(b.at) })
+	sorted := byArrival(arr)
 	left := make([]int, tenants)
 	for _, ti := range owner {
 		left[ti]++
@@ -181,6 +181,13 @@ func upstreamJob(e *env, run string, i int, via bool) []byte {
 	return fmt.Appendf(nil, `{"type":"webhook","url":"%s","event":"bench.%s","payload":{"i":%d}%s}`, e.rcv.url(run), run, i, ups)
 }
 
+// byArrival is a copy of arr in arrival order.
+func byArrival(arr []arrival) []arrival {
+	sorted := slices.Clone(arr)
+	slices.SortFunc(sorted, func(a, b arrival) int { return a.at.Compare(b.at) })
+	return sorted
+}
+
 // shares returns the smallest and the largest share of the first half of
 // the deliveries (by arrival) that one tenant got, each ÷ the even share
 // 1/tenants: 1.0 is a perfectly even split.
@@ -188,8 +195,7 @@ func shares(arr []arrival, owner map[string]int, tenants int) (lo, hi float64) {
 	if tenants < 1 || len(arr) < 2 {
 		return 0, 0
 	}
-	sorted := slices.Clone(arr)
-	slices.SortFunc(sorted, func(a, b arrival) int { return a.at.Compare(b.at) })
+	sorted := byArrival(arr)
 	half := sorted[:len(sorted)/2]
 	count := make([]int, tenants)
 	for _, a := range half {
