@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/store"
 )
@@ -108,6 +109,22 @@ func (e *env) enqueueTenant(ctx context.Context, tenant string, items []store.It
 		}
 	}
 	return ids, nil
+}
+
+// oneJob sends one webhook job of tenant to the receiver's run through the
+// API and waits up to within for it to arrive; it returns the run's
+// recording.
+func oneJob(ctx context.Context, e *env, sl *sluice, tenant, run string, within time.Duration) (*recording, error) {
+	rec := e.rcv.start(run)
+	ids, err := sl.enqueueHTTP(ctx, tenant, [][]byte{e.webhookJob(run, 0)})
+	if err != nil {
+		return nil, err
+	}
+	if !rec.waitDistinct(ctx, 1, time.Now().Add(within)) {
+		return nil, fmt.Errorf("the first job %s did not arrive (%w); diagnosis:\n%s",
+			ids[0], errTimeout, sl.diagnose(ctx, []string{tenant}, ids))
+	}
+	return rec, nil
 }
 
 func cmpErr(a, b error) error {

@@ -151,15 +151,9 @@ func idleSluice(ctx context.Context, e *env) (idleRun, error) {
 // firstSluiceJob sends sl's first job, due at once, and measures it as a
 // wake-up.
 func firstSluiceJob(ctx context.Context, e *env, sl *sluice) (wakeups, error) {
-	const run = "idle-first"
-	rec := e.rcv.start(run)
-	ids, err := sl.enqueueHTTP(ctx, "wake", [][]byte{e.webhookJob(run, 0)})
+	rec, err := oneJob(ctx, e, sl, "wake", "idle-first", 10*time.Second)
 	if err != nil {
 		return wakeups{}, err
-	}
-	if !rec.waitDistinct(ctx, 1, time.Now().Add(10*time.Second)) {
-		return wakeups{}, fmt.Errorf("the first job %s did not arrive (%w); diagnosis:\n%s",
-			ids[0], errTimeout, sl.diagnose(ctx, []string{"wake"}, ids))
 	}
 	first, _, err := wakeLatencies(ctx, e, rec.snapshot(), nil)
 	return first, err

@@ -132,20 +132,17 @@ func slowMeasure(ctx context.Context, e *env, name string, sh slowShape) slowRun
 	return res
 }
 
-// warmUp sends one job of tenant to the receiver's run and waits for it, so
-// that a measured stream after it starts warm. Without it the stream's
-// first job, the tenant's first, arrived 5–110 ms after its slot (the
-// cause not found; the warm-up takes it out of both runs), and the send
-// schedule keeps a late start's distances, catching up 0.5 ms a job
+// warmUp sends one job of tenant to the receiver's run and waits for it
+// (oneJob), so that a measured stream after it starts warm. Without it the
+// stream's first job, the tenant's first, arrived 5–110 ms after its slot
+// (the cause not found; the warm-up takes it out of both runs), and the
+// send schedule keeps a late start's distances, catching up 0.5 ms a job
 // (claim.lua): such a start made 10–220 jobs late and set the p99 of 1 500,
 // in the run beside the slow tenants or in the one alone, by chance.
 func warmUp(ctx context.Context, e *env, sl *sluice, tenant, run string) error {
-	rec := e.rcv.start(run)
-	if _, err := sl.enqueueHTTP(ctx, tenant, e.webhookJobs(run, 1)); err != nil {
-		return fmt.Errorf("warm-up job: %w", err)
-	}
-	if !rec.waitDistinct(ctx, 1, time.Now().Add(30*time.Second)) {
-		return fmt.Errorf("warm-up job of %s: not delivered within 30 s", tenant)
+	_, err := oneJob(ctx, e, sl, tenant, run, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
 	}
 	return nil
 }
