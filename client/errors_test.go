@@ -178,6 +178,13 @@ func TestErrorUnavailableOutcomeUnknown(t *testing.T) {
 	})
 	e = wantError(t, "enqueue whose reply was late", e, client.ErrUnavailable, http.StatusServiceUnavailable, client.CodeUnavailable)
 	tenant := fmt.Sprintf("lost-%d", try)
+	// The enqueue may still be on its way to Redis, held by the latency it
+	// was sent under: a request whose caller gave up can land after the
+	// 503. Read the tenant once nothing is left in flight.
+	redistest.PollMsg(t, 10*time.Second, func() (bool, string) {
+		n := proxy.InFlight()
+		return n == 0, fmt.Sprintf("%d chunk(s) still in flight through the proxy", n)
+	})
 	before, err := c.GetTenant(ctx, tenant)
 	if err != nil {
 		t.Fatal(err)

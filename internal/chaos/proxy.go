@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,10 @@ import (
 //   - DropReplies discards every byte the target sends until Resume: the
 //     requests still reach it and run, their replies are lost (a connection
 //     that breaks after Redis ran a command, before its reply arrived).
+//
+// Bytes read before a connection closes are still forwarded at their due
+// time, as a network delivers what was sent: InFlight counts them, so a
+// test can wait until a request sent by a caller that gave up has landed.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -38,6 +43,8 @@ type Proxy struct {
 	conns   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+
+	inFlight atomic.Int64 // chunks read and neither written nor discarded
 }
 
 // link is one proxied connection: the client's side and the target's.
@@ -135,6 +142,10 @@ func (p *Proxy) dropping() bool {
 	defer p.mu.Unlock()
 	return p.drop
 }
+
+// InFlight is the number of chunks of bytes, either way, that the proxy has
+// read and not yet written or discarded (held by a latency or a black hole).
+func (p *Proxy) InFlight() int { return int(p.inFlight.Load()) }
 
 // Open is the number of connections open through the proxy.
 func (p *Proxy) Open() int {
@@ -260,8 +271,11 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, reply bool) {
 			if d := time.Until(c.due); d > 0 {
 				time.Sleep(d)
 			}
-			if _, err := dst.Write(c.b); err != nil {
+			_, err := dst.Write(c.b)
+			p.inFlight.Add(-1)
+			if err != nil {
 				for range q { // drain so the reader never blocks
+					p.inFlight.Add(-1)
 				}
 				return
 			}
@@ -272,11 +286,14 @@ func (p *Proxy) pump(l *link, dst, src net.Conn, reply bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.inFlight.Add(1)
 			lat, ok := p.gate(l)
 			if !ok {
+				p.inFlight.Add(-1)
 				return
 			}
 			if reply && p.dropping() {
+				p.inFlight.Add(-1)
 				continue
 			}
 			q <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(lat)}

@@ -237,3 +237,53 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Error("the proxy accepts after Close")
 	}
 }
+
+// TestBytesInFlightLandAfterTheSenderCloses: bytes the proxy holds for a
+// latency reach the target at their due time even when the client closed
+// meanwhile, as a request sent by a caller that gave up still lands;
+// InFlight counts them until they do.
+func TestBytesInFlightLandAfterTheSenderCloses(t *testing.T) {
+	got := make(chan string, 1)
+	target := server(t, func(c net.Conn) {
+		if s, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+			got <- s
+		}
+	})
+	p, err := Listen(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, _ := dial(t, p)
+	p.SetLatency(time.Second)
+	if _, err := io.WriteString(c, "late\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for p.InFlight() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := p.InFlight(); n != 1 {
+		t.Fatalf("InFlight %d after a write under latency, want 1", n)
+	}
+	_ = c.Close()
+	select {
+	case s := <-got:
+		t.Fatalf("the target read %q while the proxy held it", s)
+	default:
+	}
+	select {
+	case s := <-got:
+		if s != "late\n" {
+			t.Errorf("the target read %q, want the line sent before the close", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the line sent before the client closed never reached the target")
+	}
+	for p.InFlight() != 0 && time.Now().Before(deadline.Add(5*time.Second)) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := p.InFlight(); n != 0 {
+		t.Errorf("InFlight %d after the line landed, want 0", n)
+	}
+}
