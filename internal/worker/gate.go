@@ -482,12 +482,17 @@ func (g *DequeueGate) Start(ctx context.Context) error {
 		defer close(g.done)
 		defer stopped()
 		g.follow(runCtx, ps)
+		// Deaf from here on, whatever the last receive returned: a dequeue
+		// held on after ctx's end (the worker's signal) would hold asynq's
+		// shutdown, which waits for the fetch in progress.
+		g.hear(false)
 	}()
 	return nil
 }
 
-// Stop ends the subscription; from then on every dequeue goes to Redis. It
-// is idempotent and may be called without Start.
+// Stop ends the subscription, as the end of Start's ctx does; from then on
+// every dequeue goes to Redis. It is idempotent and may be called without
+// Start.
 func (g *DequeueGate) Stop() {
 	g.mu.Lock()
 	cancel, done := g.cancel, g.done
@@ -497,7 +502,6 @@ func (g *DequeueGate) Stop() {
 	}
 	cancel()
 	<-done
-	g.hear(false)
 }
 
 // receive handles one message of the subscription.

@@ -532,3 +532,73 @@ func dequeueKeys(q string) []string {
 	k := "asynq:{" + q + "}:"
 	return []string{k + "pending", k + "paused", k + "active", k + "lease"}
 }
+
+// TestGateHoldsNothingOnceItsContextEnds: when the context the gate was
+// started with ends (the worker's signal), announcements are no longer
+// heard, so no dequeue is held any more and each goes to Redis — even when
+// the subscription's last receive returned a message as the context ended.
+// A dequeue held on (up to 20 safety nets) kept asynq's server from
+// stopping: its shutdown waits for the fetch in progress.
+func TestGateHoldsNothingOnceItsContextEnds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1)
+	dequeue := redis.NewScript(`return redis.call("RPOP", KEYS[1])`)
+	for round := range 20 {
+		ctx, cancel := context.WithCancel(h.ctx)
+		gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix,
+			Queues: wire.HandoffQueueNames(h.prefix), SafetyNet: time.Hour, Hold: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, _ := redistest.New(t)
+		client.AddHook(gate)
+		if err := gate.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(gate.Stop)                                 // releases a held dequeue after a failure
+		for _, q := range wire.HandoffQueueNames(h.prefix) { // every queue known empty
+			if err := dequeue.Run(h.ctx, client, dequeueKeys(q), 0).Err(); !errors.Is(err, redis.Nil) {
+				t.Fatalf("first dequeue of %s: %v, want redis.Nil", q, err)
+			}
+		}
+		// Announcements of a queue nobody fills arrive while the context
+		// ends: the subscription's last receive may return one of them.
+		quiet := wire.HandoffQueue(h.prefix, 0)
+		stop := make(chan struct{})
+		published := make(chan struct{})
+		go func() {
+			defer close(published)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), quiet).Err()
+			}
+		}()
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		cancel()
+		close(stop)
+		<-published
+		// The first dequeue polls the announced queue; were announcements
+		// still taken as heard, the next would find every queue known
+		// empty and be held for the hour.
+		for i := range 3 {
+			got := make(chan error, 1)
+			go func() { got <- dequeue.Run(h.ctx, client, dequeueKeys(quiet), 0).Err() }()
+			select {
+			case err := <-got:
+				if !errors.Is(err, redis.Nil) {
+					t.Fatalf("round %d: dequeue %d after the gate's context ended: %v, want Redis's redis.Nil", round, i, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: dequeue %d after the gate's context ended was held", round, i)
+			}
+		}
+		if local, _ := gate.Counts(); local != 0 {
+			t.Fatalf("round %d: %d dequeues answered by the gate after its context ended, want 0", round, local)
+		}
+		gate.Stop()
+	}
+}
