@@ -134,11 +134,13 @@ func slowMeasure(ctx context.Context, e *env, name string, sh slowShape) slowRun
 
 // warmUp sends one job of tenant to the receiver's run and waits for it
 // (oneJob), so that a measured stream after it starts warm. Without it the
-// stream's first job, the tenant's first, arrived 5–110 ms after its slot
-// (the cause not found; the warm-up takes it out of both runs), and the
-// send schedule keeps a late start's distances, catching up 0.5 ms a job
-// (claim.lua): such a start made 10–220 jobs late and set the p99 of 1 500,
-// in the run beside the slow tenants or in the one alone, by chance.
+// stream's first job, the tenant's first, arrived 5–110 ms after its slot,
+// and the send schedule keeps a late start's distances, catching up 0.5 ms
+// a job (claim.lua): such a start made 10–220 jobs late and set the p99 of
+// 1 500, in the run beside the slow tenants or in the one alone, by chance.
+// That job is released as soon as the first batch's script ends, while the
+// second batch is sent: the throttler's parse of it and its script held the
+// job's hand-off and the next claims back (docs/benchmarks.md).
 func warmUp(ctx context.Context, e *env, sl *sluice, tenant, run string) error {
 	_, err := oneJob(ctx, e, sl, tenant, run, 30*time.Second)
 	if err != nil {
