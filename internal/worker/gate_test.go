@@ -583,7 +583,9 @@ func TestGateHoldsNothingOnceItsContextEnds(t *testing.T) {
 		<-published
 		// The first dequeue polls the announced queue; were announcements
 		// still taken as heard, the next would find every queue known
-		// empty and be held for the hour.
+		// empty and be held for the hour. (One that comes before the gate
+		// has seen its context end may be answered by it, or held until
+		// it has.)
 		for i := range 3 {
 			got := make(chan error, 1)
 			go func() { got <- dequeue.Run(h.ctx, client, dequeueKeys(quiet), 0).Err() }()
@@ -595,9 +597,6 @@ func TestGateHoldsNothingOnceItsContextEnds(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("round %d: dequeue %d after the gate's context ended was held", round, i)
 			}
-		}
-		if local, _ := gate.Counts(); local != 0 {
-			t.Fatalf("round %d: %d dequeues answered by the gate after its context ended, want 0", round, local)
 		}
 		gate.Stop()
 	}
