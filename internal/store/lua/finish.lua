@@ -392,7 +392,7 @@ local function finish_one(r)
   if r.kind == 'success' and r.result == '' and r.actual == 0 and r.q_unit == 0 and not r.congested
       and r.pause == 0 and not TENANTS[j.tenant] then
     local key = k_tenant(j.tenant)
-    local v = rcall('HINCRBY', key, 'ff', -1)
+    local v = rcall('HINCRBY', key, 'ff', '-1')
     if AGG.counted(j.tenant) then AGG.open, AGG.run = AGG.open - 1, AGG.run - 1 end -- as AGG.note would
     if v >= 0 then
       local left, d, back = T_FIELDS.ff_split(v)

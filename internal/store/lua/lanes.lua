@@ -93,7 +93,7 @@ function LN.heads(tn, t)
   for _, ups in ipairs(rcall('SMEMBERS', LN.k_lanes(tn))) do
     local key = LN.k_lane(tn, ups)
     while true do
-      local id = rcall('ZRANGE', key, 0, 0)[1]
+      local id = rcall('ZRANGE', key, '0', '0')[1]
       if not id then
         rcall('SREM', LN.k_lanes(tn), ups)
         break

@@ -492,7 +492,7 @@ local function save_tenant(tn, t)
   -- name set (one ZADD each per creation; see index_check).
   if not t.st_packed and not named then
     rcall('ZADD', k_index(), istr(NOW + INDEX_RECHECK), tn)
-    rcall('ZADD', k_names(), 0, tn)
+    rcall('ZADD', k_names(), '0', tn)
   end
   if ws and wr and not wq and not wf then -- the common writes, without a table of arguments
     rcall('HSET', key, 's', packed, 'rs', t.rs)
@@ -905,8 +905,8 @@ local function head_job(tn, t)
     return nil, 0
   end
   local id = nil
-  if t.hlen > 0 then id = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
-  if not id then id = rcall('LINDEX', k_queue(tn), 0) end
+  if t.hlen > 0 then id = rcall('ZRANGE', k_head(tn), '0', '0')[1] end
+  if not id then id = rcall('LINDEX', k_queue(tn), '0') end
   if not id then return nil, 0 end
   return id, tonum(rcall('HGET', k_job(id), 'cost')) or 1
 end
@@ -1165,7 +1165,7 @@ end
 local function shard_earliest()
   local best = nil
   for _, key in ipairs({K_READY, K_DELAYED}) do
-    local r = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local r = rcall('ZRANGE', key, '0', '0', 'WITHSCORES')
     local s = tonum(r[2])
     if s and (best == nil or s < best) then best = s end
   end

@@ -159,7 +159,7 @@ local function bounded(ids, n)
   end
   return ids
 end
-local due_raw = rcall('ZRANGEBYSCORE', K_DELAYED, '-inf', istr(HORIZON), 'WITHSCORES', 'LIMIT', 0, P + 1)
+local due_raw = rcall('ZRANGEBYSCORE', K_DELAYED, '-inf', istr(HORIZON), 'WITHSCORES', 'LIMIT', '0', istr(P + 1))
 local due, due_at = {}, {}
 for i = 1, #due_raw, 2 do
   due[#due + 1] = due_raw[i]
@@ -167,7 +167,7 @@ for i = 1, #due_raw, 2 do
 end
 local due_cut = #due > P -- more only when promoting made progress (below)
 if due_cut then due[#due] = nil end
-local expired = bounded(rcall('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, P + 1), P)
+local expired = bounded(rcall('ZRANGEBYSCORE', K_LEASES, '-inf', istr(NOW), 'LIMIT', '0', istr(P + 1)), P)
 -- With no capacity nothing can be released: the ready tenants are not even
 -- read (the pass only promotes and sweeps), so full workers cost one cheap
 -- pass per capacity refresh, whatever the number of tenants.
@@ -181,7 +181,7 @@ local want = K
 if CAP > 0 then want = mmin(K, CAP + 2) end
 local truncated = false
 if CAP ~= 0 then
-  ready = rcall('ZRANGEBYSCORE', K_READY, '-inf', HORIZON, 'WITHSCORES', 'LIMIT', 0, want + 1)
+  ready = rcall('ZRANGEBYSCORE', K_READY, '-inf', istr(HORIZON), 'WITHSCORES', 'LIMIT', '0', istr(want + 1))
 elseif rcall('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
   blocked_by_capacity = 1
 end
@@ -410,10 +410,10 @@ end
 local function peek(tn, c)
   while true do
     local id, from_head = nil, c.t.hlen > 0
-    if from_head then id = rcall('ZRANGE', k_head(tn), 0, 0)[1] end
+    if from_head then id = rcall('ZRANGE', k_head(tn), '0', '0')[1] end
     if not id then
       from_head = false
-      id = rcall('LINDEX', k_queue(tn), 0)
+      id = rcall('LINDEX', k_queue(tn), '0')
     end
     if not id then return nil end
     local k = k_job(id)
@@ -914,10 +914,10 @@ if X.trim_at and (next_wake == nil or X.trim_at < next_wake) then next_wake = X.
 for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
   local s
   if key == K_DELAYED then -- past the horizon: taken D ahead (those before it are promoted or waiting)
-    s = tonum(rcall('ZRANGEBYSCORE', key, '(' .. istr(HORIZON), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2])
+    s = tonum(rcall('ZRANGEBYSCORE', key, '(' .. istr(HORIZON), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
     if s then s = s - D end
   else
-    s = tonum(rcall('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+    s = tonum(rcall('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
     if s and key == K_READY then s = s - D end
   end
   if s and (next_wake == nil or s < next_wake) then next_wake = s end
