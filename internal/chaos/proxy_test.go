@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -259,10 +262,7 @@ func TestBytesInFlightLandAfterTheSenderCloses(t *testing.T) {
 	if _, err := io.WriteString(c, "late\n"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for p.InFlight() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Poll(t, 2*time.Second, "the proxy holding the line", func() bool { return p.InFlight() > 0 })
 	if n := p.InFlight(); n != 1 {
 		t.Fatalf("InFlight %d after a write under latency, want 1", n)
 	}
@@ -280,10 +280,8 @@ func TestBytesInFlightLandAfterTheSenderCloses(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the line sent before the client closed never reached the target")
 	}
-	for p.InFlight() != 0 && time.Now().Before(deadline.Add(5*time.Second)) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := p.InFlight(); n != 0 {
-		t.Errorf("InFlight %d after the line landed, want 0", n)
-	}
+	redistest.PollMsg(t, 5*time.Second, func() (bool, string) {
+		n := p.InFlight()
+		return n == 0, fmt.Sprintf("InFlight %d after the line landed, want 0", n)
+	})
 }

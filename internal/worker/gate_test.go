@@ -563,21 +563,27 @@ func TestGateHoldsNothingOnceItsContextEnds(t *testing.T) {
 		}
 		// Announcements of a queue nobody fills arrive while the context
 		// ends: the subscription's last receive may return one of them.
+		// The context ends after 1 to 5 of them (by round), so the end
+		// falls at different points of the subscription's receives.
 		quiet := wire.HandoffQueue(h.prefix, 0)
 		stop := make(chan struct{})
 		published := make(chan struct{})
+		sent := make(chan struct{}, 1)
 		go func() {
 			defer close(published)
-			for {
+			for n := 1; ; n++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
 				_ = h.rdb.Publish(h.ctx, wire.HandoffChannel(h.prefix), quiet).Err()
+				if n == 1+round%5 {
+					sent <- struct{}{}
+				}
 			}
 		}()
-		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		<-sent
 		cancel()
 		close(stop)
 		<-published
