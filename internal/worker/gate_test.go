@@ -513,6 +513,12 @@ func TestGateSafetyNetPollsOnceForAllServers(t *testing.T) {
 // own, both ended with the test.
 func (h *harness) startGate(cfg worker.GateConfig) (*worker.DequeueGate, redis.UniversalClient) {
 	h.t.Helper()
+	return h.startGateCtx(h.ctx, cfg)
+}
+
+// startGateCtx is startGate with the gate started on ctx.
+func (h *harness) startGateCtx(ctx context.Context, cfg worker.GateConfig) (*worker.DequeueGate, redis.UniversalClient) {
+	h.t.Helper()
 	cfg.Redis, cfg.Prefix, cfg.Queues = h.rdb, h.prefix, wire.HandoffQueueNames(h.prefix)
 	gate, err := worker.NewDequeueGate(cfg)
 	if err != nil {
@@ -520,10 +526,10 @@ func (h *harness) startGate(cfg worker.GateConfig) (*worker.DequeueGate, redis.U
 	}
 	client, _ := redistest.New(h.t)
 	client.AddHook(gate)
-	if err := gate.Start(h.ctx); err != nil {
+	if err := gate.Start(ctx); err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(gate.Stop)
+	h.t.Cleanup(gate.Stop) // also releases a held dequeue after a failure
 	return gate, client
 }
 
@@ -545,17 +551,7 @@ func TestGateHoldsNothingOnceItsContextEnds(t *testing.T) {
 	dequeue := redis.NewScript(`return redis.call("RPOP", KEYS[1])`)
 	for round := range 20 {
 		ctx, cancel := context.WithCancel(h.ctx)
-		gate, err := worker.NewDequeueGate(worker.GateConfig{Redis: h.rdb, Prefix: h.prefix,
-			Queues: wire.HandoffQueueNames(h.prefix), SafetyNet: time.Hour, Hold: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, _ := redistest.New(t)
-		client.AddHook(gate)
-		if err := gate.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(gate.Stop)                                 // releases a held dequeue after a failure
+		gate, client := h.startGateCtx(ctx, worker.GateConfig{SafetyNet: time.Hour, Hold: time.Hour})
 		for _, q := range wire.HandoffQueueNames(h.prefix) { // every queue known empty
 			if err := dequeue.Run(h.ctx, client, dequeueKeys(q), 0).Err(); !errors.Is(err, redis.Nil) {
 				t.Fatalf("first dequeue of %s: %v, want redis.Nil", q, err)
