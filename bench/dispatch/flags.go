@@ -132,7 +132,7 @@ func (o *options) check() error {
 	case o.cbRate < 2 || o.cbDuration < time.Second || o.cbTimeout <= 0 || o.cbFailures < 1 || o.cbBackoff <= 0 || o.cbMaxBackoff < o.cbBackoff:
 		return fmt.Errorf("bad circuit flags")
 	case o.millionTenants < 1 || o.millionBase < 1 || o.millionBaseRuns < 1 || o.millionJobs < 1 || o.millionPayload < 10 || o.millionConc < 1 ||
-		o.millionProducers < 1 || o.millionRetention < time.Second || o.millionResidueWait < 0:
+		o.millionProducers < 1 || o.millionRetention < time.Second || o.millionLargeRetention < time.Second || o.millionResidueWait < 0:
 		return fmt.Errorf("bad million flags")
 	case o.obsTenants < 1 || o.obsWindow <= 0 || o.obsScrape <= 0 || o.obsPoll <= 0:
 		return fmt.Errorf("bad observe flags")
@@ -253,6 +253,9 @@ func flagsMillion(fs *flag.FlagSet, o *options) {
 	fs.Var(intList{&o.millionListpack}, "million-listpack", "million: Redis hash-max-listpack-value of each base run, comma-separated "+
 		"(CONFIG SET; the large run uses the last; job records and tenant hashes stay compact listpacks below it)")
 	fs.DurationVar(&o.millionRetention, "million-retention", 10*time.Second, "million: retention.succeeded, canceled, dead and idempotency")
+	fs.DurationVar(&o.millionLargeRetention, "million-large-retention", 7*time.Minute, "million: the same retentions for the large run: "+
+		"longer than its drain to the window's end (2 cores: ~5 min at 1 000 000), so that, as in the base windows (under a second), "+
+		"no tenant's removal falls in its window; the removal has its own row")
 	fs.DurationVar(&o.millionResidueWait, "million-residue-wait", 2*time.Minute,
 		"million: how long past the retention to wait for the tenants' keys and index entries to go")
 }

@@ -176,16 +176,17 @@ type options struct {
 	cbBackoff    time.Duration
 	cbMaxBackoff time.Duration
 	// million
-	millionTenants     int
-	millionBase        int
-	millionBaseRuns    int // runs of the base at the large run's listpack value; the ratios take their median
-	millionJobs        int // per tenant
-	millionPayload     int // bytes of a job's payload
-	millionConc        int
-	millionListpack    []int // Redis hash-max-listpack-value of each base run; the large run uses the last
-	millionProducers   int
-	millionRetention   time.Duration
-	millionResidueWait time.Duration
+	millionTenants        int
+	millionBase           int
+	millionBaseRuns       int // runs of the base at the large run's listpack value; the ratios take their median
+	millionJobs           int // per tenant
+	millionPayload        int // bytes of a job's payload
+	millionConc           int
+	millionListpack       []int // Redis hash-max-listpack-value of each base run; the large run uses the last
+	millionProducers      int
+	millionRetention      time.Duration
+	millionLargeRetention time.Duration
+	millionResidueWait    time.Duration
 	// observe
 	obsTenants                    int
 	obsWindow, obsScrape, obsPoll time.Duration

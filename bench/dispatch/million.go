@@ -35,6 +35,8 @@ type millionRun struct {
 	calls, cpuUS  float64       // Redis commands and CPU µs per delivery, deliveries 10 %…90 %
 	rate          float64       // deliveries/s inside that window
 	drain         time.Duration // worker start → the last delivery
+	retention     time.Duration // the run's retentions (-million-retention, -million-large-retention)
+	windowEnd     time.Duration // worker start → the window's end (90 % of the deliveries)
 	cmds          string        // the window's busiest commands
 	residue       residue
 }
@@ -48,6 +50,9 @@ type residue struct {
 	dataset    int64         // used_memory_dataset now − before the enqueue (without clients' buffers, scripts, …)
 	shapes     string        // what the keys left are
 	tenantKeys int           // tenants still holding a key
+	// Redis commands and CPU µs from the last delivery to this reading ÷
+	// tenants: the removals, and the passes of an idle throttler and worker
+	calls, cpuUS float64
 }
 
 // million is the million part: for each -million-listpack value (Redis's
@@ -61,8 +66,8 @@ func million(ctx context.Context, e *env, t *table) error {
 	const part = "10 million"
 	o := e.o
 	t.row(part, fmt.Sprintf("T tenants × %d webhook jobs (payload %d B), enqueued through Store.Enqueue "+
-		"(the API's script; no HTTP), drained at rate 1000/s each, worker concurrency %d, retention %s",
-		o.millionJobs, o.millionPayload, o.millionConc, o.millionRetention), "Sluice", "", "÷ base row", "", "")
+		"(the API's script; no HTTP), drained at rate 1000/s each, worker concurrency %d, retention %s (the large run: %s)",
+		o.millionJobs, o.millionPayload, o.millionConc, o.millionRetention, o.millionLargeRetention), "Sluice", "", "÷ base row", "", "")
 	for i, v := range o.millionListpack {
 		last := i == len(o.millionListpack)-1
 		runs := 1
@@ -71,7 +76,7 @@ func million(ctx context.Context, e *env, t *table) error {
 		}
 		var bases []millionRun
 		for range runs {
-			r, ok, err := millionAt(ctx, e, t, o.millionBase, v)
+			r, ok, err := millionAt(ctx, e, t, o.millionBase, v, o.millionRetention)
 			if err != nil {
 				return err
 			}
@@ -87,7 +92,7 @@ func million(ctx context.Context, e *env, t *table) error {
 			continue
 		}
 		base := millionMedian(e, t, part, bases)
-		if r, ok, err := millionAt(ctx, e, t, o.millionTenants, v); err != nil {
+		if r, ok, err := millionAt(ctx, e, t, o.millionTenants, v, o.millionLargeRetention); err != nil {
 			return err
 		} else if ok {
 			millionRows(e, t, part, r, base, true)
@@ -97,13 +102,13 @@ func million(ctx context.Context, e *env, t *table) error {
 	return nil
 }
 
-// millionAt is one run of n tenants at hash-max-listpack-value v; ok is
-// false for a run that failed (noted in the table).
-func millionAt(ctx context.Context, e *env, t *table, n, v int) (r millionRun, ok bool, err error) {
+// millionAt is one run of n tenants at hash-max-listpack-value v with
+// retentions ret; ok is false for a run that failed (noted in the table).
+func millionAt(ctx context.Context, e *env, t *table, n, v int, ret time.Duration) (r millionRun, ok bool, err error) {
 	if err := e.rdb.ConfigSet(ctx, "hash-max-listpack-value", strconv.Itoa(v)).Err(); err != nil {
 		return r, false, fmt.Errorf("config set hash-max-listpack-value %d: %w", v, err)
 	}
-	if r, err = millionOne(ctx, e, n); err != nil {
+	if r, err = millionOne(ctx, e, n, ret); err != nil {
 		t.note("million: %d tenants, hash-max-listpack-value %d: %v", n, v, err)
 		return r, false, nil
 	}
@@ -160,7 +165,21 @@ func millionRows(e *env, t *table, part string, r, base millionRun, against bool
 	t.row(part, name+": deliveries/s in the window; drained in", fmt.Sprintf("%.0f; %s", r.rate, r.drain.Round(time.Second)),
 		"", div(r.rate, base.rate), "", "")
 	t.row(part, name+": busiest commands / job in the window", r.cmds, "", "", "", "")
+	// A tenant is removed at the earliest its retention after the worker
+	// started: a window that ends before holds none of the removals.
+	held := "none (the window ended before the retention passed)"
+	if r.windowEnd >= r.retention {
+		held = "some: the window reached the retention (raise -million-large-retention)"
+		e.logf("million: %d tenants: the window ended %s after the worker started, past the retention %s: it holds removals",
+			r.tenants, r.windowEnd.Round(time.Second), r.retention)
+	}
+	t.row(part, fmt.Sprintf("%s: tenants' removals in the window (retention %s, window's end %s after the worker started)",
+		name, r.retention, r.windowEnd.Round(time.Second)), held, "", "", "", "")
 	s := r.residue
+	if against { // at the base's size the idle passes outweigh the removals
+		t.row(part, fmt.Sprintf("%s: the removals: Redis commands, CPU µs / tenant from the last delivery until none is left "+
+			"(an idle throttler's and worker's passes included)", name), fmt.Sprintf("%.1f, %.1f", s.calls, s.cpuUS), "", "", "", "")
+	}
 	t.row(part, fmt.Sprintf("%s: left %s after the last delivery: keys of tenants, jobs or hand-off tasks; members of the shards' sets (index, names, ready, delayed, leases, callbacks, overrides)", name, s.after.Round(time.Second)),
 		fmt.Sprintf("%d, %d", s.keys, s.entries), "", "", "0, 0", yes(s.keys == 0 && s.entries == 0))
 	t.row(part, name+": Redis bytes left per idle tenant: used_memory_dataset, used_memory (− before the enqueue)",
@@ -174,9 +193,9 @@ func millionRows(e *env, t *table, part string, r, base millionRun, against bool
 // millionOne is one tenant count's run: the backlog stored with the
 // throttler stopped, its memory read; the throttler and worker started and
 // the drain measured; then the residue once the retention has passed.
-func millionOne(ctx context.Context, e *env, n int) (millionRun, error) {
+func millionOne(ctx context.Context, e *env, n int, retention time.Duration) (millionRun, error) {
 	o := e.o
-	ret := o.millionRetention.String()
+	ret := retention.String()
 	name := fmt.Sprintf("million-%d", n)
 	sl, err := e.startSluice(ctx, setup{name: name, defaultRate: "1000/s", defaultConc: 100000, workerConc: o.millionConc,
 		extra: fmt.Sprintf("retention: {succeeded: %s, canceled: %s, dead: %s, idempotency: %s}\n", ret, ret, ret, ret)})
@@ -185,7 +204,7 @@ func millionOne(ctx context.Context, e *env, n int) (millionRun, error) {
 	}
 	defer sl.stop()
 	rec := e.rcv.startCounting(name)
-	r := millionRun{tenants: n, jobs: n * o.millionJobs}
+	r := millionRun{tenants: n, jobs: n * o.millionJobs, retention: retention}
 	// The throttler seeded the policies; stopped while the backlog is
 	// stored, so that its passes neither compete nor drain it early.
 	sl.throttler.stop(10 * time.Second)
@@ -209,7 +228,7 @@ func millionOne(ctx context.Context, e *env, n int) (millionRun, error) {
 	if err := millionDrain(ctx, e, sl, rec, start, &r); err != nil {
 		return r, err
 	}
-	if r.residue, err = millionResidue(ctx, e, n, mem0, data0); err != nil {
+	if r.residue, err = millionResidue(ctx, e, n, retention, mem0, data0); err != nil {
 		return r, err
 	}
 	err = millionMarginal(ctx, e, sl, name, &r)
@@ -264,7 +283,7 @@ func millionEnqueue(ctx context.Context, e *env, run string, n int, mem0 int64, 
 // millionDrain measures the drain: Redis's commands and CPU between the
 // 10th and the 90th percent of the deliveries, and the time to the last.
 func millionDrain(ctx context.Context, e *env, sl *sluice, rec *recording, start time.Time, r *millionRun) error {
-	m := scaleMarker{e: e, sl: sl, rec: rec, deadline: start.Add(boundFor(r.jobs) + e.o.millionRetention)}
+	m := scaleMarker{e: e, sl: sl, rec: rec, deadline: start.Add(boundFor(r.jobs) + r.retention)}
 	c0, s0, at0, err := m.mark(ctx, max(1, r.jobs/10), func() {})
 	if err != nil {
 		return err
@@ -277,7 +296,7 @@ func millionDrain(ctx context.Context, e *env, sl *sluice, rec *recording, start
 		_, got := rec.count()
 		return fmt.Errorf("%d of %d deliveries before the deadline (%w)", got, r.jobs, errTimeout)
 	}
-	r.drain = time.Since(start)
+	r.drain, r.windowEnd = time.Since(start), at1.Sub(start)
 	d, jobs := s1.sub(s0), c1-c0
 	r.calls, r.cpuUS = float64(d.calls)/float64(jobs), d.cpu*1e6/float64(jobs)
 	r.rate = float64(jobs) / at1.Sub(at0).Seconds()
@@ -322,14 +341,18 @@ func millionMarginal(ctx context.Context, e *env, sl *sluice, run string, r *mil
 // asynq's task keys (a hand-off batch's).
 var tenantKeys = regexp.MustCompile(`^(` + regexp.QuoteMeta(prefix) + `:\{s\d+\}:(t|j|idem|sec):|asynq:\{[^}]+\}:t:)`)
 
-// millionResidue waits until the retention has passed and nothing of the
-// run's tenants is left, or -million-residue-wait more; then reads what is
-// left: the keys of tenants and jobs, the index entries, and used_memory
-// against mem0 (before the enqueue).
-func millionResidue(ctx context.Context, e *env, n int, mem0, data0 int64) (residue, error) {
+// millionResidue waits until the retention ret has passed and nothing of
+// the run's tenants is left, or -million-residue-wait more; then reads what
+// is left: the keys of tenants and jobs, the index entries, and used_memory
+// against mem0 (before the enqueue); and what Redis did meanwhile.
+func millionResidue(ctx context.Context, e *env, n int, ret time.Duration, mem0, data0 int64) (residue, error) {
 	t0 := time.Now()
-	deadline := t0.Add(e.o.millionRetention + e.o.millionResidueWait)
-	if err := sleepCtx(ctx, e.o.millionRetention); err != nil {
+	st0, err := e.redisStats(ctx)
+	if err != nil {
+		return residue{}, err
+	}
+	deadline := t0.Add(ret + e.o.millionResidueWait)
+	if err := sleepCtx(ctx, ret); err != nil {
 		return residue{}, err
 	}
 	var s residue
@@ -350,6 +373,14 @@ func millionResidue(ctx context.Context, e *env, n int, mem0, data0 int64) (resi
 		}
 	}
 	s.after = time.Since(t0)
+	st1, err := e.redisStats(ctx)
+	if err != nil {
+		return s, err
+	}
+	d := st1.sub(st0)
+	s.calls, s.cpuUS = float64(d.calls)/float64(n), d.cpu*1e6/float64(n)
+	e.logf("million: %d tenants: from the last delivery until none is left, a tenant: %.1f Redis commands, %.1f µs Redis CPU; its commands:%s",
+		n, s.calls, s.cpuUS, d.top(12, n))
 	mem, err := e.settledMemory(ctx)
 	s.bytes = mem - mem0
 	s.dataset = e.infoMemory(ctx, "used_memory_dataset") - data0
