@@ -50,9 +50,11 @@ type residue struct {
 	dataset    int64         // used_memory_dataset now − before the enqueue (without clients' buffers, scripts, …)
 	shapes     string        // what the keys left are
 	tenantKeys int           // tenants still holding a key
-	// Redis commands and CPU µs from the last delivery to this reading ÷
-	// tenants: the removals, and the passes of an idle throttler and worker
+	// Redis commands and CPU µs a tenant of its removal: from the last
+	// delivery until nothing is left, less the idle rate before the first
+	// removal and the bench's own reads (SCAN)
 	calls, cpuUS float64
+	idle         string // the idle rate subtracted: commands/s, % of a core
 }
 
 // million is the million part: for each -million-listpack value (Redis's
@@ -117,16 +119,18 @@ func millionAt(ctx context.Context, e *env, t *table, n, v int, ret time.Duratio
 }
 
 // millionMedian is the first of the base runs with the median of their
-// commands and CPU a job, and adds a row listing each run's when there are
-// several.
+// commands and CPU a job and of their removals' a tenant, and adds a row
+// listing each run's when there are several.
 func millionMedian(e *env, t *table, part string, bases []millionRun) millionRun {
 	base := bases[0]
 	if len(bases) == 1 {
 		return base
 	}
 	calls, cpu := make([]float64, len(bases)), make([]float64, len(bases))
+	rmCalls, rmCPU := make([]float64, len(bases)), make([]float64, len(bases))
 	for i, b := range bases {
 		calls[i], cpu[i] = b.calls, b.cpuUS
+		rmCalls[i], rmCPU[i] = b.residue.calls, b.residue.cpuUS
 	}
 	list := func(xs []float64) string {
 		s := make([]string, len(xs))
@@ -136,8 +140,10 @@ func millionMedian(e *env, t *table, part string, bases []millionRun) millionRun
 		return strings.Join(s, ", ")
 	}
 	base.cpuUS, base.calls = stats.Median(cpu), stats.Median(calls)
-	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f)", list(cpu), base.cpuUS, list(calls), base.calls)
-	t.row(part, fmt.Sprintf("%d tenants × %d (hash-max-listpack-value %d): a job in each of %d base windows, the ratios' denominator",
+	base.residue.cpuUS, base.residue.calls = stats.Median(rmCPU), stats.Median(rmCalls)
+	row := fmt.Sprintf("Redis CPU µs %s (median %.1f); commands %s (median %.1f); the removals' a tenant: CPU µs %s (median %.1f), commands %s (median %.1f)",
+		list(cpu), base.cpuUS, list(calls), base.calls, list(rmCPU), base.residue.cpuUS, list(rmCalls), base.residue.calls)
+	t.row(part, fmt.Sprintf("%d tenants × %d (hash-max-listpack-value %d): a job in each of %d base windows and its removals, the ratios' denominator",
 		base.tenants, base.jobs/max(1, base.tenants), base.listpack, len(bases)), row, "", "", "", "")
 	e.logf("million: %d base windows: %s", len(bases), row)
 	return base
@@ -176,9 +182,14 @@ func millionRows(e *env, t *table, part string, r, base millionRun, against bool
 	t.row(part, fmt.Sprintf("%s: tenants' removals in the window (retention %s, window's end %s after the worker started)",
 		name, r.retention, r.windowEnd.Round(time.Second)), held, "", "", "", "")
 	s := r.residue
-	if against { // at the base's size the idle passes outweigh the removals
-		t.row(part, fmt.Sprintf("%s: the removals: Redis commands, CPU µs / tenant from the last delivery until none is left "+
-			"(an idle throttler's and worker's passes included)", name), fmt.Sprintf("%.1f, %.1f", s.calls, s.cpuUS), "", "", "", "")
+	t.row(part, fmt.Sprintf("%s: the removals after the retention: Redis commands, CPU µs / tenant (idle rate before them subtracted: %s)",
+		name, s.idle), fmt.Sprintf("%.1f, %.1f", s.calls, s.cpuUS), "", div(s.cpuUS, base.residue.cpuUS), "", "")
+	if against {
+		all := func(x millionRun) float64 {
+			return x.cpuUS + x.residue.cpuUS*float64(x.tenants)/float64(max(1, x.jobs))
+		}
+		t.row(part, name+": Redis CPU µs / job, the drain's and its share of the removals", fmt.Sprintf("%.1f", all(r)), "",
+			div(all(r), all(base)), "", "")
 	}
 	t.row(part, fmt.Sprintf("%s: left %s after the last delivery: keys of tenants, jobs or hand-off tasks; members of the shards' sets (index, names, ready, delayed, leases, callbacks, overrides)", name, s.after.Round(time.Second)),
 		fmt.Sprintf("%d, %d", s.keys, s.entries), "", "", "0, 0", yes(s.keys == 0 && s.entries == 0))
@@ -228,7 +239,7 @@ func millionOne(ctx context.Context, e *env, n int, retention time.Duration) (mi
 	if err := millionDrain(ctx, e, sl, rec, start, &r); err != nil {
 		return r, err
 	}
-	if r.residue, err = millionResidue(ctx, e, n, retention, mem0, data0); err != nil {
+	if r.residue, err = millionResidue(ctx, e, n, retention, start, mem0, data0); err != nil {
 		return r, err
 	}
 	err = millionMarginal(ctx, e, sl, name, &r)
@@ -344,19 +355,42 @@ var tenantKeys = regexp.MustCompile(`^(` + regexp.QuoteMeta(prefix) + `:\{s\d+\}
 // millionResidue waits until the retention ret has passed and nothing of
 // the run's tenants is left, or -million-residue-wait more; then reads what
 // is left: the keys of tenants and jobs, the index entries, and used_memory
-// against mem0 (before the enqueue); and what Redis did meanwhile.
-func millionResidue(ctx context.Context, e *env, n int, ret time.Duration, mem0, data0 int64) (residue, error) {
+// against mem0 (before the enqueue); and what the removals cost Redis. No
+// tenant is removed before its retention after start (the worker's start):
+// until then Redis does what an idle deployment does, whose rate is
+// subtracted from the rest of the wait; the bench's own reads are too.
+func millionResidue(ctx context.Context, e *env, n int, ret time.Duration, start time.Time, mem0, data0 int64) (residue, error) {
 	t0 := time.Now()
 	st0, err := e.redisStats(ctx)
 	if err != nil {
 		return residue{}, err
 	}
+	t1, st1 := t0, st0 // the idle interval's end
+	if idleEnd := start.Add(ret - time.Second); idleEnd.Sub(t0) >= 2*time.Second {
+		if err := sleepCtx(ctx, time.Until(idleEnd)); err != nil {
+			return residue{}, err
+		}
+		if st1, err = e.redisStats(ctx); err != nil {
+			return residue{}, err
+		}
+		t1 = time.Now()
+	}
 	deadline := t0.Add(ret + e.o.millionResidueWait)
-	if err := sleepCtx(ctx, ret); err != nil {
+	if err := sleepCtx(ctx, time.Until(t0.Add(ret))); err != nil {
 		return residue{}, err
 	}
-	var s residue
+	var (
+		s     residue
+		reads redisStats // what the reads that found something left cost Redis
+		end   redisStats // Redis's counters before the last reads
+		tEnd  time.Time
+	)
 	for {
+		before, err := e.redisStats(ctx)
+		if err != nil {
+			return s, err
+		}
+		end, tEnd = before, time.Now()
 		ks, err := e.scanKeys(ctx)
 		if err != nil {
 			return s, err
@@ -368,19 +402,31 @@ func millionResidue(ctx context.Context, e *env, n int, ret time.Duration, mem0,
 		if (s.keys == 0 && s.entries == 0) || time.Now().After(deadline) {
 			break
 		}
+		after, err := e.redisStats(ctx)
+		if err != nil {
+			return s, err
+		}
+		reads = reads.add("", after.sub(before))
 		if err := sleepCtx(ctx, time.Second); err != nil {
 			return s, err
 		}
 	}
 	s.after = time.Since(t0)
-	st1, err := e.redisStats(ctx)
-	if err != nil {
-		return s, err
+	// The removals: from the idle interval's end to the last reads (which
+	// found nothing left), less the reads before them and the idle rate.
+	removal := end.sub(st1).sub(reads)
+	calls, cpu := float64(removal.calls), removal.cpu
+	s.idle = "none measured"
+	if idleSpan := t1.Sub(t0).Seconds(); idleSpan > 0 {
+		idle, span := st1.sub(st0), tEnd.Sub(t1).Seconds()
+		calls -= float64(idle.calls) / idleSpan * span
+		cpu -= idle.cpu / idleSpan * span
+		s.idle = fmt.Sprintf("%.0f commands/s, %.2f %% of a core, over %s", float64(idle.calls)/idleSpan, 100*idle.cpu/idleSpan,
+			t1.Sub(t0).Round(time.Second))
 	}
-	d := st1.sub(st0)
-	s.calls, s.cpuUS = float64(d.calls)/float64(n), d.cpu*1e6/float64(n)
-	e.logf("million: %d tenants: from the last delivery until none is left, a tenant: %.1f Redis commands, %.1f µs Redis CPU; its commands:%s",
-		n, s.calls, s.cpuUS, d.top(12, n))
+	s.calls, s.cpuUS = calls/float64(n), cpu*1e6/float64(n)
+	e.logf("million: %d tenants: the removals, a tenant: %.1f Redis commands, %.1f µs Redis CPU (idle %s subtracted); "+
+		"their commands a tenant, idle passes included:%s", n, s.calls, s.cpuUS, s.idle, removal.top(12, n))
 	mem, err := e.settledMemory(ctx)
 	s.bytes = mem - mem0
 	s.dataset = e.infoMemory(ctx, "used_memory_dataset") - data0
