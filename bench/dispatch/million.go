@@ -358,81 +358,97 @@ var tenantKeys = regexp.MustCompile(`^(` + regexp.QuoteMeta(prefix) + `:\{s\d+\}
 // against mem0 (before the enqueue); and what the removals cost Redis. No
 // tenant is removed before its retention after start (the worker's start):
 // until then Redis does what an idle deployment does, whose rate is
-// subtracted from the rest of the wait; the bench's own reads are too.
+// subtracted from the rest of the wait (removalCost).
 func millionResidue(ctx context.Context, e *env, n int, ret time.Duration, start time.Time, mem0, data0 int64) (residue, error) {
 	t0 := time.Now()
 	st0, err := e.redisStats(ctx)
 	if err != nil {
 		return residue{}, err
 	}
-	t1, st1 := t0, st0 // the idle interval's end
+	idle0 := statsAt{st0, t0}
+	idle1 := idle0 // the idle interval's end
 	if idleEnd := start.Add(ret - time.Second); idleEnd.Sub(t0) >= 2*time.Second {
 		if err := sleepCtx(ctx, time.Until(idleEnd)); err != nil {
 			return residue{}, err
 		}
-		if st1, err = e.redisStats(ctx); err != nil {
+		if idle1.st, err = e.redisStats(ctx); err != nil {
 			return residue{}, err
 		}
-		t1 = time.Now()
+		idle1.at = time.Now()
 	}
-	deadline := t0.Add(ret + e.o.millionResidueWait)
 	if err := sleepCtx(ctx, time.Until(t0.Add(ret))); err != nil {
 		return residue{}, err
 	}
-	var (
-		s     residue
-		reads redisStats // what the reads that found something left cost Redis
-		end   redisStats // Redis's counters before the last reads
-		tEnd  time.Time
-	)
-	for {
-		before, err := e.redisStats(ctx)
-		if err != nil {
-			return s, err
-		}
-		end, tEnd = before, time.Now()
-		ks, err := e.scanKeys(ctx)
-		if err != nil {
-			return s, err
-		}
-		if s.entries, err = e.indexEntries(ctx); err != nil {
-			return s, err
-		}
-		s.keys, s.tenantKeys, s.shapes = tenantResidue(ks)
-		if (s.keys == 0 && s.entries == 0) || time.Now().After(deadline) {
-			break
-		}
-		after, err := e.redisStats(ctx)
-		if err != nil {
-			return s, err
-		}
-		reads = reads.add("", after.sub(before))
-		if err := sleepCtx(ctx, time.Second); err != nil {
-			return s, err
-		}
+	s, reads, end, err := millionPoll(ctx, e, t0.Add(ret+e.o.millionResidueWait))
+	if err != nil {
+		return s, err
 	}
 	s.after = time.Since(t0)
-	// The removals: from the idle interval's end to the last reads (which
-	// found nothing left), less the reads before them and the idle rate.
-	removal := end.sub(st1).sub(reads)
-	calls, cpu := float64(removal.calls), removal.cpu
-	s.idle = "none measured"
-	if idleSpan := t1.Sub(t0).Seconds(); idleSpan > 0 {
-		idle, span := st1.sub(st0), tEnd.Sub(t1).Seconds()
-		calls -= float64(idle.calls) / idleSpan * span
-		cpu -= idle.cpu / idleSpan * span
-		s.idle = fmt.Sprintf("%.0f commands/s, %.2f %% of a core, over %s", float64(idle.calls)/idleSpan, 100*idle.cpu/idleSpan,
-			t1.Sub(t0).Round(time.Second))
-	}
-	s.calls, s.cpuUS = calls/float64(n), cpu*1e6/float64(n)
+	s.calls, s.cpuUS, s.idle = removalCost(idle0, idle1, end, reads, n)
 	e.logf("million: %d tenants: the removals, a tenant: %.1f Redis commands, %.1f µs Redis CPU (idle %s subtracted); "+
-		"their commands a tenant, idle passes included:%s", n, s.calls, s.cpuUS, s.idle, removal.top(12, n))
+		"their commands a tenant, idle passes included:%s", n, s.calls, s.cpuUS, s.idle, end.st.sub(idle1.st).sub(reads).top(12, n))
 	mem, err := e.settledMemory(ctx)
 	s.bytes = mem - mem0
 	s.dataset = e.infoMemory(ctx, "used_memory_dataset") - data0
 	e.logf("million: %d tenants: %d keys of %d tenants and %d index entries left after %s; %d B of used_memory, %d B of its dataset",
 		n, s.keys, s.tenantKeys, s.entries, s.after.Round(time.Second), s.bytes, s.dataset)
 	return s, err
+}
+
+// statsAt is Redis's counters read at a time.
+type statsAt struct {
+	st redisStats
+	at time.Time
+}
+
+// millionPoll reads what is left of the run's tenants each second until
+// nothing is or the deadline has passed: s's keys and entries; what the
+// reads that found something cost Redis; Redis's counters before the last.
+func millionPoll(ctx context.Context, e *env, deadline time.Time) (s residue, reads redisStats, end statsAt, err error) {
+	for {
+		if end.st, err = e.redisStats(ctx); err != nil {
+			return
+		}
+		end.at = time.Now()
+		ks, err := e.scanKeys(ctx)
+		if err != nil {
+			return s, reads, end, err
+		}
+		if s.entries, err = e.indexEntries(ctx); err != nil {
+			return s, reads, end, err
+		}
+		s.keys, s.tenantKeys, s.shapes = tenantResidue(ks)
+		if (s.keys == 0 && s.entries == 0) || time.Now().After(deadline) {
+			return s, reads, end, nil
+		}
+		after, err := e.redisStats(ctx)
+		if err != nil {
+			return s, reads, end, err
+		}
+		reads = reads.add("", after.sub(end.st))
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return s, reads, end, err
+		}
+	}
+}
+
+// removalCost is the Redis commands and CPU µs a tenant of n tenants'
+// removals: Redis's counters from idle1 (the end of an idle interval begun
+// at idle0, before any removal) to end (when nothing was left), less the
+// benchmark's reads meanwhile and the idle interval's rate over the same
+// time; and that rate as text ("none measured" for an empty interval).
+func removalCost(idle0, idle1, end statsAt, reads redisStats, n int) (calls, cpuUS float64, idle string) {
+	d := end.st.sub(idle1.st).sub(reads)
+	c, cpu := float64(d.calls), d.cpu
+	idle = "none measured"
+	if span := idle1.at.Sub(idle0.at).Seconds(); span > 0 {
+		rate, wait := idle1.st.sub(idle0.st), end.at.Sub(idle1.at).Seconds()
+		c -= float64(rate.calls) / span * wait
+		cpu -= rate.cpu / span * wait
+		idle = fmt.Sprintf("%.0f commands/s, %.2f %% of a core, over %s", float64(rate.calls)/span, 100*rate.cpu/span,
+			idle1.at.Sub(idle0.at).Round(time.Second))
+	}
+	return c / float64(n), cpu * 1e6 / float64(n), idle
 }
 
 // tenantResidue counts the keys of tenants and jobs in ks, the tenants
