@@ -531,7 +531,7 @@ do
     if reply[i + 1] == 0 and (state == 'succeeded' or state == 'dead') then ended = ended + 1 end
   end
   local key, sec = K_FINISHED, mfloor(NOW / 1000000)
-  if ended > 0 and rcall('HINCRBY', key, istr(sec), ended) == ended then
+  if ended > 0 and rcall('HINCRBY', key, istr(sec), istr(ended)) == ended then
     local old = {}
     for _, f in ipairs(rcall('HKEYS', key)) do
       if tonum(f) < sec - keep then old[#old + 1] = f end

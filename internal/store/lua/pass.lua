@@ -182,7 +182,7 @@ if CAP > 0 then want = mmin(K, CAP + 2) end
 local truncated = false
 if CAP ~= 0 then
   ready = rcall('ZRANGEBYSCORE', K_READY, '-inf', istr(HORIZON), 'WITHSCORES', 'LIMIT', '0', istr(want + 1))
-elseif rcall('ZCOUNT', K_READY, '-inf', HORIZON) > 0 then
+elseif rcall('ZCOUNT', K_READY, '-inf', istr(HORIZON)) > 0 then
   blocked_by_capacity = 1
 end
 if #ready > 2 * want then
