@@ -404,14 +404,20 @@ type statsAt struct {
 // millionPoll reads what is left of the run's tenants each second until
 // nothing is or the deadline has passed: s's keys and entries; what the
 // reads that found something cost Redis; Redis's counters before the last.
-func millionPoll(ctx context.Context, e *env, deadline time.Time) (s residue, reads redisStats, end statsAt, err error) {
+func millionPoll(ctx context.Context, e *env, deadline time.Time) (residue, redisStats, statsAt, error) {
+	var (
+		s     residue
+		reads redisStats
+		end   statsAt
+		err   error
+	)
 	for {
 		if end.st, err = e.redisStats(ctx); err != nil {
-			return
+			return s, reads, end, err
 		}
 		end.at = time.Now()
-		ks, err := e.scanKeys(ctx)
-		if err != nil {
+		var ks keyScan
+		if ks, err = e.scanKeys(ctx); err != nil {
 			return s, reads, end, err
 		}
 		if s.entries, err = e.indexEntries(ctx); err != nil {
@@ -421,8 +427,8 @@ func millionPoll(ctx context.Context, e *env, deadline time.Time) (s residue, re
 		if (s.keys == 0 && s.entries == 0) || time.Now().After(deadline) {
 			return s, reads, end, nil
 		}
-		after, err := e.redisStats(ctx)
-		if err != nil {
+		var after redisStats
+		if after, err = e.redisStats(ctx); err != nil {
 			return s, reads, end, err
 		}
 		reads = reads.add("", after.sub(end.st))
