@@ -59,7 +59,13 @@ import (
 // 14 a call. The fake clock moves 2ms a pass; each tenant runs at 1000/s,
 // so every tenant visited is due. Reported per job: cpu-µs/job (INFO cpu:
 // the server's user + system CPU over the drain, the enqueues excluded),
-// cmds/job (INFO commandstats, the scripts' commands included).
+// cmds/job (INFO commandstats, the scripts' commands included). With
+// SLUICE_DRAIN_SPLIT=1, every call of the drain is logged (SLOWLOG) and its
+// time inside Redis (a wall time; the log's own cost included) reported
+// per job by what it is: pass-µs/job (the pass, or the floor's and thin's
+// pass calls), finish-µs/job, asynq-µs/job (asynq's scripts: the hand-off's
+// enqueue, dequeue and done, and bare asynq's) and other-µs/job (every other
+// command: PUBLISH, the asynq servers' bookkeeping).
 func BenchmarkDrain(b *testing.B) {
 	sh := drainShapeFromEnv(b)
 	for _, part := range []string{"asynq", "sluice", "floor", "thin"} {
@@ -75,17 +81,26 @@ func BenchmarkDrain(b *testing.B) {
 				jobs := float64(sh.tenants * sh.depth)
 				b.ReportMetric(float64(st.cpu)/jobs, "cpu-µs/job")
 				b.ReportMetric(float64(st.calls)/jobs, "cmds/job")
+				if sh.split {
+					for what, us := range e.drainSplit() {
+						b.ReportMetric(float64(us)/jobs, what+"-µs/job")
+					}
+				}
 			}
 		})
 	}
 }
 
-// drainShape is BenchmarkDrain's shape.
-type drainShape struct{ tenants, depth, capacity, finish, body int }
+// drainShape is BenchmarkDrain's shape; split: SLUICE_DRAIN_SPLIT=1.
+type drainShape struct {
+	tenants, depth, capacity, finish, body int
+	split                                  bool
+}
 
 func drainShapeFromEnv(b *testing.B) drainShape {
 	b.Helper()
-	sh := drainShape{tenants: 1000, depth: 20, capacity: 23, finish: 14, body: 200}
+	sh := drainShape{tenants: 1000, depth: 20, capacity: 23, finish: 14, body: 200,
+		split: os.Getenv("SLUICE_DRAIN_SPLIT") == "1"}
 	for name, v := range map[string]*int{"TENANTS": &sh.tenants, "DEPTH": &sh.depth,
 		"CAPACITY": &sh.capacity, "FINISH": &sh.finish, "BODY": &sh.body} {
 		s := os.Getenv("SLUICE_DRAIN_" + name)
@@ -99,6 +114,67 @@ func drainShapeFromEnv(b *testing.B) drainShape {
 		*v = n
 	}
 	return sh
+}
+
+// drainStart reads the server's totals at the start of a drain's measured
+// part and, for a split (SLUICE_DRAIN_SPLIT=1), has the SLOWLOG log every
+// command from then on.
+func (e *env) drainStart() commandStats {
+	if os.Getenv("SLUICE_DRAIN_SPLIT") == "1" {
+		for _, kv := range [][2]string{{"slowlog-max-len", "1000000"}, {"slowlog-log-slower-than", "0"}} {
+			if err := e.rdb.ConfigSet(e.ctx, kv[0], kv[1]).Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		if err := e.rdb.SlowLogReset(e.ctx).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return e.commandStats()
+}
+
+// drainSplit ends the SLOWLOG's logging of every command and returns the
+// logged calls' µs inside Redis by what they are (BenchmarkDrain). Redis
+// keeps each entry's first arguments: an FCALL's function name among them.
+// It logs the commands a script runs as well, with the client address
+// "?:0": those are left out (the script's own entry holds their time).
+func (e *env) drainSplit() map[string]int64 {
+	if err := e.rdb.ConfigSet(e.ctx, "slowlog-log-slower-than", "10000").Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	logs, err := e.rdb.SlowLogGet(e.ctx, 1000000).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rdb.SlowLogReset(e.ctx).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]int64{"pass": 0, "finish": 0, "asynq": 0, "other": 0}
+	for _, l := range logs {
+		if l.ClientAddr == "?:0" {
+			continue // a command a script ran: its time is in the script's
+		}
+		out[drainCallKind(l.Args)] += l.Duration.Microseconds()
+	}
+	return out
+}
+
+// drainCallKind says what a logged call is: pass, finish, asynq or other.
+func drainCallKind(args []string) string {
+	if len(args) == 0 {
+		return "other"
+	}
+	switch cmd := strings.ToLower(args[0]); {
+	case cmd == "evalsha" || cmd == "eval":
+		return "asynq"
+	case cmd != "fcall" || len(args) < 2:
+		return "other"
+	case strings.HasSuffix(args[1], "_pass") || strings.HasPrefix(args[1], "drain_thin_"):
+		return "pass"
+	case strings.HasSuffix(args[1], "_finish"):
+		return "finish"
+	}
+	return "other"
 }
 
 // drainBody is a job body of about n bytes.
@@ -131,7 +207,7 @@ func drainAsynq(e *env, sh drainShape) commandStats {
 		}
 	}
 	var done atomic.Int64
-	before := e.commandStats()
+	before := e.drainStart()
 	srv := drainServer(b, e, q, 100, func(context.Context, *asynq.Task) error {
 		done.Add(1)
 		return nil
@@ -169,7 +245,7 @@ func drainSluice(e *env, sh drainShape, mode string) commandStats {
 	var finished atomic.Int64
 	var failed atomic.Value // the first error of a handler
 	freed := make(chan struct{}, 1)
-	before := e.commandStats()
+	before := e.drainStart()
 	srv := drainServer(b, e, queue, 16, func(_ context.Context, t *asynq.Task) error {
 		bt, err := wire.DecodeBatch(t.Payload())
 		if err == nil {
@@ -480,3 +556,26 @@ redis.register_function('drain_thin_read', thin_read)
 redis.register_function('drain_thin_apply', thin_apply)
 redis.register_function('drain_floor_finish', finish)
 `
+
+func TestDrainCallKind(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"FCALL", "sluice_7e39632daf28_pass", "1", "p:{s0}:ready"}, "pass"},
+		{[]string{"fcall", "drain_floor_pass", "1"}, "pass"},
+		{[]string{"FCALL", "drain_thin_read", "1"}, "pass"},
+		{[]string{"FCALL", "drain_thin_apply", "1"}, "pass"},
+		{[]string{"FCALL", "sluice_7e39632daf28_finish", "1"}, "finish"},
+		{[]string{"FCALL", "drain_floor_finish", "1"}, "finish"},
+		{[]string{"FCALL", "sluice_7e39632daf28_claim", "1"}, "other"},
+		{[]string{"EVALSHA", "a8153319", "2"}, "asynq"},
+		{[]string{"PUBLISH", "p:handoff", "q"}, "other"},
+		{[]string{"FCALL"}, "other"},
+		{nil, "other"},
+	} {
+		if got := drainCallKind(c.args); got != c.want {
+			t.Errorf("drainCallKind(%q) = %s, want %s", c.args, got, c.want)
+		}
+	}
+}
