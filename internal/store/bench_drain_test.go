@@ -117,15 +117,11 @@ func drainShapeFromEnv(b *testing.B) drainShape {
 }
 
 // drainStart reads the server's totals at the start of a drain's measured
-// part and, for a split (SLUICE_DRAIN_SPLIT=1), has the SLOWLOG log every
-// command from then on.
-func (e *env) drainStart() commandStats {
-	if os.Getenv("SLUICE_DRAIN_SPLIT") == "1" {
-		for _, kv := range [][2]string{{"slowlog-max-len", "1000000"}, {"slowlog-log-slower-than", "0"}} {
-			if err := e.rdb.ConfigSet(e.ctx, kv[0], kv[1]).Err(); err != nil {
-				e.t.Fatal(err)
-			}
-		}
+// part and, for a split (sh.split), has the SLOWLOG log every command from
+// then on.
+func (e *env) drainStart(sh drainShape) commandStats {
+	if sh.split {
+		e.slowlog("1000000", "0")
 		if err := e.rdb.SlowLogReset(e.ctx).Err(); err != nil {
 			e.t.Fatal(err)
 		}
@@ -133,15 +129,23 @@ func (e *env) drainStart() commandStats {
 	return e.commandStats()
 }
 
-// drainSplit ends the SLOWLOG's logging of every command and returns the
-// logged calls' µs inside Redis by what they are (BenchmarkDrain). Redis
+// slowlog sets the SLOWLOG's length and threshold (µs).
+func (e *env) slowlog(maxLen, slowerThan string) {
+	for _, kv := range [][2]string{{"slowlog-max-len", maxLen}, {"slowlog-log-slower-than", slowerThan}} {
+		if err := e.rdb.ConfigSet(e.ctx, kv[0], kv[1]).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// drainSplit ends the SLOWLOG's logging of every command (back to Redis's
+// defaults, after reading it) and returns the logged calls' µs inside
+// Redis by what they are (BenchmarkDrain). Redis
 // keeps each entry's first arguments: an FCALL's function name among them.
 // It logs the commands a script runs as well, with the client address
 // "?:0": those are left out (the script's own entry holds their time).
 func (e *env) drainSplit() map[string]int64 {
-	if err := e.rdb.ConfigSet(e.ctx, "slowlog-log-slower-than", "10000").Err(); err != nil {
-		e.t.Fatal(err)
-	}
+	e.slowlog("1000000", "10000") // nothing more logged; the log kept until read
 	logs, err := e.rdb.SlowLogGet(e.ctx, 1000000).Result()
 	if err != nil {
 		e.t.Fatal(err)
@@ -149,6 +153,7 @@ func (e *env) drainSplit() map[string]int64 {
 	if err := e.rdb.SlowLogReset(e.ctx).Err(); err != nil {
 		e.t.Fatal(err)
 	}
+	e.slowlog("128", "10000")
 	out := map[string]int64{"pass": 0, "finish": 0, "asynq": 0, "other": 0}
 	for _, l := range logs {
 		if l.ClientAddr == "?:0" {
@@ -207,7 +212,7 @@ func drainAsynq(e *env, sh drainShape) commandStats {
 		}
 	}
 	var done atomic.Int64
-	before := e.drainStart()
+	before := e.drainStart(sh)
 	srv := drainServer(b, e, q, 100, func(context.Context, *asynq.Task) error {
 		done.Add(1)
 		return nil
@@ -245,7 +250,7 @@ func drainSluice(e *env, sh drainShape, mode string) commandStats {
 	var finished atomic.Int64
 	var failed atomic.Value // the first error of a handler
 	freed := make(chan struct{}, 1)
-	before := e.drainStart()
+	before := e.drainStart(sh)
 	srv := drainServer(b, e, queue, 16, func(_ context.Context, t *asynq.Task) error {
 		bt, err := wire.DecodeBatch(t.Payload())
 		if err == nil {
