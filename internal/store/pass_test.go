@@ -224,7 +224,8 @@ func TestPassTaskRoute(t *testing.T) {
 }
 
 // More when P or K cut the pass short; NextWake is the earliest of the
-// ready scores − D, delayed due times and lease deadlines.
+// ready scores − D, delayed due times and lease deadlines — or the pass's
+// now when work is left (More or CapacityReached).
 func TestPassBoundsAndNextWake(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -242,6 +243,9 @@ func TestPassBoundsAndNextWake(t *testing.T) {
 	if !res.More || res.Tenants != 2 || len(res.Released) != 2 {
 		t.Fatalf("K = 2 of 3 eligible: %+v", res)
 	}
+	if !res.NextWake.Equal(res.Now) {
+		t.Fatalf("More: next wake %s, want the pass's now %s", res.NextWake, res.Now)
+	}
 	res = e.pass(shard, cfg)
 	if res.More || len(res.Released) != 1 {
 		t.Fatalf("the third: %+v", res)
@@ -257,8 +261,15 @@ func TestPassBoundsAndNextWake(t *testing.T) {
 	if !res.More || res.Promoted != 2 || res.Swept != 2 || len(res.Released) != 0 || !res.CapacityReached {
 		t.Fatalf("P = 2 with 3 due and 3 expired, capacity 0: %+v", res)
 	}
-	if res.NextWake.After(e.clock.Now()) {
-		t.Fatalf("with work left over, next wake in %s, want ≤ now", res.NextWake.Sub(e.clock.Now()))
+	if !res.NextWake.Equal(res.Now) {
+		t.Fatalf("with work left over, next wake %s, want the pass's now %s", res.NextWake, res.Now)
+	}
+	// Capacity reached alone (P no longer binds): now as well, although the
+	// sets hold later times.
+	cfg.MaxPromotions = 100
+	res = e.pass(shard, cfg)
+	if res.More || !res.CapacityReached || !res.NextWake.Equal(res.Now) {
+		t.Fatalf("capacity 0, nothing cut short: want CapacityReached and next wake = now %s: %+v", res.Now, res)
 	}
 	e.requireConsistent()
 }

@@ -94,7 +94,8 @@ type PassResult struct {
 	CapacityReached bool
 	// NextWake is the earliest time anything on the shard becomes due (a
 	// ready score − D, a delayed job, a lease deadline); zero when nothing is
-	// pending. It may be ≤ Now when More or CapacityReached is set.
+	// pending. It is Now when More or CapacityReached is set: work is left,
+	// and the shard's sets are not read for it.
 	NextWake time.Time
 	Promoted int // delayed jobs moved to a backlog or head lane
 	Swept    int // expired leases handled
