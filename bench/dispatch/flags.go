@@ -243,7 +243,7 @@ func flagsMillion(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.millionTenants, "million-tenants", 1_000_000, "million: tenants of the large run (2 cores: ~100 000 a minute to enqueue, "+
 		"the drain at the machine's jobs/s; 16 GB of Redis at 1 000 000)")
 	fs.IntVar(&o.millionBase, "million-base", 1000, "million: tenants of the base run, the comparison's denominator")
-	fs.IntVar(&o.millionBaseRuns, "million-base-runs", 5, "million: runs of the base at the large run's hash-max-listpack-value; "+
+	fs.IntVar(&o.millionBaseRuns, "million-base-runs", 9, "million: runs of the base at the large run's hash-max-listpack-value; "+
 		"the ratios take the median of their commands and Redis CPU a job (one window is under a second)")
 	fs.IntVar(&o.millionJobs, "million-jobs", 2, "million: webhook jobs per tenant")
 	fs.IntVar(&o.millionPayload, "million-payload", 1024, "million: bytes of each job's JSON payload")
