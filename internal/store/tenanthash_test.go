@@ -1,10 +1,8 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,30 +12,29 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/plan"
 )
 
 // tenantPacked lists the fields lib.lua packs into a tenant hash's field s,
-// in order (lib.lua T_FIELDS): the Go twin the test helpers decode with.
-var tenantPacked = []string{"tat", "tat_t", "tat_b", "atok", "ats", "live", "bytes", "qtok",
-	"running", "released", "rtok", "hseq", "hlen", "paused_until", "admin_paused", "admin_until",
-	"disabled", "vt", "lead", "rf", "cut_until", "stat", "sslot", "slast", "c1", "dz",
-	"in_m", "in_c", "in_p", "uq", "useq", "q_unit", "q_rem", "q_lim", "q_reset", "q_fly", "q_next", "fw"}
+// in order (lib.lua T_FIELDS): package plan's, which the test helpers
+// decode with.
+var tenantPacked = plan.FieldNames[:]
 
 // tenantFields expands a tenant hash as HGETALL returns it into its fields
-// as the scripts read them: field s unpacked (little-endian doubles; the
-// fields past a shorter s, whose trailing zeros lib.lua trims, read as 0),
-// then any field stored under its own name over it. Fields absent from both
-// stay absent. ok is false when s is not whole doubles or too long.
+// as the scripts read them: field s unpacked (plan.Decode: the fields past
+// a shorter s, whose trailing zeros lib.lua trims, read as 0), then any
+// field stored under its own name over it. Fields absent from both stay
+// absent. ok is false when s is not whole doubles or too long.
 func tenantFields(h map[string]string) (fields map[string]string, ok bool) {
 	fields = map[string]string{}
 	if s, has := h["s"]; has {
-		if len(s)%8 != 0 || len(s) > 8*len(tenantPacked) {
+		st, err := plan.Decode([]byte(s))
+		if err != nil {
 			return nil, false
 		}
-		s += strings.Repeat("\x00", 8*len(tenantPacked)-len(s))
-		for i, f := range tenantPacked {
-			v := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i:])))
-			fields[f] = strconv.FormatFloat(v, 'f', -1, 64)
+		for i, v := range st.Fields() {
+			fields[tenantPacked[i]] = strconv.FormatFloat(*v, 'f', -1, 64)
 		}
 	}
 	for f, v := range h {
@@ -50,38 +47,32 @@ func tenantFields(h map[string]string) (fields map[string]string, ok bool) {
 }
 
 // foldFastFinishes applies the fast finishes taken since the tenant's last
-// save to its fields, as lib.lua T_FIELDS.fold does at a load: running less
-// f0 − ff, and fw 0 once the last token (D > 0) dropped the held weight.
+// save to its fields, as lib.lua T_FIELDS.fold does at a load (plan.Fold):
+// running less f0 − ff, and fw 0 once the last token (D > 0) dropped the
+// held weight.
 func foldFastFinishes(fields map[string]string) {
-	const k = 2097152                     // lib.lua T_FIELDS.FF_K
-	num := func(f string) (int64, bool) { // absent: 0
+	num := func(f string) (float64, bool) { // absent: 0
 		if fields[f] == "" {
 			return 0, true
 		}
-		n, err := strconv.ParseInt(fields[f], 10, 64)
+		n, err := strconv.ParseFloat(fields[f], 64)
 		return n, err == nil
 	}
 	f0, ok0 := num("f0")
 	ff, ok1 := num("ff")
-	if !ok0 || !ok1 {
+	running, ok2 := num("running")
+	fw, ok3 := num("fw")
+	if !ok0 || !ok1 || !ok2 || !ok3 {
 		return
 	}
-	if f0 > ff {
-		running, _ := strconv.ParseFloat(fields["running"], 64)
-		fields["running"] = strconv.FormatFloat(max(0, running-float64(f0-ff)), 'f', -1, 64)
+	st := plan.Tenant{Running: running, FW: fw}
+	plan.Fold(&st, f0, ff)
+	if st.Running != running {
+		fields["running"] = strconv.FormatFloat(st.Running, 'f', -1, 64)
 	}
-	if _, d := ffSplit(f0, k); d > 0 && ff >= 0 {
-		if left, _ := ffSplit(ff, k); left == 0 {
-			fields["fw"] = "0"
-		}
+	if st.FW != fw {
+		fields["fw"] = "0"
 	}
-}
-
-// ffSplit is lib.lua T_FIELDS.ff_split for f ≥ 0: the tokens left and the
-// held weight D of f = F + D·k + S·k².
-func ffSplit(f, k int64) (left, d int64) {
-	rest := f % (k * k)
-	return rest % k, rest / k
 }
 
 // tenantField reads one of tenant's fields as the scripts would (0 when absent).
