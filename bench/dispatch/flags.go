@@ -43,6 +43,7 @@ func parseFlags(args []string) (options, error) {
 	flagsObserve(fs, &o)
 	fs.DurationVar(&o.tci, "task-check-interval", 20*time.Millisecond, "worker.task_check_interval, also the asynq peers'")
 	fs.IntVar(&o.fetchers, "fetchers", 0, "worker.fetchers of Sluice's workers (0: Sluice's default)")
+	fs.StringVar(&o.planner, "planner", "", "dispatch.planner of Sluice's throttlers: lua or go (empty: Sluice's default)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

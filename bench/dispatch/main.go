@@ -97,6 +97,7 @@ type options struct {
 	dir       string   // configs and logs
 	parts     []string
 	quick     bool
+	planner   string // dispatch.planner of Sluice's throttlers ("": the default)
 
 	// precision
 	precJobs    int

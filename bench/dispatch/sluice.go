@@ -103,7 +103,11 @@ func (e *env) startSluice(ctx context.Context, s setup) (*sluice, error) {
 	}
 	*e.runs++
 	base := filepath.Join(e.o.dir, fmt.Sprintf("%02d-%s", *e.runs, s.name))
-	if err := os.WriteFile(base+".yaml", []byte(s.config(e.o.tci, e.o.fetchers, e.addrs)), 0o600); err != nil {
+	conf := s.config(e.o.tci, e.o.fetchers, e.addrs)
+	if e.o.planner != "" {
+		conf += "dispatch: {planner: " + e.o.planner + "}\n"
+	}
+	if err := os.WriteFile(base+".yaml", []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
 	port, err := freePort()

@@ -234,11 +234,16 @@ func apiOptions(cfg *config.Config, rdb redis.UniversalClient, batcher *bucket.B
 // storeConfig is the store.Config of cfg: redis.prefix and shards, the
 // canceled and idempotency retention, redis.wait_replicas and
 // wait_timeout; redis.memory_high_water, up to which finishes keep
-// results' bodies.
+// results' bodies; dispatch.planner, where the passes decide.
 func storeConfig(cfg *config.Config) store.Config {
+	planner := store.PlannerLua
+	if cfg.Dispatch.Planner == config.PlannerGo {
+		planner = store.PlannerGo
+	}
 	return store.Config{Prefix: cfg.Redis.Prefix, Shards: cfg.Redis.Shards,
 		CanceledRetention: cfg.Retention.Canceled, IdempotencyRetention: cfg.Retention.Idempotency,
-		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout, MemoryHighWater: cfg.Redis.HighWater()}
+		WaitReplicas: cfg.Redis.WaitReplicas, WaitTimeout: cfg.Redis.WaitTimeout, MemoryHighWater: cfg.Redis.HighWater(),
+		Planner: planner}
 }
 
 // passConfig is the dispatcher's pass bounds (docs/design.md §2.2) from cfg's

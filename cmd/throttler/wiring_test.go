@@ -18,7 +18,7 @@ func TestStoreAndPassConfigFollowTheFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	yaml := "redis: {prefix: wired, shards: 4, wait_replicas: 2, wait_timeout: 300ms, request_timeout: 1s, memory_high_water: 0.8}\n" +
-		"dispatch: {lead: 400ms, min_lead: 200ms, grace: 3s, max_promotions: 7, max_tenants: 9}\n" +
+		"dispatch: {lead: 400ms, min_lead: 200ms, grace: 3s, max_promotions: 7, max_tenants: 9, planner: go}\n" +
 		"retention: {canceled: 2h, idempotency: 3h, dead: 4h, dead_max_per_tenant: 5, attempt_log: 6}\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -28,7 +28,8 @@ func TestStoreAndPassConfigFollowTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStore := store.Config{Prefix: "wired", Shards: 4, CanceledRetention: 2 * time.Hour,
-		IdempotencyRetention: 3 * time.Hour, WaitReplicas: 2, WaitTimeout: 300 * time.Millisecond, MemoryHighWater: 0.8}
+		IdempotencyRetention: 3 * time.Hour, WaitReplicas: 2, WaitTimeout: 300 * time.Millisecond, MemoryHighWater: 0.8,
+		Planner: store.PlannerGo}
 	if got := storeConfig(cfg); !reflect.DeepEqual(got, wantStore) {
 		t.Errorf("storeConfig = %+v, want %+v", got, wantStore)
 	}

@@ -252,7 +252,21 @@ type DispatchConfig struct {
 	// the pass releases it is claimed by the pass (while every live worker
 	// runs pre-claimed jobs).
 	PreclaimDisabled bool `yaml:"preclaim_disabled"`
+	// Planner is where a pass's release is decided (docs/design.md "Where
+	// the decisions run"): "lua", in Redis by the pass script (the
+	// default), or "go", by this throttler with internal/plan and written
+	// by a script that decides nothing — the pass script all the same for
+	// a pass that promotes, sweeps, trims the tenant index or visits a
+	// tenant with lanes, upstreams or an open destination. Both leave Redis
+	// in the same state; each throttler follows its own.
+	Planner string `yaml:"planner"`
 }
+
+// The values of DispatchConfig.Planner.
+const (
+	PlannerLua = "lua"
+	PlannerGo  = "go"
+)
 
 // AdaptiveFloorDefault is ThrottleConfig.AdaptiveFloor's default:
 // tuning.AdaptiveFloorPPMDefault as a fraction.

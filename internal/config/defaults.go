@@ -102,6 +102,7 @@ func (d DispatchConfig) withDefaults() DispatchConfig {
 	d.BatchMax = cmp.Or(d.BatchMax, tuning.BatchMaxDefault)
 	d.BatchSpan = cmp.Or(d.BatchSpan, d.MinLead)
 	d.MaxSleep = cmp.Or(d.MaxSleep, tuning.MaxSleepDefault)
+	d.Planner = cmp.Or(d.Planner, PlannerLua)
 	return d
 }
 

@@ -83,7 +83,7 @@ func defaultConfig() *Config {
 		Dispatch: DispatchConfig{
 			Lead: 100 * time.Millisecond, MinLead: 50 * time.Millisecond, Tolerance: 6 * time.Millisecond,
 			Grace: time.Second, MaxPromotions: 1000, MaxTenants: 256,
-			BatchMax: 64, BatchSpan: 50 * time.Millisecond, MaxSleep: 2 * time.Second,
+			BatchMax: 64, BatchSpan: 50 * time.Millisecond, MaxSleep: 2 * time.Second, Planner: PlannerLua,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 30 * time.Second, MaxPause: time.Hour, AdaptiveFloor: 0.05},
 		Circuit:  CircuitConfig{Failures: 5, Backoff: 10 * time.Second, MaxBackoff: 10 * time.Minute},
@@ -214,7 +214,7 @@ func TestLoadEveryKey(t *testing.T) {
 		Dispatch: DispatchConfig{
 			Lead: 300 * time.Millisecond, MinLead: 120 * time.Millisecond, Tolerance: 5 * time.Millisecond,
 			Grace: 2 * time.Second, MaxPromotions: 50, MaxTenants: 16,
-			BatchMax: 200, BatchSpan: 80 * time.Millisecond, MaxSleep: 5 * time.Second,
+			BatchMax: 200, BatchSpan: 80 * time.Millisecond, MaxSleep: 5 * time.Second, Planner: PlannerLua,
 		},
 		Throttle: ThrottleConfig{DefaultPause: 10 * time.Second, MaxPause: 15 * time.Minute, AdaptiveFloor: 0.25},
 		Circuit:  CircuitConfig{Failures: 3, Backoff: 2 * time.Second, MaxBackoff: time.Minute, Disabled: true},

@@ -266,6 +266,9 @@ func (d DispatchConfig) validate(p *problems, taskCheckInterval time.Duration) {
 	}
 	p.positive("dispatch.batch_span", d.BatchSpan)
 	p.positive("dispatch.max_sleep", d.MaxSleep)
+	if d.Planner != PlannerLua && d.Planner != PlannerGo {
+		p.add("dispatch.planner", "must be %q or %q, got %q", PlannerLua, PlannerGo, d.Planner)
+	}
 }
 
 func (t ThrottleConfig) validate(p *problems) {

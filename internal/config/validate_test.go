@@ -285,6 +285,8 @@ func TestTimingConstraints(t *testing.T) {
 		{"negative fetchers", "worker: {fetchers: -1}", []string{"worker.fetchers"}},
 		{"negative idle poll", "worker: {idle_poll: -1s}", []string{"worker.idle_poll"}},
 		{"negative grace", "dispatch: {grace: -1s}", []string{"dispatch.grace"}},
+		{"planner go", "dispatch: {planner: go}", nil},
+		{"unknown planner", "dispatch: {planner: python}", []string{"dispatch.planner"}},
 		{"max_pause below default_pause", "throttle: {default_pause: 2h}", []string{"throttle.max_pause"}},
 		{"floor 1", "throttle: {adaptive_floor: 1}", nil},
 		{"circuit failures out of range", "circuit: {failures: 1001, backoff: -1s}", []string{"circuit.backoff", "circuit.failures"}},

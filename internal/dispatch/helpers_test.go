@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -270,7 +271,7 @@ func (t *fakeTimer) drain() {
 func realStore(tb testing.TB, shards, capacity int) (redis.UniversalClient, string, *store.Store) {
 	tb.Helper()
 	rdb, prefix := redistest.New(tb)
-	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards})
+	st, err := store.NewStore(rdb, store.Config{Prefix: prefix, Shards: shards, Planner: os.Getenv("SLUICE_TEST_PLANNER")})
 	if err != nil {
 		tb.Fatal(err)
 	}

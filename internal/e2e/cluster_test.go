@@ -105,6 +105,10 @@ func newCluster(t *testing.T, o options) *cluster {
 		"log":      "{format: json, level: info}",
 	}
 	maps.Copy(sections, o.sections)
+	if p := os.Getenv("SLUICE_TEST_PLANNER"); p != "" { // scripts/test: dispatch.planner go as well
+		d := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(sections["dispatch"], "{"), "}"))
+		sections["dispatch"] = "{" + strings.TrimSuffix("planner: "+p+", "+d, ", ") + "}"
+	}
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(sections)) {
 		fmt.Fprintf(&b, "%s: %s\n", k, sections[k])

@@ -4,14 +4,17 @@
 // pre-claim, and what each touched tenant then stores (pass.lua 3, 3d, 3e
 // and 4, for the tenants Supported says it decides for).
 //
-// It is the first step of moving the pass's decisions out of Redis
-// (docs/design.md "Where the decisions run"): a pass today decides in
-// pass.lua, and Redis spends most of a job's time in the Lua around the
-// commands. Nothing calls this package yet. internal/store's differential
+// It moves the pass's decisions out of Redis (docs/design.md "Where the
+// decisions run"), where the Lua around the commands costs most of a
+// job's time: internal/store plans a pass with it when the deployment's
+// dispatch.planner is go (store.Config.Planner), reading with plain
+// commands and writing with plan_apply.lua. internal/store's differential
 // tests run it beside the Lua on a real Redis and require the same values
 // and the same bytes: plan_diff_test.go every rule on random states and
 // policies, plan_pass_test.go whole passes along random walks of
-// enqueues, passes, claims, finishes, retries and pauses.
+// enqueues, passes, claims, finishes, retries and pauses, and
+// plan_apply_test.go the whole Redis state of a store planning in Go
+// beside one deciding in pass.lua.
 //
 // Invariants:
 //   - Every value is a float64, as every Lua number is: a tenant's state

@@ -38,10 +38,20 @@ type Candidate struct {
 	Policy Policy
 	Score  float64
 	Jobs   []Job
+	// Cut says Jobs may not be the whole backlog: a release or reschedule
+	// that needs an entry past them makes the plan Incomplete.
+	Cut bool
 
 	touched bool
 	head    head
+	short   bool // needed an entry past Jobs, which was Cut
+	tookH   int  // entries taken from the head lane
+	tookL   int  // entries taken from the backlog list
 }
+
+// Taken is how many entries the release took out of c's head lane and
+// its backlog list, tombstones included, in Jobs' order.
+func (c *Candidate) Taken() (head, list int) { return c.tookH, c.tookL }
 
 // head is what the release last saw of a tenant's next job, for its
 // reschedule (pass.lua c.head): not looked at, none, or a job's cost.
@@ -87,6 +97,14 @@ type Result struct {
 	More            bool       // the read was cut with capacity left: pass again
 	CapacityReached bool       // the capacity ran out while tenants were in the round
 	VClock          float64    // the shard's virtual clock after the pass
+	// Incomplete: some tenant needed a backlog entry past those read
+	// (Candidate.Cut); the plan stands for nothing and the pass must be
+	// read again with more, or left to the script.
+	Incomplete bool
+	// WaitWeight is the weight of the tenants left in the round with no
+	// slot and holding none when the capacity ran out (pass.lua 3d: field
+	// r of the shard's fair hash), for a pass with a capacity.
+	WaitWeight float64
 }
 
 // Supported says whether Release decides for c as pass.lua would: not a
@@ -158,7 +176,18 @@ func Release(ps Pass, cands []*Candidate) Result {
 			r.CapacityReached = true
 		}
 	}
+	if r.CapacityReached {
+		for _, v := range h {
+			t := &v.c.Loaded.State
+			if t.Running+t.Released == 0 && Blocked(t, &v.c.Policy, ps.Lambda) == NotBlocked {
+				r.WaitWeight += v.c.Policy.Weight
+			}
+		}
+	}
 	rl.preclaimAll()
+	for _, c := range cands {
+		r.Incomplete = r.Incomplete || c.short
+	}
 	r.Released = rl.released
 	return r
 }
@@ -245,6 +274,7 @@ func (c *Candidate) next() *Job {
 		c.take()
 	}
 	if len(c.Jobs) == 0 {
+		c.short = c.short || c.Cut
 		return nil
 	}
 	return &c.Jobs[0]
@@ -254,6 +284,9 @@ func (c *Candidate) next() *Job {
 func (c *Candidate) take() {
 	if c.Jobs[0].FromHead {
 		c.Loaded.State.Hlen--
+		c.tookH++
+	} else {
+		c.tookL++
 	}
 	c.Jobs = c.Jobs[1:]
 }

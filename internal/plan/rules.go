@@ -12,6 +12,7 @@ type Policy struct {
 	Adaptive    bool    // the rate factor RF applies
 	Pacing      bool    // pacing by the upstream's quota headers applies
 	AdmitBurst  float64 // the admission bucket's capacity: a new tenant's tokens
+	TimeoutUS   float64 // an attempt's timeout: a pre-claimed job's lease runs past it
 }
 
 // RFFull is a full rate factor in ppm (lib.lua RF_FULL); a tenant's RF of

@@ -13,6 +13,9 @@ type Saved struct {
 	FX     float64 // field fx, when HasFX: the ready score a token puts it back at
 	HasFX  bool
 	Unread bool // the pass read it but did not visit it: nothing is written (State is not set)
+	// Incomplete: its reschedule needed a backlog entry past those read
+	// (Candidate.Cut); the plan stands for nothing.
+	Incomplete bool
 }
 
 // Save decides what c stores after the pass's release: its reschedule —
@@ -38,7 +41,7 @@ func Save(ps Pass, c *Candidate) Saved {
 	}
 	t.FW = fw
 	sv.F0, sv.FX, sv.HasFX = mint(t, p, sv.RS, sv.Block, ps.Lambda > 0)
-	sv.State = *t
+	sv.State, sv.Incomplete = *t, c.short
 	return sv
 }
 
@@ -57,6 +60,8 @@ func reschedule(ps Pass, c *Candidate) (score float64, ready bool, rs string, co
 			h.some, h.cost = t.Qtok > 0, 1
 		} else if len(c.Jobs) > 0 {
 			h.some, h.cost = true, c.Jobs[0].Cost // the first entry, as head_job reads it
+		} else if c.Cut {
+			c.short = true // the caller sees it: Saved.Incomplete
 		}
 	}
 	if !h.some {

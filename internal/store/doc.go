@@ -26,7 +26,9 @@
 //     functions.go (the Redis Functions library; allowOOM);
 //   - the hot path: enqueue.go, pass.go, claim.go, finish.go, coalescer.go,
 //     batcher.go (the shared calls of enqueues and of the Coalescer),
-//     protocol.go (the types the dispatcher and workers exchange);
+//     protocol.go (the types the dispatcher and workers exchange); a pass
+//     planned in Go (Config.Planner PlannerGo: planpass.go, its reads and
+//     the internal/plan decisions, lua/plan_apply.lua its writes);
 //   - a tenant's state and forecast (tenant.go: TenantState.Forecast;
 //     admitted.go: AdmittedSince), the listing (tenantlist.go,
 //     tenantpage.go: Tenants, TenantNames, TenantViews, TenantKeys) and the
@@ -74,6 +76,13 @@
 //
 // # Invariants
 //
+//   - A planned pass (Config.Planner PlannerGo) writes, in plan_apply.lua,
+//     only tenants whose fields s, rs, f0 and ff are still the ones its
+//     plain reads saw, and decides nothing there; so every script that
+//     changes a tenant's backlog, counts or schedule changes its s (or, a
+//     fast finish, its ff). It leaves Redis as pass.lua would have
+//     (plan_apply_test.go), and falls back to pass.lua for everything
+//     internal/plan does not decide.
 //   - Every state change of a job or tenant is one Lua script in one slot,
 //     reads before writes. A shard script declares one key, KEYS[1], the
 //     shard's ready set; ARGV[1] is the shard base "<p>:{sN}:", checked

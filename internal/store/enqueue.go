@@ -319,7 +319,7 @@ func (s *Store) enqueueArgs(tenant string, shard int, items []Item) ([]any, erro
 		if err := it.check(); err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
-		id, err := NewJobID(shard, now)
+		id, err := s.jobID(shard, now)
 		if err != nil {
 			return nil, err
 		}

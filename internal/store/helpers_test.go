@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"flag"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,6 +31,11 @@ func TestMain(m *testing.M) {
 }
 
 const rapidChecksDefault = 25
+
+// testPlanner is the Config.Planner of the tests' stores:
+// $SLUICE_TEST_PLANNER, else the default. scripts/test runs the package
+// under each planner.
+var testPlanner = os.Getenv("SLUICE_TEST_PLANNER")
 
 // epoch is the fake clock's start: a realistic present-day Redis time, so
 // µs values have their production magnitude (≈1.77·10¹⁵).
@@ -81,7 +87,7 @@ func newEnvShards(t testing.TB, shards int) *env {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
 	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: shards, Clock: clock.Now})
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: shards, Clock: clock.Now, Planner: testPlanner})
 	if err != nil {
 		t.Fatal(err)
 	}

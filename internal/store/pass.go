@@ -146,6 +146,47 @@ func (s *Store) PassGranted(ctx context.Context, shard int, cfg PassConfig, gran
 	if err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
+	if s.planGo && len(grants) == 0 {
+		res, ok, err := s.planPass(ctx, shard, cfg)
+		switch {
+		case err != nil:
+			return PassResult{}, err
+		case ok && res.skipped:
+			// A tenant moved between the plan's read and its apply (a
+			// claim, finish, enqueue or cancel): pass.lua, atomic, goes on
+			// with the capacity left, so a tenant that moves all the time
+			// is not passed over.
+			return s.passAfterPlan(ctx, shard, cfg, res)
+		case ok:
+			return res, nil
+		}
+	}
+	return s.passScript(ctx, shard, cfg, grants)
+}
+
+// passAfterPlan runs pass.lua after a planned pass that skipped a tenant,
+// with the capacity the plan left, and returns both passes' releases.
+func (s *Store) passAfterPlan(ctx context.Context, shard int, cfg PassConfig, planned PassResult) (PassResult, error) {
+	if cfg.Capacity > 0 {
+		cfg.Capacity -= len(planned.Released)
+		if cfg.Capacity <= 0 {
+			planned.CapacityReached, planned.NextWake = true, planned.Now
+			return planned, nil
+		}
+	}
+	res, err := s.passScript(ctx, shard, cfg, nil)
+	if err != nil {
+		return PassResult{}, err
+	}
+	res.Released, res.Planned = append(planned.Released, res.Released...), true
+	slices.SortStableFunc(res.Released, func(a, b wire.Release) int {
+		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
+	})
+	return res, nil
+}
+
+// passScript is PassGranted by pass.lua.
+func (s *Store) passScript(ctx context.Context, shard int, cfg PassConfig, grants []quota.UpstreamGrant) (PassResult, error) {
 	capacity := max(cfg.Capacity, -1)
 	args := append([]any{cfg.Lead.Microseconds(), max(cfg.MinLead, 0).Microseconds(), cfg.Grace.Microseconds(),
 		cfg.MaxPromotions, cfg.MaxTenants, capacity, s.seedArg(),

@@ -299,6 +299,9 @@ func checkPlanned(rt *rapid.T, e *env, want planned, got PassResult) {
 		rt.Fatalf("pass more %v, capacity reached %v, visited %d; plan %v, %v, %d", got.More, got.CapacityReached,
 			got.Tenants, want.res.More, want.res.CapacityReached, want.res.Visited)
 	}
+	if r, _ := e.rdb.HGet(e.ctx, k.fair(0), "r").Float64(); r != want.res.WaitWeight {
+		rt.Fatalf("fair r %v, plan %v", r, want.res.WaitWeight)
+	}
 	if vc, _ := e.rdb.Get(e.ctx, k.vclock(0)).Float64(); vc != want.res.VClock {
 		rt.Fatalf("vclock %v, plan %v", vc, want.res.VClock)
 	}

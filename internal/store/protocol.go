@@ -110,6 +110,11 @@ type PassResult struct {
 	// the shard had not asked already for that set): ask for aligned
 	// segments (AlignUpstreams) and hand the grants to the next pass.
 	Aligned []quota.AlignedDemand
+	// Planned says the release was decided by internal/plan and written by
+	// plan_apply.lua (Config.Planner PlannerGo), not by pass.lua alone.
+	Planned bool
+
+	skipped bool // planned: some tenant moved between the read and the apply
 }
 
 // ClaimOutcome is the worker's answer from the claim script (docs/design.md §2.3).

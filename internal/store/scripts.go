@@ -84,6 +84,8 @@ var (
 	luaMeta string
 	//go:embed lua/circuit_wake.lua
 	luaCircuitWake string
+	//go:embed lua/plan_apply.lua
+	luaPlanApply string
 )
 
 // script is one dispatch script built on lib.lua: its name (for error
@@ -128,6 +130,7 @@ var (
 	scriptCircuitWake     = assemble("circuit_wake", luaCircuitWake)
 	scriptObserve         = assemble("observe", luaObserve)
 	scriptObserveRebuild  = assemble("observe_rebuild", luaObserveRebuild)
+	scriptPlanApply       = assemble("plan_apply", luaPlanApply)
 
 	// scriptMeta stands alone, outside the library and without a clock: it
 	// checks the deployment's fixed settings (meta.go) before a Store exists.

@@ -72,6 +72,11 @@ type Config struct {
 	// Clock, when set, replaces Redis TIME as every script's now (tests).
 	// Nil in production: one clock, Redis's, for every host.
 	Clock func() time.Time
+	// Planner is where Pass decides a pass's release: PlannerLua (the
+	// default), pass.lua in Redis; PlannerGo, the caller, with
+	// internal/plan, when the pass needs nothing only pass.lua does (then
+	// pass.lua all the same). docs/design.md "Where the decisions run".
+	Planner string
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -80,6 +85,7 @@ func (c Config) WithDefaults() Config {
 	c.Shards = cmp.Or(c.Shards, ShardsDefault)
 	c.CanceledRetention = cmp.Or(c.CanceledRetention, CanceledRetentionDefault)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, WaitTimeoutDefault)
+	c.Planner = cmp.Or(c.Planner, PlannerLua)
 	return c
 }
 
@@ -89,6 +95,9 @@ func (c Config) validate() error {
 	var errs []error
 	if !prefixPattern.MatchString(c.Prefix) {
 		errs = append(errs, invalidf("prefix %q: want 1–64 characters of [A-Za-z0-9._-]", c.Prefix))
+	}
+	if c.Planner != PlannerLua && c.Planner != PlannerGo {
+		errs = append(errs, invalidf("planner %q: want %q or %q", c.Planner, PlannerLua, PlannerGo))
 	}
 	if c.Shards < 1 || c.Shards > MaxShards {
 		errs = append(errs, invalidf("shards %d: want 1 … %d", c.Shards, MaxShards))
@@ -117,9 +126,14 @@ type Store struct {
 	retention     time.Duration
 	idemRetention time.Duration
 	clock         func() time.Time
+	planGo        bool          // Config.Planner is PlannerGo
+	plans         *planPolicies // the planner's policies, per shard and epoch
 	// seed draws the retry jitter seed of each finish and pass; tests
 	// replace it to make the jitter deterministic.
 	seed func() uint64
+	// jobID makes a new job's id (NewJobID); tests replace it to make ids
+	// deterministic.
+	jobID func(shard int, at time.Time) (string, error)
 	// runner runs the scripts: the library's functions by FCALL until Redis
 	// turns out to have no Functions, EVALSHA then.
 	runner *redisscript.Runner
@@ -152,7 +166,10 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keyspace{prefix: cfg.Prefix, shards: cfg.Shards},
 		retention: cfg.CanceledRetention, idemRetention: cfg.IdempotencyRetention,
 		clock:      cfg.Clock,
+		planGo:     cfg.Planner == PlannerGo,
+		plans:      &planPolicies{},
 		seed:       rand.Uint64,
+		jobID:      NewJobID,
 		runner:     redisscript.NewRunner(rdb, librarySource),
 		wait:       waitConfig(cfg),
 		resultMark: markPPM(cfg.MemoryHighWater),

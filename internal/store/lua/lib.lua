@@ -1210,6 +1210,24 @@ end
 local function lowered(score)
   if score and (LOWEST == nil or score < LOWEST) then LOWEST = score end
 end
+-- sets_wake is the earliest of best (nil: none), the first ready score
+-- less d, the first delayed due past now + d less d (those before it are
+-- promoted or waiting) and the first lease deadline: the next wake of a
+-- pass that left no work (pass.lua, plan_apply.lua).
+local function sets_wake(d, best)
+  for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
+    local s
+    if key == K_DELAYED then
+      s = tonum(rcall('ZRANGEBYSCORE', key, '(' .. istr(NOW + d), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
+      if s then s = s - d end
+    else
+      s = tonum(rcall('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if s and key == K_READY then s = s - d end
+    end
+    if s and (best == nil or s < best) then best = s end
+  end
+  return best
+end
 local function wake_if_earlier()
   if not (BEFORE_READ and LOWEST) or (BEFORE and LOWEST >= BEFORE) then return 0 end
   rcall('PUBLISH', K_WAKE, istr(LOWEST))

@@ -917,17 +917,7 @@ local next_wake = NOW -- more or capacity reached: work is left, no set is read 
 if more == 0 and cap_reached == 0 then
   next_wake = waiting
   if X.trim_at and (next_wake == nil or X.trim_at < next_wake) then next_wake = X.trim_at end
-  for _, key in ipairs({K_READY, K_DELAYED, K_LEASES}) do
-    local s
-    if key == K_DELAYED then -- past the horizon: taken D ahead (those before it are promoted or waiting)
-      s = tonum(rcall('ZRANGEBYSCORE', key, '(' .. istr(HORIZON), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2])
-      if s then s = s - D end
-    else
-      s = tonum(rcall('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
-      if s and key == K_READY then s = s - D end
-    end
-    if s and (next_wake == nil or s < next_wake) then next_wake = s end
-  end
+  next_wake = sets_wake(D, next_wake) -- lib.lua
 end
 
 X.wanted = {}
