@@ -36,78 +36,84 @@
 local D, GRACE = tonum(ARGV[3]), tonum(ARGV[4])
 local n = tonum(ARGV[9])
 if not (D and GRACE and n) then return redis.error_reply('ERR sluice plan_apply: want integer D, grace and n') end
-local GRACE_S = istr(GRACE)
-local T, at = {}, 10
+local GRACE_S, NOW_S = istr(GRACE), istr(NOW)
+-- AT[i]: where tenant i's values start (no table a tenant: the values are
+-- read from ARGV where they are).
+local AT, at = {}, 10
 for i = 1, n do
-  local x = {name = ARGV[at], s = ARGV[at + 1], rs = ARGV[at + 2], f0 = ARGV[at + 3], ff = ARGV[at + 4],
-    ns = ARGV[at + 5], nrs = ARGV[at + 6], nf0 = ARGV[at + 7], fx = ARGV[at + 8], score = ARGV[at + 9],
-    dw = tonum(ARGV[at + 10]), drun = tonum(ARGV[at + 11]), top = ARGV[at + 12], had = ARGV[at + 13] == '1',
-    nh = tonum(ARGV[at + 14]), nq = tonum(ARGV[at + 15]), m = tonum(ARGV[at + 16]), at = at + 17}
-  if not (x.dw and x.drun and x.nh and x.nq and x.m) then
+  local m = tonum(ARGV[at + 16])
+  if not (m and tonum(ARGV[at + 10]) and tonum(ARGV[at + 11]) and tonum(ARGV[at + 14]) and tonum(ARGV[at + 15])) then
     return redis.error_reply('ERR sluice plan_apply: malformed tenant ' .. i)
   end
-  T[i] = x
-  at = x.at + 8 * x.m
+  AT[i] = at
+  at = at + 17 + 8 * m
 end
 if at - 1 ~= #ARGV then return redis.error_reply('ERR sluice plan_apply: want ' .. (at - 1) .. ' arguments') end
 
 -- Check: every tenant as read.
-local skipped = {}
-for _, x in ipairs(T) do
-  local k = k_tenant(x.name)
+local skipped, keys = {}, {}
+for i = 1, n do
+  local a = AT[i]
+  local k = k_tenant(ARGV[a])
   local r = rcall('HMGET', k, 's', 'rs', 'f0', 'ff')
-  x.k = k
-  x.skip = r[1] ~= x.s or (r[2] or '') ~= x.rs or (r[3] or '') ~= x.f0 or (r[4] or '') ~= x.ff
-  if x.skip then skipped[#skipped + 1] = x.name end
+  if r[1] ~= ARGV[a + 1] or (r[2] or '') ~= ARGV[a + 2] or (r[3] or '') ~= ARGV[a + 3] or (r[4] or '') ~= ARGV[a + 4] then
+    skipped[#skipped + 1] = ARGV[a]
+  else
+    keys[i] = k
+  end
 end
 
 -- Write.
 local ready_del, ready_up, fw, signs = {}, {}, 0, {}
-for _, x in ipairs(T) do
-  if not x.skip then
-    if x.nh > 0 then rcall('ZPOPMIN', k_head(x.name), istr(x.nh)) end
-    if x.nq > 0 then rcall('LPOP', k_queue(x.name), istr(x.nq)) end
+for i = 1, n do
+  local k, a = keys[i], AT[i]
+  if k then
+    local tn = ARGV[a]
+    if ARGV[a + 14] ~= '0' then rcall('ZPOPMIN', k .. ':head', ARGV[a + 14]) end -- k_head
+    if ARGV[a + 15] ~= '0' then rcall('LPOP', k .. ':q', ARGV[a + 15]) end -- k_queue
     local webhook = false
-    for j = x.at, x.at + 8 * (x.m - 1), 8 do
+    for j = a + 17, a + 17 + 8 * (tonum(ARGV[a + 16]) - 1), 8 do
       local id, gen = ARGV[j], ARGV[j + 2]
       if ARGV[j + 1] == 'p' then
-        local first = ARGV[j + 6]
-        rcall('HSET', k_job(id), 'state', 'running', 'attempt', ARGV[j + 5], 'claimed', istr(NOW), 'first', first,
+        rcall('HSET', k_job(id), 'state', 'running', 'attempt', ARGV[j + 5], 'claimed', NOW_S, 'first', ARGV[j + 6],
           'gen', gen, 'slot', ARGV[j + 3], 'grace', GRACE_S, 'resv', '0', 'pc', gen)
         webhook = webhook or ARGV[j + 7] == '1'
       else
         rcall('HSET', k_job(id), 'state', 'released', 'gen', gen, 'slot', ARGV[j + 3], 'grace', GRACE_S, 'resv', '0')
       end
-      lease_add(id, tonum(ARGV[j + 4]))
+      LEASE_ADD[#LEASE_ADD + 1] = ARGV[j + 4] -- lib.lua lease_add, its deadline's text as given
+      LEASE_ADD[#LEASE_ADD + 1] = id
     end
-    local args = {}
-    if x.ns ~= '' then args[#args + 1], args[#args + 2] = 's', x.ns end
-    if x.nrs ~= '' then args[#args + 1], args[#args + 2] = 'rs', x.nrs end
-    if x.nf0 ~= '' then
-      args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'ff', x.nf0, 'f0', x.nf0
-      if x.fx ~= '' then args[#args + 1], args[#args + 2] = 'fx', x.fx end
+    local ns, nrs, nf0 = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+    if nf0 == '' and ns ~= '' and nrs ~= '' then -- the common write, without a table of arguments
+      rcall('HSET', k, 's', ns, 'rs', nrs)
+    elseif ns ~= '' or nrs ~= '' or nf0 ~= '' then
+      local args = {}
+      if ns ~= '' then args[#args + 1], args[#args + 2] = 's', ns end
+      if nrs ~= '' then args[#args + 1], args[#args + 2] = 'rs', nrs end
+      if nf0 ~= '' then
+        args[#args + 1], args[#args + 2], args[#args + 3], args[#args + 4] = 'ff', nf0, 'f0', nf0
+        if ARGV[a + 8] ~= '' then args[#args + 1], args[#args + 2] = 'fx', ARGV[a + 8] end
+      end
+      rcall('HSET', k, unpack(args))
     end
-    if #args > 0 then rcall('HSET', x.k, unpack(args)) end
-    if x.score == '' then
-      ready_del[#ready_del + 1] = x.name
+    if ARGV[a + 9] == '' then
+      ready_del[#ready_del + 1] = tn
     else
-      ready_up[#ready_up + 1] = tonum(x.score)
-      ready_up[#ready_up + 1] = x.name
+      ready_up[#ready_up + 1] = tonum(ARGV[a + 9])
+      ready_up[#ready_up + 1] = tn
     end
-    fw = fw + x.dw
-    AGG.run = AGG.run + x.drun
-    if x.top ~= '' then
+    fw = fw + tonum(ARGV[a + 10])
+    AGG.run = AGG.run + tonum(ARGV[a + 11])
+    if ARGV[a + 12] ~= '' then
       if not AGG.top then AGG.top, AGG.order, AGG.had = {}, {}, {} end
-      AGG.order[#AGG.order + 1] = x.name
-      AGG.had[x.name] = x.had
-      AGG.top[x.name] = tonum(x.top)
+      AGG.order[#AGG.order + 1] = tn
+      AGG.had[tn] = ARGV[a + 13] == '1'
+      AGG.top[tn] = tonum(ARGV[a + 12])
     end
     if webhook then -- lifecycle.lua CLAIM.run: the signing state rides in the reply
-      local sign = signing_set(x.name, load_policy(x.name), {}, true) -- lib.lua
-      if sign then
-        table.insert(sign, 1, x.name)
-        signs[#signs + 1] = sign
-      end
+      local sign = signing_set(tn, load_policy(tn), {tn}, true) -- lib.lua
+      if sign then signs[#signs + 1] = sign end
     end
   end
 end
