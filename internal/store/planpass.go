@@ -453,9 +453,11 @@ type epochPolicies struct {
 	tenants  map[string]plan.Policy
 }
 
-// planPoliciesMax bounds a shard's remembered policies: past it they are
-// forgotten and read again.
-const planPoliciesMax = 100000
+// planPoliciesMax bounds a shard's remembered policies (~150 bytes each):
+// past it they are forgotten and read again. A miss costs one HGET in the
+// pass's second read, so the bound is small, as lib.lua's
+// POLICY_TEXTS_MAX is.
+const planPoliciesMax = 4096
 
 // policies returns shard's policies at epoch (nil when the defaults'
 // text cannot be read): the remembered ones while the epoch stands.
