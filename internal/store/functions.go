@@ -64,7 +64,8 @@ func buildLibrary() (version, source string) {
 // at its maxmemory (noeviction) refuses FCALL of a function without flags
 // before it runs, even one that only deletes, and runs one flagged
 // allow-oom — writes included — regardless. Flagged: what delivery needs
-// and what frees memory — the pass (releases, sweeps, index trims), claim,
+// and what frees memory — the pass (releases, sweeps, index trims) and
+// plan_apply (a planned pass's releases), claim,
 // finish (which drops a succeeded job's body and starts its retention),
 // cancel, the callback set's take and done, and the reads (secrets_read
 // signs webhooks; the tenant views, the finished count and the
@@ -76,7 +77,7 @@ func buildLibrary() (version, source string) {
 // refuses at their first write that may grow memory (the API's
 // redis.memory_high_water keeps them under the limit).
 var allowOOM = map[string]bool{
-	"pass": true, "claim": true, "finish": true, "cancel": true,
+	"pass": true, "plan_apply": true, "claim": true, "finish": true, "cancel": true,
 	"callback_take": true, "callback_done": true,
 	"secrets_read": true, "dead_letters": true, "tenant_state": true, "tenant_list": true,
 	"tenant_names": true, "tenant_views": true, "tenant_keys": true, "finished": true,

@@ -21,7 +21,7 @@ func TestFunctionsPastMaxmemory(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewPrivate(t).Client(t)
 	clock := &fakeClock{t: epoch}
-	st, err := NewStore(rdb, Config{Prefix: redistest.Prefix(t), Shards: 1, Clock: clock.Now})
+	st, err := NewStore(rdb, Config{Prefix: redistest.Prefix(t), Shards: 1, Clock: clock.Now, Planner: testPlanner})
 	if err != nil {
 		t.Fatal(err)
 	}
