@@ -140,7 +140,7 @@ func newEvalEnv(t *testing.T) *env {
 	admin, prefix := redistest.New(t)
 	rdb := redistest.EvalOnlyClient(t, admin, prefix)
 	clock := &fakeClock{t: epoch}
-	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now})
+	store, err := NewStore(rdb, Config{Prefix: prefix, Shards: 2, Clock: clock.Now, Planner: testPlanner})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	cc := cl.Client()
 	t.Cleanup(func() { _ = cc.Close() })
 	clock := &fakeClock{t: epoch}
-	store, err := NewStore(cc, Config{Prefix: redistest.Prefix(t), Shards: 16, Clock: clock.Now})
+	store, err := NewStore(cc, Config{Prefix: redistest.Prefix(t), Shards: 16, Clock: clock.Now, Planner: testPlanner})
 	if err != nil {
 		t.Fatal(err)
 	}

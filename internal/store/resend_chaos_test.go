@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestEnqueueReSentByTheClientStoresOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	cfg := store.Config{Prefix: "resend", Shards: 1}
+	cfg := store.Config{Prefix: "resend", Shards: 1, Planner: os.Getenv("SLUICE_TEST_PLANNER")}
 	st, err := store.NewStore(client, cfg)
 	if err != nil {
 		t.Fatal(err)
