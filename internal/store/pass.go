@@ -179,10 +179,16 @@ func (s *Store) passAfterPlan(ctx context.Context, shard int, cfg PassConfig, pl
 		return PassResult{}, err
 	}
 	res.Released, res.Planned = append(planned.Released, res.Released...), true
-	slices.SortStableFunc(res.Released, func(a, b wire.Release) int {
+	sortReleases(res.Released)
+	return res, nil
+}
+
+// sortReleases orders a pass's releases as PassResult.Released promises:
+// by slot, then id.
+func sortReleases(rs []wire.Release) {
+	slices.SortStableFunc(rs, func(a, b wire.Release) int {
 		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
 	})
-	return res, nil
 }
 
 // passScript is PassGranted by pass.lua.
@@ -222,9 +228,7 @@ func (s *Store) passScript(ctx context.Context, shard int, cfg PassConfig, grant
 	if err := d.Err(); err != nil {
 		return PassResult{}, fmt.Errorf("pass on shard %d: %w", shard, err)
 	}
-	slices.SortStableFunc(res.Released, func(a, b wire.Release) int {
-		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
-	})
+	sortReleases(res.Released)
 	return res, nil
 }
 

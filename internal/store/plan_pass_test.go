@@ -214,9 +214,7 @@ func planPass(rt *rapid.T, e *env, cfg PassConfig, pols map[string]Params) (plan
 	}
 	ready := e.rdb.ZRangeByScoreWithScores(e.ctx, k.ready(0), &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatFloat(horizon, 'f', 0, 64), Count: int64(want + 1)}).Val()
-	ps := plan.Pass{Now: now, Lead: float64(cfg.Lead.Microseconds()), MinLead: float64(max(cfg.MinLead, 0).Microseconds()),
-		Spacing: float64(max(cfg.ClaimSpacing, 0).Microseconds()), Capacity: max(cfg.Capacity, -1),
-		Lambda: float64(fairArg(cfg.FairShare)), Preclaim: float64(preclaimArg(cfg.Preclaim))}
+	ps := planSettings(cfg, now)
 	if len(ready) > want {
 		ps.Truncated, ready = true, ready[:want]
 	}
@@ -224,9 +222,7 @@ func planPass(rt *rapid.T, e *env, cfg PassConfig, pols map[string]Params) (plan
 	var cands []*plan.Candidate
 	for _, z := range ready {
 		tn := z.Member.(string)
-		p := pols[tn]
-		pol := plan.Policy{RateUS: float64(p.RateUS), Burst: float64(p.Burst), Concurrency: float64(p.Concurrency),
-			Weight: float64(p.Weight), Adaptive: p.Adaptive == 1, Pacing: p.Pacing == 1, AdmitBurst: float64(p.AdmitBurst)}
+		pol := planPolicy(pols[tn])
 		l, ok, err := plan.Load(e.rdb.HGetAll(e.ctx, k.tenant(tn)).Val(), &pol, now)
 		if err != nil || !ok {
 			rt.Fatalf("load %s: ok %v, %v", tn, ok, err)

@@ -1,11 +1,9 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -78,9 +76,7 @@ func (s *Store) planPass(ctx context.Context, shard int, cfg PassConfig) (res Pa
 	if err := d.Err(); err != nil {
 		return PassResult{}, false, fmt.Errorf("pass on shard %d: apply the plan: %w", shard, err)
 	}
-	slices.SortStableFunc(res.Released, func(a, b wire.Release) int {
-		return cmp.Or(a.Slot.Compare(b.Slot), cmp.Compare(a.ID, b.ID))
-	})
+	sortReleases(res.Released)
 	return res, true, nil
 }
 
@@ -148,9 +144,7 @@ func (s *Store) planRead(ctx context.Context, shard int, cfg PassConfig) (rd pla
 	if pols == nil {
 		return rd, false, nil
 	}
-	rd.ps = plan.Pass{Now: nowUS, Lead: float64(cfg.Lead.Microseconds()), MinLead: float64(max(cfg.MinLead, 0).Microseconds()),
-		Spacing: float64(max(cfg.ClaimSpacing, 0).Microseconds()), Capacity: max(cfg.Capacity, -1),
-		Lambda: float64(fairArg(cfg.FairShare)), Preclaim: float64(preclaimArg(cfg.Preclaim))}
+	rd.ps = planSettings(cfg, nowUS)
 	rd.ps.VClock, _ = strconv.ParseFloat(vclock.Val(), 64)
 	rd.fairR, _ = strconv.ParseFloat(fairR.Val(), 64)
 	var names []string
@@ -202,7 +196,7 @@ func (s *Store) planRead(ctx context.Context, shard int, cfg PassConfig) (rd pla
 		}
 		h := hashes[i].Val()
 		l, ok, err := plan.Load(h, &pol, nowUS)
-		if err != nil || !ok || h["s"] == "" {
+		if err != nil || !ok || !l.Stored {
 			return rd, false, nil
 		}
 		c := &plan.Candidate{Name: tn, Loaded: l, Policy: pol, Score: scores[tn]}
@@ -305,6 +299,14 @@ func (s *Store) planRead(ctx context.Context, shard int, cfg PassConfig) (rd pla
 		}
 	}
 	return rd, true, nil
+}
+
+// planSettings is the plan's view of a pass's settings at now (µs), as
+// pass.lua takes them from its arguments (PassGranted's).
+func planSettings(cfg PassConfig, now float64) plan.Pass {
+	return plan.Pass{Now: now, Lead: float64(cfg.Lead.Microseconds()), MinLead: float64(max(cfg.MinLead, 0).Microseconds()),
+		Spacing: float64(max(cfg.ClaimSpacing, 0).Microseconds()), Capacity: max(cfg.Capacity, -1),
+		Lambda: float64(fairArg(cfg.FairShare)), Preclaim: float64(preclaimArg(cfg.Preclaim))}
 }
 
 // policyLayer is base with a stored policy entry's overrides applied (nil:
