@@ -33,7 +33,7 @@ func Save(ps Pass, c *Candidate) Saved {
 	}
 	sv.Score, sv.Ready, sv.RS, sv.Block = reschedule(ps, c)
 	if t.DZ == 0 && t.Running > 0 {
-		t.DZ = 1 // Supported: its dead set is empty
+		t.DZ = 1 // the caller found its dead set empty (lib.lua trim_dead on an empty set): else pass.lua trims it
 	}
 	fw := 0.0
 	if t.Running+t.Released > 0 {

@@ -201,6 +201,8 @@ func (s *Store) planRead(ctx context.Context, shard int, cfg PassConfig) (rd pla
 		}
 		c := &plan.Candidate{Name: tn, Loaded: l, Policy: pol, Score: scores[tn]}
 		st := &l.State
+		// A dead set to look at (trim_dead: plan.Save takes it as empty) and
+		// an idle tenant (expire_tenant) are pass.lua's.
 		if !plan.Supported(c, nowUS) || (st.DZ == 0 && st.Running > 0) || (st.Live == 0 && st.Running == 0) {
 			return rd, false, nil
 		}
